@@ -1,0 +1,236 @@
+//! Backends: the places where ops actually run.
+//!
+//! Every backend implements one trait, [`Backend`]: upload and download host data, and
+//! [`Backend::execute`] one [`OpSpec`] over input storages. The op layer (`crate::ops`) has
+//! already checked shapes and dtypes and flattened them into the sizes in the spec, so a backend
+//! only computes. `reference` is the scalar oracle every other backend is tested against.
+//!
+//! Backends are process-wide singletons (see [`registry`]): probing a GPU adapter is slow, so it
+//! happens once and every [`crate::Device`] shares the result.
+
+pub mod cpu;
+pub mod reference;
+pub mod registry;
+pub mod spec;
+pub mod webgpu;
+
+use std::fmt;
+use std::sync::Arc;
+
+pub use spec::{BinaryOp, MatmulSpec, OpKind, OpSpec, RopeLayout, UnaryOp};
+
+use crate::error::Result;
+use crate::tensor::DType;
+
+/// A shared handle to a backend.
+pub type BackendRef = Arc<dyn Backend>;
+
+/// Which backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// NVIDIA GPUs through CUDA (optional; not yet built).
+    Cuda,
+    /// GPUs through wgpu: Vulkan, Metal, DX12, WebGPU.
+    Wgpu,
+    /// Multi-threaded SIMD CPU code.
+    Cpu,
+    /// Scalar f64-accumulating oracle.
+    Reference,
+}
+
+impl BackendKind {
+    /// Every backend, in the default priority order.
+    pub const ALL: [BackendKind; 4] =
+        [BackendKind::Cuda, BackendKind::Wgpu, BackendKind::Cpu, BackendKind::Reference];
+
+    /// The name used in `WEBTENSOR_BACKEND`, `webtensor.toml` and `Device::new`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Cuda => "cuda",
+            BackendKind::Wgpu => "wgpu",
+            BackendKind::Cpu => "cpu",
+            BackendKind::Reference => "reference",
+        }
+    }
+
+    /// Parses a backend name (case-insensitive); the error lists the valid names.
+    pub fn parse(name: &str) -> Result<BackendKind> {
+        let wanted = name.trim().to_ascii_lowercase();
+        BackendKind::ALL.into_iter().find(|k| k.name() == wanted).ok_or_else(|| {
+            crate::Error::UnknownBackend {
+                name: name.to_string(),
+                valid: BackendKind::ALL.map(|k| k.name()).join(", "),
+            }
+        })
+    }
+
+    /// Whether the backend keeps tensors in host memory (`Storage::Host`).
+    pub fn is_host(self) -> bool {
+        matches!(self, BackendKind::Cpu | BackendKind::Reference)
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Tensor data in host memory, tagged with its dtype.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostData {
+    /// f32 elements.
+    F32(Vec<f32>),
+    /// u32 elements.
+    U32(Vec<u32>),
+}
+
+impl HostData {
+    /// The dtype of the elements.
+    pub fn dtype(&self) -> DType {
+        match self {
+            HostData::F32(_) => DType::F32,
+            HostData::U32(_) => DType::U32,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            HostData::F32(v) => v.len(),
+            HostData::U32(v) => v.len(),
+        }
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The f32 elements, or `None` for another dtype.
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match self {
+            HostData::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The u32 elements, or `None` for another dtype.
+    pub fn as_u32(&self) -> Option<&[u32]> {
+        match self {
+            HostData::U32(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// Where a tensor's elements live. Cloning shares the underlying buffer.
+#[derive(Clone, Debug)]
+pub enum Storage {
+    /// Host memory, used by `cpu` and `reference` (so moving between them is free).
+    Host(Arc<HostData>),
+    /// A wgpu buffer; returned to its backend's pool when the last handle drops.
+    Wgpu(webgpu::GpuBuffer),
+}
+
+impl Storage {
+    /// The host data, or `None` when the storage lives on a GPU.
+    pub fn as_host(&self) -> Option<&HostData> {
+        match self {
+            Storage::Host(h) => Some(h),
+            _ => None,
+        }
+    }
+}
+
+/// Whether an adapter is real hardware or a software rasterizer (lavapipe, SwiftShader, WARP).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceClass {
+    /// A hardware GPU.
+    Gpu,
+    /// The host CPU (cpu and reference backends).
+    Cpu,
+    /// A GPU API implemented in software on the CPU: correct but slow.
+    Software,
+}
+
+/// What a backend is and can do: shown by `webtensor info` and used by `Device::auto`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BackendInfo {
+    /// Which backend.
+    pub kind: BackendKind,
+    /// Hardware or software.
+    pub class: DeviceClass,
+    /// Adapter or CPU model name.
+    pub device_name: String,
+    /// Vendor name or PCI vendor id.
+    pub vendor: String,
+    /// Driver name and version, where known.
+    pub driver: String,
+    /// The API under the backend (Vulkan, Metal, DX12, WebGPU, native).
+    pub api: String,
+    /// Optional features present: `shader-f16`, `subgroups`, `timestamp-query`, SIMD levels.
+    pub features: Vec<String>,
+    /// Key limits as (name, value) pairs.
+    pub limits: Vec<(String, u64)>,
+    /// Threads the backend uses (CPU backends).
+    pub threads: Option<usize>,
+    /// The SIMD instruction set in use (CPU backend).
+    pub simd: Option<String>,
+    /// Ops this backend does not implement; those fall back to the next backend.
+    pub missing_ops: Vec<OpKind>,
+}
+
+/// One place where ops run. Implementations must be thread-safe: a device may be used from
+/// several threads.
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+
+    /// Identity, features and limits.
+    fn info(&self) -> BackendInfo;
+
+    /// Whether this backend implements `op` for inputs of `dtype`. Ops it lacks run on the next
+    /// backend of the device's priority list.
+    fn supports(&self, op: OpKind, dtype: DType) -> bool {
+        let _ = (op, dtype);
+        true
+    }
+
+    /// Copies host data into a new storage of this backend.
+    fn upload(&self, data: HostData) -> Result<Storage>;
+
+    /// Runs everything recorded that `storage` depends on and copies it to the host.
+    fn download(&self, storage: &Storage) -> Result<HostData>;
+
+    /// Runs `spec` on `inputs` (in the order the spec documents) and returns the output
+    /// storage. GPU backends may only record the work; it runs at the next download or
+    /// [`Backend::synchronize`].
+    fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage>;
+
+    /// A plain copy of the first `len` elements of `x` into new storage: the simplest
+    /// memory-bound work a backend can do, used by benchmarks as the copy-bandwidth ceiling.
+    fn copy(&self, x: &Storage, len: usize) -> Result<Storage>;
+
+    /// Submits all recorded work and waits until it has finished (used by benchmarks).
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The input at `index` as host data, or a backend error naming the op: used by host backends.
+pub(crate) fn host_input<'a>(
+    backend: BackendKind,
+    spec: &OpSpec,
+    inputs: &[&'a Storage],
+    index: usize,
+) -> Result<&'a HostData> {
+    inputs.get(index).and_then(|s| s.as_host()).ok_or_else(|| {
+        crate::Error::backend(
+            backend.name(),
+            format!("{}: input {index} is missing or not in host memory", spec.kind().name()),
+        )
+    })
+}

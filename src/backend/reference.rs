@@ -1,0 +1,286 @@
+//! The reference backend: plain scalar Rust, f64 arithmetic and accumulation.
+//!
+//! This is the oracle. It is written for obviousness, not speed: every other backend is tested
+//! against it, so each op here reads like its definition in [`OpSpec`]'s docs.
+
+use std::sync::Arc;
+
+use super::spec::{permute_strides, rope_inv_freq, rope_pair};
+use super::{
+    host_input, Backend, BackendInfo, BackendKind, BinaryOp, DeviceClass, HostData, MatmulSpec,
+    OpSpec, Storage, UnaryOp,
+};
+use crate::error::{Error, Result};
+
+/// The scalar oracle backend. Always present.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ReferenceBackend;
+
+impl Backend for ReferenceBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Reference
+    }
+
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            kind: BackendKind::Reference,
+            class: DeviceClass::Cpu,
+            device_name: "scalar f64 oracle".into(),
+            vendor: String::new(),
+            driver: String::new(),
+            api: "native".into(),
+            features: vec![],
+            limits: vec![],
+            threads: Some(1),
+            simd: None,
+            missing_ops: vec![],
+        }
+    }
+
+    fn upload(&self, data: HostData) -> Result<Storage> {
+        Ok(Storage::Host(Arc::new(data)))
+    }
+
+    fn download(&self, storage: &Storage) -> Result<HostData> {
+        storage
+            .as_host()
+            .cloned()
+            .ok_or_else(|| Error::backend("reference", "storage is not in host memory"))
+    }
+
+    fn copy(&self, x: &Storage, len: usize) -> Result<Storage> {
+        let host = self.download(x)?;
+        Ok(Storage::Host(Arc::new(match host {
+            HostData::F32(v) => HostData::F32(v[..len].to_vec()),
+            HostData::U32(v) => HostData::U32(v[..len].to_vec()),
+        })))
+    }
+
+    fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage> {
+        let f32_input = |i: usize| -> Result<&[f32]> {
+            host_input(BackendKind::Reference, spec, inputs, i)?
+                .as_f32()
+                .ok_or_else(|| Error::backend("reference", format!("{}: input {i} is not f32", spec.kind())))
+        };
+        let u32_input = |i: usize| -> Result<&[u32]> {
+            host_input(BackendKind::Reference, spec, inputs, i)?
+                .as_u32()
+                .ok_or_else(|| Error::backend("reference", format!("{}: input {i} is not u32", spec.kind())))
+        };
+        let out = match spec {
+            OpSpec::Unary { op, .. } => HostData::F32(unary(*op, f32_input(0)?)),
+            OpSpec::Binary { op, .. } => HostData::F32(binary(*op, f32_input(0)?, f32_input(1)?)),
+            OpSpec::RmsNorm { cols, eps, .. } => {
+                HostData::F32(rms_norm(f32_input(0)?, f32_input(1)?, *cols, *eps))
+            }
+            OpSpec::LayerNorm { cols, eps, .. } => HostData::F32(layer_norm(
+                f32_input(0)?,
+                f32_input(1)?,
+                f32_input(2)?,
+                *cols,
+                *eps,
+            )),
+            OpSpec::Softmax { cols, causal, .. } => {
+                HostData::F32(softmax(f32_input(0)?, *cols, *causal))
+            }
+            OpSpec::Rope { heads, head_dim, theta, layout, .. } => HostData::F32(rope(
+                f32_input(0)?,
+                u32_input(1)?,
+                *heads,
+                *head_dim,
+                *theta,
+                *layout,
+            )),
+            OpSpec::Matmul(m) => HostData::F32(matmul(f32_input(0)?, f32_input(1)?, m)),
+            OpSpec::Embedding { vocab, dim, .. } => {
+                HostData::F32(embedding(f32_input(0)?, u32_input(1)?, *vocab, *dim))
+            }
+            OpSpec::Permute { in_shape, perm } => {
+                match host_input(BackendKind::Reference, spec, inputs, 0)? {
+                    HostData::F32(x) => HostData::F32(permute(x, in_shape, perm)),
+                    HostData::U32(x) => HostData::U32(permute(x, in_shape, perm)),
+                }
+            }
+            OpSpec::Argmax { cols, .. } => HostData::U32(argmax(f32_input(0)?, *cols)),
+        };
+        Ok(Storage::Host(Arc::new(out)))
+    }
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+fn unary(op: UnaryOp, x: &[f32]) -> Vec<f32> {
+    x.iter()
+        .map(|&v| {
+            let v = v as f64;
+            let y = match op {
+                UnaryOp::Silu => v * sigmoid(v),
+                UnaryOp::GeluTanh => {
+                    let c = (2.0 / std::f64::consts::PI).sqrt();
+                    0.5 * v * (1.0 + (c * (v + 0.044715 * v * v * v)).tanh())
+                }
+                UnaryOp::GeluErf => 0.5 * v * (1.0 + libm::erf(v / std::f64::consts::SQRT_2)),
+                UnaryOp::Scale(s) => v * s as f64,
+            };
+            y as f32
+        })
+        .collect()
+}
+
+fn binary(op: BinaryOp, a: &[f32], b: &[f32]) -> Vec<f32> {
+    a.iter()
+        .enumerate()
+        .map(|(i, &x)| {
+            let (x, y) = (x as f64, b[i % b.len()] as f64);
+            let r = match op {
+                BinaryOp::Add => x + y,
+                BinaryOp::Mul => x * y,
+                BinaryOp::SwiGlu => x * sigmoid(x) * y,
+            };
+            r as f32
+        })
+        .collect()
+}
+
+fn rms_norm(x: &[f32], w: &[f32], cols: usize, eps: f32) -> Vec<f32> {
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks(cols.max(1)) {
+        let ms = row.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / cols as f64;
+        let inv = 1.0 / (ms + eps as f64).sqrt();
+        out.extend(row.iter().zip(w).map(|(&v, &g)| (v as f64 * inv * g as f64) as f32));
+    }
+    out
+}
+
+fn layer_norm(x: &[f32], w: &[f32], b: &[f32], cols: usize, eps: f32) -> Vec<f32> {
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks(cols.max(1)) {
+        let mean = row.iter().map(|&v| v as f64).sum::<f64>() / cols as f64;
+        let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / cols as f64;
+        let inv = 1.0 / (var + eps as f64).sqrt();
+        out.extend(
+            row.iter()
+                .zip(w.iter().zip(b))
+                .map(|(&v, (&g, &c))| ((v as f64 - mean) * inv * g as f64 + c as f64) as f32),
+        );
+    }
+    out
+}
+
+fn softmax(x: &[f32], cols: usize, causal: Option<usize>) -> Vec<f32> {
+    let mut out = Vec::with_capacity(x.len());
+    for (r, row) in x.chunks(cols.max(1)).enumerate() {
+        // Keys visible to this row: all, or up to the causal limit.
+        let visible = match causal {
+            Some(q) => (r % q + cols - q + 1).min(cols),
+            None => cols,
+        };
+        let max = row[..visible].iter().fold(f64::NEG_INFINITY, |m, &v| {
+            if v.is_nan() || m.is_nan() {
+                f64::NAN
+            } else {
+                m.max(v as f64)
+            }
+        });
+        let exps: Vec<f64> = row[..visible].iter().map(|&v| (v as f64 - max).exp()).collect();
+        let sum: f64 = exps.iter().sum();
+        out.extend(exps.iter().map(|e| (e / sum) as f32));
+        out.extend(std::iter::repeat_n(0.0, cols - visible));
+    }
+    out
+}
+
+fn rope(
+    x: &[f32],
+    positions: &[u32],
+    heads: usize,
+    head_dim: usize,
+    theta: f32,
+    layout: super::RopeLayout,
+) -> Vec<f32> {
+    let inv_freq = rope_inv_freq(theta, head_dim);
+    let mut out = x.to_vec();
+    let row_len = heads * head_dim;
+    for (r, &pos) in positions.iter().enumerate() {
+        for (i, &f) in inv_freq.iter().enumerate() {
+            let angle = (pos as f32 * f) as f64;
+            let (sin, cos) = angle.sin_cos();
+            let (i0, i1) = rope_pair(layout, head_dim, i);
+            for h in 0..heads {
+                let base = r * row_len + h * head_dim;
+                let (x0, x1) = (x[base + i0] as f64, x[base + i1] as f64);
+                out[base + i0] = (x0 * cos - x1 * sin) as f32;
+                out[base + i1] = (x0 * sin + x1 * cos) as f32;
+            }
+        }
+    }
+    out
+}
+
+fn matmul(a: &[f32], rhs: &[f32], m: &MatmulSpec) -> Vec<f32> {
+    let mut out = vec![0f32; m.batch * m.m * m.n];
+    let rhs_stride = if m.rhs_batched { m.n * m.k } else { 0 };
+    for b in 0..m.batch {
+        let a_mat = &a[b * m.m * m.k..];
+        let r_mat = &rhs[b * rhs_stride..];
+        for i in 0..m.m {
+            for j in 0..m.n {
+                let mut acc = 0f64;
+                for p in 0..m.k {
+                    let r = if m.rhs_transposed { r_mat[j * m.k + p] } else { r_mat[p * m.n + j] };
+                    acc += a_mat[i * m.k + p] as f64 * r as f64;
+                }
+                out[(b * m.m + i) * m.n + j] = acc as f32;
+            }
+        }
+    }
+    out
+}
+
+fn embedding(table: &[f32], ids: &[u32], vocab: usize, dim: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(ids.len() * dim);
+    for &id in ids {
+        let id = id as usize;
+        if id < vocab {
+            out.extend_from_slice(&table[id * dim..(id + 1) * dim]);
+        } else {
+            out.extend(std::iter::repeat_n(f32::NAN, dim));
+        }
+    }
+    out
+}
+
+fn permute<T: Copy>(x: &[T], in_shape: &[usize], perm: &[usize]) -> Vec<T> {
+    let (out_shape, strides) = permute_strides(in_shape, perm);
+    let n: usize = out_shape.iter().product();
+    let mut out = Vec::with_capacity(n);
+    for linear in 0..n {
+        let mut rem = linear;
+        let mut src = 0;
+        for d in (0..out_shape.len()).rev() {
+            src += (rem % out_shape[d]) * strides[d];
+            rem /= out_shape[d];
+        }
+        out.push(x[src]);
+    }
+    out
+}
+
+fn argmax(x: &[f32], cols: usize) -> Vec<u32> {
+    x.chunks(cols.max(1))
+        .map(|row| {
+            let mut best = 0usize;
+            for (j, &v) in row.iter().enumerate() {
+                if v.is_nan() {
+                    return j as u32;
+                }
+                if v > row[best] {
+                    best = j;
+                }
+            }
+            best as u32
+        })
+        .collect()
+}

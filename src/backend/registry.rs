@@ -1,0 +1,39 @@
+//! Process-wide backend instances.
+//!
+//! Starting a backend can be slow (a GPU adapter and device take tens to hundreds of
+//! milliseconds, more on a software rasterizer), so each backend is probed once per process
+//! and shared by every [`crate::Device`]. A backend that cannot start keeps the reason, which
+//! `webtensor info` and errors show.
+
+use std::sync::{Arc, OnceLock};
+
+use super::{cpu::CpuBackend, reference::ReferenceBackend, webgpu::WgpuBackend};
+use super::{BackendKind, BackendRef};
+
+/// The outcome of starting one backend: the backend, or why it is not available here.
+pub type Probe = std::result::Result<BackendRef, String>;
+
+/// The process-wide instance of `kind`, started on first use.
+pub fn get(kind: BackendKind) -> Probe {
+    static REFERENCE: OnceLock<Probe> = OnceLock::new();
+    static CPU: OnceLock<Probe> = OnceLock::new();
+    static WGPU: OnceLock<Probe> = OnceLock::new();
+    let cell = match kind {
+        BackendKind::Cuda => {
+            return Err("webtensor was built without the `cuda` cargo feature".to_string())
+        }
+        BackendKind::Wgpu => &WGPU,
+        BackendKind::Cpu => &CPU,
+        BackendKind::Reference => &REFERENCE,
+    };
+    cell.get_or_init(|| start(kind)).clone()
+}
+
+fn start(kind: BackendKind) -> Probe {
+    match kind {
+        BackendKind::Reference => Ok(Arc::new(ReferenceBackend)),
+        BackendKind::Cpu => Ok(Arc::new(CpuBackend::new())),
+        BackendKind::Wgpu => WgpuBackend::new().map(|b| Arc::new(b) as BackendRef),
+        BackendKind::Cuda => unreachable!("handled in get"),
+    }
+}

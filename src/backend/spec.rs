@@ -1,0 +1,324 @@
+//! [`OpSpec`]: the contract between the op layer and the backends.
+//!
+//! The op layer (`crate::ops`) validates shapes and dtypes and then describes the work as one
+//! `OpSpec` value with plain sizes. Backends match on it. Each variant documents its inputs (in
+//! order), its output, and its exact meaning; the `reference` backend is the executable form
+//! of these docs.
+
+use std::fmt;
+
+/// An elementwise op on one f32 input.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum UnaryOp {
+    /// `x · sigmoid(x) = x / (1 + e^(−x))`.
+    Silu,
+    /// GELU, tanh approximation: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
+    GeluTanh,
+    /// GELU, exact: `0.5·x·(1 + erf(x/√2))`.
+    GeluErf,
+    /// `x · factor`.
+    Scale(f32),
+}
+
+/// An elementwise op on two f32 inputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryOp {
+    /// `a + b`.
+    Add,
+    /// `a · b`.
+    Mul,
+    /// `silu(a) · b`: the gate of a SwiGLU feed-forward block.
+    SwiGlu,
+}
+
+/// How rotary position embedding pairs the elements of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize)]
+pub enum RopeLayout {
+    /// Hugging Face Llama / GPT-NeoX: element `i` pairs with `i + head_dim/2`.
+    #[default]
+    HalfSplit,
+    /// Original Meta Llama / GGUF: element `2i` pairs with `2i + 1`.
+    Interleaved,
+}
+
+/// Sizes of a (batched) matrix product `out[b] = a[b] · op(rhs[b])`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulSpec {
+    /// Number of independent products.
+    pub batch: usize,
+    /// Rows of `a` and of the output.
+    pub m: usize,
+    /// Columns of the output.
+    pub n: usize,
+    /// The contracted dimension.
+    pub k: usize,
+    /// `true`: rhs is stored `[n, k]` and used transposed (a linear layer's weight, `a·bᵀ`).
+    /// `false`: rhs is stored `[k, n]` (`a·b`).
+    pub rhs_transposed: bool,
+    /// `true`: rhs has `batch` matrices. `false`: one rhs matrix shared by every batch.
+    pub rhs_batched: bool,
+}
+
+impl MatmulSpec {
+    /// Floating-point operations of the product (2·batch·m·n·k).
+    pub fn flops(&self) -> f64 {
+        2.0 * self.batch as f64 * self.m as f64 * self.n as f64 * self.k as f64
+    }
+}
+
+/// One op, fully described by plain sizes. All tensors are contiguous row-major.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OpSpec {
+    /// Inputs: `x` f32 `[len]`. Output: f32 `[len]`, `op(x[i])`.
+    Unary {
+        /// The function.
+        op: UnaryOp,
+        /// Elements.
+        len: usize,
+    },
+    /// Inputs: `a` f32 `[len]`, `b` f32 `[rhs_len]` with `len % rhs_len == 0`.
+    /// Output: f32 `[len]`, `op(a[i], b[i % rhs_len])` (b repeats along the leading axes).
+    Binary {
+        /// The function.
+        op: BinaryOp,
+        /// Elements of `a` and of the output.
+        len: usize,
+        /// Elements of `b` (≥ 1 unless `len` is 0).
+        rhs_len: usize,
+    },
+    /// Inputs: `x` f32 `[rows, cols]`, `weight` f32 `[cols]`.
+    /// Output: `x / sqrt(mean(x²) + eps) · weight` per row.
+    RmsNorm {
+        /// Rows.
+        rows: usize,
+        /// Normalised length.
+        cols: usize,
+        /// Added to the mean square.
+        eps: f32,
+    },
+    /// Inputs: `x` f32 `[rows, cols]`, `weight` f32 `[cols]`, `bias` f32 `[cols]`.
+    /// Output: `(x − mean) / sqrt(var + eps) · weight + bias` per row (population variance).
+    LayerNorm {
+        /// Rows.
+        rows: usize,
+        /// Normalised length.
+        cols: usize,
+        /// Added to the variance.
+        eps: f32,
+    },
+    /// Inputs: `x` f32 `[rows, cols]`. Output: `exp(x − max) / Σ exp(x − max)` per row.
+    /// With `causal: Some(q)`, rows come in groups of `q` queries over `cols` keys; query `i`
+    /// (row index mod `q`) sees keys `j ≤ i + cols − q` and masked entries are exactly 0.
+    Softmax {
+        /// Rows.
+        rows: usize,
+        /// Length of the softmax axis.
+        cols: usize,
+        /// Queries per attention matrix for a causal mask (`q ≤ cols`), or `None`.
+        causal: Option<usize>,
+    },
+    /// Inputs: `x` f32 `[rows, heads, head_dim]`, `positions` u32 `[rows]`.
+    /// Output: each pair `(x0, x1)` (chosen by `layout`) of pair index `i < head_dim/2`
+    /// rotated by the angle `θ = f32(pos) ·f32 inv_freq[i]`, where
+    /// `inv_freq[i] = f32(theta^(−2i/head_dim))` (computed in f64, rounded to f32) and the
+    /// product is one f32 multiplication: `x0' = x0·cos θ − x1·sin θ`, `x1' = x0·sin θ + x1·cos θ`.
+    Rope {
+        /// Rows (tokens).
+        rows: usize,
+        /// Heads per row.
+        heads: usize,
+        /// Elements per head (even).
+        head_dim: usize,
+        /// Base of the frequencies (`rope_theta`, 10000 for Llama 2).
+        theta: f32,
+        /// Pairing of elements.
+        layout: RopeLayout,
+    },
+    /// Inputs: `a` f32 `[batch, m, k]`, `rhs` f32 (see [`MatmulSpec`]). Output f32 `[batch, m, n]`.
+    Matmul(MatmulSpec),
+    /// Inputs: `table` f32 `[vocab, dim]`, `ids` u32 `[count]`. Output f32 `[count, dim]`: row
+    /// `ids[i]` of the table; an id `≥ vocab` gives a row of NaN.
+    Embedding {
+        /// Rows of the table.
+        vocab: usize,
+        /// Columns of the table.
+        dim: usize,
+        /// Ids to gather.
+        count: usize,
+    },
+    /// Inputs: `x` (f32 or u32) with shape `in_shape`. Output: the same dtype, contiguous, with
+    /// `out.dims[d] = in_shape[perm[d]]` and `out[i0..] = x[...]` permuted accordingly
+    /// (rank ≤ [`OpSpec::MAX_PERMUTE_RANK`]).
+    Permute {
+        /// Input dimensions.
+        in_shape: Vec<usize>,
+        /// For each output axis, the input axis it comes from.
+        perm: Vec<usize>,
+    },
+    /// Inputs: `x` f32 `[rows, cols]` with `cols ≥ 1`. Output u32 `[rows]`: the index of the
+    /// largest value; the first one on ties; the first NaN if the row has a NaN.
+    Argmax {
+        /// Rows.
+        rows: usize,
+        /// Length of the reduced axis.
+        cols: usize,
+    },
+}
+
+impl OpSpec {
+    /// The largest rank [`OpSpec::Permute`] handles.
+    pub const MAX_PERMUTE_RANK: usize = 6;
+
+    /// Which op family this is.
+    pub fn kind(&self) -> OpKind {
+        match self {
+            OpSpec::Unary { op: UnaryOp::Silu, .. } => OpKind::Silu,
+            OpSpec::Unary { op: UnaryOp::GeluTanh, .. } => OpKind::GeluTanh,
+            OpSpec::Unary { op: UnaryOp::GeluErf, .. } => OpKind::GeluErf,
+            OpSpec::Unary { op: UnaryOp::Scale(_), .. } => OpKind::Scale,
+            OpSpec::Binary { op: BinaryOp::Add, .. } => OpKind::Add,
+            OpSpec::Binary { op: BinaryOp::Mul, .. } => OpKind::Mul,
+            OpSpec::Binary { op: BinaryOp::SwiGlu, .. } => OpKind::SwiGlu,
+            OpSpec::RmsNorm { .. } => OpKind::RmsNorm,
+            OpSpec::LayerNorm { .. } => OpKind::LayerNorm,
+            OpSpec::Softmax { .. } => OpKind::Softmax,
+            OpSpec::Rope { .. } => OpKind::Rope,
+            OpSpec::Matmul(_) => OpKind::Matmul,
+            OpSpec::Embedding { .. } => OpKind::Embedding,
+            OpSpec::Permute { .. } => OpKind::Permute,
+            OpSpec::Argmax { .. } => OpKind::Argmax,
+        }
+    }
+
+    /// Number of elements of the output.
+    pub fn output_len(&self) -> usize {
+        match self {
+            OpSpec::Unary { len, .. } | OpSpec::Binary { len, .. } => *len,
+            OpSpec::RmsNorm { rows, cols, .. }
+            | OpSpec::LayerNorm { rows, cols, .. }
+            | OpSpec::Softmax { rows, cols, .. } => rows * cols,
+            OpSpec::Rope { rows, heads, head_dim, .. } => rows * heads * head_dim,
+            OpSpec::Matmul(m) => m.batch * m.m * m.n,
+            OpSpec::Embedding { dim, count, .. } => dim * count,
+            OpSpec::Permute { in_shape, .. } => in_shape.iter().product(),
+            OpSpec::Argmax { rows, .. } => *rows,
+        }
+    }
+}
+
+/// The op families, for capability lists, fallback decisions and benchmarks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    /// Elementwise add.
+    Add,
+    /// Elementwise multiply.
+    Mul,
+    /// Multiply by a scalar.
+    Scale,
+    /// SiLU activation.
+    Silu,
+    /// GELU, tanh approximation.
+    GeluTanh,
+    /// GELU, exact erf form.
+    GeluErf,
+    /// silu(a)·b.
+    SwiGlu,
+    /// RMS normalisation.
+    RmsNorm,
+    /// Layer normalisation.
+    LayerNorm,
+    /// Softmax over the last axis.
+    Softmax,
+    /// Rotary position embedding.
+    Rope,
+    /// Matrix product.
+    Matmul,
+    /// Embedding gather.
+    Embedding,
+    /// Transpose / permute into a contiguous copy.
+    Permute,
+    /// Argmax over the last axis.
+    Argmax,
+}
+
+impl OpKind {
+    /// Every op family.
+    pub const ALL: [OpKind; 15] = [
+        OpKind::Add,
+        OpKind::Mul,
+        OpKind::Scale,
+        OpKind::Silu,
+        OpKind::GeluTanh,
+        OpKind::GeluErf,
+        OpKind::SwiGlu,
+        OpKind::RmsNorm,
+        OpKind::LayerNorm,
+        OpKind::Softmax,
+        OpKind::Rope,
+        OpKind::Matmul,
+        OpKind::Embedding,
+        OpKind::Permute,
+        OpKind::Argmax,
+    ];
+
+    /// The snake_case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Add => "add",
+            OpKind::Mul => "mul",
+            OpKind::Scale => "scale",
+            OpKind::Silu => "silu",
+            OpKind::GeluTanh => "gelu_tanh",
+            OpKind::GeluErf => "gelu_erf",
+            OpKind::SwiGlu => "swiglu",
+            OpKind::RmsNorm => "rms_norm",
+            OpKind::LayerNorm => "layer_norm",
+            OpKind::Softmax => "softmax",
+            OpKind::Rope => "rope",
+            OpKind::Matmul => "matmul",
+            OpKind::Embedding => "embedding",
+            OpKind::Permute => "permute",
+            OpKind::Argmax => "argmax",
+        }
+    }
+
+    /// Parses a name as printed by [`OpKind::name`].
+    pub fn parse(name: &str) -> Option<OpKind> {
+        OpKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The rotary frequencies of [`OpSpec::Rope`]: `f32(theta^(−2i/head_dim))` for
+/// `i < head_dim/2`, computed in f64. Every backend uses this table so the angles agree bit
+/// for bit.
+pub fn rope_inv_freq(theta: f32, head_dim: usize) -> Vec<f32> {
+    (0..head_dim / 2)
+        .map(|i| (theta as f64).powf(-2.0 * i as f64 / head_dim as f64) as f32)
+        .collect()
+}
+
+/// For [`OpSpec::Rope`]: the indices of the two elements of pair `i` within a head.
+pub fn rope_pair(layout: RopeLayout, head_dim: usize, i: usize) -> (usize, usize) {
+    match layout {
+        RopeLayout::HalfSplit => (i, i + head_dim / 2),
+        RopeLayout::Interleaved => (2 * i, 2 * i + 1),
+    }
+}
+
+/// For [`OpSpec::Permute`]: the output shape and, per output axis, the input stride to step by.
+pub fn permute_strides(in_shape: &[usize], perm: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let mut in_strides = vec![1usize; in_shape.len()];
+    for d in (0..in_shape.len().saturating_sub(1)).rev() {
+        in_strides[d] = in_strides[d + 1] * in_shape[d + 1];
+    }
+    let out_shape = perm.iter().map(|&p| in_shape[p]).collect();
+    let strides = perm.iter().map(|&p| in_strides[p]).collect();
+    (out_shape, strides)
+}

@@ -1,0 +1,362 @@
+//! [`Device`]: which backend runs the ops, and where they fall back to.
+//!
+//! A device is an ordered chain of backends. The first is the *primary*: tensors are created
+//! there and ops run there. When the primary lacks an op (or an op is disabled on it), the op
+//! runs on the next backend of the chain that has it, its inputs are moved there, and the
+//! fallback is logged at debug level and counted in [`Device::fallbacks`]. The `reference`
+//! backend always ends the chain, so every op has somewhere to run.
+//!
+//! [`Device::auto`] builds the chain from a priority list: the `WEBTENSOR_BACKEND` environment
+//! variable (a name or a comma-separated list), else `priority = [...]` in a `webtensor.toml`
+//! in the working directory, else the default `cuda, wgpu, cpu`. With the default list a
+//! software GPU adapter (lavapipe, SwiftShader, WARP) ranks below `cpu`, because it is slower;
+//! naming `wgpu` explicitly picks it anyway.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use crate::backend::{registry, BackendInfo, BackendKind, BackendRef, DeviceClass, OpKind};
+use crate::error::{Error, Result};
+use crate::tensor::DType;
+
+/// The environment variable that overrides the backend priority list.
+pub const BACKEND_ENV: &str = "WEBTENSOR_BACKEND";
+/// The configuration file read from the working directory by [`Device::auto`].
+pub const CONFIG_FILE: &str = "webtensor.toml";
+/// The priority list used when neither the environment nor a config file gives one.
+pub const DEFAULT_PRIORITY: [BackendKind; 3] = [BackendKind::Cuda, BackendKind::Wgpu, BackendKind::Cpu];
+
+/// Where a priority list came from.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrioritySource {
+    /// The built-in default.
+    Default,
+    /// The `WEBTENSOR_BACKEND` environment variable.
+    Environment,
+    /// A `webtensor.toml` file (its path).
+    ConfigFile(String),
+    /// Given in code.
+    Explicit,
+}
+
+/// Why one backend was or was not chosen.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Decision {
+    /// The backend.
+    pub kind: BackendKind,
+    /// Whether it is in the chain (first one = primary).
+    pub used: bool,
+    /// A one-line reason.
+    pub reason: String,
+}
+
+/// One op that ran on a fallback backend, and how often.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Fallback {
+    /// The op.
+    pub op: OpKind,
+    /// The primary backend that lacked it.
+    pub from: BackendKind,
+    /// The backend that ran it.
+    pub to: BackendKind,
+    /// How many times.
+    pub count: u64,
+}
+
+/// A handle to a chain of backends. Cheap to clone.
+#[derive(Clone)]
+pub struct Device {
+    inner: Arc<DeviceInner>,
+}
+
+struct DeviceInner {
+    chain: Vec<BackendRef>,
+    decisions: Vec<Decision>,
+    source: PrioritySource,
+    disabled: Vec<(BackendKind, OpKind)>,
+    fallbacks: Mutex<BTreeMap<(OpKind, BackendKind, BackendKind), u64>>,
+}
+
+impl Device {
+    /// The best available backend by the priority list (see the module docs).
+    pub fn auto() -> Result<Device> {
+        let (priority, source) = priority_from_environment()?;
+        Device::builder().priority(priority).source(source).build()
+    }
+
+    /// The named backend as primary (`"wgpu"`, `"cpu"`, `"cuda"`, `"reference"`), with `cpu`
+    /// and then `reference` as fallbacks; an error says why the named one is not available. A
+    /// software adapter is accepted when named.
+    pub fn new(name: &str) -> Result<Device> {
+        let kind = BackendKind::parse(name)?;
+        let mut priority = vec![kind];
+        if kind != BackendKind::Cpu && kind != BackendKind::Reference {
+            priority.push(BackendKind::Cpu);
+        }
+        Device::builder().priority(priority).strict(true).build()
+    }
+
+    /// The cpu backend; always available.
+    pub fn cpu() -> Device {
+        Device::new("cpu").expect("the cpu backend always starts")
+    }
+
+    /// The reference backend; always available.
+    pub fn reference() -> Device {
+        Device::new("reference").expect("the reference backend always starts")
+    }
+
+    /// A builder for custom priority lists and disabled ops.
+    pub fn builder() -> DeviceBuilder {
+        DeviceBuilder::default()
+    }
+
+    /// The primary backend.
+    pub(crate) fn primary(&self) -> &BackendRef {
+        &self.inner.chain[0]
+    }
+
+    /// The primary backend's name.
+    pub fn backend_name(&self) -> &'static str {
+        self.primary().kind().name()
+    }
+
+    /// The backend kinds of the chain, primary first.
+    pub fn chain(&self) -> Vec<BackendKind> {
+        self.inner.chain.iter().map(|b| b.kind()).collect()
+    }
+
+    /// Identity, features and limits of the primary backend.
+    pub fn info(&self) -> BackendInfo {
+        self.primary().info()
+    }
+
+    /// Why each backend was or was not chosen.
+    pub fn decisions(&self) -> &[Decision] {
+        &self.inner.decisions
+    }
+
+    /// Where the priority list came from.
+    pub fn priority_source(&self) -> &PrioritySource {
+        &self.inner.source
+    }
+
+    /// Ops that ran on a fallback backend so far, with counts.
+    pub fn fallbacks(&self) -> Vec<Fallback> {
+        let map = self.inner.fallbacks.lock().unwrap_or_else(|e| e.into_inner());
+        map.iter().map(|(&(op, from, to), &count)| Fallback { op, from, to, count }).collect()
+    }
+
+    /// Runs all recorded work on every backend of the chain and waits for it.
+    pub fn synchronize(&self) -> Result<()> {
+        self.inner.chain.iter().try_for_each(|b| b.synchronize())
+    }
+
+    /// Whether two handles are the same device.
+    pub fn same(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// The backend that runs `op` for inputs of `dtype`: the first of the chain that
+    /// implements it and does not have it disabled. Records a fallback when that is not the
+    /// primary.
+    pub(crate) fn backend_for(&self, op: OpKind, dtype: DType) -> &BackendRef {
+        let chosen = self
+            .inner
+            .chain
+            .iter()
+            .find(|b| b.supports(op, dtype) && !self.inner.disabled.contains(&(b.kind(), op)))
+            // The reference ends every chain and implements every op.
+            .unwrap_or_else(|| self.inner.chain.last().expect("chain is never empty"));
+        let primary = self.primary().kind();
+        if chosen.kind() != primary {
+            log::debug!("webtensor: {op} ({dtype}) is not available on {primary}; running it on {}", chosen.kind());
+            let mut map = self.inner.fallbacks.lock().unwrap_or_else(|e| e.into_inner());
+            *map.entry((op, primary, chosen.kind())).or_default() += 1;
+        }
+        chosen
+    }
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<_> = self.chain().iter().map(|k| k.name()).collect();
+        write!(f, "Device({})", names.join(" → "))
+    }
+}
+
+/// Builds a [`Device`] from a priority list.
+#[derive(Default)]
+pub struct DeviceBuilder {
+    priority: Option<Vec<BackendKind>>,
+    source: Option<PrioritySource>,
+    disabled: Vec<(BackendKind, OpKind)>,
+    strict: bool,
+}
+
+impl DeviceBuilder {
+    /// The backends to try, best first. Unavailable ones are skipped.
+    pub fn priority(mut self, kinds: Vec<BackendKind>) -> Self {
+        self.priority = Some(kinds);
+        self
+    }
+
+    /// Never run `op` on `backend`; it falls back to the next backend of the chain. Useful to
+    /// work around a driver bug, and to test fallback.
+    pub fn disable_op(mut self, backend: BackendKind, op: OpKind) -> Self {
+        self.disabled.push((backend, op));
+        self
+    }
+
+    /// Fail unless the first backend of the priority list is available.
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
+
+    fn source(mut self, source: PrioritySource) -> Self {
+        self.source = Some(source);
+        self
+    }
+
+    /// Starts the backends and builds the chain.
+    pub fn build(self) -> Result<Device> {
+        let source = self.source.unwrap_or(if self.priority.is_some() {
+            PrioritySource::Explicit
+        } else {
+            PrioritySource::Default
+        });
+        let priority = self.priority.unwrap_or_else(|| DEFAULT_PRIORITY.to_vec());
+        if priority.is_empty() {
+            return Err(Error::Config { source_name: "priority list".into(), reason: "it is empty".into() });
+        }
+        let demote_software = source == PrioritySource::Default;
+        let mut ready = Vec::new();
+        let mut demoted = Vec::new();
+        let mut decisions = Vec::new();
+        let mut failures = Vec::new();
+        for (i, &kind) in priority.iter().enumerate() {
+            match registry::get(kind) {
+                Ok(backend) => {
+                    let software = backend.info().class == DeviceClass::Software;
+                    if software && demote_software {
+                        demoted.push(backend);
+                    } else {
+                        ready.push(backend);
+                    }
+                }
+                Err(reason) => {
+                    if i == 0 && self.strict {
+                        return Err(Error::BackendUnavailable { backend: kind.name().into(), reason });
+                    }
+                    failures.push(format!("{kind}: {reason}"));
+                    decisions.push(Decision { kind, used: false, reason });
+                }
+            }
+        }
+        // Software adapters go after every hardware or CPU backend of the list.
+        let demoted_kinds: Vec<_> = demoted.iter().map(|b| b.kind()).collect();
+        ready.extend(demoted);
+        if ready.is_empty() {
+            return Err(Error::NoBackend {
+                priority: priority.iter().map(|k| k.name()).collect::<Vec<_>>().join(", "),
+                reasons: failures.join("; "),
+            });
+        }
+        for (pos, b) in ready.iter().enumerate() {
+            let info = b.info();
+            let mut reason = if pos == 0 {
+                format!("primary: first available in the {} priority list", source_label(&source))
+            } else {
+                format!("fallback #{pos}")
+            };
+            if demoted_kinds.contains(&b.kind()) {
+                reason.push_str(&format!(
+                    " ({} is a software adapter, ranked below the cpu backend; set {BACKEND_ENV}={} to prefer it)",
+                    info.device_name,
+                    b.kind()
+                ));
+            }
+            decisions.push(Decision { kind: b.kind(), used: true, reason });
+        }
+        if !ready.iter().any(|b| b.kind() == BackendKind::Reference) {
+            let reference = registry::get(BackendKind::Reference).map_err(|reason| Error::BackendUnavailable {
+                backend: "reference".into(),
+                reason,
+            })?;
+            decisions.push(Decision {
+                kind: BackendKind::Reference,
+                used: true,
+                reason: "last-resort fallback for ops no other backend has".into(),
+            });
+            ready.push(reference);
+        }
+        decisions.sort_by_key(|d| !d.used);
+        Ok(Device {
+            inner: Arc::new(DeviceInner {
+                chain: ready,
+                decisions,
+                source,
+                disabled: self.disabled,
+                fallbacks: Mutex::new(BTreeMap::new()),
+            }),
+        })
+    }
+}
+
+fn source_label(source: &PrioritySource) -> String {
+    match source {
+        PrioritySource::Default => "default".into(),
+        PrioritySource::Environment => format!("{BACKEND_ENV}"),
+        PrioritySource::ConfigFile(p) => p.clone(),
+        PrioritySource::Explicit => "given".into(),
+    }
+}
+
+/// Reads the priority list: `WEBTENSOR_BACKEND`, then `./webtensor.toml`, then the default.
+pub fn priority_from_environment() -> Result<(Vec<BackendKind>, PrioritySource)> {
+    if let Ok(value) = std::env::var(BACKEND_ENV) {
+        if !value.trim().is_empty() {
+            let list = parse_list(value.split(','), BACKEND_ENV)?;
+            return Ok((list, PrioritySource::Environment));
+        }
+    }
+    let path = Path::new(CONFIG_FILE);
+    if path.exists() {
+        let list = read_config(path)?;
+        return Ok((list, PrioritySource::ConfigFile(path.display().to_string())));
+    }
+    Ok((DEFAULT_PRIORITY.to_vec(), PrioritySource::Default))
+}
+
+/// Reads `priority = ["wgpu", "cpu"]` from a webtensor.toml file.
+pub fn read_config(path: &Path) -> Result<Vec<BackendKind>> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: name.clone(), source })?;
+    parse_config(&text, &name)
+}
+
+/// Parses the text of a webtensor.toml file; `source_name` names it in errors.
+pub fn parse_config(text: &str, source_name: &str) -> Result<Vec<BackendKind>> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Config {
+        priority: Vec<String>,
+    }
+    let config: Config = toml::from_str(text).map_err(|e| Error::Config {
+        source_name: source_name.into(),
+        reason: e.message().to_string(),
+    })?;
+    parse_list(config.priority.iter().map(String::as_str), source_name)
+}
+
+fn parse_list<'a>(names: impl Iterator<Item = &'a str>, source_name: &str) -> Result<Vec<BackendKind>> {
+    let list = names.map(BackendKind::parse).collect::<Result<Vec<_>>>()?;
+    if list.is_empty() {
+        return Err(Error::Config { source_name: source_name.into(), reason: "the priority list is empty".into() });
+    }
+    Ok(list)
+}

@@ -1,0 +1,157 @@
+//! The one error type of webtensor.
+//!
+//! Every fallible call returns [`Result`]. Variants carry structured fields (op name, shapes,
+//! limits) so callers can react to them, and their messages say what was wrong and what to do.
+//! Nothing in the library panics on user input; a panic is a bug.
+
+use crate::tensor::{DType, Shape};
+
+/// Shorthand for `std::result::Result<T, webtensor::Error>`.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Everything that can go wrong in webtensor.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The shapes given to an op do not fit together.
+    #[error("{op}: shape mismatch: {reason} (got {shapes})")]
+    ShapeMismatch {
+        /// The op that refused its inputs.
+        op: &'static str,
+        /// What the op needed.
+        reason: String,
+        /// The shapes it was given, in argument order.
+        shapes: String,
+    },
+
+    /// A tensor has a dtype the op does not accept.
+    #[error("{op}: expected a {expected} tensor for `{argument}`, got {got}")]
+    DTypeMismatch {
+        /// The op that refused its input.
+        op: &'static str,
+        /// The argument name.
+        argument: &'static str,
+        /// The dtype the op needs.
+        expected: DType,
+        /// The dtype it was given.
+        got: DType,
+    },
+
+    /// A scalar argument is out of range (an axis, an epsilon, a permutation, an index).
+    #[error("{op}: invalid argument: {reason}")]
+    InvalidArgument {
+        /// The op that refused the argument.
+        op: &'static str,
+        /// What was wrong and what is allowed.
+        reason: String,
+    },
+
+    /// The number of elements given does not match the shape.
+    #[error("data has {len} elements but shape {shape} needs {expected}")]
+    DataLength {
+        /// Elements given.
+        len: usize,
+        /// Elements the shape needs.
+        expected: usize,
+        /// The shape asked for.
+        shape: Shape,
+    },
+
+    /// Tensors from two different devices were combined.
+    #[error("{op}: tensors live on different devices ({first} and {second}); move one with Tensor::to_device")]
+    DeviceMismatch {
+        /// The op that received them.
+        op: &'static str,
+        /// The first device's primary backend.
+        first: String,
+        /// The second device's primary backend.
+        second: String,
+    },
+
+    /// A backend name that webtensor does not know.
+    #[error("unknown backend `{name}`; valid names are: {valid}")]
+    UnknownBackend {
+        /// The name asked for.
+        name: String,
+        /// Comma-separated valid names.
+        valid: String,
+    },
+
+    /// A known backend that cannot run here.
+    #[error("backend `{backend}` is not available: {reason}")]
+    BackendUnavailable {
+        /// The backend asked for.
+        backend: String,
+        /// Why it is missing (not compiled in, no adapter, no driver).
+        reason: String,
+    },
+
+    /// No backend in the priority list could be started.
+    #[error("no backend in the priority list [{priority}] is available: {reasons}")]
+    NoBackend {
+        /// The priority list that was tried.
+        priority: String,
+        /// Why each one failed.
+        reasons: String,
+    },
+
+    /// A tensor does not fit a device limit.
+    #[error(
+        "{op}: a buffer of {bytes} bytes exceeds the {backend} device's {limit_name} of {limit} bytes; \
+         split the tensor, or run this op on the cpu backend"
+    )]
+    TensorTooLarge {
+        /// The op (or "upload") that needed the buffer.
+        op: &'static str,
+        /// The backend whose limit was hit.
+        backend: String,
+        /// The buffer size needed.
+        bytes: u64,
+        /// Which limit was hit.
+        limit_name: &'static str,
+        /// The limit itself.
+        limit: u64,
+    },
+
+    /// The configuration file or environment could not be used.
+    #[error("configuration error in {source_name}: {reason}")]
+    Config {
+        /// The file path or environment variable.
+        source_name: String,
+        /// What was wrong.
+        reason: String,
+    },
+
+    /// A backend failed while running work (driver error, lost device, failed readback).
+    #[error("{backend} backend failure: {message}")]
+    Backend {
+        /// The failing backend.
+        backend: String,
+        /// The message from the driver or runtime.
+        message: String,
+    },
+
+    /// An I/O error with the path that caused it.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file that could not be read or written.
+        path: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn shape(op: &'static str, reason: impl Into<String>, shapes: &[&Shape]) -> Self {
+        let shapes = shapes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ");
+        Error::ShapeMismatch { op, reason: reason.into(), shapes }
+    }
+
+    pub(crate) fn invalid(op: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidArgument { op, reason: reason.into() }
+    }
+
+    pub(crate) fn backend(backend: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Backend { backend: backend.into(), message: message.into() }
+    }
+}

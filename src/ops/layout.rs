@@ -1,0 +1,43 @@
+//! Layout changes: transpose and permute into a new contiguous tensor.
+
+use super::dispatch;
+use crate::backend::OpSpec;
+use crate::error::{Error, Result};
+use crate::tensor::{Shape, Tensor};
+
+/// Reorders the axes: output axis `d` is input axis `perm[d]`. The result is a contiguous
+/// copy. Works for f32 and u32 tensors of rank ≤ 6.
+pub fn permute(x: &Tensor, perm: &[usize]) -> Result<Tensor> {
+    let rank = x.shape().rank();
+    let mut seen = vec![false; rank];
+    let valid = perm.len() == rank && perm.iter().all(|&p| p < rank && !std::mem::replace(&mut seen[p], true));
+    if !valid {
+        return Err(Error::invalid(
+            "permute",
+            format!("{perm:?} is not a permutation of the {rank} axes of a {} tensor", x.shape()),
+        ));
+    }
+    if rank > OpSpec::MAX_PERMUTE_RANK {
+        return Err(Error::invalid(
+            "permute",
+            format!("rank {rank} is above the supported {}", OpSpec::MAX_PERMUTE_RANK),
+        ));
+    }
+    let out_shape = Shape::from(perm.iter().map(|&p| x.dims()[p]).collect::<Vec<_>>());
+    let spec = OpSpec::Permute { in_shape: x.dims().to_vec(), perm: perm.to_vec() };
+    dispatch("permute", spec, &[x], out_shape, x.dtype(), x.index_bound())
+}
+
+/// Swaps axes `dim0` and `dim1` into a contiguous copy.
+pub fn transpose(x: &Tensor, dim0: usize, dim1: usize) -> Result<Tensor> {
+    let rank = x.shape().rank();
+    if dim0 >= rank || dim1 >= rank {
+        return Err(Error::invalid(
+            "transpose",
+            format!("axes ({dim0}, {dim1}) out of range for a rank-{rank} tensor"),
+        ));
+    }
+    let mut perm: Vec<usize> = (0..rank).collect();
+    perm.swap(dim0, dim1);
+    permute(x, &perm)
+}

@@ -1,0 +1,95 @@
+//! The ops: argument checks, then dispatch to a backend.
+//!
+//! Each op family lives in its own file. An op checks its inputs' shapes and dtypes, returns a
+//! typed [`Error`](crate::Error) when they do not fit, describes the work as an
+//! [`OpSpec`](crate::backend::OpSpec) and hands it to [`dispatch`], which picks the backend
+//! (the device's primary, or a fallback), moves inputs there if needed, and wraps the output.
+
+mod elementwise;
+mod embedding;
+mod layout;
+mod matmul;
+mod norm;
+mod reduce;
+mod rope;
+mod softmax;
+
+pub use elementwise::{add, gelu, gelu_erf, mul, scale, silu, swiglu};
+pub use embedding::embedding;
+pub use layout::{permute, transpose};
+pub use matmul::{matmul, matmul_t};
+pub use norm::{layer_norm, rms_norm};
+pub use reduce::argmax;
+pub use rope::rope;
+pub use softmax::{softmax, softmax_causal};
+
+pub use crate::backend::RopeLayout;
+
+use crate::backend::OpSpec;
+use crate::error::{Error, Result};
+use crate::tensor::{DType, Shape, Tensor};
+
+/// Runs `spec` on `inputs` and returns a tensor of `shape` and `dtype`.
+///
+/// Every input must belong to the same device. The op runs on the first backend of the device's
+/// chain that supports it; inputs are moved there when they live elsewhere. An output with no
+/// elements is produced without running anything.
+pub(crate) fn dispatch(
+    op_name: &'static str,
+    spec: OpSpec,
+    inputs: &[&Tensor],
+    shape: Shape,
+    dtype: DType,
+    index_bound: Option<u32>,
+) -> Result<Tensor> {
+    let device = inputs[0].device();
+    for t in &inputs[1..] {
+        if !t.device().same(device) {
+            return Err(Error::DeviceMismatch {
+                op: op_name,
+                first: format!("{:?}", device),
+                second: format!("{:?}", t.device()),
+            });
+        }
+    }
+    let backend = device.backend_for(spec.kind(), inputs[0].dtype()).clone();
+    let moved = inputs.iter().map(|t| t.to_backend(&backend)).collect::<Result<Vec<_>>>()?;
+    let storage = if shape.numel() == 0 {
+        backend.upload(empty_host(dtype))?
+    } else {
+        let storages: Vec<_> = moved.iter().map(|t| t.storage()).collect();
+        backend.execute(&spec, &storages)?
+    };
+    Ok(Tensor::from_parts(storage, shape, dtype, backend, device.clone(), index_bound))
+}
+
+fn empty_host(dtype: DType) -> crate::backend::HostData {
+    match dtype {
+        DType::F32 => crate::backend::HostData::F32(Vec::new()),
+        DType::U32 => crate::backend::HostData::U32(Vec::new()),
+    }
+}
+
+/// Fails unless `t` has dtype `expected`.
+pub(crate) fn expect_dtype(op: &'static str, argument: &'static str, t: &Tensor, expected: DType) -> Result<()> {
+    if t.dtype() != expected {
+        return Err(Error::DTypeMismatch { op, argument, expected, got: t.dtype() });
+    }
+    Ok(())
+}
+
+/// Fails unless `t` has at least `rank` dimensions.
+pub(crate) fn expect_min_rank(op: &'static str, t: &Tensor, rank: usize) -> Result<()> {
+    if t.shape().rank() < rank {
+        return Err(Error::shape(op, format!("needs a tensor of rank ≥ {rank}"), &[t.shape()]));
+    }
+    Ok(())
+}
+
+/// Fails unless `v` is finite: epsilons, scales and thetas must be real numbers.
+pub(crate) fn expect_finite(op: &'static str, name: &str, v: f32) -> Result<()> {
+    if !v.is_finite() {
+        return Err(Error::invalid(op, format!("`{name}` must be finite, got {v}")));
+    }
+    Ok(())
+}
