@@ -1,0 +1,80 @@
+//! Shared helpers for the integration tests: backend selection, seeded data, tolerances.
+#![allow(dead_code)]
+
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use webtensor::{Device, Element, Tensor};
+
+/// Whether a missing wgpu adapter is a failure (in CI, or when asked) rather than a skip.
+pub fn wgpu_required() -> bool {
+    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+    set("CI") || set("WEBTENSOR_REQUIRE_WGPU")
+}
+
+/// The wgpu device, or `None` (with a printed reason) where no adapter exists outside CI.
+pub fn wgpu() -> Option<Device> {
+    match Device::new("wgpu") {
+        Ok(d) => Some(d),
+        Err(e) if wgpu_required() => panic!("the wgpu backend must run in CI, but: {e}"),
+        Err(e) => {
+            eprintln!("skipping wgpu test: {e}");
+            None
+        }
+    }
+}
+
+/// The cpu device.
+pub fn cpu() -> Device {
+    Device::cpu()
+}
+
+/// The oracle.
+pub fn reference() -> Device {
+    Device::reference()
+}
+
+/// A seeded generator; each test passes its own seed so failures reproduce.
+pub fn rng(seed: u64) -> StdRng {
+    StdRng::seed_from_u64(seed)
+}
+
+/// `n` uniform values in `[-scale, scale)`.
+pub fn uniform(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-scale..scale)).collect()
+}
+
+/// A tensor on `dev` from host data.
+pub fn tensor<T: Element>(dev: &Device, data: &[T], shape: &[usize]) -> Tensor {
+    Tensor::from_slice(dev, data, shape).expect("creating a test tensor")
+}
+
+/// Asserts `actual` matches `expected` within `tol · max(1, max|expected|)`; NaN must be
+/// NaN at the same place and infinities must match exactly.
+pub fn assert_close(what: &str, actual: &[f32], expected: &[f32], tol: f64) {
+    assert_eq!(actual.len(), expected.len(), "{what}: length");
+    let scale = expected.iter().filter(|v| v.is_finite()).fold(1f64, |m, v| m.max(v.abs() as f64));
+    let limit = tol * scale;
+    let mut worst = (0f64, 0usize);
+    for (i, (&a, &e)) in actual.iter().zip(expected).enumerate() {
+        if e.is_nan() || a.is_nan() {
+            assert!(e.is_nan() && a.is_nan(), "{what}: element {i}: got {a}, expected {e}");
+            continue;
+        }
+        if e.is_infinite() || a.is_infinite() {
+            assert_eq!(a, e, "{what}: element {i}");
+            continue;
+        }
+        let err = (a as f64 - e as f64).abs();
+        if err > worst.0 {
+            worst = (err, i);
+        }
+    }
+    assert!(
+        worst.0 <= limit,
+        "{what}: max abs error {:.3e} at element {} (got {}, expected {}) exceeds {:.3e}",
+        worst.0,
+        worst.1,
+        actual[worst.1],
+        expected[worst.1],
+        limit
+    );
+}

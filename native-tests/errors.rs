@@ -1,0 +1,103 @@
+//! Bad input gets a typed error on every op, never a panic or a wrong answer.
+
+mod common;
+
+use common::{cpu, tensor};
+use webtensor::ops::{self, RopeLayout};
+use webtensor::{Device, Error, Tensor};
+
+fn f(dev: &Device, shape: &[usize]) -> Tensor {
+    tensor(dev, &vec![0.5f32; shape.iter().product()], shape)
+}
+
+fn u(dev: &Device, shape: &[usize]) -> Tensor {
+    tensor(dev, &vec![1u32; shape.iter().product()], shape)
+}
+
+fn check_errors(dev: &Device) {
+    let shape_err = |r: webtensor::Result<Tensor>| assert!(matches!(r, Err(Error::ShapeMismatch { .. })), "{r:?}");
+    let dtype_err = |r: webtensor::Result<Tensor>| assert!(matches!(r, Err(Error::DTypeMismatch { .. })), "{r:?}");
+    let arg_err = |r: webtensor::Result<Tensor>| assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+
+    shape_err(ops::add(&f(dev, &[2, 3]), &f(dev, &[2])));
+    shape_err(ops::mul(&f(dev, &[3]), &f(dev, &[2, 3])));
+    dtype_err(ops::swiglu(&f(dev, &[3]), &u(dev, &[3])));
+    dtype_err(ops::silu(&u(dev, &[3])));
+    arg_err(ops::scale(&f(dev, &[3]), f32::NAN));
+    shape_err(ops::rms_norm(&f(dev, &[2, 4]), &f(dev, &[3]), 1e-6));
+    arg_err(ops::rms_norm(&f(dev, &[2, 4]), &f(dev, &[4]), -1.0));
+    shape_err(ops::layer_norm(&f(dev, &[2, 4]), &f(dev, &[4]), &f(dev, &[5]), 1e-5));
+    shape_err(ops::softmax_causal(&f(dev, &[4, 2])));
+    shape_err(ops::rope(&f(dev, &[2, 3, 4]), &u(dev, &[3]), 1e4, RopeLayout::HalfSplit));
+    shape_err(ops::rope(&f(dev, &[2, 3, 5]), &u(dev, &[2]), 1e4, RopeLayout::HalfSplit));
+    shape_err(ops::rope(&f(dev, &[6, 4]), &u(dev, &[6]), 1e4, RopeLayout::HalfSplit));
+    dtype_err(ops::rope(&f(dev, &[2, 3, 4]), &f(dev, &[2]), 1e4, RopeLayout::HalfSplit));
+    arg_err(ops::rope(&f(dev, &[2, 3, 4]), &u(dev, &[2]), 0.5, RopeLayout::HalfSplit));
+    shape_err(ops::matmul(&f(dev, &[2, 3]), &f(dev, &[2, 3])));
+    shape_err(ops::matmul_t(&f(dev, &[2, 3]), &f(dev, &[3, 2])));
+    shape_err(ops::matmul(&f(dev, &[3]), &f(dev, &[3, 2])));
+    shape_err(ops::matmul(&f(dev, &[2, 2, 3]), &f(dev, &[3, 3, 2])));
+    shape_err(ops::embedding(&f(dev, &[10]), &u(dev, &[2])));
+    dtype_err(ops::embedding(&f(dev, &[10, 4]), &f(dev, &[2])));
+    let ids = tensor(dev, &[3u32, 10], &[2]);
+    arg_err(ops::embedding(&f(dev, &[10, 4]), &ids));
+    arg_err(ops::permute(&f(dev, &[2, 3]), &[0, 0]));
+    arg_err(ops::permute(&f(dev, &[2, 3]), &[1]));
+    arg_err(ops::transpose(&f(dev, &[2, 3]), 0, 2));
+    shape_err(ops::argmax(&f(dev, &[3, 0])));
+    dtype_err(ops::argmax(&u(dev, &[3, 2])));
+
+    assert!(matches!(Tensor::from_slice(dev, &[1.0f32; 5], [2, 3]), Err(Error::DataLength { .. })));
+    assert!(matches!(f(dev, &[2, 3]).reshape([4, 2]), Err(Error::ShapeMismatch { .. })));
+    assert!(matches!(f(dev, &[2]).to_vec::<u32>(), Err(Error::DTypeMismatch { .. })));
+}
+
+#[test]
+fn cpu_rejects_bad_input() {
+    check_errors(&cpu());
+}
+
+#[test]
+fn wgpu_rejects_bad_input() {
+    if let Some(dev) = common::wgpu() {
+        check_errors(&dev);
+    }
+}
+
+#[test]
+fn mixing_devices_is_an_error() {
+    let a = f(&cpu(), &[3]);
+    let b = f(&Device::reference(), &[3]);
+    assert!(matches!(ops::add(&a, &b), Err(Error::DeviceMismatch { .. })));
+    // Moving one over makes it work.
+    let b = b.to_device(a.device()).unwrap();
+    assert_eq!(ops::add(&a, &b).unwrap().to_vec::<f32>().unwrap(), vec![1.0; 3]);
+}
+
+#[test]
+fn messages_say_what_was_wrong() {
+    let err = ops::matmul_t(&f(&cpu(), &[2, 3]), &f(&cpu(), &[4, 5])).unwrap_err().to_string();
+    assert!(err.contains("matmul_t") && err.contains("[2, 3]") && err.contains("[4, 5]"), "{err}");
+    let err = Device::new("vulkan").unwrap_err().to_string();
+    assert!(err.contains("wgpu") && err.contains("cpu") && err.contains("reference"), "{err}");
+}
+
+#[test]
+fn wgpu_refuses_a_tensor_over_its_binding_limit() {
+    let Some(dev) = common::wgpu() else { return };
+    let limit = dev
+        .info()
+        .limits
+        .iter()
+        .find(|(name, _)| name == "max_storage_buffer_binding_size")
+        .map(|&(_, v)| v)
+        .expect("wgpu reports its max storage binding");
+    // One element more than fits in a binding; the data is not even allocated when refused.
+    let n = (limit / 4 + 1) as usize;
+    if n > 600_000_000 {
+        eprintln!("skipping: the binding limit ({limit} bytes) is too large to exceed cheaply");
+        return;
+    }
+    let r = Tensor::from_vec(&dev, vec![0f32; n], [n]);
+    assert!(matches!(r, Err(Error::TensorTooLarge { .. })), "{r:?}");
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what webtensor's build, tests and benchmarks need on a fresh Debian/Ubuntu machine:
+# Mesa's Vulkan drivers (lavapipe gives a real Vulkan device on the CPU when there is no GPU)
+# and the rustfmt/clippy components. Safe to run again: it skips what is already there.
+set -euo pipefail
+
+need_apt=()
+[ -e /usr/share/vulkan/icd.d/lvp_icd.x86_64.json ] || [ -n "$(ls /usr/share/vulkan/icd.d/lvp_icd.*.json 2>/dev/null)" ] || need_apt+=(mesa-vulkan-drivers)
+ldconfig -p 2>/dev/null | grep -q libvulkan.so.1 || need_apt+=(libvulkan1)
+
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing ${need_apt[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if command -v rustup >/dev/null 2>&1; then
+  for component in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^$component" || rustup component add "$component"
+  done
+fi
+echo "setup: done"

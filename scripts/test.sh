@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs webtensor's checks: formatting, clippy, and every test (the conformance matrix on cpu
+# and on wgpu, where wgpu must find an adapter: Mesa's lavapipe on machines without a GPU),
+# then the cpu rows of the matrix once per forced SIMD path.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Prefer Vulkan (lavapipe on CPU-only machines) over Mesa's GL adapter.
+export WGPU_BACKEND="${WGPU_BACKEND:-vulkan}"
+# A missing wgpu adapter is a test failure here, not a skip.
+export WEBTENSOR_REQUIRE_WGPU=1
+
+cargo fmt --all -- --check
+cargo clippy --all-targets -- -D warnings
+cargo test
+
+# The matrix's cpu rows again on each SIMD path this machine has (unsupported ones fall back).
+for level in scalar avx2 avx512; do
+  echo "== cpu conformance with WEBTENSOR_CPU_SIMD=$level"
+  WEBTENSOR_CPU_SIMD=$level cargo test --test conformance cpu::
+done
