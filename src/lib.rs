@@ -37,3 +37,8 @@ pub use backend::{BackendInfo, BackendKind, OpKind};
 pub use device::Device;
 pub use error::{Error, Result};
 pub use tensor::{DType, Element, Shape, Tensor};
+
+/// The README's Rust example runs as a doc test, so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
