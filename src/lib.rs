@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod bench;
 pub mod device;
 pub mod error;
 pub mod ops;

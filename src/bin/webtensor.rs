@@ -1,1 +1,241 @@
-fn main(){}
+//! `webtensor`: inspect backends and benchmark ops.
+//!
+//! ```text
+//! webtensor info [--json]
+//! webtensor bench [--backend B]... [--op OP]... [--size small|medium] [--runs N] [--json]
+//! ```
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use webtensor::backend::{registry, BackendInfo, BackendKind, OpKind};
+use webtensor::bench::{self, BenchConfig, Size};
+use webtensor::device::{Decision, PrioritySource};
+use webtensor::{Device, Error};
+
+#[derive(Parser)]
+#[command(name = "webtensor", version, about = "Tensor ops on every device: inspect backends, run benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show every backend: present or why not, adapter, driver, features, limits, and what
+    /// `Device::auto` picks.
+    Info {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Time every op on every present backend against ceilings measured in the same run.
+    Bench {
+        /// Backends to time (repeatable); default: every present one but `reference`.
+        #[arg(long = "backend", value_name = "NAME")]
+        backends: Vec<String>,
+        /// Op families to time (repeatable), e.g. matmul, rms_norm; default: all.
+        #[arg(long = "op", value_name = "NAME")]
+        ops: Vec<String>,
+        /// Problem sizes.
+        #[arg(long, value_enum, default_value_t = SizeArg::Small)]
+        size: SizeArg,
+        /// Timed samples per row (the median is reported).
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+        runs: u32,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SizeArg {
+    Small,
+    Medium,
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Info { json } => info(json),
+        Command::Bench { backends, ops, size, runs, json } => bench(&backends, &ops, size, runs, json),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// One backend as `info` shows it.
+#[derive(Serialize)]
+struct BackendStatus {
+    name: &'static str,
+    present: bool,
+    reason: Option<String>,
+    info: Option<BackendInfo>,
+}
+
+#[derive(Serialize)]
+struct AutoChoice {
+    backend: &'static str,
+    chain: Vec<BackendKind>,
+    priority_source: PrioritySource,
+    decisions: Vec<Decision>,
+}
+
+#[derive(Serialize)]
+struct InfoReport {
+    webtensor_version: &'static str,
+    backends: Vec<BackendStatus>,
+    auto: Option<AutoChoice>,
+    auto_error: Option<String>,
+}
+
+fn info(json: bool) -> Result<(), Error> {
+    let backends = BackendKind::ALL
+        .into_iter()
+        .map(|kind| match registry::get(kind) {
+            Ok(b) => BackendStatus { name: kind.name(), present: true, reason: None, info: Some(b.info()) },
+            Err(reason) => BackendStatus { name: kind.name(), present: false, reason: Some(reason), info: None },
+        })
+        .collect();
+    let (auto, auto_error) = match Device::auto() {
+        Ok(d) => (
+            Some(AutoChoice {
+                backend: d.backend_name(),
+                chain: d.chain(),
+                priority_source: d.priority_source().clone(),
+                decisions: d.decisions().to_vec(),
+            }),
+            None,
+        ),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    let report = InfoReport { webtensor_version: env!("CARGO_PKG_VERSION"), backends, auto, auto_error };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report).expect("the report serialises"));
+    } else {
+        print!("{}", info_text(&report));
+    }
+    Ok(())
+}
+
+fn bytes(v: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = v as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{v} B")
+    } else if value.fract() == 0.0 {
+        format!("{value} {}", UNITS[unit])
+    } else {
+        format!("{value:.2} {} ({v} bytes)", UNITS[unit])
+    }
+}
+
+fn info_text(report: &InfoReport) -> String {
+    let mut out = format!("webtensor {}\n\n", report.webtensor_version);
+    for b in &report.backends {
+        match (&b.info, &b.reason) {
+            (Some(i), _) => {
+                out += &format!("{:<10} present  {}\n", b.name, i.device_name);
+                let mut field = |label: &str, value: String| {
+                    if !value.is_empty() {
+                        out += &format!("{:<10}   {label:<10} {value}\n", "");
+                    }
+                };
+                field("class", format!("{:?}", i.class).to_lowercase());
+                field("vendor", i.vendor.clone());
+                field("driver", i.driver.clone());
+                field("api", i.api.clone());
+                field("features", i.features.join(", "));
+                field("simd", i.simd.clone().unwrap_or_default());
+                field("threads", i.threads.map(|t| t.to_string()).unwrap_or_default());
+                for (name, value) in &i.limits {
+                    let shown = if name.ends_with("size") { bytes(*value) } else { value.to_string() };
+                    field("limit", format!("{name} = {shown}"));
+                }
+                let missing: Vec<_> = i.missing_ops.iter().map(|o| o.name()).collect();
+                field("falls back", missing.join(", "));
+            }
+            (None, reason) => {
+                out += &format!("{:<10} absent   {}\n", b.name, reason.clone().unwrap_or_default());
+            }
+        }
+        out += "\n";
+    }
+    match (&report.auto, &report.auto_error) {
+        (Some(a), _) => {
+            let chain: Vec<_> = a.chain.iter().map(|k| k.name()).collect();
+            out += &format!("auto picks: {}   (chain: {})\n", a.backend, chain.join(" → "));
+            for d in &a.decisions {
+                out += &format!("  {:<10} {}\n", d.kind.name(), d.reason);
+            }
+        }
+        (None, Some(e)) => out += &format!("auto fails: {e}\n"),
+        (None, None) => {}
+    }
+    out
+}
+
+fn bench(backends: &[String], ops: &[String], size: SizeArg, runs: u32, json: bool) -> Result<(), Error> {
+    let backends = if backends.is_empty() {
+        BackendKind::ALL
+            .into_iter()
+            .filter(|&k| k != BackendKind::Reference && registry::get(k).is_ok())
+            .collect()
+    } else {
+        backends.iter().map(|n| BackendKind::parse(n)).collect::<Result<Vec<_>, _>>()?
+    };
+    let ops = ops
+        .iter()
+        .map(|n| {
+            OpKind::parse(n).ok_or_else(|| Error::InvalidArgument {
+                op: "bench",
+                reason: format!(
+                    "unknown op `{n}`; valid ops are: {}",
+                    OpKind::ALL.map(|o| o.name()).join(", ")
+                ),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let size = match size {
+        SizeArg::Small => Size::Small,
+        SizeArg::Medium => Size::Medium,
+    };
+    let config = BenchConfig { backends, ops, size, runs: runs as usize, ..BenchConfig::default() };
+    let bar = if std::io::stderr().is_terminal() { ProgressBar::new(0) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let report = bench::run(&config, |done, total, label| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+        bar.set_message(label.to_string());
+    })?;
+    bar.finish_and_clear();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report).expect("the report serialises"));
+    } else {
+        print!("{}", bench::report::table(&report));
+    }
+    if report.rows.iter().any(|r| !r.checked) {
+        return Err(Error::Backend {
+            backend: "bench".into(),
+            message: "some rows did not match the reference (marked FAILED above)".into(),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,191 @@
+//! The benchmark cases: one decode-like and one prefill-like shape per op family.
+
+use super::Size;
+use crate::backend::{OpKind, RopeLayout};
+use crate::device::Device;
+use crate::error::Result;
+use crate::ops;
+use crate::tensor::Tensor;
+
+/// Inputs of a case, as host data plus shape.
+#[derive(Clone, Debug)]
+pub enum Input {
+    /// f32 data.
+    F32(Vec<f32>, Vec<usize>),
+    /// u32 data.
+    U32(Vec<u32>, Vec<usize>),
+}
+
+type RunFn = fn(&[Tensor]) -> Result<Tensor>;
+
+/// One op at one shape.
+pub struct Case {
+    /// The op family.
+    pub op: OpKind,
+    /// `decode`, `prefill`, or a variant name.
+    pub label: String,
+    /// The inputs.
+    pub inputs: Vec<Input>,
+    /// Runs the op on device tensors made from `inputs`.
+    pub run: RunFn,
+    /// Bytes read and written by one op, counting each input and output once.
+    pub bytes: u64,
+    /// Floating-point operations of one op (0 where not meaningful).
+    pub flops: u64,
+}
+
+impl Case {
+    /// Uploads the inputs to `device`.
+    pub fn upload(&self, device: &Device) -> Result<Vec<Tensor>> {
+        self.inputs
+            .iter()
+            .map(|i| match i {
+                Input::F32(d, s) => Tensor::from_slice(device, d, s.as_slice()),
+                Input::U32(d, s) => Tensor::from_slice(device, d, s.as_slice()),
+            })
+            .collect()
+    }
+
+    /// The output on `device`, read back as f32 (u32 results are converted).
+    pub fn expected(&self, device: &Device) -> Result<Vec<f32>> {
+        output_values(&(self.run)(&self.upload(device)?)?)
+    }
+
+    /// The shapes of the inputs, for display.
+    pub fn shape(&self) -> String {
+        let shapes: Vec<String> = self
+            .inputs
+            .iter()
+            .map(|i| {
+                let s = match i {
+                    Input::F32(_, s) | Input::U32(_, s) => s,
+                };
+                format!("{s:?}")
+            })
+            .collect();
+        shapes.join(" ")
+    }
+}
+
+/// Reads a tensor as f32 values whatever its dtype.
+pub fn output_values(t: &Tensor) -> Result<Vec<f32>> {
+    match t.dtype() {
+        crate::DType::F32 => t.to_vec::<f32>(),
+        crate::DType::U32 => Ok(t.to_vec::<u32>()?.into_iter().map(|v| v as f32).collect()),
+    }
+}
+
+/// Deterministic pseudo-random values in [-1, 1) (a small LCG: no dependency, same everywhere).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn f32_input(shape: &[usize], seed: u64) -> Input {
+    Input::F32(values(shape.iter().product(), seed), shape.to_vec())
+}
+
+fn case(op: OpKind, label: &str, inputs: Vec<Input>, run: RunFn, out_elems: usize, flops: u64) -> Case {
+    let in_bytes: usize = inputs
+        .iter()
+        .map(|i| match i {
+            Input::F32(d, _) => d.len() * 4,
+            Input::U32(d, _) => d.len() * 4,
+        })
+        .sum();
+    Case { op, label: label.into(), inputs, run, bytes: (in_bytes + out_elems * 4) as u64, flops }
+}
+
+/// Every case at the given size.
+pub fn all(size: Size) -> Vec<Case> {
+    // (hidden, ffn, prefill tokens, vocab)
+    let (d, ffn, seq, vocab) = match size {
+        Size::Small => (1024, 2816, 32, 8192),
+        Size::Medium => (4096, 11008, 128, 32000),
+    };
+    let (heads, head_dim) = (d / 64, 64);
+    let mut cases = Vec::new();
+    for (label, rows) in [("decode", 1), ("prefill", seq)] {
+        let n = rows * d;
+        let x = || f32_input(&[rows, d], 1);
+        let y = || f32_input(&[rows, d], 2);
+        let w = || f32_input(&[d], 3);
+        cases.push(case(OpKind::Add, label, vec![x(), y()], |t| ops::add(&t[0], &t[1]), n, 0));
+        cases.push(case(OpKind::Mul, label, vec![x(), y()], |t| ops::mul(&t[0], &t[1]), n, 0));
+        cases.push(case(OpKind::Scale, label, vec![x()], |t| ops::scale(&t[0], 0.5), n, 0));
+        cases.push(case(OpKind::Silu, label, vec![x()], |t| ops::silu(&t[0]), n, 0));
+        cases.push(case(OpKind::GeluTanh, label, vec![x()], |t| ops::gelu(&t[0]), n, 0));
+        cases.push(case(OpKind::GeluErf, label, vec![x()], |t| ops::gelu_erf(&t[0]), n, 0));
+        let g = || f32_input(&[rows, ffn], 4);
+        let u = || f32_input(&[rows, ffn], 5);
+        cases.push(case(OpKind::SwiGlu, label, vec![g(), u()], |t| ops::swiglu(&t[0], &t[1]), rows * ffn, 0));
+        cases.push(case(OpKind::RmsNorm, label, vec![x(), w()], |t| ops::rms_norm(&t[0], &t[1], 1e-6), n, 0));
+        cases.push(case(
+            OpKind::LayerNorm,
+            label,
+            vec![x(), w(), f32_input(&[d], 6)],
+            |t| ops::layer_norm(&t[0], &t[1], &t[2], 1e-5),
+            n,
+            0,
+        ));
+        // Attention scores: heads × queries × keys, keys = the prefill length plus a cache.
+        let keys = seq * 4;
+        let scores = || f32_input(&[heads, rows, keys], 7);
+        cases.push(case(OpKind::Softmax, label, vec![scores()], |t| ops::softmax_causal(&t[0]), heads * rows * keys, 0));
+        let pos = Input::U32((0..rows as u32).map(|p| p + 17).collect(), vec![rows]);
+        cases.push(case(
+            OpKind::Rope,
+            label,
+            vec![f32_input(&[rows, heads, head_dim], 8), pos],
+            |t| ops::rope(&t[0], &t[1], 10_000.0, RopeLayout::HalfSplit),
+            n,
+            0,
+        ));
+        // The projection of a feed-forward block: [rows, d] · [ffn, d]ᵀ.
+        let flops = 2 * (rows * d * ffn) as u64;
+        cases.push(case(
+            OpKind::Matmul,
+            &format!("{label} a·bᵀ"),
+            vec![f32_input(&[rows, d], 9), f32_input(&[ffn, d], 10)],
+            |t| ops::matmul_t(&t[0], &t[1]),
+            rows * ffn,
+            flops,
+        ));
+        cases.push(case(
+            OpKind::Matmul,
+            &format!("{label} a·b"),
+            vec![f32_input(&[rows, d], 9), f32_input(&[d, ffn], 11)],
+            |t| ops::matmul(&t[0], &t[1]),
+            rows * ffn,
+            flops,
+        ));
+        let ids = Input::U32((0..rows as u32).map(|i| (i * 7919) % vocab as u32).collect(), vec![rows]);
+        cases.push(case(
+            OpKind::Embedding,
+            label,
+            vec![f32_input(&[vocab, d], 12), ids],
+            |t| ops::embedding(&t[0], &t[1]),
+            n,
+            0,
+        ));
+        // Gathered rows only: the table is not read whole.
+        if let Some(last) = cases.last_mut() {
+            last.bytes = (2 * n * 4 + rows * 4) as u64;
+        }
+        cases.push(case(
+            OpKind::Permute,
+            label,
+            vec![f32_input(&[rows, heads, head_dim], 13)],
+            |t| ops::transpose(&t[0], 0, 1),
+            n,
+            0,
+        ));
+        cases.push(case(OpKind::Argmax, label, vec![f32_input(&[rows, vocab], 14)], |t| ops::argmax(&t[0]), rows, 0));
+    }
+    cases
+}

@@ -1,0 +1,137 @@
+//! Ceilings measured in the same run as the ops: what the hardware can do at best, so each
+//! op's figure is a fraction of something real rather than a bare number.
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::Size;
+use crate::backend::{BackendKind, BackendRef, HostData};
+use crate::error::Result;
+
+/// The ceilings of one backend.
+#[derive(Clone, Debug, Serialize)]
+pub struct Ceilings {
+    /// Device-to-device copy bandwidth (bytes read + written per second), in GB/s.
+    pub copy_gb_per_s: f64,
+    /// Bytes copied per probe iteration.
+    pub copy_bytes: u64,
+    /// Peak f32 FMA throughput (2 FLOPs per FMA) over all threads, in GFLOP/s (cpu only).
+    pub fma_gflop_per_s: Option<f64>,
+}
+
+/// Measures the ceilings of `backend`.
+pub fn measure(backend: &BackendRef, size: Size) -> Result<Ceilings> {
+    let elems = match size {
+        Size::Small => 16 << 20, // 64 MiB
+        Size::Medium => 64 << 20,
+    };
+    let copy_gb_per_s = copy_bandwidth(backend, elems)?;
+    let fma_gflop_per_s = (backend.kind() == BackendKind::Cpu).then(fma_peak_gflops);
+    Ok(Ceilings { copy_gb_per_s, copy_bytes: (elems * 8) as u64, fma_gflop_per_s })
+}
+
+/// Best of several timed copies of `elems` f32 values.
+fn copy_bandwidth(backend: &BackendRef, elems: usize) -> Result<f64> {
+    let source = backend.upload(HostData::F32(vec![1.0; elems]))?;
+    backend.copy(&source, elems)?;
+    backend.synchronize()?;
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let start = Instant::now();
+        let iters = 4;
+        for _ in 0..iters {
+            backend.copy(&source, elems)?;
+        }
+        backend.synchronize()?;
+        best = best.min(start.elapsed().as_secs_f64() / iters as f64);
+    }
+    Ok((elems * 8) as f64 / best / 1e9)
+}
+
+/// FMA throughput over every worker thread, best of three.
+fn fma_peak_gflops() -> f64 {
+    const ITERS: u64 = 20_000_000;
+    let mut best = 0f64;
+    for _ in 0..3 {
+        let start = Instant::now();
+        let flops_per_thread = on_every_thread(|| fma_loop(ITERS));
+        let total: f64 = flops_per_thread.iter().sum();
+        best = best.max(total / start.elapsed().as_secs_f64() / 1e9);
+    }
+    best
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn on_every_thread(f: impl Fn() -> f64 + Sync) -> Vec<f64> {
+    rayon::broadcast(|_| f())
+}
+
+#[cfg(target_arch = "wasm32")]
+fn on_every_thread(f: impl Fn() -> f64 + Sync) -> Vec<f64> {
+    vec![f()]
+}
+
+/// Runs `iters` rounds of independent FMAs on the widest vector unit and returns the FLOPs done.
+fn fma_loop(iters: u64) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU supports AVX-512F, checked just above.
+            return unsafe { x86::fma_avx512(iters / 2) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU supports AVX2 and FMA, checked just above.
+            return unsafe { x86::fma_avx2(iters) };
+        }
+    }
+    fma_scalar(iters / 8)
+}
+
+/// Eight independent scalar FMA chains (the compiler may vectorise them; that is fine).
+fn fma_scalar(iters: u64) -> f64 {
+    let mut acc = [1.0f32, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7];
+    let (a, b) = (std::hint::black_box(0.999_999f32), std::hint::black_box(1e-7f32));
+    for _ in 0..iters {
+        for v in &mut acc {
+            *v = v.mul_add(a, b);
+        }
+    }
+    std::hint::black_box(acc);
+    (iters * 8 * 2) as f64
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// Ten independent 8-wide FMA chains: enough to cover the FMA latency on two ports.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn fma_avx2(iters: u64) -> f64 {
+        let a = _mm256_set1_ps(std::hint::black_box(0.999_999));
+        let b = _mm256_set1_ps(std::hint::black_box(1e-7));
+        let mut acc = [_mm256_set1_ps(1.0); 10];
+        for _ in 0..iters {
+            for v in &mut acc {
+                *v = _mm256_fmadd_ps(*v, a, b);
+            }
+        }
+        std::hint::black_box(acc);
+        (iters * 10 * 8 * 2) as f64
+    }
+
+    /// Ten independent 16-wide FMA chains.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn fma_avx512(iters: u64) -> f64 {
+        let a = _mm512_set1_ps(std::hint::black_box(0.999_999));
+        let b = _mm512_set1_ps(std::hint::black_box(1e-7));
+        let mut acc = [_mm512_set1_ps(1.0); 10];
+        for _ in 0..iters {
+            for v in &mut acc {
+                *v = _mm512_fmadd_ps(*v, a, b);
+            }
+        }
+        std::hint::black_box(acc);
+        (iters * 10 * 16 * 2) as f64
+    }
+}

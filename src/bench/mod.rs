@@ -1,0 +1,148 @@
+//! The benchmark harness behind `webtensor bench`.
+//!
+//! Every op family is timed on each chosen backend at a decode-like and a prefill-like shape.
+//! Work on a GPU is recorded lazily, so a sample records `iters` ops and then waits for the
+//! device ([`crate::Device::synchronize`]) before the clock stops. Each row's output is checked
+//! once against the reference backend; a row that fails the check reports no speed. Figures
+//! are stated against ceilings measured in the same run ([`ceilings`]): the backend's copy
+//! bandwidth and, on the cpu, its FMA peak. The result serialises to JSON with a schema
+//! version, so runs from different machines (and, later, the browser) can be compared.
+
+pub mod cases;
+pub mod ceilings;
+pub mod report;
+mod timing;
+
+use serde::Serialize;
+
+use crate::backend::{registry, BackendInfo, BackendKind, OpKind};
+use crate::device::Device;
+use crate::error::Result;
+pub use ceilings::Ceilings;
+
+/// Version of the JSON schema of [`BenchReport`].
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Problem sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Size {
+    /// Small shapes that finish in seconds, even on a software GPU.
+    Small,
+    /// Shapes of a 7B-class model layer (4096 hidden, 11008 feed-forward).
+    Medium,
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// Backends to time.
+    pub backends: Vec<BackendKind>,
+    /// Op families to time; empty means all.
+    pub ops: Vec<OpKind>,
+    /// Problem sizes.
+    pub size: Size,
+    /// Timed samples per row (the median is reported).
+    pub runs: usize,
+    /// Minimum duration of one sample in seconds; iterations are chosen to reach it.
+    pub min_sample_secs: f64,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        BenchConfig { backends: vec![], ops: vec![], size: Size::Small, runs: 5, min_sample_secs: 0.02 }
+    }
+}
+
+/// One timed op on one backend.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchRow {
+    /// The op family.
+    pub op: OpKind,
+    /// A short description of the case (`decode`, `prefill`, layout).
+    pub case: String,
+    /// The input shapes.
+    pub shape: String,
+    /// The backend.
+    pub backend: BackendKind,
+    /// Whether the output matched the reference in this run.
+    pub checked: bool,
+    /// Median time per op in microseconds (absent when the check failed).
+    pub median_us: Option<f64>,
+    /// Fastest sample in microseconds.
+    pub min_us: Option<f64>,
+    /// Bytes read and written per op.
+    pub bytes: u64,
+    /// Floating-point operations per op (0 where not meaningful).
+    pub flops: u64,
+    /// Achieved bandwidth in GB/s.
+    pub gb_per_s: Option<f64>,
+    /// Achieved GFLOP/s (matmul only).
+    pub gflop_per_s: Option<f64>,
+    /// Bandwidth as a fraction of the backend's copy ceiling.
+    pub frac_copy: Option<f64>,
+    /// GFLOP/s as a fraction of the backend's FMA peak, where one was measured.
+    pub frac_peak: Option<f64>,
+    /// Why the check failed, if it did.
+    pub error: Option<String>,
+}
+
+/// One backend's identity and ceilings.
+#[derive(Clone, Debug, Serialize)]
+pub struct BackendCeilings {
+    /// Identity of the backend (adapter or CPU, driver, features).
+    pub info: BackendInfo,
+    /// Ceilings measured in this run.
+    pub ceilings: Ceilings,
+}
+
+/// A whole benchmark run.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchReport {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// webtensor's version.
+    pub webtensor_version: &'static str,
+    /// Problem sizes used.
+    pub size: Size,
+    /// Per backend: identity and ceilings.
+    pub backends: Vec<BackendCeilings>,
+    /// The timed rows.
+    pub rows: Vec<BenchRow>,
+}
+
+/// Runs the benchmark. `progress(done, total, label)` is called before each step.
+pub fn run(config: &BenchConfig, mut progress: impl FnMut(usize, usize, &str)) -> Result<BenchReport> {
+    let cases: Vec<_> = cases::all(config.size)
+        .into_iter()
+        .filter(|c| config.ops.is_empty() || config.ops.contains(&c.op))
+        .collect();
+    let total = config.backends.len() * (cases.len() + 1);
+    let mut step = 0;
+    let mut backends = Vec::new();
+    let mut rows = Vec::new();
+    let reference = Device::reference();
+    let expected: Vec<_> = cases.iter().map(|c| c.expected(&reference)).collect::<Result<_>>()?;
+    for &kind in &config.backends {
+        let backend = registry::get(kind)
+            .map_err(|reason| crate::Error::BackendUnavailable { backend: kind.name().into(), reason })?;
+        progress(step, total, &format!("{kind}: ceilings"));
+        step += 1;
+        let ceilings = ceilings::measure(&backend, config.size)?;
+        let device = Device::builder().priority(vec![kind]).strict(true).build()?;
+        for (case, want) in cases.iter().zip(&expected) {
+            progress(step, total, &format!("{kind}: {} {}", case.op, case.label));
+            step += 1;
+            rows.push(timing::time_case(&device, case, want, &ceilings, config)?);
+        }
+        backends.push(BackendCeilings { info: backend.info(), ceilings });
+    }
+    progress(total, total, "done");
+    Ok(BenchReport {
+        schema_version: SCHEMA_VERSION,
+        webtensor_version: env!("CARGO_PKG_VERSION"),
+        size: config.size,
+        backends,
+        rows,
+    })
+}

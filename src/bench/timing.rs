@@ -1,0 +1,92 @@
+//! Timing one case on one device, after checking its output against the reference.
+
+use std::time::Instant;
+
+use super::cases::{output_values, Case};
+use super::{BenchConfig, BenchRow, Ceilings};
+use crate::device::Device;
+use crate::error::Result;
+
+/// Relative tolerance of the sanity check (the conformance tests are far stricter).
+const CHECK_TOLERANCE: f64 = 1e-3;
+
+/// Checks `case` on `device` against `expected`, then times it.
+pub(super) fn time_case(
+    device: &Device,
+    case: &Case,
+    expected: &[f32],
+    ceilings: &Ceilings,
+    config: &BenchConfig,
+) -> Result<BenchRow> {
+    let inputs = case.upload(device)?;
+    let mut row = BenchRow {
+        op: case.op,
+        case: case.label.clone(),
+        shape: case.shape(),
+        backend: device.chain()[0],
+        checked: false,
+        median_us: None,
+        min_us: None,
+        bytes: case.bytes,
+        flops: case.flops,
+        gb_per_s: None,
+        gflop_per_s: None,
+        frac_copy: None,
+        frac_peak: None,
+        error: None,
+    };
+    let got = output_values(&(case.run)(&inputs)?)?;
+    if let Err(message) = check(&got, expected) {
+        row.error = Some(message);
+        return Ok(row);
+    }
+    row.checked = true;
+
+    // Warm up (pipelines, pools, caches), then find an iteration count for one sample.
+    let run_batch = |iters: usize| -> Result<f64> {
+        let start = Instant::now();
+        for _ in 0..iters {
+            (case.run)(&inputs)?;
+        }
+        device.synchronize()?;
+        Ok(start.elapsed().as_secs_f64())
+    };
+    run_batch(2)?;
+    let mut iters = 1usize;
+    loop {
+        let t = run_batch(iters)?;
+        if t >= config.min_sample_secs || iters >= 1 << 16 {
+            break;
+        }
+        iters = (iters * 2).max((iters as f64 * config.min_sample_secs / t.max(1e-9) * 1.2) as usize).min(1 << 16);
+    }
+    let mut samples: Vec<f64> =
+        (0..config.runs.max(1)).map(|_| run_batch(iters).map(|t| t / iters as f64)).collect::<Result<_>>()?;
+    samples.sort_by(f64::total_cmp);
+    let median = samples[samples.len() / 2];
+    row.median_us = Some(median * 1e6);
+    row.min_us = Some(samples[0] * 1e6);
+    let gb = case.bytes as f64 / median / 1e9;
+    row.gb_per_s = Some(gb);
+    row.frac_copy = Some(gb / ceilings.copy_gb_per_s);
+    if case.flops > 0 {
+        let gflops = case.flops as f64 / median / 1e9;
+        row.gflop_per_s = Some(gflops);
+        row.frac_peak = ceilings.fma_gflop_per_s.map(|peak| gflops / peak);
+    }
+    Ok(row)
+}
+
+fn check(got: &[f32], want: &[f32]) -> std::result::Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("output has {} elements, the reference {}", got.len(), want.len()));
+    }
+    let scale = want.iter().fold(1f32, |m, v| m.max(v.abs())) as f64;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let err = (g as f64 - w as f64).abs();
+        if !(err <= CHECK_TOLERANCE * scale) {
+            return Err(format!("element {i}: got {g}, reference {w}"));
+        }
+    }
+    Ok(())
+}
