@@ -1,0 +1,75 @@
+//! Matrix products on the cpu: `a·bᵀ` by SIMD dot products over cache-sized column blocks,
+//! `a·b` by SIMD axpy over row panels.
+
+use super::parallel::{for_each_row, map_tasks};
+use super::simd::{axpy, dot4, SimdLevel};
+use crate::backend::MatmulSpec;
+
+/// Columns of `bᵀ` handled by one task: `COLUMN_BLOCK · k` floats of `b` stay in L2 while
+/// every row of `a` passes over them.
+const COLUMN_BLOCK: usize = 64;
+
+/// `out[b] = a[b] · op(rhs[b])` as [`MatmulSpec`] defines it.
+pub fn matmul(level: SimdLevel, a: &[f32], rhs: &[f32], m: &MatmulSpec) -> Vec<f32> {
+    let mut out = vec![0f32; m.batch * m.m * m.n];
+    let rhs_stride = if m.rhs_batched { m.n * m.k } else { 0 };
+    for b in 0..m.batch {
+        let a_mat = &a[b * m.m * m.k..(b + 1) * m.m * m.k];
+        let r_mat = &rhs[b * rhs_stride..b * rhs_stride + m.n * m.k];
+        let out_mat = &mut out[b * m.m * m.n..(b + 1) * m.m * m.n];
+        if m.rhs_transposed {
+            a_bt(level, a_mat, r_mat, out_mat, m.m, m.n, m.k);
+        } else {
+            a_b(level, a_mat, r_mat, out_mat, m.n, m.k);
+        }
+    }
+    out
+}
+
+/// `out[m, n] = a[m, k] · b[n, k]ᵀ`. Parallel over blocks of columns; each block's rows of
+/// `b` are reused by every row of `a`, four columns at a time.
+fn a_bt(level: SimdLevel, a: &[f32], b: &[f32], out: &mut [f32], m: usize, n: usize, k: usize) {
+    let blocks = n.div_ceil(COLUMN_BLOCK);
+    let results = map_tasks(blocks, |blk| {
+        let j0 = blk * COLUMN_BLOCK;
+        let j1 = (j0 + COLUMN_BLOCK).min(n);
+        let width = j1 - j0;
+        let mut tile = vec![0f32; m * width];
+        for i in 0..m {
+            let a_row = &a[i * k..(i + 1) * k];
+            let mut j = j0;
+            while j < j1 {
+                // Groups of four columns; a short last group repeats its final column.
+                let cols = [
+                    j,
+                    (j + 1).min(j1 - 1),
+                    (j + 2).min(j1 - 1),
+                    (j + 3).min(j1 - 1),
+                ];
+                let rows = cols.map(|c| &b[c * k..(c + 1) * k]);
+                let sums = dot4(level, a_row, rows);
+                for (t, &s) in sums.iter().enumerate().take(j1 - j) {
+                    tile[i * width + (j - j0) + t] = s;
+                }
+                j += 4;
+            }
+        }
+        tile
+    });
+    for (blk, tile) in results.iter().enumerate() {
+        let j0 = blk * COLUMN_BLOCK;
+        let width = tile.len() / m.max(1);
+        for i in 0..m {
+            out[i * n + j0..i * n + j0 + width].copy_from_slice(&tile[i * width..(i + 1) * width]);
+        }
+    }
+}
+
+/// `out[m, n] = a[m, k] · b[k, n]`: each output row accumulates `a[i, p] · b[p, :]`.
+fn a_b(level: SimdLevel, a: &[f32], b: &[f32], out: &mut [f32], n: usize, k: usize) {
+    for_each_row(out, n, 2 * k, |i, row| {
+        for p in 0..k {
+            axpy(level, a[i * k + p], &b[p * n..(p + 1) * n], row);
+        }
+    });
+}

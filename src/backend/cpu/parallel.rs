@@ -1,0 +1,74 @@
+//! Splitting work across threads: rayon on native targets, one thread on wasm32. Kernels call
+//! these helpers so they never carry `cfg`s of their own.
+
+/// Below this many output elements a kernel runs on the calling thread: the thread pool's
+/// start-up cost would dominate.
+const MIN_PARALLEL_ELEMENTS: usize = 16 * 1024;
+
+/// Calls `f(row_index, row)` for every `row_len`-long row of `out`, in parallel when the work
+/// is large enough. `weight` is the cost of one output element relative to a plain copy.
+pub fn for_each_row<T: Send>(
+    out: &mut [T],
+    row_len: usize,
+    weight: usize,
+    f: impl Fn(usize, &mut [T]) + Sync + Send,
+) {
+    if row_len == 0 {
+        return;
+    }
+    let rows = out.len() / row_len;
+    let total = out.len().saturating_mul(weight.max(1));
+    if total < MIN_PARALLEL_ELEMENTS || rows < 2 || threads() < 2 {
+        out.chunks_mut(row_len)
+            .enumerate()
+            .for_each(|(i, row)| f(i, row));
+        return;
+    }
+    // Enough rows per task to amortise scheduling, enough tasks to balance the threads.
+    let rows_per_task = (MIN_PARALLEL_ELEMENTS / (row_len * weight.max(1)))
+        .clamp(1, rows.div_ceil(threads() * 4).max(1));
+    par_chunks(out, rows_per_task * row_len, |task, chunk| {
+        for (j, row) in chunk.chunks_mut(row_len).enumerate() {
+            f(task * rows_per_task + j, row);
+        }
+    });
+}
+
+/// Runs `f(task_index)` for `0..tasks` and collects the results in order.
+pub fn map_tasks<R: Send>(tasks: usize, f: impl Fn(usize) -> R + Sync + Send) -> Vec<R> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use rayon::prelude::*;
+        (0..tasks).into_par_iter().map(f).collect()
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        (0..tasks).map(f).collect()
+    }
+}
+
+fn par_chunks<T: Send>(out: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) + Sync + Send) {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use rayon::prelude::*;
+        out.par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(i, c)| f(i, c));
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        out.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
+    }
+}
+
+/// Worker threads available.
+pub fn threads() -> usize {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        rayon::current_num_threads()
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        1
+    }
+}
