@@ -9,6 +9,10 @@ use crate::backend::MatmulSpec;
 /// every row of `a` passes over them.
 const COLUMN_BLOCK: usize = 64;
 
+/// From this many rows of `a`, `a·b` first transposes `b` (one pass over it) and runs the
+/// faster `a·bᵀ` kernel; below it the axpy kernel reads `b` fewer times in total.
+const PACK_MIN_ROWS: usize = 8;
+
 /// `out[b] = a[b] · op(rhs[b])` as [`MatmulSpec`] defines it.
 pub fn matmul(level: SimdLevel, a: &[f32], rhs: &[f32], m: &MatmulSpec) -> Vec<f32> {
     let mut out = vec![0f32; m.batch * m.m * m.n];
@@ -19,6 +23,9 @@ pub fn matmul(level: SimdLevel, a: &[f32], rhs: &[f32], m: &MatmulSpec) -> Vec<f
         let out_mat = &mut out[b * m.m * m.n..(b + 1) * m.m * m.n];
         if m.rhs_transposed {
             a_bt(level, a_mat, r_mat, out_mat, m.m, m.n, m.k);
+        } else if m.m >= PACK_MIN_ROWS {
+            let packed = transpose(r_mat, m.k, m.n);
+            a_bt(level, a_mat, &packed, out_mat, m.m, m.n, m.k);
         } else {
             a_b(level, a_mat, r_mat, out_mat, m.n, m.k);
         }
@@ -72,4 +79,15 @@ fn a_b(level: SimdLevel, a: &[f32], b: &[f32], out: &mut [f32], n: usize, k: usi
             axpy(level, a[i * k + p], &b[p * n..(p + 1) * n], row);
         }
     });
+}
+
+/// `b[k, n]` → `bᵀ[n, k]`, parallel over output rows.
+fn transpose(b: &[f32], k: usize, n: usize) -> Vec<f32> {
+    let mut out = vec![0f32; k * n];
+    for_each_row(&mut out, k, 1, |j, row| {
+        for (p, v) in row.iter_mut().enumerate() {
+            *v = b[p * n + j];
+        }
+    });
+    out
 }
