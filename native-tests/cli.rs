@@ -11,32 +11,54 @@ fn webtensor(args: &[&str]) -> Output {
 }
 
 fn json(out: &Output) -> serde_json::Value {
-    assert!(out.status.success(), "exit {:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 #[test]
 fn info_json_lists_every_backend_and_the_auto_choice() {
     let v = json(&webtensor(&["info", "--json"]));
     let backends = v["backends"].as_array().expect("a backends array");
-    let names: Vec<_> = backends.iter().map(|b| b["name"].as_str().unwrap()).collect();
+    let names: Vec<_> = backends
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["cuda", "wgpu", "cpu", "reference"]);
     for b in backends {
         let present = b["present"].as_bool().unwrap();
         if present {
-            assert!(!b["info"]["device_name"].as_str().unwrap().is_empty(), "{b}");
+            assert!(
+                !b["info"]["device_name"].as_str().unwrap().is_empty(),
+                "{b}"
+            );
         } else {
-            assert!(!b["reason"].as_str().unwrap().is_empty(), "an absent backend says why: {b}");
+            assert!(
+                !b["reason"].as_str().unwrap().is_empty(),
+                "an absent backend says why: {b}"
+            );
         }
     }
     let by_name = |n: &str| backends.iter().find(|b| b["name"] == n).unwrap();
     assert_eq!(by_name("cpu")["present"], true);
     assert_eq!(by_name("reference")["present"], true);
     let cpu = &by_name("cpu")["info"];
-    assert!(cpu["threads"].as_u64().unwrap() >= 1 && cpu["simd"].is_string(), "{cpu}");
+    assert!(
+        cpu["threads"].as_u64().unwrap() >= 1 && cpu["simd"].is_string(),
+        "{cpu}"
+    );
     let picked = v["auto"]["backend"].as_str().expect("auto picks a backend");
     assert!(names.contains(&picked));
-    assert!(v["auto"]["decisions"].as_array().unwrap().iter().all(|d| !d["reason"].as_str().unwrap().is_empty()));
+    assert!(v["auto"]["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|d| !d["reason"].as_str().unwrap().is_empty()));
 }
 
 #[test]
@@ -51,11 +73,28 @@ fn info_text_names_every_backend() {
 
 #[test]
 fn bench_json_has_ceilings_and_checked_rows() {
-    let v = json(&webtensor(&["bench", "--backend", "cpu", "--op", "rms_norm", "--op", "matmul", "--runs", "1", "--json"]));
+    let v = json(&webtensor(&[
+        "bench",
+        "--backend",
+        "cpu",
+        "--op",
+        "rms_norm",
+        "--op",
+        "matmul",
+        "--runs",
+        "1",
+        "--json",
+    ]));
     assert_eq!(v["schema_version"], 1);
     let ceilings = &v["backends"][0]["ceilings"];
-    assert!(ceilings["copy_gb_per_s"].as_f64().unwrap() > 0.0, "{ceilings}");
-    assert!(ceilings["fma_gflop_per_s"].as_f64().unwrap() > 0.0, "{ceilings}");
+    assert!(
+        ceilings["copy_gb_per_s"].as_f64().unwrap() > 0.0,
+        "{ceilings}"
+    );
+    assert!(
+        ceilings["fma_gflop_per_s"].as_f64().unwrap() > 0.0,
+        "{ceilings}"
+    );
     let rows = v["rows"].as_array().unwrap();
     // rms_norm decode+prefill, matmul a·b and a·bᵀ at decode and prefill.
     assert_eq!(rows.len(), 6, "{rows:?}");
@@ -64,7 +103,10 @@ fn bench_json_has_ceilings_and_checked_rows() {
         assert!(r["median_us"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["gb_per_s"].as_f64().unwrap() > 0.0, "{r}");
     }
-    assert!(rows.iter().filter(|r| r["op"] == "matmul").all(|r| r["gflop_per_s"].as_f64().unwrap() > 0.0));
+    assert!(rows
+        .iter()
+        .filter(|r| r["op"] == "matmul")
+        .all(|r| r["gflop_per_s"].as_f64().unwrap() > 0.0));
 }
 
 #[test]

@@ -22,13 +22,29 @@ type BinaryFn = fn(&Tensor, &Tensor) -> webtensor::Result<Tensor>;
 /// The same computation on the device under test and on the reference, compared.
 fn compare(what: &str, dev: &Device, tol: f64, f: impl Fn(&Device) -> Tensor) {
     let got: Vec<f32> = f(dev).to_vec().unwrap_or_else(|e| panic!("{what}: {e}"));
-    let want: Vec<f32> = f(&reference()).to_vec().unwrap_or_else(|e| panic!("{what}: reference: {e}"));
-    assert_close(&format!("{what} on {}", dev.backend_name()), &got, &want, tol);
+    let want: Vec<f32> = f(&reference())
+        .to_vec()
+        .unwrap_or_else(|e| panic!("{what}: reference: {e}"));
+    assert_close(
+        &format!("{what} on {}", dev.backend_name()),
+        &got,
+        &want,
+        tol,
+    );
 }
 
 const LENGTHS: [usize; 8] = [0, 1, 3, 64, 255, 257, 4097, 70_001];
-const ROWS_COLS: [(usize, usize); 9] =
-    [(1, 1), (3, 5), (2, 255), (4, 257), (3, 4097), (1, 10_000), (300, 3), (0, 8), (2, 1)];
+const ROWS_COLS: [(usize, usize); 9] = [
+    (1, 1),
+    (3, 5),
+    (2, 255),
+    (4, 257),
+    (3, 4097),
+    (1, 10_000),
+    (300, 3),
+    (0, 8),
+    (2, 1),
+];
 
 fn unary(dev: &Device) {
     let mut r = rng(1);
@@ -41,13 +57,17 @@ fn unary(dev: &Device) {
             ("scale", |t| ops::scale(t, -0.37)),
         ];
         for (name, f) in cases {
-            compare(&format!("{name} len {len}"), dev, TOL, |d| f(&tensor(d, &x, &[len])).unwrap());
+            compare(&format!("{name} len {len}"), dev, TOL, |d| {
+                f(&tensor(d, &x, &[len])).unwrap()
+            });
         }
     }
     // Large magnitudes must not overflow intermediate exp/tanh into NaN.
     let big: Vec<f32> = vec![-200.0, -90.0, -30.0, 30.0, 90.0, 200.0];
     for f in [ops::silu as UnaryFn, ops::gelu, ops::gelu_erf] {
-        compare("unary big", dev, TOL, |d| f(&tensor(d, &big, &[6])).unwrap());
+        compare("unary big", dev, TOL, |d| {
+            f(&tensor(d, &big, &[6])).unwrap()
+        });
     }
 }
 
@@ -56,7 +76,11 @@ fn binary(dev: &Device) {
     for len in LENGTHS {
         let a = uniform(&mut r, len, 4.0);
         let b = uniform(&mut r, len, 4.0);
-        for (name, f) in [("add", ops::add as BinaryFn), ("mul", ops::mul), ("swiglu", ops::swiglu)] {
+        for (name, f) in [
+            ("add", ops::add as BinaryFn),
+            ("mul", ops::mul),
+            ("swiglu", ops::swiglu),
+        ] {
             compare(&format!("{name} len {len}"), dev, TOL, |d| {
                 f(&tensor(d, &a, &[len]), &tensor(d, &b, &[len])).unwrap()
             });
@@ -87,12 +111,21 @@ fn layer_norm(dev: &Device) {
     let mut r = rng(4);
     for (rows, cols) in ROWS_COLS {
         // An offset makes the mean large relative to the spread, as in real activations.
-        let x: Vec<f32> = uniform(&mut r, rows * cols, 3.0).iter().map(|v| v + 5.0).collect();
+        let x: Vec<f32> = uniform(&mut r, rows * cols, 3.0)
+            .iter()
+            .map(|v| v + 5.0)
+            .collect();
         let w = uniform(&mut r, cols, 2.0);
         let b = uniform(&mut r, cols, 1.0);
         compare(&format!("layer_norm {rows}x{cols}"), dev, TOL, |d| {
             let t = |v: &[f32], s: &[usize]| tensor(d, v, s);
-            ops::layer_norm(&t(&x, &[rows, cols]), &t(&w, &[cols]), &t(&b, &[cols]), 1e-5).unwrap()
+            ops::layer_norm(
+                &t(&x, &[rows, cols]),
+                &t(&w, &[cols]),
+                &t(&b, &[cols]),
+                1e-5,
+            )
+            .unwrap()
         });
     }
 }
@@ -106,7 +139,14 @@ fn softmax(dev: &Device) {
             ops::softmax(&tensor(d, &x, &[rows, cols])).unwrap()
         });
     }
-    for (heads, q, k) in [(1, 1, 1), (2, 3, 3), (3, 5, 9), (2, 1, 300), (1, 17, 257), (4, 64, 64)] {
+    for (heads, q, k) in [
+        (1, 1, 1),
+        (2, 3, 3),
+        (3, 5, 9),
+        (2, 1, 300),
+        (1, 17, 257),
+        (4, 64, 64),
+    ] {
         let x = uniform(&mut r, heads * q * k, 10.0);
         compare(&format!("softmax_causal {heads}x{q}x{k}"), dev, TOL, |d| {
             ops::softmax_causal(&tensor(d, &x, &[heads, q, k])).unwrap()
@@ -116,16 +156,28 @@ fn softmax(dev: &Device) {
 
 fn rope(dev: &Device) {
     let mut r = rng(6);
-    for (rows, heads, head_dim) in [(1, 1, 2), (3, 2, 8), (7, 4, 64), (5, 3, 128), (257, 1, 6), (2, 8, 80)] {
+    for (rows, heads, head_dim) in [
+        (1, 1, 2),
+        (3, 2, 8),
+        (7, 4, 64),
+        (5, 3, 128),
+        (257, 1, 6),
+        (2, 8, 80),
+    ] {
         let x = uniform(&mut r, rows * heads * head_dim, 2.0);
         let mut pos: Vec<u32> = (0..rows).map(|_| r.random_range(0..4096)).collect();
         pos[0] = if rows > 1 { 0 } else { 100_000 };
         for layout in [RopeLayout::HalfSplit, RopeLayout::Interleaved] {
             for theta in [10_000.0, 500_000.0] {
-                compare(&format!("rope {rows}x{heads}x{head_dim} {layout:?} θ={theta}"), dev, TOL, |d| {
-                    let xt = tensor(d, &x, &[rows, heads, head_dim]);
-                    ops::rope(&xt, &tensor(d, &pos, &[rows]), theta, layout).unwrap()
-                });
+                compare(
+                    &format!("rope {rows}x{heads}x{head_dim} {layout:?} θ={theta}"),
+                    dev,
+                    TOL,
+                    |d| {
+                        let xt = tensor(d, &x, &[rows, heads, head_dim]);
+                        ops::rope(&xt, &tensor(d, &pos, &[rows]), theta, layout).unwrap()
+                    },
+                );
             }
         }
     }
@@ -156,18 +208,33 @@ fn matmul(dev: &Device) {
         let b_batched = uniform(&mut r, batch * n * k, 1.0);
         let tol = TOL * (k.max(1) as f64).sqrt();
         for transposed in [true, false] {
-            let f = if transposed { ops::matmul_t } else { ops::matmul };
+            let f = if transposed {
+                ops::matmul_t
+            } else {
+                ops::matmul
+            };
             let rhs_dims = |lead: Option<usize>| {
                 let mut d: Vec<usize> = lead.into_iter().collect();
                 d.extend(if transposed { [n, k] } else { [k, n] });
                 d
             };
-            let what = format!("{} b{batch} m{m} n{n} k{k}", if transposed { "a·bᵀ" } else { "a·b" });
+            let what = format!(
+                "{} b{batch} m{m} n{n} k{k}",
+                if transposed { "a·bᵀ" } else { "a·b" }
+            );
             compare(&format!("{what} shared rhs"), dev, tol, |d| {
-                f(&tensor(d, &a, &[batch, m, k]), &tensor(d, &b_shared, &rhs_dims(None))).unwrap()
+                f(
+                    &tensor(d, &a, &[batch, m, k]),
+                    &tensor(d, &b_shared, &rhs_dims(None)),
+                )
+                .unwrap()
             });
             compare(&format!("{what} batched rhs"), dev, tol, |d| {
-                f(&tensor(d, &a, &[batch, m, k]), &tensor(d, &b_batched, &rhs_dims(Some(batch)))).unwrap()
+                f(
+                    &tensor(d, &a, &[batch, m, k]),
+                    &tensor(d, &b_batched, &rhs_dims(Some(batch))),
+                )
+                .unwrap()
             });
         }
     }
@@ -175,12 +242,29 @@ fn matmul(dev: &Device) {
 
 fn embedding(dev: &Device) {
     let mut r = rng(8);
-    for (vocab, dim, count) in [(1, 1, 1), (10, 3, 7), (1000, 257, 33), (50, 4097, 3), (7, 5, 0)] {
+    for (vocab, dim, count) in [
+        (1, 1, 1),
+        (10, 3, 7),
+        (1000, 257, 33),
+        (50, 4097, 3),
+        (7, 5, 0),
+    ] {
         let table = uniform(&mut r, vocab * dim, 1.0);
-        let ids: Vec<u32> = (0..count).map(|_| r.random_range(0..vocab as u32)).collect();
-        compare(&format!("embedding {vocab}x{dim}, {count} ids"), dev, 0.0, |d| {
-            ops::embedding(&tensor(d, &table, &[vocab, dim]), &tensor(d, &ids, &[count])).unwrap()
-        });
+        let ids: Vec<u32> = (0..count)
+            .map(|_| r.random_range(0..vocab as u32))
+            .collect();
+        compare(
+            &format!("embedding {vocab}x{dim}, {count} ids"),
+            dev,
+            0.0,
+            |d| {
+                ops::embedding(
+                    &tensor(d, &table, &[vocab, dim]),
+                    &tensor(d, &ids, &[count]),
+                )
+                .unwrap()
+            },
+        );
     }
 }
 
@@ -203,48 +287,114 @@ fn permute(dev: &Device) {
             ops::permute(&tensor(d, &x, shape), perm).unwrap()
         });
         // u32 data moves bit for bit too.
-        let ids: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
-        let got: Vec<u32> = ops::permute(&tensor(dev, &ids, shape), perm).unwrap().to_vec().unwrap();
-        let want: Vec<u32> = ops::permute(&tensor(&reference(), &ids, shape), perm).unwrap().to_vec().unwrap();
-        assert_eq!(got, want, "u32 permute {shape:?} by {perm:?} on {}", dev.backend_name());
+        let ids: Vec<u32> = (0..n as u32)
+            .map(|i| i.wrapping_mul(2_654_435_761))
+            .collect();
+        let got: Vec<u32> = ops::permute(&tensor(dev, &ids, shape), perm)
+            .unwrap()
+            .to_vec()
+            .unwrap();
+        let want: Vec<u32> = ops::permute(&tensor(&reference(), &ids, shape), perm)
+            .unwrap()
+            .to_vec()
+            .unwrap();
+        assert_eq!(
+            got,
+            want,
+            "u32 permute {shape:?} by {perm:?} on {}",
+            dev.backend_name()
+        );
     }
     let x = uniform(&mut r, 6 * 5 * 4, 1.0);
-    compare("transpose", dev, 0.0, |d| ops::transpose(&tensor(d, &x, &[6, 5, 4]), 0, 2).unwrap());
+    compare("transpose", dev, 0.0, |d| {
+        ops::transpose(&tensor(d, &x, &[6, 5, 4]), 0, 2).unwrap()
+    });
 }
 
 fn argmax(dev: &Device) {
     let mut r = rng(10);
-    for (rows, cols) in [(1, 1), (3, 5), (2, 255), (4, 257), (3, 4097), (100_001, 2), (1, 100_000)] {
+    for (rows, cols) in [
+        (1, 1),
+        (3, 5),
+        (2, 255),
+        (4, 257),
+        (3, 4097),
+        (100_001, 2),
+        (1, 100_000),
+    ] {
         // Small integers make ties common: the first index must win.
-        let x: Vec<f32> = (0..rows * cols).map(|_| r.random_range(0..6) as f32).collect();
-        let run = |d: &Device| -> Vec<u32> { ops::argmax(&tensor(d, &x, &[rows, cols])).unwrap().to_vec().unwrap() };
-        assert_eq!(run(dev), run(&reference()), "argmax {rows}x{cols} on {}", dev.backend_name());
+        let x: Vec<f32> = (0..rows * cols)
+            .map(|_| r.random_range(0..6) as f32)
+            .collect();
+        let run = |d: &Device| -> Vec<u32> {
+            ops::argmax(&tensor(d, &x, &[rows, cols]))
+                .unwrap()
+                .to_vec()
+                .unwrap()
+        };
+        assert_eq!(
+            run(dev),
+            run(&reference()),
+            "argmax {rows}x{cols} on {}",
+            dev.backend_name()
+        );
     }
 }
 
 /// NaN and ±inf go through every op where the reference defines the result.
 fn special_values(dev: &Device) {
-    let x = [1.0, f32::NAN, -2.0, f32::INFINITY, 0.5, f32::NEG_INFINITY, 3.0, -0.0];
+    let x = [
+        1.0,
+        f32::NAN,
+        -2.0,
+        f32::INFINITY,
+        0.5,
+        f32::NEG_INFINITY,
+        3.0,
+        -0.0,
+    ];
     let y = [0.5f32, 2.0, f32::NAN, 1.0, f32::INFINITY, 2.0, -1.0, 4.0];
     for f in [ops::add as BinaryFn, ops::mul] {
-        compare("binary with NaN/inf", dev, TOL, |d| f(&tensor(d, &x, &[8]), &tensor(d, &y, &[8])).unwrap());
+        compare("binary with NaN/inf", dev, TOL, |d| {
+            f(&tensor(d, &x, &[8]), &tensor(d, &y, &[8])).unwrap()
+        });
     }
-    compare("scale NaN/inf", dev, TOL, |d| ops::scale(&tensor(d, &x, &[8]), 2.0).unwrap());
+    compare("scale NaN/inf", dev, TOL, |d| {
+        ops::scale(&tensor(d, &x, &[8]), 2.0).unwrap()
+    });
     for f in [ops::silu as UnaryFn, ops::gelu, ops::gelu_erf] {
         let finite_or_nan = [1.0, f32::NAN, -2.0, 0.5, 3.0, -0.0];
-        compare("activation NaN", dev, TOL, |d| f(&tensor(d, &finite_or_nan, &[6])).unwrap());
+        compare("activation NaN", dev, TOL, |d| {
+            f(&tensor(d, &finite_or_nan, &[6])).unwrap()
+        });
     }
     // A NaN poisons its row of a norm or softmax, and only that row.
     let rows = [1.0, 2.0, 3.0, 4.0, 1.0, f32::NAN, 3.0, 4.0];
     let w = [1.0f32; 4];
-    compare("rms_norm NaN row", dev, TOL, |d| ops::rms_norm(&tensor(d, &rows, &[2, 4]), &tensor(d, &w, &[4]), 1e-6).unwrap());
-    compare("softmax NaN row", dev, TOL, |d| ops::softmax(&tensor(d, &rows, &[2, 4])).unwrap());
+    compare("rms_norm NaN row", dev, TOL, |d| {
+        ops::rms_norm(&tensor(d, &rows, &[2, 4]), &tensor(d, &w, &[4]), 1e-6).unwrap()
+    });
+    compare("softmax NaN row", dev, TOL, |d| {
+        ops::softmax(&tensor(d, &rows, &[2, 4])).unwrap()
+    });
     // -inf scores are masked-out keys: probability exactly 0.
     let scores = [0.0, f32::NEG_INFINITY, 1.0, f32::NEG_INFINITY];
-    compare("softmax -inf", dev, TOL, |d| ops::softmax(&tensor(d, &scores, &[1, 4])).unwrap());
+    compare("softmax -inf", dev, TOL, |d| {
+        ops::softmax(&tensor(d, &scores, &[1, 4])).unwrap()
+    });
     let with_nan = [1.0, 5.0, f32::NAN, 7.0, 2.0, 9.0, 9.0, 1.0];
-    let run = |d: &Device| -> Vec<u32> { ops::argmax(&tensor(d, &with_nan, &[2, 4])).unwrap().to_vec().unwrap() };
-    assert_eq!(run(dev), vec![2, 1], "argmax NaN/ties on {}", dev.backend_name());
+    let run = |d: &Device| -> Vec<u32> {
+        ops::argmax(&tensor(d, &with_nan, &[2, 4]))
+            .unwrap()
+            .to_vec()
+            .unwrap()
+    };
+    assert_eq!(
+        run(dev),
+        vec![2, 1],
+        "argmax NaN/ties on {}",
+        dev.backend_name()
+    );
 }
 
 /// A chain of ops whose intermediates never leave the device, read once at the end.
@@ -278,4 +428,17 @@ macro_rules! matrix {
     };
 }
 
-matrix!(unary, binary, rms_norm, layer_norm, softmax, rope, matmul, embedding, permute, argmax, special_values, chained);
+matrix!(
+    unary,
+    binary,
+    rms_norm,
+    layer_norm,
+    softmax,
+    rope,
+    matmul,
+    embedding,
+    permute,
+    argmax,
+    special_values,
+    chained
+);

@@ -13,11 +13,26 @@ fn config_file_gives_a_priority_list() {
     let list = parse_config("priority = [\"wgpu\", \"CPU\"]", "test.toml").unwrap();
     assert_eq!(list, vec![BackendKind::Wgpu, BackendKind::Cpu]);
     let err = parse_config("priority = [\"wgpu\", \"metal\"]", "test.toml").unwrap_err();
-    assert!(matches!(err, Error::UnknownBackend { ref name, .. } if name == "metal"), "{err}");
-    assert!(err.to_string().contains("cuda, wgpu, cpu, reference"), "{err}");
-    assert!(matches!(parse_config("priority = []", "t"), Err(Error::Config { .. })));
-    assert!(matches!(parse_config("priorty = [\"cpu\"]", "t"), Err(Error::Config { .. })));
-    assert!(matches!(parse_config("priority = \"cpu\"", "t"), Err(Error::Config { .. })));
+    assert!(
+        matches!(err, Error::UnknownBackend { ref name, .. } if name == "metal"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("cuda, wgpu, cpu, reference"),
+        "{err}"
+    );
+    assert!(matches!(
+        parse_config("priority = []", "t"),
+        Err(Error::Config { .. })
+    ));
+    assert!(matches!(
+        parse_config("priorty = [\"cpu\"]", "t"),
+        Err(Error::Config { .. })
+    ));
+    assert!(matches!(
+        parse_config("priority = \"cpu\"", "t"),
+        Err(Error::Config { .. })
+    ));
 }
 
 /// The only test that touches the process environment, so no other test races with it.
@@ -36,9 +51,15 @@ fn environment_overrides_the_priority_list() {
 fn cuda_is_absent_with_a_reason_and_skipped() {
     let err = Device::new("cuda").unwrap_err();
     assert!(matches!(err, Error::BackendUnavailable { .. }), "{err}");
-    let dev = Device::builder().priority(vec![BackendKind::Cuda, BackendKind::Cpu]).build().unwrap();
+    let dev = Device::builder()
+        .priority(vec![BackendKind::Cuda, BackendKind::Cpu])
+        .build()
+        .unwrap();
     assert_eq!(dev.backend_name(), "cpu");
-    assert!(dev.decisions().iter().any(|d| d.kind == BackendKind::Cuda && !d.used && d.reason.contains("cuda")));
+    assert!(dev
+        .decisions()
+        .iter()
+        .any(|d| d.kind == BackendKind::Cuda && !d.used && d.reason.contains("cuda")));
 }
 
 #[test]
@@ -50,12 +71,20 @@ fn reference_always_ends_the_chain() {
 #[test]
 fn software_adapters_rank_below_cpu_unless_named() {
     let Some(wgpu) = common::wgpu() else { return };
-    assert_eq!(wgpu.backend_name(), "wgpu", "naming wgpu picks it even when it is software");
+    assert_eq!(
+        wgpu.backend_name(),
+        "wgpu",
+        "naming wgpu picks it even when it is software"
+    );
     let software = wgpu.info().class == webtensor::backend::DeviceClass::Software;
     let auto = Device::builder().build().unwrap();
     if software {
         assert_eq!(auto.backend_name(), "cpu");
-        let decision = auto.decisions().iter().find(|d| d.kind == BackendKind::Wgpu).unwrap();
+        let decision = auto
+            .decisions()
+            .iter()
+            .find(|d| d.kind == BackendKind::Wgpu)
+            .unwrap();
         assert!(decision.reason.contains("software"), "{}", decision.reason);
     } else {
         assert_eq!(auto.backend_name(), "wgpu");
@@ -74,12 +103,20 @@ fn a_disabled_op_falls_back_visibly() {
     assert_eq!(y.backend_name(), "reference");
     let fallbacks = dev.fallbacks();
     assert_eq!(fallbacks.len(), 1);
-    assert_eq!((fallbacks[0].op, fallbacks[0].from, fallbacks[0].to), (OpKind::Softmax, BackendKind::Cpu, BackendKind::Reference));
+    assert_eq!(
+        (fallbacks[0].op, fallbacks[0].from, fallbacks[0].to),
+        (OpKind::Softmax, BackendKind::Cpu, BackendKind::Reference)
+    );
     // The next op takes the fallback's output back to the primary.
     let z = ops::silu(&y).unwrap();
     assert_eq!(z.backend_name(), "cpu");
     let want = ops::silu(&ops::softmax(&tensor(&reference(), &x, &[3, 4])).unwrap()).unwrap();
-    assert_close("fallback chain", &z.to_vec::<f32>().unwrap(), &want.to_vec::<f32>().unwrap(), 1e-5);
+    assert_close(
+        "fallback chain",
+        &z.to_vec::<f32>().unwrap(),
+        &want.to_vec::<f32>().unwrap(),
+        1e-5,
+    );
 }
 
 #[test]
@@ -98,7 +135,21 @@ fn wgpu_falls_back_to_cpu_and_back() {
     let out = ops::scale(&n, 2.0).unwrap();
     assert_eq!(out.backend_name(), "wgpu");
     let r = reference();
-    let want = ops::scale(&ops::rms_norm(&ops::silu(&tensor(&r, &x, &[2, 64])).unwrap(), &tensor(&r, &w, &[64]), 1e-6).unwrap(), 2.0).unwrap();
-    assert_close("wgpu→cpu→wgpu", &out.to_vec::<f32>().unwrap(), &want.to_vec::<f32>().unwrap(), 1e-5);
+    let want = ops::scale(
+        &ops::rms_norm(
+            &ops::silu(&tensor(&r, &x, &[2, 64])).unwrap(),
+            &tensor(&r, &w, &[64]),
+            1e-6,
+        )
+        .unwrap(),
+        2.0,
+    )
+    .unwrap();
+    assert_close(
+        "wgpu→cpu→wgpu",
+        &out.to_vec::<f32>().unwrap(),
+        &want.to_vec::<f32>().unwrap(),
+        1e-5,
+    );
     assert_eq!(dev.fallbacks()[0].to, BackendKind::Cpu);
 }

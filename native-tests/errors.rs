@@ -15,9 +15,15 @@ fn u(dev: &Device, shape: &[usize]) -> Tensor {
 }
 
 fn check_errors(dev: &Device) {
-    let shape_err = |r: webtensor::Result<Tensor>| assert!(matches!(r, Err(Error::ShapeMismatch { .. })), "{r:?}");
-    let dtype_err = |r: webtensor::Result<Tensor>| assert!(matches!(r, Err(Error::DTypeMismatch { .. })), "{r:?}");
-    let arg_err = |r: webtensor::Result<Tensor>| assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+    let shape_err = |r: webtensor::Result<Tensor>| {
+        assert!(matches!(r, Err(Error::ShapeMismatch { .. })), "{r:?}")
+    };
+    let dtype_err = |r: webtensor::Result<Tensor>| {
+        assert!(matches!(r, Err(Error::DTypeMismatch { .. })), "{r:?}")
+    };
+    let arg_err = |r: webtensor::Result<Tensor>| {
+        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}")
+    };
 
     shape_err(ops::add(&f(dev, &[2, 3]), &f(dev, &[2])));
     shape_err(ops::mul(&f(dev, &[3]), &f(dev, &[2, 3])));
@@ -26,13 +32,43 @@ fn check_errors(dev: &Device) {
     arg_err(ops::scale(&f(dev, &[3]), f32::NAN));
     shape_err(ops::rms_norm(&f(dev, &[2, 4]), &f(dev, &[3]), 1e-6));
     arg_err(ops::rms_norm(&f(dev, &[2, 4]), &f(dev, &[4]), -1.0));
-    shape_err(ops::layer_norm(&f(dev, &[2, 4]), &f(dev, &[4]), &f(dev, &[5]), 1e-5));
+    shape_err(ops::layer_norm(
+        &f(dev, &[2, 4]),
+        &f(dev, &[4]),
+        &f(dev, &[5]),
+        1e-5,
+    ));
     shape_err(ops::softmax_causal(&f(dev, &[4, 2])));
-    shape_err(ops::rope(&f(dev, &[2, 3, 4]), &u(dev, &[3]), 1e4, RopeLayout::HalfSplit));
-    shape_err(ops::rope(&f(dev, &[2, 3, 5]), &u(dev, &[2]), 1e4, RopeLayout::HalfSplit));
-    shape_err(ops::rope(&f(dev, &[6, 4]), &u(dev, &[6]), 1e4, RopeLayout::HalfSplit));
-    dtype_err(ops::rope(&f(dev, &[2, 3, 4]), &f(dev, &[2]), 1e4, RopeLayout::HalfSplit));
-    arg_err(ops::rope(&f(dev, &[2, 3, 4]), &u(dev, &[2]), 0.5, RopeLayout::HalfSplit));
+    shape_err(ops::rope(
+        &f(dev, &[2, 3, 4]),
+        &u(dev, &[3]),
+        1e4,
+        RopeLayout::HalfSplit,
+    ));
+    shape_err(ops::rope(
+        &f(dev, &[2, 3, 5]),
+        &u(dev, &[2]),
+        1e4,
+        RopeLayout::HalfSplit,
+    ));
+    shape_err(ops::rope(
+        &f(dev, &[6, 4]),
+        &u(dev, &[6]),
+        1e4,
+        RopeLayout::HalfSplit,
+    ));
+    dtype_err(ops::rope(
+        &f(dev, &[2, 3, 4]),
+        &f(dev, &[2]),
+        1e4,
+        RopeLayout::HalfSplit,
+    ));
+    arg_err(ops::rope(
+        &f(dev, &[2, 3, 4]),
+        &u(dev, &[2]),
+        0.5,
+        RopeLayout::HalfSplit,
+    ));
     shape_err(ops::matmul(&f(dev, &[2, 3]), &f(dev, &[2, 3])));
     shape_err(ops::matmul_t(&f(dev, &[2, 3]), &f(dev, &[3, 2])));
     shape_err(ops::matmul(&f(dev, &[3]), &f(dev, &[3, 2])));
@@ -47,9 +83,18 @@ fn check_errors(dev: &Device) {
     shape_err(ops::argmax(&f(dev, &[3, 0])));
     dtype_err(ops::argmax(&u(dev, &[3, 2])));
 
-    assert!(matches!(Tensor::from_slice(dev, &[1.0f32; 5], [2, 3]), Err(Error::DataLength { .. })));
-    assert!(matches!(f(dev, &[2, 3]).reshape([4, 2]), Err(Error::ShapeMismatch { .. })));
-    assert!(matches!(f(dev, &[2]).to_vec::<u32>(), Err(Error::DTypeMismatch { .. })));
+    assert!(matches!(
+        Tensor::from_slice(dev, &[1.0f32; 5], [2, 3]),
+        Err(Error::DataLength { .. })
+    ));
+    assert!(matches!(
+        f(dev, &[2, 3]).reshape([4, 2]),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        f(dev, &[2]).to_vec::<u32>(),
+        Err(Error::DTypeMismatch { .. })
+    ));
 }
 
 #[test]
@@ -68,18 +113,32 @@ fn wgpu_rejects_bad_input() {
 fn mixing_devices_is_an_error() {
     let a = f(&cpu(), &[3]);
     let b = f(&Device::reference(), &[3]);
-    assert!(matches!(ops::add(&a, &b), Err(Error::DeviceMismatch { .. })));
+    assert!(matches!(
+        ops::add(&a, &b),
+        Err(Error::DeviceMismatch { .. })
+    ));
     // Moving one over makes it work.
     let b = b.to_device(a.device()).unwrap();
-    assert_eq!(ops::add(&a, &b).unwrap().to_vec::<f32>().unwrap(), vec![1.0; 3]);
+    assert_eq!(
+        ops::add(&a, &b).unwrap().to_vec::<f32>().unwrap(),
+        vec![1.0; 3]
+    );
 }
 
 #[test]
 fn messages_say_what_was_wrong() {
-    let err = ops::matmul_t(&f(&cpu(), &[2, 3]), &f(&cpu(), &[4, 5])).unwrap_err().to_string();
-    assert!(err.contains("matmul_t") && err.contains("[2, 3]") && err.contains("[4, 5]"), "{err}");
+    let err = ops::matmul_t(&f(&cpu(), &[2, 3]), &f(&cpu(), &[4, 5]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("matmul_t") && err.contains("[2, 3]") && err.contains("[4, 5]"),
+        "{err}"
+    );
     let err = Device::new("vulkan").unwrap_err().to_string();
-    assert!(err.contains("wgpu") && err.contains("cpu") && err.contains("reference"), "{err}");
+    assert!(
+        err.contains("wgpu") && err.contains("cpu") && err.contains("reference"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -16,16 +16,26 @@ fn every_shader_validates() {
         let name = path.display();
         let module = naga::front::wgsl::parse_str(&source)
             .unwrap_or_else(|e| panic!("{name}: parse error:\n{}", e.emit_to_string(&source)));
-        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-            .validate(&module)
-            .unwrap_or_else(|e| panic!("{name}: validation error:\n{}", e.emit_to_string(&source)));
+        naga::valid::Validator::new(
+            naga::valid::ValidationFlags::all(),
+            naga::valid::Capabilities::all(),
+        )
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{name}: validation error:\n{}", e.emit_to_string(&source)));
         assert!(
-            module.entry_points.iter().any(|ep| ep.stage == naga::ShaderStage::Compute),
+            module
+                .entry_points
+                .iter()
+                .any(|ep| ep.stage == naga::ShaderStage::Compute),
             "{name}: has no compute entry point"
         );
         checked += 1;
     }
-    assert!(checked >= 8, "expected a shader per op family in {}, found {checked}", dir.display());
+    assert!(
+        checked >= 8,
+        "expected a shader per op family in {}, found {checked}",
+        dir.display()
+    );
 }
 
 #[test]
@@ -34,9 +44,12 @@ fn a_broken_shader_is_rejected() {
     let source = "@compute @workgroup_size(1) fn main() { let x: f32 = 1u; }";
     let rejected = match naga::front::wgsl::parse_str(source) {
         Err(_) => true,
-        Ok(module) => naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-            .validate(&module)
-            .is_err(),
+        Ok(module) => naga::valid::Validator::new(
+            naga::valid::ValidationFlags::all(),
+            naga::valid::Capabilities::all(),
+        )
+        .validate(&module)
+        .is_err(),
     };
     assert!(rejected);
 }

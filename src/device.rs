@@ -26,7 +26,8 @@ pub const BACKEND_ENV: &str = "WEBTENSOR_BACKEND";
 /// The configuration file read from the working directory by [`Device::auto`].
 pub const CONFIG_FILE: &str = "webtensor.toml";
 /// The priority list used when neither the environment nor a config file gives one.
-pub const DEFAULT_PRIORITY: [BackendKind; 3] = [BackendKind::Cuda, BackendKind::Wgpu, BackendKind::Cpu];
+pub const DEFAULT_PRIORITY: [BackendKind; 3] =
+    [BackendKind::Cuda, BackendKind::Wgpu, BackendKind::Cpu];
 
 /// Where a priority list came from.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -146,8 +147,19 @@ impl Device {
 
     /// Ops that ran on a fallback backend so far, with counts.
     pub fn fallbacks(&self) -> Vec<Fallback> {
-        let map = self.inner.fallbacks.lock().unwrap_or_else(|e| e.into_inner());
-        map.iter().map(|(&(op, from, to), &count)| Fallback { op, from, to, count }).collect()
+        let map = self
+            .inner
+            .fallbacks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        map.iter()
+            .map(|(&(op, from, to), &count)| Fallback {
+                op,
+                from,
+                to,
+                count,
+            })
+            .collect()
     }
 
     /// Runs all recorded work on every backend of the chain and waits for it.
@@ -173,8 +185,15 @@ impl Device {
             .unwrap_or_else(|| self.inner.chain.last().expect("chain is never empty"));
         let primary = self.primary().kind();
         if chosen.kind() != primary {
-            log::debug!("webtensor: {op} ({dtype}) is not available on {primary}; running it on {}", chosen.kind());
-            let mut map = self.inner.fallbacks.lock().unwrap_or_else(|e| e.into_inner());
+            log::debug!(
+                "webtensor: {op} ({dtype}) is not available on {primary}; running it on {}",
+                chosen.kind()
+            );
+            let mut map = self
+                .inner
+                .fallbacks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             *map.entry((op, primary, chosen.kind())).or_default() += 1;
         }
         chosen
@@ -231,7 +250,10 @@ impl DeviceBuilder {
         });
         let priority = self.priority.unwrap_or_else(|| DEFAULT_PRIORITY.to_vec());
         if priority.is_empty() {
-            return Err(Error::Config { source_name: "priority list".into(), reason: "it is empty".into() });
+            return Err(Error::Config {
+                source_name: "priority list".into(),
+                reason: "it is empty".into(),
+            });
         }
         let demote_software = source == PrioritySource::Default;
         let mut ready = Vec::new();
@@ -250,10 +272,17 @@ impl DeviceBuilder {
                 }
                 Err(reason) => {
                     if i == 0 && self.strict {
-                        return Err(Error::BackendUnavailable { backend: kind.name().into(), reason });
+                        return Err(Error::BackendUnavailable {
+                            backend: kind.name().into(),
+                            reason,
+                        });
                     }
                     failures.push(format!("{kind}: {reason}"));
-                    decisions.push(Decision { kind, used: false, reason });
+                    decisions.push(Decision {
+                        kind,
+                        used: false,
+                        reason,
+                    });
                 }
             }
         }
@@ -262,14 +291,21 @@ impl DeviceBuilder {
         ready.extend(demoted);
         if ready.is_empty() {
             return Err(Error::NoBackend {
-                priority: priority.iter().map(|k| k.name()).collect::<Vec<_>>().join(", "),
+                priority: priority
+                    .iter()
+                    .map(|k| k.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 reasons: failures.join("; "),
             });
         }
         for (pos, b) in ready.iter().enumerate() {
             let info = b.info();
             let mut reason = if pos == 0 {
-                format!("primary: first available in the {} priority list", source_label(&source))
+                format!(
+                    "primary: first available in the {} priority list",
+                    source_label(&source)
+                )
             } else {
                 format!("fallback #{pos}")
             };
@@ -280,12 +316,18 @@ impl DeviceBuilder {
                     b.kind()
                 ));
             }
-            decisions.push(Decision { kind: b.kind(), used: true, reason });
+            decisions.push(Decision {
+                kind: b.kind(),
+                used: true,
+                reason,
+            });
         }
         if !ready.iter().any(|b| b.kind() == BackendKind::Reference) {
-            let reference = registry::get(BackendKind::Reference).map_err(|reason| Error::BackendUnavailable {
-                backend: "reference".into(),
-                reason,
+            let reference = registry::get(BackendKind::Reference).map_err(|reason| {
+                Error::BackendUnavailable {
+                    backend: "reference".into(),
+                    reason,
+                }
             })?;
             decisions.push(Decision {
                 kind: BackendKind::Reference,
@@ -335,7 +377,10 @@ pub fn priority_from_environment() -> Result<(Vec<BackendKind>, PrioritySource)>
 /// Reads `priority = ["wgpu", "cpu"]` from a webtensor.toml file.
 pub fn read_config(path: &Path) -> Result<Vec<BackendKind>> {
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: name.clone(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        path: name.clone(),
+        source,
+    })?;
     parse_config(&text, &name)
 }
 
@@ -353,10 +398,16 @@ pub fn parse_config(text: &str, source_name: &str) -> Result<Vec<BackendKind>> {
     parse_list(config.priority.iter().map(String::as_str), source_name)
 }
 
-fn parse_list<'a>(names: impl Iterator<Item = &'a str>, source_name: &str) -> Result<Vec<BackendKind>> {
+fn parse_list<'a>(
+    names: impl Iterator<Item = &'a str>,
+    source_name: &str,
+) -> Result<Vec<BackendKind>> {
     let list = names.map(BackendKind::parse).collect::<Result<Vec<_>>>()?;
     if list.is_empty() {
-        return Err(Error::Config { source_name: source_name.into(), reason: "the priority list is empty".into() });
+        return Err(Error::Config {
+            source_name: source_name.into(),
+            reason: "the priority list is empty".into(),
+        });
     }
     Ok(list)
 }

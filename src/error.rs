@@ -143,15 +143,29 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn shape(op: &'static str, reason: impl Into<String>, shapes: &[&Shape]) -> Self {
-        let shapes = shapes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ");
-        Error::ShapeMismatch { op, reason: reason.into(), shapes }
+        let shapes = shapes
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        Error::ShapeMismatch {
+            op,
+            reason: reason.into(),
+            shapes,
+        }
     }
 
     pub(crate) fn invalid(op: &'static str, reason: impl Into<String>) -> Self {
-        Error::InvalidArgument { op, reason: reason.into() }
+        Error::InvalidArgument {
+            op,
+            reason: reason.into(),
+        }
     }
 
     pub(crate) fn backend(backend: impl Into<String>, message: impl Into<String>) -> Self {
-        Error::Backend { backend: backend.into(), message: message.into() }
+        Error::Backend {
+            backend: backend.into(),
+            message: message.into(),
+        }
     }
 }

@@ -184,7 +184,11 @@ impl Tensor {
     ) -> Result<Tensor> {
         let shape = shape.into();
         if data.len() != shape.numel() {
-            return Err(Error::DataLength { len: data.len(), expected: shape.numel(), shape });
+            return Err(Error::DataLength {
+                len: data.len(),
+                expected: shape.numel(),
+                shape,
+            });
         }
         let host = T::into_host(data);
         let index_bound = match &host {
@@ -193,7 +197,14 @@ impl Tensor {
         };
         let backend = device.primary().clone();
         let storage = backend.upload(host)?;
-        Ok(Tensor::from_parts(storage, shape, T::DTYPE, backend, device.clone(), index_bound))
+        Ok(Tensor::from_parts(
+            storage,
+            shape,
+            T::DTYPE,
+            backend,
+            device.clone(),
+            index_bound,
+        ))
     }
 
     /// A tensor of zeros.
@@ -211,7 +222,14 @@ impl Tensor {
         index_bound: Option<u32>,
     ) -> Tensor {
         Tensor {
-            inner: Arc::new(TensorInner { storage, shape, dtype, backend, device, index_bound }),
+            inner: Arc::new(TensorInner {
+                storage,
+                shape,
+                dtype,
+                backend,
+                device,
+                index_bound,
+            }),
         }
     }
 
@@ -283,7 +301,9 @@ impl Tensor {
             });
         }
         let host = self.inner.backend.download(&self.inner.storage)?;
-        T::from_host(host).ok_or_else(|| Error::backend(self.backend_name(), "downloaded data has the wrong dtype"))
+        T::from_host(host).ok_or_else(|| {
+            Error::backend(self.backend_name(), "downloaded data has the wrong dtype")
+        })
     }
 
     /// Moves the data to another backend of the same device (or of another device) and
@@ -298,19 +318,39 @@ impl Tensor {
             (Storage::Host(_), true) => i.storage.clone(),
             _ => backend.upload(i.backend.download(&i.storage)?)?,
         };
-        Ok(Tensor::from_parts(storage, i.shape.clone(), i.dtype, backend.clone(), i.device.clone(), i.index_bound))
+        Ok(Tensor::from_parts(
+            storage,
+            i.shape.clone(),
+            i.dtype,
+            backend.clone(),
+            i.device.clone(),
+            i.index_bound,
+        ))
     }
 
     /// Copies this tensor to another device (its primary backend).
     pub fn to_device(&self, device: &Device) -> Result<Tensor> {
         let moved = self.to_backend(device.primary())?;
         let i = &moved.inner;
-        Ok(Tensor::from_parts(i.storage.clone(), i.shape.clone(), i.dtype, i.backend.clone(), device.clone(), i.index_bound))
+        Ok(Tensor::from_parts(
+            i.storage.clone(),
+            i.shape.clone(),
+            i.dtype,
+            i.backend.clone(),
+            device.clone(),
+            i.index_bound,
+        ))
     }
 }
 
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Tensor({}, {}, on {})", self.shape(), self.dtype(), self.backend_name())
+        write!(
+            f,
+            "Tensor({}, {}, on {})",
+            self.shape(),
+            self.dtype(),
+            self.backend_name()
+        )
     }
 }

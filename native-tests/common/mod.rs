@@ -6,7 +6,8 @@ use webtensor::{Device, Element, Tensor};
 
 /// Whether a missing wgpu adapter is a failure (in CI, or when asked) rather than a skip.
 pub fn wgpu_required() -> bool {
-    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+    let set =
+        |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
     set("CI") || set("WEBTENSOR_REQUIRE_WGPU")
 }
 
@@ -51,12 +52,18 @@ pub fn tensor<T: Element>(dev: &Device, data: &[T], shape: &[usize]) -> Tensor {
 /// NaN at the same place and infinities must match exactly.
 pub fn assert_close(what: &str, actual: &[f32], expected: &[f32], tol: f64) {
     assert_eq!(actual.len(), expected.len(), "{what}: length");
-    let scale = expected.iter().filter(|v| v.is_finite()).fold(1f64, |m, v| m.max(v.abs() as f64));
+    let scale = expected
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(1f64, |m, v| m.max(v.abs() as f64));
     let limit = tol * scale;
     let mut worst = (0f64, 0usize);
     for (i, (&a, &e)) in actual.iter().zip(expected).enumerate() {
         if e.is_nan() || a.is_nan() {
-            assert!(e.is_nan() && a.is_nan(), "{what}: element {i}: got {a}, expected {e}");
+            assert!(
+                e.is_nan() && a.is_nan(),
+                "{what}: element {i}: got {a}, expected {e}"
+            );
             continue;
         }
         if e.is_infinite() || a.is_infinite() {

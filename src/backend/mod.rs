@@ -41,8 +41,12 @@ pub enum BackendKind {
 
 impl BackendKind {
     /// Every backend, in the default priority order.
-    pub const ALL: [BackendKind; 4] =
-        [BackendKind::Cuda, BackendKind::Wgpu, BackendKind::Cpu, BackendKind::Reference];
+    pub const ALL: [BackendKind; 4] = [
+        BackendKind::Cuda,
+        BackendKind::Wgpu,
+        BackendKind::Cpu,
+        BackendKind::Reference,
+    ];
 
     /// The name used in `WEBTENSOR_BACKEND`, `webtensor.toml` and `Device::new`.
     pub fn name(self) -> &'static str {
@@ -57,12 +61,13 @@ impl BackendKind {
     /// Parses a backend name (case-insensitive); the error lists the valid names.
     pub fn parse(name: &str) -> Result<BackendKind> {
         let wanted = name.trim().to_ascii_lowercase();
-        BackendKind::ALL.into_iter().find(|k| k.name() == wanted).ok_or_else(|| {
-            crate::Error::UnknownBackend {
+        BackendKind::ALL
+            .into_iter()
+            .find(|k| k.name() == wanted)
+            .ok_or_else(|| crate::Error::UnknownBackend {
                 name: name.to_string(),
                 valid: BackendKind::ALL.map(|k| k.name()).join(", "),
-            }
-        })
+            })
     }
 
     /// Whether the backend keeps tensors in host memory (`Storage::Host`).
@@ -230,7 +235,10 @@ pub(crate) fn host_input<'a>(
     inputs.get(index).and_then(|s| s.as_host()).ok_or_else(|| {
         crate::Error::backend(
             backend.name(),
-            format!("{}: input {index} is missing or not in host memory", spec.kind().name()),
+            format!(
+                "{}: input {index} is missing or not in host memory",
+                spec.kind().name()
+            ),
         )
     })
 }

@@ -60,12 +60,22 @@ impl Backend for ReferenceBackend {
         let f32_input = |i: usize| -> Result<&[f32]> {
             host_input(BackendKind::Reference, spec, inputs, i)?
                 .as_f32()
-                .ok_or_else(|| Error::backend("reference", format!("{}: input {i} is not f32", spec.kind())))
+                .ok_or_else(|| {
+                    Error::backend(
+                        "reference",
+                        format!("{}: input {i} is not f32", spec.kind()),
+                    )
+                })
         };
         let u32_input = |i: usize| -> Result<&[u32]> {
             host_input(BackendKind::Reference, spec, inputs, i)?
                 .as_u32()
-                .ok_or_else(|| Error::backend("reference", format!("{}: input {i} is not u32", spec.kind())))
+                .ok_or_else(|| {
+                    Error::backend(
+                        "reference",
+                        format!("{}: input {i} is not u32", spec.kind()),
+                    )
+                })
         };
         let out = match spec {
             OpSpec::Unary { op, .. } => HostData::F32(unary(*op, f32_input(0)?)),
@@ -83,7 +93,13 @@ impl Backend for ReferenceBackend {
             OpSpec::Softmax { cols, causal, .. } => {
                 HostData::F32(softmax(f32_input(0)?, *cols, *causal))
             }
-            OpSpec::Rope { heads, head_dim, theta, layout, .. } => HostData::F32(rope(
+            OpSpec::Rope {
+                heads,
+                head_dim,
+                theta,
+                layout,
+                ..
+            } => HostData::F32(rope(
                 f32_input(0)?,
                 u32_input(1)?,
                 *heads,
@@ -149,7 +165,11 @@ fn rms_norm(x: &[f32], w: &[f32], cols: usize, eps: f32) -> Vec<f32> {
     for row in x.chunks(cols.max(1)) {
         let ms = row.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / cols as f64;
         let inv = 1.0 / (ms + eps as f64).sqrt();
-        out.extend(row.iter().zip(w).map(|(&v, &g)| (v as f64 * inv * g as f64) as f32));
+        out.extend(
+            row.iter()
+                .zip(w)
+                .map(|(&v, &g)| (v as f64 * inv * g as f64) as f32),
+        );
     }
     out
 }
@@ -184,7 +204,10 @@ fn softmax(x: &[f32], cols: usize, causal: Option<usize>) -> Vec<f32> {
                 m.max(v as f64)
             }
         });
-        let exps: Vec<f64> = row[..visible].iter().map(|&v| (v as f64 - max).exp()).collect();
+        let exps: Vec<f64> = row[..visible]
+            .iter()
+            .map(|&v| (v as f64 - max).exp())
+            .collect();
         let sum: f64 = exps.iter().sum();
         out.extend(exps.iter().map(|e| (e / sum) as f32));
         out.extend(std::iter::repeat_n(0.0, cols - visible));
@@ -229,7 +252,11 @@ fn matmul(a: &[f32], rhs: &[f32], m: &MatmulSpec) -> Vec<f32> {
             for j in 0..m.n {
                 let mut acc = 0f64;
                 for p in 0..m.k {
-                    let r = if m.rhs_transposed { r_mat[j * m.k + p] } else { r_mat[p * m.n + j] };
+                    let r = if m.rhs_transposed {
+                        r_mat[j * m.k + p]
+                    } else {
+                        r_mat[p * m.n + j]
+                    };
                     acc += a_mat[i * m.k + p] as f64 * r as f64;
                 }
                 out[(b * m.m + i) * m.n + j] = acc as f32;

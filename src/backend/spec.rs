@@ -172,13 +172,31 @@ impl OpSpec {
     /// Which op family this is.
     pub fn kind(&self) -> OpKind {
         match self {
-            OpSpec::Unary { op: UnaryOp::Silu, .. } => OpKind::Silu,
-            OpSpec::Unary { op: UnaryOp::GeluTanh, .. } => OpKind::GeluTanh,
-            OpSpec::Unary { op: UnaryOp::GeluErf, .. } => OpKind::GeluErf,
-            OpSpec::Unary { op: UnaryOp::Scale(_), .. } => OpKind::Scale,
-            OpSpec::Binary { op: BinaryOp::Add, .. } => OpKind::Add,
-            OpSpec::Binary { op: BinaryOp::Mul, .. } => OpKind::Mul,
-            OpSpec::Binary { op: BinaryOp::SwiGlu, .. } => OpKind::SwiGlu,
+            OpSpec::Unary {
+                op: UnaryOp::Silu, ..
+            } => OpKind::Silu,
+            OpSpec::Unary {
+                op: UnaryOp::GeluTanh,
+                ..
+            } => OpKind::GeluTanh,
+            OpSpec::Unary {
+                op: UnaryOp::GeluErf,
+                ..
+            } => OpKind::GeluErf,
+            OpSpec::Unary {
+                op: UnaryOp::Scale(_),
+                ..
+            } => OpKind::Scale,
+            OpSpec::Binary {
+                op: BinaryOp::Add, ..
+            } => OpKind::Add,
+            OpSpec::Binary {
+                op: BinaryOp::Mul, ..
+            } => OpKind::Mul,
+            OpSpec::Binary {
+                op: BinaryOp::SwiGlu,
+                ..
+            } => OpKind::SwiGlu,
             OpSpec::RmsNorm { .. } => OpKind::RmsNorm,
             OpSpec::LayerNorm { .. } => OpKind::LayerNorm,
             OpSpec::Softmax { .. } => OpKind::Softmax,
@@ -197,7 +215,12 @@ impl OpSpec {
             OpSpec::RmsNorm { rows, cols, .. }
             | OpSpec::LayerNorm { rows, cols, .. }
             | OpSpec::Softmax { rows, cols, .. } => rows * cols,
-            OpSpec::Rope { rows, heads, head_dim, .. } => rows * heads * head_dim,
+            OpSpec::Rope {
+                rows,
+                heads,
+                head_dim,
+                ..
+            } => rows * heads * head_dim,
             OpSpec::Matmul(m) => m.batch * m.m * m.n,
             OpSpec::Embedding { dim, count, .. } => dim * count,
             OpSpec::Permute { in_shape, .. } => in_shape.iter().product(),

@@ -77,10 +77,14 @@ pub fn output_values(t: &Tensor) -> Result<Vec<f32>> {
 
 /// Deterministic pseudo-random values in [-1, 1) (a small LCG: no dependency, same everywhere).
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()
@@ -90,7 +94,14 @@ fn f32_input(shape: &[usize], seed: u64) -> Input {
     Input::F32(values(shape.iter().product(), seed), shape.to_vec())
 }
 
-fn case(op: OpKind, label: &str, inputs: Vec<Input>, run: RunFn, out_elems: usize, flops: u64) -> Case {
+fn case(
+    op: OpKind,
+    label: &str,
+    inputs: Vec<Input>,
+    run: RunFn,
+    out_elems: usize,
+    flops: u64,
+) -> Case {
     let in_bytes: usize = inputs
         .iter()
         .map(|i| match i {
@@ -98,7 +109,14 @@ fn case(op: OpKind, label: &str, inputs: Vec<Input>, run: RunFn, out_elems: usiz
             Input::U32(d, _) => d.len() * 4,
         })
         .sum();
-    Case { op, label: label.into(), inputs, run, bytes: (in_bytes + out_elems * 4) as u64, flops }
+    Case {
+        op,
+        label: label.into(),
+        inputs,
+        run,
+        bytes: (in_bytes + out_elems * 4) as u64,
+        flops,
+    }
 }
 
 /// Every case at the given size.
@@ -115,16 +133,72 @@ pub fn all(size: Size) -> Vec<Case> {
         let x = || f32_input(&[rows, d], 1);
         let y = || f32_input(&[rows, d], 2);
         let w = || f32_input(&[d], 3);
-        cases.push(case(OpKind::Add, label, vec![x(), y()], |t| ops::add(&t[0], &t[1]), n, 0));
-        cases.push(case(OpKind::Mul, label, vec![x(), y()], |t| ops::mul(&t[0], &t[1]), n, 0));
-        cases.push(case(OpKind::Scale, label, vec![x()], |t| ops::scale(&t[0], 0.5), n, 0));
-        cases.push(case(OpKind::Silu, label, vec![x()], |t| ops::silu(&t[0]), n, 0));
-        cases.push(case(OpKind::GeluTanh, label, vec![x()], |t| ops::gelu(&t[0]), n, 0));
-        cases.push(case(OpKind::GeluErf, label, vec![x()], |t| ops::gelu_erf(&t[0]), n, 0));
+        cases.push(case(
+            OpKind::Add,
+            label,
+            vec![x(), y()],
+            |t| ops::add(&t[0], &t[1]),
+            n,
+            0,
+        ));
+        cases.push(case(
+            OpKind::Mul,
+            label,
+            vec![x(), y()],
+            |t| ops::mul(&t[0], &t[1]),
+            n,
+            0,
+        ));
+        cases.push(case(
+            OpKind::Scale,
+            label,
+            vec![x()],
+            |t| ops::scale(&t[0], 0.5),
+            n,
+            0,
+        ));
+        cases.push(case(
+            OpKind::Silu,
+            label,
+            vec![x()],
+            |t| ops::silu(&t[0]),
+            n,
+            0,
+        ));
+        cases.push(case(
+            OpKind::GeluTanh,
+            label,
+            vec![x()],
+            |t| ops::gelu(&t[0]),
+            n,
+            0,
+        ));
+        cases.push(case(
+            OpKind::GeluErf,
+            label,
+            vec![x()],
+            |t| ops::gelu_erf(&t[0]),
+            n,
+            0,
+        ));
         let g = || f32_input(&[rows, ffn], 4);
         let u = || f32_input(&[rows, ffn], 5);
-        cases.push(case(OpKind::SwiGlu, label, vec![g(), u()], |t| ops::swiglu(&t[0], &t[1]), rows * ffn, 0));
-        cases.push(case(OpKind::RmsNorm, label, vec![x(), w()], |t| ops::rms_norm(&t[0], &t[1], 1e-6), n, 0));
+        cases.push(case(
+            OpKind::SwiGlu,
+            label,
+            vec![g(), u()],
+            |t| ops::swiglu(&t[0], &t[1]),
+            rows * ffn,
+            0,
+        ));
+        cases.push(case(
+            OpKind::RmsNorm,
+            label,
+            vec![x(), w()],
+            |t| ops::rms_norm(&t[0], &t[1], 1e-6),
+            n,
+            0,
+        ));
         cases.push(case(
             OpKind::LayerNorm,
             label,
@@ -136,7 +210,14 @@ pub fn all(size: Size) -> Vec<Case> {
         // Attention scores: heads × queries × keys, keys = the prefill length plus a cache.
         let keys = seq * 4;
         let scores = || f32_input(&[heads, rows, keys], 7);
-        cases.push(case(OpKind::Softmax, label, vec![scores()], |t| ops::softmax_causal(&t[0]), heads * rows * keys, 0));
+        cases.push(case(
+            OpKind::Softmax,
+            label,
+            vec![scores()],
+            |t| ops::softmax_causal(&t[0]),
+            heads * rows * keys,
+            0,
+        ));
         let pos = Input::U32((0..rows as u32).map(|p| p + 17).collect(), vec![rows]);
         cases.push(case(
             OpKind::Rope,
@@ -164,7 +245,12 @@ pub fn all(size: Size) -> Vec<Case> {
             rows * ffn,
             flops,
         ));
-        let ids = Input::U32((0..rows as u32).map(|i| (i * 7919) % vocab as u32).collect(), vec![rows]);
+        let ids = Input::U32(
+            (0..rows as u32)
+                .map(|i| (i * 7919) % vocab as u32)
+                .collect(),
+            vec![rows],
+        );
         cases.push(case(
             OpKind::Embedding,
             label,
@@ -185,7 +271,14 @@ pub fn all(size: Size) -> Vec<Case> {
             n,
             0,
         ));
-        cases.push(case(OpKind::Argmax, label, vec![f32_input(&[rows, vocab], 14)], |t| ops::argmax(&t[0]), rows, 0));
+        cases.push(case(
+            OpKind::Argmax,
+            label,
+            vec![f32_input(&[rows, vocab], 14)],
+            |t| ops::argmax(&t[0]),
+            rows,
+            0,
+        ));
     }
     cases
 }

@@ -28,7 +28,11 @@ pub fn measure(backend: &BackendRef, size: Size) -> Result<Ceilings> {
     };
     let copy_gb_per_s = copy_bandwidth(backend, elems)?;
     let fma_gflop_per_s = (backend.kind() == BackendKind::Cpu).then(fma_peak_gflops);
-    Ok(Ceilings { copy_gb_per_s, copy_bytes: (elems * 8) as u64, fma_gflop_per_s })
+    Ok(Ceilings {
+        copy_gb_per_s,
+        copy_bytes: (elems * 8) as u64,
+        fma_gflop_per_s,
+    })
 }
 
 /// Best of several timed copies of `elems` f32 values.
@@ -80,7 +84,8 @@ fn fma_loop(iters: u64) -> f64 {
             // SAFETY: the CPU supports AVX-512F, checked just above.
             return unsafe { x86::fma_avx512(iters / 2) };
         }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
             // SAFETY: the CPU supports AVX2 and FMA, checked just above.
             return unsafe { x86::fma_avx2(iters) };
         }
@@ -91,7 +96,10 @@ fn fma_loop(iters: u64) -> f64 {
 /// Eight independent scalar FMA chains (the compiler may vectorise them; that is fine).
 fn fma_scalar(iters: u64) -> f64 {
     let mut acc = [1.0f32, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7];
-    let (a, b) = (std::hint::black_box(0.999_999f32), std::hint::black_box(1e-7f32));
+    let (a, b) = (
+        std::hint::black_box(0.999_999f32),
+        std::hint::black_box(1e-7f32),
+    );
     for _ in 0..iters {
         for v in &mut acc {
             *v = v.mul_add(a, b);

@@ -50,7 +50,13 @@ pub struct BenchConfig {
 
 impl Default for BenchConfig {
     fn default() -> Self {
-        BenchConfig { backends: vec![], ops: vec![], size: Size::Small, runs: 5, min_sample_secs: 0.02 }
+        BenchConfig {
+            backends: vec![],
+            ops: vec![],
+            size: Size::Small,
+            runs: 5,
+            min_sample_secs: 0.02,
+        }
     }
 }
 
@@ -112,7 +118,10 @@ pub struct BenchReport {
 }
 
 /// Runs the benchmark. `progress(done, total, label)` is called before each step.
-pub fn run(config: &BenchConfig, mut progress: impl FnMut(usize, usize, &str)) -> Result<BenchReport> {
+pub fn run(
+    config: &BenchConfig,
+    mut progress: impl FnMut(usize, usize, &str),
+) -> Result<BenchReport> {
     let cases: Vec<_> = cases::all(config.size)
         .into_iter()
         .filter(|c| config.ops.is_empty() || config.ops.contains(&c.op))
@@ -122,20 +131,31 @@ pub fn run(config: &BenchConfig, mut progress: impl FnMut(usize, usize, &str)) -
     let mut backends = Vec::new();
     let mut rows = Vec::new();
     let reference = Device::reference();
-    let expected: Vec<_> = cases.iter().map(|c| c.expected(&reference)).collect::<Result<_>>()?;
+    let expected: Vec<_> = cases
+        .iter()
+        .map(|c| c.expected(&reference))
+        .collect::<Result<_>>()?;
     for &kind in &config.backends {
-        let backend = registry::get(kind)
-            .map_err(|reason| crate::Error::BackendUnavailable { backend: kind.name().into(), reason })?;
+        let backend = registry::get(kind).map_err(|reason| crate::Error::BackendUnavailable {
+            backend: kind.name().into(),
+            reason,
+        })?;
         progress(step, total, &format!("{kind}: ceilings"));
         step += 1;
         let ceilings = ceilings::measure(&backend, config.size)?;
-        let device = Device::builder().priority(vec![kind]).strict(true).build()?;
+        let device = Device::builder()
+            .priority(vec![kind])
+            .strict(true)
+            .build()?;
         for (case, want) in cases.iter().zip(&expected) {
             progress(step, total, &format!("{kind}: {} {}", case.op, case.label));
             step += 1;
             rows.push(timing::time_case(&device, case, want, &ceilings, config)?);
         }
-        backends.push(BackendCeilings { info: backend.info(), ceilings });
+        backends.push(BackendCeilings {
+            info: backend.info(),
+            ceilings,
+        });
     }
     progress(total, total, "done");
     Ok(BenchReport {

@@ -23,17 +23,25 @@ pub fn table(report: &BenchReport) -> String {
             i.kind.name(),
             i.device_name,
             i.api,
-            if i.driver.is_empty() { String::new() } else { format!(", {}", i.driver) }
+            if i.driver.is_empty() {
+                String::new()
+            } else {
+                format!(", {}", i.driver)
+            }
         );
         let _ = writeln!(
             out,
             "          ceilings: copy {:.2} GB/s{}",
             b.ceilings.copy_gb_per_s,
-            b.ceilings.fma_gflop_per_s.map_or(String::new(), |p| format!(", FMA peak {p:.1} GFLOP/s"))
+            b.ceilings
+                .fma_gflop_per_s
+                .map_or(String::new(), |p| format!(", FMA peak {p:.1} GFLOP/s"))
         );
     }
     let _ = writeln!(out);
-    let header = ["op", "case", "shape", "backend", "µs", "GB/s", "% copy", "GFLOP/s", "% peak", "check"];
+    let header = [
+        "op", "case", "shape", "backend", "µs", "GB/s", "% copy", "GFLOP/s", "% peak", "check",
+    ];
     let rows: Vec<[String; 10]> = report
         .rows
         .iter()
@@ -48,7 +56,11 @@ pub fn table(report: &BenchReport) -> String {
                 pct(r.frac_copy),
                 opt(r.gflop_per_s, 2),
                 pct(r.frac_peak),
-                if r.checked { "ok".into() } else { format!("FAILED: {}", r.error.clone().unwrap_or_default()) },
+                if r.checked {
+                    "ok".into()
+                } else {
+                    format!("FAILED: {}", r.error.clone().unwrap_or_default())
+                },
             ]
         })
         .collect();

@@ -58,10 +58,13 @@ pub(super) fn time_case(
         if t >= config.min_sample_secs || iters >= 1 << 16 {
             break;
         }
-        iters = (iters * 2).max((iters as f64 * config.min_sample_secs / t.max(1e-9) * 1.2) as usize).min(1 << 16);
+        iters = (iters * 2)
+            .max((iters as f64 * config.min_sample_secs / t.max(1e-9) * 1.2) as usize)
+            .min(1 << 16);
     }
-    let mut samples: Vec<f64> =
-        (0..config.runs.max(1)).map(|_| run_batch(iters).map(|t| t / iters as f64)).collect::<Result<_>>()?;
+    let mut samples: Vec<f64> = (0..config.runs.max(1))
+        .map(|_| run_batch(iters).map(|t| t / iters as f64))
+        .collect::<Result<_>>()?;
     samples.sort_by(f64::total_cmp);
     let median = samples[samples.len() / 2];
     row.median_us = Some(median * 1e6);
@@ -79,7 +82,11 @@ pub(super) fn time_case(
 
 fn check(got: &[f32], want: &[f32]) -> std::result::Result<(), String> {
     if got.len() != want.len() {
-        return Err(format!("output has {} elements, the reference {}", got.len(), want.len()));
+        return Err(format!(
+            "output has {} elements, the reference {}",
+            got.len(),
+            want.len()
+        ));
     }
     let scale = want.iter().fold(1f32, |m, v| m.max(v.abs())) as f64;
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {

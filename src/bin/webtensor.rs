@@ -17,7 +17,11 @@ use webtensor::device::{Decision, PrioritySource};
 use webtensor::{Device, Error};
 
 #[derive(Parser)]
-#[command(name = "webtensor", version, about = "Tensor ops on every device: inspect backends, run benchmarks")]
+#[command(
+    name = "webtensor",
+    version,
+    about = "Tensor ops on every device: inspect backends, run benchmarks"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -63,7 +67,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info { json } => info(json),
-        Command::Bench { backends, ops, size, runs, json } => bench(&backends, &ops, size, runs, json),
+        Command::Bench {
+            backends,
+            ops,
+            size,
+            runs,
+            json,
+        } => bench(&backends, &ops, size, runs, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -103,8 +113,18 @@ fn info(json: bool) -> Result<(), Error> {
     let backends = BackendKind::ALL
         .into_iter()
         .map(|kind| match registry::get(kind) {
-            Ok(b) => BackendStatus { name: kind.name(), present: true, reason: None, info: Some(b.info()) },
-            Err(reason) => BackendStatus { name: kind.name(), present: false, reason: Some(reason), info: None },
+            Ok(b) => BackendStatus {
+                name: kind.name(),
+                present: true,
+                reason: None,
+                info: Some(b.info()),
+            },
+            Err(reason) => BackendStatus {
+                name: kind.name(),
+                present: false,
+                reason: Some(reason),
+                info: None,
+            },
         })
         .collect();
     let (auto, auto_error) = match Device::auto() {
@@ -119,9 +139,17 @@ fn info(json: bool) -> Result<(), Error> {
         ),
         Err(e) => (None, Some(e.to_string())),
     };
-    let report = InfoReport { webtensor_version: env!("CARGO_PKG_VERSION"), backends, auto, auto_error };
+    let report = InfoReport {
+        webtensor_version: env!("CARGO_PKG_VERSION"),
+        backends,
+        auto,
+        auto_error,
+    };
     if json {
-        println!("{}", serde_json::to_string_pretty(&report).expect("the report serialises"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("the report serialises")
+        );
     } else {
         print!("{}", info_text(&report));
     }
@@ -162,16 +190,27 @@ fn info_text(report: &InfoReport) -> String {
                 field("api", i.api.clone());
                 field("features", i.features.join(", "));
                 field("simd", i.simd.clone().unwrap_or_default());
-                field("threads", i.threads.map(|t| t.to_string()).unwrap_or_default());
+                field(
+                    "threads",
+                    i.threads.map(|t| t.to_string()).unwrap_or_default(),
+                );
                 for (name, value) in &i.limits {
-                    let shown = if name.ends_with("size") { bytes(*value) } else { value.to_string() };
+                    let shown = if name.ends_with("size") {
+                        bytes(*value)
+                    } else {
+                        value.to_string()
+                    };
                     field("limit", format!("{name} = {shown}"));
                 }
                 let missing: Vec<_> = i.missing_ops.iter().map(|o| o.name()).collect();
                 field("falls back", missing.join(", "));
             }
             (None, reason) => {
-                out += &format!("{:<10} absent   {}\n", b.name, reason.clone().unwrap_or_default());
+                out += &format!(
+                    "{:<10} absent   {}\n",
+                    b.name,
+                    reason.clone().unwrap_or_default()
+                );
             }
         }
         out += "\n";
@@ -179,7 +218,11 @@ fn info_text(report: &InfoReport) -> String {
     match (&report.auto, &report.auto_error) {
         (Some(a), _) => {
             let chain: Vec<_> = a.chain.iter().map(|k| k.name()).collect();
-            out += &format!("auto picks: {}   (chain: {})\n", a.backend, chain.join(" → "));
+            out += &format!(
+                "auto picks: {}   (chain: {})\n",
+                a.backend,
+                chain.join(" → ")
+            );
             for d in &a.decisions {
                 out += &format!("  {:<10} {}\n", d.kind.name(), d.reason);
             }
@@ -190,14 +233,23 @@ fn info_text(report: &InfoReport) -> String {
     out
 }
 
-fn bench(backends: &[String], ops: &[String], size: SizeArg, runs: u32, json: bool) -> Result<(), Error> {
+fn bench(
+    backends: &[String],
+    ops: &[String],
+    size: SizeArg,
+    runs: u32,
+    json: bool,
+) -> Result<(), Error> {
     let backends = if backends.is_empty() {
         BackendKind::ALL
             .into_iter()
             .filter(|&k| k != BackendKind::Reference && registry::get(k).is_ok())
             .collect()
     } else {
-        backends.iter().map(|n| BackendKind::parse(n)).collect::<Result<Vec<_>, _>>()?
+        backends
+            .iter()
+            .map(|n| BackendKind::parse(n))
+            .collect::<Result<Vec<_>, _>>()?
     };
     let ops = ops
         .iter()
@@ -215,10 +267,21 @@ fn bench(backends: &[String], ops: &[String], size: SizeArg, runs: u32, json: bo
         SizeArg::Small => Size::Small,
         SizeArg::Medium => Size::Medium,
     };
-    let config = BenchConfig { backends, ops, size, runs: runs as usize, ..BenchConfig::default() };
-    let bar = if std::io::stderr().is_terminal() { ProgressBar::new(0) } else { ProgressBar::hidden() };
+    let config = BenchConfig {
+        backends,
+        ops,
+        size,
+        runs: runs as usize,
+        ..BenchConfig::default()
+    };
+    let bar = if std::io::stderr().is_terminal() {
+        ProgressBar::new(0)
+    } else {
+        ProgressBar::hidden()
+    };
     bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let report = bench::run(&config, |done, total, label| {
         bar.set_length(total as u64);
@@ -227,7 +290,10 @@ fn bench(backends: &[String], ops: &[String], size: SizeArg, runs: u32, json: bo
     })?;
     bar.finish_and_clear();
     if json {
-        println!("{}", serde_json::to_string_pretty(&report).expect("the report serialises"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("the report serialises")
+        );
     } else {
         print!("{}", bench::report::table(&report));
     }

@@ -7,7 +7,10 @@ use crate::tensor::{DType, Tensor};
 
 fn unary(name: &'static str, x: &Tensor, op: UnaryOp) -> Result<Tensor> {
     expect_dtype(name, "x", x, DType::F32)?;
-    let spec = OpSpec::Unary { op, len: x.shape().numel() };
+    let spec = OpSpec::Unary {
+        op,
+        len: x.shape().numel(),
+    };
     dispatch(name, spec, &[x], x.shape().clone(), DType::F32, None)
 }
 
@@ -26,9 +29,20 @@ fn binary(name: &'static str, a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Te
     }
     let (len, rhs_len) = (a.shape().numel(), b.shape().numel());
     if rhs_len == 0 && len != 0 {
-        return Err(Error::shape(name, "`b` is empty but `a` is not", &[a.shape(), b.shape()]));
+        return Err(Error::shape(
+            name,
+            "`b` is empty but `a` is not",
+            &[a.shape(), b.shape()],
+        ));
     }
-    dispatch(name, OpSpec::Binary { op, len, rhs_len }, &[a, b], a.shape().clone(), DType::F32, None)
+    dispatch(
+        name,
+        OpSpec::Binary { op, len, rhs_len },
+        &[a, b],
+        a.shape().clone(),
+        DType::F32,
+        None,
+    )
 }
 
 /// `a + b`, with `b` repeated along `a`'s leading axes when it has only its trailing ones.

@@ -15,13 +15,20 @@ pub fn embedding(table: &Tensor, ids: &Tensor) -> Result<Tensor> {
     expect_dtype("embedding", "table", table, DType::F32)?;
     expect_dtype("embedding", "ids", ids, DType::U32)?;
     let &[vocab, dim] = table.dims() else {
-        return Err(Error::shape("embedding", "`table` must be [vocab, dim]", &[table.shape()]));
+        return Err(Error::shape(
+            "embedding",
+            "`table` must be [vocab, dim]",
+            &[table.shape()],
+        ));
     };
     if let Some(bound) = ids.index_bound() {
         if bound as usize > vocab {
             return Err(Error::invalid(
                 "embedding",
-                format!("id {} is out of range for a table of {vocab} rows", bound - 1),
+                format!(
+                    "id {} is out of range for a table of {vocab} rows",
+                    bound - 1
+                ),
             ));
         }
     }
@@ -29,5 +36,12 @@ pub fn embedding(table: &Tensor, ids: &Tensor) -> Result<Tensor> {
     let mut out_dims = ids.dims().to_vec();
     out_dims.push(dim);
     let spec = OpSpec::Embedding { vocab, dim, count };
-    dispatch("embedding", spec, &[table, ids], Shape::from(out_dims), DType::F32, None)
+    dispatch(
+        "embedding",
+        spec,
+        &[table, ids],
+        Shape::from(out_dims),
+        DType::F32,
+        None,
+    )
 }

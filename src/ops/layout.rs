@@ -10,21 +10,33 @@ use crate::tensor::{Shape, Tensor};
 pub fn permute(x: &Tensor, perm: &[usize]) -> Result<Tensor> {
     let rank = x.shape().rank();
     let mut seen = vec![false; rank];
-    let valid = perm.len() == rank && perm.iter().all(|&p| p < rank && !std::mem::replace(&mut seen[p], true));
+    let valid = perm.len() == rank
+        && perm
+            .iter()
+            .all(|&p| p < rank && !std::mem::replace(&mut seen[p], true));
     if !valid {
         return Err(Error::invalid(
             "permute",
-            format!("{perm:?} is not a permutation of the {rank} axes of a {} tensor", x.shape()),
+            format!(
+                "{perm:?} is not a permutation of the {rank} axes of a {} tensor",
+                x.shape()
+            ),
         ));
     }
     if rank > OpSpec::MAX_PERMUTE_RANK {
         return Err(Error::invalid(
             "permute",
-            format!("rank {rank} is above the supported {}", OpSpec::MAX_PERMUTE_RANK),
+            format!(
+                "rank {rank} is above the supported {}",
+                OpSpec::MAX_PERMUTE_RANK
+            ),
         ));
     }
     let out_shape = Shape::from(perm.iter().map(|&p| x.dims()[p]).collect::<Vec<_>>());
-    let spec = OpSpec::Permute { in_shape: x.dims().to_vec(), perm: perm.to_vec() };
+    let spec = OpSpec::Permute {
+        in_shape: x.dims().to_vec(),
+        perm: perm.to_vec(),
+    };
     dispatch("permute", spec, &[x], out_shape, x.dtype(), x.index_bound())
 }
 

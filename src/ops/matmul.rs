@@ -22,14 +22,30 @@ fn product(op: &'static str, a: &Tensor, b: &Tensor, rhs_transposed: bool) -> Re
     expect_dtype(op, "b", b, DType::F32)?;
     let (ad, bd) = (a.dims(), b.dims());
     if ad.len() < 2 || bd.len() < 2 {
-        return Err(Error::shape(op, "both operands need rank ≥ 2", &[a.shape(), b.shape()]));
+        return Err(Error::shape(
+            op,
+            "both operands need rank ≥ 2",
+            &[a.shape(), b.shape()],
+        ));
     }
     let (m, k) = (ad[ad.len() - 2], ad[ad.len() - 1]);
     let (b_rows, b_cols) = (bd[bd.len() - 2], bd[bd.len() - 1]);
-    let (kb, n) = if rhs_transposed { (b_cols, b_rows) } else { (b_rows, b_cols) };
+    let (kb, n) = if rhs_transposed {
+        (b_cols, b_rows)
+    } else {
+        (b_rows, b_cols)
+    };
     if k != kb {
-        let what = if rhs_transposed { "the last axes of `a` and `b`" } else { "the last axis of `a` and the second-last of `b`" };
-        return Err(Error::shape(op, format!("{what} must match (k = {k} vs {kb})"), &[a.shape(), b.shape()]));
+        let what = if rhs_transposed {
+            "the last axes of `a` and `b`"
+        } else {
+            "the last axis of `a` and the second-last of `b`"
+        };
+        return Err(Error::shape(
+            op,
+            format!("{what} must match (k = {k} vs {kb})"),
+            &[a.shape(), b.shape()],
+        ));
     }
     let batch_dims = &ad[..ad.len() - 2];
     let rhs_batched = bd.len() > 2;
@@ -48,6 +64,13 @@ fn product(op: &'static str, a: &Tensor, b: &Tensor, rhs_transposed: bool) -> Re
         // An empty sum: every output element is 0.
         return Tensor::zeros(a.device(), out_shape);
     }
-    let spec = OpSpec::Matmul(MatmulSpec { batch, m, n, k, rhs_transposed, rhs_batched });
+    let spec = OpSpec::Matmul(MatmulSpec {
+        batch,
+        m,
+        n,
+        k,
+        rhs_transposed,
+        rhs_batched,
+    });
     dispatch(op, spec, &[a, b], out_shape, DType::F32, None)
 }

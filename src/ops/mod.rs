@@ -53,14 +53,24 @@ pub(crate) fn dispatch(
         }
     }
     let backend = device.backend_for(spec.kind(), inputs[0].dtype()).clone();
-    let moved = inputs.iter().map(|t| t.to_backend(&backend)).collect::<Result<Vec<_>>>()?;
+    let moved = inputs
+        .iter()
+        .map(|t| t.to_backend(&backend))
+        .collect::<Result<Vec<_>>>()?;
     let storage = if shape.numel() == 0 {
         backend.upload(empty_host(dtype))?
     } else {
         let storages: Vec<_> = moved.iter().map(|t| t.storage()).collect();
         backend.execute(&spec, &storages)?
     };
-    Ok(Tensor::from_parts(storage, shape, dtype, backend, device.clone(), index_bound))
+    Ok(Tensor::from_parts(
+        storage,
+        shape,
+        dtype,
+        backend,
+        device.clone(),
+        index_bound,
+    ))
 }
 
 fn empty_host(dtype: DType) -> crate::backend::HostData {
@@ -71,9 +81,19 @@ fn empty_host(dtype: DType) -> crate::backend::HostData {
 }
 
 /// Fails unless `t` has dtype `expected`.
-pub(crate) fn expect_dtype(op: &'static str, argument: &'static str, t: &Tensor, expected: DType) -> Result<()> {
+pub(crate) fn expect_dtype(
+    op: &'static str,
+    argument: &'static str,
+    t: &Tensor,
+    expected: DType,
+) -> Result<()> {
     if t.dtype() != expected {
-        return Err(Error::DTypeMismatch { op, argument, expected, got: t.dtype() });
+        return Err(Error::DTypeMismatch {
+            op,
+            argument,
+            expected,
+            got: t.dtype(),
+        });
     }
     Ok(())
 }
@@ -81,7 +101,11 @@ pub(crate) fn expect_dtype(op: &'static str, argument: &'static str, t: &Tensor,
 /// Fails unless `t` has at least `rank` dimensions.
 pub(crate) fn expect_min_rank(op: &'static str, t: &Tensor, rank: usize) -> Result<()> {
     if t.shape().rank() < rank {
-        return Err(Error::shape(op, format!("needs a tensor of rank ≥ {rank}"), &[t.shape()]));
+        return Err(Error::shape(
+            op,
+            format!("needs a tensor of rank ≥ {rank}"),
+            &[t.shape()],
+        ));
     }
     Ok(())
 }
@@ -89,7 +113,10 @@ pub(crate) fn expect_min_rank(op: &'static str, t: &Tensor, rank: usize) -> Resu
 /// Fails unless `v` is finite: epsilons, scales and thetas must be real numbers.
 pub(crate) fn expect_finite(op: &'static str, name: &str, v: f32) -> Result<()> {
     if !v.is_finite() {
-        return Err(Error::invalid(op, format!("`{name}` must be finite, got {v}")));
+        return Err(Error::invalid(
+            op,
+            format!("`{name}` must be finite, got {v}"),
+        ));
     }
     Ok(())
 }

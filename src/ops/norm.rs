@@ -28,13 +28,35 @@ fn check(op: &'static str, x: &Tensor, params: &[(&'static str, &Tensor)], eps: 
 /// RMS normalisation over the last axis: `x / sqrt(mean(x²) + eps) · weight`.
 pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f32) -> Result<Tensor> {
     check("rms_norm", x, &[("weight", weight)], eps)?;
-    let spec = OpSpec::RmsNorm { rows: x.shape().rows(), cols: x.shape().last_dim(), eps };
-    dispatch("rms_norm", spec, &[x, weight], x.shape().clone(), DType::F32, None)
+    let spec = OpSpec::RmsNorm {
+        rows: x.shape().rows(),
+        cols: x.shape().last_dim(),
+        eps,
+    };
+    dispatch(
+        "rms_norm",
+        spec,
+        &[x, weight],
+        x.shape().clone(),
+        DType::F32,
+        None,
+    )
 }
 
 /// Layer normalisation over the last axis: `(x − mean) / sqrt(var + eps) · weight + bias`.
 pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f32) -> Result<Tensor> {
     check("layer_norm", x, &[("weight", weight), ("bias", bias)], eps)?;
-    let spec = OpSpec::LayerNorm { rows: x.shape().rows(), cols: x.shape().last_dim(), eps };
-    dispatch("layer_norm", spec, &[x, weight, bias], x.shape().clone(), DType::F32, None)
+    let spec = OpSpec::LayerNorm {
+        rows: x.shape().rows(),
+        cols: x.shape().last_dim(),
+        eps,
+    };
+    dispatch(
+        "layer_norm",
+        spec,
+        &[x, weight, bias],
+        x.shape().clone(),
+        DType::F32,
+        None,
+    )
 }

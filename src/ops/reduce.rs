@@ -12,11 +12,18 @@ pub fn argmax(x: &Tensor) -> Result<Tensor> {
     expect_min_rank("argmax", x, 1)?;
     let cols = x.shape().last_dim();
     if cols == 0 {
-        return Err(Error::shape("argmax", "the last axis is empty: there is no maximum", &[x.shape()]));
+        return Err(Error::shape(
+            "argmax",
+            "the last axis is empty: there is no maximum",
+            &[x.shape()],
+        ));
     }
     let dims = x.dims();
     let out_shape = Shape::from(&dims[..dims.len() - 1]);
     let bound = u32::try_from(cols).ok();
-    let spec = OpSpec::Argmax { rows: x.shape().rows(), cols };
+    let spec = OpSpec::Argmax {
+        rows: x.shape().rows(),
+        cols,
+    };
     dispatch("argmax", spec, &[x], out_shape, DType::U32, bound)
 }

@@ -13,10 +13,17 @@ pub fn rope(x: &Tensor, positions: &Tensor, theta: f32, layout: RopeLayout) -> R
     expect_dtype("rope", "positions", positions, DType::U32)?;
     expect_finite("rope", "theta", theta)?;
     if theta <= 1.0 {
-        return Err(Error::invalid("rope", format!("`theta` must be > 1, got {theta}")));
+        return Err(Error::invalid(
+            "rope",
+            format!("`theta` must be > 1, got {theta}"),
+        ));
     }
     let &[rows, heads, head_dim] = x.dims() else {
-        return Err(Error::shape("rope", "`x` must be [tokens, heads, head_dim]", &[x.shape()]));
+        return Err(Error::shape(
+            "rope",
+            "`x` must be [tokens, heads, head_dim]",
+            &[x.shape()],
+        ));
     };
     if head_dim % 2 != 0 {
         return Err(Error::shape("rope", "head_dim must be even", &[x.shape()]));
@@ -28,6 +35,19 @@ pub fn rope(x: &Tensor, positions: &Tensor, theta: f32, layout: RopeLayout) -> R
             &[x.shape(), positions.shape()],
         ));
     }
-    let spec = OpSpec::Rope { rows, heads, head_dim, theta, layout };
-    dispatch("rope", spec, &[x, positions], x.shape().clone(), DType::F32, None)
+    let spec = OpSpec::Rope {
+        rows,
+        heads,
+        head_dim,
+        theta,
+        layout,
+    };
+    dispatch(
+        "rope",
+        spec,
+        &[x, positions],
+        x.shape().clone(),
+        DType::F32,
+        None,
+    )
 }

@@ -9,7 +9,11 @@ use crate::tensor::{DType, Tensor};
 pub fn softmax(x: &Tensor) -> Result<Tensor> {
     expect_dtype("softmax", "x", x, DType::F32)?;
     expect_min_rank("softmax", x, 1)?;
-    let spec = OpSpec::Softmax { rows: x.shape().rows(), cols: x.shape().last_dim(), causal: None };
+    let spec = OpSpec::Softmax {
+        rows: x.shape().rows(),
+        cols: x.shape().last_dim(),
+        causal: None,
+    };
     dispatch("softmax", spec, &[x], x.shape().clone(), DType::F32, None)
 }
 
@@ -24,11 +28,24 @@ pub fn softmax_causal(x: &Tensor) -> Result<Tensor> {
     if queries > keys {
         return Err(Error::shape(
             "softmax_causal",
-            format!("needs queries ≤ keys in the last two axes, got {queries} queries over {keys} keys"),
+            format!(
+                "needs queries ≤ keys in the last two axes, got {queries} queries over {keys} keys"
+            ),
             &[x.shape()],
         ));
     }
     let causal = (queries > 0).then_some(queries);
-    let spec = OpSpec::Softmax { rows: x.shape().rows(), cols: keys, causal };
-    dispatch("softmax_causal", spec, &[x], x.shape().clone(), DType::F32, None)
+    let spec = OpSpec::Softmax {
+        rows: x.shape().rows(),
+        cols: keys,
+        causal,
+    };
+    dispatch(
+        "softmax_causal",
+        spec,
+        &[x],
+        x.shape().clone(),
+        DType::F32,
+        None,
+    )
 }
