@@ -352,7 +352,7 @@ impl DeviceBuilder {
 fn source_label(source: &PrioritySource) -> String {
     match source {
         PrioritySource::Default => "default".into(),
-        PrioritySource::Environment => format!("{BACKEND_ENV}"),
+        PrioritySource::Environment => BACKEND_ENV.to_string(),
         PrioritySource::ConfigFile(p) => p.clone(),
         PrioritySource::Explicit => "given".into(),
     }

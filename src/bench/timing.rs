@@ -91,7 +91,8 @@ fn check(got: &[f32], want: &[f32]) -> std::result::Result<(), String> {
     let scale = want.iter().fold(1f32, |m, v| m.max(v.abs())) as f64;
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let err = (g as f64 - w as f64).abs();
-        if !(err <= CHECK_TOLERANCE * scale) {
+        // Written so that a NaN error fails the check too.
+        if err.is_nan() || err > CHECK_TOLERANCE * scale {
             return Err(format!("element {i}: got {g}, reference {w}"));
         }
     }

@@ -161,10 +161,10 @@ fn dot4_scalar(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
     let mut acc = [[0f32; 8]; 4];
     let chunks = a.len() / 8;
     for c in 0..chunks {
-        for (r, row) in b.iter().enumerate() {
-            for l in 0..8 {
-                let i = c * 8 + l;
-                acc[r][l] = a[i].mul_add(row[i], acc[r][l]);
+        let a_chunk = &a[c * 8..c * 8 + 8];
+        for (acc_row, row) in acc.iter_mut().zip(&b) {
+            for ((lane, &x), &y) in acc_row.iter_mut().zip(a_chunk).zip(&row[c * 8..c * 8 + 8]) {
+                *lane = x.mul_add(y, *lane);
             }
         }
     }
