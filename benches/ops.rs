@@ -19,7 +19,9 @@ fn devices() -> Vec<Device> {
 }
 
 fn values(n: usize) -> Vec<f32> {
-    (0..n).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect()
+    (0..n)
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect()
 }
 
 fn tensor(dev: &Device, shape: &[usize]) -> Tensor {
@@ -41,7 +43,10 @@ fn bench_ops(c: &mut Criterion) {
     for dev in devices() {
         let name = dev.backend_name();
         let mut group = c.benchmark_group(format!("ops/{name}"));
-        group.sample_size(20).measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
+        group
+            .sample_size(20)
+            .measurement_time(Duration::from_secs(2))
+            .warm_up_time(Duration::from_millis(500));
 
         let x1 = tensor(&dev, &[1, d]);
         let w = tensor(&dev, &[ffn, d]);
