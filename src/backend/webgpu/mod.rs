@@ -1,27 +1,338 @@
-//! Placeholder: the wgpu backend is being written.
-use crate::backend::*;
-use crate::error::Result;
+//! The `wgpu` backend: WGSL compute shaders on Vulkan, Metal, DX12 and WebGPU.
+//!
+//! How it fits together:
+//!
+//! * `context` opens the adapter and device (with the adapter's real limits) and reports
+//!   what it found.
+//! * `pool` holds tensor memory: [`GpuBuffer`] handles whose buffers are recycled by size
+//!   class when the last handle drops.
+//! * `pipelines` compiles each shader of `shaders/` once and caches a pipeline per entry
+//!   point.
+//! * `recorder` keeps one open command encoder and the per-batch parameter arena:
+//!   [`Backend::execute`] only records, and work is submitted at [`Backend::download`],
+//!   [`Backend::synchronize`], or when the arena is full.
+//! * `kernels` turns each [`OpSpec`] into parameters, a kernel and a grid.
+//! * `readback` copies results to the host: blocking natively, as a future in the browser
+//!   ([`WgpuBackend::download_async`]).
+//!
+//! Tensors larger than one storage binding are refused with [`Error::TensorTooLarge`]; wgpu
+//! errors (validation, out of memory, device loss) become [`Error::Backend`] at the next call.
 
-/// A wgpu buffer.
-#[derive(Clone, Debug)]
-pub struct GpuBuffer;
+mod context;
+mod kernels;
+mod pipelines;
+mod pool;
+mod readback;
+mod recorder;
 
-/// The wgpu backend.
-#[derive(Debug)]
-pub struct WgpuBackend;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub use pool::GpuBuffer;
+
+use self::context::GpuContext;
+use self::kernels::{Encoder, Operand};
+use self::pipelines::Pipelines;
+use self::pool::BufferPool;
+use self::readback::Readback;
+use self::recorder::Recorder;
+use crate::backend::spec::rope_inv_freq;
+use crate::backend::{Backend, BackendInfo, BackendKind, HostData, OpSpec, Storage};
+use crate::error::{Error, Result};
+use crate::tensor::DType;
+
+/// The wgpu backend: one adapter and device, shared by every [`crate::Device`] that uses it.
+pub struct WgpuBackend {
+    ctx: GpuContext,
+    pool: Arc<BufferPool>,
+    pipelines: Pipelines,
+    recorder: Mutex<Recorder>,
+    /// Rope frequency tables by (theta bits, head_dim).
+    rope_tables: Mutex<HashMap<(u32, usize), GpuBuffer>>,
+}
+
+impl fmt::Debug for WgpuBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WgpuBackend")
+            .field("adapter", &self.ctx.adapter_info.name)
+            .field("backend", &self.ctx.adapter_info.backend)
+            .finish_non_exhaustive()
+    }
+}
 
 impl WgpuBackend {
-    /// Starts the backend.
+    /// Starts the backend on the best adapter (blocking). `Err` says in words why no adapter
+    /// or device is available. In the browser, use [`WgpuBackend::new_async`].
     pub fn new() -> std::result::Result<Self, String> {
-        Err("not yet written".into())
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            pollster::block_on(Self::new_async())
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            Err(
+                "the wgpu backend must be started with WgpuBackend::new_async in the browser"
+                    .into(),
+            )
+        }
+    }
+
+    /// Starts the backend on the best adapter without blocking.
+    pub async fn new_async() -> std::result::Result<Self, String> {
+        let ctx = GpuContext::new().await?;
+        let (max_binding, _) = ctx.max_binding();
+        let pool = BufferPool::new(ctx.device.clone(), max_binding);
+        let pipelines = Pipelines::new(&ctx.device);
+        let recorder = Mutex::new(Recorder::new(&ctx));
+        if let Some(e) = ctx.errors.take() {
+            return Err(format!("the wgpu device failed to start: {e}"));
+        }
+        Ok(WgpuBackend {
+            ctx,
+            pool,
+            pipelines,
+            recorder,
+            rope_tables: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Fails with [`Error::TensorTooLarge`] when a buffer of `bytes` cannot be bound.
+    fn check_size(&self, op: &'static str, bytes: u64) -> Result<()> {
+        let (limit, limit_name) = self.ctx.max_binding();
+        if bytes > limit {
+            return Err(Error::TensorTooLarge {
+                op,
+                backend: "wgpu".into(),
+                bytes,
+                limit_name,
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    /// Turns errors wgpu reported since the last check into an error.
+    fn check_errors(&self) -> Result<()> {
+        match self.ctx.errors.take() {
+            Some(e) => Err(Error::backend("wgpu", e)),
+            None => Ok(()),
+        }
+    }
+
+    fn recorder(&self) -> Result<MutexGuard<'_, Recorder>> {
+        self.recorder
+            .lock()
+            .map_err(|_| Error::backend("wgpu", "the recorder lock was poisoned"))
+    }
+
+    /// A pooled buffer for `len` elements of `dtype`, contents undefined.
+    fn alloc(&self, op: &'static str, len: usize, dtype: DType) -> Result<GpuBuffer> {
+        let bytes = (len as u64).saturating_mul(dtype.size_in_bytes() as u64);
+        self.check_size(op, bytes)?;
+        let buffer = self.pool.take(self.pool.size_class(bytes));
+        Ok(GpuBuffer::new(buffer, len, dtype, &self.pool))
+    }
+
+    /// A new buffer holding `bytes`, written through a mapping at creation (never with
+    /// `write_buffer`, which could overtake recorded work; see `recorder`).
+    fn upload_bytes(
+        &self,
+        op: &'static str,
+        bytes: &[u8],
+        len: usize,
+        dtype: DType,
+    ) -> Result<GpuBuffer> {
+        self.check_size(op, bytes.len() as u64)?;
+        let buffer = self
+            .pool
+            .create_mapped(self.pool.size_class(bytes.len() as u64));
+        if !bytes.is_empty() {
+            let mut view = buffer.slice(..).get_mapped_range_mut().map_err(|e| {
+                Error::backend("wgpu", format!("{op}: mapping a new buffer failed: {e}"))
+            })?;
+            view.slice(..bytes.len()).copy_from_slice(bytes);
+        }
+        buffer.unmap();
+        self.check_errors()?;
+        Ok(GpuBuffer::new(buffer, len, dtype, &self.pool))
+    }
+
+    /// The rope frequency table for (theta, head_dim), uploaded once.
+    fn rope_table(&self, theta: f32, head_dim: usize) -> Result<GpuBuffer> {
+        let mut tables = self
+            .rope_tables
+            .lock()
+            .map_err(|_| Error::backend("wgpu", "the rope table lock was poisoned"))?;
+        if let Some(t) = tables.get(&(theta.to_bits(), head_dim)) {
+            return Ok(t.clone());
+        }
+        let freqs = rope_inv_freq(theta, head_dim);
+        let table = self.upload_bytes(
+            "rope",
+            bytemuck::cast_slice(&freqs),
+            freqs.len(),
+            DType::F32,
+        )?;
+        tables.insert((theta.to_bits(), head_dim), table.clone());
+        Ok(table)
+    }
+
+    /// Submits everything recorded and waits for the device to finish it.
+    fn submit_and_wait(&self) -> Result<()> {
+        self.recorder()?.submit(&self.ctx);
+        self.ctx
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::backend("wgpu", format!("waiting for the device failed: {e}")))?;
+        self.check_errors()
+    }
+
+    /// Runs everything recorded that `storage` depends on and copies it to the host, without
+    /// blocking the browser's event loop: the form of [`Backend::download`] for wasm32.
+    /// Natively it blocks until the device has finished, then resolves at once.
+    pub async fn download_async(&self, storage: &Storage) -> Result<HostData> {
+        let src = gpu_storage("download", storage)?;
+        if src.byte_len() == 0 {
+            self.check_errors()?;
+            return Ok(empty_host(src.dtype()));
+        }
+        let readback = Readback::start(&self.ctx, &mut *self.recorder()?, src);
+        // Natively this waits for the submission and runs the mapping callback; on the web it
+        // returns at once and the browser delivers the callback.
+        self.ctx
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::backend("wgpu", format!("waiting for the device failed: {e}")))?;
+        self.check_errors()?;
+        let host = readback.into_host().await?;
+        self.check_errors()?;
+        Ok(host)
+    }
+}
+
+/// The wgpu buffer of a storage, or an error naming `op`.
+fn gpu_storage<'a>(op: &str, storage: &'a Storage) -> Result<&'a GpuBuffer> {
+    match storage {
+        Storage::Wgpu(b) => Ok(b),
+        _ => Err(Error::backend(
+            "wgpu",
+            format!("{op}: an input is not in wgpu memory"),
+        )),
+    }
+}
+
+fn empty_host(dtype: DType) -> HostData {
+    match dtype {
+        DType::F32 => HostData::F32(Vec::new()),
+        DType::U32 => HostData::U32(Vec::new()),
     }
 }
 
 impl Backend for WgpuBackend {
-    fn kind(&self) -> BackendKind { BackendKind::Wgpu }
-    fn info(&self) -> BackendInfo { unimplemented!() }
-    fn upload(&self, _data: HostData) -> Result<Storage> { unimplemented!() }
-    fn download(&self, _storage: &Storage) -> Result<HostData> { unimplemented!() }
-    fn copy(&self, x: &Storage, len: usize) -> Result<Storage> { reference::ReferenceBackend.copy(x, len) }
-    fn execute(&self, _spec: &OpSpec, _inputs: &[&Storage]) -> Result<Storage> { unimplemented!() }
+    fn kind(&self) -> BackendKind {
+        BackendKind::Wgpu
+    }
+
+    fn info(&self) -> BackendInfo {
+        self.ctx.info()
+    }
+
+    fn upload(&self, data: HostData) -> Result<Storage> {
+        let dtype = data.dtype();
+        let bytes: &[u8] = match &data {
+            HostData::F32(v) => bytemuck::cast_slice(v),
+            HostData::U32(v) => bytemuck::cast_slice(v),
+        };
+        Ok(Storage::Wgpu(self.upload_bytes(
+            "upload",
+            bytes,
+            data.len(),
+            dtype,
+        )?))
+    }
+
+    fn download(&self, storage: &Storage) -> Result<HostData> {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            pollster::block_on(self.download_async(storage))
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            let _ = storage;
+            Err(Error::backend(
+                "wgpu",
+                "a blocking readback is impossible in the browser; use the async readback \
+                 (WgpuBackend::download_async)",
+            ))
+        }
+    }
+
+    fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage> {
+        let op = spec.kind().name();
+        let buffers = inputs
+            .iter()
+            .map(|s| gpu_storage(op, s))
+            .collect::<Result<Vec<_>>>()?;
+        for b in &buffers {
+            self.check_size(op, b.byte_len())?;
+        }
+        let table = match spec {
+            OpSpec::Rope {
+                theta, head_dim, ..
+            } => Some(self.rope_table(*theta, *head_dim)?),
+            _ => None,
+        };
+        let mut operands: Vec<Operand<'_>> = buffers
+            .iter()
+            .map(|b| Operand {
+                buffer: b.raw(),
+                len: b.len(),
+                dtype: b.dtype(),
+            })
+            .collect();
+        if let Some(t) = &table {
+            operands.push(Operand {
+                buffer: t.raw(),
+                len: t.len(),
+                dtype: t.dtype(),
+            });
+        }
+        let out_dtype = match spec {
+            OpSpec::Argmax { .. } => DType::U32,
+            OpSpec::Permute { .. } => buffers.first().map_or(DType::F32, |b| b.dtype()),
+            _ => DType::F32,
+        };
+        let out = self.alloc(op, spec.output_len(), out_dtype)?;
+        {
+            let mut rec = self.recorder()?;
+            let mut encoder = Encoder {
+                ctx: &self.ctx,
+                pipelines: &self.pipelines,
+                recorder: &mut rec,
+            };
+            encoder.encode(spec, out.raw(), &operands)?;
+        }
+        self.check_errors()?;
+        Ok(Storage::Wgpu(out))
+    }
+
+    fn copy(&self, x: &Storage, len: usize) -> Result<Storage> {
+        let src = gpu_storage("copy", x)?;
+        if len > src.len() {
+            return Err(Error::invalid(
+                "copy",
+                format!("cannot copy {len} elements from a buffer of {}", src.len()),
+            ));
+        }
+        let out = self.alloc("copy", len, src.dtype())?;
+        let bytes = len as u64 * src.dtype().size_in_bytes() as u64;
+        self.recorder()?
+            .copy(&self.ctx, src.raw(), out.raw(), bytes);
+        Ok(Storage::Wgpu(out))
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.submit_and_wait()
+    }
 }

@@ -1,0 +1,239 @@
+// Matrix-vector products for small m (decode: m = 1..4 rows per batch).
+//
+// The tiled kernel would waste 60 of its 64 tile rows here, so these kernels spread the k axis
+// over threads instead and read each rhs element once for all m rows.
+//
+// * matvec_t / matvec_t_scalar — rhs stored [n, k] (a linear layer's weight): a workgroup of
+//   64×4 threads computes 4 output columns; the 64 threads of one column stride over its k
+//   elements (consecutive threads read consecutive addresses; vec4 loads when k % 4 == 0),
+//   then a tree reduction in workgroup memory combines their partial sums.
+// * matvec_kn / matvec_kn_vec4 — rhs stored [k, n]: each thread owns one column (four with
+//   vec4 loads when n % 4 == 0); the 4 thread rows of a workgroup split k into interleaved
+//   slices and are summed at the end. Consecutive threads read consecutive columns.
+//
+// The operands are bound as arrays of vec4 (every webtensor buffer is a multiple of 16 bytes);
+// the scalar paths read element e as v[e / 4][e % 4].
+//
+// Loop budget: Mesa's llvmpipe/lavapipe silently ends loops once a shader invocation has run
+// 65535 loop iterations in total, so the up-to-4 rows are unrolled (guarded by m) rather than
+// looped over inside the k loop: one iteration per k step, which allows k up to 16M (matvec_t)
+// or 1M (matvec_kn, four k steps per iteration) there.
+//
+// Grid: x = column groups (plus col_group0 when the host splits the grid), y = batch (plus
+// batch0). Bindings: 0 = params, 1 = output [batch, m, n], 2 = a [batch, m, k], 3 = rhs.
+
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    // Elements between consecutive rhs matrices: n·k, or 0 when one rhs is shared.
+    rhs_stride: u32,
+    col_group0: u32,
+    batch0: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+@group(0) @binding(2) var<storage, read> a: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> rhs: array<vec4<f32>>;
+
+var<workgroup> red: array<f32, 256>;
+var<workgroup> red4: array<vec4<f32>, 256>;
+
+fn a_at(e: u32) -> f32 {
+    return a[e >> 2u][e & 3u];
+}
+
+fn rhs_at(e: u32) -> f32 {
+    return rhs[e >> 2u][e & 3u];
+}
+
+// Per-thread partial sums of the up to four rows of a.
+var<private> acc: vec4<f32>;
+
+// Sums `v` over the 64 threads of row y of the workgroup; the total is valid in thread x = 0.
+// Called by all threads.
+fn sum_64(x: u32, y: u32, v: f32) -> f32 {
+    red[y * 64u + x] = v;
+    workgroupBarrier();
+    for (var stride = 32u; stride > 0u; stride = stride / 2u) {
+        if (x < stride) {
+            red[y * 64u + x] = red[y * 64u + x] + red[y * 64u + x + stride];
+        }
+        workgroupBarrier();
+    }
+    let total = red[y * 64u];
+    workgroupBarrier();
+    return total;
+}
+
+// Writes the thread's accumulators for rows 0..m of column `col` (thread x = 0 only), after
+// summing them over the 64 threads that share the column.
+fn finish_t(x: u32, y: u32, col: u32, batch: u32) {
+    for (var mi = 0u; mi < p.m; mi = mi + 1u) {
+        let s = sum_64(x, y, acc[mi]);
+        if (x == 0u && col < p.n) {
+            out[(batch * p.m + mi) * p.n + col] = s;
+        }
+    }
+}
+
+@compute @workgroup_size(64, 4)
+fn matvec_t(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let x = lid.x;
+    let y = lid.y;
+    let col = (wid.x + p.col_group0) * 4u + y;
+    let batch = wid.y + p.batch0;
+    let k4 = p.k / 4u;
+    if (col < p.n) {
+        let w_base = (batch * p.rhs_stride + col * p.k) / 4u;
+        let a0 = batch * p.m * k4;
+        let m = p.m;
+        for (var q = x; q < k4; q = q + 64u) {
+            let w = rhs[w_base + q];
+            acc.x = acc.x + dot(a[a0 + q], w);
+            if (m > 1u) {
+                acc.y = acc.y + dot(a[a0 + k4 + q], w);
+            }
+            if (m > 2u) {
+                acc.z = acc.z + dot(a[a0 + 2u * k4 + q], w);
+            }
+            if (m > 3u) {
+                acc.w = acc.w + dot(a[a0 + 3u * k4 + q], w);
+            }
+        }
+    }
+    finish_t(x, y, col, batch);
+}
+
+@compute @workgroup_size(64, 4)
+fn matvec_t_scalar(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let x = lid.x;
+    let y = lid.y;
+    let col = (wid.x + p.col_group0) * 4u + y;
+    let batch = wid.y + p.batch0;
+    if (col < p.n) {
+        let w_base = batch * p.rhs_stride + col * p.k;
+        let a0 = batch * p.m * p.k;
+        let m = p.m;
+        let k = p.k;
+        for (var q = x; q < k; q = q + 64u) {
+            let w = rhs_at(w_base + q);
+            acc.x = acc.x + a_at(a0 + q) * w;
+            if (m > 1u) {
+                acc.y = acc.y + a_at(a0 + k + q) * w;
+            }
+            if (m > 2u) {
+                acc.z = acc.z + a_at(a0 + 2u * k + q) * w;
+            }
+            if (m > 3u) {
+                acc.w = acc.w + a_at(a0 + 3u * k + q) * w;
+            }
+        }
+    }
+    finish_t(x, y, col, batch);
+}
+
+// One k step q of matvec_kn for the thread's column (r_base = its first rhs element).
+fn kn_step(a0: u32, r_base: u32, q: u32, m: u32, k: u32) {
+    if (q < k) {
+        let w = rhs_at(r_base + q * p.n);
+        acc.x = acc.x + a_at(a0 + q) * w;
+        if (m > 1u) {
+            acc.y = acc.y + a_at(a0 + k + q) * w;
+        }
+        if (m > 2u) {
+            acc.z = acc.z + a_at(a0 + 2u * k + q) * w;
+        }
+        if (m > 3u) {
+            acc.w = acc.w + a_at(a0 + 3u * k + q) * w;
+        }
+    }
+}
+
+@compute @workgroup_size(64, 4)
+fn matvec_kn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let x = lid.x;
+    let y = lid.y;
+    let col = (wid.x + p.col_group0) * 64u + x;
+    let batch = wid.y + p.batch0;
+    if (col < p.n) {
+        let r_base = batch * p.rhs_stride + col;
+        let a0 = batch * p.m * p.k;
+        let m = p.m;
+        let k = p.k;
+        // Four k steps per iteration (k = q, q + 4, q + 8, q + 12): fewer loop iterations.
+        for (var q0 = y; q0 < k; q0 = q0 + 16u) {
+            kn_step(a0, r_base, q0, m, k);
+            kn_step(a0, r_base, q0 + 4u, m, k);
+            kn_step(a0, r_base, q0 + 8u, m, k);
+            kn_step(a0, r_base, q0 + 12u, m, k);
+        }
+    }
+    for (var mi = 0u; mi < p.m; mi = mi + 1u) {
+        red[y * 64u + x] = acc[mi];
+        workgroupBarrier();
+        if (y == 0u && col < p.n) {
+            let s = (red[x] + red[64u + x]) + (red[128u + x] + red[192u + x]);
+            out[(batch * p.m + mi) * p.n + col] = s;
+        }
+        workgroupBarrier();
+    }
+}
+
+// Per-thread partial sums of four columns for each of the up to four rows of a.
+var<private> acc4: array<vec4<f32>, 4>;
+
+// One k step q of matvec_kn_vec4 for the thread's four columns (r_base in vec4 units).
+fn kn4_step(a0: u32, r_base: u32, n4: u32, q: u32, m: u32, k: u32) {
+    if (q < k) {
+        let w = rhs[r_base + q * n4];
+        acc4[0] = acc4[0] + a_at(a0 + q) * w;
+        if (m > 1u) {
+            acc4[1] = acc4[1] + a_at(a0 + k + q) * w;
+        }
+        if (m > 2u) {
+            acc4[2] = acc4[2] + a_at(a0 + 2u * k + q) * w;
+        }
+        if (m > 3u) {
+            acc4[3] = acc4[3] + a_at(a0 + 3u * k + q) * w;
+        }
+    }
+}
+
+@compute @workgroup_size(64, 4)
+fn matvec_kn_vec4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let x = lid.x;
+    let y = lid.y;
+    // Four consecutive columns per thread.
+    let col4 = (wid.x + p.col_group0) * 64u + x;
+    let n4 = p.n / 4u;
+    let batch = wid.y + p.batch0;
+    if (col4 < n4) {
+        let r_base = batch * p.rhs_stride / 4u + col4;
+        let a0 = batch * p.m * p.k;
+        let m = p.m;
+        let k = p.k;
+        for (var q0 = y; q0 < k; q0 = q0 + 16u) {
+            kn4_step(a0, r_base, n4, q0, m, k);
+            kn4_step(a0, r_base, n4, q0 + 4u, m, k);
+            kn4_step(a0, r_base, n4, q0 + 8u, m, k);
+            kn4_step(a0, r_base, n4, q0 + 12u, m, k);
+        }
+    }
+    for (var mi = 0u; mi < p.m; mi = mi + 1u) {
+        red4[y * 64u + x] = acc4[mi];
+        workgroupBarrier();
+        if (y == 0u && col4 < n4) {
+            let s = (red4[x] + red4[64u + x]) + (red4[128u + x] + red4[192u + x]);
+            let o = (batch * p.m + mi) * p.n + col4 * 4u;
+            out[o] = s.x;
+            out[o + 1u] = s.y;
+            out[o + 2u] = s.z;
+            out[o + 3u] = s.w;
+        }
+        workgroupBarrier();
+    }
+}

@@ -1,0 +1,221 @@
+//! Starting wgpu: instance, adapter, device and queue, and what they report.
+//!
+//! The instance honours `WGPU_BACKEND` (e.g. `WGPU_BACKEND=vulkan`) and the adapter request
+//! honours `WGPU_POWER_PREF`, defaulting to high performance. The device is requested with the
+//! adapter's own limits, so the limits the backend checks against (largest storage binding,
+//! workgroups per dimension) are the hardware's, not WebGPU's conservative defaults.
+
+use std::sync::{Arc, Mutex};
+
+use crate::backend::{BackendInfo, BackendKind, DeviceClass};
+
+/// Errors wgpu reports asynchronously (validation, out of memory, device loss), collected so
+/// they surface as [`crate::Error::Backend`] at the next call instead of wgpu's default
+/// handler, which panics.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ErrorSink(Arc<Mutex<Vec<String>>>);
+
+impl ErrorSink {
+    fn push(&self, message: String) {
+        if let Ok(mut list) = self.0.lock() {
+            list.push(message);
+        }
+    }
+
+    /// All errors collected since the last call, joined, or `None` when there were none.
+    pub(crate) fn take(&self) -> Option<String> {
+        let mut list = self.0.lock().ok()?;
+        if list.is_empty() {
+            return None;
+        }
+        let joined = list.join("; ");
+        list.clear();
+        Some(joined)
+    }
+}
+
+/// The device and what the backend needs to know about it.
+#[derive(Debug)]
+pub(crate) struct GpuContext {
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    pub(crate) adapter_info: wgpu::AdapterInfo,
+    /// The adapter's optional features (what `info` reports).
+    pub(crate) adapter_features: wgpu::Features,
+    /// The device's limits: the adapter's own.
+    pub(crate) limits: wgpu::Limits,
+    pub(crate) errors: ErrorSink,
+}
+
+impl GpuContext {
+    /// Finds an adapter and opens a device on it. `Err` says why in words.
+    pub(crate) async fn new() -> std::result::Result<Self, String> {
+        let instance =
+            wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let power_preference =
+            wgpu::PowerPreference::from_env().unwrap_or(wgpu::PowerPreference::HighPerformance);
+        let adapter = instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference,
+                force_fallback_adapter: false,
+                compatible_surface: None,
+                apply_limit_buckets: false,
+            })
+            .await
+            .map_err(|e| {
+                format!(
+                    "no GPU adapter found ({e}); on Linux install mesa-vulkan-drivers for a \
+                     software Vulkan device"
+                )
+            })?;
+        let adapter_info = adapter.get_info();
+        let adapter_features = adapter.features();
+        // f16 and subgroups are enabled where present so later kernels can use them; nothing
+        // requires them.
+        let enabled = adapter_features & (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP);
+        let limits = adapter.limits();
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("webtensor"),
+                required_features: enabled,
+                required_limits: limits.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| format!("the adapter {} refused a device: {e}", adapter_info.name))?;
+
+        let errors = ErrorSink::default();
+        let sink = errors.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| sink.push(e.to_string())));
+        let sink = errors.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            if reason != wgpu::DeviceLostReason::Destroyed {
+                sink.push(format!("device lost: {message}"));
+            }
+        });
+        let limits = device.limits();
+        Ok(GpuContext {
+            device,
+            queue,
+            adapter_info,
+            adapter_features,
+            limits,
+            errors,
+        })
+    }
+
+    /// The largest buffer one storage binding can cover, and the name of the limit that sets
+    /// it (the smaller of the binding limit and the buffer-size limit).
+    pub(crate) fn max_binding(&self) -> (u64, &'static str) {
+        let binding = self.limits.max_storage_buffer_binding_size;
+        let buffer = self.limits.max_buffer_size;
+        if buffer < binding {
+            (buffer, "max_buffer_size")
+        } else {
+            (binding, "max_storage_buffer_binding_size")
+        }
+    }
+
+    /// Identity, features and limits, for `webtensor info` and `Device::auto`.
+    pub(crate) fn info(&self) -> BackendInfo {
+        let a = &self.adapter_info;
+        let driver = match (a.driver.is_empty(), a.driver_info.is_empty()) {
+            (false, false) => format!("{} {}", a.driver, a.driver_info),
+            (false, true) => a.driver.clone(),
+            (true, false) => a.driver_info.clone(),
+            (true, true) => String::new(),
+        };
+        let mut features = Vec::new();
+        for (flag, name) in [
+            (wgpu::Features::SHADER_F16, "shader-f16"),
+            (wgpu::Features::SUBGROUP, "subgroups"),
+            (wgpu::Features::TIMESTAMP_QUERY, "timestamp-query"),
+        ] {
+            if self.adapter_features.contains(flag) {
+                features.push(name.to_string());
+            }
+        }
+        let l = &self.limits;
+        let limits = [
+            (
+                "max_storage_buffer_binding_size",
+                l.max_storage_buffer_binding_size,
+            ),
+            ("max_buffer_size", l.max_buffer_size),
+            (
+                "max_compute_workgroup_size_x",
+                l.max_compute_workgroup_size_x as u64,
+            ),
+            (
+                "max_compute_invocations_per_workgroup",
+                l.max_compute_invocations_per_workgroup as u64,
+            ),
+            (
+                "max_compute_workgroups_per_dimension",
+                l.max_compute_workgroups_per_dimension as u64,
+            ),
+            (
+                "max_compute_workgroup_storage_size",
+                l.max_compute_workgroup_storage_size as u64,
+            ),
+        ]
+        .into_iter()
+        .map(|(name, value)| (name.to_string(), value))
+        .collect();
+        BackendInfo {
+            kind: BackendKind::Wgpu,
+            class: device_class(a),
+            device_name: a.name.clone(),
+            vendor: vendor_name(a.vendor),
+            driver,
+            api: api_name(a.backend).to_string(),
+            features,
+            limits,
+            threads: None,
+            simd: None,
+            missing_ops: vec![],
+        }
+    }
+}
+
+/// Software rasterizers are correct but slow; `Device::auto` ranks them below the cpu backend.
+fn device_class(info: &wgpu::AdapterInfo) -> DeviceClass {
+    let name = info.name.to_ascii_lowercase();
+    let software_names = [
+        "llvmpipe",
+        "lavapipe",
+        "swiftshader",
+        "warp",
+        "microsoft basic render",
+    ];
+    if info.device_type == wgpu::DeviceType::Cpu || software_names.iter().any(|s| name.contains(s))
+    {
+        DeviceClass::Software
+    } else {
+        DeviceClass::Gpu
+    }
+}
+
+/// The vendor's name from its PCI id where known, else the id in hex.
+fn vendor_name(id: u32) -> String {
+    match id {
+        0x10de => "NVIDIA".into(),
+        0x1002 => "AMD".into(),
+        0x8086 => "Intel".into(),
+        0x106b => "Apple".into(),
+        0x5143 => "Qualcomm".into(),
+        0x10005 => "Mesa".into(),
+        other => format!("{other:#x}"),
+    }
+}
+
+fn api_name(backend: wgpu::Backend) -> &'static str {
+    match backend {
+        wgpu::Backend::Vulkan => "Vulkan",
+        wgpu::Backend::Metal => "Metal",
+        wgpu::Backend::Dx12 => "Dx12",
+        wgpu::Backend::Gl => "Gl",
+        wgpu::Backend::BrowserWebGpu => "BrowserWebGpu",
+        wgpu::Backend::Noop => "Noop",
+    }
+}

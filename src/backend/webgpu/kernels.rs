@@ -1,0 +1,454 @@
+//! One encode function per op family: check the inputs against the spec, fill the kernel's
+//! parameter block, choose the kernel and the grid, and record the dispatch.
+//!
+//! Grids: WebGPU caps each grid dimension at `max_compute_workgroups_per_dimension` (65535 by
+//! default). One-dimensional work (elementwise, one workgroup per row) uses a two-dimensional
+//! grid whose linear index the shader recomputes as `wid.y * num_workgroups.x + wid.x`, with
+//! bounds checks for the overshoot. Matrix products split an oversized grid into several
+//! dispatches that pass their tile offsets in the parameters.
+//!
+//! Loop budget: Mesa's llvmpipe/lavapipe (the software Vulkan device CI runs on) silently
+//! ends every loop once one shader invocation has executed 65535 loop iterations in total.
+//! The kernels keep per-invocation loops short (hand-unrolled inner steps, strided loops over
+//! 64–256 threads), so on lavapipe rows of up to about 5M elements and matrix products with k
+//! up to about 1M are exact; hardware drivers have no such limit.
+
+use super::context::GpuContext;
+use super::pipelines::{Pipelines, Shader};
+use super::recorder::{Dispatch, Recorder};
+use crate::backend::spec::permute_strides;
+use crate::backend::{BinaryOp, MatmulSpec, OpSpec, UnaryOp};
+use crate::error::{Error, Result};
+use crate::tensor::DType;
+
+/// Threads per workgroup of the one-dimensional kernels.
+const WG: u64 = 256;
+
+/// Largest m handled by the matvec kernels (their accumulators hold this many rows).
+const MATVEC_MAX_M: usize = 4;
+
+/// Rows up to this length use the one-thread-per-row argmax.
+const ARGMAX_SHORT_COLS: usize = 32;
+
+/// A buffer handed to a kernel: the wgpu buffer and what it holds.
+#[derive(Clone, Copy)]
+pub(crate) struct Operand<'a> {
+    pub(crate) buffer: &'a wgpu::Buffer,
+    pub(crate) len: usize,
+    pub(crate) dtype: DType,
+}
+
+/// Everything an encode function needs; the recorder is already locked.
+pub(crate) struct Encoder<'a> {
+    pub(crate) ctx: &'a GpuContext,
+    pub(crate) pipelines: &'a Pipelines,
+    pub(crate) recorder: &'a mut Recorder,
+}
+
+/// A kernel parameter block being filled, as 32-bit words (WGSL's uniform layout for structs
+/// of u32/f32 and `array<vec4<u32>, N>` is plain consecutive words).
+#[derive(Default)]
+struct Params(Vec<u32>);
+
+impl Params {
+    fn u(mut self, v: u32) -> Self {
+        self.0.push(v);
+        self
+    }
+
+    fn f(mut self, v: f32) -> Self {
+        self.0.push(v.to_bits());
+        self
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        self.0.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+}
+
+/// `v` as u32, or an error naming the op: every size a kernel sees must fit 32 bits.
+fn u32_of(op: &'static str, what: &str, v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| {
+        Error::backend(
+            "wgpu",
+            format!("{op}: {what} = {v} does not fit the kernels' 32-bit indices"),
+        )
+    })
+}
+
+impl Encoder<'_> {
+    fn max_groups(&self) -> u32 {
+        self.ctx.limits.max_compute_workgroups_per_dimension.max(1)
+    }
+
+    /// A grid of at least `groups` workgroups: one row of them, or a 2-D grid when more than
+    /// the per-dimension limit.
+    fn grid(&self, op: &'static str, groups: u64) -> Result<[u32; 3]> {
+        let max = u64::from(self.max_groups());
+        let groups = groups.max(1);
+        if groups <= max {
+            return Ok([groups as u32, 1, 1]);
+        }
+        let y = groups.div_ceil(max);
+        if y > max {
+            return Err(Error::backend(
+                "wgpu",
+                format!("{op}: {groups} workgroups exceed a 2-D grid"),
+            ));
+        }
+        Ok([groups.div_ceil(y) as u32, y as u32, 1])
+    }
+
+    fn run(
+        &mut self,
+        shader: Shader,
+        entry: &'static str,
+        params: &Params,
+        out: &wgpu::Buffer,
+        inputs: &[&wgpu::Buffer],
+        groups: [u32; 3],
+    ) -> Result<()> {
+        let kernel = self
+            .pipelines
+            .kernel(self.ctx, shader, entry, inputs.len())?;
+        let bytes = params.bytes();
+        self.recorder.dispatch(
+            self.ctx,
+            self.pipelines,
+            Dispatch {
+                kernel: &kernel,
+                params: &bytes,
+                output: out,
+                inputs,
+                groups,
+            },
+        );
+        Ok(())
+    }
+
+    /// Records `spec` reading `inputs` and writing `out`.
+    pub(crate) fn encode(
+        &mut self,
+        spec: &OpSpec,
+        out: &wgpu::Buffer,
+        inputs: &[Operand<'_>],
+    ) -> Result<()> {
+        let op = spec.kind().name();
+        check_inputs(op, spec, inputs)?;
+        let raw: Vec<&wgpu::Buffer> = inputs.iter().map(|o| o.buffer).collect();
+        match spec {
+            OpSpec::Unary { op: f, len } => {
+                let (entry, factor) = match f {
+                    UnaryOp::Silu => ("silu", 0.0),
+                    UnaryOp::GeluTanh => ("gelu_tanh", 0.0),
+                    UnaryOp::GeluErf => ("gelu_erf", 0.0),
+                    UnaryOp::Scale(s) => ("scale", *s),
+                };
+                let p = Params::default()
+                    .u(u32_of(op, "len", *len)?)
+                    .u(1)
+                    .f(factor)
+                    .u(0);
+                let grid = self.grid(op, (*len as u64).div_ceil(WG))?;
+                self.run(Shader::Elementwise, entry, &p, out, &raw[..1], grid)
+            }
+            OpSpec::Binary {
+                op: f,
+                len,
+                rhs_len,
+            } => {
+                let entry = match f {
+                    BinaryOp::Add => "add",
+                    BinaryOp::Mul => "mul",
+                    BinaryOp::SwiGlu => "swiglu",
+                };
+                let p = Params::default()
+                    .u(u32_of(op, "len", *len)?)
+                    .u(u32_of(op, "rhs_len", *rhs_len)?)
+                    .f(0.0)
+                    .u(0);
+                let grid = self.grid(op, (*len as u64).div_ceil(WG))?;
+                self.run(Shader::Elementwise, entry, &p, out, &raw[..2], grid)
+            }
+            OpSpec::RmsNorm { rows, cols, eps } | OpSpec::LayerNorm { rows, cols, eps } => {
+                let layer = matches!(spec, OpSpec::LayerNorm { .. });
+                let p = Params::default()
+                    .u(u32_of(op, "rows", *rows)?)
+                    .u(u32_of(op, "cols", *cols)?)
+                    .f(*eps)
+                    .u(0);
+                let grid = self.grid(op, *rows as u64)?;
+                let (entry, n) = if layer {
+                    ("layer_norm", 3)
+                } else {
+                    ("rms_norm", 2)
+                };
+                self.run(Shader::Norm, entry, &p, out, &raw[..n], grid)
+            }
+            OpSpec::Softmax { rows, cols, causal } => {
+                let q = match causal {
+                    Some(q) if *q == 0 || q > cols => {
+                        return Err(Error::invalid(
+                            "softmax",
+                            format!("causal queries {q} must be in 1..={cols}"),
+                        ))
+                    }
+                    Some(q) => *q,
+                    None => 0,
+                };
+                let p = Params::default()
+                    .u(u32_of(op, "rows", *rows)?)
+                    .u(u32_of(op, "cols", *cols)?)
+                    .u(u32_of(op, "causal", q)?)
+                    .u(0);
+                let grid = self.grid(op, *rows as u64)?;
+                self.run(Shader::Softmax, "softmax", &p, out, &raw[..1], grid)
+            }
+            OpSpec::Rope {
+                rows,
+                heads,
+                head_dim,
+                layout,
+                ..
+            } => {
+                if !head_dim.is_multiple_of(2) {
+                    return Err(Error::invalid(
+                        "rope",
+                        format!("head_dim {head_dim} must be even"),
+                    ));
+                }
+                let interleaved = matches!(layout, crate::backend::RopeLayout::Interleaved);
+                let p = Params::default()
+                    .u(u32_of(op, "rows", *rows)?)
+                    .u(u32_of(op, "heads", *heads)?)
+                    .u(u32_of(op, "head_dim", *head_dim)?)
+                    .u(interleaved as u32);
+                let pairs = (*rows as u64) * (*heads as u64) * (*head_dim as u64 / 2);
+                u32_of(op, "pairs", pairs as usize)?;
+                let grid = self.grid(op, pairs.div_ceil(WG))?;
+                self.run(Shader::Rope, "rope", &p, out, &raw[..3], grid)
+            }
+            OpSpec::Matmul(m) => self.matmul(m, out, inputs),
+            OpSpec::Embedding { vocab, dim, count } => {
+                let p = Params::default()
+                    .u(u32_of(op, "vocab", *vocab)?)
+                    .u(u32_of(op, "dim", *dim)?)
+                    .u(u32_of(op, "count", *count)?)
+                    .u(0);
+                let total = (*dim as u64) * (*count as u64);
+                u32_of(op, "count·dim", total as usize)?;
+                let grid = self.grid(op, total.div_ceil(WG))?;
+                self.run(Shader::Embedding, "embedding", &p, out, &raw[..2], grid)
+            }
+            OpSpec::Permute { in_shape, perm } => {
+                if in_shape.len() > OpSpec::MAX_PERMUTE_RANK || perm.len() != in_shape.len() {
+                    return Err(Error::invalid(
+                        "permute",
+                        format!("rank {} with permutation {perm:?}", in_shape.len()),
+                    ));
+                }
+                let (out_shape, strides) = permute_strides(in_shape, perm);
+                let len: usize = out_shape.iter().product();
+                let mut p = Params::default()
+                    .u(u32_of(op, "len", len)?)
+                    .u(in_shape.len() as u32)
+                    .u(0)
+                    .u(0);
+                for d in 0..8 {
+                    p = p.u(u32_of(
+                        op,
+                        "dimension",
+                        out_shape.get(d).copied().unwrap_or(1),
+                    )?);
+                }
+                for d in 0..8 {
+                    p = p.u(u32_of(op, "stride", strides.get(d).copied().unwrap_or(0))?);
+                }
+                let grid = self.grid(op, (len as u64).div_ceil(WG))?;
+                self.run(Shader::Permute, "permute", &p, out, &raw[..1], grid)
+            }
+            OpSpec::Argmax { rows, cols } => {
+                let p = Params::default()
+                    .u(u32_of(op, "rows", *rows)?)
+                    .u(u32_of(op, "cols", *cols)?)
+                    .u(0)
+                    .u(0);
+                if *cols <= ARGMAX_SHORT_COLS {
+                    let grid = self.grid(op, (*rows as u64).div_ceil(WG))?;
+                    self.run(Shader::Argmax, "argmax_short", &p, out, &raw[..1], grid)
+                } else {
+                    let grid = self.grid(op, *rows as u64)?;
+                    self.run(Shader::Argmax, "argmax", &p, out, &raw[..1], grid)
+                }
+            }
+        }
+    }
+
+    /// Matrix products: the matvec kernels for m ≤ 4, the tiled kernel otherwise.
+    fn matmul(&mut self, m: &MatmulSpec, out: &wgpu::Buffer, inputs: &[Operand<'_>]) -> Result<()> {
+        let op = "matmul";
+        let (a, rhs) = (inputs[0], inputs[1]);
+        let rhs_stride = if m.rhs_batched { m.n * m.k } else { 0 };
+        let (mm, n, k) = (
+            u32_of(op, "m", m.m)?,
+            u32_of(op, "n", m.n)?,
+            u32_of(op, "k", m.k)?,
+        );
+        u32_of(op, "batch", m.batch)?;
+        u32_of(op, "rhs size", rhs_stride.max(m.n * m.k))?;
+        let max = self.max_groups();
+        // The matvec kernels read the operands as vec4 arrays: the buffers must be whole vec4s.
+        let vec4_bindable =
+            a.buffer.size().is_multiple_of(16) && rhs.buffer.size().is_multiple_of(16);
+        if m.m <= MATVEC_MAX_M && vec4_bindable {
+            let (entry, cols_per_group) = match (
+                m.rhs_transposed,
+                m.k.is_multiple_of(4),
+                m.n.is_multiple_of(4),
+            ) {
+                (true, true, _) => ("matvec_t", 4),
+                (true, false, _) => ("matvec_t_scalar", 4),
+                (false, _, true) => ("matvec_kn_vec4", 256),
+                (false, _, false) => ("matvec_kn", 64),
+            };
+            let col_groups = m.n.div_ceil(cols_per_group);
+            for b0 in (0..m.batch).step_by(max as usize) {
+                for g0 in (0..col_groups).step_by(max as usize) {
+                    let p = Params::default()
+                        .u(mm)
+                        .u(n)
+                        .u(k)
+                        .u(rhs_stride as u32)
+                        .u(g0 as u32)
+                        .u(b0 as u32)
+                        .u(0)
+                        .u(0);
+                    let groups = [
+                        (col_groups - g0).min(max as usize) as u32,
+                        (m.batch - b0).min(max as usize) as u32,
+                        1,
+                    ];
+                    self.run(
+                        Shader::Matvec,
+                        entry,
+                        &p,
+                        out,
+                        &[a.buffer, rhs.buffer],
+                        groups,
+                    )?;
+                }
+            }
+            return Ok(());
+        }
+        let tiles_x = m.n.div_ceil(64);
+        let tiles_y = m.m.div_ceil(64);
+        let step = max as usize;
+        for b0 in (0..m.batch).step_by(step) {
+            for y0 in (0..tiles_y).step_by(step) {
+                for x0 in (0..tiles_x).step_by(step) {
+                    let p = Params::default()
+                        .u(mm)
+                        .u(n)
+                        .u(k)
+                        .u(m.rhs_transposed as u32)
+                        .u(rhs_stride as u32)
+                        .u(x0 as u32)
+                        .u(y0 as u32)
+                        .u(b0 as u32);
+                    let groups = [
+                        (tiles_x - x0).min(step) as u32,
+                        (tiles_y - y0).min(step) as u32,
+                        (m.batch - b0).min(step) as u32,
+                    ];
+                    self.run(
+                        Shader::Matmul,
+                        "matmul",
+                        &p,
+                        out,
+                        &[a.buffer, rhs.buffer],
+                        groups,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The inputs an op needs: how many, their dtypes and their least lengths. The op layer has
+/// checked shapes already; this keeps a wrong call from reading past a buffer.
+fn check_inputs(op: &'static str, spec: &OpSpec, inputs: &[Operand<'_>]) -> Result<()> {
+    use DType::{F32, U32};
+    let need: Vec<(Option<DType>, usize)> = match spec {
+        OpSpec::Unary { len, .. } => vec![(Some(F32), *len)],
+        OpSpec::Binary { len, rhs_len, .. } => {
+            if *rhs_len == 0 || len % rhs_len != 0 {
+                return Err(Error::invalid(
+                    op,
+                    format!("rhs_len {rhs_len} must divide len {len}"),
+                ));
+            }
+            vec![(Some(F32), *len), (Some(F32), *rhs_len)]
+        }
+        OpSpec::RmsNorm { rows, cols, .. } => vec![(Some(F32), rows * cols), (Some(F32), *cols)],
+        OpSpec::LayerNorm { rows, cols, .. } => {
+            vec![
+                (Some(F32), rows * cols),
+                (Some(F32), *cols),
+                (Some(F32), *cols),
+            ]
+        }
+        OpSpec::Softmax { rows, cols, .. } => vec![(Some(F32), rows * cols)],
+        OpSpec::Rope {
+            rows,
+            heads,
+            head_dim,
+            ..
+        } => vec![
+            (Some(F32), rows * heads * head_dim),
+            (Some(U32), *rows),
+            (Some(F32), head_dim / 2),
+        ],
+        OpSpec::Matmul(m) => {
+            let rhs_mats = if m.rhs_batched { m.batch } else { 1 };
+            vec![
+                (Some(F32), m.batch * m.m * m.k),
+                (Some(F32), rhs_mats * m.n * m.k),
+            ]
+        }
+        OpSpec::Embedding { vocab, dim, count } => {
+            vec![(Some(F32), vocab * dim), (Some(U32), *count)]
+        }
+        OpSpec::Permute { in_shape, .. } => vec![(None, in_shape.iter().product())],
+        OpSpec::Argmax { rows, cols } => {
+            if *cols == 0 {
+                return Err(Error::invalid(op, "argmax needs at least one column"));
+            }
+            vec![(Some(F32), rows * cols)]
+        }
+    };
+    if inputs.len() < need.len() {
+        return Err(Error::backend(
+            "wgpu",
+            format!("{op}: needs {} inputs, got {}", need.len(), inputs.len()),
+        ));
+    }
+    for (i, ((dtype, len), input)) in need.iter().zip(inputs).enumerate() {
+        if dtype.is_some_and(|d| d != input.dtype) {
+            return Err(Error::backend(
+                "wgpu",
+                format!("{op}: input {i} is {:?}", input.dtype),
+            ));
+        }
+        if input.len < *len {
+            return Err(Error::backend(
+                "wgpu",
+                format!(
+                    "{op}: input {i} has {} elements, the op reads {len}",
+                    input.len
+                ),
+            ));
+        }
+    }
+    Ok(())
+}

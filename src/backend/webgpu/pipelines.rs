@@ -1,0 +1,191 @@
+//! Shader modules, bind group layouts and compute pipelines, each created once.
+//!
+//! Every webtensor shader uses one binding convention: binding 0 is the op's parameter block
+//! (a uniform buffer with a dynamic offset into the per-batch parameter arena), binding 1 is
+//! the output (read-write storage), and bindings 2.. are the inputs (read-only storage), in
+//! [`crate::backend::OpSpec`] order. So one bind group layout per input count (1 to 3) serves
+//! every kernel, and pipelines are cached by (shader, entry point).
+
+use std::collections::HashMap;
+use std::num::NonZeroU64;
+use std::sync::Mutex;
+
+use super::context::GpuContext;
+use crate::error::{Error, Result};
+
+/// Bytes of one parameter block as bound; every WGSL `Params` struct fits in it.
+pub(crate) const PARAMS_BYTES: u64 = 256;
+
+/// The most inputs an op binds.
+pub(crate) const MAX_INPUTS: usize = 3;
+
+/// One `.wgsl` file of `shaders/`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Shader {
+    Elementwise,
+    Norm,
+    Softmax,
+    Rope,
+    Matmul,
+    Matvec,
+    Embedding,
+    Permute,
+    Argmax,
+}
+
+impl Shader {
+    fn source(self) -> &'static str {
+        match self {
+            Shader::Elementwise => include_str!("../../../shaders/elementwise.wgsl"),
+            Shader::Norm => include_str!("../../../shaders/norm.wgsl"),
+            Shader::Softmax => include_str!("../../../shaders/softmax.wgsl"),
+            Shader::Rope => include_str!("../../../shaders/rope.wgsl"),
+            Shader::Matmul => include_str!("../../../shaders/matmul.wgsl"),
+            Shader::Matvec => include_str!("../../../shaders/matvec.wgsl"),
+            Shader::Embedding => include_str!("../../../shaders/embedding.wgsl"),
+            Shader::Permute => include_str!("../../../shaders/permute.wgsl"),
+            Shader::Argmax => include_str!("../../../shaders/argmax.wgsl"),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Shader::Elementwise => "elementwise.wgsl",
+            Shader::Norm => "norm.wgsl",
+            Shader::Softmax => "softmax.wgsl",
+            Shader::Rope => "rope.wgsl",
+            Shader::Matmul => "matmul.wgsl",
+            Shader::Matvec => "matvec.wgsl",
+            Shader::Embedding => "embedding.wgsl",
+            Shader::Permute => "permute.wgsl",
+            Shader::Argmax => "argmax.wgsl",
+        }
+    }
+}
+
+/// A compiled kernel and the bind group layout it was compiled against.
+#[derive(Clone, Debug)]
+pub(crate) struct Kernel {
+    pub(crate) pipeline: wgpu::ComputePipeline,
+    pub(crate) inputs: usize,
+}
+
+/// The caches.
+#[derive(Debug)]
+pub(crate) struct Pipelines {
+    /// Bind group layout for `i + 1` inputs.
+    layouts: Vec<wgpu::BindGroupLayout>,
+    pipeline_layouts: Vec<wgpu::PipelineLayout>,
+    modules: Mutex<HashMap<Shader, wgpu::ShaderModule>>,
+    kernels: Mutex<HashMap<(Shader, &'static str), Kernel>>,
+}
+
+impl Pipelines {
+    pub(crate) fn new(device: &wgpu::Device) -> Self {
+        let mut layouts = Vec::new();
+        let mut pipeline_layouts = Vec::new();
+        for inputs in 1..=MAX_INPUTS {
+            let mut entries = vec![
+                wgpu::BindGroupLayoutEntry {
+                    binding: 0,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Uniform,
+                        has_dynamic_offset: true,
+                        min_binding_size: NonZeroU64::new(PARAMS_BYTES),
+                    },
+                    count: None,
+                },
+                storage_entry(1, false),
+            ];
+            entries.extend((0..inputs).map(|i| storage_entry(2 + i as u32, true)));
+            let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: Some("webtensor bind group layout"),
+                entries: &entries,
+            });
+            let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some("webtensor pipeline layout"),
+                bind_group_layouts: &[Some(&layout)],
+                immediate_size: 0,
+            });
+            layouts.push(layout);
+            pipeline_layouts.push(pipeline_layout);
+        }
+        Pipelines {
+            layouts,
+            pipeline_layouts,
+            modules: Mutex::new(HashMap::new()),
+            kernels: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The bind group layout for `inputs` inputs (1 to [`MAX_INPUTS`]).
+    pub(crate) fn layout(&self, inputs: usize) -> &wgpu::BindGroupLayout {
+        &self.layouts[inputs.clamp(1, MAX_INPUTS) - 1]
+    }
+
+    /// The pipeline for `entry` of `shader`, which binds `inputs` inputs; compiled on first use.
+    pub(crate) fn kernel(
+        &self,
+        ctx: &GpuContext,
+        shader: Shader,
+        entry: &'static str,
+        inputs: usize,
+    ) -> Result<Kernel> {
+        let poisoned = || Error::backend("wgpu", "a pipeline cache lock was poisoned");
+        let mut kernels = self.kernels.lock().map_err(|_| poisoned())?;
+        if let Some(k) = kernels.get(&(shader, entry)) {
+            return Ok(k.clone());
+        }
+        let module = {
+            let mut modules = self.modules.lock().map_err(|_| poisoned())?;
+            modules
+                .entry(shader)
+                .or_insert_with(|| {
+                    ctx.device
+                        .create_shader_module(wgpu::ShaderModuleDescriptor {
+                            label: Some(shader.name()),
+                            source: wgpu::ShaderSource::Wgsl(shader.source().into()),
+                        })
+                })
+                .clone()
+        };
+        let inputs = inputs.clamp(1, MAX_INPUTS);
+        let pipeline = ctx
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(entry),
+                layout: Some(&self.pipeline_layouts[inputs - 1]),
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants: &[],
+                    // Every kernel writes its workgroup memory before reading it.
+                    zero_initialize_workgroup_memory: false,
+                },
+                cache: None,
+            });
+        if let Some(e) = ctx.errors.take() {
+            return Err(Error::backend(
+                "wgpu",
+                format!("compiling {}::{entry} failed: {e}", shader.name()),
+            ));
+        }
+        let kernel = Kernel { pipeline, inputs };
+        kernels.insert((shader, entry), kernel.clone());
+        Ok(kernel)
+    }
+}
+
+fn storage_entry(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {
+    wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Storage { read_only },
+            has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    }
+}

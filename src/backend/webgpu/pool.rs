@@ -1,0 +1,226 @@
+//! Device buffers: [`GpuBuffer`] handles and the pool that recycles their memory.
+//!
+//! Creating a wgpu buffer costs a driver allocation, and inference allocates the same few
+//! activation sizes over and over, so buffers are recycled: when the last handle to a
+//! [`GpuBuffer`] drops, its `wgpu::Buffer` goes back to a free list keyed by its size class,
+//! and the next op that needs that class takes it instead of allocating.
+//!
+//! Reuse is safe because all GPU work runs in queue order: an op recorded after a buffer was
+//! freed runs after every op recorded before, so a recycled buffer is only written once its
+//! previous readers are done. The one exception is `queue.write_buffer`, which runs at the next
+//! submit *before* that submit's command buffers; the backend therefore never writes a pooled
+//! buffer with `write_buffer` (uploads get a fresh buffer mapped at creation).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::tensor::DType;
+
+/// Usage of every pooled buffer: bound as storage, and copied from and to.
+pub(crate) const STORAGE_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
+/// Free buffers beyond this many bytes are released to the driver instead of kept.
+const MAX_POOLED_BYTES: u64 = 1 << 30;
+
+/// The smallest buffer: every buffer is a multiple of 16 bytes so kernels can bind any of
+/// them as an array of `vec4<f32>`.
+const MIN_BUFFER: u64 = 16;
+
+/// Recycles buffers by size class.
+#[derive(Debug)]
+pub(crate) struct BufferPool {
+    device: wgpu::Device,
+    /// The largest buffer a storage binding can cover.
+    max_binding: u64,
+    free: Mutex<FreeLists>,
+}
+
+#[derive(Debug, Default)]
+struct FreeLists {
+    by_class: HashMap<u64, Vec<wgpu::Buffer>>,
+    bytes: u64,
+}
+
+impl BufferPool {
+    pub(crate) fn new(device: wgpu::Device, max_binding: u64) -> Arc<Self> {
+        Arc::new(BufferPool {
+            device,
+            max_binding,
+            free: Mutex::new(FreeLists::default()),
+        })
+    }
+
+    /// The allocation size for `bytes` (see [`size_class`]).
+    pub(crate) fn size_class(&self, bytes: u64) -> u64 {
+        size_class(bytes, self.max_binding)
+    }
+
+    /// A storage buffer of `class` bytes: recycled when one is free, else new. Its contents are
+    /// undefined.
+    pub(crate) fn take(&self, class: u64) -> wgpu::Buffer {
+        if let Ok(mut free) = self.free.lock() {
+            if let Some(buffer) = free.by_class.get_mut(&class).and_then(|list| list.pop()) {
+                free.bytes -= class;
+                return buffer;
+            }
+        }
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("webtensor pooled"),
+            size: class,
+            usage: STORAGE_USAGE,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// A new storage buffer of `class` bytes, mapped for writing: the way data gets onto the
+    /// device without `write_buffer` (see the module docs). It joins the pool when freed.
+    pub(crate) fn create_mapped(&self, class: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("webtensor upload"),
+            size: class,
+            usage: STORAGE_USAGE,
+            mapped_at_creation: true,
+        })
+    }
+
+    fn give_back(&self, buffer: wgpu::Buffer) {
+        let class = buffer.size();
+        let Ok(mut free) = self.free.lock() else {
+            return;
+        };
+        if free.bytes + class > MAX_POOLED_BYTES {
+            return; // dropped: wgpu frees it once pending work no longer uses it
+        }
+        free.bytes += class;
+        free.by_class.entry(class).or_default().push(buffer);
+    }
+}
+
+/// The allocation size for `bytes` (which must fit `max_binding`): at least 16, a multiple of
+/// 16, powers of two up to 4 KiB and four classes per octave above, so at most a quarter is
+/// wasted; clamped to the binding limit.
+fn size_class(bytes: u64, max_binding: u64) -> u64 {
+    let b = round_up(bytes.max(MIN_BUFFER), MIN_BUFFER);
+    let class = if b <= 4096 {
+        b.next_power_of_two()
+    } else {
+        round_up(b, b.next_power_of_two() / 8)
+    };
+    if class <= max_binding {
+        class
+    } else if b <= max_binding {
+        b
+    } else {
+        round_up(bytes.max(4), 4)
+    }
+}
+
+fn round_up(x: u64, to: u64) -> u64 {
+    x.div_ceil(to) * to
+}
+
+/// A tensor's storage on a wgpu device. Cloning shares the buffer; when the last clone drops,
+/// the memory returns to the backend's pool.
+#[derive(Clone)]
+pub struct GpuBuffer {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    buffer: wgpu::Buffer,
+    len: usize,
+    dtype: DType,
+    pool: Weak<BufferPool>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.upgrade() {
+            pool.give_back(self.buffer.clone());
+        }
+    }
+}
+
+impl GpuBuffer {
+    pub(crate) fn new(
+        buffer: wgpu::Buffer,
+        len: usize,
+        dtype: DType,
+        pool: &Arc<BufferPool>,
+    ) -> Self {
+        GpuBuffer {
+            inner: Arc::new(Inner {
+                buffer,
+                len,
+                dtype,
+                pool: Arc::downgrade(pool),
+            }),
+        }
+    }
+
+    /// Number of elements (the buffer itself may be larger: it is rounded to a size class).
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.inner.dtype
+    }
+
+    /// Bytes of the elements (`len · 4`).
+    pub fn byte_len(&self) -> u64 {
+        self.inner.len as u64 * self.inner.dtype.size_in_bytes() as u64
+    }
+
+    /// The allocated size in bytes (at least 16, and at least [`GpuBuffer::byte_len`]).
+    pub fn capacity(&self) -> u64 {
+        self.inner.buffer.size()
+    }
+
+    pub(crate) fn raw(&self) -> &wgpu::Buffer {
+        &self.inner.buffer
+    }
+}
+
+impl fmt::Debug for GpuBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GpuBuffer")
+            .field("len", &self.inner.len)
+            .field("dtype", &self.inner.dtype)
+            .field("capacity", &self.inner.buffer.size())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::size_class;
+
+    #[test]
+    fn size_classes_cover_the_request_and_waste_at_most_a_quarter() {
+        let limit = 128 << 20;
+        for bytes in (0..20_000).chain([65_537, 1 << 20, (1 << 20) + 4, 100_000_004, limit]) {
+            let c = size_class(bytes, limit);
+            assert!(
+                c >= bytes.max(16) && c.is_multiple_of(16) && c <= limit,
+                "{bytes} -> {c}"
+            );
+            if bytes > 4096 {
+                assert!(c * 4 <= bytes * 5 + 64, "{bytes} -> {c} wastes too much");
+            }
+        }
+        // Near the binding limit the class never exceeds it.
+        assert_eq!(size_class(limit - 16, limit), limit);
+        assert_eq!(size_class(100_000_000, 100_000_016), 100_000_000);
+        assert_eq!(size_class(100_000_004, 100_000_008), 100_000_004);
+    }
+}

@@ -1,0 +1,107 @@
+//! Reading device buffers back to the host.
+//!
+//! A readback records a copy of the tensor into a fresh `MAP_READ` staging buffer, submits the
+//! batch (so everything the tensor depends on runs first), and maps the staging buffer. Natively
+//! the caller can block on the device; in the browser the mapping completes from the event loop,
+//! so [`Readback::into_host`] is a future that resolves when the mapping callback fires.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+use super::context::GpuContext;
+use super::pool::GpuBuffer;
+use super::recorder::Recorder;
+use crate::backend::HostData;
+use crate::error::{Error, Result};
+use crate::tensor::DType;
+
+/// The outcome of `map_async` and the task waiting for it.
+#[derive(Default)]
+struct MapState {
+    result: Option<std::result::Result<(), String>>,
+    waker: Option<Waker>,
+}
+
+/// A readback in flight: the copy is submitted and the staging buffer is being mapped.
+pub(crate) struct Readback {
+    staging: wgpu::Buffer,
+    dtype: DType,
+    state: Arc<Mutex<MapState>>,
+}
+
+impl Readback {
+    /// Records the copy of `src` (not empty) into a staging buffer, submits everything recorded,
+    /// and starts mapping.
+    pub(crate) fn start(ctx: &GpuContext, recorder: &mut Recorder, src: &GpuBuffer) -> Readback {
+        let bytes = src.byte_len();
+        let staging = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("webtensor readback"),
+            size: bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        recorder.copy(ctx, src.raw(), &staging, bytes);
+        recorder.submit(ctx);
+        let state = Arc::new(Mutex::new(MapState::default()));
+        let callback_state = state.clone();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            if let Ok(mut s) = callback_state.lock() {
+                s.result = Some(r.map_err(|e| e.to_string()));
+                if let Some(w) = s.waker.take() {
+                    w.wake();
+                }
+            }
+        });
+        Readback {
+            staging,
+            dtype: src.dtype(),
+            state,
+        }
+    }
+
+    /// Waits for the mapping and copies the data out.
+    pub(crate) async fn into_host(self) -> Result<HostData> {
+        let mapped = MapFuture {
+            state: self.state.clone(),
+        }
+        .await;
+        mapped.map_err(|e| Error::backend("wgpu", format!("mapping the readback failed: {e}")))?;
+        let host = {
+            let view =
+                self.staging.slice(..).get_mapped_range().map_err(|e| {
+                    Error::backend("wgpu", format!("reading the readback failed: {e}"))
+                })?;
+            let words = view.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
+            match self.dtype {
+                DType::F32 => HostData::F32(words.map(f32::from_le_bytes).collect()),
+                DType::U32 => HostData::U32(words.map(u32::from_le_bytes).collect()),
+            }
+        };
+        self.staging.unmap();
+        Ok(host)
+    }
+}
+
+/// Resolves when the `map_async` callback has run.
+struct MapFuture {
+    state: Arc<Mutex<MapState>>,
+}
+
+impl Future for MapFuture {
+    type Output = std::result::Result<(), String>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Ok(mut s) = self.state.lock() else {
+            return Poll::Ready(Err("the readback state lock was poisoned".into()));
+        };
+        match s.result.take() {
+            Some(r) => Poll::Ready(r),
+            None => {
+                s.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}

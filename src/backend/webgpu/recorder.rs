@@ -1,0 +1,161 @@
+//! The open command encoder and the per-batch parameter arena.
+//!
+//! Ops do not run when they are called: each is recorded as one compute pass into a single
+//! open `CommandEncoder`, and the batch is submitted only when the host needs a result
+//! (`download`), when asked (`synchronize`), or when the parameter arena is full. A decode
+//! step is therefore one submit.
+//!
+//! # Why parameters live in an arena
+//!
+//! Each op needs a few parameters (sizes, eps, flags) in a uniform buffer. The obvious design,
+//! one small uniform buffer reused by every op and filled with `queue.write_buffer`, is wrong:
+//! `write_buffer` does not happen where it is called in the recording, it happens at the
+//! *next submit, before that submit's command buffers*. Every op of the batch would then read
+//! the parameters of the last op recorded. The same hazard applies to writing any buffer that
+//! pending recorded commands still read.
+//!
+//! So each op appends its parameters to a CPU-side arena (one slot per dispatch, aligned to the
+//! device's `min_uniform_buffer_offset_alignment`) and binds the arena buffer with a dynamic
+//! offset to its slot. At submit time the whole arena is written with one `write_buffer` and
+//! the batch is submitted right after it: the write lands before the batch's commands and after
+//! every earlier submit, which has finished reading the previous batch's parameters.
+
+use std::num::NonZeroU64;
+
+use super::context::GpuContext;
+use super::pipelines::{Kernel, Pipelines, PARAMS_BYTES};
+
+/// Bytes of the parameter arena: 4096 dispatches of 256 bytes per batch.
+const ARENA_BYTES: u64 = 1 << 20;
+
+/// One dispatch of a kernel.
+pub(crate) struct Dispatch<'a> {
+    pub(crate) kernel: &'a Kernel,
+    /// The parameter block (at most [`PARAMS_BYTES`]; padded with zeros).
+    pub(crate) params: &'a [u8],
+    pub(crate) output: &'a wgpu::Buffer,
+    pub(crate) inputs: &'a [&'a wgpu::Buffer],
+    /// Workgroups in x, y, z (each within the device's per-dimension limit).
+    pub(crate) groups: [u32; 3],
+}
+
+/// The recording state of one backend; lives behind a mutex.
+#[derive(Debug)]
+pub(crate) struct Recorder {
+    encoder: Option<wgpu::CommandEncoder>,
+    arena: Vec<u8>,
+    arena_buffer: wgpu::Buffer,
+    slot: u64,
+    capacity: u64,
+}
+
+impl Recorder {
+    pub(crate) fn new(ctx: &GpuContext) -> Self {
+        let align = u64::from(ctx.limits.min_uniform_buffer_offset_alignment).max(1);
+        let slot = PARAMS_BYTES.div_ceil(align) * align;
+        let capacity = ARENA_BYTES
+            .max(slot)
+            .min(ctx.limits.max_buffer_size / slot * slot);
+        let arena_buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("webtensor params arena"),
+            size: capacity,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        Recorder {
+            encoder: None,
+            arena: Vec::new(),
+            arena_buffer,
+            slot,
+            capacity,
+        }
+    }
+
+    fn encoder(&mut self, ctx: &GpuContext) -> &mut wgpu::CommandEncoder {
+        self.encoder.get_or_insert_with(|| {
+            ctx.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("webtensor batch"),
+                })
+        })
+    }
+
+    /// Records one dispatch as its own compute pass. Submits the batch first when the arena
+    /// has no slot left.
+    pub(crate) fn dispatch(&mut self, ctx: &GpuContext, pipelines: &Pipelines, d: Dispatch<'_>) {
+        if self.arena.len() as u64 + self.slot > self.capacity {
+            self.submit(ctx);
+        }
+        let offset = self.arena.len();
+        let used = d.params.len().min(PARAMS_BYTES as usize);
+        self.arena.extend_from_slice(&d.params[..used]);
+        self.arena.resize(offset + self.slot as usize, 0);
+
+        let mut entries = vec![
+            wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: &self.arena_buffer,
+                    offset: 0,
+                    size: NonZeroU64::new(PARAMS_BYTES),
+                }),
+            },
+            wgpu::BindGroupEntry {
+                binding: 1,
+                resource: d.output.as_entire_binding(),
+            },
+        ];
+        // A kernel's layout may have more input slots than the op has inputs (never fewer):
+        // repeat the last input in the spare ones.
+        for i in 0..d.kernel.inputs {
+            let buffer = d
+                .inputs
+                .get(i)
+                .or(d.inputs.last())
+                .copied()
+                .unwrap_or(d.output);
+            entries.push(wgpu::BindGroupEntry {
+                binding: 2 + i as u32,
+                resource: buffer.as_entire_binding(),
+            });
+        }
+        let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: pipelines.layout(d.kernel.inputs),
+            entries: &entries,
+        });
+        let encoder = self.encoder(ctx);
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: None,
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(&d.kernel.pipeline);
+        pass.set_bind_group(0, &bind_group, &[offset as u32]);
+        pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+    }
+
+    /// Records a copy of `bytes` (a multiple of 4) from the start of `src` to the start of
+    /// `dst`.
+    pub(crate) fn copy(
+        &mut self,
+        ctx: &GpuContext,
+        src: &wgpu::Buffer,
+        dst: &wgpu::Buffer,
+        bytes: u64,
+    ) {
+        if bytes > 0 {
+            self.encoder(ctx)
+                .copy_buffer_to_buffer(src, 0, dst, 0, bytes);
+        }
+    }
+
+    /// Writes the parameter arena and submits everything recorded (possibly nothing).
+    pub(crate) fn submit(&mut self, ctx: &GpuContext) -> wgpu::SubmissionIndex {
+        let encoder = self.encoder.take();
+        if !self.arena.is_empty() {
+            ctx.queue.write_buffer(&self.arena_buffer, 0, &self.arena);
+            self.arena.clear();
+        }
+        ctx.queue.submit(encoder.map(|e| e.finish()))
+    }
+}
