@@ -84,7 +84,7 @@ impl WgpuBackend {
         let (max_binding, _) = ctx.max_binding();
         let pool = BufferPool::new(ctx.device.clone(), max_binding);
         let pipelines = Pipelines::new(&ctx.device);
-        let recorder = Mutex::new(Recorder::new(&ctx));
+        let recorder = Mutex::new(Recorder::new(&ctx, pool.clone()));
         if let Some(e) = ctx.errors.take() {
             return Err(format!("the wgpu device failed to start: {e}"));
         }

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::tensor::DType;
@@ -36,6 +37,8 @@ pub(crate) struct BufferPool {
     /// The largest buffer a storage binding can cover.
     max_binding: u64,
     free: Mutex<FreeLists>,
+    /// How many times a freed buffer was released to the driver instead of kept.
+    releases: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -50,6 +53,7 @@ impl BufferPool {
             device,
             max_binding,
             free: Mutex::new(FreeLists::default()),
+            releases: AtomicU64::new(0),
         })
     }
 
@@ -86,13 +90,21 @@ impl BufferPool {
         })
     }
 
+    /// How many freed buffers were released to the driver so far.
+    pub(crate) fn releases(&self) -> u64 {
+        self.releases.load(Ordering::Relaxed)
+    }
+
     fn give_back(&self, buffer: wgpu::Buffer) {
         let class = buffer.size();
         let Ok(mut free) = self.free.lock() else {
             return;
         };
         if free.bytes + class > MAX_POOLED_BYTES {
-            return; // dropped: wgpu frees it once pending work no longer uses it
+            // Dropped: wgpu frees it once pending work no longer uses it (and once no cached
+            // bind group holds it; the count tells the recorder to empty its cache).
+            self.releases.fetch_add(1, Ordering::Relaxed);
+            return;
         }
         free.bytes += class;
         free.by_class.entry(class).or_default().push(buffer);

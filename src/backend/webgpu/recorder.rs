@@ -20,13 +20,19 @@
 //! the batch is submitted right after it: the write lands before the batch's commands and after
 //! every earlier submit, which has finished reading the previous batch's parameters.
 
+use std::collections::HashMap;
 use std::num::NonZeroU64;
+use std::sync::Arc;
 
 use super::context::GpuContext;
 use super::pipelines::{Kernel, Pipelines, PARAMS_BYTES};
+use super::pool::BufferPool;
 
 /// Bytes of the parameter arena: 4096 dispatches of 256 bytes per batch.
 const ARENA_BYTES: u64 = 1 << 20;
+
+/// Bind groups kept for reuse before the cache is emptied.
+const MAX_CACHED_BIND_GROUPS: usize = 4096;
 
 /// One dispatch of a kernel.
 pub(crate) struct Dispatch<'a> {
@@ -47,10 +53,14 @@ pub(crate) struct Recorder {
     arena_buffer: wgpu::Buffer,
     slot: u64,
     capacity: u64,
+    pool: Arc<BufferPool>,
+    bind_groups: HashMap<Vec<wgpu::Buffer>, wgpu::BindGroup>,
+    /// The pool's release count when the bind group cache was last checked.
+    seen_releases: u64,
 }
 
 impl Recorder {
-    pub(crate) fn new(ctx: &GpuContext) -> Self {
+    pub(crate) fn new(ctx: &GpuContext, pool: Arc<BufferPool>) -> Self {
         let align = u64::from(ctx.limits.min_uniform_buffer_offset_alignment).max(1);
         let slot = PARAMS_BYTES.div_ceil(align) * align;
         let capacity = ARENA_BYTES
@@ -68,6 +78,9 @@ impl Recorder {
             arena_buffer,
             slot,
             capacity,
+            pool,
+            bind_groups: HashMap::new(),
+            seen_releases: 0,
         }
     }
 
@@ -91,39 +104,7 @@ impl Recorder {
         self.arena.extend_from_slice(&d.params[..used]);
         self.arena.resize(offset + self.slot as usize, 0);
 
-        let mut entries = vec![
-            wgpu::BindGroupEntry {
-                binding: 0,
-                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                    buffer: &self.arena_buffer,
-                    offset: 0,
-                    size: NonZeroU64::new(PARAMS_BYTES),
-                }),
-            },
-            wgpu::BindGroupEntry {
-                binding: 1,
-                resource: d.output.as_entire_binding(),
-            },
-        ];
-        // A kernel's layout may have more input slots than the op has inputs (never fewer):
-        // repeat the last input in the spare ones.
-        for i in 0..d.kernel.inputs {
-            let buffer = d
-                .inputs
-                .get(i)
-                .or(d.inputs.last())
-                .copied()
-                .unwrap_or(d.output);
-            entries.push(wgpu::BindGroupEntry {
-                binding: 2 + i as u32,
-                resource: buffer.as_entire_binding(),
-            });
-        }
-        let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: pipelines.layout(d.kernel.inputs),
-            entries: &entries,
-        });
+        let bind_group = self.bind_group(ctx, pipelines, &d);
         let encoder = self.encoder(ctx);
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: None,
@@ -132,6 +113,59 @@ impl Recorder {
         pass.set_pipeline(&d.kernel.pipeline);
         pass.set_bind_group(0, &bind_group, &[offset as u32]);
         pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+    }
+
+    /// The bind group for `d`'s buffers: cached, since inference binds the same weights and
+    /// the same recycled activation buffers step after step. A cached bind group keeps its
+    /// buffers alive, so the cache is bounded and is emptied whenever the pool has released
+    /// buffers to the driver (their memory must really be freed).
+    fn bind_group(
+        &mut self,
+        ctx: &GpuContext,
+        pipelines: &Pipelines,
+        d: &Dispatch<'_>,
+    ) -> wgpu::BindGroup {
+        let releases = self.pool.releases();
+        if releases != self.seen_releases || self.bind_groups.len() >= MAX_CACHED_BIND_GROUPS {
+            self.bind_groups.clear();
+            self.seen_releases = releases;
+        }
+        // A kernel's layout may have more input slots than the op has inputs (never fewer):
+        // repeat the last input in the spare ones.
+        let inputs = (0..d.kernel.inputs).map(|i| {
+            d.inputs
+                .get(i)
+                .or(d.inputs.last())
+                .copied()
+                .unwrap_or(d.output)
+        });
+        let key: Vec<wgpu::Buffer> = std::iter::once(d.output).chain(inputs).cloned().collect();
+        if let Some(bind_group) = self.bind_groups.get(&key) {
+            return bind_group.clone();
+        }
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &self.arena_buffer,
+                offset: 0,
+                size: NonZeroU64::new(PARAMS_BYTES),
+            }),
+        }];
+        entries.extend(
+            key.iter()
+                .enumerate()
+                .map(|(i, buffer)| wgpu::BindGroupEntry {
+                    binding: 1 + i as u32,
+                    resource: buffer.as_entire_binding(),
+                }),
+        );
+        let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: pipelines.layout(d.kernel.inputs),
+            entries: &entries,
+        });
+        self.bind_groups.insert(key, bind_group.clone());
+        bind_group
     }
 
     /// Records a copy of `bytes` (a multiple of 4) from the start of `src` to the start of
