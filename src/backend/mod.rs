@@ -225,20 +225,55 @@ pub trait Backend: Send + Sync + fmt::Debug {
     }
 }
 
-/// The input at `index` as host data, or a backend error naming the op: used by host backends.
-pub(crate) fn host_input<'a>(
+/// The host data of `storage`, or a backend error: used by the host backends (cpu, reference).
+pub(crate) fn host_data(backend: BackendKind, storage: &Storage) -> Result<&HostData> {
+    storage
+        .as_host()
+        .ok_or_else(|| crate::Error::backend(backend.name(), "storage is not in host memory"))
+}
+
+/// The inputs of one op as host slices, with errors that name the backend and the op.
+pub(crate) struct HostInputs<'a> {
     backend: BackendKind,
-    spec: &OpSpec,
-    inputs: &[&'a Storage],
-    index: usize,
-) -> Result<&'a HostData> {
-    inputs.get(index).and_then(|s| s.as_host()).ok_or_else(|| {
+    spec: &'a OpSpec,
+    inputs: &'a [&'a Storage],
+}
+
+impl<'a> HostInputs<'a> {
+    pub(crate) fn new(backend: BackendKind, spec: &'a OpSpec, inputs: &'a [&'a Storage]) -> Self {
+        HostInputs {
+            backend,
+            spec,
+            inputs,
+        }
+    }
+
+    /// Input `i` whatever its dtype.
+    pub(crate) fn data(&self, i: usize) -> Result<&'a HostData> {
+        self.inputs
+            .get(i)
+            .and_then(|s| s.as_host())
+            .ok_or_else(|| self.error(i, "missing or not in host memory"))
+    }
+
+    /// Input `i` as f32 elements.
+    pub(crate) fn f32(&self, i: usize) -> Result<&'a [f32]> {
+        self.data(i)?
+            .as_f32()
+            .ok_or_else(|| self.error(i, "not f32"))
+    }
+
+    /// Input `i` as u32 elements.
+    pub(crate) fn u32(&self, i: usize) -> Result<&'a [u32]> {
+        self.data(i)?
+            .as_u32()
+            .ok_or_else(|| self.error(i, "not u32"))
+    }
+
+    fn error(&self, i: usize, what: &str) -> crate::Error {
         crate::Error::backend(
-            backend.name(),
-            format!(
-                "{}: input {index} is missing or not in host memory",
-                spec.kind().name()
-            ),
+            self.backend.name(),
+            format!("{}: input {i} is {what}", self.spec.kind().name()),
         )
-    })
+    }
 }

@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use super::spec::{permute_strides, rope_inv_freq, rope_pair};
 use super::{
-    host_input, Backend, BackendInfo, BackendKind, BinaryOp, DeviceClass, HostData, MatmulSpec,
-    OpSpec, Storage, UnaryOp,
+    host_data, Backend, BackendInfo, BackendKind, BinaryOp, DeviceClass, HostData, HostInputs,
+    MatmulSpec, OpSpec, Storage, UnaryOp,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The scalar oracle backend. Always present.
 #[derive(Debug, Default, Clone, Copy)]
@@ -42,10 +42,7 @@ impl Backend for ReferenceBackend {
     }
 
     fn download(&self, storage: &Storage) -> Result<HostData> {
-        storage
-            .as_host()
-            .cloned()
-            .ok_or_else(|| Error::backend("reference", "storage is not in host memory"))
+        host_data(BackendKind::Reference, storage).cloned()
     }
 
     fn copy(&self, x: &Storage, len: usize) -> Result<Storage> {
@@ -57,41 +54,22 @@ impl Backend for ReferenceBackend {
     }
 
     fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage> {
-        let f32_input = |i: usize| -> Result<&[f32]> {
-            host_input(BackendKind::Reference, spec, inputs, i)?
-                .as_f32()
-                .ok_or_else(|| {
-                    Error::backend(
-                        "reference",
-                        format!("{}: input {i} is not f32", spec.kind()),
-                    )
-                })
-        };
-        let u32_input = |i: usize| -> Result<&[u32]> {
-            host_input(BackendKind::Reference, spec, inputs, i)?
-                .as_u32()
-                .ok_or_else(|| {
-                    Error::backend(
-                        "reference",
-                        format!("{}: input {i} is not u32", spec.kind()),
-                    )
-                })
-        };
+        let input = HostInputs::new(BackendKind::Reference, spec, inputs);
         let out = match spec {
-            OpSpec::Unary { op, .. } => HostData::F32(unary(*op, f32_input(0)?)),
-            OpSpec::Binary { op, .. } => HostData::F32(binary(*op, f32_input(0)?, f32_input(1)?)),
+            OpSpec::Unary { op, .. } => HostData::F32(unary(*op, input.f32(0)?)),
+            OpSpec::Binary { op, .. } => HostData::F32(binary(*op, input.f32(0)?, input.f32(1)?)),
             OpSpec::RmsNorm { cols, eps, .. } => {
-                HostData::F32(rms_norm(f32_input(0)?, f32_input(1)?, *cols, *eps))
+                HostData::F32(rms_norm(input.f32(0)?, input.f32(1)?, *cols, *eps))
             }
             OpSpec::LayerNorm { cols, eps, .. } => HostData::F32(layer_norm(
-                f32_input(0)?,
-                f32_input(1)?,
-                f32_input(2)?,
+                input.f32(0)?,
+                input.f32(1)?,
+                input.f32(2)?,
                 *cols,
                 *eps,
             )),
             OpSpec::Softmax { cols, causal, .. } => {
-                HostData::F32(softmax(f32_input(0)?, *cols, *causal))
+                HostData::F32(softmax(input.f32(0)?, *cols, *causal))
             }
             OpSpec::Rope {
                 heads,
@@ -100,24 +78,22 @@ impl Backend for ReferenceBackend {
                 layout,
                 ..
             } => HostData::F32(rope(
-                f32_input(0)?,
-                u32_input(1)?,
+                input.f32(0)?,
+                input.u32(1)?,
                 *heads,
                 *head_dim,
                 *theta,
                 *layout,
             )),
-            OpSpec::Matmul(m) => HostData::F32(matmul(f32_input(0)?, f32_input(1)?, m)),
+            OpSpec::Matmul(m) => HostData::F32(matmul(input.f32(0)?, input.f32(1)?, m)),
             OpSpec::Embedding { vocab, dim, .. } => {
-                HostData::F32(embedding(f32_input(0)?, u32_input(1)?, *vocab, *dim))
+                HostData::F32(embedding(input.f32(0)?, input.u32(1)?, *vocab, *dim))
             }
-            OpSpec::Permute { in_shape, perm } => {
-                match host_input(BackendKind::Reference, spec, inputs, 0)? {
-                    HostData::F32(x) => HostData::F32(permute(x, in_shape, perm)),
-                    HostData::U32(x) => HostData::U32(permute(x, in_shape, perm)),
-                }
-            }
-            OpSpec::Argmax { cols, .. } => HostData::U32(argmax(f32_input(0)?, *cols)),
+            OpSpec::Permute { in_shape, perm } => match input.data(0)? {
+                HostData::F32(x) => HostData::F32(permute(x, in_shape, perm)),
+                HostData::U32(x) => HostData::U32(permute(x, in_shape, perm)),
+            },
+            OpSpec::Argmax { cols, .. } => HostData::U32(argmax(input.f32(0)?, *cols)),
         };
         Ok(Storage::Host(Arc::new(out)))
     }

@@ -16,9 +16,10 @@ use std::sync::Arc;
 pub use simd::SimdLevel;
 
 use super::{
-    host_input, Backend, BackendInfo, BackendKind, DeviceClass, HostData, OpSpec, Storage,
+    host_data, Backend, BackendInfo, BackendKind, DeviceClass, HostData, HostInputs, OpSpec,
+    Storage,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The environment variable that forces a SIMD level.
 pub const SIMD_ENV: &str = "WEBTENSOR_CPU_SIMD";
@@ -109,16 +110,11 @@ impl Backend for CpuBackend {
     }
 
     fn download(&self, storage: &Storage) -> Result<HostData> {
-        storage
-            .as_host()
-            .cloned()
-            .ok_or_else(|| Error::backend("cpu", "storage is not in host memory"))
+        host_data(BackendKind::Cpu, storage).cloned()
     }
 
     fn copy(&self, x: &Storage, len: usize) -> Result<Storage> {
-        let host = x
-            .as_host()
-            .ok_or_else(|| Error::backend("cpu", "storage is not in host memory"))?;
+        let host = host_data(BackendKind::Cpu, x)?;
         let copied = match host {
             HostData::F32(v) => HostData::F32(parallel_copy(&v[..len])),
             HostData::U32(v) => HostData::U32(parallel_copy(&v[..len])),
@@ -127,34 +123,24 @@ impl Backend for CpuBackend {
     }
 
     fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage> {
-        let input = |i: usize| host_input(BackendKind::Cpu, spec, inputs, i);
-        let f32_input = |i: usize| -> Result<&[f32]> {
-            input(i)?.as_f32().ok_or_else(|| {
-                Error::backend("cpu", format!("{}: input {i} is not f32", spec.kind()))
-            })
-        };
-        let u32_input = |i: usize| -> Result<&[u32]> {
-            input(i)?.as_u32().ok_or_else(|| {
-                Error::backend("cpu", format!("{}: input {i} is not u32", spec.kind()))
-            })
-        };
+        let input = HostInputs::new(BackendKind::Cpu, spec, inputs);
         let out = match spec {
-            OpSpec::Unary { op, .. } => HostData::F32(kernels::unary(*op, f32_input(0)?)),
+            OpSpec::Unary { op, .. } => HostData::F32(kernels::unary(*op, input.f32(0)?)),
             OpSpec::Binary { op, .. } => {
-                HostData::F32(kernels::binary(*op, f32_input(0)?, f32_input(1)?))
+                HostData::F32(kernels::binary(*op, input.f32(0)?, input.f32(1)?))
             }
             OpSpec::RmsNorm { cols, eps, .. } => {
-                HostData::F32(kernels::rms_norm(f32_input(0)?, f32_input(1)?, *cols, *eps))
+                HostData::F32(kernels::rms_norm(input.f32(0)?, input.f32(1)?, *cols, *eps))
             }
             OpSpec::LayerNorm { cols, eps, .. } => HostData::F32(kernels::layer_norm(
-                f32_input(0)?,
-                f32_input(1)?,
-                f32_input(2)?,
+                input.f32(0)?,
+                input.f32(1)?,
+                input.f32(2)?,
                 *cols,
                 *eps,
             )),
             OpSpec::Softmax { cols, causal, .. } => {
-                HostData::F32(kernels::softmax(f32_input(0)?, *cols, *causal))
+                HostData::F32(kernels::softmax(input.f32(0)?, *cols, *causal))
             }
             OpSpec::Rope {
                 heads,
@@ -163,27 +149,27 @@ impl Backend for CpuBackend {
                 layout,
                 ..
             } => HostData::F32(kernels::rope(
-                f32_input(0)?,
-                u32_input(1)?,
+                input.f32(0)?,
+                input.u32(1)?,
                 *heads,
                 *head_dim,
                 *theta,
                 *layout,
             )),
             OpSpec::Matmul(m) => {
-                HostData::F32(matmul::matmul(self.simd, f32_input(0)?, f32_input(1)?, m))
+                HostData::F32(matmul::matmul(self.simd, input.f32(0)?, input.f32(1)?, m))
             }
             OpSpec::Embedding { vocab, dim, .. } => HostData::F32(kernels::embedding(
-                f32_input(0)?,
-                u32_input(1)?,
+                input.f32(0)?,
+                input.u32(1)?,
                 *vocab,
                 *dim,
             )),
-            OpSpec::Permute { in_shape, perm } => match input(0)? {
+            OpSpec::Permute { in_shape, perm } => match input.data(0)? {
                 HostData::F32(x) => HostData::F32(kernels::permute(x, in_shape, perm)),
                 HostData::U32(x) => HostData::U32(kernels::permute(x, in_shape, perm)),
             },
-            OpSpec::Argmax { cols, .. } => HostData::U32(kernels::argmax(f32_input(0)?, *cols)),
+            OpSpec::Argmax { cols, .. } => HostData::U32(kernels::argmax(input.f32(0)?, *cols)),
         };
         Ok(Storage::Host(Arc::new(out)))
     }
