@@ -99,6 +99,8 @@ impl fmt::Display for SimdLevel {
 
 /// The CPU features relevant to the kernels, for `webtensor info`.
 pub fn detected_features() -> Vec<String> {
+    // Some targets (wasm32 without simd128) push nothing.
+    #[allow(unused_mut)]
     let mut features = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
