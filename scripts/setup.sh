@@ -21,4 +21,10 @@ if command -v rustup >/dev/null 2>&1; then
     rustup component list --installed 2>/dev/null | grep -q "^$component" || rustup component add "$component"
   done
 fi
+# Targets whose SIMD paths the tests compile (wasm32 simd128, aarch64 NEON).
+if command -v rustup >/dev/null 2>&1; then
+  for target in wasm32-unknown-unknown aarch64-unknown-linux-gnu; do
+    rustup target list --installed 2>/dev/null | grep -q "^$target\$" || rustup target add "$target"
+  done
+fi
 echo "setup: done"

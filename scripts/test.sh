@@ -19,3 +19,9 @@ for level in scalar avx2 avx512; do
   echo "== cpu conformance with WEBTENSOR_CPU_SIMD=$level"
   WEBTENSOR_CPU_SIMD=$level cargo test --test conformance cpu::
 done
+
+# The SIMD paths this machine cannot run must at least compile: wasm32 simd128 and aarch64 NEON.
+echo "== compile check: wasm32 with simd128"
+RUSTFLAGS="-C target-feature=+simd128" cargo check --lib --target wasm32-unknown-unknown --target-dir target/wasm-simd128
+echo "== compile check: aarch64 (NEON)"
+cargo check --lib --target aarch64-unknown-linux-gnu
