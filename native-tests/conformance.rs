@@ -10,8 +10,8 @@
 mod common;
 
 use common::{assert_close, reference, rng, tensor, uniform};
-use webtensor::ops::{self, RopeLayout};
-use webtensor::{Device, Tensor};
+use webtensor::ops::{self, Activations, RopeLayout};
+use webtensor::{DType, Device, Tensor};
 
 /// Tolerance of elementwise ops, norms, softmax and rope (DESIGN.md).
 const TOL: f64 = 1e-5;
@@ -417,6 +417,200 @@ fn chained(dev: &Device) {
     });
 }
 
+// ---- quantized data (bit-exact against gguf-py's reference quantizers) ----------------------
+
+/// The fixture files of `scripts/quant_fixtures.py`.
+fn fixture(name: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("native-tests/fixtures/quant")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Equal values bit for bit, except that any NaN matches any NaN.
+fn assert_same_values(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
+        assert!(same, "{what}: value {i}: got {g:e}, expected {w:e}");
+    }
+}
+
+const GGUF_FORMATS: [(&str, DType); 4] = [
+    ("q8_0", DType::Q8_0),
+    ("q4_0", DType::Q4_0),
+    ("tq1_0", DType::TQ1_0),
+    ("tq2_0", DType::TQ2_0),
+];
+
+/// Quantize and dequantize match gguf-py byte for byte and value for value: ordinary, zero,
+/// tiny (1e-30) and huge (1e30, whose f16 scale overflows to inf) rows, .5 ties and negative
+/// maxima.
+fn quant_gguf_fixtures(dev: &Device) {
+    let input = f32s(&fixture("input.f32"));
+    for (name, format) in GGUF_FORMATS {
+        let x = tensor(dev, &input, &[16, 256]);
+        let got = ops::quantize(&x, format).unwrap().to_bytes().unwrap();
+        let want = fixture(&format!("{name}.bin"));
+        if let Some(i) = got.iter().zip(&want).position(|(g, w)| g != w) {
+            panic!(
+                "quantize {name} on {}: byte {i} (block {}) is {:#04x}, gguf-py wrote {:#04x}",
+                dev.backend_name(),
+                i / format.block_bytes(),
+                got[i],
+                want[i]
+            );
+        }
+        assert_eq!(got.len(), want.len(), "quantize {name}: length");
+        let packed = Tensor::from_bytes(dev, format, want, [16, 256]).unwrap();
+        let values: Vec<f32> = ops::dequantize(&packed).unwrap().to_vec().unwrap();
+        assert_same_values(
+            &format!("dequantize {name} on {}", dev.backend_name()),
+            &values,
+            &f32s(&fixture(&format!("{name}.f32"))),
+        );
+    }
+}
+
+/// Every format on random rows of several shapes, and f16 at its edge cases, bit-exact against
+/// the reference; ternary bit-planes against trits computed here independently.
+fn quant_roundtrip(dev: &Device) {
+    let mut r = rng(40);
+    for (rows, cols) in [(1, 256), (3, 512), (5, 768), (0, 256)] {
+        let mut x = uniform(&mut r, rows * cols, 3.0);
+        if rows > 1 {
+            x[cols..cols + 32].fill(0.0);
+        }
+        for format in [
+            DType::Q8_0,
+            DType::Q4_0,
+            DType::TQ1_0,
+            DType::TQ2_0,
+            DType::TernaryPlanes,
+            DType::F16,
+        ] {
+            let run = |d: &Device| {
+                let q = ops::quantize(&tensor(d, &x, &[rows, cols]), format).unwrap();
+                let back: Vec<f32> = ops::dequantize(&q).unwrap().to_vec().unwrap();
+                (q.to_bytes().unwrap(), back)
+            };
+            let (bytes, back) = run(dev);
+            let (want_bytes, want_back) = run(&reference());
+            assert!(
+                bytes == want_bytes,
+                "quantize {format} {rows}x{cols} on {}",
+                dev.backend_name()
+            );
+            assert_same_values(&format!("dequantize {format} {rows}x{cols}"), &back, &want_back);
+            if format == DType::TernaryPlanes {
+                for (block, values) in x.chunks(256).zip(back.chunks(256)) {
+                    let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+                    for (v, b) in block.iter().zip(values) {
+                        let trit = if amax == 0.0 { 0.0 } else { (v * (1.0 / amax)).round() };
+                        assert_eq!(*b, trit * amax, "ternary planes value {v}");
+                    }
+                }
+            }
+        }
+    }
+    let edges = [
+        0.0f32, -0.0, 1.0, -2.5, 65504.0, 65519.0, 65520.0, -1e6, 6.1e-5, 1e-7, 2.9802322e-8,
+        2.9802326e-8, 5.96e-8, 1e-30, f32::INFINITY, f32::NEG_INFINITY, 0.1, 1.0 / 3.0,
+    ];
+    let run = |d: &Device| {
+        let h = ops::quantize(&tensor(d, &edges, &[edges.len()]), DType::F16).unwrap();
+        h.to_vec::<half::f16>().unwrap()
+    };
+    let want: Vec<half::f16> = edges.iter().map(|&v| half::f16::from_f32(v)).collect();
+    let got = run(dev);
+    for ((g, w), v) in got.iter().zip(&want).zip(edges) {
+        assert_eq!(g.to_bits(), w.to_bits(), "f16 of {v:e} on {}", dev.backend_name());
+    }
+}
+
+fn packed_weight(d: &Device, w: &[f32], n: usize, k: usize, format: DType) -> Tensor {
+    // Quantized on the reference, so the product test does not depend on quantize.
+    let bytes = ops::quantize(&tensor(&reference(), w, &[n, k]), format)
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    Tensor::from_bytes(d, format, bytes, [n, k]).unwrap()
+}
+
+/// Products with packed weights against the reference on the dequantized weights, for every
+/// format and activation mode, decode (m = 1) and prefill shapes, m beyond one row tile.
+/// Tolerance: matmul's 1e-5·√k (DESIGN.md).
+fn qmatmul(dev: &Device) {
+    let mut r = rng(41);
+    for (m, n, k) in [(1, 5, 256), (3, 33, 512), (9, 7, 768), (1, 1, 256), (17, 64, 256)] {
+        let a = uniform(&mut r, m * k, 2.0);
+        let w = uniform(&mut r, n * k, 1.0);
+        for format in [
+            DType::F16,
+            DType::Q8_0,
+            DType::Q4_0,
+            DType::TQ1_0,
+            DType::TQ2_0,
+            DType::TernaryPlanes,
+        ] {
+            let modes: &[Activations] = if format == DType::F16 {
+                &[Activations::F32, Activations::F16]
+            } else {
+                &[Activations::F32, Activations::Q8_0, Activations::I8]
+            };
+            for &act in modes {
+                let tol = TOL * (k as f64).sqrt();
+                compare(&format!("qmatmul {format} {act:?} {m}x{n}x{k}"), dev, tol, |d| {
+                    let mut a_t = tensor(d, &a, &[m, k]);
+                    if act == Activations::F16 {
+                        a_t = ops::quantize(&a_t, DType::F16).unwrap();
+                    }
+                    let w_t = packed_weight(d, &w, n, k, format);
+                    ops::qmatmul_t(&a_t, &w_t, act).unwrap()
+                });
+            }
+        }
+    }
+    // matmul_t takes packed weights too; f16 weights allow any k.
+    let (m, n, k) = (2, 3, 37);
+    let a = uniform(&mut r, m * k, 1.0);
+    let w = uniform(&mut r, n * k, 1.0);
+    compare("matmul_t f16 weight k=37", dev, TOL * 10.0, |d| {
+        ops::matmul_t(&tensor(d, &a, &[m, k]), &packed_weight(d, &w, n, k, DType::F16)).unwrap()
+    });
+}
+
+/// Exact integer dots of ternary weights with int8 values, −128 included.
+fn ternary_dot(dev: &Device) {
+    let mut r = rng(42);
+    for (m, n, k) in [(1, 3, 256), (5, 17, 512), (10, 2, 1024)] {
+        let w = uniform(&mut r, n * k, 1.0);
+        let x: Vec<i8> = (0..m * k).map(|_| r.random_range(-128i32..128) as i8).collect();
+        for format in [DType::TQ1_0, DType::TQ2_0, DType::TernaryPlanes] {
+            let run = |d: &Device| -> Vec<i32> {
+                let w_t = packed_weight(d, &w, n, k, format);
+                ops::ternary_dot(&w_t, &tensor(d, &x, &[m, k]))
+                    .unwrap()
+                    .to_vec()
+                    .unwrap()
+            };
+            assert_eq!(
+                run(dev),
+                run(&reference()),
+                "ternary_dot {format} {m}x{n}x{k} on {}",
+                dev.backend_name()
+            );
+        }
+    }
+}
+
 macro_rules! matrix {
     ($($op:ident),* $(,)?) => {
         mod cpu {
@@ -440,5 +634,9 @@ matrix!(
     permute,
     argmax,
     special_values,
-    chained
+    chained,
+    quant_gguf_fixtures,
+    quant_roundtrip,
+    qmatmul,
+    ternary_dot,
 );

@@ -13,28 +13,153 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 
 /// Element type of a tensor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+///
+/// `F32`, `U32` and `I32` are stored as 4-byte words. The other types are *packed*: stored as
+/// raw little-endian bytes exactly as GGUF lays them out, so a model file's tensor bytes are
+/// used as they are. Block formats group the last axis into blocks (32 or 256 values) that
+/// share a scale; a tensor of a block format needs a last dimension divisible by the block
+/// length. See [`crate::quant`] for each layout.
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
     /// 32-bit IEEE float: activations and weights.
     F32,
     /// 32-bit unsigned integer: token ids, positions, argmax results.
     U32,
+    /// 32-bit signed integer: exact integer dot products.
+    I32,
+    /// 16-bit IEEE float (binary16), 2 bytes per value.
+    F16,
+    /// 8-bit signed integer: quantized activations.
+    I8,
+    /// GGUF `Q8_0`: blocks of 32 values, an f16 scale and 32 `i8` (34 bytes, 8.5 bits/value).
+    Q8_0,
+    /// GGUF `Q4_0`: blocks of 32 values, an f16 scale and 16 bytes of 4-bit values
+    /// (18 bytes, 4.5 bits/value).
+    Q4_0,
+    /// GGUF `TQ1_0`: ternary blocks of 256 values in base-3 packing and an f16 scale
+    /// (54 bytes, 1.6875 bits/value).
+    TQ1_0,
+    /// GGUF `TQ2_0`: ternary blocks of 256 values at 2 bits each and an f16 scale
+    /// (66 bytes, 2.0625 bits/value).
+    TQ2_0,
+    /// Ternary bit-planes: blocks of 256 values as an f32 scale, a "+1" plane and a "−1" plane
+    /// of 8 `u32` words each (68 bytes, 2.125 bits/value); integer dot products are AND plus
+    /// popcount.
+    TernaryPlanes,
 }
 
 impl DType {
-    /// Bytes per element.
-    pub fn size_in_bytes(self) -> usize {
-        4
+    /// Every dtype.
+    pub const ALL: [DType; 10] = [
+        DType::F32,
+        DType::U32,
+        DType::I32,
+        DType::F16,
+        DType::I8,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::TQ1_0,
+        DType::TQ2_0,
+        DType::TernaryPlanes,
+    ];
+
+    /// Bytes of one storage unit: an element for the 4-byte types, a byte for packed types.
+    /// Backends count buffer lengths in these units.
+    pub fn unit_bytes(self) -> usize {
+        if self.is_packed() {
+            1
+        } else {
+            4
+        }
+    }
+
+    /// Whether the data is stored as raw bytes (f16, i8 and the block formats).
+    pub fn is_packed(self) -> bool {
+        !matches!(self, DType::F32 | DType::U32 | DType::I32)
+    }
+
+    /// Whether this is a block-quantized weight format (values share a per-block scale).
+    pub fn is_quantized(self) -> bool {
+        self.block_len() > 1
+    }
+
+    /// Whether this is one of the ternary formats (values −1, 0, +1 times a block scale).
+    pub fn is_ternary(self) -> bool {
+        matches!(self, DType::TQ1_0 | DType::TQ2_0 | DType::TernaryPlanes)
+    }
+
+    /// Values per block: 1 for plain types, 32 for `Q8_0`/`Q4_0`, 256 for the ternary formats.
+    pub fn block_len(self) -> usize {
+        match self {
+            DType::Q8_0 | DType::Q4_0 => 32,
+            DType::TQ1_0 | DType::TQ2_0 | DType::TernaryPlanes => 256,
+            _ => 1,
+        }
+    }
+
+    /// Bytes per block (per element for plain types).
+    pub fn block_bytes(self) -> usize {
+        match self {
+            DType::F32 | DType::U32 | DType::I32 => 4,
+            DType::F16 => 2,
+            DType::I8 => 1,
+            DType::Q8_0 => 34,
+            DType::Q4_0 => 18,
+            DType::TQ1_0 => 54,
+            DType::TQ2_0 => 66,
+            DType::TernaryPlanes => 68,
+        }
+    }
+
+    /// Average bits per value, scales included.
+    pub fn bits_per_value(self) -> f64 {
+        (self.block_bytes() * 8) as f64 / self.block_len() as f64
+    }
+
+    /// Storage units (see [`DType::unit_bytes`]) of `count` values laid out in rows of
+    /// `row_len`, or `None` when `row_len` is not a whole number of blocks.
+    pub fn storage_len(self, count: usize, row_len: usize) -> Option<usize> {
+        let block = self.block_len();
+        if block > 1 && !row_len.is_multiple_of(block) {
+            return None;
+        }
+        let bytes = count / block * self.block_bytes();
+        Some(bytes / self.unit_bytes())
+    }
+
+    /// Parses a name as displayed (`f32`, `q8_0`, `tq2_0`, `ternary_planes`, ...).
+    pub fn parse(name: &str) -> Option<DType> {
+        let wanted = name.trim().to_ascii_lowercase();
+        DType::ALL.into_iter().find(|d| d.name() == wanted)
+    }
+
+    /// The lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::U32 => "u32",
+            DType::I32 => "i32",
+            DType::F16 => "f16",
+            DType::I8 => "i8",
+            DType::Q8_0 => "q8_0",
+            DType::Q4_0 => "q4_0",
+            DType::TQ1_0 => "tq1_0",
+            DType::TQ2_0 => "tq2_0",
+            DType::TernaryPlanes => "ternary_planes",
+        }
+    }
+}
+
+impl serde::Serialize for DType {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
     }
 }
 
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            DType::F32 => "f32",
-            DType::U32 => "u32",
-        })
+        f.write_str(self.name())
     }
 }
 
@@ -146,6 +271,30 @@ impl Element for u32 {
     }
 }
 
+/// Element types stored as raw little-endian bytes on the device.
+macro_rules! byte_element {
+    ($t:ty, $dtype:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = $dtype;
+            fn into_host(data: Vec<Self>) -> HostData {
+                HostData::Bytes($dtype, bytemuck::cast_slice(&data).to_vec())
+            }
+            fn from_host(data: HostData) -> Option<Vec<Self>> {
+                match data {
+                    HostData::Bytes(d, bytes) if d == $dtype => {
+                        Some(bytemuck::pod_collect_to_vec(&bytes))
+                    }
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+byte_element!(i32, DType::I32);
+byte_element!(i8, DType::I8);
+byte_element!(half::f16, DType::F16);
+
 /// An n-dimensional, contiguous, immutable array on a [`Device`].
 #[derive(Clone)]
 pub struct Tensor {
@@ -193,7 +342,7 @@ impl Tensor {
         let host = T::into_host(data);
         let index_bound = match &host {
             HostData::U32(v) => Some(v.iter().max().map_or(0, |m| m.saturating_add(1))),
-            HostData::F32(_) => None,
+            _ => None,
         };
         let backend = device.primary().clone();
         let storage = backend.upload(host)?;
@@ -211,6 +360,55 @@ impl Tensor {
     pub fn zeros(device: &Device, shape: impl Into<Shape>) -> Result<Tensor> {
         let shape = shape.into();
         Self::from_vec(device, vec![0f32; shape.numel()], shape)
+    }
+
+    /// A tensor of a packed dtype (`f16`, `i8`, a block format) from its raw bytes, laid out
+    /// exactly as GGUF stores them; a GGUF tensor's bytes can be passed as they are.
+    ///
+    /// Fails with [`Error::DataLength`] when the byte count does not fit the shape, and with
+    /// [`Error::ShapeMismatch`] when the last dimension is not a whole number of blocks.
+    pub fn from_bytes(
+        device: &Device,
+        dtype: DType,
+        bytes: Vec<u8>,
+        shape: impl Into<Shape>,
+    ) -> Result<Tensor> {
+        let shape = shape.into();
+        let units = expect_storage_len("from_bytes", dtype, &shape)?;
+        let expected = units * dtype.unit_bytes();
+        if bytes.len() != expected {
+            return Err(Error::DataLength {
+                len: bytes.len(),
+                expected,
+                shape,
+            });
+        }
+        let host = match dtype {
+            DType::F32 => HostData::F32(bytemuck::pod_collect_to_vec(&bytes)),
+            DType::U32 => HostData::U32(bytemuck::pod_collect_to_vec(&bytes)),
+            _ => HostData::Bytes(dtype, bytes),
+        };
+        let backend = device.primary().clone();
+        let storage = backend.upload(host)?;
+        let bound = None;
+        Ok(Tensor::from_parts(
+            storage,
+            shape,
+            dtype,
+            backend,
+            device.clone(),
+            bound,
+        ))
+    }
+
+    /// Runs all recorded work this tensor depends on and copies its raw little-endian bytes to
+    /// the host (any dtype; for block formats, the GGUF block bytes).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        Ok(match self.inner.backend.download(&self.inner.storage)? {
+            HostData::F32(v) => bytemuck::cast_slice(&v).to_vec(),
+            HostData::U32(v) => bytemuck::cast_slice(&v).to_vec(),
+            HostData::Bytes(_, b) => b,
+        })
     }
 
     pub(crate) fn from_parts(
@@ -277,6 +475,7 @@ impl Tensor {
                 &[self.shape(), &shape],
             ));
         }
+        expect_storage_len("reshape", self.dtype(), &shape)?;
         let i = &self.inner;
         Ok(Tensor::from_parts(
             i.storage.clone(),
@@ -290,7 +489,8 @@ impl Tensor {
 
     /// Runs all recorded work this tensor depends on and copies its elements to the host.
     ///
-    /// `T` must match the dtype (`f32` for F32, `u32` for U32).
+    /// `T` must match the dtype (`f32` for F32, `u32` for U32, `i32`, `i8`, `half::f16`); read
+    /// block formats with [`Tensor::to_bytes`] or dequantize them first.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         if T::DTYPE != self.dtype() {
             return Err(Error::DTypeMismatch {
@@ -353,4 +553,22 @@ impl fmt::Debug for Tensor {
             self.backend_name()
         )
     }
+}
+
+/// The storage units of a `dtype` tensor of `shape`, or a shape error when its last dimension
+/// is not a whole number of the dtype's blocks.
+pub(crate) fn expect_storage_len(op: &'static str, dtype: DType, shape: &Shape) -> Result<usize> {
+    dtype
+        .storage_len(shape.numel(), shape.last_dim())
+        .ok_or_else(|| {
+            Error::shape(
+                op,
+                format!(
+                    "{dtype} packs the last axis in blocks of {}; its length must be a multiple of {}",
+                    dtype.block_len(),
+                    dtype.block_len()
+                ),
+                &[shape],
+            )
+        })
 }

@@ -17,7 +17,7 @@ pub mod webgpu;
 use std::fmt;
 use std::sync::Arc;
 
-pub use spec::{BinaryOp, MatmulSpec, OpKind, OpSpec, RopeLayout, UnaryOp};
+pub use spec::{Activations, BinaryOp, MatmulSpec, OpKind, OpSpec, RopeLayout, UnaryOp};
 
 use crate::error::Result;
 use crate::tensor::DType;
@@ -89,6 +89,8 @@ pub enum HostData {
     F32(Vec<f32>),
     /// u32 elements.
     U32(Vec<u32>),
+    /// Raw little-endian bytes of any other dtype: i32, f16, i8 and the block formats.
+    Bytes(DType, Vec<u8>),
 }
 
 impl HostData {
@@ -97,14 +99,44 @@ impl HostData {
         match self {
             HostData::F32(_) => DType::F32,
             HostData::U32(_) => DType::U32,
+            HostData::Bytes(d, _) => *d,
         }
     }
 
-    /// Number of elements.
+    /// Number of storage units: elements of 4-byte types, bytes of packed types (see
+    /// [`DType::unit_bytes`]).
     pub fn len(&self) -> usize {
         match self {
             HostData::F32(v) => v.len(),
             HostData::U32(v) => v.len(),
+            HostData::Bytes(d, b) => b.len() / d.unit_bytes(),
+        }
+    }
+
+    /// No data of `dtype`.
+    pub fn empty(dtype: DType) -> HostData {
+        match dtype {
+            DType::F32 => HostData::F32(Vec::new()),
+            DType::U32 => HostData::U32(Vec::new()),
+            d => HostData::Bytes(d, Vec::new()),
+        }
+    }
+
+    /// The data as raw little-endian bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            HostData::F32(v) => bytemuck::cast_slice(v),
+            HostData::U32(v) => bytemuck::cast_slice(v),
+            HostData::Bytes(_, b) => b,
+        }
+    }
+
+    /// The first `units` storage units, copied.
+    pub fn prefix(&self, units: usize) -> HostData {
+        match self {
+            HostData::F32(v) => HostData::F32(v[..units].to_vec()),
+            HostData::U32(v) => HostData::U32(v[..units].to_vec()),
+            HostData::Bytes(d, b) => HostData::Bytes(*d, b[..units * d.unit_bytes()].to_vec()),
         }
     }
 
@@ -186,6 +218,8 @@ pub struct BackendInfo {
     pub simd: Option<String>,
     /// Ops this backend does not implement; those fall back to the next backend.
     pub missing_ops: Vec<OpKind>,
+    /// How f16 data is computed on: natively, or widened from 16-bit storage.
+    pub f16_path: String,
 }
 
 /// One place where ops run. Implementations must be thread-safe: a device may be used from
@@ -261,6 +295,14 @@ impl<'a> HostInputs<'a> {
         self.data(i)?
             .as_f32()
             .ok_or_else(|| self.error(i, "not f32"))
+    }
+
+    /// Input `i` as raw bytes of `dtype` (packed dtypes and i32).
+    pub(crate) fn bytes(&self, i: usize, dtype: DType) -> Result<&'a [u8]> {
+        match self.data(i)? {
+            HostData::Bytes(d, b) if *d == dtype => Ok(b),
+            other => Err(self.error(i, &format!("{} rather than {dtype}", other.dtype()))),
+        }
     }
 
     /// Input `i` as u32 elements.

@@ -7,10 +7,12 @@ use std::sync::Arc;
 
 use super::spec::{permute_strides, rope_inv_freq, rope_pair};
 use super::{
-    host_data, Backend, BackendInfo, BackendKind, BinaryOp, DeviceClass, HostData, HostInputs,
-    MatmulSpec, OpSpec, Storage, UnaryOp,
+    host_data, Activations, Backend, BackendInfo, BackendKind, BinaryOp, DeviceClass, HostData,
+    HostInputs, MatmulSpec, OpSpec, Storage, UnaryOp,
 };
 use crate::error::Result;
+use crate::quant::{self, ternary};
+use crate::tensor::DType;
 
 /// The scalar oracle backend. Always present.
 #[derive(Debug, Default, Clone, Copy)]
@@ -34,6 +36,7 @@ impl Backend for ReferenceBackend {
             threads: Some(1),
             simd: None,
             missing_ops: vec![],
+            f16_path: "widened to f64".into(),
         }
     }
 
@@ -47,10 +50,7 @@ impl Backend for ReferenceBackend {
 
     fn copy(&self, x: &Storage, len: usize) -> Result<Storage> {
         let host = self.download(x)?;
-        Ok(Storage::Host(Arc::new(match host {
-            HostData::F32(v) => HostData::F32(v[..len].to_vec()),
-            HostData::U32(v) => HostData::U32(v[..len].to_vec()),
-        })))
+        Ok(Storage::Host(Arc::new(host.prefix(len))))
     }
 
     fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage> {
@@ -92,8 +92,50 @@ impl Backend for ReferenceBackend {
             OpSpec::Permute { in_shape, perm } => match input.data(0)? {
                 HostData::F32(x) => HostData::F32(permute(x, in_shape, perm)),
                 HostData::U32(x) => HostData::U32(permute(x, in_shape, perm)),
+                HostData::Bytes(d, _) => {
+                    return Err(crate::Error::backend(
+                        "reference",
+                        format!("permute of {d}"),
+                    ))
+                }
             },
             OpSpec::Argmax { cols, .. } => HostData::U32(argmax(input.f32(0)?, *cols)),
+            OpSpec::Quantize { format, .. } => {
+                let mut out = vec![0u8; spec.output_len()];
+                quant::quantize(*format, input.f32(0)?, &mut out);
+                HostData::Bytes(*format, out)
+            }
+            OpSpec::Dequantize { format, rows, cols } => {
+                let mut out = vec![0f32; rows * cols];
+                quant::dequantize(*format, input.bytes(0, *format)?, &mut out);
+                HostData::F32(out)
+            }
+            OpSpec::QMatmul {
+                format,
+                activations,
+                m,
+                n,
+                k,
+            } => {
+                let a = match activations {
+                    Activations::F16 => f16_values(input.bytes(0, DType::F16)?),
+                    _ => input.f32(0)?.to_vec(),
+                };
+                let mut w = vec![0f32; n * k];
+                quant::dequantize(*format, input.bytes(1, *format)?, &mut w);
+                HostData::F32(qmatmul(&a, &w, *activations, *m, *n, *k))
+            }
+            OpSpec::TernaryDot { format, m, n, k } => {
+                let dots = ternary_dot(
+                    input.bytes(0, *format)?,
+                    input.bytes(1, DType::I8)?,
+                    *format,
+                    *m,
+                    *n,
+                    *k,
+                );
+                HostData::Bytes(DType::I32, bytemuck::cast_slice(&dots).to_vec())
+            }
         };
         Ok(Storage::Host(Arc::new(out)))
     }
@@ -237,6 +279,51 @@ fn matmul(a: &[f32], rhs: &[f32], m: &MatmulSpec) -> Vec<f32> {
                 }
                 out[(b * m.m + i) * m.n + j] = acc as f32;
             }
+        }
+    }
+    out
+}
+
+/// The values of little-endian f16 bytes.
+fn f16_values(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(2)
+        .map(|b| quant::f16_value(u16::from_le_bytes([b[0], b[1]])))
+        .collect()
+}
+
+/// `out[i, j] = Σ act(a)[i, :] · w[j, :]` in f64, `w` already dequantized.
+fn qmatmul(a: &[f32], w: &[f32], act: Activations, m: usize, n: usize, k: usize) -> Vec<f32> {
+    let mut out = vec![0f32; m * n];
+    for i in 0..m {
+        let row = act.effective(&a[i * k..(i + 1) * k]);
+        for j in 0..n {
+            let w_row = &w[j * k..(j + 1) * k];
+            let acc: f64 = row.iter().zip(w_row).map(|(&x, &y)| x * y as f64).sum();
+            out[i * n + j] = acc as f32;
+        }
+    }
+    out
+}
+
+/// `Σ trit(w[j, :]) · x[i, :]` as exact integers.
+fn ternary_dot(w: &[u8], x: &[u8], format: DType, m: usize, n: usize, k: usize) -> Vec<i32> {
+    let mut trits = vec![0i8; n * k];
+    for (b, t) in w
+        .chunks_exact(format.block_bytes())
+        .zip(trits.chunks_exact_mut(ternary::BLOCK))
+    {
+        let mut block = [0i8; ternary::BLOCK];
+        ternary::block_trits(format, b, &mut block);
+        t.copy_from_slice(&block);
+    }
+    let mut out = vec![0i32; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let acc: i64 = (0..k)
+                .map(|p| trits[j * k + p] as i64 * x[i * k + p] as i8 as i64)
+                .sum();
+            out[i * n + j] = acc as i32;
         }
     }
     out

@@ -7,6 +7,8 @@
 
 use std::fmt;
 
+use crate::tensor::DType;
+
 /// An elementwise op on one f32 input.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum UnaryOp {
@@ -39,6 +41,42 @@ pub enum RopeLayout {
     HalfSplit,
     /// Original Meta Llama / GGUF: element `2i` pairs with `2i + 1`.
     Interleaved,
+}
+
+/// How [`OpSpec::QMatmul`] treats its activations (the left operand).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activations {
+    /// f32 activations used as they are.
+    #[default]
+    F32,
+    /// f16 activations (an `F16` tensor), widened to f32.
+    F16,
+    /// f32 activations rounded to `Q8_0` per block of 32 first ([`crate::quant::quantize_i8`]
+    /// on each block, scale kept in f32): the integer dot products llama.cpp uses on CPUs.
+    Q8_0,
+    /// f32 activations rounded to int8 with one scale per row (`d = max|x| / 127`, the
+    /// BitNet b1.58 absmax rule) first.
+    I8,
+}
+
+impl Activations {
+    /// The rounded activations the product actually uses, per row of `k` values (f64 so the
+    /// reference can use them exactly): `d · q` for the quantizing modes, `x` otherwise.
+    pub fn effective(self, row: &[f32]) -> Vec<f64> {
+        let block = match self {
+            Activations::F32 | Activations::F16 => return row.iter().map(|&v| v as f64).collect(),
+            Activations::Q8_0 => 32,
+            Activations::I8 => row.len().max(1),
+        };
+        let mut out = Vec::with_capacity(row.len());
+        let mut q = vec![0i8; block];
+        for chunk in row.chunks(block) {
+            let d = crate::quant::quantize_i8(chunk, &mut q[..chunk.len()]);
+            out.extend(q[..chunk.len()].iter().map(|&v| v as f64 * d as f64));
+        }
+        out
+    }
 }
 
 /// Sizes of a (batched) matrix product `out[b] = a[b] · op(rhs[b])`.
@@ -155,6 +193,56 @@ pub enum OpSpec {
         /// For each output axis, the input axis it comes from.
         perm: Vec<usize>,
     },
+    /// Inputs: `x` f32 `[rows, cols]`. Output: `format` data `[rows, cols]` (`cols` a multiple
+    /// of the block length): each block rounded as [`crate::quant`] documents, bit for bit as
+    /// GGUF's reference quantizers. `format` is `F16` or a block format.
+    Quantize {
+        /// Target format.
+        format: DType,
+        /// Rows.
+        rows: usize,
+        /// Values per row.
+        cols: usize,
+    },
+    /// Inputs: `x` of `format` `[rows, cols]`. Output: f32 `[rows, cols]`, each value
+    /// `d · q` exactly as [`crate::quant`] documents (computed in f32, as GGUF does).
+    Dequantize {
+        /// Source format (`F16` or a block format).
+        format: DType,
+        /// Rows.
+        rows: usize,
+        /// Values per row.
+        cols: usize,
+    },
+    /// Inputs: `a` `[m, k]` (f32, or f16 for [`Activations::F16`]), `w` of `format` `[n, k]`
+    /// (a linear layer's weight as GGUF stores it). Output: f32 `[m, n]`,
+    /// `out[i, j] = Σ_k act(a)[i, k] · dequantize(w)[j, k]` where `act` is
+    /// [`Activations::effective`]. Kernels read `w` packed; it is never expanded in memory.
+    QMatmul {
+        /// Weight format: `F16` or a block format.
+        format: DType,
+        /// Treatment of the activations.
+        activations: Activations,
+        /// Rows of `a` and of the output.
+        m: usize,
+        /// Rows of `w`: columns of the output.
+        n: usize,
+        /// The contracted dimension (a multiple of the block length).
+        k: usize,
+    },
+    /// Inputs: `w` ternary `format` `[n, k]`, `x` i8 `[m, k]`. Output: i32 `[m, n]`,
+    /// `Σ_k trit(w)[j, k] · x[i, k]` exactly: the integer core of a ternary layer, block
+    /// scales not applied.
+    TernaryDot {
+        /// `TQ1_0`, `TQ2_0` or `TernaryPlanes`.
+        format: DType,
+        /// Rows of `x`.
+        m: usize,
+        /// Rows of `w`.
+        n: usize,
+        /// The contracted dimension (a multiple of 256).
+        k: usize,
+    },
     /// Inputs: `x` f32 `[rows, cols]` with `cols ≥ 1`. Output u32 `[rows]`: the index of the
     /// largest value; the first one on ties; the first NaN if the row has a NaN.
     Argmax {
@@ -205,6 +293,21 @@ impl OpSpec {
             OpSpec::Embedding { .. } => OpKind::Embedding,
             OpSpec::Permute { .. } => OpKind::Permute,
             OpSpec::Argmax { .. } => OpKind::Argmax,
+            OpSpec::Quantize { .. } => OpKind::Quantize,
+            OpSpec::Dequantize { .. } => OpKind::Dequantize,
+            OpSpec::QMatmul { .. } => OpKind::QMatmul,
+            OpSpec::TernaryDot { .. } => OpKind::TernaryDot,
+        }
+    }
+
+    /// The dtype of the output; `input` is the dtype of the first input.
+    pub fn output_dtype(&self, input: DType) -> DType {
+        match self {
+            OpSpec::Argmax { .. } => DType::U32,
+            OpSpec::Permute { .. } => input,
+            OpSpec::Quantize { format, .. } => *format,
+            OpSpec::TernaryDot { .. } => DType::I32,
+            _ => DType::F32,
         }
     }
 
@@ -225,6 +328,11 @@ impl OpSpec {
             OpSpec::Embedding { dim, count, .. } => dim * count,
             OpSpec::Permute { in_shape, .. } => in_shape.iter().product(),
             OpSpec::Argmax { rows, .. } => *rows,
+            OpSpec::Quantize { format, rows, cols } => {
+                format.storage_len(rows * cols, *cols).unwrap_or(0)
+            }
+            OpSpec::Dequantize { rows, cols, .. } => rows * cols,
+            OpSpec::QMatmul { m, n, .. } | OpSpec::TernaryDot { m, n, .. } => m * n,
         }
     }
 }
@@ -263,11 +371,19 @@ pub enum OpKind {
     Permute,
     /// Argmax over the last axis.
     Argmax,
+    /// f32 to f16 or a block format.
+    Quantize,
+    /// f16 or a block format to f32.
+    Dequantize,
+    /// Matrix product with f16, block-quantized or ternary weights.
+    QMatmul,
+    /// Exact integer dot products of ternary weights and int8 activations.
+    TernaryDot,
 }
 
 impl OpKind {
     /// Every op family.
-    pub const ALL: [OpKind; 15] = [
+    pub const ALL: [OpKind; 19] = [
         OpKind::Add,
         OpKind::Mul,
         OpKind::Scale,
@@ -283,6 +399,10 @@ impl OpKind {
         OpKind::Embedding,
         OpKind::Permute,
         OpKind::Argmax,
+        OpKind::Quantize,
+        OpKind::Dequantize,
+        OpKind::QMatmul,
+        OpKind::TernaryDot,
     ];
 
     /// The snake_case name.
@@ -303,6 +423,10 @@ impl OpKind {
             OpKind::Embedding => "embedding",
             OpKind::Permute => "permute",
             OpKind::Argmax => "argmax",
+            OpKind::Quantize => "quantize",
+            OpKind::Dequantize => "dequantize",
+            OpKind::QMatmul => "qmatmul",
+            OpKind::TernaryDot => "ternary_dot",
         }
     }
 

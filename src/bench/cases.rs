@@ -72,6 +72,9 @@ pub fn output_values(t: &Tensor) -> Result<Vec<f32>> {
     match t.dtype() {
         crate::DType::F32 => t.to_vec::<f32>(),
         crate::DType::U32 => Ok(t.to_vec::<u32>()?.into_iter().map(|v| v as f32).collect()),
+        crate::DType::I32 => Ok(t.to_vec::<i32>()?.into_iter().map(|v| v as f32).collect()),
+        // Packed data is checked byte for byte.
+        _ => Ok(t.to_bytes()?.into_iter().map(f32::from).collect()),
     }
 }
 

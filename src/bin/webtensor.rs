@@ -190,6 +190,7 @@ fn info_text(report: &InfoReport) -> String {
                 field("api", i.api.clone());
                 field("features", i.features.join(", "));
                 field("simd", i.simd.clone().unwrap_or_default());
+                field("f16", i.f16_path.clone());
                 field(
                     "threads",
                     i.threads.map(|t| t.to_string()).unwrap_or_default(),

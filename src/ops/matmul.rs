@@ -1,7 +1,7 @@
 //! Matrix products, batched: `a · b` and `a · bᵀ`.
 
 use super::{dispatch, expect_dtype};
-use crate::backend::{MatmulSpec, OpSpec};
+use crate::backend::{Activations, MatmulSpec, OpSpec};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Shape, Tensor};
 
@@ -13,7 +13,18 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// `a · bᵀ` for `a` `[..., m, k]` and `b` `[..., n, k]` (or `[n, k]`, shared by every batch):
 /// a linear layer with weights stored `[out_features, in_features]`. With `m = 1` this is the
 /// matrix-vector product of LLM decoding.
+///
+/// A packed weight `b` (`F16` or a block format such as `Q8_0`) runs
+/// [`qmatmul_t`](super::qmatmul_t) with the activations used as they are.
 pub fn matmul_t(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    if b.dtype() == DType::F16 || b.dtype().is_quantized() {
+        let activations = if a.dtype() == DType::F16 {
+            Activations::F16
+        } else {
+            Activations::F32
+        };
+        return super::qmatmul_t(a, b, activations);
+    }
     product("matmul_t", a, b, true)
 }
 

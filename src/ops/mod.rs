@@ -10,6 +10,7 @@ mod embedding;
 mod layout;
 mod matmul;
 mod norm;
+mod quant;
 mod reduce;
 mod rope;
 mod softmax;
@@ -19,11 +20,12 @@ pub use embedding::embedding;
 pub use layout::{permute, transpose};
 pub use matmul::{matmul, matmul_t};
 pub use norm::{layer_norm, rms_norm};
+pub use quant::{dequantize, qmatmul_t, quantize, ternary_dot};
 pub use reduce::argmax;
 pub use rope::rope;
 pub use softmax::{softmax, softmax_causal};
 
-pub use crate::backend::RopeLayout;
+pub use crate::backend::{Activations, RopeLayout};
 
 use crate::backend::OpSpec;
 use crate::error::{Error, Result};
@@ -58,7 +60,7 @@ pub(crate) fn dispatch(
         .map(|t| t.to_backend(&backend))
         .collect::<Result<Vec<_>>>()?;
     let storage = if shape.numel() == 0 {
-        backend.upload(empty_host(dtype))?
+        backend.upload(crate::backend::HostData::empty(dtype))?
     } else {
         let storages: Vec<_> = moved.iter().map(|t| t.storage()).collect();
         backend.execute(&spec, &storages)?
@@ -71,13 +73,6 @@ pub(crate) fn dispatch(
         device.clone(),
         index_bound,
     ))
-}
-
-fn empty_host(dtype: DType) -> crate::backend::HostData {
-    match dtype {
-        DType::F32 => crate::backend::HostData::F32(Vec::new()),
-        DType::U32 => crate::backend::HostData::U32(Vec::new()),
-    }
 }
 
 /// Fails unless `t` has dtype `expected`.

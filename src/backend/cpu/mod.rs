@@ -6,9 +6,11 @@
 //! forces a SIMD path (an unsupported one falls back to the best available, with a warning),
 //! so every path can be tested on one machine.
 
+mod int_dot;
 mod kernels;
 mod matmul;
 mod parallel;
+mod quant;
 pub mod simd;
 
 use std::sync::Arc;
@@ -16,10 +18,11 @@ use std::sync::Arc;
 pub use simd::SimdLevel;
 
 use super::{
-    host_data, Backend, BackendInfo, BackendKind, DeviceClass, HostData, HostInputs, OpSpec,
-    Storage,
+    host_data, Activations, Backend, BackendInfo, BackendKind, DeviceClass, HostData, HostInputs,
+    OpSpec, Storage,
 };
 use crate::error::Result;
+use crate::tensor::DType;
 
 /// The environment variable that forces a SIMD level.
 pub const SIMD_ENV: &str = "WEBTENSOR_CPU_SIMD";
@@ -102,6 +105,7 @@ impl Backend for CpuBackend {
             threads: Some(parallel::threads()),
             simd: Some(self.simd.name().to_string()),
             missing_ops: vec![],
+            f16_path: "widened to f32 per block".into(),
         }
     }
 
@@ -118,6 +122,7 @@ impl Backend for CpuBackend {
         let copied = match host {
             HostData::F32(v) => HostData::F32(parallel_copy(&v[..len])),
             HostData::U32(v) => HostData::U32(parallel_copy(&v[..len])),
+            HostData::Bytes(d, b) => HostData::Bytes(*d, parallel_copy(&b[..len * d.unit_bytes()])),
         };
         Ok(Storage::Host(Arc::new(copied)))
     }
@@ -168,8 +173,50 @@ impl Backend for CpuBackend {
             OpSpec::Permute { in_shape, perm } => match input.data(0)? {
                 HostData::F32(x) => HostData::F32(kernels::permute(x, in_shape, perm)),
                 HostData::U32(x) => HostData::U32(kernels::permute(x, in_shape, perm)),
+                HostData::Bytes(d, _) => {
+                    return Err(crate::Error::backend("cpu", format!("permute of {d}")))
+                }
             },
             OpSpec::Argmax { cols, .. } => HostData::U32(kernels::argmax(input.f32(0)?, *cols)),
+            OpSpec::Quantize { format, cols, .. } => {
+                HostData::Bytes(*format, quant::quantize(*format, input.f32(0)?, *cols))
+            }
+            OpSpec::Dequantize { format, cols, .. } => {
+                HostData::F32(quant::dequantize(*format, input.bytes(0, *format)?, *cols))
+            }
+            OpSpec::QMatmul {
+                format,
+                activations,
+                m,
+                n,
+                k,
+            } => {
+                let widened;
+                let a = match activations {
+                    Activations::F16 => {
+                        widened = quant::dequantize(DType::F16, input.bytes(0, DType::F16)?, 1);
+                        &widened[..]
+                    }
+                    _ => input.f32(0)?,
+                };
+                let w = input.bytes(1, *format)?;
+                HostData::F32(quant::qmatmul(
+                    self.simd,
+                    a,
+                    w,
+                    *format,
+                    *activations,
+                    *m,
+                    *n,
+                    *k,
+                ))
+            }
+            OpSpec::TernaryDot { format, m, n, k } => {
+                let x: &[i8] = bytemuck::cast_slice(input.bytes(1, DType::I8)?);
+                let dots =
+                    quant::ternary_dot(self.simd, input.bytes(0, *format)?, x, *format, *m, *n, *k);
+                HostData::Bytes(DType::I32, bytemuck::cast_slice(&dots).to_vec())
+            }
         };
         Ok(Storage::Host(Arc::new(out)))
     }

@@ -45,7 +45,14 @@ pub(crate) struct GpuContext {
     /// The device's limits: the adapter's own.
     pub(crate) limits: wgpu::Limits,
     pub(crate) errors: ErrorSink,
+    /// Whether f16 kernels use the `shader-f16` WGSL extension (present on the device and not
+    /// turned off with [`F16_ENV`]) rather than `unpack2x16float` on u32 storage.
+    pub(crate) native_f16: bool,
 }
+
+/// Set to `off` to make the wgpu backend use its f16 path for adapters without `shader-f16`
+/// even where the adapter has it (how the tests cover both paths on one machine).
+pub const F16_ENV: &str = "WEBTENSOR_WGPU_F16";
 
 impl GpuContext {
     /// Finds an adapter and opens a device on it. `Err` says why in words.
@@ -94,6 +101,8 @@ impl GpuContext {
             }
         });
         let limits = device.limits();
+        let f16_off = std::env::var(F16_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("off"));
+        let native_f16 = enabled.contains(wgpu::Features::SHADER_F16) && !f16_off;
         Ok(GpuContext {
             device,
             queue,
@@ -101,6 +110,7 @@ impl GpuContext {
             adapter_features,
             limits,
             errors,
+            native_f16,
         })
     }
 
@@ -174,6 +184,13 @@ impl GpuContext {
             threads: None,
             simd: None,
             missing_ops: vec![],
+            f16_path: if self.native_f16 {
+                "shader-f16 (native f16 storage)".into()
+            } else if self.adapter_features.contains(wgpu::Features::SHADER_F16) {
+                format!("unpack2x16float on u32 storage ({F16_ENV}=off)")
+            } else {
+                "unpack2x16float on u32 storage (no shader-f16 on this adapter)".into()
+            },
         }
     }
 }

@@ -13,6 +13,10 @@
 //! 64–256 threads), so on lavapipe rows of up to about 5M elements and matrix products with k
 //! up to about 1M are exact; hardware drivers have no such limit.
 
+mod quant;
+
+pub(super) use quant::int_activation_words;
+
 use super::context::GpuContext;
 use super::pipelines::{Pipelines, Shader};
 use super::recorder::{Dispatch, Recorder};
@@ -267,6 +271,10 @@ impl Encoder<'_> {
                 let grid = self.grid(op, (len as u64).div_ceil(WG))?;
                 self.run(Shader::Permute, "permute", &p, out, &raw[..1], grid)
             }
+            OpSpec::Quantize { .. }
+            | OpSpec::Dequantize { .. }
+            | OpSpec::QMatmul { .. }
+            | OpSpec::TernaryDot { .. } => self.quant(spec, out, inputs),
             OpSpec::Argmax { rows, cols } => {
                 let p = Params::default()
                     .u(u32_of(op, "rows", *rows)?)
@@ -375,6 +383,17 @@ impl Encoder<'_> {
     }
 }
 
+/// Storage units of `count` values of `format` in rows of `row_len`, or an error when the rows
+/// are not whole blocks.
+fn packed_len(op: &'static str, format: DType, count: usize, row_len: usize) -> Result<usize> {
+    format.storage_len(count, row_len).ok_or_else(|| {
+        Error::invalid(
+            op,
+            format!("rows of {row_len} values are not whole {format} blocks"),
+        )
+    })
+}
+
 /// The inputs an op needs: how many, their dtypes and their least lengths. The op layer has
 /// checked shapes already; this keeps a wrong call from reading past a buffer.
 fn check_inputs(op: &'static str, spec: &OpSpec, inputs: &[Operand<'_>]) -> Result<()> {
@@ -420,6 +439,28 @@ fn check_inputs(op: &'static str, spec: &OpSpec, inputs: &[Operand<'_>]) -> Resu
             vec![(Some(F32), vocab * dim), (Some(U32), *count)]
         }
         OpSpec::Permute { in_shape, .. } => vec![(None, in_shape.iter().product())],
+        OpSpec::Quantize { rows, cols, .. } => vec![(Some(F32), rows * cols)],
+        OpSpec::Dequantize { format, rows, cols } => {
+            vec![(Some(*format), packed_len(op, *format, rows * cols, *cols)?)]
+        }
+        OpSpec::QMatmul {
+            format,
+            activations,
+            m,
+            n,
+            k,
+        } => {
+            let a = if *activations == crate::backend::Activations::F16 {
+                (Some(DType::F16), 2 * m * k)
+            } else {
+                (Some(F32), m * k)
+            };
+            vec![a, (Some(*format), packed_len(op, *format, n * k, *k)?)]
+        }
+        OpSpec::TernaryDot { format, m, n, k } => vec![
+            (Some(*format), packed_len(op, *format, n * k, *k)?),
+            (Some(DType::I8), m * k),
+        ],
         OpSpec::Argmax { rows, cols } => {
             if *cols == 0 {
                 return Err(Error::invalid(op, "argmax needs at least one column"));

@@ -29,6 +29,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+pub use context::F16_ENV;
 pub use pool::GpuBuffer;
 
 use self::context::GpuContext;
@@ -38,7 +39,7 @@ use self::pool::BufferPool;
 use self::readback::Readback;
 use self::recorder::Recorder;
 use crate::backend::spec::rope_inv_freq;
-use crate::backend::{Backend, BackendInfo, BackendKind, HostData, OpSpec, Storage};
+use crate::backend::{Activations, Backend, BackendInfo, BackendKind, HostData, OpSpec, Storage};
 use crate::error::{Error, Result};
 use crate::tensor::DType;
 
@@ -128,7 +129,7 @@ impl WgpuBackend {
 
     /// A pooled buffer for `len` elements of `dtype`, contents undefined.
     fn alloc(&self, op: &'static str, len: usize, dtype: DType) -> Result<GpuBuffer> {
-        let bytes = (len as u64).saturating_mul(dtype.size_in_bytes() as u64);
+        let bytes = (len as u64).saturating_mul(dtype.unit_bytes() as u64);
         self.check_size(op, bytes)?;
         let buffer = self.pool.take(self.pool.size_class(bytes));
         Ok(GpuBuffer::new(buffer, len, dtype, &self.pool))
@@ -195,7 +196,7 @@ impl WgpuBackend {
         let src = gpu_storage("download", storage)?;
         if src.byte_len() == 0 {
             self.check_errors()?;
-            return Ok(empty_host(src.dtype()));
+            return Ok(HostData::empty(src.dtype()));
         }
         let readback = Readback::start(&self.ctx, &mut *self.recorder()?, src);
         // Natively this waits for the submission and runs the mapping callback; on the web it
@@ -222,13 +223,6 @@ fn gpu_storage<'a>(op: &str, storage: &'a Storage) -> Result<&'a GpuBuffer> {
     }
 }
 
-fn empty_host(dtype: DType) -> HostData {
-    match dtype {
-        DType::F32 => HostData::F32(Vec::new()),
-        DType::U32 => HostData::U32(Vec::new()),
-    }
-}
-
 impl Backend for WgpuBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Wgpu
@@ -240,13 +234,9 @@ impl Backend for WgpuBackend {
 
     fn upload(&self, data: HostData) -> Result<Storage> {
         let dtype = data.dtype();
-        let bytes: &[u8] = match &data {
-            HostData::F32(v) => bytemuck::cast_slice(v),
-            HostData::U32(v) => bytemuck::cast_slice(v),
-        };
         Ok(Storage::Wgpu(self.upload_bytes(
             "upload",
-            bytes,
+            data.bytes(),
             data.len(),
             dtype,
         )?))
@@ -277,10 +267,18 @@ impl Backend for WgpuBackend {
         for b in &buffers {
             self.check_size(op, b.byte_len())?;
         }
+        // Extra buffers some kernels need: rope's frequency table, the rounded activations of
+        // an integer product.
         let table = match spec {
             OpSpec::Rope {
                 theta, head_dim, ..
             } => Some(self.rope_table(*theta, *head_dim)?),
+            OpSpec::QMatmul {
+                activations: Activations::Q8_0 | Activations::I8,
+                m,
+                k,
+                ..
+            } => Some(self.alloc(op, kernels::int_activation_words(*m, *k), DType::U32)?),
             _ => None,
         };
         let mut operands: Vec<Operand<'_>> = buffers
@@ -298,11 +296,7 @@ impl Backend for WgpuBackend {
                 dtype: t.dtype(),
             });
         }
-        let out_dtype = match spec {
-            OpSpec::Argmax { .. } => DType::U32,
-            OpSpec::Permute { .. } => buffers.first().map_or(DType::F32, |b| b.dtype()),
-            _ => DType::F32,
-        };
+        let out_dtype = spec.output_dtype(buffers.first().map_or(DType::F32, |b| b.dtype()));
         let out = self.alloc(op, spec.output_len(), out_dtype)?;
         {
             let mut rec = self.recorder()?;
@@ -326,7 +320,8 @@ impl Backend for WgpuBackend {
             ));
         }
         let out = self.alloc("copy", len, src.dtype())?;
-        let bytes = len as u64 * src.dtype().size_in_bytes() as u64;
+        // Buffer copies move whole 4-byte words; pooled buffers are padded to 16 bytes.
+        let bytes = (len as u64 * src.dtype().unit_bytes() as u64).next_multiple_of(4);
         self.recorder()?
             .copy(&self.ctx, src.raw(), out.raw(), bytes);
         Ok(Storage::Wgpu(out))

@@ -31,6 +31,8 @@ pub(crate) enum Shader {
     Embedding,
     Permute,
     Argmax,
+    Quant,
+    QuantF16,
 }
 
 impl Shader {
@@ -45,6 +47,8 @@ impl Shader {
             Shader::Embedding => include_str!("../../../shaders/embedding.wgsl"),
             Shader::Permute => include_str!("../../../shaders/permute.wgsl"),
             Shader::Argmax => include_str!("../../../shaders/argmax.wgsl"),
+            Shader::Quant => include_str!("../../../shaders/quant.wgsl"),
+            Shader::QuantF16 => include_str!("../../../shaders/quant_f16.wgsl"),
         }
     }
 
@@ -59,6 +63,8 @@ impl Shader {
             Shader::Embedding => "embedding.wgsl",
             Shader::Permute => "permute.wgsl",
             Shader::Argmax => "argmax.wgsl",
+            Shader::Quant => "quant.wgsl",
+            Shader::QuantF16 => "quant_f16.wgsl",
         }
     }
 }

@@ -188,9 +188,9 @@ impl GpuBuffer {
         self.inner.dtype
     }
 
-    /// Bytes of the elements (`len · 4`).
+    /// Bytes of the data (`len` storage units of the dtype).
     pub fn byte_len(&self) -> u64 {
-        self.inner.len as u64 * self.inner.dtype.size_in_bytes() as u64
+        self.inner.len as u64 * self.inner.dtype.unit_bytes() as u64
     }
 
     /// The allocated size in bytes (at least 16, and at least [`GpuBuffer::byte_len`]).

@@ -28,6 +28,8 @@ struct MapState {
 pub(crate) struct Readback {
     staging: wgpu::Buffer,
     dtype: DType,
+    /// Bytes of data; the staging buffer may be up to 3 bytes longer.
+    bytes: usize,
     state: Arc<Mutex<MapState>>,
 }
 
@@ -35,7 +37,8 @@ impl Readback {
     /// Records the copy of `src` (not empty) into a staging buffer, submits everything recorded,
     /// and starts mapping.
     pub(crate) fn start(ctx: &GpuContext, recorder: &mut Recorder, src: &GpuBuffer) -> Readback {
-        let bytes = src.byte_len();
+        // Buffer copies move whole 4-byte words; pooled buffers are padded to 16 bytes.
+        let bytes = src.byte_len().next_multiple_of(4);
         let staging = ctx.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("webtensor readback"),
             size: bytes,
@@ -57,6 +60,7 @@ impl Readback {
         Readback {
             staging,
             dtype: src.dtype(),
+            bytes: src.byte_len() as usize,
             state,
         }
     }
@@ -73,10 +77,12 @@ impl Readback {
                 self.staging.slice(..).get_mapped_range().map_err(|e| {
                     Error::backend("wgpu", format!("reading the readback failed: {e}"))
                 })?;
-            let words = view.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
+            let data = &view[..self.bytes];
+            let words = data.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
             match self.dtype {
                 DType::F32 => HostData::F32(words.map(f32::from_le_bytes).collect()),
                 DType::U32 => HostData::U32(words.map(u32::from_le_bytes).collect()),
+                d => HostData::Bytes(d, data.to_vec()),
             }
         };
         self.staging.unmap();

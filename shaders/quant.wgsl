@@ -1,0 +1,675 @@
+// Quantized data: quantize (f32 -> blocks), dequantize, products with packed weights, and the
+// exact integer dot of ternary weights. Byte layouts are GGUF's (see src/quant/mod.rs); every
+// packed buffer is read as u32 words and never expanded to f32 in memory.
+//
+// Bindings: 0 = params, 1 = output as u32 words (f32 and i32 results are bit-cast),
+// 2 = `q`: the packed data (for `quantize` and `quantize_acts`: the f32 input),
+// 3 = `x`: the second operand of products (activations, int8 values, quantized activations).
+//
+// Exactness: quantize must match GGUF's f32 reference bit for bit, but WGSL's division is only
+// accurate to 2.5 ulp and its f16 packing has no specified rounding. So the scale division and
+// reciprocal use `div_rn` (an integer long division, correctly rounded) and f16 conversions
+// are done on the bits (round to nearest even).
+
+struct Params {
+    format: u32,   // 1 f16, 2 q8_0, 3 q4_0, 4 tq1_0, 5 tq2_0, 6 ternary planes
+    m: u32,        // rows of the input (products: activation rows)
+    n: u32,        // products: weight rows (output columns)
+    k: u32,        // values per row
+    mode: u32,     // qmatmul_float: 0 f32, 1 f16 activations; quantize_acts: 0 q8_0, 1 per row
+    zero: u32,     // always 0; keeps a product from being fused into a following add
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> out: array<u32>;
+@group(0) @binding(2) var<storage, read> q: array<u32>;
+@group(0) @binding(3) var<storage, read> x: array<u32>;
+
+const WG: u32 = 64u;
+// Activation rows per workgroup of the product kernels.
+const ROWS: u32 = 8u;
+
+var<private> gi: array<i32, 32>;
+var<private> packed: array<u32, 34>;
+var<workgroup> partial: array<f32, 512>;
+var<workgroup> ipartial: array<i32, 512>;
+var<workgroup> shared_max: array<f32, 64>;
+
+// ---- byte access to `q` -------------------------------------------------------------------
+
+fn byte_at(o: u32) -> u32 {
+    return (q[o >> 2u] >> ((o & 3u) * 8u)) & 0xffu;
+}
+
+// The 16-bit value at an even byte offset.
+fn half_at(o: u32) -> u32 {
+    return (q[o >> 2u] >> ((o & 2u) * 8u)) & 0xffffu;
+}
+
+// Four bytes at any byte offset, little-endian.
+fn word_at(o: u32) -> u32 {
+    let i = o >> 2u;
+    let s = (o & 3u) * 8u;
+    if (s == 0u) {
+        return q[i];
+    }
+    return (q[i] >> s) | (q[i + 1u] << (32u - s));
+}
+
+// Byte j of a word as a signed value.
+fn sbyte(word: u32, j: u32) -> i32 {
+    return (bitcast<i32>(word) << (24u - 8u * j)) >> 24u;
+}
+
+// ---- exact arithmetic ---------------------------------------------------------------------
+
+// binary16 bits to f32, exactly (subnormals included).
+fn f16_to_f32(h: u32) -> f32 {
+    let sign = (h & 0x8000u) << 16u;
+    let e = (h >> 10u) & 0x1fu;
+    let m = h & 0x3ffu;
+    if (e == 0u) {
+        // 2^-24 · m is exact in f32.
+        return bitcast<f32>(sign | bitcast<u32>(f32(m) * 5.9604645e-8));
+    }
+    if (e == 31u) {
+        return bitcast<f32>(sign | 0x7f800000u | (m << 13u));
+    }
+    return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
+}
+
+// f32 to binary16 bits, rounded to nearest even, overflow to infinity.
+fn f32_to_f16(v: f32) -> u32 {
+    let b = bitcast<u32>(v);
+    let sign = (b >> 16u) & 0x8000u;
+    let a = b & 0x7fffffffu;
+    if (a > 0x7f800000u) {
+        return sign | 0x7e00u;
+    }
+    if (a >= 0x477ff000u) {
+        return sign | 0x7c00u;
+    }
+    if (a < 0x38800000u) {
+        // Below 2^-14: a subnormal half, round(v · 2^24).
+        if (a < 0x33000001u) {
+            return sign;
+        }
+        let e = a >> 23u;
+        let mant = (a & 0x7fffffu) | 0x800000u;
+        let s = 126u - e;
+        var h = mant >> s;
+        let rem = mant & ((1u << s) - 1u);
+        let half = 1u << (s - 1u);
+        if (rem > half || (rem == half && (h & 1u) == 1u)) {
+            h = h + 1u;
+        }
+        return sign | h;
+    }
+    var h = (((a >> 23u) - 112u) << 10u) | ((a & 0x7fffffu) >> 13u);
+    let rem = a & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u) == 1u)) {
+        h = h + 1u;
+    }
+    return sign | h;
+}
+
+// a / b correctly rounded (to nearest even) for positive normal a and b with a normal
+// quotient, by long division of the significands; other inputs use the hardware division.
+fn div_rn(a: f32, b: f32) -> f32 {
+    let ab = bitcast<u32>(a);
+    let bb = bitcast<u32>(b);
+    let ea = ab >> 23u;
+    let eb = bb >> 23u;
+    if (ea == 0u || eb == 0u || ea >= 255u || eb >= 255u || (ab >> 31u) != 0u || (bb >> 31u) != 0u) {
+        return a / b;
+    }
+    var r = (ab & 0x7fffffu) | 0x800000u;
+    let d = (bb & 0x7fffffu) | 0x800000u;
+    var e = i32(ea) - i32(eb) + 127;
+    if (r < d) {
+        r = r << 1u;
+        e = e - 1;
+    }
+    // 25 quotient bits: 24 significant and one guard bit; the remainder is the sticky part.
+    var quo = 0u;
+    for (var i = 0u; i < 25u; i = i + 1u) {
+        quo = quo << 1u;
+        if (r >= d) {
+            r = r - d;
+            quo = quo | 1u;
+        }
+        r = r << 1u;
+    }
+    var mant = quo >> 1u;
+    if ((quo & 1u) == 1u && (r != 0u || (mant & 1u) == 1u)) {
+        mant = mant + 1u;
+        if (mant == 0x1000000u) {
+            mant = mant >> 1u;
+            e = e + 1;
+        }
+    }
+    if (e < 1 || e > 254) {
+        return a / b;
+    }
+    return bitcast<f32>((u32(e) << 23u) | (mant & 0x7fffffu));
+}
+
+// C's roundf: to nearest, halves away from zero.
+fn round_away(v: f32) -> f32 {
+    let t = trunc(v);
+    if (abs(v - t) >= 0.5) {
+        return t + sign(v);
+    }
+    return t;
+}
+
+// d = amax / 127 and its reciprocal (both 0 when amax is 0), as GGUF's Q8_0 computes them.
+fn q8_scale(amax: f32) -> vec2<f32> {
+    if (amax == 0.0) {
+        return vec2<f32>(0.0, 0.0);
+    }
+    let d = div_rn(amax, 127.0);
+    return vec2<f32>(d, div_rn(1.0, d));
+}
+
+// ---- formats ------------------------------------------------------------------------------
+
+fn block_len() -> u32 {
+    switch p.format {
+        case 1u: { return 1u; }
+        case 2u, 3u: { return 32u; }
+        default: { return 256u; }
+    }
+}
+
+fn block_bytes() -> u32 {
+    switch p.format {
+        case 1u: { return 2u; }
+        case 2u: { return 34u; }
+        case 3u: { return 18u; }
+        case 4u: { return 54u; }
+        case 5u: { return 66u; }
+        default: { return 68u; }
+    }
+}
+
+fn row_bytes() -> u32 {
+    return p.k / block_len() * block_bytes();
+}
+
+// Trit of value v (0..256) of the TQ1_0 block at byte `base`.
+fn tq1_trit(base: u32, v: u32) -> i32 {
+    var at: u32;
+    var n: u32;
+    if (v < 160u) {
+        at = v % 32u;
+        n = v / 32u;
+    } else if (v < 240u) {
+        at = 32u + (v - 160u) % 16u;
+        n = (v - 160u) / 16u;
+    } else {
+        at = 48u + (v - 240u) % 4u;
+        n = (v - 240u) / 4u;
+    }
+    var pow3 = array<u32, 5>(1u, 3u, 9u, 27u, 81u);
+    let t = (byte_at(base + at) * pow3[n]) & 0xffu;
+    return i32((t * 3u) >> 8u) - 1;
+}
+
+// Decodes values 32g..32g+32 of packed row `row` (block formats) into `gi`; returns the scale.
+fn decode_group(row: u32, g: u32) -> f32 {
+    let rb = row * row_bytes();
+    switch p.format {
+        case 2u: {
+            let base = rb + 34u * g;
+            for (var t = 0u; t < 8u; t = t + 1u) {
+                let w = word_at(base + 2u + 4u * t);
+                gi[4u * t] = sbyte(w, 0u);
+                gi[4u * t + 1u] = sbyte(w, 1u);
+                gi[4u * t + 2u] = sbyte(w, 2u);
+                gi[4u * t + 3u] = sbyte(w, 3u);
+            }
+            return f16_to_f32(half_at(base));
+        }
+        case 3u: {
+            let base = rb + 18u * g;
+            for (var t = 0u; t < 4u; t = t + 1u) {
+                let w = word_at(base + 2u + 4u * t);
+                for (var j = 0u; j < 4u; j = j + 1u) {
+                    let b = (w >> (8u * j)) & 0xffu;
+                    gi[4u * t + j] = i32(b & 15u) - 8;
+                    gi[4u * t + j + 16u] = i32(b >> 4u) - 8;
+                }
+            }
+            return f16_to_f32(half_at(base));
+        }
+        case 4u: {
+            let base = rb + 54u * (g / 8u);
+            let first = 32u * (g % 8u);
+            for (var i = 0u; i < 32u; i = i + 1u) {
+                gi[i] = tq1_trit(base, first + i);
+            }
+            return f16_to_f32(half_at(base + 52u));
+        }
+        case 5u: {
+            let base = rb + 66u * (g / 8u);
+            let sub = g % 8u;
+            let shift = 2u * (sub % 4u);
+            for (var t = 0u; t < 8u; t = t + 1u) {
+                let w = word_at(base + 32u * (sub / 4u) + 4u * t);
+                for (var j = 0u; j < 4u; j = j + 1u) {
+                    gi[4u * t + j] = i32((w >> (8u * j + shift)) & 3u) - 1;
+                }
+            }
+            return f16_to_f32(half_at(base + 64u));
+        }
+        default: {
+            let wb = (rb + 68u * (g / 8u)) / 4u;
+            let plus = q[wb + 1u + g % 8u];
+            let minus = q[wb + 9u + g % 8u];
+            for (var i = 0u; i < 32u; i = i + 1u) {
+                gi[i] = i32((plus >> i) & 1u) - i32((minus >> i) & 1u);
+            }
+            return bitcast<f32>(q[wb]);
+        }
+    }
+}
+
+// ---- quantize -----------------------------------------------------------------------------
+
+fn put_byte(o: u32, v: u32) {
+    packed[o >> 2u] = packed[o >> 2u] | ((v & 0xffu) << ((o & 3u) * 8u));
+}
+
+fn put_half(o: u32, v: u32) {
+    put_byte(o, v);
+    put_byte(o + 1u, v >> 8u);
+}
+
+fn input(i: u32) -> f32 {
+    return bitcast<f32>(q[i]);
+}
+
+// Trit + 1 of input value i under reciprocal scale id.
+fn trit1(i: u32, id: f32) -> u32 {
+    return u32(i32(round_away(input(i) * id)) + 1);
+}
+
+// Encodes the block whose first value is input[v0] at byte `o` of `packed`.
+fn encode_block(v0: u32, o: u32) {
+    switch p.format {
+        case 1u: {
+            put_half(o, f32_to_f16(input(v0)));
+        }
+        case 2u: {
+            var amax = 0.0;
+            for (var i = 0u; i < 32u; i = i + 1u) {
+                amax = max(amax, abs(input(v0 + i)));
+            }
+            let s = q8_scale(amax);
+            put_half(o, f32_to_f16(s.x));
+            for (var i = 0u; i < 32u; i = i + 1u) {
+                put_byte(o + 2u + i, u32(i32(round_away(input(v0 + i) * s.y))));
+            }
+        }
+        case 3u: {
+            var amax = 0.0;
+            var mx = 0.0;
+            for (var i = 0u; i < 32u; i = i + 1u) {
+                let v = input(v0 + i);
+                if (amax < abs(v)) {
+                    amax = abs(v);
+                    mx = v;
+                }
+            }
+            let d = mx * -0.125;
+            var id = 0.0;
+            if (d != 0.0) {
+                id = sign(d) * div_rn(1.0, abs(d));
+            }
+            put_half(o, f32_to_f16(d));
+            for (var j = 0u; j < 16u; j = j + 1u) {
+                // Two roundings, as the reference: the product, then the sum.
+                let lo = bitcast<f32>(bitcast<u32>(input(v0 + j) * id) ^ p.zero) + 8.5;
+                let hi = bitcast<f32>(bitcast<u32>(input(v0 + j + 16u) * id) ^ p.zero) + 8.5;
+                let ql = u32(clamp(trunc(lo), 0.0, 15.0));
+                let qh = u32(clamp(trunc(hi), 0.0, 15.0));
+                put_byte(o + 2u + j, ql | (qh << 4u));
+            }
+        }
+        default: {
+            var amax = 0.0;
+            for (var i = 0u; i < 256u; i = i + 1u) {
+                amax = max(amax, abs(input(v0 + i)));
+            }
+            var id = 0.0;
+            if (amax != 0.0) {
+                id = div_rn(1.0, amax);
+            }
+            encode_ternary(v0, o, amax, id);
+        }
+    }
+}
+
+fn encode_ternary(v0: u32, o: u32, d: f32, id: f32) {
+    switch p.format {
+        case 4u: {
+            for (var m = 0u; m < 48u; m = m + 1u) {
+                var t = 0u;
+                for (var n = 0u; n < 5u; n = n + 1u) {
+                    var v = 32u * n + m;
+                    if (m >= 32u) {
+                        v = 160u + 16u * n + (m - 32u);
+                    }
+                    t = t * 3u + trit1(v0 + v, id);
+                }
+                put_byte(o + m, (t * 256u + 242u) / 243u);
+            }
+            for (var j = 0u; j < 4u; j = j + 1u) {
+                var t = 0u;
+                for (var n = 0u; n < 4u; n = n + 1u) {
+                    t = t * 3u + trit1(v0 + 240u + 4u * n + j, id);
+                }
+                put_byte(o + 48u + j, (t * 3u * 256u + 242u) / 243u);
+            }
+            put_half(o + 52u, f32_to_f16(d));
+        }
+        case 5u: {
+            for (var c = 0u; c < 2u; c = c + 1u) {
+                for (var m = 0u; m < 32u; m = m + 1u) {
+                    var t = 0u;
+                    for (var l = 0u; l < 4u; l = l + 1u) {
+                        t = t | (trit1(v0 + 128u * c + 32u * l + m, id) << (2u * l));
+                    }
+                    put_byte(o + 32u * c + m, t);
+                }
+            }
+            put_half(o + 64u, f32_to_f16(d));
+        }
+        default: {
+            // Ternary planes: blocks are word aligned (68 bytes).
+            let w0 = o / 4u;
+            packed[w0] = bitcast<u32>(d);
+            for (var c = 0u; c < 8u; c = c + 1u) {
+                var plus = 0u;
+                var minus = 0u;
+                for (var i = 0u; i < 32u; i = i + 1u) {
+                    let t = trit1(v0 + 32u * c + i, id);
+                    plus = plus | (select(0u, 1u, t == 2u) << i);
+                    minus = minus | (select(0u, 1u, t == 0u) << i);
+                }
+                packed[w0 + 1u + c] = plus;
+                packed[w0 + 9u + c] = minus;
+            }
+        }
+    }
+}
+
+// One thread per pair of blocks: a pair is a whole number of u32 words for every format, so
+// no two threads write the same word.
+@compute @workgroup_size(64)
+fn quantize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let pair = (wid.y * nwg.x + wid.x) * WG + lid;
+    let bl = block_len();
+    let bb = block_bytes();
+    let blocks = p.m * (p.k / bl);
+    if (pair * 2u >= blocks) {
+        return;
+    }
+    for (var i = 0u; i < 34u; i = i + 1u) {
+        packed[i] = 0u;
+    }
+    let count = min(2u, blocks - pair * 2u);
+    for (var h = 0u; h < count; h = h + 1u) {
+        encode_block((pair * 2u + h) * bl, h * bb);
+    }
+    let first = pair * 2u * bb / 4u;
+    let words = (count * bb + 3u) / 4u;
+    for (var i = 0u; i < words; i = i + 1u) {
+        out[first + i] = packed[i];
+    }
+}
+
+// ---- dequantize ---------------------------------------------------------------------------
+
+// One thread per 32 values of a row.
+@compute @workgroup_size(64)
+fn dequantize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let t = (wid.y * nwg.x + wid.x) * WG + lid;
+    let groups = (p.k + 31u) / 32u;
+    if (t >= p.m * groups) {
+        return;
+    }
+    let row = t / groups;
+    let g = t % groups;
+    let first = row * p.k + 32u * g;
+    if (p.format == 1u) {
+        let end = min(32u, p.k - 32u * g);
+        for (var i = 0u; i < end; i = i + 1u) {
+            out[first + i] = bitcast<u32>(f16_to_f32(half_at(2u * (first + i))));
+        }
+        return;
+    }
+    let d = decode_group(row, g);
+    for (var i = 0u; i < 32u; i = i + 1u) {
+        out[first + i] = bitcast<u32>(f32(gi[i]) * d);
+    }
+}
+
+// ---- activations to int8 ------------------------------------------------------------------
+
+// One workgroup per row of f32 activations (binding 2). Output: the int8 values, four per
+// word (m·k/4 words), then one f32 scale per 32 values (m·k/32 words). Mode 0 is Q8_0 (a scale
+// per 32 values), mode 1 one scale per row (the row's scale repeated).
+@compute @workgroup_size(64)
+fn quantize_acts(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let row = wid.y * nwg.x + wid.x;
+    if (row >= p.m) {
+        return;
+    }
+    let k = p.k;
+    var local_max = 0.0;
+    for (var i = lid; i < k; i = i + WG) {
+        local_max = max(local_max, abs(input(row * k + i)));
+    }
+    shared_max[lid] = local_max;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            shared_max[lid] = max(shared_max[lid], shared_max[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    let row_max = shared_max[0];
+    let chunks = k / 32u;
+    for (var c = lid; c < chunks; c = c + WG) {
+        let v0 = row * k + 32u * c;
+        var amax = row_max;
+        if (p.mode == 0u) {
+            amax = 0.0;
+            for (var i = 0u; i < 32u; i = i + 1u) {
+                amax = max(amax, abs(input(v0 + i)));
+            }
+        }
+        let s = q8_scale(amax);
+        for (var t = 0u; t < 8u; t = t + 1u) {
+            var w = 0u;
+            for (var j = 0u; j < 4u; j = j + 1u) {
+                let v = i32(round_away(input(v0 + 4u * t + j) * s.y));
+                w = w | ((bitcast<u32>(v) & 0xffu) << (8u * j));
+            }
+            out[v0 / 4u + t] = w;
+        }
+        out[p.m * k / 4u + row * chunks + c] = bitcast<u32>(s.x);
+    }
+}
+
+// ---- products -----------------------------------------------------------------------------
+
+// Activation value i (flat index) as f32: f32 words, or f16 halves unpacked from u32 words.
+fn activation(i: u32) -> f32 {
+    if (p.mode == 1u) {
+        return unpack2x16float(x[i >> 1u])[i & 1u];
+    }
+    return bitcast<f32>(x[i]);
+}
+
+// The workgroup's output column and first activation row, or col = n when out of range.
+fn product_tile(wid: vec3<u32>, nwg: vec3<u32>) -> vec2<u32> {
+    let idx = wid.y * nwg.x + wid.x;
+    let row_blocks = (p.m + ROWS - 1u) / ROWS;
+    if (idx >= p.n * row_blocks) {
+        return vec2<u32>(p.n, 0u);
+    }
+    return vec2<u32>(idx % p.n, (idx / p.n) * ROWS);
+}
+
+// Sums `partial[r · 64 + t]` over t for each r; thread r < ROWS gets row r's total.
+fn reduce_rows(lid: u32) -> f32 {
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            for (var r = 0u; r < ROWS; r = r + 1u) {
+                partial[r * WG + lid] = partial[r * WG + lid] + partial[r * WG + lid + s];
+            }
+        }
+        workgroupBarrier();
+    }
+    if (lid < ROWS) {
+        return partial[lid * WG];
+    }
+    return 0.0;
+}
+
+// out[row, col] = Σ act(x)[row, :] · w[col, :] with f32 or f16 activations: one workgroup per
+// weight row and ROWS activation rows; threads stride over groups of 32 values.
+@compute @workgroup_size(64)
+fn qmatmul_float(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let tile = product_tile(wid, nwg);
+    if (tile.x >= p.n) {
+        return;
+    }
+    let col = tile.x;
+    let r0 = tile.y;
+    let k = p.k;
+    let rows = min(ROWS, p.m - r0);
+    var acc = array<f32, 8>(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+    let groups = (k + 31u) / 32u;
+    for (var g = lid; g < groups; g = g + WG) {
+        if (p.format == 1u) {
+            // f16 weights, unpacked from u32 words.
+            let end = min(32u, k - 32u * g);
+            for (var i = 0u; i < end; i = i + 1u) {
+                let e = col * k + 32u * g + i;
+                let wv = unpack2x16float(q[e >> 1u])[e & 1u];
+                for (var r = 0u; r < rows; r = r + 1u) {
+                    acc[r] = acc[r] + wv * activation((r0 + r) * k + 32u * g + i);
+                }
+            }
+            continue;
+        }
+        let d = decode_group(col, g);
+        for (var r = 0u; r < rows; r = r + 1u) {
+            let base = (r0 + r) * k + 32u * g;
+            var s = 0.0;
+            for (var i = 0u; i < 32u; i = i + 1u) {
+                s = s + f32(gi[i]) * activation(base + i);
+            }
+            acc[r] = acc[r] + s * d;
+        }
+    }
+    for (var r = 0u; r < ROWS; r = r + 1u) {
+        partial[r * WG + lid] = acc[r];
+    }
+    let total = reduce_rows(lid);
+    if (lid < rows) {
+        out[(r0 + lid) * p.n + col] = bitcast<u32>(total);
+    }
+}
+
+// The same product with int8 activations from `quantize_acts` (binding 3): integer dots per
+// group of 32, scaled by the activation and weight scales.
+@compute @workgroup_size(64)
+fn qmatmul_int(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let tile = product_tile(wid, nwg);
+    if (tile.x >= p.n) {
+        return;
+    }
+    let col = tile.x;
+    let r0 = tile.y;
+    let k = p.k;
+    let rows = min(ROWS, p.m - r0);
+    let groups = k / 32u;
+    let scales = p.m * k / 4u;
+    var acc = array<f32, 8>(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+    for (var g = lid; g < groups; g = g + WG) {
+        let d = decode_group(col, g);
+        for (var r = 0u; r < rows; r = r + 1u) {
+            let row = r0 + r;
+            let base = (row * k + 32u * g) / 4u;
+            var s = 0;
+            for (var t = 0u; t < 8u; t = t + 1u) {
+                let w = x[base + t];
+                s = s + sbyte(w, 0u) * gi[4u * t] + sbyte(w, 1u) * gi[4u * t + 1u]
+                      + sbyte(w, 2u) * gi[4u * t + 2u] + sbyte(w, 3u) * gi[4u * t + 3u];
+            }
+            let da = bitcast<f32>(x[scales + row * groups + g]);
+            acc[r] = acc[r] + f32(s) * (da * d);
+        }
+    }
+    for (var r = 0u; r < ROWS; r = r + 1u) {
+        partial[r * WG + lid] = acc[r];
+    }
+    let total = reduce_rows(lid);
+    if (lid < rows) {
+        out[(r0 + lid) * p.n + col] = bitcast<u32>(total);
+    }
+}
+
+// Exact Σ trit(w[col, :]) · x[row, :] for int8 x (binding 3, four per word), as i32.
+@compute @workgroup_size(64)
+fn ternary_dot(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let tile = product_tile(wid, nwg);
+    if (tile.x >= p.n) {
+        return;
+    }
+    let col = tile.x;
+    let r0 = tile.y;
+    let k = p.k;
+    let rows = min(ROWS, p.m - r0);
+    var acc = array<i32, 8>(0, 0, 0, 0, 0, 0, 0, 0);
+    for (var g = lid; g < k / 32u; g = g + WG) {
+        decode_group(col, g);
+        for (var r = 0u; r < rows; r = r + 1u) {
+            let base = ((r0 + r) * k + 32u * g) / 4u;
+            for (var t = 0u; t < 8u; t = t + 1u) {
+                let w = x[base + t];
+                acc[r] = acc[r] + sbyte(w, 0u) * gi[4u * t] + sbyte(w, 1u) * gi[4u * t + 1u]
+                      + sbyte(w, 2u) * gi[4u * t + 2u] + sbyte(w, 3u) * gi[4u * t + 3u];
+            }
+        }
+    }
+    for (var r = 0u; r < ROWS; r = r + 1u) {
+        ipartial[r * WG + lid] = acc[r];
+    }
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            for (var r = 0u; r < ROWS; r = r + 1u) {
+                ipartial[r * WG + lid] = ipartial[r * WG + lid] + ipartial[r * WG + lid + s];
+            }
+        }
+        workgroupBarrier();
+    }
+    if (lid < rows) {
+        out[(r0 + lid) * p.n + col] = bitcast<u32>(ipartial[lid * WG]);
+    }
+}

@@ -1,0 +1,204 @@
+//! Quantized data on the cpu: quantize and dequantize row by row in parallel, products with
+//! packed weights, and exact ternary dot products.
+//!
+//! Products decode four weight rows at a time into a small per-thread buffer (f32 for f32/f16
+//! activations, int8 plus one scale per 32 values for the quantizing modes) and reuse it for
+//! every activation row, so the weights stream from memory once per column block.
+
+use super::int_dot::{dot_i8, dot_q8, BitSliced};
+use super::parallel::{for_each_row, map_tasks};
+use super::simd::{dot4, SimdLevel};
+use crate::backend::Activations;
+use crate::quant::{self, ternary};
+use crate::tensor::DType;
+
+/// Weight rows handled by one task.
+const COLUMN_BLOCK: usize = 64;
+
+/// `Quantize`: each row independently.
+pub fn quantize(format: DType, x: &[f32], cols: usize) -> Vec<u8> {
+    let row_bytes = cols / format.block_len() * format.block_bytes();
+    let mut out = vec![0u8; x.len() / cols.max(1) * row_bytes];
+    for_each_row(&mut out, row_bytes, 8, |r, row| {
+        quant::quantize(format, &x[r * cols..(r + 1) * cols], row)
+    });
+    out
+}
+
+/// `Dequantize`: each row independently.
+pub fn dequantize(format: DType, bytes: &[u8], cols: usize) -> Vec<f32> {
+    let row_bytes = cols / format.block_len() * format.block_bytes();
+    let rows = bytes.len().checked_div(row_bytes).unwrap_or(0);
+    let mut out = vec![0f32; rows * cols];
+    for_each_row(&mut out, cols, 2, |r, row| {
+        quant::dequantize(format, &bytes[r * row_bytes..(r + 1) * row_bytes], row)
+    });
+    out
+}
+
+/// Activations prepared for the product: f32 values, or int8 values with one scale per 32.
+enum PreparedActivations {
+    Float(Vec<f32>),
+    Int { q: Vec<i8>, d: Vec<f32> },
+}
+
+fn prepare(a: &[f32], act: Activations, k: usize) -> PreparedActivations {
+    let per_row_scale = match act {
+        Activations::F32 | Activations::F16 => return PreparedActivations::Float(a.to_vec()),
+        Activations::Q8_0 => false,
+        Activations::I8 => true,
+    };
+    let chunks = k / 32;
+    let mut q = vec![0i8; a.len()];
+    let mut d = vec![0f32; a.len() / k * chunks];
+    for ((x, q), d) in a.chunks(k).zip(q.chunks_mut(k)).zip(d.chunks_mut(chunks)) {
+        if per_row_scale {
+            d.fill(quant::quantize_i8(x, q));
+        } else {
+            for ((x, q), d) in x.chunks(32).zip(q.chunks_mut(32)).zip(d.iter_mut()) {
+                *d = quant::quantize_i8(x, q);
+            }
+        }
+    }
+    PreparedActivations::Int { q, d }
+}
+
+/// Decodes weight row `j` into f32 values.
+fn decode_f32(format: DType, w: &[u8], k: usize, j: usize, out: &mut [f32]) {
+    let row_bytes = k / format.block_len() * format.block_bytes();
+    quant::dequantize(format, &w[j * row_bytes..(j + 1) * row_bytes], out);
+}
+
+/// Decodes weight row `j` into int8 values and one scale per 32 values.
+fn decode_int(format: DType, w: &[u8], k: usize, j: usize, q: &mut [i8], d: &mut [f32]) {
+    let row_bytes = k / format.block_len() * format.block_bytes();
+    let row = &w[j * row_bytes..(j + 1) * row_bytes];
+    let blocks = row.chunks_exact(format.block_bytes());
+    if format.is_ternary() {
+        let mut t = [0i8; ternary::BLOCK];
+        for ((b, q), d) in blocks.zip(q.chunks_mut(256)).zip(d.chunks_mut(8)) {
+            d.fill(ternary::block_trits(format, b, &mut t));
+            q.copy_from_slice(&t);
+        }
+    } else {
+        let mut t = [0i8; 32];
+        for ((b, q), d) in blocks.zip(q.chunks_mut(32)).zip(d.iter_mut()) {
+            *d = quant::block_ints(format, b, &mut t);
+            q.copy_from_slice(&t);
+        }
+    }
+}
+
+/// `QMatmul`: `a` `[m, k]` (already f32), `w` packed `[n, k]`.
+#[allow(clippy::too_many_arguments)]
+pub fn qmatmul(
+    level: SimdLevel,
+    a: &[f32],
+    w: &[u8],
+    format: DType,
+    act: Activations,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Vec<f32> {
+    let prepared = prepare(a, act, k);
+    let blocks = n.div_ceil(COLUMN_BLOCK);
+    let tiles = map_tasks(blocks, |blk| {
+        let j0 = blk * COLUMN_BLOCK;
+        let j1 = (j0 + COLUMN_BLOCK).min(n);
+        let width = j1 - j0;
+        let mut tile = vec![0f32; m * width];
+        match &prepared {
+            PreparedActivations::Float(a) => {
+                let mut rows = vec![0f32; 4 * k];
+                for j in (j0..j1).step_by(4) {
+                    let group = (j1 - j).min(4);
+                    for g in 0..group {
+                        decode_f32(format, w, k, j + g, &mut rows[g * k..(g + 1) * k]);
+                    }
+                    let r = |g: usize| &rows[g.min(group - 1) * k..(g.min(group - 1) + 1) * k];
+                    for i in 0..m {
+                        let sums = dot4(level, &a[i * k..(i + 1) * k], [r(0), r(1), r(2), r(3)]);
+                        for (g, &s) in sums.iter().enumerate().take(group) {
+                            tile[i * width + (j - j0) + g] = s;
+                        }
+                    }
+                }
+            }
+            PreparedActivations::Int { q: aq, d: ad } => {
+                let chunks = k / 32;
+                let mut wq = vec![0i8; k];
+                let mut wd = vec![0f32; chunks];
+                for j in j0..j1 {
+                    decode_int(format, w, k, j, &mut wq, &mut wd);
+                    for i in 0..m {
+                        let (aq, ad) = (&aq[i * k..(i + 1) * k], &ad[i * chunks..(i + 1) * chunks]);
+                        tile[i * width + (j - j0)] = dot_q8(level, aq, ad, &wq, &wd);
+                    }
+                }
+            }
+        }
+        tile
+    });
+    let mut out = vec![0f32; m * n];
+    for (blk, tile) in tiles.iter().enumerate() {
+        let j0 = blk * COLUMN_BLOCK;
+        let width = (n - j0).min(COLUMN_BLOCK);
+        for i in 0..m {
+            out[i * n + j0..i * n + j0 + width].copy_from_slice(&tile[i * width..(i + 1) * width]);
+        }
+    }
+    out
+}
+
+/// `TernaryDot`: exact integer sums. Bit-planes use AND + popcount against the activations'
+/// bit-planes; the GGUF formats decode to int8 and use the SIMD int8 dot.
+pub fn ternary_dot(
+    level: SimdLevel,
+    w: &[u8],
+    x: &[i8],
+    format: DType,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Vec<i32> {
+    let row_bytes = k / ternary::BLOCK * format.block_bytes();
+    let mut out = vec![0i32; m * n];
+    if format == DType::TernaryPlanes {
+        let sliced: Vec<BitSliced> = x.chunks(k).map(BitSliced::new).collect();
+        for_each_row(&mut out, n, k / 8, |i, row| {
+            for (j, o) in row.iter_mut().enumerate() {
+                *o = w[j * row_bytes..(j + 1) * row_bytes]
+                    .chunks_exact(format.block_bytes())
+                    .enumerate()
+                    .map(|(b, block)| {
+                        let mut words = [0u32; 16];
+                        for (w, bytes) in words.iter_mut().zip(block[4..].chunks_exact(4)) {
+                            *w = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+                        }
+                        sliced[i].dot_planes(8 * b, &words[..8], &words[8..])
+                    })
+                    .sum();
+            }
+        });
+        return out;
+    }
+    let mut trits = vec![0i8; n * k];
+    for_each_row(&mut trits, k, 4, |j, row| {
+        let mut t = [0i8; ternary::BLOCK];
+        for (b, dst) in w[j * row_bytes..(j + 1) * row_bytes]
+            .chunks_exact(format.block_bytes())
+            .zip(row.chunks_mut(ternary::BLOCK))
+        {
+            ternary::block_trits(format, b, &mut t);
+            dst.copy_from_slice(&t);
+        }
+    });
+    for_each_row(&mut out, n, k / 8, |i, row| {
+        let xr = &x[i * k..(i + 1) * k];
+        for (j, o) in row.iter_mut().enumerate() {
+            *o = dot_i8(level, xr, &trits[j * k..(j + 1) * k]);
+        }
+    });
+    out
+}

@@ -1,0 +1,157 @@
+//! Encoding the quantized ops (`shaders/quant.wgsl`, `shaders/quant_f16.wgsl`).
+//!
+//! Products run one workgroup per (weight row, 8 activation rows). With `Q8_0` or `I8`
+//! activations the op records two dispatches: `quantize_acts` rounds the activations into a
+//! temporary buffer (int8 words, then one f32 scale per 32 values) that the backend passed as
+//! a third operand, and `qmatmul_int` reads it.
+
+use super::{u32_of, Encoder, Operand, Params, Shader};
+use crate::backend::{Activations, OpSpec};
+use crate::error::{Error, Result};
+use crate::tensor::DType;
+
+/// Threads per workgroup of the quant kernels.
+const WG: u64 = 64;
+/// Activation rows per workgroup of the product kernels.
+const ROWS: usize = 8;
+
+/// Words of the temporary buffer holding `m × k` quantized activations.
+pub(in crate::backend::webgpu) fn int_activation_words(m: usize, k: usize) -> usize {
+    m * k / 4 + m * k / 32
+}
+
+/// The shader's code for a packed format.
+fn format_code(format: DType) -> Result<u32> {
+    Ok(match format {
+        DType::F16 => 1,
+        DType::Q8_0 => 2,
+        DType::Q4_0 => 3,
+        DType::TQ1_0 => 4,
+        DType::TQ2_0 => 5,
+        DType::TernaryPlanes => 6,
+        other => {
+            return Err(Error::backend(
+                "wgpu",
+                format!("{other} is not a packed weight format"),
+            ))
+        }
+    })
+}
+
+fn params(
+    op: &'static str,
+    format: DType,
+    m: usize,
+    n: usize,
+    k: usize,
+    mode: u32,
+) -> Result<Params> {
+    Ok(Params::default()
+        .u(format_code(format)?)
+        .u(u32_of(op, "rows", m)?)
+        .u(u32_of(op, "n", n)?)
+        .u(u32_of(op, "k", k)?)
+        .u(mode)
+        .u(0)
+        .u(0)
+        .u(0))
+}
+
+impl Encoder<'_> {
+    /// Records a quantize, dequantize, quantized product or ternary dot.
+    pub(super) fn quant(
+        &mut self,
+        spec: &OpSpec,
+        out: &wgpu::Buffer,
+        inputs: &[Operand<'_>],
+    ) -> Result<()> {
+        let op = spec.kind().name();
+        match *spec {
+            OpSpec::Quantize { format, rows, cols } => {
+                let blocks = (rows * cols / format.block_len()) as u64;
+                u32_of(op, "values", rows * cols)?;
+                let p = params(op, format, rows, 0, cols, 0)?;
+                let grid = self.grid(op, blocks.div_ceil(2).div_ceil(WG))?;
+                self.run(
+                    Shader::Quant,
+                    "quantize",
+                    &p,
+                    out,
+                    &[inputs[0].buffer],
+                    grid,
+                )
+            }
+            OpSpec::Dequantize { format, rows, cols } => {
+                u32_of(op, "values", rows * cols)?;
+                let p = params(op, format, rows, 0, cols, 0)?;
+                let threads = (rows * cols.div_ceil(32)) as u64;
+                let grid = self.grid(op, threads.div_ceil(WG))?;
+                self.run(
+                    Shader::Quant,
+                    "dequantize",
+                    &p,
+                    out,
+                    &[inputs[0].buffer],
+                    grid,
+                )
+            }
+            OpSpec::QMatmul {
+                format,
+                activations,
+                m,
+                n,
+                k,
+            } => {
+                u32_of(op, "m·k", m * k)?;
+                u32_of(op, "m·n", m * n)?;
+                let (a, w) = (inputs[0].buffer, inputs[1].buffer);
+                let tiles = self.grid(op, (n * m.div_ceil(ROWS)) as u64)?;
+                match activations {
+                    Activations::F32 | Activations::F16 => {
+                        let mode = (activations == Activations::F16) as u32;
+                        let p = params(op, format, m, n, k, mode)?;
+                        if format == DType::F16 && self.ctx.native_f16 {
+                            let entry = if mode == 1 {
+                                "qmatmul_f16_f16a"
+                            } else {
+                                "qmatmul_f16"
+                            };
+                            self.run(Shader::QuantF16, entry, &p, out, &[w, a], tiles)
+                        } else {
+                            self.run(Shader::Quant, "qmatmul_float", &p, out, &[w, a], tiles)
+                        }
+                    }
+                    Activations::Q8_0 | Activations::I8 => {
+                        let temp = inputs.get(2).ok_or_else(|| {
+                            Error::backend("wgpu", "qmatmul: missing the activation buffer")
+                        })?;
+                        let mode = (activations == Activations::I8) as u32;
+                        let p = params(op, format, m, n, k, mode)?;
+                        let rows = self.grid(op, m as u64)?;
+                        self.run(Shader::Quant, "quantize_acts", &p, temp.buffer, &[a], rows)?;
+                        self.run(
+                            Shader::Quant,
+                            "qmatmul_int",
+                            &p,
+                            out,
+                            &[w, temp.buffer],
+                            tiles,
+                        )
+                    }
+                }
+            }
+            OpSpec::TernaryDot { format, m, n, k } => {
+                u32_of(op, "m·k", m * k)?;
+                u32_of(op, "m·n", m * n)?;
+                let p = params(op, format, m, n, k, 0)?;
+                let tiles = self.grid(op, (n * m.div_ceil(ROWS)) as u64)?;
+                let (w, x) = (inputs[0].buffer, inputs[1].buffer);
+                self.run(Shader::Quant, "ternary_dot", &p, out, &[w, x], tiles)
+            }
+            _ => Err(Error::backend(
+                "wgpu",
+                format!("{op} is not a quantized op"),
+            )),
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! Quantized and f16 data: converting to and from f32, products with packed weights, and the
+//! exact integer core of ternary layers. Byte layouts are in [`crate::quant`].
+
+use super::{dispatch, expect_dtype, expect_min_rank};
+use crate::backend::{Activations, OpSpec};
+use crate::error::{Error, Result};
+use crate::tensor::{expect_storage_len, DType, Shape, Tensor};
+
+/// Rounds an f32 tensor to `format` (`F16` or a block format such as `Q8_0`, `Q4_0`,
+/// `TQ1_0`, `TQ2_0`, `TernaryPlanes`), bit for bit as GGUF's reference quantizers do. Block
+/// formats need a last dimension that is a multiple of the block length (32 or 256).
+pub fn quantize(x: &Tensor, format: DType) -> Result<Tensor> {
+    expect_dtype("quantize", "x", x, DType::F32)?;
+    if !(format == DType::F16 || format.is_quantized()) {
+        return Err(Error::invalid(
+            "quantize",
+            format!(
+                "cannot quantize to {format}; the targets are f16, q8_0, q4_0, tq1_0, tq2_0 \
+                 and ternary_planes"
+            ),
+        ));
+    }
+    expect_min_rank("quantize", x, 1)?;
+    expect_storage_len("quantize", format, x.shape())?;
+    let spec = OpSpec::Quantize {
+        format,
+        rows: x.shape().rows(),
+        cols: x.shape().last_dim(),
+    };
+    dispatch("quantize", spec, &[x], x.shape().clone(), format, None)
+}
+
+/// Expands an `F16` or block-format tensor to f32 (exactly: every stored value is an f32).
+pub fn dequantize(x: &Tensor) -> Result<Tensor> {
+    let format = x.dtype();
+    if !(format == DType::F16 || format.is_quantized()) {
+        return Err(Error::invalid(
+            "dequantize",
+            format!("{format} is not f16 or a block format"),
+        ));
+    }
+    expect_min_rank("dequantize", x, 1)?;
+    let spec = OpSpec::Dequantize {
+        format,
+        rows: x.shape().rows(),
+        cols: x.shape().last_dim(),
+    };
+    dispatch(
+        "dequantize",
+        spec,
+        &[x],
+        x.shape().clone(),
+        DType::F32,
+        None,
+    )
+}
+
+/// `a · wᵀ` for activations `a` `[..., k]` and a packed weight `w` `[n, k]` (`F16` or a block
+/// format, as GGUF stores a linear layer): output f32 `[..., n]`. `activations` chooses how
+/// `a` enters the product (see [`Activations`]): f32 or f16 as they are, or rounded to
+/// `Q8_0` blocks or to per-row int8 first, which lets integer dot products run (llama.cpp's
+/// and BitNet's way) at the cost of that rounding. The weight is read packed on every backend.
+pub fn qmatmul_t(a: &Tensor, w: &Tensor, activations: Activations) -> Result<Tensor> {
+    const OP: &str = "qmatmul_t";
+    let format = w.dtype();
+    if !(format == DType::F16 || format.is_quantized()) {
+        return Err(Error::invalid(
+            OP,
+            format!("the weight must be f16 or a block format, not {format}; use matmul_t for f32"),
+        ));
+    }
+    let a_dtype = if activations == Activations::F16 {
+        DType::F16
+    } else {
+        DType::F32
+    };
+    expect_dtype(OP, "a", a, a_dtype)?;
+    expect_min_rank(OP, a, 1)?;
+    if w.shape().rank() != 2 {
+        return Err(Error::shape(
+            OP,
+            "the weight must be one [n, k] matrix",
+            &[a.shape(), w.shape()],
+        ));
+    }
+    let (n, k) = (w.dims()[0], w.dims()[1]);
+    if a.shape().last_dim() != k {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "the last axes of `a` and `w` must match (k = {} vs {k})",
+                a.shape().last_dim()
+            ),
+            &[a.shape(), w.shape()],
+        ));
+    }
+    if matches!(activations, Activations::Q8_0 | Activations::I8) && format == DType::F16 {
+        return Err(Error::invalid(
+            OP,
+            "int8 activations need block-quantized weights (q8_0, q4_0 or ternary); f16 \
+             weights take f32 or f16 activations",
+        ));
+    }
+    let mut out_dims = a.dims()[..a.shape().rank() - 1].to_vec();
+    out_dims.push(n);
+    let out_shape = Shape::from(out_dims);
+    if k == 0 {
+        return Tensor::zeros(a.device(), out_shape);
+    }
+    let spec = OpSpec::QMatmul {
+        format,
+        activations,
+        m: a.shape().rows(),
+        n,
+        k,
+    };
+    dispatch(OP, spec, &[a, w], out_shape, DType::F32, None)
+}
+
+/// The exact integer dot products of ternary weights `w` `[n, k]` (`TQ1_0`, `TQ2_0` or
+/// `TernaryPlanes`) with int8 activations `x` `[..., k]`: i32 `[..., n]`,
+/// `Σ trit(w) · x`, block scales not applied. Multiply by the scales yourself, or use
+/// [`qmatmul_t`] with [`Activations::I8`] for the whole scaled layer.
+pub fn ternary_dot(w: &Tensor, x: &Tensor) -> Result<Tensor> {
+    const OP: &str = "ternary_dot";
+    if !w.dtype().is_ternary() {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "`w` must be tq1_0, tq2_0 or ternary_planes, not {}",
+                w.dtype()
+            ),
+        ));
+    }
+    expect_dtype(OP, "x", x, DType::I8)?;
+    expect_min_rank(OP, x, 1)?;
+    if w.shape().rank() != 2 || w.dims()[1] != x.shape().last_dim() {
+        return Err(Error::shape(
+            OP,
+            "`w` must be [n, k] with k the last axis of `x`",
+            &[w.shape(), x.shape()],
+        ));
+    }
+    let (n, k) = (w.dims()[0], w.dims()[1]);
+    let mut out_dims = x.dims()[..x.shape().rank() - 1].to_vec();
+    out_dims.push(n);
+    let out_shape = Shape::from(out_dims);
+    if k == 0 {
+        return Tensor::from_vec(x.device(), vec![0i32; out_shape.numel()], out_shape);
+    }
+    let spec = OpSpec::TernaryDot {
+        format: w.dtype(),
+        m: x.shape().rows(),
+        n,
+        k,
+    };
+    dispatch(OP, spec, &[w, x], out_shape, DType::I32, None)
+}
