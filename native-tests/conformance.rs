@@ -508,12 +508,20 @@ fn quant_roundtrip(dev: &Device) {
                 "quantize {format} {rows}x{cols} on {}",
                 dev.backend_name()
             );
-            assert_same_values(&format!("dequantize {format} {rows}x{cols}"), &back, &want_back);
+            assert_same_values(
+                &format!("dequantize {format} {rows}x{cols}"),
+                &back,
+                &want_back,
+            );
             if format == DType::TernaryPlanes {
                 for (block, values) in x.chunks(256).zip(back.chunks(256)) {
                     let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
                     for (v, b) in block.iter().zip(values) {
-                        let trit = if amax == 0.0 { 0.0 } else { (v * (1.0 / amax)).round() };
+                        let trit = if amax == 0.0 {
+                            0.0
+                        } else {
+                            (v * (1.0 / amax)).round()
+                        };
                         assert_eq!(*b, trit * amax, "ternary planes value {v}");
                     }
                 }
@@ -521,8 +529,24 @@ fn quant_roundtrip(dev: &Device) {
         }
     }
     let edges = [
-        0.0f32, -0.0, 1.0, -2.5, 65504.0, 65519.0, 65520.0, -1e6, 6.1e-5, 1e-7, 2.9802322e-8,
-        2.9802326e-8, 5.96e-8, 1e-30, f32::INFINITY, f32::NEG_INFINITY, 0.1, 1.0 / 3.0,
+        0.0f32,
+        -0.0,
+        1.0,
+        -2.5,
+        65504.0,
+        65519.0,
+        65520.0,
+        -1e6,
+        6.1e-5,
+        1e-7,
+        2.9802322e-8,
+        2.9802326e-8,
+        5.96e-8,
+        1e-30,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.1,
+        1.0 / 3.0,
     ];
     let run = |d: &Device| {
         let h = ops::quantize(&tensor(d, &edges, &[edges.len()]), DType::F16).unwrap();
@@ -531,7 +555,12 @@ fn quant_roundtrip(dev: &Device) {
     let want: Vec<half::f16> = edges.iter().map(|&v| half::f16::from_f32(v)).collect();
     let got = run(dev);
     for ((g, w), v) in got.iter().zip(&want).zip(edges) {
-        assert_eq!(g.to_bits(), w.to_bits(), "f16 of {v:e} on {}", dev.backend_name());
+        assert_eq!(
+            g.to_bits(),
+            w.to_bits(),
+            "f16 of {v:e} on {}",
+            dev.backend_name()
+        );
     }
 }
 
@@ -549,7 +578,13 @@ fn packed_weight(d: &Device, w: &[f32], n: usize, k: usize, format: DType) -> Te
 /// Tolerance: matmul's 1e-5·√k (DESIGN.md).
 fn qmatmul(dev: &Device) {
     let mut r = rng(41);
-    for (m, n, k) in [(1, 5, 256), (3, 33, 512), (9, 7, 768), (1, 1, 256), (17, 64, 256)] {
+    for (m, n, k) in [
+        (1, 5, 256),
+        (3, 33, 512),
+        (9, 7, 768),
+        (1, 1, 256),
+        (17, 64, 256),
+    ] {
         let a = uniform(&mut r, m * k, 2.0);
         let w = uniform(&mut r, n * k, 1.0);
         for format in [
@@ -567,14 +602,19 @@ fn qmatmul(dev: &Device) {
             };
             for &act in modes {
                 let tol = TOL * (k as f64).sqrt();
-                compare(&format!("qmatmul {format} {act:?} {m}x{n}x{k}"), dev, tol, |d| {
-                    let mut a_t = tensor(d, &a, &[m, k]);
-                    if act == Activations::F16 {
-                        a_t = ops::quantize(&a_t, DType::F16).unwrap();
-                    }
-                    let w_t = packed_weight(d, &w, n, k, format);
-                    ops::qmatmul_t(&a_t, &w_t, act).unwrap()
-                });
+                compare(
+                    &format!("qmatmul {format} {act:?} {m}x{n}x{k}"),
+                    dev,
+                    tol,
+                    |d| {
+                        let mut a_t = tensor(d, &a, &[m, k]);
+                        if act == Activations::F16 {
+                            a_t = ops::quantize(&a_t, DType::F16).unwrap();
+                        }
+                        let w_t = packed_weight(d, &w, n, k, format);
+                        ops::qmatmul_t(&a_t, &w_t, act).unwrap()
+                    },
+                );
             }
         }
     }
@@ -583,7 +623,11 @@ fn qmatmul(dev: &Device) {
     let a = uniform(&mut r, m * k, 1.0);
     let w = uniform(&mut r, n * k, 1.0);
     compare("matmul_t f16 weight k=37", dev, TOL * 10.0, |d| {
-        ops::matmul_t(&tensor(d, &a, &[m, k]), &packed_weight(d, &w, n, k, DType::F16)).unwrap()
+        ops::matmul_t(
+            &tensor(d, &a, &[m, k]),
+            &packed_weight(d, &w, n, k, DType::F16),
+        )
+        .unwrap()
     });
 }
 
@@ -592,7 +636,9 @@ fn ternary_dot(dev: &Device) {
     let mut r = rng(42);
     for (m, n, k) in [(1, 3, 256), (5, 17, 512), (10, 2, 1024)] {
         let w = uniform(&mut r, n * k, 1.0);
-        let x: Vec<i8> = (0..m * k).map(|_| r.random_range(-128i32..128) as i8).collect();
+        let x: Vec<i8> = (0..m * k)
+            .map(|_| r.random_range(-128i32..128) as i8)
+            .collect();
         for format in [DType::TQ1_0, DType::TQ2_0, DType::TernaryPlanes] {
             let run = |d: &Device| -> Vec<i32> {
                 let w_t = packed_weight(d, &w, n, k, format);

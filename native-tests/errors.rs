@@ -3,8 +3,8 @@
 mod common;
 
 use common::{cpu, tensor};
-use webtensor::ops::{self, RopeLayout};
-use webtensor::{Device, Error, Tensor};
+use webtensor::ops::{self, Activations, RopeLayout};
+use webtensor::{DType, Device, Error, Tensor};
 
 fn f(dev: &Device, shape: &[usize]) -> Tensor {
     tensor(dev, &vec![0.5f32; shape.iter().product()], shape)
@@ -94,6 +94,70 @@ fn check_errors(dev: &Device) {
     assert!(matches!(
         f(dev, &[2]).to_vec::<u32>(),
         Err(Error::DTypeMismatch { .. })
+    ));
+    quant_errors(dev);
+}
+
+fn quant_errors(dev: &Device) {
+    let q8 = |n: usize, k: usize| ops::quantize(&f(dev, &[n, k]), DType::Q8_0).unwrap();
+    // A row that is not whole blocks, a non-format target, a truncated or oversized buffer.
+    assert!(matches!(
+        ops::quantize(&f(dev, &[2, 33]), DType::Q8_0),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        ops::quantize(&f(dev, &[2, 32]), DType::I8),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        Tensor::from_bytes(dev, DType::Q4_0, vec![0; 35], [2, 32]),
+        Err(Error::DataLength { .. })
+    ));
+    assert!(matches!(
+        Tensor::from_bytes(dev, DType::TQ2_0, vec![0; 66], [1, 255]),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(q8(2, 64).reshape([4, 32]), Ok(_)));
+    assert!(matches!(
+        q8(2, 64).reshape([1, 128]).and_then(|t| t.reshape([8, 16])),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    // Products: k mismatch, f32 weights, int8 activations with f16 weights, wrong dtypes.
+    assert!(matches!(
+        ops::qmatmul_t(&f(dev, &[1, 32]), &q8(4, 64), Activations::F32),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        ops::qmatmul_t(&f(dev, &[1, 32]), &f(dev, &[4, 32]), Activations::F32),
+        Err(Error::InvalidArgument { .. })
+    ));
+    let h = ops::quantize(&f(dev, &[4, 32]), DType::F16).unwrap();
+    assert!(matches!(
+        ops::qmatmul_t(&f(dev, &[1, 32]), &h, Activations::I8),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        ops::qmatmul_t(&f(dev, &[1, 32]), &q8(4, 32), Activations::F16),
+        Err(Error::DTypeMismatch { .. })
+    ));
+    assert!(matches!(
+        ops::dequantize(&f(dev, &[2])),
+        Err(Error::InvalidArgument { .. })
+    ));
+    // ternary_dot wants ternary weights and int8 activations.
+    let x = tensor(dev, &[1i8; 256], &[1, 256]);
+    assert!(matches!(
+        ops::ternary_dot(&q8(2, 256), &x),
+        Err(Error::InvalidArgument { .. })
+    ));
+    let t = ops::quantize(&f(dev, &[2, 256]), DType::TQ2_0).unwrap();
+    assert!(matches!(
+        ops::ternary_dot(&t, &f(dev, &[1, 256])),
+        Err(Error::DTypeMismatch { .. })
+    ));
+    assert!(matches!(
+        ops::ternary_dot(&t, &tensor(dev, &[1i8; 512], &[1, 512])),
+        Err(Error::ShapeMismatch { .. })
     ));
 }
 

@@ -38,9 +38,9 @@ pub mod tensor;
 pub use backend::{BackendInfo, BackendKind, OpKind};
 pub use device::Device;
 pub use error::{Error, Result};
-pub use tensor::{DType, Element, Shape, Tensor};
 /// IEEE binary16, the element type of `DType::F16` tensors (from the `half` crate).
 pub use half::f16;
+pub use tensor::{DType, Element, Shape, Tensor};
 
 /// The README's Rust example runs as a doc test, so it stays true.
 #[cfg(doctest)]

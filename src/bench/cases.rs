@@ -1,11 +1,12 @@
 //! The benchmark cases: one decode-like and one prefill-like shape per op family.
 
 use super::Size;
+use crate::backend::Activations;
 use crate::backend::{OpKind, RopeLayout};
 use crate::device::Device;
 use crate::error::Result;
 use crate::ops;
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 
 /// Inputs of a case, as host data plus shape.
 #[derive(Clone, Debug)]
@@ -14,6 +15,24 @@ pub enum Input {
     F32(Vec<f32>, Vec<usize>),
     /// u32 data.
     U32(Vec<u32>, Vec<usize>),
+    /// Packed data (f16, i8, a block format) as raw bytes.
+    Packed(DType, Vec<u8>, Vec<usize>),
+}
+
+impl Input {
+    fn dims(&self) -> &[usize] {
+        match self {
+            Input::F32(_, s) | Input::U32(_, s) | Input::Packed(_, _, s) => s,
+        }
+    }
+
+    fn byte_len(&self) -> usize {
+        match self {
+            Input::F32(d, _) => d.len() * 4,
+            Input::U32(d, _) => d.len() * 4,
+            Input::Packed(_, d, _) => d.len(),
+        }
+    }
 }
 
 type RunFn = fn(&[Tensor]) -> Result<Tensor>;
@@ -42,6 +61,7 @@ impl Case {
             .map(|i| match i {
                 Input::F32(d, s) => Tensor::from_slice(device, d, s.as_slice()),
                 Input::U32(d, s) => Tensor::from_slice(device, d, s.as_slice()),
+                Input::Packed(t, d, s) => Tensor::from_bytes(device, *t, d.clone(), s.as_slice()),
             })
             .collect()
     }
@@ -56,11 +76,9 @@ impl Case {
         let shapes: Vec<String> = self
             .inputs
             .iter()
-            .map(|i| {
-                let s = match i {
-                    Input::F32(_, s) | Input::U32(_, s) => s,
-                };
-                format!("{s:?}")
+            .map(|i| match i {
+                Input::Packed(t, _, s) => format!("{s:?} {t}"),
+                _ => format!("{:?}", i.dims()),
             })
             .collect();
         shapes.join(" ")
@@ -105,13 +123,7 @@ fn case(
     out_elems: usize,
     flops: u64,
 ) -> Case {
-    let in_bytes: usize = inputs
-        .iter()
-        .map(|i| match i {
-            Input::F32(d, _) => d.len() * 4,
-            Input::U32(d, _) => d.len() * 4,
-        })
-        .sum();
+    let in_bytes: usize = inputs.iter().map(Input::byte_len).sum();
     Case {
         op,
         label: label.into(),
@@ -282,6 +294,115 @@ pub fn all(size: Size) -> Vec<Case> {
             rows,
             0,
         ));
+        quant_cases(&mut cases, label, rows, d, ffn);
     }
     cases
+}
+
+/// `w` `[n, k]` quantized on the host.
+fn packed_input(format: DType, n: usize, k: usize, seed: u64) -> Input {
+    let values = values(n * k, seed);
+    let mut bytes = vec![0u8; format.storage_len(n * k, k).unwrap_or(0) * format.unit_bytes()];
+    crate::quant::quantize(format, &values, &mut bytes);
+    Input::Packed(format, bytes, vec![n, k])
+}
+
+/// Quantized products (`[rows, d] · [ffn, d]ᵀ`, the weight packed), their bytes dominated by
+/// the weight; decode adds every format, prefill the common ones; plus quantize/dequantize of
+/// the weight and the exact ternary dot.
+fn quant_cases(cases: &mut Vec<Case>, label: &str, rows: usize, d: usize, ffn: usize) {
+    type Variant = (DType, &'static str, RunFn);
+    let decode: &[Variant] = &[
+        (DType::F16, "f32 acts", |t| {
+            ops::qmatmul_t(&t[0], &t[1], Activations::F32)
+        }),
+        (DType::Q8_0, "f32 acts", |t| {
+            ops::qmatmul_t(&t[0], &t[1], Activations::F32)
+        }),
+        (DType::Q8_0, "q8_0 acts", |t| {
+            ops::qmatmul_t(&t[0], &t[1], Activations::Q8_0)
+        }),
+        (DType::Q4_0, "f32 acts", |t| {
+            ops::qmatmul_t(&t[0], &t[1], Activations::F32)
+        }),
+        (DType::Q4_0, "q8_0 acts", |t| {
+            ops::qmatmul_t(&t[0], &t[1], Activations::Q8_0)
+        }),
+        (DType::TQ1_0, "i8 acts", |t| {
+            ops::qmatmul_t(&t[0], &t[1], Activations::I8)
+        }),
+        (DType::TQ2_0, "f32 acts", |t| {
+            ops::qmatmul_t(&t[0], &t[1], Activations::F32)
+        }),
+        (DType::TQ2_0, "i8 acts", |t| {
+            ops::qmatmul_t(&t[0], &t[1], Activations::I8)
+        }),
+        (DType::TernaryPlanes, "i8 acts", |t| {
+            ops::qmatmul_t(&t[0], &t[1], Activations::I8)
+        }),
+    ];
+    let variants: Vec<&Variant> = if rows == 1 {
+        decode.iter().collect()
+    } else {
+        [1, 4, 7].iter().map(|&i| &decode[i]).collect()
+    };
+    let flops = 2 * (rows * d * ffn) as u64;
+    for &&(format, acts, run) in &variants {
+        cases.push(case(
+            OpKind::QMatmul,
+            &format!("{label} {format} {acts}"),
+            vec![f32_input(&[rows, d], 20), packed_input(format, ffn, d, 21)],
+            run,
+            rows * ffn,
+            flops,
+        ));
+    }
+    if rows > 1 {
+        return;
+    }
+    for format in [DType::Q8_0, DType::TQ2_0] {
+        let values = values(ffn * d, 22);
+        cases.push(case(
+            OpKind::Quantize,
+            &format!("{format}"),
+            vec![Input::F32(values, vec![ffn, d])],
+            if format == DType::Q8_0 {
+                |t| ops::quantize(&t[0], DType::Q8_0)
+            } else {
+                |t| ops::quantize(&t[0], DType::TQ2_0)
+            },
+            0,
+            0,
+        ));
+        let packed = packed_input(format, ffn, d, 22);
+        let packed_bytes = packed.byte_len();
+        if let Some(last) = cases.last_mut() {
+            last.bytes += packed_bytes as u64;
+        }
+        cases.push(case(
+            OpKind::Dequantize,
+            &format!("{format}"),
+            vec![packed],
+            |t| ops::dequantize(&t[0]),
+            ffn * d,
+            0,
+        ));
+    }
+    let x: Vec<u8> = values(8 * d, 23)
+        .iter()
+        .map(|v| (v * 127.0) as i8 as u8)
+        .collect();
+    for format in [DType::TQ2_0, DType::TernaryPlanes] {
+        cases.push(case(
+            OpKind::TernaryDot,
+            &format!("{format} 8 rows"),
+            vec![
+                packed_input(format, ffn, d, 24),
+                Input::Packed(DType::I8, x.clone(), vec![8, d]),
+            ],
+            |t| ops::ternary_dot(&t[0], &t[1]),
+            8 * ffn,
+            0,
+        ));
+    }
 }

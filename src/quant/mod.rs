@@ -24,6 +24,8 @@
 
 pub mod ternary;
 
+use std::sync::OnceLock;
+
 use half::f16;
 
 use crate::tensor::DType;
@@ -33,13 +35,16 @@ pub fn f16_bits(x: f32) -> u16 {
     f16::from_f32(x).to_bits()
 }
 
-/// The f32 value of f16 `bits` (exact).
+/// The f32 value of f16 `bits` (exact), from a table of all 65,536 values built on first use
+/// (256 KiB; converting in software per value would dominate f16 and block-scale decoding).
 pub fn f16_value(bits: u16) -> f32 {
-    f16::from_bits(bits).to_f32()
+    static TABLE: OnceLock<Vec<f32>> = OnceLock::new();
+    let table = TABLE.get_or_init(|| (0..=u16::MAX).map(|b| f16::from_bits(b).to_f32()).collect());
+    table[bits as usize]
 }
 
 /// Reads the f16 at `bytes[at..at + 2]`.
-fn read_f16(bytes: &[u8], at: usize) -> f32 {
+pub fn read_f16(bytes: &[u8], at: usize) -> f32 {
     f16_value(u16::from_le_bytes([bytes[at], bytes[at + 1]]))
 }
 
@@ -67,6 +72,12 @@ pub fn quantize(format: DType, x: &[f32], out: &mut [u8]) {
 
 /// Dequantizes whole blocks of `format` (any packed dtype but `I8`) into `out`.
 pub fn dequantize(format: DType, bytes: &[u8], out: &mut [f32]) {
+    if format == DType::F16 {
+        for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+            *o = f16_value(u16::from_le_bytes([b[0], b[1]]));
+        }
+        return;
+    }
     let (len, size) = (format.block_len(), format.block_bytes());
     for (b, o) in bytes.chunks_exact(size).zip(out.chunks_exact_mut(len)) {
         dequantize_block(format, b, o);

@@ -4,6 +4,8 @@
 //! plain loops that the compiler vectorises.
 
 use super::simd::SimdLevel;
+use crate::quant;
+use crate::tensor::DType;
 
 /// `Σ_c (ad[c] · wd[c]) · Σ_{i < 32} aq[32c + i] · wq[32c + i]` over the chunks `c` that all
 /// four slices cover: an int8 dot product with one scale per 32 values on each side.
@@ -20,6 +22,35 @@ pub fn dot_q8(level: SimdLevel, aq: &[i8], ad: &[f32], wq: &[i8], wd: &[f32]) ->
                 s as f32 * (ad[c] * wd[c])
             })
             .sum(),
+    }
+}
+
+/// `Σ_c ad[c] · d_c · Σ_{i < 32} aq[32c + i] · q_c[i]` for one packed `Q8_0` or `Q4_0` weight
+/// row: the blocks are read in place (no decoded copy), their int8 or 4-bit values and f16
+/// scales straight from the row's bytes.
+pub fn dot_q_row(level: SimdLevel, format: DType, aq: &[i8], ad: &[f32], row: &[u8]) -> f32 {
+    let size = format.block_bytes();
+    let blocks = ad.len().min(aq.len() / 32).min(row.len() / size);
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2 and FMA were detected at run time; each block read is within `row`
+        // (`blocks · size` bytes) and each activation read within `aq` (`blocks · 32`).
+        SimdLevel::Avx2 | SimdLevel::Avx512 => unsafe {
+            if format == DType::Q8_0 {
+                x86::dot_q8_0_row(aq, ad, row, blocks)
+            } else {
+                x86::dot_q4_0_row(aq, ad, row, blocks)
+            }
+        },
+        _ => {
+            let mut q = [0i8; 32];
+            (0..blocks)
+                .map(|c| {
+                    let d = quant::block_ints(format, &row[c * size..(c + 1) * size], &mut q);
+                    exact_scalar(&aq[32 * c..32 * c + 32], &q) as f32 * (ad[c] * d)
+                })
+                .sum()
+        }
     }
 }
 
@@ -98,18 +129,19 @@ mod x86 {
         wd: &[f32],
         chunks: usize,
     ) -> f32 {
-        let ones = _mm256_set1_epi16(1);
         let mut acc = _mm256_setzero_ps();
         for c in 0..chunks {
             let va = _mm256_loadu_si256(aq.as_ptr().add(32 * c) as *const __m256i);
             let vw = _mm256_loadu_si256(wq.as_ptr().add(32 * c) as *const __m256i);
-            // maddubs multiplies unsigned by signed bytes: move a's sign onto w.
-            let ua = _mm256_sign_epi8(va, va);
-            let sw = _mm256_sign_epi8(vw, va);
-            let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(ua, sw), ones);
             let scale = _mm256_set1_ps(ad[c] * wd[c]);
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products(va, vw)), scale, acc);
         }
+        hsum(acc)
+    }
+
+    /// `Σ lanes` of eight f32 lanes.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn hsum(acc: __m256) -> f32 {
         let lo = _mm256_castps256_ps128(acc);
         let hi = _mm256_extractf128_ps(acc, 1);
         let s = _mm_add_ps(lo, hi);
@@ -117,19 +149,63 @@ mod x86 {
         _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
     }
 
+    /// Eight i32 lanes of the pairwise products of a (any int8) and w (no −128).
+    #[target_feature(enable = "avx2")]
+    unsafe fn products(va: __m256i, vw: __m256i) -> __m256i {
+        let ua = _mm256_sign_epi8(va, va);
+        let sw = _mm256_sign_epi8(vw, va);
+        _mm256_madd_epi16(_mm256_maddubs_epi16(ua, sw), _mm256_set1_epi16(1))
+    }
+
+    fn scale(row: &[u8], at: usize) -> f32 {
+        crate::quant::read_f16(row, at)
+    }
+
+    /// # Safety
+    /// AVX2 and FMA must be present; `row` holds `blocks` Q8_0 blocks, `aq` `32 · blocks`
+    /// values and `ad` `blocks` scales.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn dot_q8_0_row(aq: &[i8], ad: &[f32], row: &[u8], blocks: usize) -> f32 {
+        let mut acc = _mm256_setzero_ps();
+        for c in 0..blocks {
+            let va = _mm256_loadu_si256(aq.as_ptr().add(32 * c) as *const __m256i);
+            let vw = _mm256_loadu_si256(row.as_ptr().add(34 * c + 2) as *const __m256i);
+            let s = _mm256_set1_ps(ad[c] * scale(row, 34 * c));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products(va, vw)), s, acc);
+        }
+        hsum(acc)
+    }
+
+    /// # Safety
+    /// As [`dot_q8_0_row`], for Q4_0 blocks.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn dot_q4_0_row(aq: &[i8], ad: &[f32], row: &[u8], blocks: usize) -> f32 {
+        let low = _mm_set1_epi8(15);
+        let eight = _mm256_set1_epi8(8);
+        let mut acc = _mm256_setzero_ps();
+        for c in 0..blocks {
+            let va = _mm256_loadu_si256(aq.as_ptr().add(32 * c) as *const __m256i);
+            let packed = _mm_loadu_si128(row.as_ptr().add(18 * c + 2) as *const __m128i);
+            // Values 0..16 are the low nibbles, 16..32 the high ones.
+            let lo = _mm_and_si128(packed, low);
+            let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low);
+            let vw = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), eight);
+            let s = _mm256_set1_ps(ad[c] * scale(row, 18 * c));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products(va, vw)), s, acc);
+        }
+        hsum(acc)
+    }
+
     /// # Safety
     /// AVX2 must be present; `a` and `b` have the same length, a multiple of 32.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
-        let ones = _mm256_set1_epi16(1);
         let mut acc = _mm256_setzero_si256();
         for c in 0..a.len() / 32 {
             let va = _mm256_loadu_si256(a.as_ptr().add(32 * c) as *const __m256i);
             let vb = _mm256_loadu_si256(b.as_ptr().add(32 * c) as *const __m256i);
             // |a| as unsigned times b with a's sign (|−128| is 128 unsigned; b is never −128).
-            let ua = _mm256_sign_epi8(va, va);
-            let sb = _mm256_sign_epi8(vb, va);
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(ua, sb), ones));
+            acc = _mm256_add_epi32(acc, products(va, vb));
         }
         let s = _mm_add_epi32(
             _mm256_castsi256_si128(acc),

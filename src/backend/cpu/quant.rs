@@ -5,7 +5,7 @@
 //! activations, int8 plus one scale per 32 values for the quantizing modes) and reuse it for
 //! every activation row, so the weights stream from memory once per column block.
 
-use super::int_dot::{dot_i8, dot_q8, BitSliced};
+use super::int_dot::{dot_i8, dot_q8, dot_q_row, BitSliced};
 use super::parallel::{for_each_row, map_tasks};
 use super::simd::{dot4, SimdLevel};
 use crate::backend::Activations;
@@ -122,6 +122,20 @@ pub fn qmatmul(
                         for (g, &s) in sums.iter().enumerate().take(group) {
                             tile[i * width + (j - j0) + g] = s;
                         }
+                    }
+                }
+            }
+            PreparedActivations::Int { q: aq, d: ad }
+                if matches!(format, DType::Q8_0 | DType::Q4_0) =>
+            {
+                // The blocks are read in place.
+                let chunks = k / 32;
+                let row_bytes = chunks * format.block_bytes();
+                for j in j0..j1 {
+                    let row = &w[j * row_bytes..(j + 1) * row_bytes];
+                    for i in 0..m {
+                        let (aq, ad) = (&aq[i * k..(i + 1) * k], &ad[i * chunks..(i + 1) * chunks]);
+                        tile[i * width + (j - j0)] = dot_q_row(level, format, aq, ad, row);
                     }
                 }
             }
