@@ -20,6 +20,10 @@ for level in scalar avx2 avx512; do
   WEBTENSOR_CPU_SIMD=$level cargo test --test conformance cpu::
 done
 
+# The wgpu f16 path for adapters without shader-f16 (lavapipe has it, so force the fallback).
+echo "== wgpu f16 products with WEBTENSOR_WGPU_F16=off (unpack2x16float path)"
+WEBTENSOR_WGPU_F16=off cargo test --test conformance wgpu::qmatmul
+
 # The SIMD paths this machine cannot run must at least compile: wasm32 simd128 and aarch64 NEON.
 echo "== compile check: wasm32 with simd128"
 RUSTFLAGS="-C target-feature=+simd128" cargo check --lib --target wasm32-unknown-unknown --target-dir target/wasm-simd128
