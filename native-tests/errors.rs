@@ -117,7 +117,7 @@ fn quant_errors(dev: &Device) {
         Tensor::from_bytes(dev, DType::TQ2_0, vec![0; 66], [1, 255]),
         Err(Error::ShapeMismatch { .. })
     ));
-    assert!(matches!(q8(2, 64).reshape([4, 32]), Ok(_)));
+    assert!(q8(2, 64).reshape([4, 32]).is_ok());
     assert!(matches!(
         q8(2, 64).reshape([1, 128]).and_then(|t| t.reshape([8, 16])),
         Err(Error::ShapeMismatch { .. })

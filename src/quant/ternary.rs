@@ -50,16 +50,17 @@ pub fn encode(format: DType, t: &[i8; BLOCK], d: f32, out: &mut [u8]) {
                 if shift_to_top {
                     q *= 3;
                 }
-                ((q * 256 + 242) / 243) as u8
+                // ⌈q · 256 / 243⌉: the trits as a base-3 fraction of the byte.
+                (q * 256).div_ceil(243) as u8
             };
-            for m in 0..32 {
-                out[m] = pack(&mut (0..5).map(|n| u(32 * n + m)), false);
+            for (m, byte) in out[..32].iter_mut().enumerate() {
+                *byte = pack(&mut (0..5).map(|n| u(32 * n + m)), false);
             }
-            for m in 0..16 {
-                out[32 + m] = pack(&mut (0..5).map(|n| u(160 + 16 * n + m)), false);
+            for (m, byte) in out[32..48].iter_mut().enumerate() {
+                *byte = pack(&mut (0..5).map(|n| u(160 + 16 * n + m)), false);
             }
-            for j in 0..4 {
-                out[48 + j] = pack(&mut (0..4).map(|n| u(240 + 4 * n + j)), true);
+            for (j, byte) in out[48..52].iter_mut().enumerate() {
+                *byte = pack(&mut (0..4).map(|n| u(240 + 4 * n + j)), true);
             }
             out[52..54].copy_from_slice(&f16_bits(d).to_le_bytes());
         }

@@ -167,10 +167,10 @@ mod x86 {
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn dot_q8_0_row(aq: &[i8], ad: &[f32], row: &[u8], blocks: usize) -> f32 {
         let mut acc = _mm256_setzero_ps();
-        for c in 0..blocks {
+        for (c, &da) in ad.iter().enumerate().take(blocks) {
             let va = _mm256_loadu_si256(aq.as_ptr().add(32 * c) as *const __m256i);
             let vw = _mm256_loadu_si256(row.as_ptr().add(34 * c + 2) as *const __m256i);
-            let s = _mm256_set1_ps(ad[c] * scale(row, 34 * c));
+            let s = _mm256_set1_ps(da * scale(row, 34 * c));
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products(va, vw)), s, acc);
         }
         hsum(acc)
@@ -183,14 +183,14 @@ mod x86 {
         let low = _mm_set1_epi8(15);
         let eight = _mm256_set1_epi8(8);
         let mut acc = _mm256_setzero_ps();
-        for c in 0..blocks {
+        for (c, &da) in ad.iter().enumerate().take(blocks) {
             let va = _mm256_loadu_si256(aq.as_ptr().add(32 * c) as *const __m256i);
             let packed = _mm_loadu_si128(row.as_ptr().add(18 * c + 2) as *const __m128i);
             // Values 0..16 are the low nibbles, 16..32 the high ones.
             let lo = _mm_and_si128(packed, low);
             let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low);
             let vw = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), eight);
-            let s = _mm256_set1_ps(ad[c] * scale(row, 18 * c));
+            let s = _mm256_set1_ps(da * scale(row, 18 * c));
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products(va, vw)), s, acc);
         }
         hsum(acc)
