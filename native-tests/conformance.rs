@@ -657,6 +657,182 @@ fn ternary_dot(dev: &Device) {
     }
 }
 
+// ---- scans ----------------------------------------------------------------------------------
+
+/// (shape, axis) cases: empty, single steps, lengths around the 512-step chunks, three axes,
+/// and sequences of 100k+ steps where rounding error would grow.
+const SCAN_CASES: [(&[usize], usize); 9] = [
+    (&[0, 4], 0),
+    (&[1], 0),
+    (&[3, 5], 1),
+    (&[2, 255, 3], 1),
+    (&[513, 4], 0),
+    (&[2, 3, 4097], 2),
+    (&[1, 100_003, 1], 1),
+    (&[2, 120_000, 3], 1),
+    (&[4097, 2, 2], 0),
+];
+
+/// `n` values in `[lo, hi)`.
+fn in_range(r: &mut rand::rngs::StdRng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    (0..n).map(|_| r.random_range(lo..hi)).collect()
+}
+
+/// Scan tolerance: 1e-5 relative to the output scale, times log2 of the length. A parallel
+/// scan combines each output from ⌈log2 len⌉ levels of partial results, each adding a few
+/// f32 roundings, so its error grows with the depth of the tree, not with the length
+/// (a sequential f32 loop would grow with √len or len).
+fn scan_tol(len: usize) -> f64 {
+    TOL * (len.max(2) as f64).log2()
+}
+
+fn state_dims(shape: &[usize], axis: usize) -> Vec<usize> {
+    let mut d = shape.to_vec();
+    d.remove(axis);
+    d
+}
+
+fn linear_scan(dev: &Device) {
+    let mut r = rng(50);
+    for (shape, axis) in SCAN_CASES {
+        let n: usize = shape.iter().product();
+        // |a| < 1 keeps h bounded (as in a stable state-space model); a near 1 in one run.
+        let hi = if n > 100_000 { 0.9999 } else { 0.99 };
+        let a = in_range(&mut r, n, 0.5, hi);
+        let b = uniform(&mut r, n, 1.0);
+        let h0_dims = state_dims(shape, axis);
+        let h0 = uniform(&mut r, h0_dims.iter().product(), 2.0);
+        let what = format!("linear_scan {shape:?} axis {axis}");
+        compare(&what, dev, scan_tol(shape[axis]), |d| {
+            ops::linear_scan(
+                &tensor(d, &a, shape),
+                &tensor(d, &b, shape),
+                &tensor(d, &h0, &h0_dims),
+                axis,
+            )
+            .unwrap()
+        });
+    }
+}
+
+fn log_scans(dev: &Device) {
+    let mut r = rng(51);
+    for (shape, axis) in SCAN_CASES {
+        let n: usize = shape.iter().product();
+        // Factors around 1 keep the product within f32 over 100k steps.
+        let a = in_range(&mut r, n, 0.97, 1.03);
+        let x = uniform(&mut r, n, 30.0);
+        let what = format!("{shape:?} axis {axis}");
+        compare(
+            &format!("log_cumprod {what}"),
+            dev,
+            scan_tol(shape[axis]),
+            |d| ops::log_cumprod(&tensor(d, &a, shape), axis).unwrap(),
+        );
+        compare(
+            &format!("logcumsumexp {what}"),
+            dev,
+            scan_tol(shape[axis]),
+            |d| ops::logcumsumexp(&tensor(d, &x, shape), axis).unwrap(),
+        );
+    }
+    // Zeros and negatives in the product; −∞ in log-sum-exp.
+    let special = [2.0f32, 0.5, 0.0, 3.0, -1.0, 2.0];
+    compare("log_cumprod special", dev, TOL, |d| {
+        ops::log_cumprod(&tensor(d, &special, &[2, 3]), 1).unwrap()
+    });
+    let ninf = f32::NEG_INFINITY;
+    let lse = [ninf, ninf, 1.0, ninf, 2.0, -3.0];
+    compare("logcumsumexp -inf", dev, TOL, |d| {
+        ops::logcumsumexp(&tensor(d, &lse, &[6]), 0).unwrap()
+    });
+}
+
+/// The backward pass against the reference, and the reference's own gradients against
+/// central finite differences of its forward pass (in f64 through the loss Σ w·h).
+fn scan_backward(dev: &Device) {
+    let mut r = rng(52);
+    for (shape, axis) in SCAN_CASES {
+        let n: usize = shape.iter().product();
+        let a = in_range(&mut r, n, 0.5, 0.99);
+        let b = uniform(&mut r, n, 1.0);
+        let h0_dims = state_dims(shape, axis);
+        let h0 = uniform(&mut r, h0_dims.iter().product(), 1.0);
+        let gh = uniform(&mut r, n, 1.0);
+        let grads = |d: &Device| {
+            let (a_t, h0_t) = (tensor(d, &a, shape), tensor(d, &h0, &h0_dims));
+            let h = ops::linear_scan(&a_t, &tensor(d, &b, shape), &h0_t, axis).unwrap();
+            let (ga, gb, g0) =
+                ops::linear_scan_backward(&a_t, &h0_t, &h, &tensor(d, &gh, shape), axis).unwrap();
+            [ga, gb, g0].map(|t| t.to_vec::<f32>().unwrap())
+        };
+        let got = grads(dev);
+        let want = grads(&reference());
+        for (name, (g, w)) in ["grad_a", "grad_b", "grad_h0"]
+            .iter()
+            .zip(got.iter().zip(&want))
+        {
+            let what = format!("{name} {shape:?} axis {axis} on {}", dev.backend_name());
+            assert_close(&what, g, w, 10.0 * scan_tol(shape[axis]));
+        }
+    }
+    // Finite differences on a small case (the reference is the definition being checked).
+    let (shape, axis) = ([2usize, 7, 3], 1);
+    let n = 42;
+    let a = in_range(&mut r, n, 0.5, 0.99);
+    let b = uniform(&mut r, n, 1.0);
+    let h0 = uniform(&mut r, 6, 1.0);
+    let w = uniform(&mut r, n, 1.0);
+    let loss = |a: &[f32], b: &[f32], h0: &[f32]| -> f64 {
+        let d = reference();
+        let h = ops::linear_scan(
+            &tensor(&d, a, &shape),
+            &tensor(&d, b, &shape),
+            &tensor(&d, h0, &[2, 3]),
+            axis,
+        )
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+        h.iter().zip(&w).map(|(&h, &w)| h as f64 * w as f64).sum()
+    };
+    let d = reference();
+    let (a_t, h0_t) = (tensor(&d, &a, &shape), tensor(&d, &h0, &[2, 3]));
+    let h = ops::linear_scan(&a_t, &tensor(&d, &b, &shape), &h0_t, axis).unwrap();
+    let (ga, gb, g0) =
+        ops::linear_scan_backward(&a_t, &h0_t, &h, &tensor(&d, &w, &shape), axis).unwrap();
+    let eps = 1e-2f32;
+    let numeric = |v: &[f32], i: usize, f: &dyn Fn(&[f32]) -> f64| {
+        let (mut up, mut down) = (v.to_vec(), v.to_vec());
+        up[i] += eps;
+        down[i] -= eps;
+        ((f(&up) - f(&down)) / (2.0 * eps as f64)) as f32
+    };
+    let analytic = [ga, gb, g0].map(|t| t.to_vec::<f32>().unwrap());
+    for i in 0..n {
+        let fa = numeric(&a, i, &|x| loss(x, &b, &h0));
+        let fb = numeric(&b, i, &|x| loss(&a, x, &h0));
+        assert!(
+            (fa - analytic[0][i]).abs() < 1e-3,
+            "grad_a[{i}]: {fa} vs {}",
+            analytic[0][i]
+        );
+        assert!(
+            (fb - analytic[1][i]).abs() < 1e-3,
+            "grad_b[{i}]: {fb} vs {}",
+            analytic[1][i]
+        );
+    }
+    for i in 0..6 {
+        let f0 = numeric(&h0, i, &|x| loss(&a, &b, x));
+        assert!(
+            (f0 - analytic[2][i]).abs() < 1e-3,
+            "grad_h0[{i}]: {f0} vs {}",
+            analytic[2][i]
+        );
+    }
+}
+
 macro_rules! matrix {
     ($($op:ident),* $(,)?) => {
         mod cpu {
@@ -685,4 +861,7 @@ matrix!(
     quant_roundtrip,
     qmatmul,
     ternary_dot,
+    linear_scan,
+    log_scans,
+    scan_backward,
 );

@@ -17,7 +17,7 @@ pub mod webgpu;
 use std::fmt;
 use std::sync::Arc;
 
-pub use spec::{Activations, BinaryOp, MatmulSpec, OpKind, OpSpec, RopeLayout, UnaryOp};
+pub use spec::{Activations, BinaryOp, MatmulSpec, OpKind, OpSpec, RopeLayout, ScanOp, UnaryOp};
 
 use crate::error::Result;
 use crate::tensor::DType;

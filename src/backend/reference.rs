@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::spec::{permute_strides, rope_inv_freq, rope_pair};
 use super::{
     host_data, Activations, Backend, BackendInfo, BackendKind, BinaryOp, DeviceClass, HostData,
-    HostInputs, MatmulSpec, OpSpec, Storage, UnaryOp,
+    HostInputs, MatmulSpec, OpSpec, ScanOp, Storage, UnaryOp,
 };
 use crate::error::Result;
 use crate::quant::{self, ternary};
@@ -124,6 +124,53 @@ impl Backend for ReferenceBackend {
                 let mut w = vec![0f32; n * k];
                 quant::dequantize(*format, input.bytes(1, *format)?, &mut w);
                 HostData::F32(qmatmul(&a, &w, *activations, *m, *n, *k))
+            }
+            OpSpec::Scan {
+                op,
+                outer,
+                len,
+                inner,
+            } => {
+                let view = ScanView {
+                    outer: *outer,
+                    len: *len,
+                    inner: *inner,
+                };
+                HostData::F32(match op {
+                    ScanOp::Linear => view.linear(input.f32(0)?, input.f32(1)?, input.f32(2)?),
+                    ScanOp::LinearAdjoint => view.adjoint(input.f32(0)?, input.f32(1)?),
+                    ScanOp::LogCumprod => view.log_cumprod(input.f32(0)?),
+                    ScanOp::LogCumSumExp => view.logcumsumexp(input.f32(0)?),
+                })
+            }
+            OpSpec::ScanGradA { outer, len, inner } => {
+                let (g, h, h0) = (input.f32(0)?, input.f32(1)?, input.f32(2)?);
+                let view = ScanView {
+                    outer: *outer,
+                    len: *len,
+                    inner: *inner,
+                };
+                let mut out = vec![0f32; g.len()];
+                view.each_channel(|c, at| {
+                    for t in 0..view.len {
+                        let prev = if t == 0 { h0[c] } else { h[at(t - 1)] };
+                        out[at(t)] = (g[at(t)] as f64 * prev as f64) as f32;
+                    }
+                });
+                HostData::F32(out)
+            }
+            OpSpec::ScanGradInit { outer, len, inner } => {
+                let (a, g) = (input.f32(0)?, input.f32(1)?);
+                let view = ScanView {
+                    outer: *outer,
+                    len: *len,
+                    inner: *inner,
+                };
+                let mut out = vec![0f32; outer * inner];
+                view.each_channel(|c, at| {
+                    out[c] = (a[at(0)] as f64 * g[at(0)] as f64) as f32;
+                });
+                HostData::F32(out)
             }
             OpSpec::TernaryDot { format, m, n, k } => {
                 let dots = ternary_dot(
@@ -282,6 +329,86 @@ fn matmul(a: &[f32], rhs: &[f32], m: &MatmulSpec) -> Vec<f32> {
         }
     }
     out
+}
+
+/// The `[outer, len, inner]` view of a scan.
+struct ScanView {
+    outer: usize,
+    len: usize,
+    inner: usize,
+}
+
+impl ScanView {
+    /// Calls `f(channel, index_of)` for each of the `outer · inner` channels, where
+    /// `index_of(t)` is the flat index of step `t` of that channel.
+    fn each_channel(&self, mut f: impl FnMut(usize, &dyn Fn(usize) -> usize)) {
+        for o in 0..self.outer {
+            for i in 0..self.inner {
+                let at = |t: usize| (o * self.len + t) * self.inner + i;
+                f(o * self.inner + i, &at);
+            }
+        }
+    }
+
+    fn linear(&self, a: &[f32], b: &[f32], h0: &[f32]) -> Vec<f32> {
+        let mut out = vec![0f32; a.len()];
+        self.each_channel(|c, at| {
+            let mut h = h0[c] as f64;
+            for t in 0..self.len {
+                h = a[at(t)] as f64 * h + b[at(t)] as f64;
+                out[at(t)] = h as f32;
+            }
+        });
+        out
+    }
+
+    fn adjoint(&self, a: &[f32], grad: &[f32]) -> Vec<f32> {
+        let mut out = vec![0f32; a.len()];
+        self.each_channel(|_, at| {
+            let mut g = 0f64;
+            for t in (0..self.len).rev() {
+                let next = if t + 1 < self.len {
+                    a[at(t + 1)] as f64
+                } else {
+                    0.0
+                };
+                g = grad[at(t)] as f64 + next * g;
+                out[at(t)] = g as f32;
+            }
+        });
+        out
+    }
+
+    fn log_cumprod(&self, a: &[f32]) -> Vec<f32> {
+        let mut out = vec![0f32; a.len()];
+        self.each_channel(|_, at| {
+            let mut sum = 0f64;
+            for t in 0..self.len {
+                sum += (a[at(t)] as f64).ln();
+                out[at(t)] = sum.exp() as f32;
+            }
+        });
+        out
+    }
+
+    fn logcumsumexp(&self, x: &[f32]) -> Vec<f32> {
+        let mut out = vec![0f32; x.len()];
+        self.each_channel(|_, at| {
+            // The running sum is s · e^m.
+            let (mut m, mut s) = (f64::NEG_INFINITY, 0f64);
+            for t in 0..self.len {
+                let v = x[at(t)] as f64;
+                if v > m {
+                    s = s * (m - v).exp() + 1.0;
+                    m = v;
+                } else if v != f64::NEG_INFINITY || v.is_nan() {
+                    s += (v - m).exp();
+                }
+                out[at(t)] = (m + s.ln()) as f32;
+            }
+        });
+        out
+    }
 }
 
 /// The values of little-endian f16 bytes.

@@ -79,6 +79,22 @@ impl Activations {
     }
 }
 
+/// The scans of [`OpSpec::Scan`], each along the middle axis of an `[outer, len, inner]` view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScanOp {
+    /// Inputs `a`, `b` `[outer, len, inner]`, `h0` `[outer, inner]`:
+    /// `h_t = a_t · h_{t−1} + b_t` with `h_{−1} = h0`. Output: every `h_t`.
+    Linear,
+    /// Inputs `a`, `grad` `[outer, len, inner]`: the reverse recurrence of the backward pass,
+    /// `g_t = grad_t + a_{t+1} · g_{t+1}` with `g_{len−1} = grad_{len−1}`. Output: every `g_t`.
+    LinearAdjoint,
+    /// Input `a`: `y_t = exp(Σ_{s≤t} ln a_s)`, the cumulative product in log space (`ln` of a
+    /// negative value is NaN, of 0 is −∞, so the product from there on is NaN or 0).
+    LogCumprod,
+    /// Input `x`: `y_t = ln Σ_{s≤t} exp(x_s)`, computed stably; −∞ while every term is −∞.
+    LogCumSumExp,
+}
+
 /// Sizes of a (batched) matrix product `out[b] = a[b] · op(rhs[b])`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatmulSpec {
@@ -243,6 +259,39 @@ pub enum OpSpec {
         /// The contracted dimension (a multiple of 256).
         k: usize,
     },
+    /// A scan along the middle axis of an `[outer, len, inner]` view (f32): inputs and output
+    /// as [`ScanOp`] says.
+    Scan {
+        /// Which scan.
+        op: ScanOp,
+        /// Product of the dimensions before the scanned axis.
+        outer: usize,
+        /// Length of the scanned axis.
+        len: usize,
+        /// Product of the dimensions after it.
+        inner: usize,
+    },
+    /// Inputs: `g` (from [`ScanOp::LinearAdjoint`]) and `h` `[outer, len, inner]`, `h0`
+    /// `[outer, inner]`. Output: the gradient of the linear scan's `a`, `g_t · h_{t−1}` with
+    /// `h_{−1} = h0`.
+    ScanGradA {
+        /// As in [`OpSpec::Scan`].
+        outer: usize,
+        /// As in [`OpSpec::Scan`].
+        len: usize,
+        /// As in [`OpSpec::Scan`].
+        inner: usize,
+    },
+    /// Inputs: `a` and `g` `[outer, len, inner]` (`len ≥ 1`). Output: the gradient of the
+    /// linear scan's `h0`, `a_0 · g_0`, `[outer, inner]`.
+    ScanGradInit {
+        /// As in [`OpSpec::Scan`].
+        outer: usize,
+        /// As in [`OpSpec::Scan`].
+        len: usize,
+        /// As in [`OpSpec::Scan`].
+        inner: usize,
+    },
     /// Inputs: `x` f32 `[rows, cols]` with `cols ≥ 1`. Output u32 `[rows]`: the index of the
     /// largest value; the first one on ties; the first NaN if the row has a NaN.
     Argmax {
@@ -297,6 +346,23 @@ impl OpSpec {
             OpSpec::Dequantize { .. } => OpKind::Dequantize,
             OpSpec::QMatmul { .. } => OpKind::QMatmul,
             OpSpec::TernaryDot { .. } => OpKind::TernaryDot,
+            OpSpec::Scan {
+                op: ScanOp::Linear, ..
+            } => OpKind::LinearScan,
+            OpSpec::Scan {
+                op: ScanOp::LogCumprod,
+                ..
+            } => OpKind::LogCumprod,
+            OpSpec::Scan {
+                op: ScanOp::LogCumSumExp,
+                ..
+            } => OpKind::LogCumSumExp,
+            OpSpec::Scan {
+                op: ScanOp::LinearAdjoint,
+                ..
+            }
+            | OpSpec::ScanGradA { .. }
+            | OpSpec::ScanGradInit { .. } => OpKind::ScanBackward,
         }
     }
 
@@ -333,6 +399,11 @@ impl OpSpec {
             }
             OpSpec::Dequantize { rows, cols, .. } => rows * cols,
             OpSpec::QMatmul { m, n, .. } | OpSpec::TernaryDot { m, n, .. } => m * n,
+            OpSpec::Scan {
+                outer, len, inner, ..
+            }
+            | OpSpec::ScanGradA { outer, len, inner } => outer * len * inner,
+            OpSpec::ScanGradInit { outer, inner, .. } => outer * inner,
         }
     }
 }
@@ -379,11 +450,19 @@ pub enum OpKind {
     QMatmul,
     /// Exact integer dot products of ternary weights and int8 activations.
     TernaryDot,
+    /// Linear recurrence scan `h_t = a_t·h_{t−1} + b_t`.
+    LinearScan,
+    /// Cumulative product in log space.
+    LogCumprod,
+    /// Cumulative log-sum-exp.
+    LogCumSumExp,
+    /// Gradients of the linear scan.
+    ScanBackward,
 }
 
 impl OpKind {
     /// Every op family.
-    pub const ALL: [OpKind; 19] = [
+    pub const ALL: [OpKind; 23] = [
         OpKind::Add,
         OpKind::Mul,
         OpKind::Scale,
@@ -403,6 +482,10 @@ impl OpKind {
         OpKind::Dequantize,
         OpKind::QMatmul,
         OpKind::TernaryDot,
+        OpKind::LinearScan,
+        OpKind::LogCumprod,
+        OpKind::LogCumSumExp,
+        OpKind::ScanBackward,
     ];
 
     /// The snake_case name.
@@ -427,6 +510,10 @@ impl OpKind {
             OpKind::Dequantize => "dequantize",
             OpKind::QMatmul => "qmatmul",
             OpKind::TernaryDot => "ternary_dot",
+            OpKind::LinearScan => "linear_scan",
+            OpKind::LogCumprod => "log_cumprod",
+            OpKind::LogCumSumExp => "logcumsumexp",
+            OpKind::ScanBackward => "scan_backward",
         }
     }
 

@@ -13,6 +13,7 @@ mod norm;
 mod quant;
 mod reduce;
 mod rope;
+mod scan;
 mod softmax;
 
 pub use elementwise::{add, gelu, gelu_erf, mul, scale, silu, swiglu};
@@ -23,6 +24,7 @@ pub use norm::{layer_norm, rms_norm};
 pub use quant::{dequantize, qmatmul_t, quantize, ternary_dot};
 pub use reduce::argmax;
 pub use rope::rope;
+pub use scan::{linear_scan, linear_scan_backward, log_cumprod, logcumsumexp};
 pub use softmax::{softmax, softmax_causal};
 
 pub use crate::backend::{Activations, RopeLayout};

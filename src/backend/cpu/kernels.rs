@@ -190,3 +190,21 @@ pub fn argmax(x: &[f32], cols: usize) -> Vec<u32> {
     });
     out
 }
+
+/// `ScanGradA`: `g_t · h_{t−1}` with `h_{−1} = h0`, over `[outer, len, inner]`.
+pub fn scan_grad_a(g: &[f32], h: &[f32], h0: &[f32], len: usize, inner: usize) -> Vec<f32> {
+    let mut out = vec![0f32; g.len()];
+    for_each_row(&mut out, inner.max(1), 1, |row, dst| {
+        let (o, t) = (row / len.max(1), row % len.max(1));
+        let base = row * inner;
+        for (i, d) in dst.iter_mut().enumerate() {
+            let prev = if t == 0 {
+                h0[o * inner + i]
+            } else {
+                h[base - inner + i]
+            };
+            *d = g[base + i] * prev;
+        }
+    });
+    out
+}

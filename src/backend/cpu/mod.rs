@@ -11,6 +11,7 @@ mod kernels;
 mod matmul;
 mod parallel;
 mod quant;
+mod scan;
 pub mod simd;
 
 use std::sync::Arc;
@@ -19,7 +20,7 @@ pub use simd::SimdLevel;
 
 use super::{
     host_data, Activations, Backend, BackendInfo, BackendKind, DeviceClass, HostData, HostInputs,
-    OpSpec, Storage,
+    OpSpec, ScanOp, Storage,
 };
 use crate::error::Result;
 use crate::tensor::DType;
@@ -210,6 +211,35 @@ impl Backend for CpuBackend {
                     *n,
                     *k,
                 ))
+            }
+            OpSpec::Scan {
+                op,
+                outer,
+                len,
+                inner,
+            } => {
+                let view = (*outer, *len, *inner);
+                HostData::F32(match op {
+                    ScanOp::Linear => {
+                        scan::scan(*op, view, input.f32(0)?, input.f32(1)?, input.f32(2)?)
+                    }
+                    ScanOp::LinearAdjoint => {
+                        scan::scan(*op, view, input.f32(0)?, input.f32(1)?, &[])
+                    }
+                    _ => scan::scan(*op, view, input.f32(0)?, &[], &[]),
+                })
+            }
+            OpSpec::ScanGradA { len, inner, .. } => HostData::F32(kernels::scan_grad_a(
+                input.f32(0)?,
+                input.f32(1)?,
+                input.f32(2)?,
+                *len,
+                *inner,
+            )),
+            OpSpec::ScanGradInit { outer, len, inner } => {
+                let (a, g) = (input.f32(0)?, input.f32(1)?);
+                let at = |c: usize| (c / inner * len) * inner + c % inner;
+                HostData::F32((0..outer * inner).map(|c| a[at(c)] * g[at(c)]).collect())
             }
             OpSpec::TernaryDot { format, m, n, k } => {
                 let x: &[i8] = bytemuck::cast_slice(input.bytes(1, DType::I8)?);

@@ -14,8 +14,10 @@
 //! up to about 1M are exact; hardware drivers have no such limit.
 
 mod quant;
+mod scan;
 
 pub(super) use quant::int_activation_words;
+pub(super) use scan::scan_temp_len;
 
 use super::context::GpuContext;
 use super::pipelines::{Pipelines, Shader};
@@ -275,6 +277,9 @@ impl Encoder<'_> {
             | OpSpec::Dequantize { .. }
             | OpSpec::QMatmul { .. }
             | OpSpec::TernaryDot { .. } => self.quant(spec, out, inputs),
+            OpSpec::Scan { .. } | OpSpec::ScanGradA { .. } | OpSpec::ScanGradInit { .. } => {
+                self.scan(spec, out, inputs)
+            }
             OpSpec::Argmax { rows, cols } => {
                 let p = Params::default()
                     .u(u32_of(op, "rows", *rows)?)
@@ -460,6 +465,30 @@ fn check_inputs(op: &'static str, spec: &OpSpec, inputs: &[Operand<'_>]) -> Resu
         OpSpec::TernaryDot { format, m, n, k } => vec![
             (Some(*format), packed_len(op, *format, n * k, *k)?),
             (Some(DType::I8), m * k),
+        ],
+        OpSpec::Scan {
+            op,
+            outer,
+            len,
+            inner,
+        } => {
+            let n = outer * len * inner;
+            match op {
+                crate::backend::ScanOp::Linear => {
+                    vec![(Some(F32), n), (Some(F32), n), (Some(F32), outer * inner)]
+                }
+                crate::backend::ScanOp::LinearAdjoint => vec![(Some(F32), n), (Some(F32), n)],
+                _ => vec![(Some(F32), n)],
+            }
+        }
+        OpSpec::ScanGradA { outer, len, inner } => vec![
+            (Some(F32), outer * len * inner),
+            (Some(F32), outer * len * inner),
+            (Some(F32), outer * inner),
+        ],
+        OpSpec::ScanGradInit { outer, len, inner } => vec![
+            (Some(F32), outer * len * inner),
+            (Some(F32), outer * len * inner),
         ],
         OpSpec::Argmax { rows, cols } => {
             if *cols == 0 {

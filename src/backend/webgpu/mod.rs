@@ -279,6 +279,9 @@ impl Backend for WgpuBackend {
                 k,
                 ..
             } => Some(self.alloc(op, kernels::int_activation_words(*m, *k), DType::U32)?),
+            OpSpec::Scan {
+                outer, len, inner, ..
+            } => Some(self.alloc(op, kernels::scan_temp_len(outer * inner, *len), DType::F32)?),
             _ => None,
         };
         let mut operands: Vec<Operand<'_>> = buffers

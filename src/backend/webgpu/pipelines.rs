@@ -33,6 +33,7 @@ pub(crate) enum Shader {
     Argmax,
     Quant,
     QuantF16,
+    Scan,
 }
 
 impl Shader {
@@ -49,6 +50,7 @@ impl Shader {
             Shader::Argmax => include_str!("../../../shaders/argmax.wgsl"),
             Shader::Quant => include_str!("../../../shaders/quant.wgsl"),
             Shader::QuantF16 => include_str!("../../../shaders/quant_f16.wgsl"),
+            Shader::Scan => include_str!("../../../shaders/scan.wgsl"),
         }
     }
 
@@ -65,6 +67,7 @@ impl Shader {
             Shader::Argmax => "argmax.wgsl",
             Shader::Quant => "quant.wgsl",
             Shader::QuantF16 => "quant_f16.wgsl",
+            Shader::Scan => "scan.wgsl",
         }
     }
 }
