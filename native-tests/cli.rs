@@ -85,7 +85,7 @@ fn bench_json_has_ceilings_and_checked_rows() {
         "1",
         "--json",
     ]));
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
     let ceilings = &v["backends"][0]["ceilings"];
     assert!(
         ceilings["copy_gb_per_s"].as_f64().unwrap() > 0.0,

@@ -96,6 +96,37 @@ fn check_errors(dev: &Device) {
         Err(Error::DTypeMismatch { .. })
     ));
     quant_errors(dev);
+    scan_errors(dev);
+}
+
+fn scan_errors(dev: &Device) {
+    let (a, b) = (f(dev, &[2, 5, 3]), f(dev, &[2, 5, 3]));
+    // Axis out of range, mismatched operands, an initial state of the wrong shape, u32 input.
+    assert!(matches!(
+        ops::linear_scan(&a, &b, &f(dev, &[2, 3]), 3),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        ops::linear_scan(&a, &f(dev, &[2, 5]), &f(dev, &[2, 3]), 1),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        ops::linear_scan(&a, &b, &f(dev, &[2, 5]), 1),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        ops::log_cumprod(&u(dev, &[4]), 0),
+        Err(Error::DTypeMismatch { .. })
+    ));
+    assert!(matches!(
+        ops::logcumsumexp(&f(dev, &[4]), 1),
+        Err(Error::InvalidArgument { .. })
+    ));
+    let h = f(dev, &[2, 5, 3]);
+    assert!(matches!(
+        ops::linear_scan_backward(&a, &f(dev, &[2, 3]), &h, &f(dev, &[2, 5, 4]), 1),
+        Err(Error::ShapeMismatch { .. })
+    ));
 }
 
 fn quant_errors(dev: &Device) {

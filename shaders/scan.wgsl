@@ -8,6 +8,9 @@
 //   scan_apply   one workgroup per (channel, chunk): a Blelloch scan of the chunk from its
 //                carry, and the output transform
 //
+// Scans of at most SERIAL_MAX steps (decode steps, short prompts) use `scan_serial` instead:
+// one thread per channel.
+//
 // Every scan is an associative combine of vec2 states: an affine map x -> s.x * x + s.y for
 // the linear scans and the log-space product (ln a summed as the map x -> x + ln a), and
 // (max, sum) with value max + ln(sum) for log-sum-exp.
@@ -265,6 +268,26 @@ fn scan_apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     }
     if (s0 + 1u < p.len) {
         out[index(ck.x, s0 + 1u)] = output(combine(v0, e1));
+    }
+}
+
+// Short scans (a few dozen steps, e.g. one decode step): one thread per channel runs the steps
+// in order, since a workgroup per 512-step chunk would be almost all padding.
+// Inputs: a|x, b|grad|x, h0|x.
+@compute @workgroup_size(256)
+fn scan_serial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let c = (wid.y * nwg.x + wid.x) * WG + lid;
+    if (c >= p.outer * p.inner) {
+        return;
+    }
+    var carry = identity();
+    if (p.op == 0u) {
+        carry = vec2<f32>(0.0, in2[c]);
+    }
+    for (var s = 0u; s < p.len; s = s + 1u) {
+        carry = combine(carry, element(c, s));
+        out[index(c, s)] = output(carry);
     }
 }
 

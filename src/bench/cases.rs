@@ -51,6 +51,8 @@ pub struct Case {
     pub bytes: u64,
     /// Floating-point operations of one op (0 where not meaningful).
     pub flops: u64,
+    /// Elements processed by one op, for ops reported in elements/s (0 otherwise).
+    pub elements: u64,
 }
 
 impl Case {
@@ -131,6 +133,7 @@ fn case(
         run,
         bytes: (in_bytes + out_elems * 4) as u64,
         flops,
+        elements: 0,
     }
 }
 
@@ -295,8 +298,62 @@ pub fn all(size: Size) -> Vec<Case> {
             0,
         ));
         quant_cases(&mut cases, label, rows, d, ffn);
+        scan_cases(&mut cases, label, rows, d);
     }
     cases
+}
+
+/// Scans over a state-space layer's channels: decode continues `d` channels by the tokens of
+/// one step (here 1 or the prefill length); a long case scans 65,536 steps of 64 channels.
+fn scan_cases(cases: &mut Vec<Case>, label: &str, rows: usize, d: usize) {
+    let mut shapes = vec![(format!("{label} {rows}×{d}"), vec![rows, d])];
+    if rows > 1 {
+        shapes.push(("long 65536×64".into(), vec![65_536, 64]));
+    }
+    for (name, shape) in shapes {
+        let n: usize = shape.iter().product();
+        let decay = Input::F32(
+            values(n, 30).iter().map(|v| 0.75 + 0.2 * v).collect(),
+            shape.clone(),
+        );
+        let h0 = f32_input(&shape[1..], 32);
+        let before = cases.len();
+        cases.push(case(
+            OpKind::LinearScan,
+            &name,
+            vec![decay.clone(), f32_input(&shape, 31), h0.clone()],
+            |t| ops::linear_scan(&t[0], &t[1], &t[2], 0),
+            n,
+            0,
+        ));
+        cases.push(case(
+            OpKind::LogCumprod,
+            &name,
+            vec![decay.clone()],
+            |t| ops::log_cumprod(&t[0], 0),
+            n,
+            0,
+        ));
+        cases.push(case(
+            OpKind::LogCumSumExp,
+            &name,
+            vec![f32_input(&shape, 33)],
+            |t| ops::logcumsumexp(&t[0], 0),
+            n,
+            0,
+        ));
+        cases.push(case(
+            OpKind::ScanBackward,
+            &name,
+            vec![decay, h0, f32_input(&shape, 34), f32_input(&shape, 35)],
+            |t| ops::linear_scan_backward(&t[0], &t[1], &t[2], &t[3], 0).map(|(ga, _, _)| ga),
+            2 * n,
+            0,
+        ));
+        for c in &mut cases[before..] {
+            c.elements = n as u64;
+        }
+    }
 }
 
 /// `w` `[n, k]` quantized on the host.

@@ -21,7 +21,7 @@ use crate::error::Result;
 pub use ceilings::Ceilings;
 
 /// Version of the JSON schema of [`BenchReport`].
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Problem sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -81,10 +81,14 @@ pub struct BenchRow {
     pub bytes: u64,
     /// Floating-point operations per op (0 where not meaningful).
     pub flops: u64,
+    /// Elements processed per op, for ops measured in elements/s (scans; 0 otherwise).
+    pub elements: u64,
     /// Achieved bandwidth in GB/s.
     pub gb_per_s: Option<f64>,
     /// Achieved GFLOP/s (matmul only).
     pub gflop_per_s: Option<f64>,
+    /// Millions of elements per second (scans only).
+    pub melem_per_s: Option<f64>,
     /// Bandwidth as a fraction of the backend's copy ceiling.
     pub frac_copy: Option<f64>,
     /// GFLOP/s as a fraction of the backend's FMA peak, where one was measured.

@@ -40,9 +40,10 @@ pub fn table(report: &BenchReport) -> String {
     }
     let _ = writeln!(out);
     let header = [
-        "op", "case", "shape", "backend", "µs", "GB/s", "% copy", "GFLOP/s", "% peak", "check",
+        "op", "case", "shape", "backend", "µs", "GB/s", "% copy", "GFLOP/s", "% peak", "Melem/s",
+        "check",
     ];
-    let rows: Vec<[String; 10]> = report
+    let rows: Vec<[String; 11]> = report
         .rows
         .iter()
         .map(|r| {
@@ -56,6 +57,7 @@ pub fn table(report: &BenchReport) -> String {
                 pct(r.frac_copy),
                 opt(r.gflop_per_s, 2),
                 pct(r.frac_peak),
+                opt(r.melem_per_s, 1),
                 if r.checked {
                     "ok".into()
                 } else {
@@ -75,7 +77,7 @@ pub fn table(report: &BenchReport) -> String {
         for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
             let pad = w - cell.chars().count();
             // Text columns left-aligned, numbers right-aligned.
-            if i < 4 || i == 9 {
+            if i < 4 || i == 10 {
                 let _ = write!(s, "{cell}{}  ", " ".repeat(pad));
             } else {
                 let _ = write!(s, "{}{cell}  ", " ".repeat(pad));

@@ -29,8 +29,10 @@ pub(super) fn time_case(
         min_us: None,
         bytes: case.bytes,
         flops: case.flops,
+        elements: case.elements,
         gb_per_s: None,
         gflop_per_s: None,
+        melem_per_s: None,
         frac_copy: None,
         frac_peak: None,
         error: None,
@@ -72,6 +74,9 @@ pub(super) fn time_case(
     let gb = case.bytes as f64 / median / 1e9;
     row.gb_per_s = Some(gb);
     row.frac_copy = Some(gb / ceilings.copy_gb_per_s);
+    if case.elements > 0 {
+        row.melem_per_s = Some(case.elements as f64 / median / 1e6);
+    }
     if case.flops > 0 {
         let gflops = case.flops as f64 / median / 1e9;
         row.gflop_per_s = Some(gflops);

@@ -9,6 +9,8 @@ use crate::error::{Error, Result};
 const CHUNK: usize = 512;
 /// Threads per workgroup.
 const WG: u64 = 256;
+/// Scans up to this length run one thread per channel (`scan_serial`).
+const SERIAL_MAX: usize = 64;
 /// Chunk totals one `scan_carry` workgroup can fold (512 runs of at most 128 totals, keeping
 /// each invocation's loops far below lavapipe's 65,535-iteration cut-off).
 const MAX_CHUNKS: usize = 512 * 128;
@@ -16,6 +18,15 @@ const MAX_CHUNKS: usize = 512 * 128;
 /// Floats of the temporary buffer a scan over `channels × len` needs (a state per chunk).
 pub(in crate::backend::webgpu) fn scan_temp_len(channels: usize, len: usize) -> usize {
     2 * channels * len.div_ceil(CHUNK)
+}
+
+/// Inputs of a scan before the backend's chunk-state buffer.
+fn scan_inputs(op: ScanOp) -> usize {
+    match op {
+        ScanOp::Linear => 3,
+        ScanOp::LinearAdjoint => 2,
+        _ => 1,
+    }
 }
 
 fn op_code(op: ScanOp) -> u32 {
@@ -77,9 +88,16 @@ impl Encoder<'_> {
                 } else {
                     x
                 };
-                let temp = inputs.last().map(|o| o.buffer).ok_or_else(|| {
-                    Error::backend("wgpu", "scan: missing the chunk-state buffer")
-                })?;
+                let temp = inputs
+                    .get(scan_inputs(scan))
+                    .map(|o| o.buffer)
+                    .ok_or_else(|| {
+                        Error::backend("wgpu", "scan: missing the chunk-state buffer")
+                    })?;
+                if len <= SERIAL_MAX {
+                    let grid = self.grid(op, channels.div_ceil(WG))?;
+                    return self.run(Shader::Scan, "scan_serial", &p, out, &[x, y, h0], grid);
+                }
                 let tiles = self.grid(op, channels * chunks as u64)?;
                 self.run(Shader::Scan, "scan_reduce", &p, temp, &[x, y], tiles)?;
                 let per_channel = self.grid(op, channels)?;
