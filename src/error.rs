@@ -131,6 +131,16 @@ pub enum Error {
         message: String,
     },
 
+    /// A model file is truncated, corrupted or inconsistent (offsets, sizes, dtypes, shapes,
+    /// missing tensors), or of a kind webtensor cannot load.
+    #[error("{path}: {reason}")]
+    ModelFile {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// An I/O error with the path that caused it.
     #[error("{path}: {source}")]
     Io {
@@ -158,6 +168,13 @@ impl Error {
     pub(crate) fn invalid(op: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidArgument {
             op,
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn model_file(path: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error::ModelFile {
+            path: path.into(),
             reason: reason.into(),
         }
     }

@@ -1,0 +1,89 @@
+//! Tensors as stored in a model file, before they are placed on a device.
+
+use std::ops::Range;
+
+use crate::device::Device;
+use crate::error::Result;
+use crate::tensor::{DType, Tensor};
+
+/// A dtype as found in a file. BF16 has no device dtype: it is widened to f32 on load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoredDType {
+    /// f32.
+    F32,
+    /// IEEE f16.
+    F16,
+    /// bfloat16.
+    BF16,
+    /// A packed device dtype stored as is (GGUF block formats).
+    Packed(DType),
+}
+
+impl StoredDType {
+    /// Bytes per value of the unpacked dtypes (0 for block formats).
+    pub fn bytes_per_value(self) -> usize {
+        match self {
+            StoredDType::F32 => 4,
+            StoredDType::F16 | StoredDType::BF16 => 2,
+            StoredDType::Packed(_) => 0,
+        }
+    }
+}
+
+/// One tensor of a file: dtype, row-major shape, and its bytes within the file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RawTensor {
+    /// As stored.
+    pub dtype: StoredDType,
+    /// Row-major dimensions (outermost first).
+    pub shape: Vec<usize>,
+    /// Byte range in the file.
+    pub range: Range<usize>,
+}
+
+impl RawTensor {
+    /// Uploads the tensor from the file's `bytes` to `device`: f32, f16 and block formats as
+    /// they are, bf16 widened to f32.
+    pub fn to_device(&self, device: &Device, bytes: &[u8]) -> Result<Tensor> {
+        let data = &bytes[self.range.clone()];
+        match self.dtype {
+            StoredDType::F32 => {
+                Tensor::from_bytes(device, DType::F32, data.to_vec(), self.shape.as_slice())
+            }
+            StoredDType::F16 => {
+                Tensor::from_bytes(device, DType::F16, data.to_vec(), self.shape.as_slice())
+            }
+            StoredDType::BF16 => {
+                let values: Vec<f32> = data
+                    .chunks_exact(2)
+                    .map(|b| f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16))
+                    .collect();
+                Tensor::from_vec(device, values, self.shape.as_slice())
+            }
+            StoredDType::Packed(d) => {
+                Tensor::from_bytes(device, d, data.to_vec(), self.shape.as_slice())
+            }
+        }
+    }
+
+    /// The values as f32 on the host (norm weights and other small vectors).
+    pub fn to_f32(&self, bytes: &[u8]) -> Vec<f32> {
+        let data = &bytes[self.range.clone()];
+        match self.dtype {
+            StoredDType::F32 => bytemuck::pod_collect_to_vec(data),
+            StoredDType::F16 => data
+                .chunks_exact(2)
+                .map(|b| crate::quant::f16_value(u16::from_le_bytes([b[0], b[1]])))
+                .collect(),
+            StoredDType::BF16 => data
+                .chunks_exact(2)
+                .map(|b| f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16))
+                .collect(),
+            StoredDType::Packed(d) => {
+                let mut out = vec![0f32; self.shape.iter().product()];
+                crate::quant::dequantize(d, data, &mut out);
+                out
+            }
+        }
+    }
+}
