@@ -4,6 +4,8 @@
 pub mod config;
 pub mod gguf;
 pub mod safetensors;
+pub mod tokenizer;
 pub mod weights;
 
 pub use config::LlamaConfig;
+pub use tokenizer::{StreamDecoder, Tokenizer};
