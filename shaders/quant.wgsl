@@ -529,8 +529,11 @@ fn product_tile(wid: vec3<u32>, nwg: vec3<u32>) -> vec2<u32> {
     return vec2<u32>(idx % p.n, (idx / p.n) * ROWS);
 }
 
-// Sums `partial[r · 64 + t]` over t for each r; thread r < ROWS gets row r's total.
-fn reduce_rows(lid: u32) -> f32 {
+// Sums each row's partial results over the workgroup and writes out[row, col].
+fn finish_rows(lid: u32, col: u32, r0: u32, acc: array<f32, 8>) {
+    for (var r = 0u; r < ROWS; r = r + 1u) {
+        partial[r * WG + lid] = acc[r];
+    }
     workgroupBarrier();
     for (var s = WG / 2u; s > 0u; s = s >> 1u) {
         if (lid < s) {
@@ -540,10 +543,20 @@ fn reduce_rows(lid: u32) -> f32 {
         }
         workgroupBarrier();
     }
-    if (lid < ROWS) {
-        return partial[lid * WG];
+    if (lid < min(ROWS, p.m - r0)) {
+        out[(r0 + lid) * p.n + col] = bitcast<u32>(partial[lid * WG]);
     }
-    return 0.0;
+}
+
+// Σ over 32 values of int8 x (eight words from word `base` of binding 3) times `gi`.
+fn int_dot32(base: u32) -> i32 {
+    var s = 0;
+    for (var t = 0u; t < 8u; t = t + 1u) {
+        let w = x[base + t];
+        s = s + sbyte(w, 0u) * gi[4u * t] + sbyte(w, 1u) * gi[4u * t + 1u]
+              + sbyte(w, 2u) * gi[4u * t + 2u] + sbyte(w, 3u) * gi[4u * t + 3u];
+    }
+    return s;
 }
 
 // out[row, col] = Σ act(x)[row, :] · w[col, :] with f32 or f16 activations: one workgroup per
@@ -584,13 +597,7 @@ fn qmatmul_float(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
             acc[r] = acc[r] + s * d;
         }
     }
-    for (var r = 0u; r < ROWS; r = r + 1u) {
-        partial[r * WG + lid] = acc[r];
-    }
-    let total = reduce_rows(lid);
-    if (lid < rows) {
-        out[(r0 + lid) * p.n + col] = bitcast<u32>(total);
-    }
+    finish_rows(lid, col, r0, acc);
 }
 
 // The same product with int8 activations from `quantize_acts` (binding 3): integer dots per
@@ -613,24 +620,12 @@ fn qmatmul_int(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         let d = decode_group(col, g);
         for (var r = 0u; r < rows; r = r + 1u) {
             let row = r0 + r;
-            let base = (row * k + 32u * g) / 4u;
-            var s = 0;
-            for (var t = 0u; t < 8u; t = t + 1u) {
-                let w = x[base + t];
-                s = s + sbyte(w, 0u) * gi[4u * t] + sbyte(w, 1u) * gi[4u * t + 1u]
-                      + sbyte(w, 2u) * gi[4u * t + 2u] + sbyte(w, 3u) * gi[4u * t + 3u];
-            }
+            let s = int_dot32((row * k + 32u * g) / 4u);
             let da = bitcast<f32>(x[scales + row * groups + g]);
             acc[r] = acc[r] + f32(s) * (da * d);
         }
     }
-    for (var r = 0u; r < ROWS; r = r + 1u) {
-        partial[r * WG + lid] = acc[r];
-    }
-    let total = reduce_rows(lid);
-    if (lid < rows) {
-        out[(r0 + lid) * p.n + col] = bitcast<u32>(total);
-    }
+    finish_rows(lid, col, r0, acc);
 }
 
 // Exact Σ trit(w[col, :]) · x[row, :] for int8 x (binding 3, four per word), as i32.
@@ -649,12 +644,7 @@ fn ternary_dot(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     for (var g = lid; g < k / 32u; g = g + WG) {
         decode_group(col, g);
         for (var r = 0u; r < rows; r = r + 1u) {
-            let base = ((r0 + r) * k + 32u * g) / 4u;
-            for (var t = 0u; t < 8u; t = t + 1u) {
-                let w = x[base + t];
-                acc[r] = acc[r] + sbyte(w, 0u) * gi[4u * t] + sbyte(w, 1u) * gi[4u * t + 1u]
-                      + sbyte(w, 2u) * gi[4u * t + 2u] + sbyte(w, 3u) * gi[4u * t + 3u];
-            }
+            acc[r] = acc[r] + int_dot32(((r0 + r) * k + 32u * g) / 4u);
         }
     }
     for (var r = 0u; r < ROWS; r = r + 1u) {
