@@ -2,10 +2,16 @@
 //! GGUF), and the pieces of the inference engine built on the op set.
 
 pub mod config;
+pub mod files;
 pub mod gguf;
+pub mod llama;
 pub mod safetensors;
+pub mod sampler;
 pub mod tokenizer;
 pub mod weights;
 
 pub use config::LlamaConfig;
+pub use files::{FileBytes, ModelFiles};
+pub use llama::Llama;
+pub use sampler::{Sampler, Sampling};
 pub use tokenizer::{StreamDecoder, Tokenizer};

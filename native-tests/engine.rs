@@ -1,0 +1,335 @@
+//! The Llama forward pass on cpu and wgpu against the same model on the reference backend,
+//! for tiny random models written here as Hugging Face folders (safetensors) and as GGUF files
+//! (with the q/k row permutation llama.cpp's converter applies), plus bad files.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{assert_close, reference, rng, uniform};
+use webtensor::model::gguf::{self, GgufValue};
+use webtensor::model::weights::StoredDType;
+use webtensor::model::{Llama, ModelFiles};
+use webtensor::{DType, Device, Error, Tensor};
+
+/// DESIGN.md: engine logits within 1e-3 of the reference forward.
+const TOL: f64 = 1e-3;
+
+#[derive(Clone, Copy)]
+struct Shape {
+    vocab: usize,
+    hidden: usize,
+    ffn: usize,
+    layers: usize,
+    heads: usize,
+    kv_heads: usize,
+    tied: bool,
+    bias: bool,
+}
+
+const GQA: Shape = Shape {
+    vocab: 61,
+    hidden: 32,
+    ffn: 48,
+    layers: 2,
+    heads: 4,
+    kv_heads: 2,
+    tied: false,
+    bias: false,
+};
+
+/// Random weights by Hugging Face name, row-major.
+fn weights(s: Shape, seed: u64) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    let mut r = rng(seed);
+    let hd = s.hidden / s.heads;
+    let (q, kv) = (s.heads * hd, s.kv_heads * hd);
+    let mut w = vec![(
+        "model.embed_tokens.weight".to_string(),
+        vec![s.vocab, s.hidden],
+        uniform(&mut r, s.vocab * s.hidden, 1.0),
+    )];
+    let mut add = |name: String, shape: Vec<usize>, scale: f32, offset: f32| {
+        let n = shape.iter().product();
+        let values = uniform(&mut r, n, scale)
+            .iter()
+            .map(|v| v + offset)
+            .collect();
+        w.push((name, shape, values));
+    };
+    for i in 0..s.layers {
+        let p = |n: &str| format!("model.layers.{i}.{n}");
+        add(p("input_layernorm.weight"), vec![s.hidden], 0.2, 1.0);
+        add(p("self_attn.q_proj.weight"), vec![q, s.hidden], 0.3, 0.0);
+        add(p("self_attn.k_proj.weight"), vec![kv, s.hidden], 0.3, 0.0);
+        add(p("self_attn.v_proj.weight"), vec![kv, s.hidden], 0.3, 0.0);
+        if s.bias {
+            add(p("self_attn.q_proj.bias"), vec![q], 0.1, 0.0);
+            add(p("self_attn.k_proj.bias"), vec![kv], 0.1, 0.0);
+            add(p("self_attn.v_proj.bias"), vec![kv], 0.1, 0.0);
+        }
+        add(p("self_attn.o_proj.weight"), vec![s.hidden, q], 0.3, 0.0);
+        add(
+            p("post_attention_layernorm.weight"),
+            vec![s.hidden],
+            0.2,
+            1.0,
+        );
+        add(p("mlp.gate_proj.weight"), vec![s.ffn, s.hidden], 0.3, 0.0);
+        add(p("mlp.up_proj.weight"), vec![s.ffn, s.hidden], 0.3, 0.0);
+        add(p("mlp.down_proj.weight"), vec![s.hidden, s.ffn], 0.3, 0.0);
+    }
+    add("model.norm.weight".into(), vec![s.hidden], 0.2, 1.0);
+    if !s.tied {
+        add("lm_head.weight".into(), vec![s.vocab, s.hidden], 0.3, 0.0);
+    }
+    w
+}
+
+fn config_json(s: Shape) -> String {
+    serde_json::json!({
+        "vocab_size": s.vocab, "hidden_size": s.hidden, "intermediate_size": s.ffn,
+        "num_hidden_layers": s.layers, "num_attention_heads": s.heads,
+        "num_key_value_heads": s.kv_heads, "max_position_embeddings": 64,
+        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": s.tied,
+        "attention_bias": s.bias, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2
+    })
+    .to_string()
+}
+
+fn safetensors(w: &[(String, Vec<usize>, Vec<f32>)]) -> Vec<u8> {
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for (name, shape, values) in w {
+        let begin = data.len();
+        data.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+        header.insert(
+            name.clone(),
+            serde_json::json!({"dtype": "F32", "shape": shape, "data_offsets": [begin, data.len()]}),
+        );
+    }
+    let text = serde_json::Value::Object(header).to_string();
+    let mut out = (text.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(&data);
+    out
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("webtensor-engine-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn hf_folder(s: Shape, tag: &str) -> PathBuf {
+    let dir = temp_dir(tag);
+    std::fs::write(dir.join("config.json"), config_json(s)).unwrap();
+    std::fs::write(dir.join("model.safetensors"), safetensors(&weights(s, 7))).unwrap();
+    dir
+}
+
+/// llama.cpp's converter: within each head, rows `j` and `j + head_dim/2` become `2j`, `2j+1`.
+fn permute_rows(values: &[f32], rows: usize, cols: usize, heads: usize) -> Vec<f32> {
+    let hd = rows / heads;
+    let mut out = vec![0f32; values.len()];
+    for h in 0..heads {
+        for j in 0..hd / 2 {
+            for s in 0..2 {
+                let old = h * hd + s * hd / 2 + j;
+                let new = h * hd + 2 * j + s;
+                out[new * cols..(new + 1) * cols]
+                    .copy_from_slice(&values[old * cols..(old + 1) * cols]);
+            }
+        }
+    }
+    out
+}
+
+/// The same model as a GGUF file, matrices in `format` (F32 or a block format).
+fn gguf_file(s: Shape, format: DType, tag: &str) -> PathBuf {
+    let gguf_name = |hf: &str| -> String {
+        let map = [
+            ("model.embed_tokens.weight", "token_embd.weight"),
+            ("model.norm.weight", "output_norm.weight"),
+            ("lm_head.weight", "output.weight"),
+        ];
+        if let Some((_, g)) = map.iter().find(|(h, _)| *h == hf) {
+            return g.to_string();
+        }
+        let rest = hf.strip_prefix("model.layers.").unwrap();
+        let (i, field) = rest.split_once('.').unwrap();
+        let g = match field {
+            "input_layernorm.weight" => "attn_norm.weight",
+            "self_attn.q_proj.weight" => "attn_q.weight",
+            "self_attn.k_proj.weight" => "attn_k.weight",
+            "self_attn.v_proj.weight" => "attn_v.weight",
+            "self_attn.q_proj.bias" => "attn_q.bias",
+            "self_attn.k_proj.bias" => "attn_k.bias",
+            "self_attn.v_proj.bias" => "attn_v.bias",
+            "self_attn.o_proj.weight" => "attn_output.weight",
+            "post_attention_layernorm.weight" => "ffn_norm.weight",
+            "mlp.gate_proj.weight" => "ffn_gate.weight",
+            "mlp.up_proj.weight" => "ffn_up.weight",
+            "mlp.down_proj.weight" => "ffn_down.weight",
+            other => panic!("unmapped {other}"),
+        };
+        format!("blk.{i}.{g}")
+    };
+    let reference = reference();
+    let mut tensors = Vec::new();
+    for (name, shape, mut values) in weights(s, 7) {
+        if name.contains("q_proj") || name.contains("k_proj") {
+            let heads = if name.contains("q_proj") {
+                s.heads
+            } else {
+                s.kv_heads
+            };
+            let cols = shape.get(1).copied().unwrap_or(1);
+            values = permute_rows(&values, shape[0], cols, heads);
+        }
+        let packed = shape.len() == 2 && format != DType::F32 && !name.contains("embed");
+        let (dtype, bytes) = if packed {
+            let t = Tensor::from_slice(&reference, &values, shape.as_slice()).unwrap();
+            let q = webtensor::ops::quantize(&t, format).unwrap();
+            (StoredDType::Packed(format), q.to_bytes().unwrap())
+        } else {
+            (
+                StoredDType::F32,
+                values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            )
+        };
+        tensors.push((gguf_name(&name), dtype, shape, bytes));
+    }
+    let u = |v: usize| GgufValue::U64(v as u64);
+    let meta = vec![
+        (
+            "general.architecture".to_string(),
+            GgufValue::Str("llama".into()),
+        ),
+        ("llama.vocab_size".into(), u(s.vocab)),
+        ("llama.embedding_length".into(), u(s.hidden)),
+        ("llama.feed_forward_length".into(), u(s.ffn)),
+        ("llama.block_count".into(), u(s.layers)),
+        ("llama.attention.head_count".into(), u(s.heads)),
+        ("llama.attention.head_count_kv".into(), u(s.kv_heads)),
+        ("llama.context_length".into(), u(64)),
+        (
+            "llama.attention.layer_norm_rms_epsilon".into(),
+            GgufValue::F64(1e-5),
+        ),
+        ("llama.rope.freq_base".into(), GgufValue::F64(10000.0)),
+    ];
+    let path = temp_dir(tag).join("model.gguf");
+    std::fs::write(&path, gguf::write(&meta, &tensors).unwrap()).unwrap();
+    path
+}
+
+const TOKENS: [u32; 9] = [1, 5, 9, 60, 3, 3, 17, 42, 0];
+
+fn logits(dev: &Device, path: &Path) -> Vec<f32> {
+    let files = ModelFiles::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let model = Llama::load(dev, files).unwrap();
+    model.logits(&TOKENS).unwrap().to_vec().unwrap()
+}
+
+fn devices() -> Vec<Device> {
+    let mut d = vec![common::cpu()];
+    d.extend(common::wgpu());
+    d
+}
+
+#[test]
+fn hugging_face_models_match_the_reference() {
+    let variants = [
+        ("gqa", GQA),
+        (
+            "mha-tied",
+            Shape {
+                kv_heads: 4,
+                tied: true,
+                ..GQA
+            },
+        ),
+        (
+            "bias",
+            Shape {
+                bias: true,
+                kv_heads: 1,
+                ..GQA
+            },
+        ),
+    ];
+    for (tag, s) in variants {
+        let dir = hf_folder(s, tag);
+        let want = logits(&reference(), &dir);
+        assert_eq!(want.len(), TOKENS.len() * s.vocab);
+        for dev in devices() {
+            assert_close(
+                &format!("{tag} on {}", dev.backend_name()),
+                &logits(&dev, &dir),
+                &want,
+                TOL,
+            );
+        }
+    }
+}
+
+#[test]
+fn gguf_models_match_their_hugging_face_original() {
+    // GGUF's permuted q/k rows with interleaved rotary pairs are the same model.
+    let hf = logits(&reference(), &hf_folder(GQA, "gguf-hf"));
+    let gguf = logits(&reference(), &gguf_file(GQA, DType::F32, "gguf-f32"));
+    assert_close("gguf f32 vs safetensors", &gguf, &hf, 1e-5);
+    // Block-quantized GGUF matrices run packed on every backend.
+    for format in [DType::Q8_0, DType::Q4_0] {
+        let s = Shape {
+            hidden: 64,
+            ffn: 64,
+            heads: 4,
+            kv_heads: 2,
+            ..GQA
+        };
+        let path = gguf_file(s, format, &format!("gguf-{format}"));
+        let want = logits(&reference(), &path);
+        for dev in devices() {
+            let what = format!("gguf {format} on {}", dev.backend_name());
+            assert_close(&what, &logits(&dev, &path), &want, TOL);
+        }
+    }
+}
+
+#[test]
+fn bad_files_are_typed_errors() {
+    let dir = hf_folder(GQA, "bad");
+    let file = dir.join("model.safetensors");
+    let bytes = std::fs::read(&file).unwrap();
+    // Truncated data.
+    std::fs::write(&file, &bytes[..bytes.len() - 10]).unwrap();
+    let err = ModelFiles::open(&dir)
+        .err()
+        .expect("a truncated file is refused");
+    assert!(matches!(err, Error::ModelFile { .. }), "{err}");
+    // A config that disagrees with the weights names the tensor.
+    std::fs::write(&file, &bytes).unwrap();
+    let lying = config_json(GQA).replace("\"intermediate_size\":48", "\"intermediate_size\":40");
+    std::fs::write(dir.join("config.json"), lying).unwrap();
+    let files = ModelFiles::open(&dir).unwrap();
+    let err = Llama::load(&reference(), files)
+        .err()
+        .expect("mismatched shapes are refused");
+    assert!(err.to_string().contains("gate_proj"), "{err}");
+    // A GGUF cut short.
+    let path = gguf_file(GQA, DType::F32, "bad-gguf");
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    assert!(matches!(
+        ModelFiles::open(&path),
+        Err(Error::ModelFile { .. })
+    ));
+    // Token ids beyond the vocabulary.
+    std::fs::write(dir.join("config.json"), config_json(GQA)).unwrap();
+    let model = Llama::load(&reference(), ModelFiles::open(&dir).unwrap()).unwrap();
+    assert!(matches!(
+        model.logits(&[1, 999]),
+        Err(Error::InvalidArgument { .. })
+    ));
+}
