@@ -121,3 +121,60 @@ fn unknown_names_fail_with_the_valid_ones() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("conv2d") && err.contains("rms_norm"), "{err}");
 }
+
+#[test]
+fn eval_prints_the_logits_of_every_position() {
+    let cpu = json(&webtensor(&[
+        "eval",
+        "--tokens",
+        "0,5,9",
+        "--backend",
+        "cpu",
+    ]));
+    let rows = cpu.as_array().expect("an array of rows");
+    assert_eq!(rows.len(), 3);
+    let vocab = rows[0].as_array().unwrap().len();
+    assert!(vocab > 0 && rows.iter().all(|r| r.as_array().unwrap().len() == vocab));
+    // The same logits from the reference backend: the CLI wires the engine, not a stub.
+    let reference = json(&webtensor(&[
+        "eval",
+        "--tokens",
+        "0,5,9",
+        "--backend",
+        "reference",
+    ]));
+    for (a, b) in rows.iter().zip(reference.as_array().unwrap()) {
+        for (x, y) in a.as_array().unwrap().iter().zip(b.as_array().unwrap()) {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            assert!((x - y).abs() < 1e-3 * y.abs().max(1.0), "{x} vs {y}");
+        }
+    }
+    let bad = webtensor(&["eval", "--tokens", "0,999999", "--backend", "cpu"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("vocab"));
+}
+
+#[test]
+fn generate_streams_text_and_reports_speed() {
+    let out = webtensor(&[
+        "generate",
+        "--backend",
+        "cpu",
+        "--max-tokens",
+        "8",
+        "--prompt",
+        "And God said",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("And God said") && text.trim().len() > "And God said".len(),
+        "{text}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("tokens/s"), "{err}");
+}

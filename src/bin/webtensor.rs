@@ -3,6 +3,9 @@
 //! ```text
 //! webtensor info [--json]
 //! webtensor bench [--backend B]... [--op OP]... [--size small|medium] [--runs N] [--json]
+//! webtensor generate [--model PATH] [--prompt TEXT] [--backend B] [--max-tokens N]
+//!                    [--temperature T] [--top-k K] [--top-p P] [--seed S]
+//! webtensor eval [--model PATH] --tokens 1,5,9 [--backend B]
 //! ```
 
 use std::io::IsTerminal;
@@ -14,13 +17,14 @@ use serde::Serialize;
 use webtensor::backend::{registry, BackendInfo, BackendKind, OpKind};
 use webtensor::bench::{self, BenchConfig, Size};
 use webtensor::device::{Decision, PrioritySource};
+use webtensor::model::{self, Llama, ModelFiles, Sampling};
 use webtensor::{Device, Error};
 
 #[derive(Parser)]
 #[command(
     name = "webtensor",
     version,
-    about = "Tensor ops on every device: inspect backends, run benchmarks"
+    about = "Tensor ops and LLM inference on every device: inspect backends, run benchmarks, generate text"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -54,6 +58,48 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Generate text from a prompt, streaming it, then print prompt and decode tokens/s.
+    Generate {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// The text to continue.
+        #[arg(long, default_value = "In the beginning")]
+        prompt: String,
+        /// Most tokens to generate.
+        #[arg(long, default_value_t = 64)]
+        max_tokens: usize,
+        /// Sampling temperature; 0 is greedy.
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f32,
+        /// Keep the k most likely tokens (0: all).
+        #[arg(long, default_value_t = 0)]
+        top_k: usize,
+        /// Keep the most likely tokens up to this total probability.
+        #[arg(long, default_value_t = 1.0)]
+        top_p: f32,
+        /// Seed of the sampler.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Print the logits of every position of a token sequence as JSON (an array of arrays).
+    Eval {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Comma-separated token ids.
+        #[arg(long, value_delimiter = ',', required = true)]
+        tokens: Vec<u32>,
+    },
+}
+
+/// Where the model comes from and where it runs.
+#[derive(clap::Args)]
+struct ModelArgs {
+    /// A Hugging Face model folder or a .gguf file; default: the built-in tiny model.
+    #[arg(long, value_name = "PATH")]
+    model: Option<std::path::PathBuf>,
+    /// Backend to run on (cpu, wgpu, reference, cuda); default: `Device::auto`.
+    #[arg(long, value_name = "NAME")]
+    backend: Option<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -74,6 +120,24 @@ fn main() -> ExitCode {
             runs,
             json,
         } => bench(&backends, &ops, size, runs, json),
+        Command::Generate {
+            model,
+            prompt,
+            max_tokens,
+            temperature,
+            top_k,
+            top_p,
+            seed,
+        } => {
+            let sampling = Sampling {
+                temperature,
+                top_k,
+                top_p,
+                seed,
+            };
+            generate(&model, &prompt, max_tokens, sampling)
+        }
+        Command::Eval { model, tokens } => eval(&model, &tokens),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -304,5 +368,74 @@ fn bench(
             message: "some rows did not match the reference (marked FAILED above)".into(),
         });
     }
+    Ok(())
+}
+
+/// Opens the model (or the built-in one) on the chosen device.
+fn load(args: &ModelArgs) -> Result<(Llama, String), Error> {
+    let device = match &args.backend {
+        Some(name) => Device::new(name)?,
+        None => Device::auto()?,
+    };
+    let (files, name) = match &args.model {
+        Some(path) => (ModelFiles::open(path)?, path.display().to_string()),
+        None => (model::builtin::files()?, model::builtin::NAME.to_string()),
+    };
+    let model = Llama::load(&device, files)?;
+    eprintln!(
+        "{name}: {} layers, {} hidden, vocab {} on {}",
+        model.config.num_hidden_layers,
+        model.config.hidden_size,
+        model.config.vocab_size,
+        device.backend_name()
+    );
+    Ok((model, name))
+}
+
+fn generate(
+    args: &ModelArgs,
+    prompt: &str,
+    max_tokens: usize,
+    sampling: Sampling,
+) -> Result<(), Error> {
+    use std::io::Write;
+    let (llama, name) = load(args)?;
+    let tokenizer = llama.tokenizer.clone().ok_or_else(|| Error::ModelFile {
+        path: name,
+        reason: "the model has no tokenizer (tokenizer.json or GGUF vocabulary)".into(),
+    })?;
+    let mut out = std::io::stdout();
+    print!("{prompt}");
+    let stats = model::generate(&llama, &tokenizer, prompt, max_tokens, sampling, |text| {
+        print!("{text}");
+        let _ = out.flush();
+    })?;
+    println!();
+    eprintln!(
+        "prompt: {} tokens, {:.1} tokens/s; decode: {} tokens, {:.1} tokens/s{}",
+        stats.prompt_tokens,
+        stats.prompt_tokens_per_sec(),
+        stats.generated_tokens,
+        stats.decode_tokens_per_sec(),
+        if stats.stopped_at_eos {
+            " (stopped at end of sequence)"
+        } else {
+            ""
+        }
+    );
+    Ok(())
+}
+
+fn eval(args: &ModelArgs, tokens: &[u32]) -> Result<(), Error> {
+    let (llama, _) = load(args)?;
+    let logits: Vec<f32> = llama.logits(tokens)?.to_vec()?;
+    let rows: Vec<&[f32]> = logits.chunks(llama.config.vocab_size).collect();
+    println!(
+        "{}",
+        serde_json::to_string(&rows).map_err(|e| Error::Backend {
+            backend: "cli".into(),
+            message: e.to_string(),
+        })?
+    );
     Ok(())
 }

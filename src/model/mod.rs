@@ -1,8 +1,10 @@
 //! Llama-family models: configuration, weight files (Hugging Face safetensors folders and
 //! GGUF), and the pieces of the inference engine built on the op set.
 
+pub mod builtin;
 pub mod config;
 pub mod files;
+pub mod generate;
 pub mod gguf;
 pub mod llama;
 pub mod safetensors;
@@ -12,6 +14,7 @@ pub mod weights;
 
 pub use config::LlamaConfig;
 pub use files::{FileBytes, ModelFiles};
+pub use generate::{generate, GenerationStats};
 pub use llama::Llama;
 pub use sampler::{Sampler, Sampling};
 pub use tokenizer::{StreamDecoder, Tokenizer};

@@ -1,0 +1,86 @@
+//! Text generation: tokenize a prompt, run the model, sample, and stream the decoded text.
+
+use std::time::Instant;
+
+use super::{Llama, Sampler, Sampling, Tokenizer};
+use crate::error::{Error, Result};
+
+/// What a generation did and how fast.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct GenerationStats {
+    /// Tokens of the prompt (with the beginning-of-sequence token).
+    pub prompt_tokens: usize,
+    /// Tokens generated.
+    pub generated_tokens: usize,
+    /// Seconds to process the prompt and pick the first token.
+    pub prompt_secs: f64,
+    /// Seconds for the remaining tokens.
+    pub decode_secs: f64,
+    /// Whether generation stopped at the end-of-sequence token.
+    pub stopped_at_eos: bool,
+}
+
+impl GenerationStats {
+    /// Prompt tokens per second.
+    pub fn prompt_tokens_per_sec(&self) -> f64 {
+        self.prompt_tokens as f64 / self.prompt_secs.max(1e-9)
+    }
+
+    /// Generated tokens per second after the first.
+    pub fn decode_tokens_per_sec(&self) -> f64 {
+        self.generated_tokens.saturating_sub(1) as f64 / self.decode_secs.max(1e-9)
+    }
+}
+
+/// Generates up to `max_tokens` tokens after `prompt`, calling `on_text` with each piece of
+/// text as soon as it is complete (never half a character). Stops early at the model's
+/// end-of-sequence token or at its context length.
+pub fn generate(
+    model: &Llama,
+    tokenizer: &Tokenizer,
+    prompt: &str,
+    max_tokens: usize,
+    sampling: Sampling,
+    mut on_text: impl FnMut(&str),
+) -> Result<GenerationStats> {
+    let config = &model.config;
+    let mut ids: Vec<u32> = config.bos_token_id.into_iter().collect();
+    ids.extend(tokenizer.encode(prompt));
+    if ids.is_empty() {
+        return Err(Error::invalid(
+            "generate",
+            "the prompt is empty and the model has no BOS token",
+        ));
+    }
+    let mut stats = GenerationStats {
+        prompt_tokens: ids.len(),
+        ..Default::default()
+    };
+    let mut sampler = Sampler::new(sampling);
+    let mut decoder = tokenizer.stream();
+    let vocab = config.vocab_size;
+    let start = Instant::now();
+    let mut decode_start = start;
+    for step in 0..max_tokens {
+        if ids.len() >= config.max_position_embeddings {
+            break;
+        }
+        let logits: Vec<f32> = model.logits(&ids)?.to_vec()?;
+        let last = &logits[logits.len() - vocab..];
+        let next = sampler.sample(last);
+        if step == 0 {
+            stats.prompt_secs = start.elapsed().as_secs_f64();
+            decode_start = Instant::now();
+        }
+        stats.generated_tokens += 1;
+        if Some(next) == config.eos_token_id {
+            stats.stopped_at_eos = true;
+            break;
+        }
+        ids.push(next);
+        on_text(&decoder.push(next));
+    }
+    on_text(&decoder.finish());
+    stats.decode_secs = decode_start.elapsed().as_secs_f64();
+    Ok(stats)
+}
