@@ -657,6 +657,27 @@ fn ternary_dot(dev: &Device) {
     }
 }
 
+/// Concatenation along each axis, against the reference (exact: a copy).
+fn concat(dev: &Device) {
+    let mut r = rng(60);
+    for (a_shape, b_shape, axis) in [
+        (vec![3, 4], vec![2, 4], 0),
+        (vec![3, 4], vec![3, 1], 1),
+        (vec![2, 0, 5], vec![2, 7, 5], 1),
+        (vec![4, 257, 3], vec![4, 255, 3], 1),
+        (vec![1, 2, 70_001], vec![1, 2, 3], 2),
+    ] {
+        let a = uniform(&mut r, a_shape.iter().product(), 1.0);
+        let b = uniform(&mut r, b_shape.iter().product(), 1.0);
+        compare(
+            &format!("concat {a_shape:?} {b_shape:?} axis {axis}"),
+            dev,
+            0.0,
+            |d| ops::concat(&tensor(d, &a, &a_shape), &tensor(d, &b, &b_shape), axis).unwrap(),
+        );
+    }
+}
+
 // ---- scans ----------------------------------------------------------------------------------
 
 /// (shape, axis) cases: empty, single steps, lengths around the 512-step chunks, three axes,
@@ -852,4 +873,5 @@ matrix!(
     linear_scan,
     log_scans,
     scan_backward,
+    concat,
 );

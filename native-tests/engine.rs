@@ -333,3 +333,72 @@ fn bad_files_are_typed_errors() {
         Err(Error::InvalidArgument { .. })
     ));
 }
+
+#[test]
+fn a_prompt_at_once_equals_the_prompt_token_by_token() {
+    let dir = hf_folder(GQA, "incremental");
+    let want = logits(&reference(), &dir);
+    let vocab = GQA.vocab;
+    for dev in devices() {
+        let model = Llama::load(&dev, ModelFiles::open(&dir).unwrap()).unwrap();
+        let mut cache = model.new_cache(16).unwrap();
+        // Three tokens, then one at a time, then the rest together.
+        let mut got: Vec<f32> = Vec::new();
+        for chunk in [&TOKENS[..3], &TOKENS[3..4], &TOKENS[4..5], &TOKENS[5..]] {
+            got.extend(
+                model
+                    .forward(chunk, &mut cache)
+                    .unwrap()
+                    .to_vec::<f32>()
+                    .unwrap(),
+            );
+        }
+        assert_eq!(cache.len(), TOKENS.len());
+        assert_eq!(got.len(), TOKENS.len() * vocab);
+        assert_close(
+            &format!("cached forward on {}", dev.backend_name()),
+            &got,
+            &want,
+            TOL,
+        );
+        cache.reset();
+        let again: Vec<f32> = model
+            .forward(&TOKENS, &mut cache)
+            .unwrap()
+            .to_vec()
+            .unwrap();
+        assert_close("after reset", &again, &want, TOL);
+    }
+}
+
+#[test]
+fn a_full_cache_is_an_error() {
+    let dir = hf_folder(GQA, "full");
+    let model = Llama::load(&reference(), ModelFiles::open(&dir).unwrap()).unwrap();
+    let mut cache = model.new_cache(4).unwrap();
+    model.forward(&[1, 2, 3], &mut cache).unwrap();
+    let err = model
+        .forward(&[4, 5], &mut cache)
+        .err()
+        .expect("no room for two more");
+    assert!(
+        matches!(
+            err,
+            Error::CacheFull {
+                capacity: 4,
+                len: 3,
+                requested: 2
+            }
+        ),
+        "{err}"
+    );
+    assert!(model.forward(&[4], &mut cache).is_ok());
+    assert!(matches!(
+        model.new_cache(0),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        model.new_cache(65),
+        Err(Error::InvalidArgument { .. })
+    ));
+}

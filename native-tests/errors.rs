@@ -97,6 +97,22 @@ fn check_errors(dev: &Device) {
     ));
     quant_errors(dev);
     scan_errors(dev);
+    layout_errors(dev);
+}
+
+fn layout_errors(dev: &Device) {
+    assert!(matches!(
+        ops::concat(&f(dev, &[2, 3]), &f(dev, &[3, 2]), 0),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        ops::concat(&f(dev, &[2, 3]), &f(dev, &[2, 3]), 2),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        ops::concat(&f(dev, &[2]), &u(dev, &[2]), 0),
+        Err(Error::DTypeMismatch { .. })
+    ));
 }
 
 fn scan_errors(dev: &Device) {

@@ -141,6 +141,20 @@ pub enum Error {
         reason: String,
     },
 
+    /// A KV cache has no room for more tokens.
+    #[error(
+        "the KV cache is full: it holds {len} of {capacity} tokens and {requested} more were \
+         given; reset it or create it with a larger capacity (at most the model's context)"
+    )]
+    CacheFull {
+        /// Tokens it can hold.
+        capacity: usize,
+        /// Tokens it holds.
+        len: usize,
+        /// Tokens that did not fit.
+        requested: usize,
+    },
+
     /// An I/O error with the path that caused it.
     #[error("{path}: {source}")]
     Io {

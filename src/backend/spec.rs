@@ -259,6 +259,17 @@ pub enum OpSpec {
         /// The contracted dimension (a multiple of 256).
         k: usize,
     },
+    /// Inputs: `a` f32 `[rows, a_cols]`, `b` f32 `[rows, b_cols]`. Output: f32
+    /// `[rows, a_cols + b_cols]`, each row `a`'s row followed by `b`'s (concatenation along
+    /// an axis, seen as rows of everything after it).
+    Concat {
+        /// Rows (product of the dimensions before the axis).
+        rows: usize,
+        /// Row width of `a`.
+        a_cols: usize,
+        /// Row width of `b`.
+        b_cols: usize,
+    },
     /// A scan along the middle axis of an `[outer, len, inner]` view (f32): inputs and output
     /// as [`ScanOp`] says.
     Scan {
@@ -346,6 +357,7 @@ impl OpSpec {
             OpSpec::Dequantize { .. } => OpKind::Dequantize,
             OpSpec::QMatmul { .. } => OpKind::QMatmul,
             OpSpec::TernaryDot { .. } => OpKind::TernaryDot,
+            OpSpec::Concat { .. } => OpKind::Concat,
             OpSpec::Scan {
                 op: ScanOp::Linear, ..
             } => OpKind::LinearScan,
@@ -404,6 +416,11 @@ impl OpSpec {
             }
             | OpSpec::ScanGradA { outer, len, inner } => outer * len * inner,
             OpSpec::ScanGradInit { outer, inner, .. } => outer * inner,
+            OpSpec::Concat {
+                rows,
+                a_cols,
+                b_cols,
+            } => rows * (a_cols + b_cols),
         }
     }
 }
@@ -458,11 +475,13 @@ pub enum OpKind {
     LogCumSumExp,
     /// Gradients of the linear scan.
     ScanBackward,
+    /// Concatenation along an axis.
+    Concat,
 }
 
 impl OpKind {
     /// Every op family.
-    pub const ALL: [OpKind; 23] = [
+    pub const ALL: [OpKind; 24] = [
         OpKind::Add,
         OpKind::Mul,
         OpKind::Scale,
@@ -486,6 +505,7 @@ impl OpKind {
         OpKind::LogCumprod,
         OpKind::LogCumSumExp,
         OpKind::ScanBackward,
+        OpKind::Concat,
     ];
 
     /// The snake_case name.
@@ -514,6 +534,7 @@ impl OpKind {
             OpKind::LogCumprod => "log_cumprod",
             OpKind::LogCumSumExp => "logcumsumexp",
             OpKind::ScanBackward => "scan_backward",
+            OpKind::Concat => "concat",
         }
     }
 

@@ -33,8 +33,9 @@ impl GenerationStats {
 }
 
 /// Generates up to `max_tokens` tokens after `prompt`, calling `on_text` with each piece of
-/// text as soon as it is complete (never half a character). Stops early at the model's
-/// end-of-sequence token or at its context length.
+/// text as soon as it is complete (never half a character). The prompt runs in one forward
+/// pass and each new token in one more, over a [`KvCache`](super::llama::KvCache). Stops
+/// early at the model's end-of-sequence token or when the context is full.
 pub fn generate(
     model: &Llama,
     tokenizer: &Tokenizer,
@@ -59,15 +60,17 @@ pub fn generate(
     let mut sampler = Sampler::new(sampling);
     let mut decoder = tokenizer.stream();
     let vocab = config.vocab_size;
+    let mut cache = model.new_cache(config.max_position_embeddings)?;
     let start = Instant::now();
     let mut decode_start = start;
+    // The prompt in one forward pass, then one token per pass reusing the cache.
+    let mut pending = ids;
     for step in 0..max_tokens {
-        if ids.len() >= config.max_position_embeddings {
+        if cache.len() + pending.len() > cache.capacity() {
             break;
         }
-        let logits: Vec<f32> = model.logits(&ids)?.to_vec()?;
-        let last = &logits[logits.len() - vocab..];
-        let next = sampler.sample(last);
+        let logits: Vec<f32> = model.forward(&pending, &mut cache)?.to_vec()?;
+        let next = sampler.sample(&logits[logits.len() - vocab..]);
         if step == 0 {
             stats.prompt_secs = start.elapsed().as_secs_f64();
             decode_start = Instant::now();
@@ -77,8 +80,8 @@ pub fn generate(
             stats.stopped_at_eos = true;
             break;
         }
-        ids.push(next);
         on_text(&decoder.push(next));
+        pending = vec![next];
     }
     on_text(&decoder.finish());
     stats.decode_secs = decode_start.elapsed().as_secs_f64();

@@ -1,9 +1,8 @@
-//! A Llama-family decoder on the op set: weights placed on a device, and a forward pass that
-//! returns the logits of every position.
+//! A Llama-family decoder on the op set: weights placed on a device, a [`KvCache`] of the
+//! keys and values seen so far, and a forward pass that returns the logits of the new tokens.
 //!
-//! This forward recomputes the whole sequence on each call (no KV cache yet), so every op it
-//! uses runs on the chosen backend; on the `reference` backend it is the oracle the other
-//! backends' logits are tested against.
+//! Every op of the forward runs on the chosen backend; on the `reference` backend it is the
+//! oracle the other backends' logits are tested against.
 
 use super::files::ModelFiles;
 use super::weights::RawTensor;
@@ -39,6 +38,37 @@ pub struct Llama {
     layers: Vec<Layer>,
     norm: Tensor,
     lm_head: Tensor,
+}
+
+/// The keys and values of the tokens a sequence has seen, per layer, on the model's device
+/// (`[kv_heads, len, head_dim]` each). New tokens are appended; a full cache is an error.
+pub struct KvCache {
+    layers: Vec<Option<(Tensor, Tensor)>>,
+    len: usize,
+    capacity: usize,
+}
+
+impl KvCache {
+    /// Tokens held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no token is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Tokens it can hold.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Forgets every token (a new sequence).
+    pub fn reset(&mut self) {
+        self.layers.iter_mut().for_each(|l| *l = None);
+        self.len = 0;
+    }
 }
 
 /// Weight names: Hugging Face's or GGUF's.
@@ -159,21 +189,51 @@ impl Llama {
         })
     }
 
-    /// The logits of every position of `tokens`: f32 `[tokens.len(), vocab_size]`.
+    /// An empty cache for up to `capacity` tokens (at most the model's context length).
+    pub fn new_cache(&self, capacity: usize) -> Result<KvCache> {
+        let max = self.config.max_position_embeddings;
+        if capacity == 0 || capacity > max {
+            return Err(Error::invalid(
+                "new_cache",
+                format!("capacity {capacity} must be in 1..={max} (the model's context)"),
+            ));
+        }
+        Ok(KvCache {
+            layers: (0..self.layers.len()).map(|_| None).collect(),
+            len: 0,
+            capacity,
+        })
+    }
+
+    /// The logits of every position of `tokens`, from an empty cache: f32
+    /// `[tokens.len(), vocab_size]`.
     pub fn logits(&self, tokens: &[u32]) -> Result<Tensor> {
+        let mut cache = self.new_cache(self.config.max_position_embeddings)?;
+        self.forward(tokens, &mut cache)
+    }
+
+    /// Runs `tokens` after the ones `cache` holds and appends their keys and values: the
+    /// logits of the new tokens, f32 `[tokens.len(), vocab_size]`. A prompt can be given at
+    /// once or token by token with the same result. On an error the cache is left unusable
+    /// for this sequence; reset it.
+    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
         let c = &self.config;
         let t = tokens.len();
         if t == 0 {
             return Err(Error::invalid("llama", "no tokens to run"));
         }
-        if t > c.max_position_embeddings {
+        if cache.layers.len() != self.layers.len() {
             return Err(Error::invalid(
                 "llama",
-                format!(
-                    "{t} tokens exceed the model's context of {}",
-                    c.max_position_embeddings
-                ),
+                "the cache belongs to another model",
             ));
+        }
+        if cache.len + t > cache.capacity {
+            return Err(Error::CacheFull {
+                capacity: cache.capacity,
+                len: cache.len,
+                requested: t,
+            });
         }
         if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= c.vocab_size) {
             return Err(Error::invalid(
@@ -183,13 +243,14 @@ impl Llama {
         }
         let device = self.embed.device();
         let ids = Tensor::from_slice(device, tokens, [t])?;
-        let positions: Vec<u32> = (0..t as u32).collect();
+        let start = cache.len as u32;
+        let positions: Vec<u32> = (start..start + t as u32).collect();
         let positions = Tensor::from_vec(device, positions, [t])?;
         let eps = c.rms_norm_eps;
         let mut x = ops::embedding(&self.embed, &ids)?;
-        for layer in &self.layers {
+        for (layer, kv) in self.layers.iter().zip(cache.layers.iter_mut()) {
             let h = ops::rms_norm(&x, &layer.attn_norm, eps)?;
-            let attn = self.attention(layer, &h, &positions)?;
+            let attn = self.attention(layer, &h, &positions, kv)?;
             x = ops::add(&x, &ops::matmul_t(&attn, &layer.wo)?)?;
             let h = ops::rms_norm(&x, &layer.ffn_norm, eps)?;
             let act = ops::swiglu(
@@ -198,12 +259,20 @@ impl Llama {
             )?;
             x = ops::add(&x, &ops::matmul_t(&act, &layer.down)?)?;
         }
+        cache.len += t;
         let x = ops::rms_norm(&x, &self.norm, eps)?;
         ops::matmul_t(&x, &self.lm_head)
     }
 
-    /// Causal grouped-query attention of one layer over `h` `[t, hidden]`: `[t, q_dim]`.
-    fn attention(&self, layer: &Layer, h: &Tensor, positions: &Tensor) -> Result<Tensor> {
+    /// Causal grouped-query attention of one layer for the new rows `h` `[t, hidden]` over the
+    /// cached keys and values plus their own (appended to `kv`): `[t, q_dim]`.
+    fn attention(
+        &self,
+        layer: &Layer,
+        h: &Tensor,
+        positions: &Tensor,
+        kv_cache: &mut Option<(Tensor, Tensor)>,
+    ) -> Result<Tensor> {
         let c = &self.config;
         let t = h.dims()[0];
         let (heads, kv, hd) = (c.num_attention_heads, c.kv_heads(), c.head_dim());
@@ -223,11 +292,17 @@ impl Llama {
         let k = ops::rope(&k, positions, c.rope_theta, self.layout)?;
         // Heads of one key/value group are consecutive: [kv, group · t, hd] against [kv, t, hd].
         let q = ops::transpose(&q, 0, 1)?.reshape([kv, group * t, hd])?;
-        let k = ops::transpose(&k, 0, 1)?;
-        let v = ops::transpose(&v, 0, 1)?;
+        let (mut k, mut v) = (ops::transpose(&k, 0, 1)?, ops::transpose(&v, 0, 1)?);
+        if let Some((k_old, v_old)) = kv_cache.take() {
+            k = ops::concat(&k_old, &k, 1)?;
+            v = ops::concat(&v_old, &v, 1)?;
+        }
+        let n = k.dims()[1];
         let scores = ops::scale(&ops::matmul_t(&q, &k)?, 1.0 / (hd as f32).sqrt())?;
-        let probs = ops::softmax_causal(&scores.reshape([heads, t, t])?)?;
-        let out = ops::matmul(&probs.reshape([kv, group * t, t])?, &v)?;
+        // The new queries are the last t of the n keys: softmax_causal's convention.
+        let probs = ops::softmax_causal(&scores.reshape([heads, t, n])?)?;
+        let out = ops::matmul(&probs.reshape([kv, group * t, n])?, &v)?;
+        *kv_cache = Some((k, v));
         ops::transpose(&out.reshape([heads, t, hd])?, 0, 1)?.reshape([t, heads * hd])
     }
 }

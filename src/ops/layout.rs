@@ -1,9 +1,9 @@
-//! Layout changes: transpose and permute into a new contiguous tensor.
+//! Layout changes: transpose, permute and concatenation into a new contiguous tensor.
 
-use super::dispatch;
+use super::{dispatch, expect_dtype};
 use crate::backend::OpSpec;
 use crate::error::{Error, Result};
-use crate::tensor::{Shape, Tensor};
+use crate::tensor::{DType, Shape, Tensor};
 
 /// Reorders the axes: output axis `d` is input axis `perm[d]`. The result is a contiguous
 /// copy. Works for f32 and u32 tensors of rank ≤ 6.
@@ -52,4 +52,41 @@ pub fn transpose(x: &Tensor, dim0: usize, dim1: usize) -> Result<Tensor> {
     let mut perm: Vec<usize> = (0..rank).collect();
     perm.swap(dim0, dim1);
     permute(x, &perm)
+}
+
+/// `a` and `b` joined along `axis`: every other dimension must match (f32).
+pub fn concat(a: &Tensor, b: &Tensor, axis: usize) -> Result<Tensor> {
+    const OP: &str = "concat";
+    expect_dtype(OP, "a", a, DType::F32)?;
+    expect_dtype(OP, "b", b, DType::F32)?;
+    let (ad, bd) = (a.dims(), b.dims());
+    if axis >= ad.len() || ad.len() != bd.len() {
+        return Err(Error::shape(
+            OP,
+            format!("both operands need the same rank, above {axis}"),
+            &[a.shape(), b.shape()],
+        ));
+    }
+    let others_match = ad
+        .iter()
+        .zip(bd)
+        .enumerate()
+        .all(|(d, (x, y))| d == axis || x == y);
+    if !others_match {
+        return Err(Error::shape(
+            OP,
+            format!("every dimension but axis {axis} must match"),
+            &[a.shape(), b.shape()],
+        ));
+    }
+    let inner: usize = ad[axis + 1..].iter().product();
+    let rows: usize = ad[..axis].iter().product();
+    let mut out = ad.to_vec();
+    out[axis] += bd[axis];
+    let spec = OpSpec::Concat {
+        rows,
+        a_cols: ad[axis] * inner,
+        b_cols: bd[axis] * inner,
+    };
+    dispatch(OP, spec, &[a, b], Shape::from(out), DType::F32, None)
 }

@@ -208,3 +208,14 @@ pub fn scan_grad_a(g: &[f32], h: &[f32], h0: &[f32], len: usize, inner: usize) -
     });
     out
 }
+
+/// `Concat`: each output row is `a`'s row then `b`'s, rows in parallel.
+pub fn concat(a: &[f32], b: &[f32], rows: usize, a_cols: usize, b_cols: usize) -> Vec<f32> {
+    let width = a_cols + b_cols;
+    let mut out = vec![0f32; rows * width];
+    for_each_row(&mut out, width, 1, |r, row| {
+        row[..a_cols].copy_from_slice(&a[r * a_cols..(r + 1) * a_cols]);
+        row[a_cols..].copy_from_slice(&b[r * b_cols..(r + 1) * b_cols]);
+    });
+    out
+}

@@ -212,6 +212,17 @@ impl Backend for CpuBackend {
                     *k,
                 ))
             }
+            OpSpec::Concat {
+                rows,
+                a_cols,
+                b_cols,
+            } => HostData::F32(kernels::concat(
+                input.f32(0)?,
+                input.f32(1)?,
+                *rows,
+                *a_cols,
+                *b_cols,
+            )),
             OpSpec::Scan {
                 op,
                 outer,

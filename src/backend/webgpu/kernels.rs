@@ -280,6 +280,20 @@ impl Encoder<'_> {
             OpSpec::Scan { .. } | OpSpec::ScanGradA { .. } | OpSpec::ScanGradInit { .. } => {
                 self.scan(spec, out, inputs)
             }
+            OpSpec::Concat {
+                rows,
+                a_cols,
+                b_cols,
+            } => {
+                let len = rows * (a_cols + b_cols);
+                let p = Params::default()
+                    .u(u32_of(op, "len", len)?)
+                    .u(u32_of(op, "a_cols", *a_cols)?)
+                    .u(u32_of(op, "b_cols", *b_cols)?)
+                    .u(0);
+                let grid = self.grid(op, (len as u64).div_ceil(WG))?;
+                self.run(Shader::Concat, "concat", &p, out, &raw[..2], grid)
+            }
             OpSpec::Argmax { rows, cols } => {
                 let p = Params::default()
                     .u(u32_of(op, "rows", *rows)?)
@@ -486,6 +500,11 @@ fn check_inputs(op: &'static str, spec: &OpSpec, inputs: &[Operand<'_>]) -> Resu
             (Some(F32), outer * len * inner),
             (Some(F32), outer * inner),
         ],
+        OpSpec::Concat {
+            rows,
+            a_cols,
+            b_cols,
+        } => vec![(Some(F32), rows * a_cols), (Some(F32), rows * b_cols)],
         OpSpec::ScanGradInit { outer, len, inner } => vec![
             (Some(F32), outer * len * inner),
             (Some(F32), outer * len * inner),

@@ -34,6 +34,7 @@ pub(crate) enum Shader {
     Quant,
     QuantF16,
     Scan,
+    Concat,
 }
 
 impl Shader {
@@ -51,6 +52,7 @@ impl Shader {
             Shader::Quant => include_str!("../../../shaders/quant.wgsl"),
             Shader::QuantF16 => include_str!("../../../shaders/quant_f16.wgsl"),
             Shader::Scan => include_str!("../../../shaders/scan.wgsl"),
+            Shader::Concat => include_str!("../../../shaders/concat.wgsl"),
         }
     }
 
@@ -68,6 +70,7 @@ impl Shader {
             Shader::Quant => "quant.wgsl",
             Shader::QuantF16 => "quant_f16.wgsl",
             Shader::Scan => "scan.wgsl",
+            Shader::Concat => "concat.wgsl",
         }
     }
 }
