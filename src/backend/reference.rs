@@ -125,9 +125,17 @@ impl Backend for ReferenceBackend {
                 quant::dequantize(*format, input.bytes(1, *format)?, &mut w);
                 HostData::F32(qmatmul(&a, &w, *activations, *m, *n, *k))
             }
-            OpSpec::Concat { a_cols, b_cols, .. } => {
-                HostData::F32(concat(input.f32(0)?, input.f32(1)?, *a_cols, *b_cols))
-            }
+            OpSpec::Concat {
+                rows,
+                a_cols,
+                b_cols,
+            } => HostData::F32(concat(
+                input.f32(0)?,
+                input.f32(1)?,
+                *rows,
+                *a_cols,
+                *b_cols,
+            )),
             OpSpec::Scan {
                 op,
                 outer,
@@ -335,12 +343,7 @@ fn matmul(a: &[f32], rhs: &[f32], m: &MatmulSpec) -> Vec<f32> {
 }
 
 /// Rows of `a` (width `a_cols`) each followed by the same row of `b`.
-pub(crate) fn concat(a: &[f32], b: &[f32], a_cols: usize, b_cols: usize) -> Vec<f32> {
-    let rows = if a_cols > 0 {
-        a.len() / a_cols
-    } else {
-        b.len() / b_cols.max(1)
-    };
+fn concat(a: &[f32], b: &[f32], rows: usize, a_cols: usize, b_cols: usize) -> Vec<f32> {
     let mut out = Vec::with_capacity(a.len() + b.len());
     for r in 0..rows {
         out.extend_from_slice(&a[r * a_cols..(r + 1) * a_cols]);
