@@ -379,8 +379,7 @@ fn a_full_cache_is_an_error() {
     model.forward(&[1, 2, 3], &mut cache).unwrap();
     let err = model
         .forward(&[4, 5], &mut cache)
-        .err()
-        .expect("no room for two more");
+        .expect_err("no room for two more");
     assert!(
         matches!(
             err,
