@@ -401,3 +401,24 @@ fn a_full_cache_is_an_error() {
         Err(Error::InvalidArgument { .. })
     ));
 }
+
+#[test]
+fn the_builtin_tokenizer_matches_the_training_script() {
+    // Ids written by scripts/train_tiny_model.py's own (Python) encoder.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-kjv");
+    let text = std::fs::read_to_string(dir.join("tokenizer.json")).unwrap();
+    let tokenizer = webtensor::model::Tokenizer::from_json(&text, "tokenizer.json").unwrap();
+    let check = std::fs::read_to_string(dir.join("tokenizer_check.json")).unwrap();
+    let cases: serde_json::Value = serde_json::from_str(&check).unwrap();
+    for case in cases.as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        let want: Vec<u32> = case["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(tokenizer.encode(text), want, "{text:?}");
+        assert_eq!(tokenizer.decode(&want), text);
+    }
+}

@@ -7,7 +7,8 @@ James Bible (public domain), written as a Hugging Face model folder.
     python3 scripts/train_tiny_model.py [--steps 2000] [--out assets/tiny-kjv]
 
 Output folder: config.json (LlamaConfig), model.safetensors (f16), tokenizer.json (a
-byte-level BPE learned here, Hugging Face format), README.md (where it came from).
+byte-level BPE learned here, Hugging Face format), tokenizer_check.json (sample texts and
+their ids from this script's encoder, for the Rust tokenizer's tests), README.md.
 The architecture is exactly what webtensor's engine runs: RMSNorm, rotary embeddings in the
 Hugging Face half-split layout, grouped-query attention, SwiGLU, tied embeddings.
 """
@@ -222,8 +223,29 @@ def write_safetensors(path, tensors):
         for b in blobs:
             f.write(b)
 
+CHECK_TEXTS = [
+    "In the beginning God created the heaven and the earth.\n",
+    "And Jesus answered and said unto them, Verily I say unto you,",
+    "  Numbers 3:16 and 1,000 'quoted' words... done\n\nnext",
+    "naïve café — Zürich ünd 東京",
+]
+
+def write_tokenizer_check(out_dir):
+    """Encodes CHECK_TEXTS with this script's BPE and tokenizer.json's vocab and merges, so the
+    Rust tokenizer can be checked against an independent implementation."""
+    with open(os.path.join(out_dir, "tokenizer.json")) as f:
+        tok = json.load(f)
+    vocab = tok["model"]["vocab"]
+    merges = [tuple(m.split(" ")) for m in tok["model"]["merges"]]
+    ranks = {m: i for i, m in enumerate(merges)}
+    cases = [{"text": t, "ids": encode(t, vocab, ranks, {})} for t in CHECK_TEXTS]
+    with open(os.path.join(out_dir, "tokenizer_check.json"), "w") as f:
+        json.dump(cases, f, ensure_ascii=False, indent=1)
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--tokenizer-check-only", action="store_true",
+                    help="only (re)write tokenizer_check.json from an existing tokenizer.json")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "assets", "tiny-kjv"))
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--vocab", type=int, default=512)
@@ -237,6 +259,9 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=3e-3)
     args = ap.parse_args()
+    if args.tokenizer_check_only:
+        write_tokenizer_check(args.out)
+        return
 
     import jax
     import jax.numpy as jnp
@@ -307,6 +332,7 @@ model folder (config.json, model.safetensors, tokenizer.json).
 It writes KJV-flavoured English, not sense: it exists so `webtensor generate` works on a fresh
 machine with no download, and as a small real model for tests.
 """)
+    write_tokenizer_check(args.out)
     print("wrote", args.out)
 
 if __name__ == "__main__":
