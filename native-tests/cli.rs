@@ -178,3 +178,26 @@ fn generate_streams_text_and_reports_speed() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("tokens/s"), "{err}");
 }
+
+#[test]
+fn bench_model_reports_checked_tokens_per_second() {
+    let v = json(&webtensor(&[
+        "bench",
+        "--model",
+        "builtin",
+        "--backend",
+        "cpu",
+        "--prompt-tokens",
+        "8",
+        "--decode-tokens",
+        "4",
+        "--json",
+    ]));
+    let rows = v.as_array().expect("rows");
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!(r["backend"], "cpu");
+    assert_eq!(r["checked"], true, "{r}");
+    assert!(r["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
+    assert!(r["frac_copy"].as_f64().unwrap() > 0.0);
+}

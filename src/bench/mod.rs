@@ -10,6 +10,7 @@
 
 pub mod cases;
 pub mod ceilings;
+pub mod model;
 pub mod report;
 mod timing;
 

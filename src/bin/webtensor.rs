@@ -57,6 +57,17 @@ enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Time a model instead of the ops: a Hugging Face folder, a .gguf file, or `builtin`.
+        /// Reports prefill and decode tokens/s and decode weight bytes/s against the copy
+        /// bandwidth.
+        #[arg(long, value_name = "PATH")]
+        model: Option<String>,
+        /// With --model: prompt tokens processed in one pass.
+        #[arg(long, default_value_t = 64)]
+        prompt_tokens: usize,
+        /// With --model: tokens decoded one at a time.
+        #[arg(long, default_value_t = 32)]
+        decode_tokens: usize,
     },
     /// Generate text from a prompt, streaming it, then print prompt and decode tokens/s.
     Generate {
@@ -115,10 +126,20 @@ fn main() -> ExitCode {
         Command::Info { json } => info(json),
         Command::Bench {
             backends,
+            model: Some(model),
+            prompt_tokens,
+            decode_tokens,
+            json,
+            ..
+        } => bench_model(&backends, &model, prompt_tokens, decode_tokens, json),
+        Command::Bench {
+            backends,
             ops,
             size,
             runs,
             json,
+            model: None,
+            ..
         } => bench(&backends, &ops, size, runs, json),
         Command::Generate {
             model,
@@ -298,6 +319,47 @@ fn info_text(report: &InfoReport) -> String {
     out
 }
 
+/// The backends named, or every present one but `reference`.
+fn bench_backends(names: &[String]) -> Result<Vec<BackendKind>, Error> {
+    if names.is_empty() {
+        return Ok(BackendKind::ALL
+            .into_iter()
+            .filter(|&k| k != BackendKind::Reference && registry::get(k).is_ok())
+            .collect());
+    }
+    names.iter().map(|n| BackendKind::parse(n)).collect()
+}
+
+fn bench_model(
+    backends: &[String],
+    model: &str,
+    prompt_tokens: usize,
+    decode_tokens: usize,
+    json: bool,
+) -> Result<(), Error> {
+    let backends = bench_backends(backends)?;
+    let open = || -> Result<ModelFiles, Error> {
+        if model == "builtin" {
+            model::builtin::files()
+        } else {
+            ModelFiles::open(std::path::Path::new(model))
+        }
+    };
+    let rows = bench::model::run(&open, &backends, prompt_tokens, decode_tokens, |step| {
+        eprintln!("{step}")
+    })?;
+    if json {
+        let text = serde_json::to_string_pretty(&rows).map_err(|e| Error::Backend {
+            backend: "cli".into(),
+            message: e.to_string(),
+        })?;
+        println!("{text}");
+    } else {
+        print!("{}", bench::model::table(model, &rows));
+    }
+    Ok(())
+}
+
 fn bench(
     backends: &[String],
     ops: &[String],
@@ -305,17 +367,7 @@ fn bench(
     runs: u32,
     json: bool,
 ) -> Result<(), Error> {
-    let backends = if backends.is_empty() {
-        BackendKind::ALL
-            .into_iter()
-            .filter(|&k| k != BackendKind::Reference && registry::get(k).is_ok())
-            .collect()
-    } else {
-        backends
-            .iter()
-            .map(|n| BackendKind::parse(n))
-            .collect::<Result<Vec<_>, _>>()?
-    };
+    let backends = bench_backends(backends)?;
     let ops = ops
         .iter()
         .map(|n| {
