@@ -422,3 +422,44 @@ fn the_builtin_tokenizer_matches_the_training_script() {
         assert_eq!(tokenizer.decode(&want), text);
     }
 }
+
+/// (hook name, layer, shape) of one hook call.
+type Seen = (String, usize, Vec<usize>);
+
+#[test]
+fn debug_hooks_see_the_chosen_intermediates() {
+    use std::sync::{Arc, Mutex};
+    let dir = hf_folder(GQA, "hooks");
+    let mut model = Llama::load(&reference(), ModelFiles::open(&dir).unwrap()).unwrap();
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let sink = seen.clone();
+    model
+        .set_hook(
+            &["q", "residual", "logits"],
+            Box::new(move |name, layer, t| {
+                sink.lock()
+                    .unwrap()
+                    .push((name.to_string(), layer, t.dims().to_vec()));
+            }),
+        )
+        .unwrap();
+    let logits: Vec<f32> = model.logits(&TOKENS).unwrap().to_vec().unwrap();
+    let seen = seen.lock().unwrap().clone();
+    let t = TOKENS.len();
+    let hd = GQA.hidden / GQA.heads;
+    let expected: Vec<Seen> = (0..GQA.layers)
+        .flat_map(|i| {
+            [
+                ("q".to_string(), i, vec![t, GQA.heads, hd]),
+                ("residual".to_string(), i, vec![t, GQA.hidden]),
+            ]
+        })
+        .chain([("logits".to_string(), 0, vec![t, GQA.vocab])])
+        .collect();
+    assert_eq!(seen, expected);
+    assert_eq!(logits.len(), t * GQA.vocab);
+    assert!(matches!(
+        model.set_hook(&["nope"], Box::new(|_, _, _| {})),
+        Err(Error::InvalidArgument { .. })
+    ));
+}

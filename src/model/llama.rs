@@ -27,6 +27,28 @@ struct Layer {
     down: Tensor,
 }
 
+/// A debug hook: called with (hook name, layer index, tensor) for the hooked intermediates.
+pub type Hook = Box<dyn Fn(&str, usize, &Tensor) + Send + Sync>;
+
+/// The intermediate tensors a [`Hook`] can see, in forward order. Per layer: `attn_norm`,
+/// `q`, `k`, `v` (after rotary embedding, `[t, heads, head_dim]`), `attention` (before the
+/// output projection), `attn_out`, `ffn_norm`, `ffn_out`, `residual` (the layer's output).
+/// Once per pass, with layer index 0: `embedding`, `final_norm`, `logits`.
+pub const HOOK_NAMES: [&str; 12] = [
+    "embedding",
+    "attn_norm",
+    "q",
+    "k",
+    "v",
+    "attention",
+    "attn_out",
+    "ffn_norm",
+    "ffn_out",
+    "residual",
+    "final_norm",
+    "logits",
+];
+
 /// A loaded model on a device.
 pub struct Llama {
     /// Hyper-parameters.
@@ -38,6 +60,8 @@ pub struct Llama {
     layers: Vec<Layer>,
     norm: Tensor,
     lm_head: Tensor,
+    /// The debug hook and the names it wants; `None` costs one check per tensor.
+    hook: Option<(Vec<&'static str>, Hook)>,
 }
 
 /// The keys and values of the tokens a sequence has seen, per layer, on the model's device
@@ -186,7 +210,42 @@ impl Llama {
             layers,
             norm,
             lm_head,
+            hook: None,
         })
+    }
+
+    /// Calls `hook` with each intermediate tensor named in `names` (see [`HOOK_NAMES`]) on
+    /// every forward pass, replacing any earlier hook. Reading a tensor in the hook (to_vec)
+    /// waits for the device; hooks are for debugging.
+    pub fn set_hook(&mut self, names: &[&str], hook: Hook) -> Result<()> {
+        let mut wanted = Vec::new();
+        for name in names {
+            let known = HOOK_NAMES.iter().find(|n| *n == name).ok_or_else(|| {
+                Error::invalid(
+                    "set_hook",
+                    format!(
+                        "no hook point `{name}`; the points are {}",
+                        HOOK_NAMES.join(", ")
+                    ),
+                )
+            })?;
+            wanted.push(*known);
+        }
+        self.hook = Some((wanted, hook));
+        Ok(())
+    }
+
+    /// Removes the debug hook.
+    pub fn clear_hook(&mut self) {
+        self.hook = None;
+    }
+
+    fn emit(&self, name: &str, layer: usize, t: &Tensor) {
+        if let Some((names, hook)) = &self.hook {
+            if names.contains(&name) {
+                hook(name, layer, t);
+            }
+        }
     }
 
     /// An empty cache for up to `capacity` tokens (at most the model's context length).
@@ -248,26 +307,38 @@ impl Llama {
         let positions = Tensor::from_vec(device, positions, [t])?;
         let eps = c.rms_norm_eps;
         let mut x = ops::embedding(&self.embed, &ids)?;
-        for (layer, kv) in self.layers.iter().zip(cache.layers.iter_mut()) {
+        self.emit("embedding", 0, &x);
+        for (i, (layer, kv)) in self.layers.iter().zip(cache.layers.iter_mut()).enumerate() {
             let h = ops::rms_norm(&x, &layer.attn_norm, eps)?;
-            let attn = self.attention(layer, &h, &positions, kv)?;
-            x = ops::add(&x, &ops::matmul_t(&attn, &layer.wo)?)?;
+            self.emit("attn_norm", i, &h);
+            let attn = self.attention(i, layer, &h, &positions, kv)?;
+            let attn_out = ops::matmul_t(&attn, &layer.wo)?;
+            self.emit("attn_out", i, &attn_out);
+            x = ops::add(&x, &attn_out)?;
             let h = ops::rms_norm(&x, &layer.ffn_norm, eps)?;
+            self.emit("ffn_norm", i, &h);
             let act = ops::swiglu(
                 &ops::matmul_t(&h, &layer.gate)?,
                 &ops::matmul_t(&h, &layer.up)?,
             )?;
-            x = ops::add(&x, &ops::matmul_t(&act, &layer.down)?)?;
+            let ffn_out = ops::matmul_t(&act, &layer.down)?;
+            self.emit("ffn_out", i, &ffn_out);
+            x = ops::add(&x, &ffn_out)?;
+            self.emit("residual", i, &x);
         }
         cache.len += t;
         let x = ops::rms_norm(&x, &self.norm, eps)?;
-        ops::matmul_t(&x, &self.lm_head)
+        self.emit("final_norm", 0, &x);
+        let logits = ops::matmul_t(&x, &self.lm_head)?;
+        self.emit("logits", 0, &logits);
+        Ok(logits)
     }
 
     /// Causal grouped-query attention of one layer for the new rows `h` `[t, hidden]` over the
     /// cached keys and values plus their own (appended to `kv`): `[t, q_dim]`.
     fn attention(
         &self,
+        index: usize,
         layer: &Layer,
         h: &Tensor,
         positions: &Tensor,
@@ -290,6 +361,9 @@ impl Llama {
         let v = project(&layer.wv, bias(2))?.reshape([t, kv, hd])?;
         let q = ops::rope(&q, positions, c.rope_theta, self.layout)?;
         let k = ops::rope(&k, positions, c.rope_theta, self.layout)?;
+        self.emit("q", index, &q);
+        self.emit("k", index, &k);
+        self.emit("v", index, &v);
         // Heads of one key/value group are consecutive: [kv, group · t, hd] against [kv, t, hd].
         let q = ops::transpose(&q, 0, 1)?.reshape([kv, group * t, hd])?;
         let (mut k, mut v) = (ops::transpose(&k, 0, 1)?, ops::transpose(&v, 0, 1)?);
@@ -303,6 +377,8 @@ impl Llama {
         let probs = ops::softmax_causal(&scores.reshape([heads, t, n])?)?;
         let out = ops::matmul(&probs.reshape([kv, group * t, n])?, &v)?;
         *kv_cache = Some((k, v));
-        ops::transpose(&out.reshape([heads, t, hd])?, 0, 1)?.reshape([t, heads * hd])
+        let out = ops::transpose(&out.reshape([heads, t, hd])?, 0, 1)?.reshape([t, heads * hd])?;
+        self.emit("attention", index, &out);
+        Ok(out)
     }
 }
