@@ -678,6 +678,26 @@ fn concat(dev: &Device) {
     }
 }
 
+/// Slices along each axis, against the reference (exact: a copy).
+fn narrow(dev: &Device) {
+    let mut r = rng(61);
+    for (shape, axis, start, len) in [
+        (vec![5, 4], 0, 1, 3),
+        (vec![5, 4], 1, 3, 1),
+        (vec![2, 7, 5], 1, 0, 0),
+        (vec![4, 257, 3], 1, 100, 157),
+        (vec![1, 2, 70_001], 2, 7, 69_000),
+    ] {
+        let x = uniform(&mut r, shape.iter().product(), 1.0);
+        compare(
+            &format!("narrow {shape:?} axis {axis} {start}+{len}"),
+            dev,
+            0.0,
+            |d| ops::narrow(&tensor(d, &x, &shape), axis, start, len).unwrap(),
+        );
+    }
+}
+
 // ---- scans ----------------------------------------------------------------------------------
 
 /// (shape, axis) cases: empty, single steps, lengths around the 512-step chunks, three axes,
@@ -874,4 +894,5 @@ matrix!(
     log_scans,
     scan_backward,
     concat,
+    narrow,
 );

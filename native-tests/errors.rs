@@ -102,6 +102,14 @@ fn check_errors(dev: &Device) {
 
 fn layout_errors(dev: &Device) {
     assert!(matches!(
+        ops::narrow(&f(dev, &[2, 3]), 1, 2, 2),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        ops::narrow(&f(dev, &[2, 3]), 2, 0, 1),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
         ops::concat(&f(dev, &[2, 3]), &f(dev, &[3, 2]), 0),
         Err(Error::ShapeMismatch { .. })
     ));

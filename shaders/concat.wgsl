@@ -1,4 +1,5 @@
-// Concatenation along an axis, seen as rows: out[r] = a[r] ++ b[r], as 32-bit words.
+// Concatenation along an axis, seen as rows: out[r] = a[r] ++ b[r], as 32-bit words; and its
+// inverse, narrow: out[r] = a[r][start .. start + width].
 //
 // One thread per output element on a two-dimensional grid (linear workgroup index
 // wid.y * num_workgroups.x + wid.x, 256 elements each).
@@ -6,11 +7,12 @@
 // Bindings: 0 = params, 1 = output [rows, a_cols + b_cols], 2 = a [rows, a_cols],
 // 3 = b [rows, b_cols].
 
+// concat: (len, a_cols, b_cols, -); narrow: (len, cols, start, width).
 struct Params {
     len: u32,
     a_cols: u32,
     b_cols: u32,
-    _pad: u32,
+    width: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -35,4 +37,15 @@ fn concat(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     } else {
         out[i] = b[row * p.b_cols + col - p.a_cols];
     }
+}
+
+@compute @workgroup_size(256)
+fn narrow(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.y * nwg.x + wid.x) * WG + lid;
+    if (i >= p.len) {
+        return;
+    }
+    let row = i / p.width;
+    out[i] = a[row * p.a_cols + p.b_cols + i % p.width];
 }

@@ -136,6 +136,19 @@ impl Backend for ReferenceBackend {
                 *a_cols,
                 *b_cols,
             )),
+            OpSpec::Narrow {
+                rows,
+                cols,
+                start,
+                len,
+            } => {
+                let x = input.f32(0)?;
+                HostData::F32(
+                    (0..*rows)
+                        .flat_map(|r| x[r * cols + start..r * cols + start + len].iter().copied())
+                        .collect(),
+                )
+            }
             OpSpec::Scan {
                 op,
                 outer,

@@ -270,6 +270,18 @@ pub enum OpSpec {
         /// Row width of `b`.
         b_cols: usize,
     },
+    /// Inputs: `x` f32 `[rows, cols]`. Output: f32 `[rows, len]`, columns `start..start + len`
+    /// of each row (a slice along an axis, seen as rows of everything after it).
+    Narrow {
+        /// Rows (product of the dimensions before the axis).
+        rows: usize,
+        /// Row width of `x`.
+        cols: usize,
+        /// First column taken.
+        start: usize,
+        /// Columns taken.
+        len: usize,
+    },
     /// A scan along the middle axis of an `[outer, len, inner]` view (f32): inputs and output
     /// as [`ScanOp`] says.
     Scan {
@@ -358,6 +370,7 @@ impl OpSpec {
             OpSpec::QMatmul { .. } => OpKind::QMatmul,
             OpSpec::TernaryDot { .. } => OpKind::TernaryDot,
             OpSpec::Concat { .. } => OpKind::Concat,
+            OpSpec::Narrow { .. } => OpKind::Narrow,
             OpSpec::Scan {
                 op: ScanOp::Linear, ..
             } => OpKind::LinearScan,
@@ -421,6 +434,7 @@ impl OpSpec {
                 a_cols,
                 b_cols,
             } => rows * (a_cols + b_cols),
+            OpSpec::Narrow { rows, len, .. } => rows * len,
         }
     }
 }
@@ -477,11 +491,13 @@ pub enum OpKind {
     ScanBackward,
     /// Concatenation along an axis.
     Concat,
+    /// A slice along an axis.
+    Narrow,
 }
 
 impl OpKind {
     /// Every op family.
-    pub const ALL: [OpKind; 24] = [
+    pub const ALL: [OpKind; 25] = [
         OpKind::Add,
         OpKind::Mul,
         OpKind::Scale,
@@ -506,6 +522,7 @@ impl OpKind {
         OpKind::LogCumSumExp,
         OpKind::ScanBackward,
         OpKind::Concat,
+        OpKind::Narrow,
     ];
 
     /// The snake_case name.
@@ -535,6 +552,7 @@ impl OpKind {
             OpKind::LogCumSumExp => "logcumsumexp",
             OpKind::ScanBackward => "scan_backward",
             OpKind::Concat => "concat",
+            OpKind::Narrow => "narrow",
         }
     }
 

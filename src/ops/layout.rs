@@ -90,3 +90,30 @@ pub fn concat(a: &Tensor, b: &Tensor, axis: usize) -> Result<Tensor> {
     };
     dispatch(OP, spec, &[a, b], Shape::from(out), DType::F32, None)
 }
+
+/// `len` entries of `x` along `axis` from `start` (f32): a contiguous copy.
+pub fn narrow(x: &Tensor, axis: usize, start: usize, len: usize) -> Result<Tensor> {
+    const OP: &str = "narrow";
+    expect_dtype(OP, "x", x, DType::F32)?;
+    let dims = x.dims();
+    if axis >= dims.len() || start.checked_add(len).is_none_or(|end| end > dims[axis]) {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "entries {start}..{} of axis {axis} are out of range",
+                start.saturating_add(len)
+            ),
+            &[x.shape()],
+        ));
+    }
+    let inner: usize = dims[axis + 1..].iter().product();
+    let mut out = dims.to_vec();
+    out[axis] = len;
+    let spec = OpSpec::Narrow {
+        rows: dims[..axis].iter().product(),
+        cols: dims[axis] * inner,
+        start: start * inner,
+        len: len * inner,
+    };
+    dispatch(OP, spec, &[x], Shape::from(out), DType::F32, None)
+}

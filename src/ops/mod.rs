@@ -18,7 +18,7 @@ mod softmax;
 
 pub use elementwise::{add, gelu, gelu_erf, mul, scale, silu, swiglu};
 pub use embedding::embedding;
-pub use layout::{concat, permute, transpose};
+pub use layout::{concat, narrow, permute, transpose};
 pub use matmul::{matmul, matmul_t};
 pub use norm::{layer_norm, rms_norm};
 pub use quant::{dequantize, qmatmul_t, quantize, ternary_dot};

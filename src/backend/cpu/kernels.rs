@@ -219,3 +219,13 @@ pub fn concat(a: &[f32], b: &[f32], rows: usize, a_cols: usize, b_cols: usize) -
     });
     out
 }
+
+/// `Narrow`: columns `start..start + len` of each row of width `cols`.
+pub fn narrow(x: &[f32], cols: usize, start: usize, len: usize) -> Vec<f32> {
+    let rows = x.len().checked_div(cols).unwrap_or(0);
+    let mut out = vec![0f32; rows * len];
+    for_each_row(&mut out, len, 1, |r, row| {
+        row.copy_from_slice(&x[r * cols + start..r * cols + start + len]);
+    });
+    out
+}

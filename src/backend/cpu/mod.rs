@@ -223,6 +223,9 @@ impl Backend for CpuBackend {
                 *a_cols,
                 *b_cols,
             )),
+            OpSpec::Narrow {
+                cols, start, len, ..
+            } => HostData::F32(kernels::narrow(input.f32(0)?, *cols, *start, *len)),
             OpSpec::Scan {
                 op,
                 outer,

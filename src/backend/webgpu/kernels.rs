@@ -294,6 +294,21 @@ impl Encoder<'_> {
                 let grid = self.grid(op, (len as u64).div_ceil(WG))?;
                 self.run(Shader::Concat, "concat", &p, out, &raw[..2], grid)
             }
+            OpSpec::Narrow {
+                rows,
+                cols,
+                start,
+                len,
+            } => {
+                let total = rows * len;
+                let p = Params::default()
+                    .u(u32_of(op, "len", total)?)
+                    .u(u32_of(op, "cols", *cols)?)
+                    .u(u32_of(op, "start", *start)?)
+                    .u(u32_of(op, "width", *len)?);
+                let grid = self.grid(op, (total as u64).div_ceil(WG))?;
+                self.run(Shader::Concat, "narrow", &p, out, &raw[..1], grid)
+            }
             OpSpec::Argmax { rows, cols } => {
                 let p = Params::default()
                     .u(u32_of(op, "rows", *rows)?)
@@ -505,6 +520,20 @@ fn check_inputs(op: &'static str, spec: &OpSpec, inputs: &[Operand<'_>]) -> Resu
             a_cols,
             b_cols,
         } => vec![(Some(F32), rows * a_cols), (Some(F32), rows * b_cols)],
+        OpSpec::Narrow {
+            rows,
+            cols,
+            start,
+            len,
+        } => {
+            if start + len > *cols {
+                return Err(Error::invalid(
+                    op,
+                    format!("columns {start}..{} exceed the width {cols}", start + len),
+                ));
+            }
+            vec![(Some(F32), rows * cols)]
+        }
         OpSpec::ScanGradInit { outer, len, inner } => vec![
             (Some(F32), outer * len * inner),
             (Some(F32), outer * len * inner),
