@@ -463,3 +463,83 @@ fn debug_hooks_see_the_chosen_intermediates() {
         Err(Error::InvalidArgument { .. })
     ));
 }
+
+#[test]
+fn a_batch_of_sequences_equals_each_sequence_alone() {
+    use webtensor::model::SequenceInput;
+    let dir = hf_folder(GQA, "batch");
+    // Three sequences of different lengths, one of them already holding a prompt.
+    let prompts: [&[u32]; 3] = [&TOKENS[..5], &[7, 8], &TOKENS[2..9]];
+    for dev in devices() {
+        let model = Llama::load(&dev, ModelFiles::open(&dir).unwrap()).unwrap();
+        let alone: Vec<Vec<f32>> = prompts
+            .iter()
+            .map(|p| model.logits(p).unwrap().to_vec().unwrap())
+            .collect();
+        let mut caches: Vec<_> = (0..3).map(|_| model.new_cache(32).unwrap()).collect();
+        let [c0, c1, c2] = &mut caches[..] else {
+            unreachable!()
+        };
+        // The second sequence's first token runs before the batch: a cache of length 1.
+        model.forward(&prompts[1][..1], c1).unwrap();
+        let mut batch = [
+            SequenceInput {
+                tokens: prompts[0],
+                cache: c0,
+            },
+            SequenceInput {
+                tokens: &prompts[1][1..],
+                cache: c1,
+            },
+            SequenceInput {
+                tokens: prompts[2],
+                cache: c2,
+            },
+        ];
+        let got: Vec<f32> = model.forward_batch(&mut batch).unwrap().to_vec().unwrap();
+        let vocab = GQA.vocab;
+        let want: Vec<f32> = [
+            alone[0].clone(),
+            alone[1][vocab..].to_vec(),
+            alone[2].clone(),
+        ]
+        .concat();
+        assert_close(
+            &format!("batch on {}", dev.backend_name()),
+            &got,
+            &want,
+            TOL,
+        );
+        // Greedy next tokens of the batch: each sequence's last row, argmax on the device.
+        let next = model.greedy_next(&mut [
+            SequenceInput {
+                tokens: &[3],
+                cache: c0,
+            },
+            SequenceInput {
+                tokens: &[4, 5],
+                cache: c2,
+            },
+        ]);
+        let next = next.unwrap();
+        let argmax = |row: &[f32]| {
+            row.iter()
+                .enumerate()
+                .max_by(|a, b| a.1.total_cmp(b.1))
+                .map(|(i, _)| i as u32)
+                .unwrap()
+        };
+        let seq0: Vec<u32> = [prompts[0], &[3]].concat();
+        let seq2: Vec<u32> = [prompts[2], &[4, 5]].concat();
+        let last = |s: &[u32]| {
+            let l: Vec<f32> = model.logits(s).unwrap().to_vec().unwrap();
+            argmax(&l[l.len() - vocab..])
+        };
+        assert_eq!(
+            next,
+            vec![last(&seq0), last(&seq2)],
+            "on {}",
+            dev.backend_name()
+        );
+    }
+}

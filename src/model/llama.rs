@@ -95,6 +95,14 @@ impl KvCache {
     }
 }
 
+/// One sequence of a batch: its new tokens and its cache.
+pub struct SequenceInput<'a> {
+    /// Tokens to run after those the cache holds.
+    pub tokens: &'a [u32],
+    /// The sequence's cache; the new tokens' keys and values are appended.
+    pub cache: &'a mut KvCache,
+}
+
 /// Weight names: Hugging Face's or GGUF's.
 fn name(gguf: bool, layer: Option<usize>, hf: &str, gg: &str) -> String {
     match (layer, gguf) {
@@ -276,42 +284,56 @@ impl Llama {
     /// once or token by token with the same result. On an error the cache is left unusable
     /// for this sequence; reset it.
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+        self.forward_batch(&mut [SequenceInput { tokens, cache }])
+    }
+
+    /// One forward pass over a batch of sequences, each with its own new tokens and cache (so
+    /// its own length and positions): the logits of every new token, f32
+    /// `[Σ tokens, vocab_size]` in batch order. Projections and feed-forward blocks run once
+    /// over all rows; attention runs per sequence over that sequence's cache.
+    pub fn forward_batch(&self, batch: &mut [SequenceInput<'_>]) -> Result<Tensor> {
         let c = &self.config;
-        let t = tokens.len();
-        if t == 0 {
-            return Err(Error::invalid("llama", "no tokens to run"));
+        if batch.is_empty() {
+            return Err(Error::invalid("llama", "an empty batch"));
         }
-        if cache.layers.len() != self.layers.len() {
-            return Err(Error::invalid(
-                "llama",
-                "the cache belongs to another model",
-            ));
+        let mut ids = Vec::new();
+        let mut positions = Vec::new();
+        for seq in batch.iter() {
+            let (t, cache) = (seq.tokens.len(), &seq.cache);
+            if t == 0 {
+                return Err(Error::invalid("llama", "a sequence has no tokens to run"));
+            }
+            if cache.layers.len() != self.layers.len() {
+                return Err(Error::invalid("llama", "a cache belongs to another model"));
+            }
+            if cache.len + t > cache.capacity {
+                return Err(Error::CacheFull {
+                    capacity: cache.capacity,
+                    len: cache.len,
+                    requested: t,
+                });
+            }
+            if let Some(&bad) = seq.tokens.iter().find(|&&id| id as usize >= c.vocab_size) {
+                return Err(Error::invalid(
+                    "llama",
+                    format!("token id {bad} is not below vocab_size {}", c.vocab_size),
+                ));
+            }
+            ids.extend_from_slice(seq.tokens);
+            positions.extend(cache.len as u32..(cache.len + t) as u32);
         }
-        if cache.len + t > cache.capacity {
-            return Err(Error::CacheFull {
-                capacity: cache.capacity,
-                len: cache.len,
-                requested: t,
-            });
-        }
-        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= c.vocab_size) {
-            return Err(Error::invalid(
-                "llama",
-                format!("token id {bad} is not below vocab_size {}", c.vocab_size),
-            ));
-        }
+        let rows = ids.len();
         let device = self.embed.device();
-        let ids = Tensor::from_slice(device, tokens, [t])?;
-        let start = cache.len as u32;
-        let positions: Vec<u32> = (start..start + t as u32).collect();
-        let positions = Tensor::from_vec(device, positions, [t])?;
+        let ids = Tensor::from_vec(device, ids, [rows])?;
+        let positions = Tensor::from_vec(device, positions, [rows])?;
         let eps = c.rms_norm_eps;
         let mut x = ops::embedding(&self.embed, &ids)?;
         self.emit("embedding", 0, &x);
-        for (i, (layer, kv)) in self.layers.iter().zip(cache.layers.iter_mut()).enumerate() {
+        for (i, layer) in self.layers.iter().enumerate() {
             let h = ops::rms_norm(&x, &layer.attn_norm, eps)?;
             self.emit("attn_norm", i, &h);
-            let attn = self.attention(i, layer, &h, &positions, kv)?;
+            let attn = self.attention(i, layer, &h, &positions, batch)?;
+            self.emit("attention", i, &attn);
             let attn_out = ops::matmul_t(&attn, &layer.wo)?;
             self.emit("attn_out", i, &attn_out);
             x = ops::add(&x, &attn_out)?;
@@ -326,7 +348,9 @@ impl Llama {
             x = ops::add(&x, &ffn_out)?;
             self.emit("residual", i, &x);
         }
-        cache.len += t;
+        for seq in batch.iter_mut() {
+            seq.cache.len += seq.tokens.len();
+        }
         let x = ops::rms_norm(&x, &self.norm, eps)?;
         self.emit("final_norm", 0, &x);
         let logits = ops::matmul_t(&x, &self.lm_head)?;
@@ -334,20 +358,35 @@ impl Llama {
         Ok(logits)
     }
 
-    /// Causal grouped-query attention of one layer for the new rows `h` `[t, hidden]` over the
-    /// cached keys and values plus their own (appended to `kv`): `[t, q_dim]`.
+    /// The greedy next token of each sequence of a batch: one forward pass, argmax on the
+    /// device, and only the ids read back.
+    pub fn greedy_next(&self, batch: &mut [SequenceInput<'_>]) -> Result<Vec<u32>> {
+        let logits = self.forward_batch(batch)?;
+        let ids: Vec<u32> = ops::argmax(&logits)?.to_vec()?;
+        let mut end = 0;
+        Ok(batch
+            .iter()
+            .map(|seq| {
+                end += seq.tokens.len();
+                ids[end - 1]
+            })
+            .collect())
+    }
+
+    /// Causal grouped-query attention of one layer for the new rows `h` `[rows, hidden]` of
+    /// every sequence of the batch, each over its cached keys and values plus its own (which
+    /// are appended to its cache): `[rows, q_dim]`.
     fn attention(
         &self,
         index: usize,
         layer: &Layer,
         h: &Tensor,
         positions: &Tensor,
-        kv_cache: &mut Option<(Tensor, Tensor)>,
+        batch: &mut [SequenceInput<'_>],
     ) -> Result<Tensor> {
         let c = &self.config;
-        let t = h.dims()[0];
+        let rows = h.dims()[0];
         let (heads, kv, hd) = (c.num_attention_heads, c.kv_heads(), c.head_dim());
-        let group = heads / kv;
         let project = |w: &Tensor, bias: Option<&Tensor>| -> Result<Tensor> {
             let y = ops::matmul_t(h, w)?;
             match bias {
@@ -356,18 +395,54 @@ impl Llama {
             }
         };
         let bias = |i: usize| layer.biases.as_ref().map(|b| &b[i]);
-        let q = project(&layer.wq, bias(0))?.reshape([t, heads, hd])?;
-        let k = project(&layer.wk, bias(1))?.reshape([t, kv, hd])?;
-        let v = project(&layer.wv, bias(2))?.reshape([t, kv, hd])?;
+        let q = project(&layer.wq, bias(0))?.reshape([rows, heads, hd])?;
+        let k = project(&layer.wk, bias(1))?.reshape([rows, kv, hd])?;
+        let v = project(&layer.wv, bias(2))?.reshape([rows, kv, hd])?;
         let q = ops::rope(&q, positions, c.rope_theta, self.layout)?;
         let k = ops::rope(&k, positions, c.rope_theta, self.layout)?;
         self.emit("q", index, &q);
         self.emit("k", index, &k);
         self.emit("v", index, &v);
-        // Heads of one key/value group are consecutive: [kv, group · t, hd] against [kv, t, hd].
-        let q = ops::transpose(&q, 0, 1)?.reshape([kv, group * t, hd])?;
-        let (mut k, mut v) = (ops::transpose(&k, 0, 1)?, ops::transpose(&v, 0, 1)?);
-        if let Some((k_old, v_old)) = kv_cache.take() {
+        let single = batch.len() == 1;
+        let mut out: Option<Tensor> = None;
+        let mut first = 0;
+        for seq in batch.iter_mut() {
+            let t = seq.tokens.len();
+            let rows_of = |x: &Tensor| {
+                if single {
+                    Ok(x.clone())
+                } else {
+                    ops::narrow(x, 0, first, t)
+                }
+            };
+            let cached = &mut seq.cache.layers[index];
+            let o = self.attend(&rows_of(&q)?, &rows_of(&k)?, &rows_of(&v)?, cached)?;
+            out = Some(match out {
+                None => o,
+                Some(prev) => ops::concat(&prev, &o, 0)?,
+            });
+            first += t;
+        }
+        out.ok_or_else(|| Error::invalid("llama", "an empty batch"))
+    }
+
+    /// One sequence's attention: `q` `[t, heads, hd]`, new `k`, `v` `[t, kv_heads, hd]`
+    /// appended to `cached`; returns `[t, q_dim]`.
+    fn attend(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        cached: &mut Option<(Tensor, Tensor)>,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let t = q.dims()[0];
+        let (heads, kv, hd) = (c.num_attention_heads, c.kv_heads(), c.head_dim());
+        let group = heads / kv;
+        // Heads of one key/value group are consecutive: [kv, group · t, hd] against [kv, n, hd].
+        let q = ops::transpose(q, 0, 1)?.reshape([kv, group * t, hd])?;
+        let (mut k, mut v) = (ops::transpose(k, 0, 1)?, ops::transpose(v, 0, 1)?);
+        if let Some((k_old, v_old)) = cached.take() {
             k = ops::concat(&k_old, &k, 1)?;
             v = ops::concat(&v_old, &v, 1)?;
         }
@@ -376,9 +451,7 @@ impl Llama {
         // The new queries are the last t of the n keys: softmax_causal's convention.
         let probs = ops::softmax_causal(&scores.reshape([heads, t, n])?)?;
         let out = ops::matmul(&probs.reshape([kv, group * t, n])?, &v)?;
-        *kv_cache = Some((k, v));
-        let out = ops::transpose(&out.reshape([heads, t, hd])?, 0, 1)?.reshape([t, heads * hd])?;
-        self.emit("attention", index, &out);
-        Ok(out)
+        *cached = Some((k, v));
+        ops::transpose(&out.reshape([heads, t, hd])?, 0, 1)?.reshape([t, heads * hd])
     }
 }

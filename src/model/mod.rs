@@ -15,6 +15,6 @@ pub mod weights;
 pub use config::LlamaConfig;
 pub use files::{FileBytes, ModelFiles};
 pub use generate::{generate, GenerationStats};
-pub use llama::{Hook, KvCache, Llama, HOOK_NAMES};
+pub use llama::{Hook, KvCache, Llama, SequenceInput, HOOK_NAMES};
 pub use sampler::{Sampler, Sampling};
 pub use tokenizer::{StreamDecoder, Tokenizer};
