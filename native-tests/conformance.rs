@@ -678,6 +678,18 @@ fn concat(dev: &Device) {
     }
 }
 
+/// The copy ops on u32 data (token ids kept on the device), exactly.
+fn copies_of_ids(dev: &Device) {
+    let a: Vec<u32> = (0..12).collect();
+    let b: Vec<u32> = (100..106).collect();
+    let run = |d: &Device| -> (Vec<u32>, Vec<u32>) {
+        let joined = ops::concat(&tensor(d, &a, &[3, 4]), &tensor(d, &b, &[3, 2]), 1).unwrap();
+        let part = ops::narrow(&joined, 1, 3, 2).unwrap();
+        (joined.to_vec().unwrap(), part.to_vec().unwrap())
+    };
+    assert_eq!(run(dev), run(&reference()), "on {}", dev.backend_name());
+}
+
 /// Slices along each axis, against the reference (exact: a copy).
 fn narrow(dev: &Device) {
     let mut r = rng(61);
@@ -895,4 +907,5 @@ matrix!(
     scan_backward,
     concat,
     narrow,
+    copies_of_ids,
 );

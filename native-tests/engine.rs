@@ -543,3 +543,48 @@ fn a_batch_of_sequences_equals_each_sequence_alone() {
         );
     }
 }
+
+#[test]
+fn multi_step_greedy_decode_equals_single_steps() {
+    use webtensor::model::SequenceInput;
+    let dir = hf_folder(GQA, "multistep");
+    for dev in devices() {
+        let model = Llama::load(&dev, ModelFiles::open(&dir).unwrap()).unwrap();
+        let prompt = &TOKENS[..5];
+        // Single steps: each id read back and fed again from the host.
+        let mut cache = model.new_cache(32).unwrap();
+        let mut ids = Vec::new();
+        let mut next = model
+            .greedy_next(&mut [SequenceInput {
+                tokens: prompt,
+                cache: &mut cache,
+            }])
+            .unwrap()[0];
+        for _ in 0..6 {
+            ids.push(next);
+            next = model
+                .greedy_next(&mut [SequenceInput {
+                    tokens: &[next],
+                    cache: &mut cache,
+                }])
+                .unwrap()[0];
+        }
+        // Six steps with the ids kept on the device, read back once.
+        let mut cache2 = model.new_cache(32).unwrap();
+        let first = model
+            .greedy_next(&mut [SequenceInput {
+                tokens: prompt,
+                cache: &mut cache2,
+            }])
+            .unwrap()[0];
+        let mut multi = vec![first];
+        multi.extend(model.greedy_decode(first, &mut cache2, 5).unwrap());
+        assert_eq!(multi, ids, "on {}", dev.backend_name());
+        assert_eq!(cache2.len(), prompt.len() + 5);
+        let mut small = model.new_cache(2).unwrap();
+        assert!(matches!(
+            model.greedy_decode(first, &mut small, 3),
+            Err(Error::CacheFull { .. })
+        ));
+    }
+}

@@ -129,26 +129,27 @@ impl Backend for ReferenceBackend {
                 rows,
                 a_cols,
                 b_cols,
-            } => HostData::F32(concat(
-                input.f32(0)?,
-                input.f32(1)?,
-                *rows,
-                *a_cols,
-                *b_cols,
-            )),
+            } => match (input.data(0)?, input.data(1)?) {
+                (HostData::U32(a), HostData::U32(b)) => {
+                    HostData::U32(concat(a, b, *rows, *a_cols, *b_cols))
+                }
+                _ => HostData::F32(concat(
+                    input.f32(0)?,
+                    input.f32(1)?,
+                    *rows,
+                    *a_cols,
+                    *b_cols,
+                )),
+            },
             OpSpec::Narrow {
                 rows,
                 cols,
                 start,
                 len,
-            } => {
-                let x = input.f32(0)?;
-                HostData::F32(
-                    (0..*rows)
-                        .flat_map(|r| x[r * cols + start..r * cols + start + len].iter().copied())
-                        .collect(),
-                )
-            }
+            } => match input.data(0)? {
+                HostData::U32(x) => HostData::U32(narrow(x, *rows, *cols, *start, *len)),
+                _ => HostData::F32(narrow(input.f32(0)?, *rows, *cols, *start, *len)),
+            },
             OpSpec::Scan {
                 op,
                 outer,
@@ -356,13 +357,20 @@ fn matmul(a: &[f32], rhs: &[f32], m: &MatmulSpec) -> Vec<f32> {
 }
 
 /// Rows of `a` (width `a_cols`) each followed by the same row of `b`.
-fn concat(a: &[f32], b: &[f32], rows: usize, a_cols: usize, b_cols: usize) -> Vec<f32> {
+fn concat<T: Copy>(a: &[T], b: &[T], rows: usize, a_cols: usize, b_cols: usize) -> Vec<T> {
     let mut out = Vec::with_capacity(a.len() + b.len());
     for r in 0..rows {
         out.extend_from_slice(&a[r * a_cols..(r + 1) * a_cols]);
         out.extend_from_slice(&b[r * b_cols..(r + 1) * b_cols]);
     }
     out
+}
+
+/// Columns `start..start + len` of each of `rows` rows of width `cols`.
+fn narrow<T: Copy>(x: &[T], rows: usize, cols: usize, start: usize, len: usize) -> Vec<T> {
+    (0..rows)
+        .flat_map(|r| x[r * cols + start..r * cols + start + len].iter().copied())
+        .collect()
 }
 
 /// The `[outer, len, inner]` view of a scan.

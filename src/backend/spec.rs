@@ -259,8 +259,8 @@ pub enum OpSpec {
         /// The contracted dimension (a multiple of 256).
         k: usize,
     },
-    /// Inputs: `a` f32 `[rows, a_cols]`, `b` f32 `[rows, b_cols]`. Output: f32
-    /// `[rows, a_cols + b_cols]`, each row `a`'s row followed by `b`'s (concatenation along
+    /// Inputs: `a` `[rows, a_cols]`, `b` `[rows, b_cols]`, both f32 or both u32. Output: the
+    /// same dtype, `[rows, a_cols + b_cols]`, each row `a`'s row followed by `b`'s (concatenation along
     /// an axis, seen as rows of everything after it).
     Concat {
         /// Rows (product of the dimensions before the axis).
@@ -270,7 +270,8 @@ pub enum OpSpec {
         /// Row width of `b`.
         b_cols: usize,
     },
-    /// Inputs: `x` f32 `[rows, cols]`. Output: f32 `[rows, len]`, columns `start..start + len`
+    /// Inputs: `x` f32 or u32 `[rows, cols]`. Output: the same dtype, `[rows, len]`, columns
+    /// `start..start + len`
     /// of each row (a slice along an axis, seen as rows of everything after it).
     Narrow {
         /// Rows (product of the dimensions before the axis).
@@ -395,7 +396,7 @@ impl OpSpec {
     pub fn output_dtype(&self, input: DType) -> DType {
         match self {
             OpSpec::Argmax { .. } => DType::U32,
-            OpSpec::Permute { .. } => input,
+            OpSpec::Permute { .. } | OpSpec::Concat { .. } | OpSpec::Narrow { .. } => input,
             OpSpec::Quantize { format, .. } => *format,
             OpSpec::TernaryDot { .. } => DType::I32,
             _ => DType::F32,

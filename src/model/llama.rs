@@ -323,16 +323,69 @@ impl Llama {
             positions.extend(cache.len as u32..(cache.len + t) as u32);
         }
         let rows = ids.len();
+        let ids = Tensor::from_vec(self.embed.device(), ids, [rows])?;
+        let mut seqs: Vec<(usize, &mut KvCache)> = batch
+            .iter_mut()
+            .map(|s| (s.tokens.len(), &mut *s.cache))
+            .collect();
+        self.run(&ids, positions, &mut seqs)
+    }
+
+    /// Greedy decoding of `steps` tokens after `first` (the last token of the prompt, not yet
+    /// in `cache`): each step's argmax stays on the device and feeds the next step's
+    /// embedding, so on a GPU the `steps` forward passes are recorded into one submit and the
+    /// ids are read back once. The same tokens as `steps` calls of [`Llama::greedy_next`].
+    pub fn greedy_decode(&self, first: u32, cache: &mut KvCache, steps: usize) -> Result<Vec<u32>> {
+        if first as usize >= self.config.vocab_size {
+            return Err(Error::invalid(
+                "llama",
+                format!(
+                    "token id {first} is not below vocab_size {}",
+                    self.config.vocab_size
+                ),
+            ));
+        }
+        if cache.len + steps > cache.capacity {
+            return Err(Error::CacheFull {
+                capacity: cache.capacity,
+                len: cache.len,
+                requested: steps,
+            });
+        }
         let device = self.embed.device();
-        let ids = Tensor::from_vec(device, ids, [rows])?;
-        let positions = Tensor::from_vec(device, positions, [rows])?;
+        let mut ids = Tensor::from_slice(device, &[first], [1])?;
+        let mut out: Option<Tensor> = None;
+        for _ in 0..steps {
+            let position = cache.len as u32;
+            let logits = self.run(&ids, vec![position], &mut [(1, &mut *cache)])?;
+            let next = ops::argmax(&logits)?;
+            out = Some(match out {
+                None => next.clone(),
+                Some(prev) => ops::concat(&prev, &next, 0)?,
+            });
+            ids = next;
+        }
+        out.map_or(Ok(Vec::new()), |t| t.to_vec())
+    }
+
+    /// The forward pass over `ids` (on the device) at `positions`, for sequences of the given
+    /// lengths with their caches, in order.
+    fn run(
+        &self,
+        ids: &Tensor,
+        positions: Vec<u32>,
+        seqs: &mut [(usize, &mut KvCache)],
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let rows = positions.len();
+        let positions = Tensor::from_vec(self.embed.device(), positions, [rows])?;
         let eps = c.rms_norm_eps;
-        let mut x = ops::embedding(&self.embed, &ids)?;
+        let mut x = ops::embedding(&self.embed, ids)?;
         self.emit("embedding", 0, &x);
         for (i, layer) in self.layers.iter().enumerate() {
             let h = ops::rms_norm(&x, &layer.attn_norm, eps)?;
             self.emit("attn_norm", i, &h);
-            let attn = self.attention(i, layer, &h, &positions, batch)?;
+            let attn = self.attention(i, layer, &h, &positions, seqs)?;
             self.emit("attention", i, &attn);
             let attn_out = ops::matmul_t(&attn, &layer.wo)?;
             self.emit("attn_out", i, &attn_out);
@@ -348,8 +401,8 @@ impl Llama {
             x = ops::add(&x, &ffn_out)?;
             self.emit("residual", i, &x);
         }
-        for seq in batch.iter_mut() {
-            seq.cache.len += seq.tokens.len();
+        for (t, cache) in seqs.iter_mut() {
+            cache.len += *t;
         }
         let x = ops::rms_norm(&x, &self.norm, eps)?;
         self.emit("final_norm", 0, &x);
@@ -382,7 +435,7 @@ impl Llama {
         layer: &Layer,
         h: &Tensor,
         positions: &Tensor,
-        batch: &mut [SequenceInput<'_>],
+        seqs: &mut [(usize, &mut KvCache)],
     ) -> Result<Tensor> {
         let c = &self.config;
         let rows = h.dims()[0];
@@ -403,11 +456,11 @@ impl Llama {
         self.emit("q", index, &q);
         self.emit("k", index, &k);
         self.emit("v", index, &v);
-        let single = batch.len() == 1;
+        let single = seqs.len() == 1;
         let mut out: Option<Tensor> = None;
         let mut first = 0;
-        for seq in batch.iter_mut() {
-            let t = seq.tokens.len();
+        for (t, cache) in seqs.iter_mut() {
+            let t = *t;
             let rows_of = |x: &Tensor| {
                 if single {
                     Ok(x.clone())
@@ -415,7 +468,7 @@ impl Llama {
                     ops::narrow(x, 0, first, t)
                 }
             };
-            let cached = &mut seq.cache.layers[index];
+            let cached = &mut cache.layers[index];
             let o = self.attend(&rows_of(&q)?, &rows_of(&k)?, &rows_of(&v)?, cached)?;
             out = Some(match out {
                 None => o,

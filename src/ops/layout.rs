@@ -54,11 +54,11 @@ pub fn transpose(x: &Tensor, dim0: usize, dim1: usize) -> Result<Tensor> {
     permute(x, &perm)
 }
 
-/// `a` and `b` joined along `axis`: every other dimension must match (f32).
+/// `a` and `b` joined along `axis`: every other dimension must match; both f32 or both u32.
 pub fn concat(a: &Tensor, b: &Tensor, axis: usize) -> Result<Tensor> {
     const OP: &str = "concat";
-    expect_dtype(OP, "a", a, DType::F32)?;
-    expect_dtype(OP, "b", b, DType::F32)?;
+    expect_words(OP, "a", a)?;
+    expect_dtype(OP, "b", b, a.dtype())?;
     let (ad, bd) = (a.dims(), b.dims());
     if axis >= ad.len() || ad.len() != bd.len() {
         return Err(Error::shape(
@@ -88,13 +88,22 @@ pub fn concat(a: &Tensor, b: &Tensor, axis: usize) -> Result<Tensor> {
         a_cols: ad[axis] * inner,
         b_cols: bd[axis] * inner,
     };
-    dispatch(OP, spec, &[a, b], Shape::from(out), DType::F32, None)
+    let bound = a.index_bound().zip(b.index_bound()).map(|(x, y)| x.max(y));
+    dispatch(OP, spec, &[a, b], Shape::from(out), a.dtype(), bound)
 }
 
-/// `len` entries of `x` along `axis` from `start` (f32): a contiguous copy.
+/// Fails unless `t` is f32 or u32 (the 32-bit-word dtypes the copy ops move).
+fn expect_words(op: &'static str, argument: &'static str, t: &Tensor) -> Result<()> {
+    if t.dtype() == DType::U32 {
+        return Ok(());
+    }
+    expect_dtype(op, argument, t, DType::F32)
+}
+
+/// `len` entries of `x` along `axis` from `start` (f32 or u32): a contiguous copy.
 pub fn narrow(x: &Tensor, axis: usize, start: usize, len: usize) -> Result<Tensor> {
     const OP: &str = "narrow";
-    expect_dtype(OP, "x", x, DType::F32)?;
+    expect_words(OP, "x", x)?;
     let dims = x.dims();
     if axis >= dims.len() || start.checked_add(len).is_none_or(|end| end > dims[axis]) {
         return Err(Error::shape(
@@ -115,5 +124,5 @@ pub fn narrow(x: &Tensor, axis: usize, start: usize, len: usize) -> Result<Tenso
         start: start * inner,
         len: len * inner,
     };
-    dispatch(OP, spec, &[x], Shape::from(out), DType::F32, None)
+    dispatch(OP, spec, &[x], Shape::from(out), x.dtype(), x.index_bound())
 }

@@ -210,9 +210,15 @@ pub fn scan_grad_a(g: &[f32], h: &[f32], h0: &[f32], len: usize, inner: usize) -
 }
 
 /// `Concat`: each output row is `a`'s row then `b`'s, rows in parallel.
-pub fn concat(a: &[f32], b: &[f32], rows: usize, a_cols: usize, b_cols: usize) -> Vec<f32> {
+pub fn concat<T: Copy + Default + Send + Sync>(
+    a: &[T],
+    b: &[T],
+    rows: usize,
+    a_cols: usize,
+    b_cols: usize,
+) -> Vec<T> {
     let width = a_cols + b_cols;
-    let mut out = vec![0f32; rows * width];
+    let mut out = vec![T::default(); rows * width];
     for_each_row(&mut out, width, 1, |r, row| {
         row[..a_cols].copy_from_slice(&a[r * a_cols..(r + 1) * a_cols]);
         row[a_cols..].copy_from_slice(&b[r * b_cols..(r + 1) * b_cols]);
@@ -221,9 +227,14 @@ pub fn concat(a: &[f32], b: &[f32], rows: usize, a_cols: usize, b_cols: usize) -
 }
 
 /// `Narrow`: columns `start..start + len` of each row of width `cols`.
-pub fn narrow(x: &[f32], cols: usize, start: usize, len: usize) -> Vec<f32> {
+pub fn narrow<T: Copy + Default + Send + Sync>(
+    x: &[T],
+    cols: usize,
+    start: usize,
+    len: usize,
+) -> Vec<T> {
     let rows = x.len().checked_div(cols).unwrap_or(0);
-    let mut out = vec![0f32; rows * len];
+    let mut out = vec![T::default(); rows * len];
     for_each_row(&mut out, len, 1, |r, row| {
         row.copy_from_slice(&x[r * cols + start..r * cols + start + len]);
     });

@@ -216,16 +216,24 @@ impl Backend for CpuBackend {
                 rows,
                 a_cols,
                 b_cols,
-            } => HostData::F32(kernels::concat(
-                input.f32(0)?,
-                input.f32(1)?,
-                *rows,
-                *a_cols,
-                *b_cols,
-            )),
+            } => match (input.data(0)?, input.data(1)?) {
+                (HostData::U32(a), HostData::U32(b)) => {
+                    HostData::U32(kernels::concat(a, b, *rows, *a_cols, *b_cols))
+                }
+                _ => HostData::F32(kernels::concat(
+                    input.f32(0)?,
+                    input.f32(1)?,
+                    *rows,
+                    *a_cols,
+                    *b_cols,
+                )),
+            },
             OpSpec::Narrow {
                 cols, start, len, ..
-            } => HostData::F32(kernels::narrow(input.f32(0)?, *cols, *start, *len)),
+            } => match input.data(0)? {
+                HostData::U32(x) => HostData::U32(kernels::narrow(x, *cols, *start, *len)),
+                _ => HostData::F32(kernels::narrow(input.f32(0)?, *cols, *start, *len)),
+            },
             OpSpec::Scan {
                 op,
                 outer,

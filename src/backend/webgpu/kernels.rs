@@ -519,7 +519,7 @@ fn check_inputs(op: &'static str, spec: &OpSpec, inputs: &[Operand<'_>]) -> Resu
             rows,
             a_cols,
             b_cols,
-        } => vec![(Some(F32), rows * a_cols), (Some(F32), rows * b_cols)],
+        } => vec![(None, rows * a_cols), (None, rows * b_cols)],
         OpSpec::Narrow {
             rows,
             cols,
@@ -532,7 +532,7 @@ fn check_inputs(op: &'static str, spec: &OpSpec, inputs: &[Operand<'_>]) -> Resu
                     format!("columns {start}..{} exceed the width {cols}", start + len),
                 ));
             }
-            vec![(Some(F32), rows * cols)]
+            vec![(None, rows * cols)]
         }
         OpSpec::ScanGradInit { outer, len, inner } => vec![
             (Some(F32), outer * len * inner),
