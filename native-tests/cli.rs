@@ -149,6 +149,17 @@ fn eval_prints_the_logits_of_every_position() {
             assert!((x - y).abs() < 1e-3 * y.abs().max(1.0), "{x} vs {y}");
         }
     }
+    // Streaming every layer from the files gives the same logits.
+    let streamed = json(&webtensor(&[
+        "eval",
+        "--tokens",
+        "0,5,9",
+        "--backend",
+        "cpu",
+        "--resident-layers",
+        "0",
+    ]));
+    assert_eq!(streamed, cpu);
     let bad = webtensor(&["eval", "--tokens", "0,999999", "--backend", "cpu"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("vocab"));

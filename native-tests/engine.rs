@@ -588,3 +588,35 @@ fn multi_step_greedy_decode_equals_single_steps() {
         ));
     }
 }
+
+#[test]
+fn streamed_layers_give_the_same_logits() {
+    let dir = hf_folder(GQA, "streaming");
+    for dev in devices() {
+        let resident = Llama::load(&dev, ModelFiles::open(&dir).unwrap()).unwrap();
+        let want: Vec<f32> = resident.logits(&TOKENS).unwrap().to_vec().unwrap();
+        for keep in [0, 1] {
+            let streamed =
+                Llama::load_streaming(&dev, ModelFiles::open(&dir).unwrap(), keep).unwrap();
+            let mut cache = streamed.new_cache(16).unwrap();
+            let mut got: Vec<f32> = streamed
+                .forward(&TOKENS[..4], &mut cache)
+                .unwrap()
+                .to_vec()
+                .unwrap();
+            got.extend(
+                streamed
+                    .forward(&TOKENS[4..], &mut cache)
+                    .unwrap()
+                    .to_vec::<f32>()
+                    .unwrap(),
+            );
+            assert_close(
+                &format!("{keep} resident layers on {}", dev.backend_name()),
+                &got,
+                &want,
+                1e-6,
+            );
+        }
+    }
+}

@@ -111,6 +111,10 @@ struct ModelArgs {
     /// Backend to run on (cpu, wgpu, reference, cuda); default: `Device::auto`.
     #[arg(long, value_name = "NAME")]
     backend: Option<String>,
+    /// Keep only this many decoder layers on the device and stream the others from the
+    /// (memory-mapped) files on every forward pass: for models larger than the device.
+    #[arg(long, value_name = "N")]
+    resident_layers: Option<usize>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -433,7 +437,7 @@ fn load(args: &ModelArgs) -> Result<(Llama, String), Error> {
         Some(path) => (ModelFiles::open(path)?, path.display().to_string()),
         None => (model::builtin::files()?, model::builtin::NAME.to_string()),
     };
-    let model = Llama::load(&device, files)?;
+    let model = Llama::load_streaming(&device, files, args.resident_layers.unwrap_or(usize::MAX))?;
     eprintln!(
         "{name}: {} layers, {} hidden, vocab {} on {}",
         model.config.num_hidden_layers,

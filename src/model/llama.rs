@@ -4,6 +4,8 @@
 //! Every op of the forward runs on the chosen backend; on the `reference` backend it is the
 //! oracle the other backends' logits are tested against.
 
+use std::borrow::Cow;
+
 use super::files::ModelFiles;
 use super::weights::RawTensor;
 use super::{LlamaConfig, Tokenizer};
@@ -14,6 +16,7 @@ use crate::ops;
 use crate::tensor::Tensor;
 
 /// One decoder layer's weights.
+#[derive(Clone)]
 struct Layer {
     attn_norm: Tensor,
     wq: Tensor,
@@ -57,11 +60,14 @@ pub struct Llama {
     pub tokenizer: Option<Tokenizer>,
     layout: RopeLayout,
     embed: Tensor,
-    layers: Vec<Layer>,
+    /// Decoder layers; `None` for layers streamed from `files` on each pass.
+    layers: Vec<Option<Layer>>,
     norm: Tensor,
     lm_head: Tensor,
     /// The debug hook and the names it wants; `None` costs one check per tensor.
     hook: Option<(Vec<&'static str>, Hook)>,
+    /// The files, kept (memory-mapped) when some layers are streamed from them.
+    files: Option<ModelFiles>,
 }
 
 /// The keys and values of the tokens a sequence has seen, per layer, on the model's device
@@ -103,6 +109,67 @@ pub struct SequenceInput<'a> {
     pub cache: &'a mut KvCache,
 }
 
+/// Reads checked tensors of `files` onto `device`.
+struct Loader<'a> {
+    device: &'a Device,
+    files: &'a ModelFiles,
+}
+
+impl Loader<'_> {
+    /// A tensor with the shape the config needs, or an error naming it.
+    fn fetch(&self, n: &str, shape: &[usize]) -> Result<(&RawTensor, &[u8])> {
+        let (t, bytes) = self.files.get(n)?;
+        if t.shape != shape {
+            return Err(Error::model_file(
+                self.files.names.join(", "),
+                format!(
+                    "tensor `{n}` has shape {:?}; the config needs {shape:?}",
+                    t.shape
+                ),
+            ));
+        }
+        Ok((t, bytes))
+    }
+
+    fn matrix(&self, n: String, shape: [usize; 2]) -> Result<Tensor> {
+        let (t, bytes) = self.fetch(&n, &shape)?;
+        t.to_device(self.device, bytes)
+    }
+
+    fn vector(&self, n: String, len: usize) -> Result<Tensor> {
+        let (t, bytes) = self.fetch(&n, &[len])?;
+        Tensor::from_vec(self.device, t.to_f32(bytes), [len])
+    }
+
+    fn layer(&self, i: usize) -> Result<Layer> {
+        let c = &self.files.config;
+        let gguf = self.files.is_gguf;
+        let n = |hf: &str, gg: &str| name(gguf, Some(i), hf, gg);
+        let (d, f, q, kv) = (c.hidden_size, c.intermediate_size, c.q_dim(), c.kv_dim());
+        let biases = if c.attention_bias {
+            Some([
+                self.vector(n("self_attn.q_proj.bias", "attn_q.bias"), q)?,
+                self.vector(n("self_attn.k_proj.bias", "attn_k.bias"), kv)?,
+                self.vector(n("self_attn.v_proj.bias", "attn_v.bias"), kv)?,
+            ])
+        } else {
+            None
+        };
+        Ok(Layer {
+            attn_norm: self.vector(n("input_layernorm.weight", "attn_norm.weight"), d)?,
+            wq: self.matrix(n("self_attn.q_proj.weight", "attn_q.weight"), [q, d])?,
+            wk: self.matrix(n("self_attn.k_proj.weight", "attn_k.weight"), [kv, d])?,
+            wv: self.matrix(n("self_attn.v_proj.weight", "attn_v.weight"), [kv, d])?,
+            biases,
+            wo: self.matrix(n("self_attn.o_proj.weight", "attn_output.weight"), [d, q])?,
+            ffn_norm: self.vector(n("post_attention_layernorm.weight", "ffn_norm.weight"), d)?,
+            gate: self.matrix(n("mlp.gate_proj.weight", "ffn_gate.weight"), [f, d])?,
+            up: self.matrix(n("mlp.up_proj.weight", "ffn_up.weight"), [f, d])?,
+            down: self.matrix(n("mlp.down_proj.weight", "ffn_down.weight"), [d, f])?,
+        })
+    }
+}
+
 /// Weight names: Hugging Face's or GGUF's.
 fn name(gguf: bool, layer: Option<usize>, hf: &str, gg: &str) -> String {
     match (layer, gguf) {
@@ -118,98 +185,60 @@ impl Llama {
     /// a GGUF block format, used packed), vectors and the embedding table as f32. Every shape
     /// is checked against the config.
     pub fn load(device: &Device, files: ModelFiles) -> Result<Llama> {
+        Llama::load_streaming(device, files, usize::MAX)
+    }
+
+    /// Like [`Llama::load`], but keeps only the first `resident_layers` decoder layers on the
+    /// device; the others are uploaded from the (memory-mapped) files for each forward pass
+    /// and released after it, so a model larger than the device's memory still runs, slowly.
+    pub fn load_streaming(
+        device: &Device,
+        files: ModelFiles,
+        resident_layers: usize,
+    ) -> Result<Llama> {
+        let loader = Loader {
+            device,
+            files: &files,
+        };
         let c = &files.config;
-        let gguf = files.is_gguf;
-        let (d, f) = (c.hidden_size, c.intermediate_size);
-        let fetch = |n: &str, shape: &[usize]| -> Result<(&RawTensor, &[u8])> {
-            let (t, bytes) = files.get(n)?;
-            if t.shape != shape {
-                return Err(Error::model_file(
-                    files.names.join(", "),
-                    format!(
-                        "tensor `{n}` has shape {:?}; the config needs {shape:?}",
-                        t.shape
-                    ),
-                ));
-            }
-            Ok((t, bytes))
-        };
-        let matrix = |n: String, shape: [usize; 2]| -> Result<Tensor> {
-            let (t, bytes) = fetch(&n, &shape)?;
-            t.to_device(device, bytes)
-        };
-        let vector = |n: String, len: usize| -> Result<Tensor> {
-            let (t, bytes) = fetch(&n, &[len])?;
-            Tensor::from_vec(device, t.to_f32(bytes), [len])
-        };
-        let embed_name = name(gguf, None, "model.embed_tokens.weight", "token_embd.weight");
-        let (embed_raw, embed_bytes) = fetch(&embed_name, &[c.vocab_size, d])?;
-        let embed = Tensor::from_vec(device, embed_raw.to_f32(embed_bytes), [c.vocab_size, d])?;
+        let embed_name = name(
+            files.is_gguf,
+            None,
+            "model.embed_tokens.weight",
+            "token_embd.weight",
+        );
+        let (embed_raw, embed_bytes) = loader.fetch(&embed_name, &[c.vocab_size, c.hidden_size])?;
+        let embed = Tensor::from_vec(
+            device,
+            embed_raw.to_f32(embed_bytes),
+            [c.vocab_size, c.hidden_size],
+        )?;
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for i in 0..c.num_hidden_layers {
-            let l = Some(i);
-            let (q, kv) = (c.q_dim(), c.kv_dim());
-            let biases = if c.attention_bias {
-                Some([
-                    vector(name(gguf, l, "self_attn.q_proj.bias", "attn_q.bias"), q)?,
-                    vector(name(gguf, l, "self_attn.k_proj.bias", "attn_k.bias"), kv)?,
-                    vector(name(gguf, l, "self_attn.v_proj.bias", "attn_v.bias"), kv)?,
-                ])
+            layers.push(if i < resident_layers {
+                Some(loader.layer(i)?)
             } else {
+                // Checked now, uploaded per pass.
+                drop(loader.layer(i)?);
                 None
-            };
-            layers.push(Layer {
-                attn_norm: vector(
-                    name(gguf, l, "input_layernorm.weight", "attn_norm.weight"),
-                    d,
-                )?,
-                wq: matrix(
-                    name(gguf, l, "self_attn.q_proj.weight", "attn_q.weight"),
-                    [q, d],
-                )?,
-                wk: matrix(
-                    name(gguf, l, "self_attn.k_proj.weight", "attn_k.weight"),
-                    [kv, d],
-                )?,
-                wv: matrix(
-                    name(gguf, l, "self_attn.v_proj.weight", "attn_v.weight"),
-                    [kv, d],
-                )?,
-                biases,
-                wo: matrix(
-                    name(gguf, l, "self_attn.o_proj.weight", "attn_output.weight"),
-                    [d, q],
-                )?,
-                ffn_norm: vector(
-                    name(
-                        gguf,
-                        l,
-                        "post_attention_layernorm.weight",
-                        "ffn_norm.weight",
-                    ),
-                    d,
-                )?,
-                gate: matrix(
-                    name(gguf, l, "mlp.gate_proj.weight", "ffn_gate.weight"),
-                    [f, d],
-                )?,
-                up: matrix(name(gguf, l, "mlp.up_proj.weight", "ffn_up.weight"), [f, d])?,
-                down: matrix(
-                    name(gguf, l, "mlp.down_proj.weight", "ffn_down.weight"),
-                    [d, f],
-                )?,
             });
         }
-        let norm = vector(
-            name(gguf, None, "model.norm.weight", "output_norm.weight"),
-            d,
+        let norm = loader.vector(
+            name(
+                files.is_gguf,
+                None,
+                "model.norm.weight",
+                "output_norm.weight",
+            ),
+            c.hidden_size,
         )?;
-        let head_name = name(gguf, None, "lm_head.weight", "output.weight");
+        let head_name = name(files.is_gguf, None, "lm_head.weight", "output.weight");
         let lm_head = if c.tie_word_embeddings || !files.tensors.contains_key(&head_name) {
             embed_raw.to_device(device, embed_bytes)?
         } else {
-            matrix(head_name, [c.vocab_size, d])?
+            loader.matrix(head_name, [c.vocab_size, c.hidden_size])?
         };
+        let streamed = layers.iter().any(Option::is_none);
         Ok(Llama {
             config: files.config.clone(),
             tokenizer: files.tokenizer.clone(),
@@ -219,7 +248,24 @@ impl Llama {
             norm,
             lm_head,
             hook: None,
+            files: streamed.then_some(files),
         })
+    }
+
+    /// Decoder layer `i`: resident, or uploaded now from the files.
+    fn layer(&self, i: usize) -> Result<Cow<'_, Layer>> {
+        if let Some(layer) = &self.layers[i] {
+            return Ok(Cow::Borrowed(layer));
+        }
+        let files = self
+            .files
+            .as_ref()
+            .ok_or_else(|| Error::invalid("llama", "a streamed layer without its files"))?;
+        let loader = Loader {
+            device: self.embed.device(),
+            files,
+        };
+        Ok(Cow::Owned(loader.layer(i)?))
     }
 
     /// Calls `hook` with each intermediate tensor named in `names` (see [`HOOK_NAMES`]) on
@@ -382,10 +428,11 @@ impl Llama {
         let eps = c.rms_norm_eps;
         let mut x = ops::embedding(&self.embed, ids)?;
         self.emit("embedding", 0, &x);
-        for (i, layer) in self.layers.iter().enumerate() {
+        for i in 0..self.layers.len() {
+            let layer = self.layer(i)?;
             let h = ops::rms_norm(&x, &layer.attn_norm, eps)?;
             self.emit("attn_norm", i, &h);
-            let attn = self.attention(i, layer, &h, &positions, seqs)?;
+            let attn = self.attention(i, &layer, &h, &positions, seqs)?;
             self.emit("attention", i, &attn);
             let attn_out = ops::matmul_t(&attn, &layer.wo)?;
             self.emit("attn_out", i, &attn_out);
