@@ -712,13 +712,18 @@ fn narrow(dev: &Device) {
 
 // ---- scans ----------------------------------------------------------------------------------
 
-/// (shape, axis) cases: empty, single steps, lengths around the 512-step chunks, three axes,
+/// (shape, axis) cases: empty, single steps, lengths around the wgpu kernels' boundaries (64
+/// steps run one thread per channel, 65 the first chunked scan, 512-step chunks), three axes,
 /// and sequences of 100k+ steps where rounding error would grow.
-const SCAN_CASES: [(&[usize], usize); 9] = [
+const SCAN_CASES: [(&[usize], usize); 13] = [
     (&[0, 4], 0),
     (&[1], 0),
+    (&[4, 3], 1),
     (&[3, 5], 1),
+    (&[3, 64, 2], 1),
+    (&[65, 3], 0),
     (&[2, 255, 3], 1),
+    (&[2, 257], 1),
     (&[513, 4], 0),
     (&[2, 3, 4097], 2),
     (&[1, 100_003, 1], 1),
@@ -799,6 +804,25 @@ fn log_scans(dev: &Device) {
     compare("logcumsumexp -inf", dev, TOL, |d| {
         ops::logcumsumexp(&tensor(d, &lse, &[6]), 0).unwrap()
     });
+    // NaN poisons the rest of its channel (and only that channel); +inf stays +inf. Long enough
+    // (600 steps) that the wgpu backend takes its chunked path, NaN in the second chunk.
+    let mut poisoned = vec![0.5f32; 2 * 600];
+    poisoned[530] = f32::NAN;
+    poisoned[1200 - 70] = f32::INFINITY;
+    compare("logcumsumexp NaN/inf", dev, TOL, |d| {
+        ops::logcumsumexp(&tensor(d, &poisoned, &[2, 600]), 1).unwrap()
+    });
+    compare("log_cumprod NaN/inf", dev, TOL, |d| {
+        ops::log_cumprod(&tensor(d, &poisoned, &[2, 600]), 1).unwrap()
+    });
+    // The linear scan only with NaN: an infinite `a` meets products of many factors that
+    // underflowed to 0 in a parallel scan (0·∞ = NaN where the sequential definition gives ∞),
+    // as the op's documentation says.
+    poisoned[1200 - 70] = 0.5;
+    compare("linear_scan NaN", dev, TOL, |d| {
+        let x = tensor(d, &poisoned, &[2, 600]);
+        ops::linear_scan(&x, &x, &tensor(d, &[1.0f32, -1.0], &[2]), 1).unwrap()
+    });
 }
 
 /// The backward pass against the reference, and the reference's own gradients against
@@ -874,6 +898,134 @@ fn scan_backward(dev: &Device) {
     }
 }
 
+/// Unit roundoff of f32.
+const F32_U: f64 = f32::EPSILON as f64 / 2.0;
+
+/// Per-element check of a long linear scan against the forward error bound of an affine scan
+/// evaluated in f32 by any bracketing of depth `depth` (Higham, ch. 3, applied to
+/// `h_t = Σ_s (Π_{s<r≤t} a_r)·b_s + (Π_{r≤t} a_r)·h0`): every combine rounds a product and a
+/// multiply-add, so `|ĥ_t − h_t| ≤ γ_{3·depth} · habs_t` with `habs_t` the same scan over
+/// `|a|`, `|b|`, `|h0|` (computed by the reference). The parallel scans' depth is at most
+/// `2·log2(len) + 8` (up- and down-sweeps, the carry, the final combine); the bound also covers
+/// the final rounding to f32 (`u·|h_t|`). With |a| near 1 and b of mixed signs, `habs_t` grows
+/// like `t` while `h_t` grows like `√t`, so this bound is what an f32 scan can promise, and it is
+/// larger than `1e-5·log2(len)·max|h|`; the measured errors are checked to be far below it.
+fn assert_scan_bound(what: &str, got: &[f32], want: &[f32], habs: &[f32], len: usize) {
+    let depth = 2.0 * (len.max(2) as f64).log2() + 8.0;
+    let k = 3.0 * depth * F32_U;
+    let gamma = k / (1.0 - k);
+    let mut worst = (0f64, 0usize);
+    for (i, ((&g, &w), &m)) in got.iter().zip(want).zip(habs).enumerate() {
+        let bound = gamma * m as f64 + F32_U * (w as f64).abs() + f64::from(f32::MIN_POSITIVE);
+        let ratio = (g as f64 - w as f64).abs() / bound;
+        assert!(
+            ratio <= 1.0,
+            "{what}: element {i}: got {g}, expected {w}, error bound {bound:.3e}"
+        );
+        if ratio > worst.0 {
+            worst = (ratio, i);
+        }
+    }
+    if std::env::var_os("WEBTENSOR_SHOW_ERRORS").is_some() {
+        let max_abs = got
+            .iter()
+            .zip(want)
+            .map(|(&g, &w)| (g as f64 - w as f64).abs())
+            .fold(0f64, f64::max);
+        let scale = want.iter().fold(1f64, |m, &w| m.max((w as f64).abs()));
+        eprintln!(
+            "{what}: max abs error {max_abs:.3e} (scale {scale:.3e}, {:.3e} relative); \
+             worst element at {:.3} of its bound",
+            max_abs / scale,
+            worst.0
+        );
+    }
+}
+
+/// Linear scans whose |a| is near 1 over 100k+ steps (long memory: the regime where rounding
+/// error grows), forward and the adjoint of the backward pass, checked element by element
+/// against the error bound of [`assert_scan_bound`]. One case has a of both signs.
+fn scan_near_one(dev: &Device) {
+    let mut r = rng(53);
+    let cases: [(&[usize], usize, f32, bool); 3] = [
+        (&[1, 200_003, 1], 1, 0.9999, true),
+        (&[2, 120_000, 3], 1, 0.999, false),
+        (&[100_001, 2], 0, 0.99999, false),
+    ];
+    for (shape, axis, lo, signed) in cases {
+        let n: usize = shape.iter().product();
+        let len = shape[axis];
+        let a: Vec<f32> = (0..n)
+            .map(|_| {
+                let v = r.random_range(lo..1.0f32);
+                if signed && r.random_bool(0.5) {
+                    -v
+                } else {
+                    v
+                }
+            })
+            .collect();
+        let b = uniform(&mut r, n, 1.0);
+        let h0_dims = state_dims(shape, axis);
+        let h0 = uniform(&mut r, h0_dims.iter().product(), 2.0);
+        let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<f32>>();
+        let scan = |d: &Device, a: &[f32], b: &[f32], h0: &[f32]| {
+            ops::linear_scan(
+                &tensor(d, a, shape),
+                &tensor(d, b, shape),
+                &tensor(d, h0, &h0_dims),
+                axis,
+            )
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+        };
+        let want = scan(&reference(), &a, &b, &h0);
+        let habs = scan(&reference(), &abs(&a), &abs(&b), &abs(&h0));
+        let what = format!(
+            "linear_scan |a|≥{lo} {shape:?} axis {axis} on {}",
+            dev.backend_name()
+        );
+        assert_scan_bound(&what, &scan(dev, &a, &b, &h0), &want, &habs, len);
+        // The adjoint (grad_b) is the same scan run backwards over (a shifted, grad_h).
+        let adjoint = |d: &Device, a: &[f32], gh: &[f32]| {
+            let (a_t, h0_t) = (tensor(d, a, shape), tensor(d, &h0, &h0_dims));
+            let h = tensor(d, &want, shape);
+            let (_, gb, _) =
+                ops::linear_scan_backward(&a_t, &h0_t, &h, &tensor(d, gh, shape), axis).unwrap();
+            gb.to_vec::<f32>().unwrap()
+        };
+        let gh = uniform(&mut r, n, 1.0);
+        let want = adjoint(&reference(), &a, &gh);
+        let gabs = adjoint(&reference(), &abs(&a), &abs(&gh));
+        let what = format!(
+            "grad_b |a|≥{lo} {shape:?} axis {axis} on {}",
+            dev.backend_name()
+        );
+        assert_scan_bound(&what, &adjoint(dev, &a, &gh), &want, &gabs, len);
+    }
+}
+
+/// More channels than one grid dimension holds (65,535 workgroups): the chunked wgpu scan
+/// spreads its per-channel and per-chunk workgroups over a 2-D grid.
+fn scan_many_channels(dev: &Device) {
+    let mut r = rng(54);
+    let shape = [66, 66_000];
+    let n = shape[0] * shape[1];
+    let a = in_range(&mut r, n, 0.5, 0.99);
+    let b = uniform(&mut r, n, 1.0);
+    let h0 = uniform(&mut r, shape[1], 1.0);
+    compare("linear_scan [66, 66000] axis 0", dev, scan_tol(66), |d| {
+        ops::linear_scan(
+            &tensor(d, &a, &shape),
+            &tensor(d, &b, &shape),
+            &tensor(d, &h0, &shape[1..]),
+            0,
+        )
+        .unwrap()
+    });
+}
+
 macro_rules! matrix {
     ($($op:ident),* $(,)?) => {
         mod cpu {
@@ -905,6 +1057,8 @@ matrix!(
     linear_scan,
     log_scans,
     scan_backward,
+    scan_near_one,
+    scan_many_channels,
     concat,
     narrow,
     copies_of_ids,

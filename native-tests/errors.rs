@@ -151,6 +151,40 @@ fn scan_errors(dev: &Device) {
         ops::linear_scan_backward(&a, &f(dev, &[2, 3]), &h, &f(dev, &[2, 5, 4]), 1),
         Err(Error::ShapeMismatch { .. })
     ));
+    // Backward: an axis out of range, `h` or `h0` of the wrong shape, a u32 gradient.
+    assert!(matches!(
+        ops::linear_scan_backward(&a, &f(dev, &[2, 3]), &h, &h, 5),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        ops::linear_scan_backward(&a, &f(dev, &[2, 3]), &f(dev, &[2, 3, 5]), &h, 1),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        ops::linear_scan_backward(&a, &f(dev, &[5, 3]), &h, &h, 1),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        ops::linear_scan_backward(&a, &f(dev, &[2, 3]), &h, &u(dev, &[2, 5, 3]), 1),
+        Err(Error::DTypeMismatch { .. })
+    ));
+    // A u32 `b`, a u32 state, the state of another axis.
+    assert!(matches!(
+        ops::linear_scan(&a, &u(dev, &[2, 5, 3]), &f(dev, &[2, 3]), 1),
+        Err(Error::DTypeMismatch { .. })
+    ));
+    assert!(matches!(
+        ops::linear_scan(&a, &b, &u(dev, &[2, 3]), 1),
+        Err(Error::DTypeMismatch { .. })
+    ));
+    assert!(matches!(
+        ops::linear_scan(&a, &b, &f(dev, &[2, 3]), 2),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        ops::log_cumprod(&f(dev, &[2, 5, 3]), 3),
+        Err(Error::InvalidArgument { .. })
+    ));
 }
 
 fn quant_errors(dev: &Device) {

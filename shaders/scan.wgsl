@@ -56,17 +56,32 @@ fn identity() -> vec2<f32> {
     return vec2<f32>(1.0, 0.0);
 }
 
+// NaN by its bits (lavapipe compiles `x != x` to false).
+fn is_nan(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
 // `first` then `second`.
 fn combine(first: vec2<f32>, second: vec2<f32>) -> vec2<f32> {
     if (p.op == 3u) {
+        if (is_nan(first.x) || is_nan(second.x)) {
+            return vec2<f32>(first.x + second.x, first.x + second.x);
+        }
         if (is_neg_inf(first.x)) {
             return second;
         }
         if (is_neg_inf(second.x)) {
             return first;
         }
-        let m = max(first.x, second.x);
-        return vec2<f32>(m, first.y * exp(first.x - m) + second.y * exp(second.x - m));
+        // Scale only the smaller term: equal maxima (both +inf or both -inf included) add
+        // their sums, where inf - inf would give NaN.
+        if (first.x == second.x) {
+            return vec2<f32>(first.x, first.y + second.y);
+        }
+        if (first.x > second.x) {
+            return vec2<f32>(first.x, first.y + second.y * exp(second.x - first.x));
+        }
+        return vec2<f32>(second.x, first.y * exp(first.x - second.x) + second.y);
     }
     return vec2<f32>(first.x * second.x, second.x * first.y + second.y);
 }

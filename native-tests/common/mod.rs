@@ -49,7 +49,8 @@ pub fn tensor<T: Element>(dev: &Device, data: &[T], shape: &[usize]) -> Tensor {
 }
 
 /// Asserts `actual` matches `expected` within `tol · max(1, max|expected|)`; NaN must be
-/// NaN at the same place and infinities must match exactly.
+/// NaN at the same place and infinities must match exactly. With `WEBTENSOR_SHOW_ERRORS` set
+/// it prints the error it measured (run with `--nocapture`).
 pub fn assert_close(what: &str, actual: &[f32], expected: &[f32], tol: f64) {
     assert_eq!(actual.len(), expected.len(), "{what}: length");
     let scale = expected
@@ -74,6 +75,15 @@ pub fn assert_close(what: &str, actual: &[f32], expected: &[f32], tol: f64) {
         if err > worst.0 {
             worst = (err, i);
         }
+    }
+    if std::env::var_os("WEBTENSOR_SHOW_ERRORS").is_some() {
+        eprintln!(
+            "{what}: max abs error {:.3e} = {:.3} of the limit {:.3e} (scale {:.3e})",
+            worst.0,
+            worst.0 / limit,
+            limit,
+            scale
+        );
     }
     assert!(
         worst.0 <= limit,

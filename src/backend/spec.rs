@@ -84,6 +84,12 @@ impl Activations {
 pub enum ScanOp {
     /// Inputs `a`, `b` `[outer, len, inner]`, `h0` `[outer, inner]`:
     /// `h_t = a_t · h_{t−1} + b_t` with `h_{−1} = h0`. Output: every `h_t`.
+    ///
+    /// Parallel backends evaluate it as a scan of the affine maps `(a_t, b_t)`, so they form
+    /// products of `a` over spans of steps: a NaN poisons the rest of its channel as in the
+    /// sequential definition, but an infinite input may meet such a product that underflowed
+    /// to 0 and give NaN where the sequential recurrence gives ±∞. Infinite inputs are outside
+    /// the op's tolerance.
     Linear,
     /// Inputs `a`, `grad` `[outer, len, inner]`: the reverse recurrence of the backward pass,
     /// `g_t = grad_t + a_{t+1} · g_{t+1}` with `g_{len−1} = grad_{len−1}`. Output: every `g_t`.
@@ -91,7 +97,8 @@ pub enum ScanOp {
     /// Input `a`: `y_t = exp(Σ_{s≤t} ln a_s)`, the cumulative product in log space (`ln` of a
     /// negative value is NaN, of 0 is −∞, so the product from there on is NaN or 0).
     LogCumprod,
-    /// Input `x`: `y_t = ln Σ_{s≤t} exp(x_s)`, computed stably; −∞ while every term is −∞.
+    /// Input `x`: `y_t = ln Σ_{s≤t} exp(x_s)`, computed stably; −∞ while every term is −∞,
+    /// +∞ from a +∞ term on, NaN from a NaN on.
     LogCumSumExp,
 }
 

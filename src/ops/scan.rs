@@ -62,6 +62,9 @@ fn expect_state(op: &'static str, x: &Tensor, h0: &Tensor, axis: usize) -> Resul
 
 /// `h_t = a_t · h_{t−1} + b_t` along `axis`, with `h_{−1} = h0` (shaped like `a` without
 /// `axis`): the recurrence of linear RNNs and state-space models. Returns every `h_t`.
+///
+/// Backends run it as a parallel scan over spans of steps; with infinite inputs that may give
+/// NaN where the sequential recurrence gives ±∞ (see [`ScanOp::Linear`]).
 pub fn linear_scan(a: &Tensor, b: &Tensor, h0: &Tensor, axis: usize) -> Result<Tensor> {
     const OP: &str = "linear_scan";
     for (name, t) in [("a", a), ("b", b), ("h0", h0)] {

@@ -71,17 +71,18 @@ impl Scan<'_> {
     fn combine(&self, first: State, second: State) -> State {
         match self.op {
             ScanOp::LogCumSumExp => {
-                if first.0 == f64::NEG_INFINITY {
-                    return second;
+                if first.0.is_nan() || second.0.is_nan() {
+                    return State(f64::NAN, f64::NAN);
                 }
-                if second.0 == f64::NEG_INFINITY {
-                    return first;
+                // Scale only the smaller term: equal maxima (both ±∞ included) add their sums,
+                // where `∞ − ∞` would give NaN.
+                if first.0 == second.0 {
+                    State(first.0, first.1 + second.1)
+                } else if first.0 > second.0 {
+                    State(first.0, first.1 + second.1 * (second.0 - first.0).exp())
+                } else {
+                    State(second.0, first.1 * (first.0 - second.0).exp() + second.1)
                 }
-                let m = first.0.max(second.0);
-                State(
-                    m,
-                    first.1 * (first.0 - m).exp() + second.1 * (second.0 - m).exp(),
-                )
             }
             _ => State(first.0 * second.0, second.0 * first.1 + second.1),
         }
