@@ -1,7 +1,9 @@
 //! Scans on the cpu as associative prefix combinations in f64.
 //!
 //! Each scan is a monoid over a pair state (see [`Scan`]). Many channels run in parallel, one
-//! sequential pass each; few long channels are split into chunks scanned in three phases
+//! sequential pass each, a task scanning a block of neighbouring channels side by side so it
+//! reads whole rows of the `[outer, len, inner]` view (not one strided element per cache
+//! line); few long channels are split into chunks scanned in three phases
 //! (chunk totals in parallel, a short sequential pass over the totals, then each chunk again
 //! from its carry), so a single channel of a million steps still uses every thread.
 
@@ -15,6 +17,9 @@ struct State(f64, f64);
 
 /// Below this many steps per channel, chunking a channel does not pay.
 const MIN_CHUNKED_LEN: usize = 1 << 14;
+
+/// The most channels one task scans side by side (their states stay in L1).
+const MAX_BLOCK: usize = 64;
 
 /// One scan over an `[outer, len, inner]` view: how to read step `t` of channel `c`, how to
 /// combine states, and what to output.
@@ -31,13 +36,16 @@ struct Scan<'a> {
 impl Scan<'_> {
     /// Flat index of step `t` (in scan order: reversed for the adjoint) of channel `c`.
     fn index(&self, c: usize, t: usize) -> usize {
-        let (o, i) = (c / self.inner, c % self.inner);
-        let t = if self.op == ScanOp::LinearAdjoint {
+        (c / self.inner * self.len + self.step(t)) * self.inner + c % self.inner
+    }
+
+    /// Position along the axis of scan-order step `t`.
+    fn step(&self, t: usize) -> usize {
+        if self.op == ScanOp::LinearAdjoint {
             self.len - 1 - t
         } else {
             t
-        };
-        (o * self.len + t) * self.inner + i
+        }
     }
 
     fn initial(&self, c: usize) -> State {
@@ -50,7 +58,11 @@ impl Scan<'_> {
     }
 
     fn element(&self, c: usize, t: usize) -> State {
-        let at = self.index(c, t);
+        self.element_at(self.index(c, t), t)
+    }
+
+    /// Scan-order step `t` stored at flat index `at`.
+    fn element_at(&self, at: usize, t: usize) -> State {
         match self.op {
             ScanOp::Linear => State(self.x[at] as f64, self.y[at] as f64),
             ScanOp::LinearAdjoint => {
@@ -58,7 +70,7 @@ impl Scan<'_> {
                 let a_next = if t == 0 {
                     0.0
                 } else {
-                    self.x[self.index(c, t - 1)] as f64
+                    self.x[at + self.inner] as f64
                 };
                 State(a_next, self.y[at] as f64)
             }
@@ -136,17 +148,48 @@ impl Scan<'_> {
         .concat()
     }
 
+    /// Outputs of channels `o·inner + i0 ..+ width` (neighbours in memory), scanned side by
+    /// side: `[len, width]` in scan order.
+    fn block(&self, o: usize, i0: usize, width: usize) -> Vec<f32> {
+        let mut states: Vec<State> = (0..width)
+            .map(|j| self.initial(o * self.inner + i0 + j))
+            .collect();
+        let mut out = Vec::with_capacity(self.len * width);
+        for t in 0..self.len {
+            let row = (o * self.len + self.step(t)) * self.inner + i0;
+            for (j, state) in states.iter_mut().enumerate() {
+                *state = self.combine(*state, self.element_at(row + j, t));
+                out.push(self.output(*state));
+            }
+        }
+        out
+    }
+
     fn all(&self) -> Vec<f32> {
         let channels = self.outer * self.inner;
         let mut out = vec![0f32; channels * self.len];
-        let per_channel: Vec<Vec<f32>> = if channels < threads() && self.len >= MIN_CHUNKED_LEN {
-            (0..channels).map(|c| self.chunked(c)).collect()
-        } else {
-            map_tasks(channels, |c| self.run(c, 0, self.len, self.initial(c)))
-        };
-        for (c, values) in per_channel.iter().enumerate() {
-            for (t, &v) in values.iter().enumerate() {
-                out[self.index(c, t)] = v;
+        if channels < threads() && self.len >= MIN_CHUNKED_LEN {
+            for c in 0..channels {
+                for (t, v) in self.chunked(c).into_iter().enumerate() {
+                    out[self.index(c, t)] = v;
+                }
+            }
+            return out;
+        }
+        // Blocks of neighbouring channels, narrow enough that every thread gets several.
+        let per_outer = (threads() * 4).div_ceil(self.outer.max(1));
+        let width = self.inner.div_ceil(per_outer).clamp(1, MAX_BLOCK);
+        let blocks = self.inner.div_ceil(width);
+        let parts = map_tasks(self.outer * blocks, |k| {
+            let (o, i0) = (k / blocks, k % blocks * width);
+            self.block(o, i0, width.min(self.inner - i0))
+        });
+        for (k, part) in parts.iter().enumerate() {
+            let (o, i0) = (k / blocks, k % blocks * width);
+            let w = width.min(self.inner - i0);
+            for (t, values) in part.chunks_exact(w).enumerate() {
+                let row = (o * self.len + self.step(t)) * self.inner + i0;
+                out[row..row + w].copy_from_slice(values);
             }
         }
         out
