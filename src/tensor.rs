@@ -117,6 +117,11 @@ impl DType {
         (self.block_bytes() * 8) as f64 / self.block_len() as f64
     }
 
+    /// Bytes of one row of `row_len` values (a whole number of blocks for block formats).
+    pub fn row_bytes(self, row_len: usize) -> usize {
+        row_len / self.block_len() * self.block_bytes()
+    }
+
     /// Storage units (see [`DType::unit_bytes`]) of `count` values laid out in rows of
     /// `row_len`, or `None` when `row_len` is not a whole number of blocks.
     pub fn storage_len(self, count: usize, row_len: usize) -> Option<usize> {

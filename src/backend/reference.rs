@@ -118,7 +118,12 @@ impl Backend for ReferenceBackend {
                 k,
             } => {
                 let a = match activations {
-                    Activations::F16 => f16_values(input.bytes(0, DType::F16)?),
+                    Activations::F16 => {
+                        let bytes = input.bytes(0, DType::F16)?;
+                        let mut a = vec![0f32; bytes.len() / 2];
+                        quant::dequantize(DType::F16, bytes, &mut a);
+                        a
+                    }
                     _ => input.f32(0)?.to_vec(),
                 };
                 let mut w = vec![0f32; n * k];
@@ -451,14 +456,6 @@ impl ScanView {
         });
         out
     }
-}
-
-/// The values of little-endian f16 bytes.
-fn f16_values(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(2)
-        .map(|b| quant::f16_value(u16::from_le_bytes([b[0], b[1]])))
-        .collect()
 }
 
 /// `out[i, j] = Σ act(a)[i, :] · w[j, :]` in f64, `w` already dequantized.

@@ -94,6 +94,18 @@ impl KvCache {
         self.capacity
     }
 
+    /// Fails with [`Error::CacheFull`] unless `tokens` more fit.
+    fn check_room(&self, tokens: usize) -> Result<()> {
+        if self.len + tokens > self.capacity {
+            return Err(Error::CacheFull {
+                capacity: self.capacity,
+                len: self.len,
+                requested: tokens,
+            });
+        }
+        Ok(())
+    }
+
     /// Forgets every token (a new sequence).
     pub fn reset(&mut self) {
         self.layers.iter_mut().for_each(|l| *l = None);
@@ -302,6 +314,18 @@ impl Llama {
         }
     }
 
+    /// Fails unless every id is in the vocabulary.
+    fn check_ids(&self, ids: &[u32]) -> Result<()> {
+        let vocab = self.config.vocab_size;
+        match ids.iter().find(|&&id| id as usize >= vocab) {
+            Some(bad) => Err(Error::invalid(
+                "llama",
+                format!("token id {bad} is not below vocab_size {vocab}"),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// An empty cache for up to `capacity` tokens (at most the model's context length).
     pub fn new_cache(&self, capacity: usize) -> Result<KvCache> {
         let max = self.config.max_position_embeddings;
@@ -338,7 +362,6 @@ impl Llama {
     /// `[Σ tokens, vocab_size]` in batch order. Projections and feed-forward blocks run once
     /// over all rows; attention runs per sequence over that sequence's cache.
     pub fn forward_batch(&self, batch: &mut [SequenceInput<'_>]) -> Result<Tensor> {
-        let c = &self.config;
         if batch.is_empty() {
             return Err(Error::invalid("llama", "an empty batch"));
         }
@@ -352,19 +375,8 @@ impl Llama {
             if cache.layers.len() != self.layers.len() {
                 return Err(Error::invalid("llama", "a cache belongs to another model"));
             }
-            if cache.len + t > cache.capacity {
-                return Err(Error::CacheFull {
-                    capacity: cache.capacity,
-                    len: cache.len,
-                    requested: t,
-                });
-            }
-            if let Some(&bad) = seq.tokens.iter().find(|&&id| id as usize >= c.vocab_size) {
-                return Err(Error::invalid(
-                    "llama",
-                    format!("token id {bad} is not below vocab_size {}", c.vocab_size),
-                ));
-            }
+            cache.check_room(t)?;
+            self.check_ids(seq.tokens)?;
             ids.extend_from_slice(seq.tokens);
             positions.extend(cache.len as u32..(cache.len + t) as u32);
         }
@@ -382,22 +394,8 @@ impl Llama {
     /// embedding, so on a GPU the `steps` forward passes are recorded into one submit and the
     /// ids are read back once. The same tokens as `steps` calls of [`Llama::greedy_next`].
     pub fn greedy_decode(&self, first: u32, cache: &mut KvCache, steps: usize) -> Result<Vec<u32>> {
-        if first as usize >= self.config.vocab_size {
-            return Err(Error::invalid(
-                "llama",
-                format!(
-                    "token id {first} is not below vocab_size {}",
-                    self.config.vocab_size
-                ),
-            ));
-        }
-        if cache.len + steps > cache.capacity {
-            return Err(Error::CacheFull {
-                capacity: cache.capacity,
-                len: cache.len,
-                requested: steps,
-            });
-        }
+        self.check_ids(&[first])?;
+        cache.check_room(steps)?;
         let device = self.embed.device();
         let mut ids = Tensor::from_slice(device, &[first], [1])?;
         let mut out: Option<Tensor> = None;

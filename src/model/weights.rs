@@ -54,11 +54,7 @@ impl RawTensor {
                 Tensor::from_bytes(device, DType::F16, data.to_vec(), self.shape.as_slice())
             }
             StoredDType::BF16 => {
-                let values: Vec<f32> = data
-                    .chunks_exact(2)
-                    .map(|b| f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16))
-                    .collect();
-                Tensor::from_vec(device, values, self.shape.as_slice())
+                Tensor::from_vec(device, self.to_f32(bytes), self.shape.as_slice())
             }
             StoredDType::Packed(d) => {
                 Tensor::from_bytes(device, d, data.to_vec(), self.shape.as_slice())
@@ -66,24 +62,23 @@ impl RawTensor {
         }
     }
 
+    fn dequantized(&self, format: DType, data: &[u8]) -> Vec<f32> {
+        let mut out = vec![0f32; self.shape.iter().product()];
+        crate::quant::dequantize(format, data, &mut out);
+        out
+    }
+
     /// The values as f32 on the host (norm weights and other small vectors).
     pub fn to_f32(&self, bytes: &[u8]) -> Vec<f32> {
         let data = &bytes[self.range.clone()];
         match self.dtype {
             StoredDType::F32 => bytemuck::pod_collect_to_vec(data),
-            StoredDType::F16 => data
-                .chunks_exact(2)
-                .map(|b| crate::quant::f16_value(u16::from_le_bytes([b[0], b[1]])))
-                .collect(),
             StoredDType::BF16 => data
                 .chunks_exact(2)
                 .map(|b| f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16))
                 .collect(),
-            StoredDType::Packed(d) => {
-                let mut out = vec![0f32; self.shape.iter().product()];
-                crate::quant::dequantize(d, data, &mut out);
-                out
-            }
+            StoredDType::F16 => self.dequantized(DType::F16, data),
+            StoredDType::Packed(d) => self.dequantized(d, data),
         }
     }
 }

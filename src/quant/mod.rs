@@ -108,17 +108,11 @@ pub fn quantize_block(format: DType, x: &[f32], out: &mut [u8]) {
 pub fn dequantize_block(format: DType, bytes: &[u8], out: &mut [f32]) {
     match format {
         DType::F16 => out[0] = read_f16(bytes, 0),
-        DType::Q8_0 => {
-            let d = read_f16(bytes, 0);
-            for (o, &q) in out.iter_mut().zip(&bytes[2..34]) {
-                *o = q as i8 as f32 * d;
-            }
-        }
-        DType::Q4_0 => {
-            let d = read_f16(bytes, 0);
-            for (i, &q) in bytes[2..18].iter().enumerate() {
-                out[i] = ((q & 15) as i32 - 8) as f32 * d;
-                out[i + 16] = ((q >> 4) as i32 - 8) as f32 * d;
+        DType::Q8_0 | DType::Q4_0 => {
+            let mut q = [0i8; 32];
+            let d = block_ints(format, bytes, &mut q);
+            for (o, v) in out.iter_mut().zip(q) {
+                *o = v as f32 * d;
             }
         }
         DType::TQ1_0 | DType::TQ2_0 | DType::TernaryPlanes => {

@@ -119,6 +119,8 @@ impl BitSliced {
 mod x86 {
     use std::arch::x86_64::*;
 
+    use super::super::simd::x86::hsum256;
+
     /// # Safety
     /// AVX2 and FMA must be present; `aq`, `wq` hold `32 · chunks` values, `ad`, `wd` `chunks`.
     #[target_feature(enable = "avx2,fma")]
@@ -136,17 +138,7 @@ mod x86 {
             let scale = _mm256_set1_ps(ad[c] * wd[c]);
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products(va, vw)), scale, acc);
         }
-        hsum(acc)
-    }
-
-    /// `Σ lanes` of eight f32 lanes.
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn hsum(acc: __m256) -> f32 {
-        let lo = _mm256_castps256_ps128(acc);
-        let hi = _mm256_extractf128_ps(acc, 1);
-        let s = _mm_add_ps(lo, hi);
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
+        hsum256(acc)
     }
 
     /// Eight i32 lanes of the pairwise products of a (any int8) and w (no −128).
@@ -173,7 +165,7 @@ mod x86 {
             let s = _mm256_set1_ps(da * scale(row, 34 * c));
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products(va, vw)), s, acc);
         }
-        hsum(acc)
+        hsum256(acc)
     }
 
     /// # Safety
@@ -193,7 +185,7 @@ mod x86 {
             let s = _mm256_set1_ps(da * scale(row, 18 * c));
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products(va, vw)), s, acc);
         }
-        hsum(acc)
+        hsum256(acc)
     }
 
     /// # Safety

@@ -17,7 +17,7 @@ const COLUMN_BLOCK: usize = 64;
 
 /// `Quantize`: each row independently.
 pub fn quantize(format: DType, x: &[f32], cols: usize) -> Vec<u8> {
-    let row_bytes = cols / format.block_len() * format.block_bytes();
+    let row_bytes = format.row_bytes(cols);
     let mut out = vec![0u8; x.len() / cols.max(1) * row_bytes];
     for_each_row(&mut out, row_bytes, 8, |r, row| {
         quant::quantize(format, &x[r * cols..(r + 1) * cols], row)
@@ -27,7 +27,7 @@ pub fn quantize(format: DType, x: &[f32], cols: usize) -> Vec<u8> {
 
 /// `Dequantize`: each row independently.
 pub fn dequantize(format: DType, bytes: &[u8], cols: usize) -> Vec<f32> {
-    let row_bytes = cols / format.block_len() * format.block_bytes();
+    let row_bytes = format.row_bytes(cols);
     let rows = bytes.len().checked_div(row_bytes).unwrap_or(0);
     let mut out = vec![0f32; rows * cols];
     for_each_row(&mut out, cols, 2, |r, row| {
@@ -65,13 +65,13 @@ fn prepare(a: &[f32], act: Activations, k: usize) -> PreparedActivations {
 
 /// Decodes weight row `j` into f32 values.
 fn decode_f32(format: DType, w: &[u8], k: usize, j: usize, out: &mut [f32]) {
-    let row_bytes = k / format.block_len() * format.block_bytes();
+    let row_bytes = format.row_bytes(k);
     quant::dequantize(format, &w[j * row_bytes..(j + 1) * row_bytes], out);
 }
 
 /// Decodes weight row `j` into int8 values and one scale per 32 values.
 fn decode_int(format: DType, w: &[u8], k: usize, j: usize, q: &mut [i8], d: &mut [f32]) {
-    let row_bytes = k / format.block_len() * format.block_bytes();
+    let row_bytes = format.row_bytes(k);
     let row = &w[j * row_bytes..(j + 1) * row_bytes];
     let blocks = row.chunks_exact(format.block_bytes());
     if format.is_ternary() {
@@ -130,7 +130,7 @@ pub fn qmatmul(
             {
                 // The blocks are read in place.
                 let chunks = k / 32;
-                let row_bytes = chunks * format.block_bytes();
+                let row_bytes = format.row_bytes(k);
                 for j in j0..j1 {
                     let row = &w[j * row_bytes..(j + 1) * row_bytes];
                     for i in 0..m {
@@ -176,7 +176,7 @@ pub fn ternary_dot(
     n: usize,
     k: usize,
 ) -> Vec<i32> {
-    let row_bytes = k / ternary::BLOCK * format.block_bytes();
+    let row_bytes = format.row_bytes(k);
     let mut out = vec![0i32; m * n];
     if format == DType::TernaryPlanes {
         let sliced: Vec<BitSliced> = x.chunks(k).map(BitSliced::new).collect();
