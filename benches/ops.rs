@@ -2,18 +2,22 @@
 //!
 //! GPU work is recorded lazily, so every measurement records its iterations and then waits for
 //! the device before the clock stops (`iter_custom` + `Device::synchronize`).
-//! Run with `cargo bench`; `webtensor bench` gives the full table with ceilings.
+//! Run with `cargo bench` (`cargo bench --features cuda` adds the cuda backend where a CUDA
+//! device exists); `webtensor bench` gives the full table with ceilings.
 
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use webtensor::{ops, Device, Tensor};
 
+/// cpu, then each GPU backend that is present (cuda only when built with `--features cuda`).
 fn devices() -> Vec<Device> {
     let mut devices = vec![Device::cpu()];
-    match Device::new("wgpu") {
-        Ok(d) => devices.push(d),
-        Err(e) => eprintln!("wgpu not benchmarked: {e}"),
+    for name in ["wgpu", "cuda"] {
+        match Device::new(name) {
+            Ok(d) => devices.push(d),
+            Err(e) => eprintln!("{name} not benchmarked: {e}"),
+        }
     }
     devices
 }

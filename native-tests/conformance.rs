@@ -4,7 +4,9 @@
 //!
 //! Each op is a function taking the device under test; the `matrix!` macro turns it into one
 //! test per backend (`cpu::matmul`, `wgpu::matmul`, ...), so `cargo test --test conformance
-//! wgpu::` runs one backend. A missing wgpu adapter fails in CI and is skipped elsewhere.
+//! wgpu::` runs one backend. A missing wgpu adapter fails in CI and is skipped elsewhere; the
+//! `cuda::` rows run wherever a CUDA device is present and print why they skipped otherwise
+//! (`WEBTENSOR_REQUIRE_CUDA=1` turns the skip into a failure on a GPU machine).
 //! Set `WEBTENSOR_CPU_SIMD=scalar|avx2|avx512` to run the cpu rows on one SIMD path.
 
 mod common;
@@ -1042,6 +1044,9 @@ macro_rules! matrix {
         }
         mod wgpu {
             $( #[test] fn $op() { if let Some(d) = super::common::wgpu() { super::$op(&d) } } )*
+        }
+        mod cuda {
+            $( #[test] fn $op() { if let Some(d) = super::common::cuda() { super::$op(&d) } } )*
         }
     };
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what webtensor's build, tests and benchmarks need on a fresh Debian/Ubuntu machine:
 # Mesa's Vulkan drivers (lavapipe gives a real Vulkan device on the CPU when there is no GPU)
-# and the rustfmt/clippy components. Safe to run again: it skips what is already there.
+# the rustfmt/clippy components, and NVRTC from PyPI (to compile the CUDA kernels without a GPU).
+# Safe to run again: it skips what is already there.
 set -euo pipefail
 
 need_apt=()
@@ -26,5 +27,11 @@ if command -v rustup >/dev/null 2>&1; then
   for target in wasm32-unknown-unknown aarch64-unknown-linux-gnu; do
     rustup target list --installed 2>/dev/null | grep -q "^$target\$" || rustup target add "$target"
   done
+fi
+# NVRTC from PyPI (no CUDA toolkit, no GPU needed): the test that compiles every CUDA kernel
+# source of the `cuda` feature loads it. scripts/nvrtc_lib.sh prints its folder.
+if ! "$(dirname "$0")/nvrtc_lib.sh" >/dev/null 2>&1; then
+  echo "setup: installing nvidia-cuda-nvrtc-cu12 (NVRTC, for the CUDA kernel compile test)"
+  python3 -m pip install --quiet nvidia-cuda-nvrtc-cu12
 fi
 echo "setup: done"

@@ -24,6 +24,15 @@ done
 echo "== wgpu f16 products with WEBTENSOR_WGPU_F16=off (unpack2x16float path)"
 WEBTENSOR_WGPU_F16=off cargo test --test conformance wgpu::qmatmul
 
+# The optional `cuda` backend: it must build and pass clippy without a CUDA toolkit or GPU,
+# every kernel source must compile with the real NVRTC (from PyPI, see setup.sh), and its
+# conformance rows run where a CUDA device exists (here they print why they skip).
+echo "== cuda feature: clippy, NVRTC compile of every kernel, conformance rows"
+cargo clippy --all-targets --features cuda -- -D warnings
+nvrtc_lib="$(scripts/nvrtc_lib.sh)"
+LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" cargo test --features cuda --test cuda_kernels
+LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" cargo test --features cuda --test conformance cuda:: -- --nocapture
+
 # The SIMD paths this machine cannot run must at least compile: wasm32 simd128 and aarch64 NEON.
 echo "== compile check: wasm32 with simd128"
 RUSTFLAGS="-C target-feature=+simd128" cargo check --lib --target wasm32-unknown-unknown --target-dir target/wasm-simd128

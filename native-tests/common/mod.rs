@@ -23,6 +23,22 @@ pub fn wgpu() -> Option<Device> {
     }
 }
 
+/// The cuda device, or `None` with a printed reason where CUDA is absent (not built with the
+/// `cuda` feature, no driver, no GPU). `WEBTENSOR_REQUIRE_CUDA=1` makes absence a failure, for
+/// runs on a GPU machine that must not pass by skipping.
+pub fn cuda() -> Option<Device> {
+    match Device::new("cuda") {
+        Ok(d) => Some(d),
+        Err(e) if std::env::var("WEBTENSOR_REQUIRE_CUDA").is_ok_and(|v| v == "1") => {
+            panic!("WEBTENSOR_REQUIRE_CUDA=1 but the cuda backend is absent: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED (cuda did not run): {e}");
+            None
+        }
+    }
+}
+
 /// The cpu device.
 pub fn cpu() -> Device {
     Device::cpu()

@@ -9,6 +9,8 @@
 //! happens once and every [`crate::Device`] shares the result.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod reference;
 pub mod registry;
 pub mod spec;
@@ -29,7 +31,7 @@ pub type BackendRef = Arc<dyn Backend>;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
-    /// NVIDIA GPUs through CUDA (optional; not yet built).
+    /// NVIDIA GPUs through CUDA (cargo feature `cuda`).
     Cuda,
     /// GPUs through wgpu: Vulkan, Metal, DX12, WebGPU.
     Wgpu,
@@ -169,6 +171,9 @@ pub enum Storage {
     Host(Arc<HostData>),
     /// A wgpu buffer; returned to its backend's pool when the last handle drops.
     Wgpu(webgpu::GpuBuffer),
+    /// CUDA device memory (cargo feature `cuda`).
+    #[cfg(feature = "cuda")]
+    Cuda(cuda::CudaBuffer),
 }
 
 impl Storage {

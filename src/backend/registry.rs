@@ -18,7 +18,12 @@ pub fn get(kind: BackendKind) -> Probe {
     static REFERENCE: OnceLock<Probe> = OnceLock::new();
     static CPU: OnceLock<Probe> = OnceLock::new();
     static WGPU: OnceLock<Probe> = OnceLock::new();
+    #[cfg(feature = "cuda")]
+    static CUDA: OnceLock<Probe> = OnceLock::new();
     let cell = match kind {
+        #[cfg(feature = "cuda")]
+        BackendKind::Cuda => &CUDA,
+        #[cfg(not(feature = "cuda"))]
         BackendKind::Cuda => {
             return Err("webtensor was built without the `cuda` cargo feature".to_string())
         }
@@ -34,6 +39,9 @@ fn start(kind: BackendKind) -> Probe {
         BackendKind::Reference => Ok(Arc::new(ReferenceBackend)),
         BackendKind::Cpu => Ok(Arc::new(CpuBackend::new())),
         BackendKind::Wgpu => WgpuBackend::new().map(|b| Arc::new(b) as BackendRef),
+        #[cfg(feature = "cuda")]
+        BackendKind::Cuda => super::cuda::CudaBackend::new().map(|b| Arc::new(b) as BackendRef),
+        #[cfg(not(feature = "cuda"))]
         BackendKind::Cuda => unreachable!("handled in get"),
     }
 }

@@ -1,0 +1,243 @@
+// Block formats (src/quant): OpSpec::Quantize, Dequantize, QMatmul, TernaryDot.
+//
+// Format codes: 0 F16, 1 Q8_0, 2 Q4_0, 3 TQ1_0, 4 TQ2_0, 5 TernaryPlanes. Blocks are read and
+// written byte by byte (a Q8_0 block is 34 bytes, so blocks are not word-aligned).
+//
+// Quantization is bit-exact with GGUF's reference quantizers: every product, sum and quotient
+// that the reference rounds separately is an explicit __fmul_rn/__fadd_rn/__fdiv_rn, which
+// the compiler never fuses into an FMA, and scales go to f16 by wt_f32_to_f16 (round to
+// nearest even, on the bits).
+
+__device__ __forceinline__ u32 wt_block_len(u32 fmt) {
+    return fmt == 0u ? 1u : (fmt <= 2u ? 32u : 256u);
+}
+
+__device__ __forceinline__ u32 wt_block_bytes(u32 fmt) {
+    switch (fmt) {
+        case 0: return 2u;
+        case 1: return 34u;
+        case 2: return 18u;
+        case 3: return 54u;
+        case 4: return 66u;
+        default: return 68u;
+    }
+}
+
+__device__ __forceinline__ u32 wt_read_u32(const u8* p) {
+    return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
+}
+
+// Trit n (0 = most significant) of a TQ1_0 byte: ((byte · 3^n) mod 256) · 3 >> 8, minus 1.
+__device__ __forceinline__ int wt_tq1_trit(u8 byte, u32 n) {
+    const u32 pow3[5] = {1u, 3u, 9u, 27u, 81u};
+    u32 q = ((u32)byte * pow3[n]) & 0xffu;
+    return (int)((q * 3u) >> 8) - 1;
+}
+
+// The integer value `v` (0 ≤ v < block length) of the block at `p`; the value is d · q.
+__device__ int wt_block_int(u32 fmt, const u8* p, u32 v) {
+    switch (fmt) {
+        case 1: return (int)(i8)p[2 + v];
+        case 2: {
+            u8 b = p[2 + (v & 15u)];
+            return v < 16u ? (int)(b & 15u) - 8 : (int)(b >> 4) - 8;
+        }
+        case 3:
+            if (v < 160u) return wt_tq1_trit(p[v % 32u], v / 32u);
+            if (v < 240u) return wt_tq1_trit(p[32u + (v - 160u) % 16u], (v - 160u) / 16u);
+            return wt_tq1_trit(p[48u + (v - 240u) % 4u], (v - 240u) / 4u);
+        case 4: {
+            u32 c = v / 128u, l = (v % 128u) / 32u, m = v % 32u;
+            return (int)((p[32u * c + m] >> (2u * l)) & 3u) - 1;
+        }
+        default: {
+            u32 bit = 1u << (v % 32u);
+            int plus = (wt_read_u32(p + 4u + 4u * (v / 32u)) & bit) != 0u;
+            int minus = (wt_read_u32(p + 36u + 4u * (v / 32u)) & bit) != 0u;
+            return plus - minus;
+        }
+    }
+}
+
+// The scale d of the block at `p` (not for F16).
+__device__ float wt_block_scale(u32 fmt, const u8* p) {
+    switch (fmt) {
+        case 1:
+        case 2: return wt_read_f16(p);
+        case 3: return wt_read_f16(p + 52);
+        case 4: return wt_read_f16(p + 64);
+        default: return __uint_as_float(wt_read_u32(p));
+    }
+}
+
+// Value `v` of a row of `fmt` data starting at `row`, as dequantize defines it (d · q in f32).
+__device__ __forceinline__ float wt_row_value(u32 fmt, const u8* row, u32 v) {
+    if (fmt == 0u) return wt_read_f16(row + 2u * v);
+    u32 len = wt_block_len(fmt);
+    const u8* p = row + (u64)(v / len) * wt_block_bytes(fmt);
+    return __fmul_rn((float)wt_block_int(fmt, p, v % len), wt_block_scale(fmt, p));
+}
+
+__device__ __forceinline__ void wt_write_f16(u8* p, float v) {
+    unsigned short h = wt_f32_to_f16(v);
+    p[0] = (u8)(h & 0xffu);
+    p[1] = (u8)(h >> 8);
+}
+
+// One thread per block (per value for F16): `blocks` blocks of `x` into `out`.
+extern "C" __global__ void quantize(u8* out, const float* x, u32 fmt, u32 blocks) {
+    u64 b = wt_gid();
+    if (b >= blocks) return;
+    u32 len = wt_block_len(fmt);
+    const float* xb = x + b * len;
+    u8* o = out + b * wt_block_bytes(fmt);
+    if (fmt == 0u) {
+        wt_write_f16(o, xb[0]);
+        return;
+    }
+    if (fmt == 1u) {
+        float amax = 0.0f;
+        for (u32 i = 0; i < 32u; ++i) amax = fmaxf(amax, fabsf(xb[i]));
+        float d = __fdiv_rn(amax, 127.0f);
+        float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+        wt_write_f16(o, d);
+        for (u32 i = 0; i < 32u; ++i) {
+            o[2 + i] = (u8)(i8)wt_sat_int(roundf(__fmul_rn(xb[i], id)), -128, 127);
+        }
+        return;
+    }
+    if (fmt == 2u) {
+        float amax = 0.0f, max = 0.0f;
+        for (u32 i = 0; i < 32u; ++i) {
+            float a = fabsf(xb[i]);
+            if (amax < a) {
+                amax = a;
+                max = xb[i];
+            }
+        }
+        float d = __fdiv_rn(max, -8.0f);
+        float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+        wt_write_f16(o, d);
+        for (u32 j = 0; j < 16u; ++j) {
+            int lo = wt_sat_int(truncf(__fadd_rn(__fmul_rn(xb[j], id), 8.5f)), 0, 15);
+            int hi = wt_sat_int(truncf(__fadd_rn(__fmul_rn(xb[j + 16], id), 8.5f)), 0, 15);
+            o[2 + j] = (u8)(lo | (hi << 4));
+        }
+        return;
+    }
+    // Ternary: d = max|x|, trit = round(x · (1/d)), stored as trit + 1 where a format packs it.
+    float amax = 0.0f;
+    for (u32 i = 0; i < 256u; ++i) amax = fmaxf(amax, fabsf(xb[i]));
+    float id = amax != 0.0f ? __fdiv_rn(1.0f, amax) : 0.0f;
+#define WT_TRIT(v) wt_sat_int(roundf(__fmul_rn(xb[(v)], id)), -128, 127)
+    if (fmt == 4u) {
+        for (u32 c = 0; c < 2u; ++c) {
+            for (u32 m = 0; m < 32u; ++m) {
+                u32 q = 0;
+                for (u32 l = 0; l < 4u; ++l) q |= (u32)(u8)(WT_TRIT(128u * c + 32u * l + m) + 1) << (2u * l);
+                o[32u * c + m] = (u8)q;
+            }
+        }
+        wt_write_f16(o + 64, amax);
+    } else if (fmt == 3u) {
+        // ⌈q · 256 / 243⌉ of the base-3 number q formed by the trits (first most significant).
+        for (u32 m = 0; m < 32u; ++m) {
+            u32 q = 0;
+            for (u32 n = 0; n < 5u; ++n) q = (q * 3u + (u32)(u8)(WT_TRIT(32u * n + m) + 1)) & 0xffffu;
+            o[m] = (u8)((q * 256u + 242u) / 243u);
+        }
+        for (u32 m = 0; m < 16u; ++m) {
+            u32 q = 0;
+            for (u32 n = 0; n < 5u; ++n) q = (q * 3u + (u32)(u8)(WT_TRIT(160u + 16u * n + m) + 1)) & 0xffffu;
+            o[32u + m] = (u8)((q * 256u + 242u) / 243u);
+        }
+        for (u32 j = 0; j < 4u; ++j) {
+            u32 q = 0;
+            for (u32 n = 0; n < 4u; ++n) q = (q * 3u + (u32)(u8)(WT_TRIT(240u + 4u * n + j) + 1)) & 0xffffu;
+            q *= 3u;
+            o[48u + j] = (u8)((q * 256u + 242u) / 243u);
+        }
+        wt_write_f16(o + 52, amax);
+    } else {
+        u32 bits = __float_as_uint(amax);
+        for (u32 i = 0; i < 4u; ++i) o[i] = (u8)(bits >> (8u * i));
+        for (u32 w = 0; w < 8u; ++w) {
+            u32 plus = 0, minus = 0;
+            for (u32 i = 0; i < 32u; ++i) {
+                int t = WT_TRIT(32u * w + i);
+                if (t > 0) plus |= 1u << i;
+                else if (t < 0) minus |= 1u << i;
+            }
+            for (u32 i = 0; i < 4u; ++i) {
+                o[4u + 4u * w + i] = (u8)(plus >> (8u * i));
+                o[36u + 4u * w + i] = (u8)(minus >> (8u * i));
+            }
+        }
+    }
+#undef WT_TRIT
+}
+
+// One thread per value: `len` values of `fmt` data (whole rows) to f32.
+extern "C" __global__ void dequantize(float* out, const u8* x, u32 fmt, u32 len) {
+    u64 i = wt_gid();
+    if (i >= len) return;
+    u32 blen = wt_block_len(fmt);
+    const u8* p = x + (i / blen) * wt_block_bytes(fmt);
+    out[i] = fmt == 0u ? wt_read_f16(x + 2u * i)
+                       : __fmul_rn((float)wt_block_int(fmt, p, (u32)(i % blen)), wt_block_scale(fmt, p));
+}
+
+// The activations a QMatmul uses, as f32 [m, k]. mode 1: f16 input widened (one thread per
+// value). mode 2/3: f32 input rounded to int8 per block of `block` values (32 for Q8_0, k
+// for the per-row I8 mode) with d = max|x| / 127, giving d · q (one thread per block).
+extern "C" __global__ void qmatmul_act(float* act, const u8* a, u32 mode, u32 len, u32 block) {
+    u64 t = wt_gid();
+    if (mode == 1u) {
+        if (t < len) act[t] = wt_read_f16(a + 2u * t);
+        return;
+    }
+    if (t * block >= len) return;
+    const float* x = (const float*)a + t * block;
+    float amax = 0.0f;
+    for (u32 i = 0; i < block; ++i) amax = fmaxf(amax, fabsf(x[i]));
+    float d = __fdiv_rn(amax, 127.0f);
+    float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    for (u32 i = 0; i < block; ++i) {
+        int q = wt_sat_int(roundf(__fmul_rn(x[i], id)), -128, 127);
+        act[t * block + i] = (float)q * d;
+    }
+}
+
+// out[i, j] = Σ_p act[i, p] · w[j, p], w of `fmt` [n, k] read packed. One warp per output.
+extern "C" __global__ void qmatmul(float* out, const float* act, const u8* w, u32 fmt, u32 m,
+                                   u32 n, u32 k) {
+    u64 o = (u64)blockIdx.x * (blockDim.x / 32u) + threadIdx.x / 32u;
+    u32 lane = threadIdx.x & 31u;
+    if (o >= (u64)m * n) return;
+    u64 i = o / n, j = o % n;
+    u64 row_bytes = (u64)(k / wt_block_len(fmt)) * wt_block_bytes(fmt);
+    const u8* wrow = w + j * row_bytes;
+    const float* arow = act + i * k;
+    float acc = 0.0f;
+    for (u32 p = lane; p < k; p += 32u) acc = fmaf(arow[p], wt_row_value(fmt, wrow, p), acc);
+    acc = wt_warp_sum(acc);
+    if (lane == 0u) out[o] = acc;
+}
+
+// out[i, j] = Σ_p trit(w[j, p]) · x[i, p] exactly (i32, wrapping like the reference's cast).
+extern "C" __global__ void ternary_dot(int* out, const u8* w, const i8* x, u32 fmt, u32 m, u32 n,
+                                       u32 k) {
+    u64 o = (u64)blockIdx.x * (blockDim.x / 32u) + threadIdx.x / 32u;
+    u32 lane = threadIdx.x & 31u;
+    if (o >= (u64)m * n) return;
+    u64 i = o / n, j = o % n;
+    const u8* wrow = w + j * (u64)(k / 256u) * wt_block_bytes(fmt);
+    const i8* xrow = x + i * k;
+    u32 acc = 0u;
+    for (u32 p = lane; p < k; p += 32u) {
+        const u8* blk = wrow + (u64)(p / 256u) * wt_block_bytes(fmt);
+        acc += (u32)(wt_block_int(fmt, blk, p % 256u) * (int)xrow[p]);
+    }
+    for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);
+    if (lane == 0u) out[o] = (int)acc;
+}

@@ -1,0 +1,354 @@
+//! The `cuda` backend (cargo feature `cuda`): NVIDIA GPUs through the CUDA driver API.
+//!
+//! * cudarc opens `libcuda` and `libnvrtc` at run time (dlopen), so building needs neither
+//!   the CUDA toolkit nor a GPU; on a machine without them the backend reports why it is
+//!   absent and [`crate::Device::auto`] moves on to the next backend.
+//! * [`sources`] holds the CUDA C kernels (`kernels/*.cu`), compiled by NVRTC for the
+//!   device's architecture when the backend starts, once per process.
+//! * [`kernels`] turns each [`OpSpec`] into launches. Kernels are plain: one thread per output
+//!   element or per block, one block per row for row reductions, one warp per output of a
+//!   packed-weight product, one thread per channel for scans (walked in f64).
+//! * Tensors live in [`CudaBuffer`]s. Work is queued on one stream; [`Backend::download`] and
+//!   [`Backend::synchronize`] wait for it.
+
+mod kernels;
+pub mod sources;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr};
+use cudarc::nvrtc::Ptx;
+
+use crate::backend::spec::rope_inv_freq;
+use crate::backend::{Backend, BackendInfo, BackendKind, DeviceClass, HostData, OpSpec, Storage};
+use crate::error::{Error, Result};
+use crate::tensor::DType;
+
+/// Device memory holding `len` storage units of `dtype` (see [`DType::unit_bytes`]),
+/// padded to whole 4-byte words. Cloning shares the allocation; it is freed with the last
+/// handle.
+#[derive(Clone)]
+pub struct CudaBuffer {
+    slice: Arc<CudaSlice<u8>>,
+    len: usize,
+    dtype: DType,
+}
+
+impl fmt::Debug for CudaBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CudaBuffer")
+            .field("len", &self.len)
+            .field("dtype", &self.dtype)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CudaBuffer {
+    /// Storage units held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    fn byte_len(&self) -> usize {
+        self.len * self.dtype.unit_bytes()
+    }
+}
+
+/// The largest tensor the kernels index with 32-bit sizes.
+const MAX_BYTES: u64 = u32::MAX as u64;
+
+/// The CUDA backend: one device (ordinal 0), one stream, the compiled kernels.
+pub struct CudaBackend {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    functions: HashMap<&'static str, CudaFunction>,
+    info: BackendInfo,
+    /// Rope frequency tables by (theta bits, head_dim).
+    rope_tables: Mutex<HashMap<(u32, usize), CudaBuffer>>,
+}
+
+impl fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CudaBackend")
+            .field("device", &self.info.device_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CudaBackend {
+    /// Starts the backend on CUDA device 0 and compiles the kernels. `Err` says in words why
+    /// CUDA is not usable here (no driver, no device, no NVRTC, a kernel that failed to build).
+    pub fn new() -> std::result::Result<Self, String> {
+        // SAFETY: only tries to dlopen the driver library.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err("no CUDA driver library (libcuda.so) on this machine".into());
+        }
+        if !sources::nvrtc_present() {
+            return Err(
+                "the CUDA driver is present but NVRTC (libnvrtc.so.12) is not on the \
+                        library path; install the CUDA toolkit or `pip install \
+                        nvidia-cuda-nvrtc-cu12` and add its lib folder to LD_LIBRARY_PATH"
+                    .into(),
+            );
+        }
+        // cudarc panics when a symbol it expects is missing from an old driver: report that
+        // as the reason instead of unwinding into the caller.
+        std::panic::catch_unwind(Self::start).unwrap_or_else(|p| {
+            let what = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Err(format!("the CUDA libraries could not be used: {what}"))
+        })
+    }
+
+    fn start() -> std::result::Result<Self, String> {
+        let count = CudaContext::device_count().map_err(|e| format!("CUDA: {e:?}"))?;
+        if count < 1 {
+            return Err("the CUDA driver reports no device".into());
+        }
+        let ctx = CudaContext::new(0).map_err(|e| format!("CUDA device 0: {e:?}"))?;
+        // One stream orders all work, so cudarc's per-buffer event tracking is not needed.
+        // SAFETY: no other stream of this context is used.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(|e| format!("CUDA compute capability: {e:?}"))?;
+        let arch = format!("compute_{major}{minor}");
+        let mut functions = HashMap::new();
+        for source in &sources::SOURCES {
+            let ptx = sources::compile(source, &arch)?;
+            let module = ctx
+                .load_module(Ptx::from_src(ptx))
+                .map_err(|e| format!("loading {}: {e:?}", source.name))?;
+            for &name in source.entry_points {
+                let f = module
+                    .load_function(name)
+                    .map_err(|e| format!("{} has no kernel {name}: {e:?}", source.name))?;
+                functions.insert(name, f);
+            }
+        }
+        let name = ctx.name().unwrap_or_else(|_| "CUDA device 0".into());
+        let mut driver_version = 0i32;
+        // SAFETY: writes one int.
+        unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut driver_version) };
+        let total_mem = ctx.total_mem().unwrap_or(0) as u64;
+        let info = BackendInfo {
+            kind: BackendKind::Cuda,
+            class: DeviceClass::Gpu,
+            device_name: name,
+            vendor: "NVIDIA".into(),
+            driver: format!(
+                "CUDA driver {}.{}",
+                driver_version / 1000,
+                (driver_version % 1000) / 10
+            ),
+            api: "CUDA".into(),
+            features: vec![format!("sm_{major}{minor}"), "nvrtc".into()],
+            limits: vec![
+                ("total_memory".into(), total_mem),
+                ("max_tensor_bytes".into(), MAX_BYTES),
+            ],
+            threads: None,
+            simd: None,
+            missing_ops: vec![],
+            f16_path: "f16 storage widened to f32 in the kernels".into(),
+        };
+        Ok(CudaBackend {
+            ctx,
+            stream,
+            functions,
+            info,
+            rope_tables: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Fails with [`Error::TensorTooLarge`] past the 32-bit sizes the kernels use.
+    fn check_size(&self, op: &'static str, bytes: u64) -> Result<()> {
+        if bytes > MAX_BYTES {
+            return Err(Error::TensorTooLarge {
+                op,
+                backend: "cuda".into(),
+                bytes,
+                limit_name: "32-bit kernel indexing limit",
+                limit: MAX_BYTES,
+            });
+        }
+        Ok(())
+    }
+
+    fn driver_error(op: &str, e: impl fmt::Debug) -> Error {
+        Error::backend("cuda", format!("{op}: {e:?}"))
+    }
+
+    /// New device memory for `len` units of `dtype`, contents undefined.
+    fn alloc(&self, op: &'static str, len: usize, dtype: DType) -> Result<CudaBuffer> {
+        let bytes = (len as u64).saturating_mul(dtype.unit_bytes() as u64);
+        self.check_size(op, bytes)?;
+        let padded = (bytes as usize).next_multiple_of(4).max(4);
+        // SAFETY: every kernel writes its whole output before anything reads it.
+        let slice =
+            unsafe { self.stream.alloc::<u8>(padded) }.map_err(|e| Self::driver_error(op, e))?;
+        Ok(CudaBuffer {
+            slice: Arc::new(slice),
+            len,
+            dtype,
+        })
+    }
+
+    fn upload_bytes(
+        &self,
+        op: &'static str,
+        bytes: &[u8],
+        len: usize,
+        dtype: DType,
+    ) -> Result<CudaBuffer> {
+        self.check_size(op, bytes.len() as u64)?;
+        let mut padded = bytes.to_vec();
+        padded.resize(bytes.len().next_multiple_of(4).max(4), 0);
+        let slice = self
+            .stream
+            .clone_htod(&padded)
+            .map_err(|e| Self::driver_error(op, e))?;
+        Ok(CudaBuffer {
+            slice: Arc::new(slice),
+            len,
+            dtype,
+        })
+    }
+
+    /// The device address of a buffer, for kernel arguments.
+    fn ptr(&self, b: &CudaBuffer) -> u64 {
+        let (ptr, _sync) = b.slice.device_ptr(&self.stream);
+        ptr
+    }
+
+    /// The rope frequency table for (theta, head_dim), uploaded once.
+    fn rope_table(&self, theta: f32, head_dim: usize) -> Result<CudaBuffer> {
+        let mut tables = self
+            .rope_tables
+            .lock()
+            .map_err(|_| Error::backend("cuda", "the rope table lock was poisoned"))?;
+        if let Some(t) = tables.get(&(theta.to_bits(), head_dim)) {
+            return Ok(t.clone());
+        }
+        let freqs = rope_inv_freq(theta, head_dim);
+        let table = self.upload_bytes(
+            "rope",
+            bytemuck::cast_slice(&freqs),
+            freqs.len(),
+            DType::F32,
+        )?;
+        tables.insert((theta.to_bits(), head_dim), table.clone());
+        Ok(table)
+    }
+}
+
+/// The CUDA buffer of a storage, or an error naming `op`.
+fn cuda_storage<'a>(op: &str, storage: &'a Storage) -> Result<&'a CudaBuffer> {
+    match storage {
+        Storage::Cuda(b) => Ok(b),
+        _ => Err(Error::backend(
+            "cuda",
+            format!("{op}: an input is not in CUDA memory"),
+        )),
+    }
+}
+
+impl Backend for CudaBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cuda
+    }
+
+    fn info(&self) -> BackendInfo {
+        self.info.clone()
+    }
+
+    fn upload(&self, data: HostData) -> Result<Storage> {
+        let dtype = data.dtype();
+        Ok(Storage::Cuda(self.upload_bytes(
+            "upload",
+            data.bytes(),
+            data.len(),
+            dtype,
+        )?))
+    }
+
+    fn download(&self, storage: &Storage) -> Result<HostData> {
+        let b = cuda_storage("download", storage)?;
+        if b.is_empty() {
+            return Ok(HostData::empty(b.dtype));
+        }
+        let mut bytes = self
+            .stream
+            .clone_dtoh(&*b.slice)
+            .map_err(|e| Self::driver_error("download", e))?;
+        bytes.truncate(b.byte_len());
+        Ok(match b.dtype {
+            DType::F32 => HostData::F32(bytemuck::pod_collect_to_vec(&bytes)),
+            DType::U32 => HostData::U32(bytemuck::pod_collect_to_vec(&bytes)),
+            d => HostData::Bytes(d, bytes),
+        })
+    }
+
+    fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage> {
+        let op = spec.kind().name();
+        let buffers = inputs
+            .iter()
+            .map(|s| cuda_storage(op, s))
+            .collect::<Result<Vec<_>>>()?;
+        let out_dtype = spec.output_dtype(buffers.first().map_or(DType::F32, |b| b.dtype));
+        let out = self.alloc(op, spec.output_len(), out_dtype)?;
+        if !out.is_empty() {
+            kernels::launch(self, spec, &out, &buffers)?;
+        }
+        Ok(Storage::Cuda(out))
+    }
+
+    fn copy(&self, x: &Storage, len: usize) -> Result<Storage> {
+        let src = cuda_storage("copy", x)?;
+        if len > src.len() {
+            return Err(Error::invalid(
+                "copy",
+                format!("cannot copy {len} elements from a buffer of {}", src.len()),
+            ));
+        }
+        let bytes = len * src.dtype.unit_bytes();
+        self.check_size("copy", bytes as u64)?;
+        let mut slice = unsafe { self.stream.alloc::<u8>(bytes.next_multiple_of(4).max(4)) }
+            .map_err(|e| Self::driver_error("copy", e))?;
+        if bytes > 0 {
+            self.stream
+                .memcpy_dtod(&src.slice.slice(..bytes), &mut slice.slice_mut(..bytes))
+                .map_err(|e| Self::driver_error("copy", e))?;
+        }
+        Ok(Storage::Cuda(CudaBuffer {
+            slice: Arc::new(slice),
+            len,
+            dtype: src.dtype,
+        }))
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.stream
+            .synchronize()
+            .map_err(|e| Self::driver_error("synchronize", e))?;
+        self.ctx
+            .check_err()
+            .map_err(|e| Self::driver_error("synchronize", e))
+    }
+}

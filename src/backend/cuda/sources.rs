@@ -1,0 +1,104 @@
+//! The CUDA C kernel sources (`kernels/*.cu`) and their compilation by NVRTC.
+//!
+//! Each source is compiled as `kernels/common.cu` followed by the file itself, so kernels
+//! share helpers without NVRTC include paths (and without any CUDA header: the sources use
+//! only NVRTC's built-in device functions). The backend compiles every source once when it
+//! starts, for the device's architecture; `native-tests/cuda_kernels.rs` compiles them all
+//! with a real NVRTC where no GPU exists, so a kernel that does not compile fails CI.
+
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions};
+
+/// The helpers prepended to every source.
+const COMMON: &str = include_str!("kernels/common.cu");
+
+/// One kernel source file and the entry points the backend launches from it.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelSource {
+    /// The file name under `src/backend/cuda/kernels/`.
+    pub name: &'static str,
+    /// The file's text (without the common prelude).
+    pub body: &'static str,
+    /// The `extern "C" __global__` functions the backend loads.
+    pub entry_points: &'static [&'static str],
+}
+
+impl KernelSource {
+    /// The full text NVRTC compiles: the common prelude, then the file.
+    pub fn text(&self) -> String {
+        format!("{COMMON}\n// ---- {} ----\n{}", self.name, self.body)
+    }
+}
+
+/// Every kernel source of the backend.
+pub const SOURCES: [KernelSource; 5] = [
+    KernelSource {
+        name: "elementwise.cu",
+        body: include_str!("kernels/elementwise.cu"),
+        entry_points: &[
+            "unary_f32",
+            "binary_f32",
+            "embedding_f32",
+            "permute_u32",
+            "concat_u32",
+            "narrow_u32",
+        ],
+    },
+    KernelSource {
+        name: "norm.cu",
+        body: include_str!("kernels/norm.cu"),
+        entry_points: &[
+            "rms_norm_f32",
+            "layer_norm_f32",
+            "softmax_f32",
+            "argmax_f32",
+            "rope_f32",
+        ],
+    },
+    KernelSource {
+        name: "matmul.cu",
+        body: include_str!("kernels/matmul.cu"),
+        entry_points: &["matmul_f32", "matvec_f32"],
+    },
+    KernelSource {
+        name: "quant.cu",
+        body: include_str!("kernels/quant.cu"),
+        entry_points: &[
+            "quantize",
+            "dequantize",
+            "qmatmul_act",
+            "qmatmul",
+            "ternary_dot",
+        ],
+    },
+    KernelSource {
+        name: "scan.cu",
+        body: include_str!("kernels/scan.cu"),
+        entry_points: &["scan_f32", "scan_grad_a", "scan_grad_init"],
+    },
+];
+
+/// Whether the NVRTC library can be loaded (it is looked up on the library search path,
+/// e.g. `LD_LIBRARY_PATH`, as `libnvrtc.so.12` and similar names).
+pub fn nvrtc_present() -> bool {
+    // SAFETY: only tries to dlopen the library; no NVRTC function is called.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+/// Compiles `source` to PTX for `arch` (`compute_XY`). The error carries NVRTC's log.
+/// Call only when [`nvrtc_present`] is true (cudarc panics when the library is missing).
+pub fn compile(source: &KernelSource, arch: &str) -> Result<String, String> {
+    let opts = CompileOptions {
+        options: vec![format!("--gpu-architecture={arch}")],
+        name: Some(source.name.to_string()),
+        ..Default::default()
+    };
+    match compile_ptx_with_opts(source.text(), opts) {
+        Ok(ptx) => Ok(ptx.to_src()),
+        Err(CompileError::CompileError { nvrtc, log, .. }) => Err(format!(
+            "NVRTC could not compile {} for {arch} ({nvrtc:?}):\n{}",
+            source.name,
+            log.to_string_lossy()
+        )),
+        Err(e) => Err(format!("NVRTC failed on {}: {e:?}", source.name)),
+    }
+}
