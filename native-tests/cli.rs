@@ -85,7 +85,7 @@ fn bench_json_has_ceilings_and_checked_rows() {
         "1",
         "--json",
     ]));
-    assert_eq!(v["schema_version"], 2);
+    assert_eq!(v["schema_version"], 3);
     let ceilings = &v["backends"][0]["ceilings"];
     assert!(
         ceilings["copy_gb_per_s"].as_f64().unwrap() > 0.0,
@@ -211,4 +211,107 @@ fn bench_model_reports_checked_tokens_per_second() {
     assert_eq!(r["checked"], true, "{r}");
     assert!(r["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
     assert!(r["frac_copy"].as_f64().unwrap() > 0.0);
+}
+
+/// A fresh scratch folder under the target directory.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a scratch folder");
+    dir
+}
+
+fn read_json(path: &std::path::Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: not JSON: {e}", path.display()))
+}
+
+fn run_ok(args: &[&str]) {
+    let out = webtensor(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: exit {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn bench_report_writes_json_and_html_and_merges_with_peers() {
+    let dir = scratch("bench_report");
+    let (a, b, merged) = (dir.join("a"), dir.join("b"), dir.join("merged"));
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    for (out, op) in [(&a, "silu"), (&b, "add")] {
+        run_ok(&[
+            "bench",
+            "--backend",
+            "cpu",
+            "--op",
+            op,
+            "--runs",
+            "1",
+            "--report",
+            &path(out),
+        ]);
+        let v = read_json(&out.join("report.json"));
+        assert_eq!(v["schema_version"], 3);
+        let rows = v["rows"].as_array().unwrap();
+        assert!(!rows.is_empty());
+        for r in rows {
+            assert_eq!(r["op"], op, "{r}");
+            assert_eq!(r["checked"], true, "{r}");
+            assert!(!r["device"].as_str().unwrap().is_empty(), "{r}");
+        }
+        let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+        assert!(
+            html.contains("<svg") && html.contains(op),
+            "no chart for {op}"
+        );
+    }
+
+    // A peer timing of the silu decode row, as benches/peers.py writes it.
+    let a_json = read_json(&a.join("report.json"));
+    let row = &a_json["rows"][0];
+    let peers = dir.join("peers.json");
+    let peer = serde_json::json!({
+        "machine": "test",
+        "peers": [{
+            "peer": "numpy test", "op": "silu", "case": row["case"], "shape": row["shape"],
+            "median_us": 1.0e6,
+        }],
+    });
+    std::fs::write(&peers, peer.to_string()).unwrap();
+
+    run_ok(&[
+        "bench",
+        "--merge",
+        &path(&a.join("report.json")),
+        &path(&b.join("report.json")),
+        "--peers",
+        &path(&peers),
+        "--report",
+        &path(&merged),
+    ]);
+    let m = read_json(&merged.join("report.json"));
+    let ops: std::collections::BTreeSet<_> = m["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["op"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ops, ["add", "silu"].map(String::from).into(), "{m}");
+    assert_eq!(m["peers"].as_array().unwrap().len(), 1);
+    let html = std::fs::read_to_string(merged.join("report.html")).unwrap();
+    assert!(html.contains("Peers on the same machine") && html.contains("numpy test"));
+
+    // A report of another schema version is refused with a message, not merged.
+    let old = dir.join("old.json");
+    std::fs::write(&old, r#"{"schema_version": 2, "rows": []}"#).unwrap();
+    let out = webtensor(&["bench", "--merge", &path(&old), "--report", &path(&merged)]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("schema version"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

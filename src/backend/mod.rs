@@ -28,7 +28,9 @@ use crate::tensor::DType;
 pub type BackendRef = Arc<dyn Backend>;
 
 /// Which backend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
     /// NVIDIA GPUs through CUDA (cargo feature `cuda`).
@@ -187,7 +189,7 @@ impl Storage {
 }
 
 /// Whether an adapter is real hardware or a software rasterizer (lavapipe, SwiftShader, WARP).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DeviceClass {
     /// A hardware GPU.
@@ -199,7 +201,7 @@ pub enum DeviceClass {
 }
 
 /// What a backend is and can do: shown by `webtensor info` and used by `Device::auto`.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct BackendInfo {
     /// Which backend.
     pub kind: BackendKind,

@@ -448,7 +448,9 @@ impl OpSpec {
 }
 
 /// The op families, for capability lists, fallback decisions and benchmarks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum OpKind {
     /// Elementwise add.

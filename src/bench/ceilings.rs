@@ -10,7 +10,7 @@ use crate::backend::{BackendKind, BackendRef, HostData};
 use crate::error::Result;
 
 /// The ceilings of one backend.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Ceilings {
     /// Device-to-device copy bandwidth (bytes read + written per second), in GB/s.
     pub copy_gb_per_s: f64,

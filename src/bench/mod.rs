@@ -10,11 +10,14 @@
 
 pub mod cases;
 pub mod ceilings;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod html;
+pub mod merge;
 pub mod model;
 pub mod report;
 mod timing;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::backend::{registry, BackendInfo, BackendKind, OpKind};
 use crate::device::Device;
@@ -22,10 +25,11 @@ use crate::error::Result;
 pub use ceilings::Ceilings;
 
 /// Version of the JSON schema of [`BenchReport`].
-pub const SCHEMA_VERSION: u32 = 2;
+/// 3: rows name their device, peers (numpy, llama.cpp) ride along, reports deserialise.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Problem sizes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Size {
     /// Small shapes that finish in seconds, even on a software GPU.
@@ -62,7 +66,7 @@ impl Default for BenchConfig {
 }
 
 /// One timed op on one backend.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BenchRow {
     /// The op family.
     pub op: OpKind,
@@ -72,6 +76,9 @@ pub struct BenchRow {
     pub shape: String,
     /// The backend.
     pub backend: BackendKind,
+    /// The backend's device (adapter or CPU model), so rows of merged reports from
+    /// different machines stay apart.
+    pub device: String,
     /// Whether the output matched the reference in this run.
     pub checked: bool,
     /// Median time per op in microseconds (absent when the check failed).
@@ -99,7 +106,7 @@ pub struct BenchRow {
 }
 
 /// One backend's identity and ceilings.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BackendCeilings {
     /// Identity of the backend (adapter or CPU, driver, features).
     pub info: BackendInfo,
@@ -108,18 +115,21 @@ pub struct BackendCeilings {
 }
 
 /// A whole benchmark run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BenchReport {
     /// [`SCHEMA_VERSION`].
     pub schema_version: u32,
     /// webtensor's version.
-    pub webtensor_version: &'static str,
+    pub webtensor_version: String,
     /// Problem sizes used.
     pub size: Size,
     /// Per backend: identity and ceilings.
     pub backends: Vec<BackendCeilings>,
     /// The timed rows.
     pub rows: Vec<BenchRow>,
+    /// Peers timed side by side on the same machines (`benches/peers.py`), if merged in.
+    #[serde(default)]
+    pub peers: Vec<merge::PeerRow>,
 }
 
 /// Runs the benchmark. `progress(done, total, label)` is called before each step.
@@ -165,9 +175,10 @@ pub fn run(
     progress(total, total, "done");
     Ok(BenchReport {
         schema_version: SCHEMA_VERSION,
-        webtensor_version: env!("CARGO_PKG_VERSION"),
+        webtensor_version: env!("CARGO_PKG_VERSION").into(),
         size: config.size,
         backends,
         rows,
+        peers: Vec::new(),
     })
 }

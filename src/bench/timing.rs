@@ -24,6 +24,7 @@ pub(super) fn time_case(
         case: case.label.clone(),
         shape: case.shape(),
         backend: device.chain()[0],
+        device: device.primary().info().device_name,
         checked: false,
         median_us: None,
         min_us: None,

@@ -3,6 +3,8 @@
 //! ```text
 //! webtensor info [--json]
 //! webtensor bench [--backend B]... [--op OP]... [--size small|medium] [--runs N] [--json]
+//!                 [--report DIR] [--peers peers.json]
+//! webtensor bench --merge a.json b.json ... [--peers peers.json] --report DIR
 //! webtensor generate [--model PATH] [--prompt TEXT] [--backend B] [--max-tokens N]
 //!                    [--temperature T] [--top-k K] [--top-p P] [--seed S]
 //! webtensor eval [--model PATH] --tokens 1,5,9 [--backend B]
@@ -68,6 +70,15 @@ enum Command {
         /// With --model: tokens decoded one at a time.
         #[arg(long, default_value_t = 32)]
         decode_tokens: usize,
+        /// Also write report.json and a self-contained report.html with charts into DIR.
+        #[arg(long, value_name = "DIR")]
+        report: Option<std::path::PathBuf>,
+        /// Merge these report.json files (from other machines) instead of timing anything.
+        #[arg(long, value_name = "FILE", num_args = 1..)]
+        merge: Vec<String>,
+        /// Peer timings from benches/peers.py to compare against (numpy, llama.cpp).
+        #[arg(long, value_name = "FILE")]
+        peers: Option<String>,
     },
     /// Generate text from a prompt, streaming it, then print prompt and decode tokens/s.
     Generate {
@@ -137,14 +148,32 @@ fn main() -> ExitCode {
             ..
         } => bench_model(&backends, &model, prompt_tokens, decode_tokens, json),
         Command::Bench {
+            merge,
+            peers,
+            report,
+            json,
+            model: None,
+            ..
+        } if !merge.is_empty() => bench_merge(&merge, peers.as_deref(), report.as_deref(), json),
+        Command::Bench {
             backends,
             ops,
             size,
             runs,
             json,
             model: None,
+            report,
+            peers,
             ..
-        } => bench(&backends, &ops, size, runs, json),
+        } => bench(
+            &backends,
+            &ops,
+            size,
+            runs,
+            json,
+            report.as_deref(),
+            peers.as_deref(),
+        ),
         Command::Generate {
             model,
             prompt,
@@ -364,12 +393,57 @@ fn bench_model(
     Ok(())
 }
 
+/// Prints a report (JSON or table) and writes `report.json` + `report.html` when asked.
+fn publish(
+    report: &bench::BenchReport,
+    json: bool,
+    dir: Option<&std::path::Path>,
+) -> Result<(), Error> {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(report).expect("the report serialises")
+        );
+    } else {
+        print!("{}", bench::report::table(report));
+    }
+    if let Some(dir) = dir {
+        bench::html::write(report, dir)?;
+        eprintln!(
+            "wrote {} and {}",
+            dir.join("report.json").display(),
+            dir.join("report.html").display()
+        );
+    }
+    Ok(())
+}
+
+/// `bench --merge`: one report from several machines' report.json files (and peers).
+fn bench_merge(
+    files: &[String],
+    peers: Option<&str>,
+    dir: Option<&std::path::Path>,
+    json: bool,
+) -> Result<(), Error> {
+    let reports = files
+        .iter()
+        .map(|f| bench::merge::load_report(f))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut report = bench::merge::merge(reports)?;
+    if let Some(p) = peers {
+        report.peers.extend(bench::merge::load_peers(p)?);
+    }
+    publish(&report, json, dir)
+}
+
 fn bench(
     backends: &[String],
     ops: &[String],
     size: SizeArg,
     runs: u32,
     json: bool,
+    dir: Option<&std::path::Path>,
+    peers: Option<&str>,
 ) -> Result<(), Error> {
     let backends = bench_backends(backends)?;
     let ops = ops
@@ -410,14 +484,11 @@ fn bench(
         bar.set_message(label.to_string());
     })?;
     bar.finish_and_clear();
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("the report serialises")
-        );
-    } else {
-        print!("{}", bench::report::table(&report));
+    let mut report = report;
+    if let Some(p) = peers {
+        report.peers = bench::merge::load_peers(p)?;
     }
+    publish(&report, json, dir)?;
     if report.rows.iter().any(|r| !r.checked) {
         return Err(Error::Backend {
             backend: "bench".into(),
