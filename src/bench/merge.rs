@@ -38,6 +38,10 @@ pub struct PeerRow {
     /// The backend webtensor's decode ran on.
     #[serde(default)]
     pub webtensor_backend: Option<String>,
+    /// For `decode`: the largest difference between the peer's and webtensor's logits on the
+    /// same prompt (the check that both ran the same model).
+    #[serde(default)]
+    pub max_logit_error: Option<f64>,
 }
 
 /// The file `benches/peers.py` writes.

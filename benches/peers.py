@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""Times peers side by side with webtensor on this machine; writes JSON for the report.
+
+* numpy: f32 matmul (a·b and a·bᵀ), rms_norm, causal softmax and silu at exactly the shapes of
+  the rows of a `webtensor bench --report` run (read from its report.json, so they cannot
+  drift from webtensor's cases).
+* llama.cpp (when llama-cpp-python is installed): end-to-end greedy decode tokens/s on a GGUF
+  model, next to `webtensor bench --model` on the same file in the same run. `--make-gguf`
+  writes the built-in model (assets/tiny-kjv) as an f32 GGUF with gguf-py, or, with
+  `--dim/--layers/--ffn`, a larger model of random weights with the same tokenizer.
+
+    webtensor bench --report out
+    python3 benches/peers.py --report out/report.json --make-gguf out/model.gguf -o out/peers.json
+    webtensor bench --merge out/report.json --peers out/peers.json --report out
+
+Needs numpy (gguf and safetensors for --make-gguf; llama-cpp-python for the llama.cpp row).
+"""
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def machine():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def median_us(fn, runs=5, min_secs=0.02):
+    """Median microseconds per call over `runs` samples of at least `min_secs` each."""
+    fn()
+    iters = 1
+    while True:
+        t = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        if time.perf_counter() - t >= min_secs or iters >= 1 << 16:
+            break
+        iters *= 2
+    samples = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        samples.append((time.perf_counter() - t) / iters * 1e6)
+    return statistics.median(samples)
+
+
+def shapes(text):
+    """'[1, 1024] [2816, 1024]' -> [[1, 1024], [2816, 1024]]."""
+    return [[int(v) for v in s.split(",") if v.strip()] for s in re.findall(r"\[([^\]]*)\]", text)]
+
+
+def numpy_case(op, case, shape):
+    """A numpy callable doing the work of one webtensor row, or None for ops not compared."""
+    rng = np.random.default_rng(0)
+    dims = shapes(shape)
+    f32 = lambda s: rng.uniform(-1, 1, size=s).astype(np.float32)
+    if op == "silu":
+        x = f32(dims[0])
+        return lambda: x / (np.float32(1) + np.exp(-x))
+    if op == "rms_norm":
+        x, w = f32(dims[0]), f32(dims[1])
+        eps = np.float32(1e-6)
+        return lambda: x * (np.float32(1) / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)) * w
+    if op == "softmax":
+        # Causal: query i of q sees keys j <= i + keys - q (webtensor's softmax_causal).
+        x = f32(dims[0])
+        q, keys = x.shape[-2], x.shape[-1]
+        visible = np.arange(keys)[None, :] <= (np.arange(q)[:, None] + keys - q)
+
+        def softmax():
+            s = np.where(visible, x, -np.inf)
+            e = np.exp(s - s.max(axis=-1, keepdims=True))
+            return e / e.sum(axis=-1, keepdims=True)
+
+        return softmax
+    if op == "matmul":
+        a, b = f32(dims[0]), f32(dims[1])
+        return (lambda: a @ b.T) if "ᵀ" in case else (lambda: a @ b)
+    return None
+
+
+def numpy_peers(report):
+    rows, seen = [], set()
+    for r in report["rows"]:
+        key = (r["op"], r["case"], r["shape"])
+        if key in seen or not r.get("checked"):
+            continue
+        seen.add(key)
+        fn = numpy_case(*key)
+        if fn is None:
+            continue
+        us = median_us(fn)
+        print(f"numpy {key[0]} {key[1]} {key[2]}: {us:.1f} µs", file=sys.stderr)
+        rows.append({"peer": f"numpy {np.__version__}", "op": key[0], "case": key[1],
+                     "shape": key[2], "median_us": us})
+    return rows
+
+
+def make_gguf(path, dim=None, layers=None, ffn=None):
+    """Writes assets/tiny-kjv (or a random model of its shape family) as an f32 GGUF."""
+    import gguf
+    from safetensors.numpy import load_file
+
+    folder = os.path.join(ROOT, "assets", "tiny-kjv")
+    config = json.load(open(os.path.join(folder, "config.json")))
+    tok = json.load(open(os.path.join(folder, "tokenizer.json")))
+    weights = {k: v.astype(np.float32) for k, v in load_file(os.path.join(folder, "model.safetensors")).items()}
+    name = "tiny-kjv"
+    if dim:
+        rng = np.random.default_rng(1)
+        head_dim = config["head_dim"]
+        config.update(hidden_size=dim, num_hidden_layers=layers, intermediate_size=ffn,
+                      num_attention_heads=dim // head_dim, num_key_value_heads=dim // head_dim // 2)
+        kv = config["num_key_value_heads"] * head_dim
+        vocab = config["vocab_size"]
+        r = lambda *s: (rng.standard_normal(s) * 0.02).astype(np.float32)
+        weights = {"model.embed_tokens.weight": r(vocab, dim), "model.norm.weight": np.ones(dim, np.float32)}
+        for i in range(layers):
+            p = f"model.layers.{i}."
+            weights.update({
+                p + "input_layernorm.weight": np.ones(dim, np.float32),
+                p + "post_attention_layernorm.weight": np.ones(dim, np.float32),
+                p + "self_attn.q_proj.weight": r(dim, dim), p + "self_attn.k_proj.weight": r(kv, dim),
+                p + "self_attn.v_proj.weight": r(kv, dim), p + "self_attn.o_proj.weight": r(dim, dim),
+                p + "mlp.gate_proj.weight": r(ffn, dim), p + "mlp.up_proj.weight": r(ffn, dim),
+                p + "mlp.down_proj.weight": r(dim, ffn),
+            })
+        name = f"random-{dim}x{layers}"
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+
+    def permute(w, n_head):
+        # Hugging Face's half-split rotary rows -> GGUF's interleaved pairs (as llama.cpp's
+        # convert script does).
+        return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name(name)
+    w.add_context_length(config["max_position_embeddings"])
+    w.add_embedding_length(config["hidden_size"])
+    w.add_block_count(config["num_hidden_layers"])
+    w.add_feed_forward_length(config["intermediate_size"])
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_rope_dimension_count(config["head_dim"])
+    w.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    w.add_rope_freq_base(config["rope_theta"])
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    vocab = sorted(tok["model"]["vocab"].items(), key=lambda kv: kv[1])
+    special = {t["id"] for t in tok["added_tokens"]}
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list([t for t, _ in vocab])
+    w.add_token_types([gguf.TokenType.CONTROL if i in special else gguf.TokenType.NORMAL for _, i in vocab])
+    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]])
+    w.add_bos_token_id(config["bos_token_id"])
+    w.add_eos_token_id(config["eos_token_id"])
+    w.add_add_bos_token(False)
+    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down"}
+    w.add_tensor("token_embd.weight", weights["model.embed_tokens.weight"])
+    w.add_tensor("output_norm.weight", weights["model.norm.weight"])
+    for i in range(config["num_hidden_layers"]):
+        for hf, gg in names.items():
+            t = weights[f"model.layers.{i}.{hf}.weight"]
+            if gg == "attn_q":
+                t = permute(t, heads)
+            elif gg == "attn_k":
+                t = permute(t, kv_heads)
+            w.add_tensor(f"blk.{i}.{gg}.weight", np.ascontiguousarray(t))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"wrote {path} ({name})", file=sys.stderr)
+
+
+def llama_cpp_peer(gguf_path, webtensor, backends, prompt_tokens, decode_tokens, threads):
+    try:
+        import llama_cpp
+    except ImportError:
+        print("llama-cpp-python is not installed: no llama.cpp row", file=sys.stderr)
+        return []
+    n_ctx = prompt_tokens + decode_tokens + 8
+    # logits_all: llama-cpp-python only fills `scores` (read for greedy decode) with it.
+    llm = llama_cpp.Llama(gguf_path, n_threads=threads, n_ctx=n_ctx, n_batch=n_ctx,
+                          logits_all=True, verbose=False)
+    vocab = llm.n_vocab()
+    prompt = [(i * 7919 + 1) % vocab for i in range(prompt_tokens)]
+    # Same model on both sides: llama.cpp's last-position logits against `webtensor eval`.
+    check = prompt[:8]
+    out = subprocess.run([webtensor, "eval", "--model", gguf_path, "--backend", "cpu", "--tokens",
+                          ",".join(map(str, check))], check=True, capture_output=True, text=True)
+    want = np.array(json.loads(out.stdout)[-1])
+    llm.eval(check)
+    got = np.array(llm.scores[llm.n_tokens - 1])
+    error = float(np.abs(got - want).max())
+    scale = max(1.0, float(np.abs(want).max()))
+    print(f"llama.cpp vs webtensor logits: max error {error:.2e} (scale {scale:.1f})", file=sys.stderr)
+    if error > 1e-2 * scale:
+        sys.exit(f"llama.cpp and webtensor disagree on {gguf_path} (max logit error {error}): not the same model")
+    samples = []
+    for _ in range(3):
+        llm.reset()
+        llm.eval(prompt)
+        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        t = time.perf_counter()
+        for _ in range(decode_tokens):
+            llm.eval([token])
+            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        samples.append(decode_tokens / (time.perf_counter() - t))
+    peer_tps = statistics.median(samples)
+    version = f"llama.cpp (llama-cpp-python {llama_cpp.__version__}, {threads} threads)"
+    print(f"{version}: {peer_tps:.1f} decode tokens/s", file=sys.stderr)
+    out = subprocess.run(
+        [webtensor, "bench", "--model", gguf_path, "--json", "--prompt-tokens", str(prompt_tokens),
+         "--decode-tokens", str(decode_tokens)] + sum((["--backend", b] for b in backends), []),
+        check=True, capture_output=True, text=True)
+    rows = []
+    for r in json.loads(out.stdout):
+        if not r.get("checked") or r.get("decode_tokens_per_s") is None:
+            continue
+        print(f"webtensor {r['backend']}: {r['decode_tokens_per_s']:.1f} decode tokens/s", file=sys.stderr)
+        rows.append({"peer": version, "op": "decode", "case": os.path.basename(gguf_path),
+                     "tokens_per_s": peer_tps, "webtensor_tokens_per_s": r["decode_tokens_per_s"],
+                     "webtensor_backend": r["backend"], "max_logit_error": error})
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--report", help="report.json of `webtensor bench --report` (shapes for numpy)")
+    ap.add_argument("--gguf", help="a GGUF model for the llama.cpp decode comparison")
+    ap.add_argument("--make-gguf", metavar="PATH", help="write the built-in model as GGUF here and use it")
+    ap.add_argument("--dim", type=int, help="with --make-gguf: a random model of this hidden size")
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--ffn", type=int)
+    ap.add_argument("--webtensor", default=os.path.join(ROOT, "target", "release", "webtensor"))
+    ap.add_argument("--backend", action="append", default=[], help="webtensor backends for decode")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--prompt-tokens", type=int, default=64)
+    ap.add_argument("--decode-tokens", type=int, default=32)
+    ap.add_argument("-o", "--out", required=True, help="peers JSON to write")
+    args = ap.parse_args()
+
+    peers = []
+    if args.report:
+        peers += numpy_peers(json.load(open(args.report)))
+    gguf_path = args.gguf
+    if args.make_gguf:
+        make_gguf(args.make_gguf, args.dim, args.layers, args.ffn or (args.dim or 0) * 11 // 4)
+        gguf_path = args.make_gguf
+    if gguf_path:
+        peers += llama_cpp_peer(gguf_path, args.webtensor, args.backend or ["cpu"],
+                                args.prompt_tokens, args.decode_tokens, args.threads)
+    with open(args.out, "w") as f:
+        json.dump({"machine": machine(), "peers": peers}, f, indent=1)
+    print(f"wrote {args.out} ({len(peers)} peer rows)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
