@@ -509,17 +509,21 @@ fn a_batch_of_sequences_equals_each_sequence_alone() {
             &want,
             TOL,
         );
-        // Greedy next tokens of the batch: each sequence's last row, argmax on the device.
-        let next = model.greedy_next(&mut [
-            SequenceInput {
-                tokens: &[3],
-                cache: c0,
-            },
-            SequenceInput {
-                tokens: &[4, 5],
-                cache: c2,
-            },
-        ]);
+        // Greedy next tokens of the batch: each sequence's last row, drawn on the device.
+        let mut greedy = webtensor::model::Sampler::new(webtensor::model::Sampling::greedy());
+        let next = model.next_tokens(
+            &mut [
+                SequenceInput {
+                    tokens: &[3],
+                    cache: c0,
+                },
+                SequenceInput {
+                    tokens: &[4, 5],
+                    cache: c2,
+                },
+            ],
+            &mut greedy,
+        );
         let next = next.unwrap();
         let argmax = |row: &[f32]| {
             row.iter()

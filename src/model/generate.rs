@@ -6,8 +6,9 @@ use std::time::Instant;
 use super::{Llama, Sampler, Sampling, Tokenizer};
 use crate::error::{Error, Result};
 
-/// Decode steps recorded per submit (one readback of their ids).
-const MULTI_STEP: usize = 8;
+/// Decode steps recorded per submit (one readback of their ids) by `generate` and the model
+/// benchmark.
+pub const MULTI_STEP: usize = 8;
 
 /// What a generation did and how fast.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]

@@ -382,19 +382,15 @@ impl Llama {
     }
 
     /// Runs `tokens` after those `cache` holds and draws the next token on the device with
-    /// `sampler` (one number of it): only the id is read back.
+    /// `sampler`: [`Llama::next_tokens`] for one sequence.
     pub fn sample_next(
         &self,
         tokens: &[u32],
         cache: &mut KvCache,
         sampler: &mut Sampler,
     ) -> Result<u32> {
-        let logits = self.forward(tokens, cache)?;
-        let last = ops::narrow(&logits, 0, tokens.len() - 1, 1)?;
-        let device = self.embed.device();
-        let u = Tensor::from_vec(device, sampler.next_uniforms(1), [1])?;
-        let id: Vec<u32> = ops::sample(&last, &u, sampler.params())?.to_vec()?;
-        id.first()
+        let ids = self.next_tokens(&mut [SequenceInput { tokens, cache }], sampler)?;
+        ids.first()
             .copied()
             .ok_or_else(|| Error::invalid("llama", "sampling returned no token"))
     }
@@ -457,19 +453,28 @@ impl Llama {
         Ok(logits)
     }
 
-    /// The greedy next token of each sequence of a batch: one forward pass, argmax on the
-    /// device, and only the ids read back.
-    pub fn greedy_next(&self, batch: &mut [SequenceInput<'_>]) -> Result<Vec<u32>> {
+    /// The next token of each sequence of a batch: one forward pass, then each sequence's
+    /// last row drawn on the device with `sampler` (one number per sequence, in batch order),
+    /// and only the ids read back.
+    pub fn next_tokens(
+        &self,
+        batch: &mut [SequenceInput<'_>],
+        sampler: &mut Sampler,
+    ) -> Result<Vec<u32>> {
         let logits = self.forward_batch(batch)?;
-        let ids: Vec<u32> = ops::argmax(&logits)?.to_vec()?;
         let mut end = 0;
-        Ok(batch
+        let last_rows: Vec<u32> = batch
             .iter()
             .map(|seq| {
                 end += seq.tokens.len();
-                ids[end - 1]
+                end as u32 - 1
             })
-            .collect())
+            .collect();
+        let device = self.embed.device();
+        let n = last_rows.len();
+        let last = ops::embedding(&logits, &Tensor::from_vec(device, last_rows, [n])?)?;
+        let numbers = Tensor::from_vec(device, sampler.next_uniforms(n), [n])?;
+        ops::sample(&last, &numbers, sampler.params())?.to_vec()
     }
 
     /// Causal grouped-query attention of one layer for the new rows `h` `[rows, hidden]` of
