@@ -61,42 +61,30 @@ fn key_of(v: f32) -> u32 {
 }
 
 // Workgroup reductions; every thread gets the result (a uniform value).
-fn sum_u(v: u32, lid: u32) -> u32 {
-    red_u[lid] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (lid < s) {
-            red_u[lid] = red_u[lid] + red_u[lid + s];
+const SUM: u32 = 0u;
+const MAX: u32 = 1u;
+const MIN: u32 = 2u;
+
+fn combine(a: u32, b: u32, op: u32) -> u32 {
+    switch op {
+        case MAX: {
+            return max(a, b);
         }
-        workgroupBarrier();
+        case MIN: {
+            return min(a, b);
+        }
+        default: {
+            return a + b;
+        }
     }
-    if (lid == 0u) {
-        bcast_u = red_u[0];
-    }
-    return workgroupUniformLoad(&bcast_u);
 }
 
-fn max_u(v: u32, lid: u32) -> u32 {
+fn reduce_u(v: u32, lid: u32, op: u32) -> u32 {
     red_u[lid] = v;
     workgroupBarrier();
     for (var s = WG / 2u; s > 0u; s = s / 2u) {
         if (lid < s) {
-            red_u[lid] = max(red_u[lid], red_u[lid + s]);
-        }
-        workgroupBarrier();
-    }
-    if (lid == 0u) {
-        bcast_u = red_u[0];
-    }
-    return workgroupUniformLoad(&bcast_u);
-}
-
-fn min_u(v: u32, lid: u32) -> u32 {
-    red_u[lid] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (lid < s) {
-            red_u[lid] = min(red_u[lid], red_u[lid + s]);
+            red_u[lid] = combine(red_u[lid], red_u[lid + s], op);
         }
         workgroupBarrier();
     }
@@ -132,7 +120,7 @@ fn count_from(base: u32, k: u32, lid: u32) -> u32 {
     for (var j = lid; j < p.vocab; j = j + WG) {
         c = c + select(0u, 1u, key_of(x[base + j]) >= k);
     }
-    return sum_u(c, lid);
+    return reduce_u(c, lid, SUM);
 }
 
 // Entries of the row with key >= k: the sum of their weights.
@@ -164,8 +152,8 @@ fn sample(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
         best = max(best, k);
         count = count + select(0u, 1u, k != NO_KEY);
     }
-    let max_key = max_u(best, lid);
-    let valid = sum_u(count, lid);
+    let max_key = reduce_u(best, lid, MAX);
+    let valid = reduce_u(count, lid, SUM);
     // The first index holding it.
     var first = 0xffffffffu;
     for (var j = lid; j < p.vocab; j = j + WG) {
@@ -173,7 +161,7 @@ fn sample(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
             first = min(first, j);
         }
     }
-    first = min_u(first, lid);
+    first = reduce_u(first, lid, MIN);
     if (max_key == NO_KEY || p.greedy != 0u || max_key == KEY_POS_INF) {
         if (lid == 0u) {
             out[row] = select(first, 0u, max_key == NO_KEY);
@@ -226,7 +214,7 @@ fn sample(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
         }
     }
     red_f[lid] = part;
-    let last_kept = max_u(last, lid);
+    let last_kept = reduce_u(last, lid, MAX);
     if (lid == 0u) {
         var total = 0.0;
         for (var c = 0u; c < WG; c = c + 1u) {
