@@ -12,7 +12,7 @@
 mod common;
 
 use common::{assert_close, reference, rng, tensor, uniform};
-use webtensor::ops::{self, Activations, RopeLayout};
+use webtensor::ops::{self, Activations, RopeLayout, SampleParams};
 use webtensor::{DType, Device, Tensor};
 
 /// Tolerance of elementwise ops, norms, softmax and rope (DESIGN.md).
@@ -712,6 +712,215 @@ fn narrow(dev: &Device) {
     }
 }
 
+/// In-place row writes, against a plain loop in the test (exact: a copy), including the
+/// write staying ordered with the reads recorded before and after it.
+fn scatter_rows(dev: &Device) {
+    let mut r = rng(62);
+    for (shape, count) in [
+        (vec![1, 1], 1),
+        (vec![5, 3], 0),
+        (vec![300, 257], 7),
+        (vec![64, 4, 16], 64),
+        (vec![4097, 3], 255),
+    ] {
+        let rows = shape[0];
+        let cols: usize = shape[1..].iter().product();
+        let init = uniform(&mut r, rows * cols, 1.0);
+        let src = uniform(&mut r, count * cols, 1.0);
+        // Distinct slots in a scrambled order.
+        let slots: Vec<u32> = (0..count).map(|i| ((i * 7919 + 3) % rows) as u32).collect();
+        let mut slot_set = slots.clone();
+        slot_set.sort_unstable();
+        slot_set.dedup();
+        assert_eq!(slot_set.len(), count, "test slots must be distinct");
+        let mut want = init.clone();
+        for (i, &s) in slots.iter().enumerate() {
+            let s = s as usize;
+            want[s * cols..(s + 1) * cols].copy_from_slice(&src[i * cols..(i + 1) * cols]);
+        }
+        let mut src_shape = shape.clone();
+        src_shape[0] = count;
+        let mut dst = tensor(dev, &init, &shape);
+        let before = ops::scale(&dst, 1.0).unwrap();
+        let alias = dst.clone();
+        ops::scatter_rows(
+            &mut dst,
+            &tensor(dev, &slots, &[count]),
+            &tensor(dev, &src, &src_shape),
+        )
+        .unwrap();
+        let after = ops::scale(&dst, 1.0).unwrap();
+        let what = format!(
+            "scatter_rows {shape:?} count {count} on {}",
+            dev.backend_name()
+        );
+        assert_eq!(dst.to_vec::<f32>().unwrap(), want, "{what}");
+        assert_eq!(
+            after.to_vec::<f32>().unwrap(),
+            want,
+            "{what}: a read recorded after"
+        );
+        assert_eq!(
+            before.to_vec::<f32>().unwrap(),
+            init,
+            "{what}: a read recorded before"
+        );
+        assert_eq!(
+            alias.to_vec::<f32>().unwrap(),
+            init,
+            "{what}: a clone keeps its values"
+        );
+    }
+    // u32 rows, written twice in a row without a readback in between.
+    let mut ids = tensor(dev, &[0u32; 8], &[4, 2]);
+    ops::scatter_rows(
+        &mut ids,
+        &tensor(dev, &[3u32, 0], &[2]),
+        &tensor(dev, &[1u32, 2, 3, 4], &[2, 2]),
+    )
+    .unwrap();
+    ops::scatter_rows(
+        &mut ids,
+        &tensor(dev, &[1u32], &[1]),
+        &tensor(dev, &[5u32, 6], &[1, 2]),
+    )
+    .unwrap();
+    assert_eq!(ids.to_vec::<u32>().unwrap(), [3, 4, 5, 6, 0, 0, 1, 2]);
+}
+
+/// `p` as parameters.
+fn sampling(temperature: f32, top_k: u32, top_p: f32) -> SampleParams {
+    SampleParams {
+        temperature,
+        top_k,
+        top_p,
+    }
+}
+
+/// Drawing tokens: the same tokens as the reference (a difference only where a slightly moved
+/// number or top-p cut explains it), and, independently of any backend, the frequencies of a
+/// fine grid of numbers against softmax probabilities computed here.
+fn sample(dev: &Device) {
+    let mut r = rng(63);
+    let params = [
+        sampling(0.0, 0, 1.0),
+        sampling(0.7, 0, 1.0),
+        sampling(1.0, 1, 1.0),
+        sampling(1.3, 40, 1.0),
+        sampling(0.8, 0, 0.9),
+        sampling(1.0, 50, 0.8),
+        sampling(1.0, 0, 0.0),
+        sampling(2.0, 100_000, 0.5),
+    ];
+    for (rows, vocab) in [(3, 1), (4, 3), (5, 255), (3, 257), (2, 4097), (2, 32_000)] {
+        let mut logits = uniform(&mut r, rows * vocab, 6.0);
+        if vocab > 3 {
+            // A tie for the maximum, a NaN and -inf, which must never be drawn.
+            logits[0] = 7.0;
+            logits[2] = 7.0;
+            logits[1] = f32::NAN;
+            logits[3] = f32::NEG_INFINITY;
+        }
+        let u: Vec<f32> = (0..rows).map(|_| r.random_range(0.0..1.0)).collect();
+        for p in params {
+            let what = format!("sample {rows}x{vocab} {p:?} on {}", dev.backend_name());
+            let run = |d: &Device, u: &[f32], p: SampleParams| -> Vec<u32> {
+                ops::sample(
+                    &tensor(d, &logits, &[rows, vocab]),
+                    &tensor(d, u, &[rows]),
+                    p,
+                )
+                .unwrap()
+                .to_vec()
+                .unwrap()
+            };
+            let got = run(dev, &u, p);
+            let want = run(&reference(), &u, p);
+            for row in 0..rows {
+                let id = got[row] as usize;
+                assert!(
+                    id < vocab && !logits[row * vocab + id].is_nan(),
+                    "{what}: row {row} drew {id}"
+                );
+                if got[row] == want[row] {
+                    continue;
+                }
+                // Explained by rounding: a nudged number or top-p cut gives the same token.
+                let nudged = [(-1e-4, 0.0), (1e-4, 0.0), (0.0, -1e-4), (0.0, 1e-4)]
+                    .iter()
+                    .any(|&(du, dp)| {
+                        let mut u2 = u.clone();
+                        u2[row] = (u[row] + du).clamp(0.0, 0.999_999);
+                        let p2 = sampling(p.temperature, p.top_k, p.top_p + dp);
+                        run(&reference(), &u2, p2)[row] == got[row]
+                    });
+                assert!(
+                    nudged,
+                    "{what}: row {row} drew {} where the reference drew {}",
+                    got[row], want[row]
+                );
+            }
+        }
+    }
+    // Frequencies over a grid of numbers: each token's share of [0, 1) is its probability.
+    let logits = [1.0f32, -0.5, 2.0, 0.25, 2.0, -3.0, 0.5];
+    let n = 4000;
+    let grid: Vec<f32> = (0..n).map(|i| (i as f32 + 0.5) / n as f32).collect();
+    let batch: Vec<f32> = logits
+        .iter()
+        .copied()
+        .cycle()
+        .take(n * logits.len())
+        .collect();
+    for (t, k, top_p) in [(1.0, 0, 1.0), (0.6, 3, 1.0), (1.5, 0, 0.7), (1.0, 5, 0.9)] {
+        let drawn: Vec<u32> = ops::sample(
+            &tensor(dev, &batch, &[n, logits.len()]),
+            &tensor(dev, &grid, &[n]),
+            sampling(t, k, top_p),
+        )
+        .unwrap()
+        .to_vec()
+        .unwrap();
+        let probs = expected_probs(&logits, t as f64, k, top_p as f64);
+        for (id, &prob) in probs.iter().enumerate() {
+            let share = drawn.iter().filter(|&&d| d as usize == id).count() as f64 / n as f64;
+            assert!(
+                (share - prob).abs() <= 2.0 / n as f64,
+                "sample grid t={t} k={k} p={top_p} on {}: token {id} drawn {share}, probability {prob}",
+                dev.backend_name()
+            );
+        }
+    }
+}
+
+/// The probabilities temperature, top-k and top-p leave, by brute force: sort, cut, softmax.
+fn expected_probs(x: &[f32], t: f64, k: u32, top_p: f64) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..x.len()).collect();
+    order.sort_by(|&a, &b| x[b].total_cmp(&x[a]));
+    let w: Vec<f64> = x.iter().map(|&v| (v as f64 / t).exp()).collect();
+    let mut keep = if k == 0 { x.len() } else { k as usize };
+    while keep < x.len() && x[order[keep]] == x[order[keep - 1]] {
+        keep += 1;
+    }
+    let total: f64 = order[..keep].iter().map(|&i| w[i]).sum();
+    let mut sum = 0.0;
+    for n in 0..keep {
+        sum += w[order[n]];
+        if sum >= top_p * total {
+            keep = n + 1;
+            break;
+        }
+    }
+    while keep < x.len() && x[order[keep]] == x[order[keep - 1]] {
+        keep += 1;
+    }
+    let kept = &order[..keep];
+    let total: f64 = kept.iter().map(|&i| w[i]).sum();
+    (0..x.len())
+        .map(|i| if kept.contains(&i) { w[i] / total } else { 0.0 })
+        .collect()
+}
+
 // ---- scans ----------------------------------------------------------------------------------
 
 /// (shape, axis) cases: empty, single steps, lengths around the wgpu kernels' boundaries (64
@@ -1076,4 +1285,6 @@ matrix!(
     concat,
     narrow,
     copies_of_ids,
+    scatter_rows,
+    sample,
 );

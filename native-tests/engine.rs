@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use common::{assert_close, reference, rng, uniform};
 use webtensor::model::gguf::{self, GgufValue};
 use webtensor::model::weights::StoredDType;
-use webtensor::model::{Llama, ModelFiles};
+use webtensor::model::{CacheLayout, KvCache, KvPool, Llama, ModelFiles, SequenceInput};
 use webtensor::{DType, Device, Error, Tensor};
 
 /// DESIGN.md: engine logits within 1e-3 of the reference forward.
@@ -466,7 +466,6 @@ fn debug_hooks_see_the_chosen_intermediates() {
 
 #[test]
 fn a_batch_of_sequences_equals_each_sequence_alone() {
-    use webtensor::model::SequenceInput;
     let dir = hf_folder(GQA, "batch");
     // Three sequences of different lengths, one of them already holding a prompt.
     let prompts: [&[u32]; 3] = [&TOKENS[..5], &[7, 8], &TOKENS[2..9]];
@@ -510,17 +509,21 @@ fn a_batch_of_sequences_equals_each_sequence_alone() {
             &want,
             TOL,
         );
-        // Greedy next tokens of the batch: each sequence's last row, argmax on the device.
-        let next = model.greedy_next(&mut [
-            SequenceInput {
-                tokens: &[3],
-                cache: c0,
-            },
-            SequenceInput {
-                tokens: &[4, 5],
-                cache: c2,
-            },
-        ]);
+        // Greedy next tokens of the batch: each sequence's last row, drawn on the device.
+        let mut greedy = webtensor::model::Sampler::new(webtensor::model::Sampling::greedy());
+        let next = model.next_tokens(
+            &mut [
+                SequenceInput {
+                    tokens: &[3],
+                    cache: c0,
+                },
+                SequenceInput {
+                    tokens: &[4, 5],
+                    cache: c2,
+                },
+            ],
+            &mut greedy,
+        );
         let next = next.unwrap();
         let argmax = |row: &[f32]| {
             row.iter()
@@ -545,47 +548,253 @@ fn a_batch_of_sequences_equals_each_sequence_alone() {
 }
 
 #[test]
-fn multi_step_greedy_decode_equals_single_steps() {
-    use webtensor::model::SequenceInput;
+fn multi_step_decode_equals_single_steps() {
+    use webtensor::model::{Sampler, Sampling};
     let dir = hf_folder(GQA, "multistep");
+    let warm = Sampling {
+        temperature: 0.9,
+        top_k: 20,
+        top_p: 0.9,
+        seed: 7,
+    };
     for dev in devices() {
         let model = Llama::load(&dev, ModelFiles::open(&dir).unwrap()).unwrap();
         let prompt = &TOKENS[..5];
-        // Single steps: each id read back and fed again from the host.
-        let mut cache = model.new_cache(32).unwrap();
-        let mut ids = Vec::new();
-        let mut next = model
-            .greedy_next(&mut [SequenceInput {
-                tokens: prompt,
-                cache: &mut cache,
-            }])
-            .unwrap()[0];
-        for _ in 0..6 {
-            ids.push(next);
-            next = model
-                .greedy_next(&mut [SequenceInput {
-                    tokens: &[next],
-                    cache: &mut cache,
-                }])
-                .unwrap()[0];
+        for sampling in [Sampling::greedy(), warm] {
+            let what = format!("{sampling:?} on {}", dev.backend_name());
+            // Single steps: each id read back and fed again from the host.
+            let mut sampler = Sampler::new(sampling);
+            let mut cache = model.new_cache(32).unwrap();
+            let mut next = model.sample_next(prompt, &mut cache, &mut sampler).unwrap();
+            let mut ids = Vec::new();
+            for _ in 0..6 {
+                ids.push(next);
+                next = model
+                    .sample_next(&[next], &mut cache, &mut sampler)
+                    .unwrap();
+            }
+            // Five more steps with the ids kept on the device, read back once.
+            let mut sampler = Sampler::new(sampling);
+            let mut cache2 = model.new_cache(32).unwrap();
+            let first = model
+                .sample_next(prompt, &mut cache2, &mut sampler)
+                .unwrap();
+            let mut multi = vec![first];
+            multi.extend(model.decode(first, &mut cache2, 5, &mut sampler).unwrap());
+            assert_eq!(multi, ids, "{what}");
+            assert_eq!(cache2.len(), prompt.len() + 5);
+            // The host sampler over read-back logits draws the same tokens.
+            let mut sampler = Sampler::new(sampling);
+            let mut cache3 = model.new_cache(32).unwrap();
+            let mut host = Vec::new();
+            let mut tokens = prompt.to_vec();
+            for _ in 0..6 {
+                let logits: Vec<f32> = model
+                    .forward(&tokens, &mut cache3)
+                    .unwrap()
+                    .to_vec()
+                    .unwrap();
+                let next = sampler.sample(&logits[logits.len() - GQA.vocab..]);
+                host.push(next);
+                tokens = vec![next];
+            }
+            assert_eq!(host, ids, "host sampling, {what}");
         }
-        // Six steps with the ids kept on the device, read back once.
-        let mut cache2 = model.new_cache(32).unwrap();
-        let first = model
-            .greedy_next(&mut [SequenceInput {
-                tokens: prompt,
-                cache: &mut cache2,
-            }])
-            .unwrap()[0];
-        let mut multi = vec![first];
-        multi.extend(model.greedy_decode(first, &mut cache2, 5).unwrap());
-        assert_eq!(multi, ids, "on {}", dev.backend_name());
-        assert_eq!(cache2.len(), prompt.len() + 5);
         let mut small = model.new_cache(2).unwrap();
+        let mut sampler = Sampler::new(warm);
         assert!(matches!(
-            model.greedy_decode(first, &mut small, 3),
+            model.decode(1, &mut small, 3, &mut sampler),
             Err(Error::CacheFull { .. })
         ));
+    }
+}
+
+/// Runs `prompts` through caches of one pool, a token of each sequence in turn (so paged
+/// blocks interleave), and checks each sequence's logits against the reference.
+fn check_interleaved(
+    model: &Llama,
+    pool: &KvPool,
+    prompts: &[&[u32]],
+    want: &[Vec<f32>],
+    what: &str,
+) {
+    let mut caches: Vec<KvCache> = prompts.iter().map(|_| pool.sequence()).collect();
+    let mut got: Vec<Vec<f32>> = vec![Vec::new(); prompts.len()];
+    let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
+    for step in 0..longest {
+        for (i, prompt) in prompts.iter().enumerate() {
+            if let Some(&token) = prompt.get(step) {
+                let logits = model.forward(&[token], &mut caches[i]).unwrap();
+                got[i].extend(logits.to_vec::<f32>().unwrap());
+            }
+        }
+    }
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_close(&format!("{what}: sequence {i}"), g, w, TOL);
+    }
+}
+
+#[test]
+fn paged_and_static_caches_match_the_reference() {
+    let dir = hf_folder(GQA, "paged");
+    let prompts: [&[u32]; 3] = [&TOKENS, &[7, 8, 9, 10], &TOKENS[2..9]];
+    let want: Vec<Vec<f32>> = {
+        let model = Llama::load(&reference(), ModelFiles::open(&dir).unwrap()).unwrap();
+        prompts
+            .iter()
+            .map(|p| model.logits(p).unwrap().to_vec().unwrap())
+            .collect()
+    };
+    for dev in devices() {
+        let model = Llama::load(&dev, ModelFiles::open(&dir).unwrap()).unwrap();
+        let name = dev.backend_name();
+        // Blocks of 3 tokens: every sequence's blocks end up scattered over the pool.
+        let block_bytes = 3 * GQA.layers * 2 * (GQA.kv_heads * GQA.hidden / GQA.heads) * 4;
+        let paged = model
+            .new_pool(CacheLayout::Paged {
+                block_size: 3,
+                budget_bytes: 9 * block_bytes,
+            })
+            .unwrap();
+        check_interleaved(&model, &paged, &prompts, &want, &format!("paged on {name}"));
+        assert_eq!(
+            paged.free_blocks().unwrap(),
+            9,
+            "dropped sequences give their blocks back"
+        );
+        let fixed = model
+            .new_pool(CacheLayout::Static {
+                max_batch: 3,
+                max_len: 16,
+            })
+            .unwrap();
+        check_interleaved(
+            &model,
+            &fixed,
+            &prompts,
+            &want,
+            &format!("static on {name}"),
+        );
+        // A batch over one paged pool equals each sequence alone.
+        let mut a = paged.sequence();
+        let mut b = paged.sequence();
+        let got: Vec<f32> = model
+            .forward_batch(&mut [
+                SequenceInput {
+                    tokens: prompts[0],
+                    cache: &mut a,
+                },
+                SequenceInput {
+                    tokens: prompts[1],
+                    cache: &mut b,
+                },
+            ])
+            .unwrap()
+            .to_vec()
+            .unwrap();
+        assert_close(
+            &format!("paged batch on {name}"),
+            &got,
+            &[want[0].clone(), want[1].clone()].concat(),
+            TOL,
+        );
+    }
+}
+
+#[test]
+fn cache_blocks_are_freed_and_running_out_is_an_error() {
+    let dir = hf_folder(GQA, "blocks");
+    let model = Llama::load(&reference(), ModelFiles::open(&dir).unwrap()).unwrap();
+    let block_bytes = 4 * GQA.layers * 2 * (GQA.kv_heads * GQA.hidden / GQA.heads) * 4;
+    let pool = model
+        .new_pool(CacheLayout::Paged {
+            block_size: 4,
+            budget_bytes: 3 * block_bytes + 5,
+        })
+        .unwrap();
+    assert_eq!(pool.total_blocks().unwrap(), 3);
+    let mut a = pool.sequence();
+    model.forward(&TOKENS[..6], &mut a).unwrap(); // two blocks
+    let mut b = pool.sequence();
+    model.forward(&TOKENS[..4], &mut b).unwrap(); // the third
+                                                  // Neither a nor b can grow into a new block; the failed batch takes nothing.
+    let err = model
+        .forward_batch(&mut [
+            SequenceInput {
+                tokens: &[1, 2],
+                cache: &mut a,
+            },
+            SequenceInput {
+                tokens: &[3],
+                cache: &mut b,
+            },
+        ])
+        .expect_err("no free block");
+    assert!(
+        matches!(
+            err,
+            Error::CacheBlocksExhausted {
+                block_size: 4,
+                free: 0,
+                needed: 1
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!((a.len(), b.len()), (6, 4));
+    // a still has room in its second block.
+    model.forward(&[1, 2], &mut a).unwrap();
+    // Ending b frees its block for a.
+    drop(b);
+    assert_eq!(pool.free_blocks().unwrap(), 1);
+    model.forward(&[3], &mut a).unwrap();
+    a.reset();
+    assert_eq!(pool.free_blocks().unwrap(), 3);
+    // A static pool: one region per sequence; a third sequence finds none.
+    let fixed = model
+        .new_pool(CacheLayout::Static {
+            max_batch: 2,
+            max_len: 8,
+        })
+        .unwrap();
+    let (mut s1, mut s2, mut s3) = (fixed.sequence(), fixed.sequence(), fixed.sequence());
+    model.forward(&[1], &mut s1).unwrap();
+    model.forward(&[1], &mut s2).unwrap();
+    assert!(matches!(
+        model.forward(&[1], &mut s3),
+        Err(Error::CacheBlocksExhausted { .. })
+    ));
+    assert!(matches!(
+        model.forward(&TOKENS, &mut s1),
+        Err(Error::CacheFull {
+            capacity: 8,
+            len: 1,
+            requested: 9
+        })
+    ));
+    // Bad layouts name what is wrong.
+    for layout in [
+        CacheLayout::Paged {
+            block_size: 4,
+            budget_bytes: block_bytes - 1,
+        },
+        CacheLayout::Paged {
+            block_size: 0,
+            budget_bytes: 1 << 20,
+        },
+        CacheLayout::Static {
+            max_batch: 0,
+            max_len: 8,
+        },
+        CacheLayout::Static {
+            max_batch: 1,
+            max_len: 65,
+        },
+    ] {
+        assert!(
+            matches!(model.new_pool(layout), Err(Error::InvalidArgument { .. })),
+            "{layout:?}"
+        );
     }
 }
 

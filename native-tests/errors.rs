@@ -98,6 +98,64 @@ fn check_errors(dev: &Device) {
     quant_errors(dev);
     scan_errors(dev);
     layout_errors(dev);
+    cache_and_sampling_errors(dev);
+}
+
+fn cache_and_sampling_errors(dev: &Device) {
+    let params = ops::SampleParams {
+        temperature: 1.0,
+        top_k: 0,
+        top_p: 0.9,
+    };
+    let slots = |v: &[u32]| tensor(dev, v, &[v.len()]);
+    let mut dst = f(dev, &[4, 3]);
+    let before: Vec<f32> = dst.to_vec().unwrap();
+    // A slot beyond the rows, a row width that differs, slots of the wrong count or dtype.
+    let results = [
+        ops::scatter_rows(&mut dst, &slots(&[4]), &f(dev, &[1, 3])),
+        ops::scatter_rows(&mut dst, &slots(&[0]), &f(dev, &[1, 2])),
+        ops::scatter_rows(&mut dst, &slots(&[0, 1]), &f(dev, &[1, 3])),
+        ops::scatter_rows(&mut dst, &f(dev, &[1]), &f(dev, &[1, 3])),
+        ops::scatter_rows(&mut dst, &slots(&[0]), &u(dev, &[1, 3])),
+    ];
+    for r in &results {
+        assert!(
+            matches!(
+                r,
+                Err(Error::InvalidArgument { .. }
+                    | Error::ShapeMismatch { .. }
+                    | Error::DTypeMismatch { .. })
+            ),
+            "{r:?}"
+        );
+    }
+    assert_eq!(
+        dst.to_vec::<f32>().unwrap(),
+        before,
+        "a refused write changes nothing"
+    );
+    // Sampling: one number per row, f32 logits, a real top_p.
+    let logits = f(dev, &[2, 5]);
+    assert!(matches!(
+        ops::sample(&logits, &f(dev, &[3]), params),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        ops::sample(&u(dev, &[2, 5]), &f(dev, &[2]), params),
+        Err(Error::DTypeMismatch { .. })
+    ));
+    assert!(matches!(
+        ops::sample(&f(dev, &[2, 0]), &f(dev, &[2]), params),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    let nan_p = ops::SampleParams {
+        top_p: f32::NAN,
+        ..params
+    };
+    assert!(matches!(
+        ops::sample(&logits, &f(dev, &[2]), nan_p),
+        Err(Error::InvalidArgument { .. })
+    ));
 }
 
 fn layout_errors(dev: &Device) {

@@ -49,3 +49,20 @@ fn narrow(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     let row = i / p.width;
     out[i] = a[row * p.a_cols + p.b_cols + i % p.width];
 }
+
+// scatter_rows, in place: params (len = count · cols, cols, rows of the target, -);
+// bindings 1 = the target [rows, cols] (read-write), 2 = src [count, cols], 3 = slots u32
+// [count]. Row slots[r] of the target becomes row r of src; a slot >= rows writes nothing.
+@compute @workgroup_size(256)
+fn scatter_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.y * nwg.x + wid.x) * WG + lid;
+    if (i >= p.len) {
+        return;
+    }
+    let cols = p.a_cols;
+    let slot = b[i / cols];
+    if (slot < p.b_cols) {
+        out[slot * cols + i % cols] = a[i];
+    }
+}

@@ -155,6 +155,21 @@ pub enum Error {
         requested: usize,
     },
 
+    /// A paged KV cache's pool has too few free blocks for the tokens given.
+    #[error(
+        "the paged KV cache has {free} free blocks of {block_size} tokens and {needed} more are \
+         needed; end or reset a sequence to free its blocks, or give the cache a larger memory \
+         budget"
+    )]
+    CacheBlocksExhausted {
+        /// Tokens per block.
+        block_size: usize,
+        /// Blocks no sequence holds.
+        free: usize,
+        /// Blocks the tokens needed.
+        needed: usize,
+    },
+
     /// An I/O error with the path that caused it.
     #[error("{path}: {source}")]
     Io {

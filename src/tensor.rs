@@ -470,6 +470,32 @@ impl Tensor {
         self.inner.index_bound
     }
 
+    pub(crate) fn backend(&self) -> &BackendRef {
+        &self.inner.backend
+    }
+
+    /// This tensor's storage for an in-place write: first copied when another tensor (a clone
+    /// or a reshape) shares it, so a write changes this tensor only.
+    pub(crate) fn storage_for_write(&mut self) -> Result<&mut Storage> {
+        let shared = Arc::get_mut(&mut self.inner).is_none_or(|i| i.storage.is_shared());
+        if shared {
+            let i = &self.inner;
+            let units = expect_storage_len("write", i.dtype, &i.shape)?;
+            self.inner = Arc::new(TensorInner {
+                storage: i.backend.copy(&i.storage, units)?,
+                shape: i.shape.clone(),
+                dtype: i.dtype,
+                backend: i.backend.clone(),
+                device: i.device.clone(),
+                index_bound: i.index_bound,
+            });
+        }
+        let backend = self.backend_name();
+        Arc::get_mut(&mut self.inner)
+            .map(|i| &mut i.storage)
+            .ok_or_else(|| Error::backend(backend, "a fresh copy is still shared"))
+    }
+
     /// The same data under a new shape with the same number of elements (no copy).
     pub fn reshape(&self, shape: impl Into<Shape>) -> Result<Tensor> {
         let shape = shape.into();

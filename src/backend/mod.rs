@@ -19,7 +19,9 @@ pub mod webgpu;
 use std::fmt;
 use std::sync::Arc;
 
-pub use spec::{Activations, BinaryOp, MatmulSpec, OpKind, OpSpec, RopeLayout, ScanOp, UnaryOp};
+pub use spec::{
+    Activations, BinaryOp, MatmulSpec, OpKind, OpSpec, RopeLayout, SampleParams, ScanOp, UnaryOp,
+};
 
 use crate::error::Result;
 use crate::tensor::DType;
@@ -186,6 +188,14 @@ impl Storage {
             _ => None,
         }
     }
+
+    /// Whether another handle shares this memory (so writing in place would be seen there).
+    pub(crate) fn is_shared(&self) -> bool {
+        match self {
+            Storage::Host(h) => Arc::strong_count(h) > 1,
+            Storage::Wgpu(b) => b.is_shared(),
+        }
+    }
 }
 
 /// Whether an adapter is real hardware or a software rasterizer (lavapipe, SwiftShader, WARP).
@@ -255,6 +265,26 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// storage. GPU backends may only record the work; it runs at the next download or
     /// [`Backend::synchronize`].
     fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage>;
+
+    /// Runs an in-place `spec` ([`OpSpec::ScatterRows`]): changes `target`, which no other
+    /// handle shares, reading `inputs`. GPU backends may only record the work.
+    ///
+    /// The default computes on the host with the reference backend and uploads the result:
+    /// correct everywhere a blocking download works, for backends without an in-place kernel.
+    fn write_into(&self, spec: &OpSpec, target: &mut Storage, inputs: &[&Storage]) -> Result<()> {
+        let to_host =
+            |s: &Storage| -> Result<Storage> { Ok(Storage::Host(Arc::new(self.download(s)?))) };
+        let mut host_target = to_host(target)?;
+        let host_inputs = inputs
+            .iter()
+            .map(|s| to_host(s))
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<&Storage> = host_inputs.iter().collect();
+        reference::ReferenceBackend.write_into(spec, &mut host_target, &refs)?;
+        let data = host_data(BackendKind::Reference, &host_target)?.clone();
+        *target = self.upload(data)?;
+        Ok(())
+    }
 
     /// A plain copy of the first `len` elements of `x` into new storage: the simplest
     /// memory-bound work a backend can do, used by benchmarks as the copy-bandwidth ceiling.

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use super::spec::{permute_strides, rope_inv_freq, rope_pair};
 use super::{
     host_data, Activations, Backend, BackendInfo, BackendKind, BinaryOp, DeviceClass, HostData,
-    HostInputs, MatmulSpec, OpSpec, ScanOp, Storage, UnaryOp,
+    HostInputs, MatmulSpec, OpSpec, SampleParams, ScanOp, Storage, UnaryOp,
 };
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::quant::{self, ternary};
 use crate::tensor::DType;
 
@@ -51,6 +51,10 @@ impl Backend for ReferenceBackend {
     fn copy(&self, x: &Storage, len: usize) -> Result<Storage> {
         let host = self.download(x)?;
         Ok(Storage::Host(Arc::new(host.prefix(len))))
+    }
+
+    fn write_into(&self, spec: &OpSpec, target: &mut Storage, inputs: &[&Storage]) -> Result<()> {
+        scatter_rows_host(BackendKind::Reference, spec, target, inputs)
     }
 
     fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage> {
@@ -100,6 +104,19 @@ impl Backend for ReferenceBackend {
                 }
             },
             OpSpec::Argmax { cols, .. } => HostData::U32(argmax(input.f32(0)?, *cols)),
+            OpSpec::Sample { vocab, params, .. } => {
+                let rows = input.f32(0)?.chunks(*vocab);
+                let drawn = rows
+                    .zip(input.f32(1)?)
+                    .map(|(row, &u)| sample_row(row, params, u));
+                HostData::U32(drawn.collect())
+            }
+            OpSpec::ScatterRows { .. } => {
+                return Err(Error::backend(
+                    "reference",
+                    "scatter_rows runs in place (write_into)",
+                ))
+            }
             OpSpec::Quantize { format, .. } => {
                 let mut out = vec![0u8; spec.output_len()];
                 quant::quantize(*format, input.f32(0)?, &mut out);
@@ -539,4 +556,98 @@ fn argmax(x: &[f32], cols: usize) -> Vec<u32> {
             best as u32
         })
         .collect()
+}
+
+/// [`OpSpec::ScatterRows`] on host storage, for the host backends (`reference`, `cpu`): a copy
+/// of each row to its slot. `target` must not be shared (the op layer makes sure).
+pub(crate) fn scatter_rows_host(
+    backend: BackendKind,
+    spec: &OpSpec,
+    target: &mut Storage,
+    inputs: &[&Storage],
+) -> Result<()> {
+    let OpSpec::ScatterRows { rows, cols, count } = *spec else {
+        return Err(Error::backend(
+            backend.name(),
+            format!("{} is not an in-place op", spec.kind()),
+        ));
+    };
+    let input = HostInputs::new(backend, spec, inputs);
+    let slots = input.u32(1)?;
+    let Storage::Host(host) = target else {
+        return Err(Error::backend(
+            backend.name(),
+            "scatter_rows: the target is not in host memory",
+        ));
+    };
+    fn scatter<T: Copy>(dst: &mut [T], src: &[T], slots: &[u32], rows: usize, cols: usize) {
+        for (i, &slot) in slots.iter().enumerate() {
+            let slot = slot as usize;
+            if slot < rows {
+                dst[slot * cols..(slot + 1) * cols].copy_from_slice(&src[i * cols..(i + 1) * cols]);
+            }
+        }
+    }
+    let slots = &slots[..count];
+    match (Arc::make_mut(host), input.data(0)?) {
+        (HostData::F32(dst), HostData::F32(src)) => scatter(dst, src, slots, rows, cols),
+        (HostData::U32(dst), HostData::U32(src)) => scatter(dst, src, slots, rows, cols),
+        (dst, src) => {
+            return Err(Error::backend(
+                backend.name(),
+                format!("scatter_rows of {} rows into {}", src.dtype(), dst.dtype()),
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// One row of [`OpSpec::Sample`], step by step as [`SampleParams`] defines it: every kept
+/// entry found by sorting, weights and sums in f64.
+pub fn sample_row(x: &[f32], params: &SampleParams, u: f32) -> u32 {
+    let mut order: Vec<usize> = (0..x.len()).filter(|&i| !x[i].is_nan()).collect();
+    // Decreasing value, then increasing index.
+    order.sort_by(|&a, &b| x[b].total_cmp(&x[a]).then(a.cmp(&b)));
+    let Some(&first) = order.first() else {
+        return 0;
+    };
+    let max = x[first];
+    if params.is_greedy() || max == f32::INFINITY {
+        return first as u32;
+    }
+    let t = params.temperature as f64;
+    let weight = |i: usize| ((x[i] as f64 - max as f64) / t).exp();
+    let mut threshold = x[*order.last().unwrap_or(&first)];
+    let k = params.top_k as usize;
+    if k > 0 && k < order.len() {
+        threshold = x[order[k - 1]];
+    }
+    if params.top_p < 1.0 {
+        let kept: Vec<usize> = order
+            .iter()
+            .copied()
+            .filter(|&i| x[i] >= threshold)
+            .collect();
+        let total: f64 = kept.iter().map(|&i| weight(i)).sum();
+        let goal = params.top_p.max(0.0) as f64 * total;
+        let mut sum = 0.0;
+        for &i in &kept {
+            sum += weight(i);
+            if sum >= goal {
+                threshold = x[i];
+                break;
+            }
+        }
+    }
+    let kept: Vec<usize> = (0..x.len()).filter(|&i| x[i] >= threshold).collect();
+    let total: f64 = kept.iter().map(|&i| weight(i)).sum();
+    let target = u as f64 * total;
+    let mut sum = 0.0;
+    for &i in &kept {
+        sum += weight(i);
+        if sum > target {
+            return i as u32;
+        }
+    }
+    kept.last().map_or(first as u32, |&i| i as u32)
 }

@@ -79,6 +79,42 @@ impl Activations {
     }
 }
 
+/// How [`OpSpec::Sample`] draws a token from a row of logits `x` with a number `u ∈ [0, 1)`:
+///
+/// 1. NaN entries are never drawn (a row of only NaN gives 0).
+/// 2. With `temperature ≤ 0` (or not finite): the first index of the largest value (greedy).
+///    When the largest value is `+∞`: its first index.
+/// 3. Weights `w_i = exp((x_i − max) / temperature)`.
+/// 4. Top-k (`0 < top_k <` the number of non-NaN entries): keep the entries `x_i ≥ v_k`,
+///    where `v_k` is the `top_k`-th largest value (all ties with it are kept).
+/// 5. Top-p (`top_p < 1`): among the kept entries in decreasing value order, take the shortest
+///    prefix whose weights sum to at least `top_p ·` the kept weights' sum; keep the entries
+///    `x_i ≥` the smallest value of that prefix (again with all its ties). `top_p ≤ 0` keeps
+///    only the largest value.
+/// 6. Draw in index order: with `W` the kept weights' sum, the token is the first kept `j`
+///    whose running sum `Σ_{kept i ≤ j} w_i` exceeds `u · W` (the last kept index if rounding
+///    leaves none).
+///
+/// Every step but the last depends only on the order of the values, so backends agree
+/// exactly on which tokens are kept except where weights sum to within rounding of the top-p
+/// cut, and on the token drawn except where `u · W` is within rounding of a running sum.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct SampleParams {
+    /// Divides the logits before the softmax; `≤ 0` means greedy.
+    pub temperature: f32,
+    /// Keep the `top_k` largest logits (0: all).
+    pub top_k: u32,
+    /// Keep the most likely tokens up to this probability mass (≥ 1: all).
+    pub top_p: f32,
+}
+
+impl SampleParams {
+    /// Whether these parameters pick the largest logit without drawing.
+    pub fn is_greedy(&self) -> bool {
+        !(self.temperature > 0.0 && self.temperature.is_finite())
+    }
+}
+
 /// The scans of [`OpSpec::Scan`], each along the middle axis of an `[outer, len, inner]` view.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ScanOp {
@@ -323,6 +359,31 @@ pub enum OpSpec {
         /// As in [`OpSpec::Scan`].
         inner: usize,
     },
+    /// In place (see [`crate::backend::Backend::write_into`]): the target `[rows, cols]` (f32
+    /// or u32) is changed; inputs `src` of the target's dtype `[count, cols]` and `slots` u32
+    /// `[count]`. Row `slots[i]` of the target becomes row `i` of `src`; a slot `≥ rows` writes
+    /// nothing. Slots must be distinct: with repeated slots, which source row lands is
+    /// unspecified. Used to write new keys and values into a preallocated KV cache.
+    ScatterRows {
+        /// Rows of the target.
+        rows: usize,
+        /// Row width.
+        cols: usize,
+        /// Rows written.
+        count: usize,
+    },
+    /// Inputs: `logits` f32 `[rows, vocab]`, `uniform` f32 `[rows]` (one number in `[0, 1)` per
+    /// row). Output u32 `[rows]`: one token per row drawn as [`SampleParams`] defines, so that
+    /// the same logits and numbers give the same token on every backend (up to rounding at the
+    /// boundaries between tokens).
+    Sample {
+        /// Rows (sequences).
+        rows: usize,
+        /// Length of each row.
+        vocab: usize,
+        /// Temperature, top-k, top-p.
+        params: SampleParams,
+    },
     /// Inputs: `x` f32 `[rows, cols]` with `cols ≥ 1`. Output u32 `[rows]`: the index of the
     /// largest value; the first one on ties; the first NaN if the row has a NaN.
     Argmax {
@@ -379,6 +440,8 @@ impl OpSpec {
             OpSpec::TernaryDot { .. } => OpKind::TernaryDot,
             OpSpec::Concat { .. } => OpKind::Concat,
             OpSpec::Narrow { .. } => OpKind::Narrow,
+            OpSpec::ScatterRows { .. } => OpKind::ScatterRows,
+            OpSpec::Sample { .. } => OpKind::Sample,
             OpSpec::Scan {
                 op: ScanOp::Linear, ..
             } => OpKind::LinearScan,
@@ -402,8 +465,11 @@ impl OpSpec {
     /// The dtype of the output; `input` is the dtype of the first input.
     pub fn output_dtype(&self, input: DType) -> DType {
         match self {
-            OpSpec::Argmax { .. } => DType::U32,
-            OpSpec::Permute { .. } | OpSpec::Concat { .. } | OpSpec::Narrow { .. } => input,
+            OpSpec::Argmax { .. } | OpSpec::Sample { .. } => DType::U32,
+            OpSpec::Permute { .. }
+            | OpSpec::Concat { .. }
+            | OpSpec::Narrow { .. }
+            | OpSpec::ScatterRows { .. } => input,
             OpSpec::Quantize { format, .. } => *format,
             OpSpec::TernaryDot { .. } => DType::I32,
             _ => DType::F32,
@@ -426,7 +492,8 @@ impl OpSpec {
             OpSpec::Matmul(m) => m.batch * m.m * m.n,
             OpSpec::Embedding { dim, count, .. } => dim * count,
             OpSpec::Permute { in_shape, .. } => in_shape.iter().product(),
-            OpSpec::Argmax { rows, .. } => *rows,
+            OpSpec::Argmax { rows, .. } | OpSpec::Sample { rows, .. } => *rows,
+            OpSpec::ScatterRows { rows, cols, .. } => rows * cols,
             OpSpec::Quantize { format, rows, cols } => {
                 format.storage_len(rows * cols, *cols).unwrap_or(0)
             }
@@ -503,11 +570,15 @@ pub enum OpKind {
     Concat,
     /// A slice along an axis.
     Narrow,
+    /// Rows written in place at given slots (KV cache writes).
+    ScatterRows,
+    /// Drawing a token from logits: temperature, top-k, top-p.
+    Sample,
 }
 
 impl OpKind {
     /// Every op family.
-    pub const ALL: [OpKind; 25] = [
+    pub const ALL: [OpKind; 27] = [
         OpKind::Add,
         OpKind::Mul,
         OpKind::Scale,
@@ -533,6 +604,8 @@ impl OpKind {
         OpKind::ScanBackward,
         OpKind::Concat,
         OpKind::Narrow,
+        OpKind::ScatterRows,
+        OpKind::Sample,
     ];
 
     /// The snake_case name.
@@ -563,6 +636,8 @@ impl OpKind {
             OpKind::ScanBackward => "scan_backward",
             OpKind::Concat => "concat",
             OpKind::Narrow => "narrow",
+            OpKind::ScatterRows => "scatter_rows",
+            OpKind::Sample => "sample",
         }
     }
 

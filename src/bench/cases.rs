@@ -2,7 +2,7 @@
 
 use super::Size;
 use crate::backend::Activations;
-use crate::backend::{OpKind, RopeLayout};
+use crate::backend::{OpKind, RopeLayout, SampleParams};
 use crate::device::Device;
 use crate::error::Result;
 use crate::ops;
@@ -36,6 +36,13 @@ impl Input {
 }
 
 type RunFn = fn(&[Tensor]) -> Result<Tensor>;
+
+/// The sampling parameters the `sample` rows time: a typical chat setting.
+const BENCH_SAMPLING: SampleParams = SampleParams {
+    temperature: 0.8,
+    top_k: 40,
+    top_p: 0.9,
+};
 
 /// One op at one shape.
 pub struct Case {
@@ -294,6 +301,23 @@ pub fn all(size: Size) -> Vec<Case> {
             label,
             vec![f32_input(&[rows, vocab], 14)],
             |t| ops::argmax(&t[0]),
+            rows,
+            0,
+        ));
+        // Logits scaled like a model's (a spread of a few units), a number in [0, 1) per row.
+        let logits = Input::F32(
+            values(rows * vocab, 15).iter().map(|v| 4.0 * v).collect(),
+            vec![rows, vocab],
+        );
+        let numbers = Input::F32(
+            values(rows, 16).iter().map(|v| 0.5 + 0.45 * v).collect(),
+            vec![rows],
+        );
+        cases.push(case(
+            OpKind::Sample,
+            label,
+            vec![logits, numbers],
+            |t| ops::sample(&t[0], &t[1], BENCH_SAMPLING),
             rows,
             0,
         ));

@@ -10,8 +10,8 @@ use super::{ceilings, Size};
 use crate::backend::{registry, BackendKind};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::model::{Llama, ModelFiles};
-use crate::ops;
+use crate::model::generate::MULTI_STEP;
+use crate::model::{Llama, ModelFiles, Sampler, Sampling};
 
 /// One backend's figures for one model.
 #[derive(Clone, Debug, Serialize)]
@@ -103,15 +103,20 @@ pub fn run(
         };
         if row.checked {
             cache.reset();
+            // Greedy, drawn on the device as `generate` does: the prompt's token read back,
+            // then decode steps recorded MULTI_STEP per submit.
+            let mut sampler = Sampler::new(Sampling::greedy());
             let start = Instant::now();
-            let logits = model.forward(&prompt, &mut cache)?;
-            let mut next = ops::argmax(&logits)?.to_vec::<u32>()?[prompt_tokens - 1];
+            let mut next = model.sample_next(&prompt, &mut cache, &mut sampler)?;
             row.prompt_tokens_per_s = Some(prompt_tokens as f64 / start.elapsed().as_secs_f64());
             progress(&format!("{kind}: decode"));
             let start = Instant::now();
-            for _ in 0..decode_tokens {
-                let logits = model.forward(&[next], &mut cache)?;
-                next = ops::argmax(&logits)?.to_vec::<u32>()?[0];
+            let mut left = decode_tokens;
+            while left > 0 {
+                let steps = left.min(MULTI_STEP);
+                let ids = model.decode(next, &mut cache, steps, &mut sampler)?;
+                next = ids.last().copied().unwrap_or(next);
+                left -= steps;
             }
             let per_token = start.elapsed().as_secs_f64() / decode_tokens.max(1) as f64;
             if decode_tokens > 0 {

@@ -6,8 +6,9 @@ use std::time::Instant;
 use super::{Llama, Sampler, Sampling, Tokenizer};
 use crate::error::{Error, Result};
 
-/// Greedy decode steps recorded per submit (one readback of their ids).
-const MULTI_STEP: usize = 8;
+/// Decode steps recorded per submit (one readback of their ids) by `generate` and the model
+/// benchmark.
+pub const MULTI_STEP: usize = 8;
 
 /// What a generation did and how fast.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
@@ -38,10 +39,10 @@ impl GenerationStats {
 
 /// Generates up to `max_tokens` tokens after `prompt`, calling `on_text` with each piece of
 /// text as soon as it is complete (never half a character). The prompt runs in one forward
-/// pass and each new token in one more, over a [`KvCache`](super::llama::KvCache); greedy
-/// decoding runs several steps per submit with the ids kept on the device
-/// ([`Llama::greedy_decode`]). Stops early at the model's end-of-sequence token or when the
-/// context is full.
+/// pass and each new token in one more, over a [`KvCache`](super::KvCache). Tokens are
+/// drawn on the device, and decoding runs several steps per submit with the ids kept on the
+/// device ([`Llama::decode`]), so only ids are read back. Stops early at the model's
+/// end-of-sequence token or when the context is full.
 pub fn generate(
     model: &Llama,
     tokenizer: &Tokenizer,
@@ -65,7 +66,6 @@ pub fn generate(
     };
     let mut sampler = Sampler::new(sampling);
     let mut decoder = tokenizer.stream();
-    let vocab = config.vocab_size;
     let mut cache = model.new_cache(config.max_position_embeddings)?;
     if ids.len() >= cache.capacity() {
         return Err(Error::CacheFull {
@@ -74,30 +74,23 @@ pub fn generate(
             requested: ids.len(),
         });
     }
-    let greedy = sampling.temperature <= 0.0 || !sampling.temperature.is_finite();
     // The prompt in one forward pass.
     let start = Instant::now();
-    let logits: Vec<f32> = model.forward(&ids, &mut cache)?.to_vec()?;
-    let mut queue = VecDeque::from([sampler.sample(&logits[logits.len() - vocab..])]);
+    let mut queue = VecDeque::from([model.sample_next(&ids, &mut cache, &mut sampler)?]);
     stats.prompt_secs = start.elapsed().as_secs_f64();
     let decode_start = Instant::now();
     let mut last = 0;
     while stats.generated_tokens < max_tokens {
         let Some(next) = queue.pop_front() else {
-            // Refill: greedy runs several steps per submit on the device; sampling one.
+            // Refill: several steps per submit on the device.
             let room = cache.capacity() - cache.len();
             if room == 0 {
                 break;
             }
-            if greedy {
-                let steps = MULTI_STEP
-                    .min(max_tokens - stats.generated_tokens)
-                    .min(room);
-                queue.extend(model.greedy_decode(last, &mut cache, steps)?);
-            } else {
-                let logits: Vec<f32> = model.forward(&[last], &mut cache)?.to_vec()?;
-                queue.push_back(sampler.sample(&logits));
-            }
+            let steps = MULTI_STEP
+                .min(max_tokens - stats.generated_tokens)
+                .min(room);
+            queue.extend(model.decode(last, &mut cache, steps, &mut sampler)?);
             continue;
         };
         stats.generated_tokens += 1;

@@ -6,7 +6,9 @@
 
 use std::borrow::Cow;
 
+use super::cache::{self, CacheLayout, CachePlan, KvCache, KvPool};
 use super::files::ModelFiles;
+use super::sampler::Sampler;
 use super::weights::RawTensor;
 use super::{LlamaConfig, Tokenizer};
 use crate::backend::RopeLayout;
@@ -68,49 +70,6 @@ pub struct Llama {
     hook: Option<(Vec<&'static str>, Hook)>,
     /// The files, kept (memory-mapped) when some layers are streamed from them.
     files: Option<ModelFiles>,
-}
-
-/// The keys and values of the tokens a sequence has seen, per layer, on the model's device
-/// (`[kv_heads, len, head_dim]` each). New tokens are appended; a full cache is an error.
-pub struct KvCache {
-    layers: Vec<Option<(Tensor, Tensor)>>,
-    len: usize,
-    capacity: usize,
-}
-
-impl KvCache {
-    /// Tokens held.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether no token is held.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Tokens it can hold.
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
-    /// Fails with [`Error::CacheFull`] unless `tokens` more fit.
-    fn check_room(&self, tokens: usize) -> Result<()> {
-        if self.len + tokens > self.capacity {
-            return Err(Error::CacheFull {
-                capacity: self.capacity,
-                len: self.len,
-                requested: tokens,
-            });
-        }
-        Ok(())
-    }
-
-    /// Forgets every token (a new sequence).
-    pub fn reset(&mut self) {
-        self.layers.iter_mut().for_each(|l| *l = None);
-        self.len = 0;
-    }
 }
 
 /// One sequence of a batch: its new tokens and its cache.
@@ -326,20 +285,21 @@ impl Llama {
         }
     }
 
-    /// An empty cache for up to `capacity` tokens (at most the model's context length).
+    /// An empty cache for one sequence of up to `capacity` tokens (at most the model's
+    /// context), in memory of its own: a static pool of one sequence.
     pub fn new_cache(&self, capacity: usize) -> Result<KvCache> {
-        let max = self.config.max_position_embeddings;
-        if capacity == 0 || capacity > max {
-            return Err(Error::invalid(
-                "new_cache",
-                format!("capacity {capacity} must be in 1..={max} (the model's context)"),
-            ));
-        }
-        Ok(KvCache {
-            layers: (0..self.layers.len()).map(|_| None).collect(),
-            len: 0,
-            capacity,
-        })
+        let layout = CacheLayout::Static {
+            max_batch: 1,
+            max_len: capacity,
+        };
+        Ok(self.new_pool(layout)?.sequence())
+    }
+
+    /// Cache memory for several sequences on the model's device; each
+    /// [`KvPool::sequence`] is one sequence's [`KvCache`]. See [`CacheLayout`] for static
+    /// and paged pools.
+    pub fn new_pool(&self, layout: CacheLayout) -> Result<KvPool> {
+        KvPool::new(self.embed.device(), &self.config, layout)
     }
 
     /// The logits of every position of `tokens`, from an empty cache: f32
@@ -372,13 +332,11 @@ impl Llama {
             if t == 0 {
                 return Err(Error::invalid("llama", "a sequence has no tokens to run"));
             }
-            if cache.layers.len() != self.layers.len() {
-                return Err(Error::invalid("llama", "a cache belongs to another model"));
-            }
+            self.check_cache(cache)?;
             cache.check_room(t)?;
             self.check_ids(seq.tokens)?;
             ids.extend_from_slice(seq.tokens);
-            positions.extend(cache.len as u32..(cache.len + t) as u32);
+            positions.extend(cache.len() as u32..(cache.len() + t) as u32);
         }
         let rows = ids.len();
         let ids = Tensor::from_vec(self.embed.device(), ids, [rows])?;
@@ -389,20 +347,31 @@ impl Llama {
         self.run(&ids, positions, &mut seqs)
     }
 
-    /// Greedy decoding of `steps` tokens after `first` (the last token of the prompt, not yet
-    /// in `cache`): each step's argmax stays on the device and feeds the next step's
+    /// Decodes `steps` tokens after `first` (the last token so far, not yet in `cache`),
+    /// drawing each on the device with `sampler`'s parameters and numbers
+    /// ([`ops::sample`]): each step's token stays on the device and feeds the next step's
     /// embedding, so on a GPU the `steps` forward passes are recorded into one submit and the
-    /// ids are read back once. The same tokens as `steps` calls of [`Llama::greedy_next`].
-    pub fn greedy_decode(&self, first: u32, cache: &mut KvCache, steps: usize) -> Result<Vec<u32>> {
+    /// ids are read back once. The same tokens as `steps` calls of [`Llama::sample_next`]
+    /// with the same sampler.
+    pub fn decode(
+        &self,
+        first: u32,
+        cache: &mut KvCache,
+        steps: usize,
+        sampler: &mut Sampler,
+    ) -> Result<Vec<u32>> {
         self.check_ids(&[first])?;
+        self.check_cache(cache)?;
         cache.check_room(steps)?;
         let device = self.embed.device();
+        let numbers = Tensor::from_vec(device, sampler.next_uniforms(steps), [steps])?;
         let mut ids = Tensor::from_slice(device, &[first], [1])?;
         let mut out: Option<Tensor> = None;
-        for _ in 0..steps {
-            let position = cache.len as u32;
+        for step in 0..steps {
+            let position = cache.len() as u32;
             let logits = self.run(&ids, vec![position], &mut [(1, &mut *cache)])?;
-            let next = ops::argmax(&logits)?;
+            let u = ops::narrow(&numbers, 0, step, 1)?;
+            let next = ops::sample(&logits, &u, sampler.params())?;
             out = Some(match out {
                 None => next.clone(),
                 Some(prev) => ops::concat(&prev, &next, 0)?,
@@ -410,6 +379,28 @@ impl Llama {
             ids = next;
         }
         out.map_or(Ok(Vec::new()), |t| t.to_vec())
+    }
+
+    /// Runs `tokens` after those `cache` holds and draws the next token on the device with
+    /// `sampler`: [`Llama::next_tokens`] for one sequence.
+    pub fn sample_next(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        sampler: &mut Sampler,
+    ) -> Result<u32> {
+        let ids = self.next_tokens(&mut [SequenceInput { tokens, cache }], sampler)?;
+        ids.first()
+            .copied()
+            .ok_or_else(|| Error::invalid("llama", "sampling returned no token"))
+    }
+
+    /// Fails unless `cache` was made for this model's layers.
+    fn check_cache(&self, cache: &KvCache) -> Result<()> {
+        if cache.layers() != self.layers.len() {
+            return Err(Error::invalid("llama", "a cache belongs to another model"));
+        }
+        Ok(())
     }
 
     /// The forward pass over `ids` (on the device) at `positions`, for sequences of the given
@@ -422,7 +413,13 @@ impl Llama {
     ) -> Result<Tensor> {
         let c = &self.config;
         let rows = positions.len();
-        let positions = Tensor::from_vec(self.embed.device(), positions, [rows])?;
+        let device = self.embed.device();
+        let positions = Tensor::from_vec(device, positions, [rows])?;
+        cache::reserve(seqs)?;
+        let plans = seqs
+            .iter()
+            .map(|(t, cache)| CachePlan::new(device, cache, *t))
+            .collect::<Result<Vec<_>>>()?;
         let eps = c.rms_norm_eps;
         let mut x = ops::embedding(&self.embed, ids)?;
         self.emit("embedding", 0, &x);
@@ -430,7 +427,7 @@ impl Llama {
             let layer = self.layer(i)?;
             let h = ops::rms_norm(&x, &layer.attn_norm, eps)?;
             self.emit("attn_norm", i, &h);
-            let attn = self.attention(i, &layer, &h, &positions, seqs)?;
+            let attn = self.attention(i, &layer, &h, &positions, seqs, &plans)?;
             self.emit("attention", i, &attn);
             let attn_out = ops::matmul_t(&attn, &layer.wo)?;
             self.emit("attn_out", i, &attn_out);
@@ -446,8 +443,8 @@ impl Llama {
             x = ops::add(&x, &ffn_out)?;
             self.emit("residual", i, &x);
         }
-        for (t, cache) in seqs.iter_mut() {
-            cache.len += *t;
+        for ((_, cache), plan) in seqs.iter_mut().zip(&plans) {
+            cache.advance_to(plan);
         }
         let x = ops::rms_norm(&x, &self.norm, eps)?;
         self.emit("final_norm", 0, &x);
@@ -456,19 +453,28 @@ impl Llama {
         Ok(logits)
     }
 
-    /// The greedy next token of each sequence of a batch: one forward pass, argmax on the
-    /// device, and only the ids read back.
-    pub fn greedy_next(&self, batch: &mut [SequenceInput<'_>]) -> Result<Vec<u32>> {
+    /// The next token of each sequence of a batch: one forward pass, then each sequence's
+    /// last row drawn on the device with `sampler` (one number per sequence, in batch order),
+    /// and only the ids read back.
+    pub fn next_tokens(
+        &self,
+        batch: &mut [SequenceInput<'_>],
+        sampler: &mut Sampler,
+    ) -> Result<Vec<u32>> {
         let logits = self.forward_batch(batch)?;
-        let ids: Vec<u32> = ops::argmax(&logits)?.to_vec()?;
         let mut end = 0;
-        Ok(batch
+        let last_rows: Vec<u32> = batch
             .iter()
             .map(|seq| {
                 end += seq.tokens.len();
-                ids[end - 1]
+                end as u32 - 1
             })
-            .collect())
+            .collect();
+        let device = self.embed.device();
+        let n = last_rows.len();
+        let last = ops::embedding(&logits, &Tensor::from_vec(device, last_rows, [n])?)?;
+        let numbers = Tensor::from_vec(device, sampler.next_uniforms(n), [n])?;
+        ops::sample(&last, &numbers, sampler.params())?.to_vec()
     }
 
     /// Causal grouped-query attention of one layer for the new rows `h` `[rows, hidden]` of
@@ -480,7 +486,8 @@ impl Llama {
         layer: &Layer,
         h: &Tensor,
         positions: &Tensor,
-        seqs: &mut [(usize, &mut KvCache)],
+        seqs: &[(usize, &mut KvCache)],
+        plans: &[CachePlan],
     ) -> Result<Tensor> {
         let c = &self.config;
         let rows = h.dims()[0];
@@ -504,7 +511,7 @@ impl Llama {
         let single = seqs.len() == 1;
         let mut out: Option<Tensor> = None;
         let mut first = 0;
-        for (t, cache) in seqs.iter_mut() {
+        for ((t, cache), plan) in seqs.iter().zip(plans) {
             let t = *t;
             let rows_of = |x: &Tensor| {
                 if single {
@@ -513,8 +520,8 @@ impl Llama {
                     ops::narrow(x, 0, first, t)
                 }
             };
-            let cached = &mut cache.layers[index];
-            let o = self.attend(&rows_of(&q)?, &rows_of(&k)?, &rows_of(&v)?, cached)?;
+            let (q, k, v) = (rows_of(&q)?, rows_of(&k)?, rows_of(&v)?);
+            let o = self.attend(&q, &k, &v, |k, v| plan.write_and_read(cache, index, k, v))?;
             out = Some(match out {
                 None => o,
                 Some(prev) => ops::concat(&prev, &o, 0)?,
@@ -524,14 +531,15 @@ impl Llama {
         out.ok_or_else(|| Error::invalid("llama", "an empty batch"))
     }
 
-    /// One sequence's attention: `q` `[t, heads, hd]`, new `k`, `v` `[t, kv_heads, hd]`
-    /// appended to `cached`; returns `[t, q_dim]`.
+    /// One sequence's attention: `q` `[t, heads, hd]`, new `k`, `v` `[t, kv_heads, hd]`;
+    /// `cached` stores the new keys and values (`[kv_heads, t, hd]`) and returns all of the
+    /// sequence's (`[kv_heads, n, hd]`). Returns `[t, q_dim]`.
     fn attend(
         &self,
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
-        cached: &mut Option<(Tensor, Tensor)>,
+        cached: impl FnOnce(&Tensor, &Tensor) -> Result<(Tensor, Tensor)>,
     ) -> Result<Tensor> {
         let c = &self.config;
         let t = q.dims()[0];
@@ -539,17 +547,12 @@ impl Llama {
         let group = heads / kv;
         // Heads of one key/value group are consecutive: [kv, group · t, hd] against [kv, n, hd].
         let q = ops::transpose(q, 0, 1)?.reshape([kv, group * t, hd])?;
-        let (mut k, mut v) = (ops::transpose(k, 0, 1)?, ops::transpose(v, 0, 1)?);
-        if let Some((k_old, v_old)) = cached.take() {
-            k = ops::concat(&k_old, &k, 1)?;
-            v = ops::concat(&v_old, &v, 1)?;
-        }
+        let (k, v) = cached(&ops::transpose(k, 0, 1)?, &ops::transpose(v, 0, 1)?)?;
         let n = k.dims()[1];
         let scores = ops::scale(&ops::matmul_t(&q, &k)?, 1.0 / (hd as f32).sqrt())?;
         // The new queries are the last t of the n keys: softmax_causal's convention.
         let probs = ops::softmax_causal(&scores.reshape([heads, t, n])?)?;
         let out = ops::matmul(&probs.reshape([kv, group * t, n])?, &v)?;
-        *cached = Some((k, v));
         ops::transpose(&out.reshape([heads, t, hd])?, 0, 1)?.reshape([t, heads * hd])
     }
 }

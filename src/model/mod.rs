@@ -2,6 +2,7 @@
 //! GGUF), and the pieces of the inference engine built on the op set.
 
 pub mod builtin;
+pub mod cache;
 pub mod config;
 pub mod files;
 pub mod generate;
@@ -12,9 +13,10 @@ pub mod sampler;
 pub mod tokenizer;
 pub mod weights;
 
+pub use cache::{CacheLayout, KvCache, KvPool};
 pub use config::LlamaConfig;
 pub use files::{FileBytes, ModelFiles};
 pub use generate::{generate, GenerationStats};
-pub use llama::{Hook, KvCache, Llama, SequenceInput, HOOK_NAMES};
+pub use llama::{Hook, Llama, SequenceInput, HOOK_NAMES};
 pub use sampler::{Sampler, Sampling};
 pub use tokenizer::{StreamDecoder, Tokenizer};

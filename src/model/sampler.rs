@@ -1,6 +1,8 @@
 //! Choosing the next token from logits: greedy, or temperature with top-k and top-p,
 //! reproducible from a seed.
 
+use crate::backend::SampleParams;
+
 /// How to pick tokens.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Sampling {
@@ -32,7 +34,21 @@ impl Sampling {
     }
 }
 
-/// A sampler with its random state (SplitMix64: tiny, seedable, the same on every target).
+impl Sampling {
+    /// The parameters of [`crate::ops::sample`].
+    pub fn params(&self) -> SampleParams {
+        SampleParams {
+            temperature: self.temperature,
+            top_k: u32::try_from(self.top_k).unwrap_or(u32::MAX),
+            top_p: self.top_p,
+        }
+    }
+}
+
+/// A sampler with its random state (SplitMix64: tiny, seedable, the same on every target). It
+/// draws one number per token, whether the token is drawn on the host ([`Sampler::sample`])
+/// or on the device ([`crate::ops::sample`] with [`Sampler::next_uniforms`]), so both give
+/// the same tokens for the same seed.
 pub struct Sampler {
     config: Sampling,
     state: u64,
@@ -47,61 +63,31 @@ impl Sampler {
         }
     }
 
-    fn next_unit(&mut self) -> f64 {
+    /// The parameters tokens are drawn with.
+    pub fn params(&self) -> SampleParams {
+        self.config.params()
+    }
+
+    /// The next number in `[0, 1)`: 24 random bits, so it is exact in f32.
+    fn next_unit(&mut self) -> f32 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.state;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
+        (z >> 40) as f32 / (1u32 << 24) as f32
     }
 
-    /// The next token given one row of logits. NaN logits are never chosen.
+    /// The numbers for the next `n` tokens, for drawing them on the device.
+    pub fn next_uniforms(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.next_unit()).collect()
+    }
+
+    /// The next token given one row of logits, drawn on the host as [`SampleParams`]
+    /// defines. NaN logits are never chosen.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        let c = self.config;
-        let best = || {
-            logits
-                .iter()
-                .enumerate()
-                .filter(|(_, v)| !v.is_nan())
-                .max_by(|a, b| a.1.total_cmp(b.1))
-                .map_or(0, |(i, _)| i as u32)
-        };
-        if c.temperature <= 0.0 || !c.temperature.is_finite() {
-            return best();
-        }
-        let mut order: Vec<usize> = (0..logits.len()).filter(|&i| !logits[i].is_nan()).collect();
-        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
-        if c.top_k > 0 {
-            order.truncate(c.top_k);
-        }
-        let Some(&top) = order.first() else { return 0 };
-        let max = logits[top] as f64;
-        let weights: Vec<f64> = order
-            .iter()
-            .map(|&i| ((logits[i] as f64 - max) / c.temperature as f64).exp())
-            .collect();
-        let total: f64 = weights.iter().sum();
-        let mut keep = order.len();
-        if c.top_p < 1.0 {
-            let mut acc = 0.0;
-            for (n, w) in weights.iter().enumerate() {
-                acc += w / total;
-                if acc >= c.top_p as f64 {
-                    keep = n + 1;
-                    break;
-                }
-            }
-        }
-        let kept: f64 = weights[..keep].iter().sum();
-        let mut r = self.next_unit() * kept;
-        for (n, w) in weights[..keep].iter().enumerate() {
-            r -= w;
-            if r <= 0.0 {
-                return order[n] as u32;
-            }
-        }
-        order[keep - 1] as u32
+        let u = self.next_unit();
+        crate::backend::cpu::sample_row(logits, &self.params(), u)
     }
 }
 

@@ -93,7 +93,7 @@ pub fn concat(a: &Tensor, b: &Tensor, axis: usize) -> Result<Tensor> {
 }
 
 /// Fails unless `t` is f32 or u32 (the 32-bit-word dtypes the copy ops move).
-fn expect_words(op: &'static str, argument: &'static str, t: &Tensor) -> Result<()> {
+pub(super) fn expect_words(op: &'static str, argument: &'static str, t: &Tensor) -> Result<()> {
     if t.dtype() == DType::U32 {
         return Ok(());
     }

@@ -13,7 +13,9 @@ mod norm;
 mod quant;
 mod reduce;
 mod rope;
+mod sample;
 mod scan;
+mod scatter;
 mod softmax;
 
 pub use elementwise::{add, gelu, gelu_erf, mul, scale, silu, swiglu};
@@ -24,10 +26,12 @@ pub use norm::{layer_norm, rms_norm};
 pub use quant::{dequantize, qmatmul_t, quantize, ternary_dot};
 pub use reduce::argmax;
 pub use rope::rope;
+pub use sample::sample;
 pub use scan::{linear_scan, linear_scan_backward, log_cumprod, logcumsumexp};
+pub use scatter::scatter_rows;
 pub use softmax::{softmax, softmax_causal};
 
-pub use crate::backend::{Activations, RopeLayout};
+pub use crate::backend::{Activations, RopeLayout, SampleParams};
 
 use crate::backend::OpSpec;
 use crate::error::{Error, Result};
@@ -47,15 +51,7 @@ pub(crate) fn dispatch(
     index_bound: Option<u32>,
 ) -> Result<Tensor> {
     let device = inputs[0].device();
-    for t in &inputs[1..] {
-        if !t.device().same(device) {
-            return Err(Error::DeviceMismatch {
-                op: op_name,
-                first: format!("{:?}", device),
-                second: format!("{:?}", t.device()),
-            });
-        }
-    }
+    expect_same_device(op_name, device, &inputs[1..])?;
     let backend = device.backend_for(spec.kind(), inputs[0].dtype()).clone();
     let moved = inputs
         .iter()
@@ -75,6 +71,37 @@ pub(crate) fn dispatch(
         device.clone(),
         index_bound,
     ))
+}
+
+/// Runs the in-place `spec` on `target` (on the backend that holds it) reading `inputs`.
+/// When another tensor shares the target's memory, the target is copied first, so the write
+/// changes `target` only.
+pub(crate) fn dispatch_in_place(
+    op_name: &'static str,
+    spec: OpSpec,
+    target: &mut Tensor,
+    inputs: &[&Tensor],
+) -> Result<()> {
+    expect_same_device(op_name, target.device(), inputs)?;
+    let backend = target.backend().clone();
+    let moved = inputs
+        .iter()
+        .map(|t| t.to_backend(&backend))
+        .collect::<Result<Vec<_>>>()?;
+    let storages: Vec<_> = moved.iter().map(|t| t.storage()).collect();
+    backend.write_into(&spec, target.storage_for_write()?, &storages)
+}
+
+/// Fails unless every tensor of `others` lives on `device`.
+fn expect_same_device(op: &'static str, device: &crate::Device, others: &[&Tensor]) -> Result<()> {
+    match others.iter().find(|t| !t.device().same(device)) {
+        Some(t) => Err(Error::DeviceMismatch {
+            op,
+            first: format!("{:?}", device),
+            second: format!("{:?}", t.device()),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Fails unless `t` has dtype `expected`.

@@ -11,11 +11,13 @@ mod kernels;
 mod matmul;
 mod parallel;
 mod quant;
+mod sample;
 mod scan;
 pub mod simd;
 
 use std::sync::Arc;
 
+pub(crate) use sample::sample_row;
 pub use simd::SimdLevel;
 
 use super::{
@@ -128,6 +130,10 @@ impl Backend for CpuBackend {
         Ok(Storage::Host(Arc::new(copied)))
     }
 
+    fn write_into(&self, spec: &OpSpec, target: &mut Storage, inputs: &[&Storage]) -> Result<()> {
+        super::reference::scatter_rows_host(BackendKind::Cpu, spec, target, inputs)
+    }
+
     fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage> {
         let input = HostInputs::new(BackendKind::Cpu, spec, inputs);
         let out = match spec {
@@ -179,6 +185,15 @@ impl Backend for CpuBackend {
                 }
             },
             OpSpec::Argmax { cols, .. } => HostData::U32(kernels::argmax(input.f32(0)?, *cols)),
+            OpSpec::Sample { vocab, params, .. } => {
+                HostData::U32(sample::sample(input.f32(0)?, input.f32(1)?, *vocab, params))
+            }
+            OpSpec::ScatterRows { .. } => {
+                return Err(crate::Error::backend(
+                    "cpu",
+                    "scatter_rows runs in place (write_into)",
+                ))
+            }
             OpSpec::Quantize { format, cols, .. } => {
                 HostData::Bytes(*format, quant::quantize(*format, input.f32(0)?, *cols))
             }

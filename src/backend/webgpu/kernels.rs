@@ -44,6 +44,17 @@ pub(crate) struct Operand<'a> {
     pub(crate) dtype: DType,
 }
 
+impl<'a> Operand<'a> {
+    /// A tensor's buffer as an operand.
+    pub(crate) fn of(b: &'a super::GpuBuffer) -> Self {
+        Operand {
+            buffer: b.raw(),
+            len: b.len(),
+            dtype: b.dtype(),
+        }
+    }
+}
+
 /// Everything an encode function needs; the recorder is already locked.
 pub(crate) struct Encoder<'a> {
     pub(crate) ctx: &'a GpuContext,
@@ -309,6 +320,35 @@ impl Encoder<'_> {
                 let grid = self.grid(op, (total as u64).div_ceil(WG))?;
                 self.run(Shader::Concat, "narrow", &p, out, &raw[..1], grid)
             }
+            OpSpec::ScatterRows { rows, cols, count } => {
+                let len = count * cols;
+                let p = Params::default()
+                    .u(u32_of(op, "len", len)?)
+                    .u(u32_of(op, "cols", *cols)?)
+                    .u(u32_of(op, "rows", *rows)?)
+                    .u(0);
+                u32_of(op, "rows·cols", rows * cols)?;
+                let grid = self.grid(op, (len as u64).div_ceil(WG))?;
+                self.run(Shader::Concat, "scatter_rows", &p, out, &raw[..2], grid)
+            }
+            OpSpec::Sample {
+                rows,
+                vocab,
+                params,
+            } => {
+                let p = Params::default()
+                    .u(u32_of(op, "rows", *rows)?)
+                    .u(u32_of(op, "vocab", *vocab)?)
+                    .f(params.temperature)
+                    .u(params.top_k)
+                    .f(params.top_p)
+                    .u(params.is_greedy() as u32)
+                    .u(0)
+                    .u(0);
+                u32_of(op, "rows·vocab", rows * vocab)?;
+                let grid = self.grid(op, *rows as u64)?;
+                self.run(Shader::Sample, "sample", &p, out, &raw[..2], grid)
+            }
             OpSpec::Argmax { rows, cols } => {
                 let p = Params::default()
                     .u(u32_of(op, "rows", *rows)?)
@@ -544,6 +584,8 @@ fn check_inputs(op: &'static str, spec: &OpSpec, inputs: &[Operand<'_>]) -> Resu
             }
             vec![(Some(F32), rows * cols)]
         }
+        OpSpec::ScatterRows { cols, count, .. } => vec![(None, count * cols), (Some(U32), *count)],
+        OpSpec::Sample { rows, vocab, .. } => vec![(Some(F32), rows * vocab), (Some(F32), *rows)],
     };
     if inputs.len() < need.len() {
         return Err(Error::backend(

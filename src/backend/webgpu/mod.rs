@@ -258,6 +258,25 @@ impl Backend for WgpuBackend {
         }
     }
 
+    fn write_into(&self, spec: &OpSpec, target: &mut Storage, inputs: &[&Storage]) -> Result<()> {
+        let op = spec.kind().name();
+        let target = gpu_storage(op, target)?;
+        let operands = inputs
+            .iter()
+            .map(|s| gpu_storage(op, s).map(Operand::of))
+            .collect::<Result<Vec<_>>>()?;
+        {
+            let mut rec = self.recorder()?;
+            let mut encoder = Encoder {
+                ctx: &self.ctx,
+                pipelines: &self.pipelines,
+                recorder: &mut rec,
+            };
+            encoder.encode(spec, target.raw(), &operands)?;
+        }
+        self.check_errors()
+    }
+
     fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage> {
         let op = spec.kind().name();
         let buffers = inputs
@@ -284,20 +303,9 @@ impl Backend for WgpuBackend {
             } => Some(self.alloc(op, kernels::scan_temp_len(outer * inner, *len), DType::F32)?),
             _ => None,
         };
-        let mut operands: Vec<Operand<'_>> = buffers
-            .iter()
-            .map(|b| Operand {
-                buffer: b.raw(),
-                len: b.len(),
-                dtype: b.dtype(),
-            })
-            .collect();
+        let mut operands: Vec<Operand<'_>> = buffers.iter().map(|b| Operand::of(b)).collect();
         if let Some(t) = &table {
-            operands.push(Operand {
-                buffer: t.raw(),
-                len: t.len(),
-                dtype: t.dtype(),
-            });
+            operands.push(Operand::of(t));
         }
         let out_dtype = spec.output_dtype(buffers.first().map_or(DType::F32, |b| b.dtype()));
         let out = self.alloc(op, spec.output_len(), out_dtype)?;

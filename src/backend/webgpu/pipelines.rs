@@ -35,6 +35,7 @@ pub(crate) enum Shader {
     QuantF16,
     Scan,
     Concat,
+    Sample,
 }
 
 impl Shader {
@@ -53,6 +54,7 @@ impl Shader {
             Shader::QuantF16 => include_str!("../../../shaders/quant_f16.wgsl"),
             Shader::Scan => include_str!("../../../shaders/scan.wgsl"),
             Shader::Concat => include_str!("../../../shaders/concat.wgsl"),
+            Shader::Sample => include_str!("../../../shaders/sample.wgsl"),
         }
     }
 
@@ -71,6 +73,7 @@ impl Shader {
             Shader::QuantF16 => "quant_f16.wgsl",
             Shader::Scan => "scan.wgsl",
             Shader::Concat => "concat.wgsl",
+            Shader::Sample => "sample.wgsl",
         }
     }
 }

@@ -198,6 +198,11 @@ impl GpuBuffer {
         self.inner.buffer.size()
     }
 
+    /// Whether another handle shares this buffer.
+    pub(crate) fn is_shared(&self) -> bool {
+        Arc::strong_count(&self.inner) > 1
+    }
+
     pub(crate) fn raw(&self) -> &wgpu::Buffer {
         &self.inner.buffer
     }

@@ -1,0 +1,361 @@
+//! KV caches: the keys and values of the tokens each sequence has seen, in device memory
+//! allocated once and written in place.
+//!
+//! A [`KvPool`] holds, per decoder layer, one key and one value tensor of
+//! `[kv_heads · slots, head_dim]` (head-major: the rows of head `h` are `h · slots ..`). Its
+//! slots are cut into blocks of `block_size` tokens. Each sequence has a [`KvCache`]: a block
+//! table mapping its positions to slots (`slot(p) = table[p / block_size] · block_size +
+//! p % block_size`). New keys and values are written at their slots with
+//! [`ops::scatter_rows`]; attention reads a sequence's keys with one [`ops::narrow`] when its
+//! blocks are consecutive and one gather ([`ops::embedding`]) otherwise.
+//!
+//! Two layouts ([`CacheLayout`]): *static* gives each of `max_batch` sequences one block of
+//! `max_len` tokens; *paged* hands out small blocks from a memory budget as sequences grow
+//! and takes them back when a sequence is reset or dropped, so many sequences of unknown
+//! length share the memory. A cache that cannot take more tokens is a typed error
+//! ([`Error::CacheFull`], [`Error::CacheBlocksExhausted`]); nothing is overwritten.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::LlamaConfig;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::ops;
+use crate::tensor::Tensor;
+
+/// How a [`KvPool`] lays out its memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheLayout {
+    /// One region of `max_len` tokens for each of up to `max_batch` sequences at a time.
+    Static {
+        /// Sequences that can hold tokens at the same time.
+        max_batch: usize,
+        /// Tokens per sequence (at most the model's context).
+        max_len: usize,
+    },
+    /// Blocks of `block_size` tokens handed to sequences as they grow, as many as
+    /// `budget_bytes` of keys and values (all layers) hold.
+    Paged {
+        /// Tokens per block.
+        block_size: usize,
+        /// Device memory for keys and values, in bytes.
+        budget_bytes: usize,
+    },
+}
+
+/// Key and value memory shared by the sequences of one pool. Cloning shares the pool.
+#[derive(Clone)]
+pub struct KvPool {
+    inner: Arc<Mutex<PoolMemory>>,
+    /// Tokens one sequence may hold.
+    seq_capacity: usize,
+}
+
+struct PoolMemory {
+    /// Per layer: keys and values, `[kv_heads · slots, head_dim]` each.
+    layers: Vec<[Tensor; 2]>,
+    kv_heads: usize,
+    head_dim: usize,
+    block_size: usize,
+    blocks: usize,
+    /// Free block ids; taken from the end.
+    free: Vec<usize>,
+}
+
+impl PoolMemory {
+    fn slots(&self) -> usize {
+        self.blocks * self.block_size
+    }
+}
+
+impl KvPool {
+    /// Allocates a pool for `config`'s layers on `device`, zero-filled.
+    pub(crate) fn new(
+        device: &Device,
+        config: &LlamaConfig,
+        layout: CacheLayout,
+    ) -> Result<KvPool> {
+        let context = config.max_position_embeddings;
+        let (kv_heads, head_dim) = (config.kv_heads(), config.head_dim());
+        let (block_size, blocks, seq_capacity) = match layout {
+            CacheLayout::Static { max_batch, max_len } => {
+                if max_batch == 0 || max_len == 0 || max_len > context {
+                    return Err(Error::invalid(
+                        "kv cache",
+                        format!(
+                            "a static cache needs max_batch ≥ 1 and max_len in 1..={context} (the \
+                             model's context); got max_batch {max_batch}, max_len {max_len}"
+                        ),
+                    ));
+                }
+                (max_len, max_batch, max_len)
+            }
+            CacheLayout::Paged {
+                block_size,
+                budget_bytes,
+            } => {
+                let block_bytes = block_size
+                    .saturating_mul(config.num_hidden_layers * 2 * config.kv_dim() * 4)
+                    .max(1);
+                let blocks = budget_bytes / block_bytes;
+                if block_size == 0 || blocks == 0 {
+                    return Err(Error::invalid(
+                        "kv cache",
+                        format!(
+                            "a paged cache needs block_size ≥ 1 and a budget of at least one \
+                             block ({block_bytes} bytes for this model); got block_size \
+                             {block_size}, budget {budget_bytes} bytes"
+                        ),
+                    ));
+                }
+                (block_size, blocks, context.min(blocks * block_size))
+            }
+        };
+        let rows = kv_heads * blocks * block_size;
+        let zeros = || Tensor::zeros(device, [rows, head_dim]);
+        let layers = (0..config.num_hidden_layers)
+            .map(|_| Ok([zeros()?, zeros()?]))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(KvPool {
+            inner: Arc::new(Mutex::new(PoolMemory {
+                layers,
+                kv_heads,
+                head_dim,
+                block_size,
+                blocks,
+                free: (0..blocks).rev().collect(),
+            })),
+            seq_capacity,
+        })
+    }
+
+    /// A new, empty sequence. It takes blocks as it grows and gives them back when reset or
+    /// dropped.
+    pub fn sequence(&self) -> KvCache {
+        KvCache {
+            pool: self.clone(),
+            table: Vec::new(),
+            len: 0,
+        }
+    }
+
+    /// Blocks no sequence holds.
+    pub fn free_blocks(&self) -> Result<usize> {
+        Ok(self.lock()?.free.len())
+    }
+
+    /// Blocks in the pool.
+    pub fn total_blocks(&self) -> Result<usize> {
+        Ok(self.lock()?.blocks)
+    }
+
+    /// Tokens per block.
+    pub fn block_size(&self) -> Result<usize> {
+        Ok(self.lock()?.block_size)
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, PoolMemory>> {
+        self.inner
+            .lock()
+            .map_err(|_| Error::invalid("kv cache", "the cache's lock was poisoned by a panic"))
+    }
+
+    fn same(&self, other: &KvPool) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+/// One sequence's keys and values: a block table into a [`KvPool`] and the tokens held.
+pub struct KvCache {
+    pool: KvPool,
+    /// Block ids, in position order.
+    table: Vec<usize>,
+    len: usize,
+}
+
+impl KvCache {
+    /// Tokens held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no token is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Tokens it can hold (the pool may run out of blocks before, when shared).
+    pub fn capacity(&self) -> usize {
+        self.pool.seq_capacity
+    }
+
+    /// The pool it takes blocks from.
+    pub fn pool(&self) -> &KvPool {
+        &self.pool
+    }
+
+    /// Forgets every token and gives its blocks back to the pool (a new sequence).
+    pub fn reset(&mut self) {
+        self.release();
+        self.len = 0;
+    }
+
+    fn release(&mut self) {
+        if let Ok(mut pool) = self.pool.lock() {
+            pool.free.append(&mut self.table);
+        }
+        self.table.clear();
+    }
+
+    /// Fails with [`Error::CacheFull`] unless `tokens` more fit this sequence.
+    pub(crate) fn check_room(&self, tokens: usize) -> Result<()> {
+        if self.len + tokens > self.capacity() {
+            return Err(Error::CacheFull {
+                capacity: self.capacity(),
+                len: self.len,
+                requested: tokens,
+            });
+        }
+        Ok(())
+    }
+
+    /// Blocks needed beyond those held for `tokens` more.
+    fn blocks_needed(&self, block_size: usize, tokens: usize) -> usize {
+        (self.len + tokens)
+            .div_ceil(block_size)
+            .saturating_sub(self.table.len())
+    }
+
+    /// Decoder layers the pool holds.
+    pub(crate) fn layers(&self) -> usize {
+        self.pool.lock().map_or(0, |p| p.layers.len())
+    }
+
+    /// Records that the pass of `plan` wrote its tokens.
+    pub(crate) fn advance_to(&mut self, plan: &CachePlan) {
+        self.len = plan.len;
+    }
+
+    /// Whether both caches take blocks from the same pool.
+    pub(crate) fn shares_pool(&self, other: &KvCache) -> bool {
+        self.pool.same(&other.pool)
+    }
+
+    /// The slot of position `p` (which must be within the table).
+    fn slot(&self, block_size: usize, p: usize) -> usize {
+        self.table[p / block_size] * block_size + p % block_size
+    }
+}
+
+impl Drop for KvCache {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Takes blocks for `tokens[i]` more tokens of each sequence, all or none: fails with
+/// [`Error::CacheFull`] or [`Error::CacheBlocksExhausted`] and takes nothing when one does not
+/// fit.
+pub(crate) fn reserve(caches: &mut [(usize, &mut KvCache)]) -> Result<()> {
+    for (t, cache) in caches.iter() {
+        cache.check_room(*t)?;
+    }
+    // Sequences of one pool draw on the same free list: count their needs together.
+    for (i, (_, cache)) in caches.iter().enumerate() {
+        let pool = cache.pool.lock()?;
+        let needed: usize = caches
+            .iter()
+            .filter(|(_, c)| c.shares_pool(cache))
+            .map(|(t, c)| c.blocks_needed(pool.block_size, *t))
+            .sum();
+        let first_of_pool = caches[..i].iter().all(|(_, c)| !c.shares_pool(cache));
+        if first_of_pool && needed > pool.free.len() {
+            return Err(Error::CacheBlocksExhausted {
+                block_size: pool.block_size,
+                free: pool.free.len(),
+                needed,
+            });
+        }
+    }
+    for (t, cache) in caches.iter_mut() {
+        let mut pool = cache.pool.lock()?;
+        let needed = cache.blocks_needed(pool.block_size, *t);
+        let at = pool.free.len() - needed;
+        let taken: Vec<usize> = pool.free.drain(at..).rev().collect();
+        drop(pool);
+        cache.table.extend(taken);
+    }
+    Ok(())
+}
+
+/// Where one sequence's keys and values go and come from in one forward pass: the same for
+/// every layer, so it is built once per pass.
+pub(crate) struct CachePlan {
+    /// Rows of the pool tensors the new tokens' keys are written to, head-major
+    /// (`[kv_heads · t]`).
+    write_rows: Tensor,
+    read: Read,
+    /// Tokens held after the pass.
+    len: usize,
+}
+
+/// How attention reads a sequence's keys and values.
+enum Read {
+    /// Its slots are consecutive from this one: a slice of each head's rows.
+    Contiguous(usize),
+    /// Scattered blocks: these rows, head-major (`[kv_heads · len]`).
+    Gather(Tensor),
+}
+
+impl CachePlan {
+    /// The plan for `t` new tokens after those `cache` holds (its blocks already reserved).
+    pub(crate) fn new(device: &Device, cache: &KvCache, t: usize) -> Result<CachePlan> {
+        let pool = cache.pool.lock()?;
+        let (bs, slots, heads) = (pool.block_size, pool.slots(), pool.kv_heads);
+        let len = cache.len + t;
+        let head_major = |positions: std::ops::Range<usize>| -> Vec<u32> {
+            (0..heads)
+                .flat_map(|h| positions.clone().map(move |p| (h, p)))
+                .map(|(h, p)| (h * slots + cache.slot(bs, p)) as u32)
+                .collect()
+        };
+        let new_rows = head_major(cache.len..len);
+        let write_rows = Tensor::from_vec(device, new_rows, [heads * t])?;
+        let consecutive = cache.table.windows(2).all(|w| w[1] == w[0] + 1);
+        let read = match cache.table.first() {
+            Some(&first) if consecutive => Read::Contiguous(first * bs),
+            _ => Read::Gather(Tensor::from_vec(device, head_major(0..len), [heads * len])?),
+        };
+        Ok(CachePlan {
+            write_rows,
+            read,
+            len,
+        })
+    }
+
+    /// Writes one layer's new keys and values (`[kv_heads, t, head_dim]` each) and returns all
+    /// the sequence's keys and values of that layer, `[kv_heads, len, head_dim]` each.
+    pub(crate) fn write_and_read(
+        &self,
+        cache: &KvCache,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
+        let mut pool = cache.pool.lock()?;
+        let (heads, hd, slots) = (pool.kv_heads, pool.head_dim, pool.slots());
+        let rows = self.write_rows.dims()[0];
+        let [keys, values] = &mut pool.layers[layer];
+        ops::scatter_rows(keys, &self.write_rows, &k.reshape([rows, hd])?)?;
+        ops::scatter_rows(values, &self.write_rows, &v.reshape([rows, hd])?)?;
+        let read = |all: &Tensor| -> Result<Tensor> {
+            match &self.read {
+                Read::Contiguous(start) => {
+                    ops::narrow(&all.reshape([heads, slots, hd])?, 1, *start, self.len)
+                }
+                Read::Gather(rows) => ops::embedding(all, rows)?.reshape([heads, self.len, hd]),
+            }
+        };
+        Ok((read(keys)?, read(values)?))
+    }
+}
