@@ -194,6 +194,8 @@ impl Storage {
         match self {
             Storage::Host(h) => Arc::strong_count(h) > 1,
             Storage::Wgpu(b) => b.is_shared(),
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(b) => b.is_shared(),
         }
     }
 }

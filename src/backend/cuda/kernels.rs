@@ -91,6 +91,40 @@ impl CudaBackend {
     }
 }
 
+/// Records the in-place `spec` ([`OpSpec::ScatterRows`]) changing `target`.
+pub(super) fn launch_in_place(
+    be: &CudaBackend,
+    spec: &OpSpec,
+    target: &CudaBuffer,
+    inputs: &[&CudaBuffer],
+) -> Result<()> {
+    let op = spec.kind().name();
+    let OpSpec::ScatterRows { rows, cols, count } = *spec else {
+        return Err(Error::backend(
+            "cuda",
+            format!("{op} is not an in-place op"),
+        ));
+    };
+    let [src, slots] = inputs else {
+        return Err(Error::backend("cuda", "scatter_rows takes src and slots"));
+    };
+    if count * cols == 0 {
+        return Ok(());
+    }
+    be.run_1d(
+        "scatter_rows_u32",
+        (count * cols) as u64,
+        &[
+            Arg::Ptr(be.ptr(target)),
+            Arg::Ptr(be.ptr(src)),
+            Arg::Ptr(be.ptr(slots)),
+            Arg::U32(size(op, rows)?),
+            Arg::U32(size(op, cols)?),
+            Arg::U32(size(op, count)?),
+        ],
+    )
+}
+
 /// Records the launches of `spec` writing `out` from `inputs`.
 pub(super) fn launch(
     be: &CudaBackend,
@@ -178,6 +212,27 @@ pub(super) fn launch(
             (size(op, *rows)?, 1, 1),
             &[o, Arg::Ptr(input(0)?), s(*cols)?, s(causal.unwrap_or(0))?],
         ),
+        OpSpec::Sample {
+            rows,
+            vocab,
+            params,
+        } => be.run(
+            "sample_f32",
+            (size(op, *rows)?, 1, 1),
+            &[
+                o,
+                Arg::Ptr(input(0)?),
+                Arg::Ptr(input(1)?),
+                s(*vocab)?,
+                Arg::F32(params.temperature),
+                Arg::U32(params.top_k),
+                Arg::F32(params.top_p),
+            ],
+        ),
+        OpSpec::ScatterRows { .. } => Err(Error::backend(
+            "cuda",
+            "scatter_rows runs in place (write_into)",
+        )),
         OpSpec::Argmax { rows, cols } => be.run(
             "argmax_f32",
             (size(op, *rows)?, 1, 1),

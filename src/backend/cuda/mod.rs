@@ -7,7 +7,8 @@
 //!   device's architecture when the backend starts, once per process.
 //! * [`kernels`] turns each [`OpSpec`] into launches. Kernels are plain: one thread per output
 //!   element or per block, one block per row for row reductions, one warp per output of a
-//!   packed-weight product, one thread per channel for scans (walked in f64).
+//!   packed-weight product, one thread per channel for scans (walked in f64), one block per
+//!   row for sampling (thresholds found by bisection over the values' bit patterns).
 //! * Tensors live in [`CudaBuffer`]s. Work is queued on one stream; [`Backend::download`] and
 //!   [`Backend::synchronize`] wait for it.
 
@@ -63,6 +64,11 @@ impl CudaBuffer {
 
     fn byte_len(&self) -> usize {
         self.len * self.dtype.unit_bytes()
+    }
+
+    /// Whether another handle shares this memory.
+    pub(crate) fn is_shared(&self) -> bool {
+        Arc::strong_count(&self.slice) > 1
     }
 }
 
@@ -317,6 +323,16 @@ impl Backend for CudaBackend {
             kernels::launch(self, spec, &out, &buffers)?;
         }
         Ok(Storage::Cuda(out))
+    }
+
+    fn write_into(&self, spec: &OpSpec, target: &mut Storage, inputs: &[&Storage]) -> Result<()> {
+        let op = spec.kind().name();
+        let target = cuda_storage(op, target)?;
+        let buffers = inputs
+            .iter()
+            .map(|s| cuda_storage(op, s))
+            .collect::<Result<Vec<_>>>()?;
+        kernels::launch_in_place(self, spec, target, &buffers)
     }
 
     fn copy(&self, x: &Storage, len: usize) -> Result<Storage> {

@@ -30,7 +30,7 @@ impl KernelSource {
 }
 
 /// Every kernel source of the backend.
-pub const SOURCES: [KernelSource; 5] = [
+pub const SOURCES: [KernelSource; 6] = [
     KernelSource {
         name: "elementwise.cu",
         body: include_str!("kernels/elementwise.cu"),
@@ -41,6 +41,7 @@ pub const SOURCES: [KernelSource; 5] = [
             "permute_u32",
             "concat_u32",
             "narrow_u32",
+            "scatter_rows_u32",
         ],
     },
     KernelSource {
@@ -74,6 +75,11 @@ pub const SOURCES: [KernelSource; 5] = [
         name: "scan.cu",
         body: include_str!("kernels/scan.cu"),
         entry_points: &["scan_f32", "scan_grad_a", "scan_grad_init"],
+    },
+    KernelSource {
+        name: "sample.cu",
+        body: include_str!("kernels/sample.cu"),
+        entry_points: &["sample_f32"],
     },
 ];
 

@@ -84,3 +84,14 @@ extern "C" __global__ void narrow_u32(u32* out, const u32* x, u32 rows, u32 cols
     u64 r = i / len, c = i % len;
     out[i] = x[r * cols + start + c];
 }
+
+// In place: row slots[i] of `target` [rows, cols] becomes row i of `src` [count, cols]; a slot
+// past the target writes nothing. One thread per source element.
+extern "C" __global__ void scatter_rows_u32(u32* target, const u32* src, const u32* slots,
+                                            u32 rows, u32 cols, u32 count) {
+    u64 i = wt_gid();
+    if (i >= (u64)count * cols) return;
+    u64 r = i / cols, c = i % cols;
+    u32 slot = slots[r];
+    if (slot < rows) target[(u64)slot * cols + c] = src[i];
+}
