@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs what webtensor's build, tests and benchmarks need on a fresh Debian/Ubuntu machine:
 # Mesa's Vulkan drivers (lavapipe gives a real Vulkan device on the CPU when there is no GPU)
-# the rustfmt/clippy components, and NVRTC from PyPI (to compile the CUDA kernels without a GPU).
+# the rustfmt/clippy components, NVRTC from PyPI (to compile the CUDA kernels without a GPU), and
+# g++, numpy and gguf-py (to run them on the CPU).
 # Safe to run again: it skips what is already there.
 set -euo pipefail
 
 need_apt=()
 [ -e /usr/share/vulkan/icd.d/lvp_icd.x86_64.json ] || [ -n "$(ls /usr/share/vulkan/icd.d/lvp_icd.*.json 2>/dev/null)" ] || need_apt+=(mesa-vulkan-drivers)
 ldconfig -p 2>/dev/null | grep -q libvulkan.so.1 || need_apt+=(libvulkan1)
+command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}"
@@ -33,5 +35,11 @@ fi
 if ! "$(dirname "$0")/nvrtc_lib.sh" >/dev/null 2>&1; then
   echo "setup: installing nvidia-cuda-nvrtc-cu12 (NVRTC, for the CUDA kernel compile test)"
   python3 -m pip install --quiet nvidia-cuda-nvrtc-cu12
+fi
+# numpy and gguf-py: native-tests/cuda_host/emulate.py checks the CUDA kernels' results on the
+# CPU against them.
+if ! python3 -c "import numpy, gguf" >/dev/null 2>&1; then
+  echo "setup: installing numpy and gguf (for the CUDA kernel emulation test)"
+  python3 -m pip install --quiet numpy gguf
 fi
 echo "setup: done"

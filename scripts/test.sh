@@ -32,6 +32,10 @@ cargo clippy --all-targets --features cuda -- -D warnings
 nvrtc_lib="$(scripts/nvrtc_lib.sh)"
 LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" cargo test --features cuda --test cuda_kernels
 LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" cargo test --features cuda --test conformance cuda:: -- --nocapture
+# The same kernels run on the CPU (g++ and an emulation of threads, barriers and warp shuffles),
+# their results checked against numpy and gguf-py's quantizers.
+echo "== CUDA kernels on the CPU emulation"
+python3 native-tests/cuda_host/emulate.py
 
 # The SIMD paths this machine cannot run must at least compile: wasm32 simd128 and aarch64 NEON.
 echo "== compile check: wasm32 with simd128"

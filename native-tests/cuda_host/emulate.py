@@ -1,0 +1,369 @@
+#!/usr/bin/env python3
+"""Runs the CUDA kernels on the CPU (shim.h) and checks their results, without a GPU.
+
+Each `src/backend/cuda/kernels/*.cu` is compiled by g++ as C++ (the common prelude, the file,
+and a generated `wt_launch_<kernel>(grid, block, void** args)` per kernel, the calling
+convention of cuLaunchKernel), loaded with ctypes and launched with the grids the backend
+uses (`src/backend/cuda/kernels.rs`). Results are compared with numpy and, for the block
+formats, with gguf-py's reference quantizers byte for byte. This checks the kernels' logic
+(indexing, reductions across threads and warps, rounding); the NVRTC test checks that they
+compile for real GPUs. Exit status 1 on any mismatch.
+
+Needs g++ (C++20), numpy and gguf (`pip install numpy gguf`).
+"""
+
+import ctypes
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KERNELS = os.path.join(HERE, "..", "..", "src", "backend", "cuda", "kernels")
+BLOCK = 256
+FAILURES = []
+
+
+def build(name, tmp):
+    """Compiles common.cu + name with launch wrappers; returns the loaded library."""
+    common = open(os.path.join(KERNELS, "common.cu")).read()
+    body = open(os.path.join(KERNELS, name)).read()
+    wrappers = []
+    for kname, params in re.findall(r'extern "C" __global__ void (\w+)\(([^)]*)\)', body, re.S):
+        types = [" ".join(p.split()[:-1]) for p in params.split(",")]
+        args = ", ".join(f"*({t}*)a[{i}]" for i, t in enumerate(types))
+        wrappers.append(f'extern "C" void wt_launch_{kname}(unsigned gx, unsigned gy, unsigned gz, '
+                        f'unsigned bx, void** a) {{ wt_emulate(gx, gy, gz, bx, [&] {{ {kname}({args}); }}); }}')
+    src = os.path.join(tmp, name + ".cpp")
+    with open(src, "w") as f:
+        f.write(common + "\n" + body + "\n" + "\n".join(wrappers) + "\n")
+    lib = os.path.join(tmp, name + ".so")
+    subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-pthread",
+                    "-w", "-include", os.path.join(HERE, "shim.h"), src, "-o", lib], check=True)
+    return ctypes.CDLL(lib)
+
+
+def ptr(a):
+    return ctypes.c_uint64(a.ctypes.data)
+
+
+def u32(v):
+    return ctypes.c_uint32(v)
+
+
+def f32(v):
+    return ctypes.c_float(v)
+
+
+def u64(v):
+    return ctypes.c_uint64(v)
+
+
+def launch(lib, name, grid, args):
+    if isinstance(grid, int):
+        grid = (grid, 1, 1)
+    arr = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p) for a in args])
+    getattr(lib, "wt_launch_" + name)(*[ctypes.c_uint(g) for g in grid], ctypes.c_uint(BLOCK), arr)
+
+
+def blocks(n):
+    return (n + BLOCK - 1) // BLOCK
+
+
+def check(what, got, want, tol=1e-5, exact=False):
+    got, want = np.asarray(got), np.asarray(want)
+    if exact:
+        ok = got.shape == want.shape and np.array_equal(got, want)
+        err = "differs" if not ok else ""
+    else:
+        scale = max(1.0, float(np.nanmax(np.abs(want))) if want.size else 1.0)
+        nan_ok = np.array_equal(np.isnan(got), np.isnan(want))
+        diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        worst = float(np.nanmax(diff)) if diff.size else 0.0
+        ok = nan_ok and worst <= tol * scale
+        err = f"max error {worst:.3g} (limit {tol * scale:.3g}), NaN places {'ok' if nan_ok else 'differ'}"
+    print(("ok     " if ok else "FAILED ") + what + ("" if ok else ": " + err))
+    if not ok:
+        FAILURES.append(what)
+
+
+rng = np.random.default_rng(7)
+
+
+def uniform(*shape, scale=1.0):
+    return (rng.uniform(-scale, scale, size=shape)).astype(np.float32)
+
+
+def silu(x):
+    x = x.astype(np.float64)
+    return x / (1 + np.exp(-x))
+
+
+def elementwise(lib):
+    for n in [1, 3, 257, 4097]:
+        x = uniform(n, scale=8)
+        from math import erf, sqrt, tanh, pi
+        want = {0: silu(x),
+                1: np.array([0.5 * v * (1 + tanh(sqrt(2 / pi) * (v + 0.044715 * v ** 3))) for v in x.astype(float)]),
+                2: np.array([0.5 * v * (1 + erf(v / sqrt(2))) for v in x.astype(float)]),
+                3: x.astype(np.float64) * -0.37}
+        for op, w in want.items():
+            out = np.zeros(n, np.float32)
+            launch(lib, "unary_f32", blocks(n), [ptr(out), ptr(x), u32(n), u32(op), f32(-0.37)])
+            check(f"unary op {op} len {n}", out, w)
+        b = uniform(7)
+        a = uniform(7 * 37)
+        for op, w in {0: a.reshape(37, 7) + b, 1: a.reshape(37, 7) * b,
+                      2: silu(a.reshape(37, 7)) * b}.items():
+            out = np.zeros(a.size, np.float32)
+            launch(lib, "binary_f32", blocks(a.size), [ptr(out), ptr(a), ptr(b), u32(a.size), u32(7), u32(op)])
+            check(f"binary op {op} broadcast", out, w.reshape(-1))
+    table, ids = uniform(10, 5), np.array([3, 0, 11, 9], np.uint32)
+    out = np.zeros(20, np.float32)
+    launch(lib, "embedding_f32", blocks(20), [ptr(out), ptr(table), ptr(ids), u32(10), u32(5), u32(4)])
+    want = np.array([table[i] if i < 10 else [np.nan] * 5 for i in ids]).reshape(-1)
+    check("embedding (an id past the table gives NaN)", out, want)
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.uint32).reshape(2, 3, 4, 5)
+    perm = (2, 0, 3, 1)
+    want = x.transpose(perm)
+    strides = [x.strides[p] // 4 for p in perm]
+    out = np.zeros(x.size, np.uint32)
+    dims = [1, 1] + list(want.shape)
+    st = [0, 0] + strides
+    launch(lib, "permute_u32", blocks(x.size), [ptr(out), ptr(x), u32(x.size)] + [u32(d) for d in dims] + [u32(s) for s in st])
+    check("permute rank 4", out, want.reshape(-1), exact=True)
+    a, b = np.arange(12, dtype=np.uint32).reshape(3, 4), np.arange(100, 106, dtype=np.uint32).reshape(3, 2)
+    out = np.zeros(18, np.uint32)
+    launch(lib, "concat_u32", blocks(18), [ptr(out), ptr(a), ptr(b), u32(3), u32(4), u32(2)])
+    check("concat", out, np.concatenate([a, b], 1).reshape(-1), exact=True)
+    out = np.zeros(6, np.uint32)
+    launch(lib, "narrow_u32", blocks(6), [ptr(out), ptr(a), u32(3), u32(4), u32(1), u32(2)])
+    check("narrow", out, a[:, 1:3].reshape(-1), exact=True)
+    target = np.zeros((5, 3), np.uint32)
+    src = np.arange(9, dtype=np.uint32).reshape(3, 3) + 1
+    slots = np.array([4, 7, 1], np.uint32)
+    launch(lib, "scatter_rows_u32", blocks(9), [ptr(target), ptr(src), ptr(slots), u32(5), u32(3), u32(3)])
+    want = np.zeros((5, 3), np.uint32)
+    want[4], want[1] = src[0], src[2]
+    check("scatter_rows (a slot past the end writes nothing)", target, want, exact=True)
+
+
+def norms(lib):
+    for rows, cols in [(1, 1), (3, 5), (2, 255), (4, 257), (3, 4097)]:
+        x, w, b = uniform(rows, cols, scale=3) + 5, uniform(cols, scale=2), uniform(cols)
+        xd = x.astype(np.float64)
+        out = np.zeros_like(x)
+        launch(lib, "rms_norm_f32", rows, [ptr(out), ptr(x), ptr(w), u32(cols), f32(1e-6)])
+        check(f"rms_norm {rows}x{cols}", out, xd / np.sqrt((xd ** 2).mean(1, keepdims=True) + 1e-6) * w)
+        out = np.zeros_like(x)
+        launch(lib, "layer_norm_f32", rows, [ptr(out), ptr(x), ptr(w), ptr(b), u32(cols), f32(1e-5)])
+        mean = xd.mean(1, keepdims=True)
+        check(f"layer_norm {rows}x{cols}", out, (xd - mean) / np.sqrt(xd.var(1, keepdims=True) + 1e-5) * w + b)
+        out = np.zeros_like(x)
+        launch(lib, "softmax_f32", rows, [ptr(out), ptr(x), u32(cols), u32(0)])
+        e = np.exp(xd - xd.max(1, keepdims=True))
+        check(f"softmax {rows}x{cols}", out, e / e.sum(1, keepdims=True))
+        idx = np.zeros(rows, np.uint32)
+        x[:, cols // 2] = x.max()  # a tie: the first index wins
+        launch(lib, "argmax_f32", rows, [ptr(idx), ptr(x), u32(cols)])
+        check(f"argmax {rows}x{cols}", idx, np.argmax(x, 1).astype(np.uint32), exact=True)
+    # Causal softmax: 2 groups of q = 3 queries over 5 keys.
+    q, keys = 3, 5
+    x = uniform(2 * q, keys, scale=4)
+    out = np.zeros_like(x)
+    launch(lib, "softmax_f32", 2 * q, [ptr(out), ptr(x), u32(keys), u32(q)])
+    want = np.zeros((2 * q, keys))
+    for r in range(2 * q):
+        vis = min(r % q + keys - q + 1, keys)
+        e = np.exp(x[r, :vis].astype(float) - x[r, :vis].max())
+        want[r, :vis] = e / e.sum()
+    check("softmax causal", out, want)
+    x = uniform(2, 70)
+    x[1, 9] = np.nan
+    x[1, 30] = np.nan
+    idx = np.zeros(2, np.uint32)
+    launch(lib, "argmax_f32", 2, [ptr(idx), ptr(x), u32(70)])
+    check("argmax first NaN", idx[1:], np.array([9], np.uint32), exact=True)
+    # Rope, both pairings.
+    rows, heads, hd = 3, 2, 8
+    x, pos = uniform(rows, heads, hd), np.array([0, 5, 17], np.uint32)
+    inv = np.array([10000.0 ** (-2 * i / hd) for i in range(hd // 2)], np.float32)
+    for layout in (0, 1):
+        out = np.zeros_like(x)
+        launch(lib, "rope_f32", blocks(rows * heads * hd // 2), [ptr(out), ptr(x), ptr(pos), ptr(inv), u32(rows), u32(heads), u32(hd), u32(layout)])
+        want = x.astype(np.float64).copy()
+        for r in range(rows):
+            for i in range(hd // 2):
+                ang = float(np.float32(np.float32(pos[r]) * inv[i]))
+                i0, i1 = (2 * i, 2 * i + 1) if layout else (i, i + hd // 2)
+                x0, x1 = x[r, :, i0].astype(float), x[r, :, i1].astype(float)
+                want[r, :, i0] = x0 * np.cos(ang) - x1 * np.sin(ang)
+                want[r, :, i1] = x0 * np.sin(ang) + x1 * np.cos(ang)
+        check(f"rope layout {layout}", out, want)
+
+
+def matmul(lib):
+    for batch, m, n, k, trans, shared in [(1, 1, 70, 33, True, True), (2, 1, 9, 100, False, False),
+                                         (1, 65, 67, 17, True, True), (3, 5, 130, 40, False, False),
+                                         (2, 70, 3, 129, True, True)]:
+        a = uniform(batch, m, k)
+        rb = 1 if shared else batch
+        rhs = uniform(rb, n, k) if trans else uniform(rb, k, n)
+        out = np.zeros((batch, m, n), np.float32)
+        stride = 0 if shared else n * k
+        r = rhs.transpose(0, 2, 1) if trans else rhs
+        want = a.astype(np.float64) @ r.astype(np.float64)
+        if m == 1:
+            launch(lib, "matvec_f32", (blocks(n * 32), batch, 1), [ptr(out), ptr(a), ptr(rhs), u32(n), u32(k), u32(int(trans)), u64(stride)])
+        else:
+            launch(lib, "matmul_f32", ((n + 63) // 64, (m + 63) // 64, batch), [ptr(out), ptr(a), ptr(rhs), u32(m), u32(n), u32(k), u32(int(trans)), u64(stride)])
+        check(f"matmul b{batch} {m}x{n}x{k} transposed={trans} shared={shared}", out, want, tol=1e-5 * np.sqrt(k))
+
+
+FORMATS = {"F16": 0, "Q8_0": 1, "Q4_0": 2, "TQ1_0": 3, "TQ2_0": 4}
+
+
+def quant(lib):
+    import gguf
+    from gguf.quants import quantize as gq, dequantize as gdq
+    for name, code in FORMATS.items():
+        qt = getattr(gguf.GGMLQuantizationType, name)
+        blen, bbytes = gguf.GGML_QUANT_SIZES[qt]
+        rows, cols = 3, 512
+        x = uniform(rows, cols, scale=2)
+        x[0, :32] = 0.0  # an all-zero block
+        x[1, 5] = 7.5
+        want = gq(x, qt)
+        out = np.zeros(rows * cols // blen * bbytes, np.uint8)
+        launch(lib, "quantize", blocks(rows * cols // blen), [ptr(out), ptr(x), u32(code), u32(rows * cols // blen)])
+        check(f"quantize {name} bytes = gguf-py", out, np.ascontiguousarray(want).view(np.uint8).reshape(-1), exact=True)
+        deq = np.zeros(rows * cols, np.float32)
+        launch(lib, "dequantize", blocks(rows * cols), [ptr(deq), ptr(out), u32(code), u32(rows * cols)])
+        check(f"dequantize {name} = gguf-py", deq, gdq(want, qt).reshape(-1), exact=True)
+        # qmatmul with f32 activations: act · dequant(w)ᵀ.
+        m = 2
+        act = uniform(m, cols)
+        res = np.zeros((m, rows), np.float32)
+        launch(lib, "qmatmul", blocks(m * rows * 32), [ptr(res), ptr(act), ptr(out), u32(code), u32(m), u32(rows), u32(cols)])
+        check(f"qmatmul {name} f32 activations", res, act.astype(float) @ gdq(want, qt).astype(float).T, tol=1e-5 * np.sqrt(cols))
+    # Activations rounded to int8 per block of 32 (Q8_0 mode): d · q as gguf's Q8_0.
+    a = uniform(2, 64, scale=3)
+    act = np.zeros_like(a)
+    launch(lib, "qmatmul_act", blocks(4), [ptr(act), ptr(a), u32(2), u32(a.size), u32(32)])
+    qt = gguf.GGMLQuantizationType.Q8_0
+    q = gq(a, qt).reshape(2, 2, 34)
+    d = q[..., :2].copy().view(np.float16).astype(np.float32)
+    # The kernel keeps d in f32 (not rounded to f16), so compare the integers d·q / d.
+    ints = np.rint(act.reshape(2, 2, 32) / np.where(d == 0, 1, np.abs(a.reshape(2, 2, 32)).max(-1, keepdims=True) / 127))
+    check("qmatmul_act Q8_0 integers = gguf-py", ints.astype(np.int8), q[..., 2:].view(np.int8), exact=True)
+    # Ternary dot products against the trits gguf-py decodes.
+    for name in ("TQ1_0", "TQ2_0"):
+        qt = getattr(gguf.GGMLQuantizationType, name)
+        n, k, m = 3, 512, 2
+        w = gq(uniform(n, k), qt)
+        trits = np.sign(gdq(w, qt)).astype(np.int64)
+        x = rng.integers(-128, 128, size=(m, k)).astype(np.int8)
+        res = np.zeros((m, n), np.int32)
+        launch(lib, "ternary_dot", blocks(m * n * 32), [ptr(res), ptr(w), ptr(x), u32(FORMATS[name]), u32(m), u32(n), u32(k)])
+        check(f"ternary_dot {name} exact", res, (x.astype(np.int64) @ trits.T).astype(np.int32), exact=True)
+
+
+def scans(lib):
+    outer, length, inner = 2, 50, 3
+    a = rng.uniform(0.5, 1.0, size=(outer, length, inner)).astype(np.float32)
+    b, h0 = uniform(outer, length, inner), uniform(outer, inner)
+    out = np.zeros_like(a)
+    launch(lib, "scan_f32", blocks(outer * inner), [ptr(out), ptr(a), ptr(b), ptr(h0), u32(0), u32(outer * inner), u32(length), u32(inner)])
+    want = np.zeros((outer, length, inner))
+    h = h0.astype(float)
+    for t in range(length):
+        h = a[:, t].astype(float) * h + b[:, t]
+        want[:, t] = h
+    check("linear_scan", out, want)
+    out = np.zeros_like(a)
+    launch(lib, "scan_f32", blocks(outer * inner), [ptr(out), ptr(a), ptr(b), ptr(a), u32(1), u32(outer * inner), u32(length), u32(inner)])
+    want = np.zeros((outer, length, inner))
+    g = np.zeros((outer, inner))
+    for t in reversed(range(length)):
+        nxt = a[:, t + 1].astype(float) if t + 1 < length else 0.0
+        g = b[:, t] + nxt * g
+        want[:, t] = g
+    check("linear_scan adjoint", out, want)
+    out = np.zeros_like(a)
+    launch(lib, "scan_f32", blocks(outer * inner), [ptr(out), ptr(a), ptr(a), ptr(a), u32(2), u32(outer * inner), u32(length), u32(inner)])
+    check("log_cumprod", out, np.exp(np.cumsum(np.log(a.astype(float)), 1)))
+    x = uniform(outer, length, inner, scale=5)
+    x[0, 3, 0] = -np.inf
+    out = np.zeros_like(x)
+    launch(lib, "scan_f32", blocks(outer * inner), [ptr(out), ptr(x), ptr(x), ptr(x), u32(3), u32(outer * inner), u32(length), u32(inner)])
+    check("logcumsumexp", out, np.logaddexp.accumulate(x.astype(float), 1))
+    out = np.zeros_like(a)
+    launch(lib, "scan_grad_a", blocks(a.size), [ptr(out), ptr(b), ptr(a), ptr(h0), u32(a.size), u32(length), u32(inner)])
+    prev = np.concatenate([h0[:, None, :], a[:, :-1]], 1)
+    check("scan_grad_a", out, b.astype(float) * prev)
+    out = np.zeros_like(h0)
+    launch(lib, "scan_grad_init", blocks(outer * inner), [ptr(out), ptr(a), ptr(b), u32(outer * inner), u32(length), u32(inner)])
+    check("scan_grad_init", out, a[:, 0].astype(float) * b[:, 0])
+
+
+def sample(lib):
+    rows, vocab = 4, 1000
+    x = uniform(rows, vocab, scale=4)
+    x[2, 17] = np.nan
+    u = rng.uniform(0, 1, size=rows).astype(np.float32)
+
+    def reference(row, t, k, p, uu):
+        idx = [i for i in range(len(row)) if not np.isnan(row[i])]
+        order = sorted(idx, key=lambda i: (-row[i], i))
+        mx = row[order[0]]
+        if not (t > 0) or mx == np.inf:
+            return order[0]
+        w = lambda i: np.exp((float(row[i]) - float(mx)) / t)
+        thr = row[order[-1]]
+        if 0 < k < len(order):
+            thr = row[order[k - 1]]
+        if p < 1:
+            kept = [i for i in order if row[i] >= thr]
+            goal = max(p, 0) * sum(w(i) for i in kept)
+            s = 0.0
+            for i in kept:
+                s += w(i)
+                if s >= goal:
+                    thr = row[i]
+                    break
+        kept = [i for i in range(len(row)) if row[i] >= thr]
+        target = uu * sum(w(i) for i in kept)
+        s = 0.0
+        for i in kept:
+            s += w(i)
+            if s > target:
+                return i
+        return kept[-1]
+
+    for t, k, p in [(0.0, 0, 1.0), (0.8, 0, 1.0), (0.8, 40, 1.0), (1.0, 0, 0.9), (0.7, 50, 0.5), (1.0, 0, 0.0)]:
+        out = np.zeros(rows, np.uint32)
+        launch(lib, "sample_f32", rows, [ptr(out), ptr(x), ptr(u), u32(vocab), f32(t), u32(k), f32(p)])
+        want = np.array([reference(x[r], t, k, p, float(u[r])) for r in range(rows)], np.uint32)
+        check(f"sample temperature {t} top_k {k} top_p {p}", out, want, exact=True)
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        libs = {n: build(n, tmp) for n in ["elementwise.cu", "norm.cu", "matmul.cu", "quant.cu", "scan.cu", "sample.cu"]}
+        elementwise(libs["elementwise.cu"])
+        norms(libs["norm.cu"])
+        matmul(libs["matmul.cu"])
+        quant(libs["quant.cu"])
+        scans(libs["scan.cu"])
+        sample(libs["sample.cu"])
+    if FAILURES:
+        print(f"{len(FAILURES)} CUDA kernel check(s) FAILED on the CPU emulation: {FAILURES}")
+        sys.exit(1)
+    print("every CUDA kernel check passed on the CPU emulation")
+
+
+if __name__ == "__main__":
+    main()
