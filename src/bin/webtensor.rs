@@ -4,7 +4,7 @@
 //! webtensor info [--json]
 //! webtensor bench [--backend B]... [--op OP]... [--size small|medium] [--runs N] [--json]
 //!                 [--report DIR] [--peers peers.json]
-//! webtensor bench --merge a.json b.json ... [--peers peers.json] --report DIR
+//! webtensor bench --merge a.json b.json ... [--peers peers.json]... --report DIR
 //! webtensor generate [--model PATH] [--prompt TEXT] [--backend B] [--max-tokens N]
 //!                    [--temperature T] [--top-k K] [--top-p P] [--seed S]
 //! webtensor eval [--model PATH] --tokens 1,5,9 [--backend B]
@@ -76,9 +76,9 @@ enum Command {
         /// Merge these report.json files (from other machines) instead of timing anything.
         #[arg(long, value_name = "FILE", num_args = 1..)]
         merge: Vec<String>,
-        /// Peer timings from benches/peers.py to compare against (numpy, llama.cpp).
+        /// Peer timings from benches/peers.py to compare against (numpy, llama.cpp); repeatable.
         #[arg(long, value_name = "FILE")]
-        peers: Option<String>,
+        peers: Vec<String>,
     },
     /// Generate text from a prompt, streaming it, then print prompt and decode tokens/s.
     Generate {
@@ -154,7 +154,7 @@ fn main() -> ExitCode {
             json,
             model: None,
             ..
-        } if !merge.is_empty() => bench_merge(&merge, peers.as_deref(), report.as_deref(), json),
+        } if !merge.is_empty() => bench_merge(&merge, &peers, report.as_deref(), json),
         Command::Bench {
             backends,
             ops,
@@ -165,15 +165,7 @@ fn main() -> ExitCode {
             report,
             peers,
             ..
-        } => bench(
-            &backends,
-            &ops,
-            size,
-            runs,
-            json,
-            report.as_deref(),
-            peers.as_deref(),
-        ),
+        } => bench(&backends, &ops, size, runs, json, report.as_deref(), &peers),
         Command::Generate {
             model,
             prompt,
@@ -421,7 +413,7 @@ fn publish(
 /// `bench --merge`: one report from several machines' report.json files (and peers).
 fn bench_merge(
     files: &[String],
-    peers: Option<&str>,
+    peers: &[String],
     dir: Option<&std::path::Path>,
     json: bool,
 ) -> Result<(), Error> {
@@ -430,7 +422,7 @@ fn bench_merge(
         .map(|f| bench::merge::load_report(f))
         .collect::<Result<Vec<_>, _>>()?;
     let mut report = bench::merge::merge(reports)?;
-    if let Some(p) = peers {
+    for p in peers {
         report.peers.extend(bench::merge::load_peers(p)?);
     }
     publish(&report, json, dir)
@@ -443,7 +435,7 @@ fn bench(
     runs: u32,
     json: bool,
     dir: Option<&std::path::Path>,
-    peers: Option<&str>,
+    peers: &[String],
 ) -> Result<(), Error> {
     let backends = bench_backends(backends)?;
     let ops = ops
@@ -485,8 +477,8 @@ fn bench(
     })?;
     bar.finish_and_clear();
     let mut report = report;
-    if let Some(p) = peers {
-        report.peers = bench::merge::load_peers(p)?;
+    for p in peers {
+        report.peers.extend(bench::merge::load_peers(p)?);
     }
     publish(&report, json, dir)?;
     if report.rows.iter().any(|r| !r.checked) {
