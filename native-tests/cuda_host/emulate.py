@@ -249,6 +249,18 @@ def quant(lib):
         res = np.zeros((m, rows), np.float32)
         launch(lib, "qmatmul", blocks(m * rows * 32), [ptr(res), ptr(act), ptr(out), u32(code), u32(m), u32(rows), u32(cols)])
         check(f"qmatmul {name} f32 activations", res, act.astype(float) @ gdq(want, qt).astype(float).T, tol=1e-5 * np.sqrt(cols))
+    # TernaryPlanes (webtensor's own format, not in gguf-py): d = max|x| kept in f32, trits
+    # round(x / d); dequantize gives d · trit exactly.
+    x = uniform(2, 512, scale=2)
+    blk = x.reshape(-1, 256)
+    amax = np.abs(blk).max(1, keepdims=True)
+    inv = np.float32(1) / amax
+    trits = np.clip(np.sign(blk * inv) * np.floor(np.abs(blk * inv) + np.float32(0.5)), -1, 1)
+    packed = np.zeros(4 * 68, np.uint8)
+    launch(lib, "quantize", blocks(4), [ptr(packed), ptr(x), u32(5), u32(4)])
+    deq = np.zeros(x.size, np.float32)
+    launch(lib, "dequantize", blocks(x.size), [ptr(deq), ptr(packed), u32(5), u32(x.size)])
+    check("quantize+dequantize TernaryPlanes", deq, (trits * amax).astype(np.float32).reshape(-1), exact=True)
     # Activations rounded to int8 per block of 32 (Q8_0 mode): d · q as gguf's Q8_0.
     a = uniform(2, 64, scale=3)
     act = np.zeros_like(a)

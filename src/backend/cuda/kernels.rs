@@ -54,9 +54,21 @@ fn format_code(op: &'static str, format: DType) -> Result<u32> {
     })
 }
 
-/// Blocks of `BLOCK` threads covering `n` threads.
+/// Blocks of `BLOCK` threads covering `n` threads (at least one: a grid of none is a launch
+/// error, and every kernel checks its bounds).
 fn blocks_for(n: u64) -> u32 {
-    n.div_ceil(BLOCK as u64).min(u32::MAX as u64) as u32
+    n.div_ceil(BLOCK as u64).clamp(1, u32::MAX as u64) as u32
+}
+
+/// The data-movement kernels copy 32-bit words: f32 and u32 only.
+fn check_words(op: &'static str, inputs: &[&CudaBuffer]) -> Result<()> {
+    match inputs.iter().find(|b| b.dtype().unit_bytes() != 4) {
+        Some(b) => Err(Error::invalid(
+            op,
+            format!("the cuda backend moves f32 and u32 data, not {}", b.dtype()),
+        )),
+        None => Ok(()),
+    }
 }
 
 impl CudaBackend {
@@ -111,6 +123,7 @@ pub(super) fn launch_in_place(
     if count * cols == 0 {
         return Ok(());
     }
+    check_words(op, &[target, src])?;
     be.run_1d(
         "scatter_rows_u32",
         (count * cols) as u64,
@@ -141,6 +154,12 @@ pub(super) fn launch(
     };
     let o = Arg::Ptr(be.ptr(out));
     let s = |v: usize| size(op, v).map(Arg::U32);
+    if matches!(
+        spec,
+        OpSpec::Permute { .. } | OpSpec::Concat { .. } | OpSpec::Narrow { .. }
+    ) {
+        check_words(op, inputs)?;
+    }
     match spec {
         OpSpec::Unary { op: u, len } => {
             let (code, factor) = match u {
