@@ -153,7 +153,11 @@ pub fn peer_ratios(report: &BenchReport) -> Vec<PeerRatio> {
             if tps > 0.0 {
                 out.push(PeerRatio {
                     peer: p.clone(),
-                    webtensor: p.webtensor_backend.clone().unwrap_or_default(),
+                    webtensor: format!(
+                        "{} · {}",
+                        p.webtensor_backend.as_deref().unwrap_or("?"),
+                        p.machine
+                    ),
                     webtensor_value: wt,
                     peer_value: tps,
                     speedup: wt / tps,
