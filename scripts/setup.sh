@@ -34,12 +34,13 @@ fi
 # source of the `cuda` feature loads it. scripts/nvrtc_lib.sh prints its folder.
 if ! "$(dirname "$0")/nvrtc_lib.sh" >/dev/null 2>&1; then
   echo "setup: installing nvidia-cuda-nvrtc-cu12 (NVRTC, for the CUDA kernel compile test)"
-  python3 -m pip install --quiet nvidia-cuda-nvrtc-cu12
+  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet nvidia-cuda-nvrtc-cu12
 fi
+# (PIP_BREAK_SYSTEM_PACKAGES: a Debian system Python refuses pip installs without it.)
 # numpy and gguf-py: native-tests/cuda_host/emulate.py checks the CUDA kernels' results on the
 # CPU against them.
 if ! python3 -c "import numpy, gguf" >/dev/null 2>&1; then
   echo "setup: installing numpy and gguf (for the CUDA kernel emulation test)"
-  python3 -m pip install --quiet numpy gguf
+  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet numpy gguf
 fi
 echo "setup: done"

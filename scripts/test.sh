@@ -29,7 +29,7 @@ WEBTENSOR_WGPU_F16=off cargo test --test conformance wgpu::qmatmul
 # conformance rows run where a CUDA device exists (here they print why they skip).
 echo "== cuda feature: clippy, NVRTC compile of every kernel, conformance rows"
 cargo clippy --all-targets --features cuda -- -D warnings
-nvrtc_lib="$(scripts/nvrtc_lib.sh)"
+nvrtc_lib="$(scripts/nvrtc_lib.sh)" || { echo "NVRTC (nvidia-cuda-nvrtc-cu12) is missing: run scripts/setup.sh" >&2; exit 1; }
 LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" cargo test --features cuda --test cuda_kernels
 LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" cargo test --features cuda --test conformance cuda:: -- --nocapture
 # The same kernels run on the CPU (g++ and an emulation of threads, barriers and warp shuffles),
