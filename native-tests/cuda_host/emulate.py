@@ -271,6 +271,18 @@ def quant(lib):
     # The kernel keeps d in f32 (not rounded to f16), so compare the integers d·q / d.
     ints = np.rint(act.reshape(2, 2, 32) / np.where(d == 0, 1, np.abs(a.reshape(2, 2, 32)).max(-1, keepdims=True) / 127))
     check("qmatmul_act Q8_0 integers = gguf-py", ints.astype(np.int8), q[..., 2:].view(np.int8), exact=True)
+    # f16 activations widened; int8 activations with one scale per row (I8 mode, block = k).
+    h = uniform(3, 40, scale=4).astype(np.float16)
+    act = np.zeros(h.size, np.float32)
+    launch(lib, "qmatmul_act", blocks(h.size), [ptr(act), ptr(h), u32(1), u32(h.size), u32(1)])
+    check("qmatmul_act f16 widened", act, h.astype(np.float32).reshape(-1), exact=True)
+    a = uniform(3, 100, scale=3)
+    act = np.zeros_like(a)
+    launch(lib, "qmatmul_act", blocks(3), [ptr(act), ptr(a), u32(3), u32(a.size), u32(100)])
+    d = (np.abs(a).max(1, keepdims=True) / np.float32(127)).astype(np.float32)
+    v = a * (np.float32(1) / d)
+    q = np.sign(v) * np.floor(np.abs(v) + np.float32(0.5))
+    check("qmatmul_act int8 per row (d = max|x| / 127)", act, (q * d).astype(np.float32), exact=True)
     # Ternary dot products against the trits gguf-py decodes.
     for name in ("TQ1_0", "TQ2_0"):
         qt = getattr(gguf.GGMLQuantizationType, name)
