@@ -66,14 +66,17 @@ pub fn generate(
     };
     let mut sampler = Sampler::new(sampling);
     let mut decoder = tokenizer.stream();
-    let mut cache = model.new_cache(config.max_position_embeddings)?;
-    if ids.len() >= cache.capacity() {
+    let context = config.max_position_embeddings;
+    if ids.len() >= context {
         return Err(Error::CacheFull {
-            capacity: cache.capacity(),
+            capacity: context,
             len: 0,
             requested: ids.len(),
         });
     }
+    // Room for the prompt and the tokens asked for, not the whole context: a large model's
+    // full-context cache can take gigabytes.
+    let mut cache = model.new_cache(context.min(ids.len() + max_tokens.max(1)))?;
     // The prompt in one forward pass.
     let start = Instant::now();
     let mut queue = VecDeque::from([model.sample_next(&ids, &mut cache, &mut sampler)?]);

@@ -360,10 +360,27 @@ impl Llama {
         steps: usize,
         sampler: &mut Sampler,
     ) -> Result<Vec<u32>> {
+        self.decode_on_device(first, cache, steps, sampler)?
+            .to_vec()
+    }
+
+    /// [`Llama::decode`] without the readback: the ids, u32 `[steps]`, still on the device
+    /// (recorded, not yet run, on a GPU). In the browser, read them with
+    /// `Tensor::to_vec_async`.
+    pub fn decode_on_device(
+        &self,
+        first: u32,
+        cache: &mut KvCache,
+        steps: usize,
+        sampler: &mut Sampler,
+    ) -> Result<Tensor> {
         self.check_ids(&[first])?;
         self.check_cache(cache)?;
         cache.check_room(steps)?;
         let device = self.embed.device();
+        if steps == 0 {
+            return Tensor::from_vec(device, Vec::<u32>::new(), [0]);
+        }
         let numbers = Tensor::from_vec(device, sampler.next_uniforms(steps), [steps])?;
         let mut ids = Tensor::from_slice(device, &[first], [1])?;
         let mut out: Option<Tensor> = None;
@@ -378,7 +395,7 @@ impl Llama {
             });
             ids = next;
         }
-        out.map_or(Ok(Vec::new()), |t| t.to_vec())
+        out.ok_or_else(|| Error::invalid("llama", "decoding ran no step"))
     }
 
     /// Runs `tokens` after those `cache` holds and draws the next token on the device with
@@ -461,6 +478,15 @@ impl Llama {
         batch: &mut [SequenceInput<'_>],
         sampler: &mut Sampler,
     ) -> Result<Vec<u32>> {
+        self.next_tokens_on_device(batch, sampler)?.to_vec()
+    }
+
+    /// [`Llama::next_tokens`] without the readback: the ids, u32 `[batch]`, on the device.
+    pub fn next_tokens_on_device(
+        &self,
+        batch: &mut [SequenceInput<'_>],
+        sampler: &mut Sampler,
+    ) -> Result<Tensor> {
         let logits = self.forward_batch(batch)?;
         let mut end = 0;
         let last_rows: Vec<u32> = batch
@@ -474,7 +500,7 @@ impl Llama {
         let n = last_rows.len();
         let last = ops::embedding(&logits, &Tensor::from_vec(device, last_rows, [n])?)?;
         let numbers = Tensor::from_vec(device, sampler.next_uniforms(n), [n])?;
-        ops::sample(&last, &numbers, sampler.params())?.to_vec()
+        ops::sample(&last, &numbers, sampler.params())
     }
 
     /// Causal grouped-query attention of one layer for the new rows `h` `[rows, hidden]` of
