@@ -24,7 +24,7 @@ function figure(row) {
 export function drawChart(container, report) {
   const rows = report.rows;
   const max = Math.max(1e-9, ...rows.map((r) => r.gb_per_s ?? 0));
-  const rowH = 18, labelW = 190, barW = 330, textW = 220;
+  const rowH = 18, labelW = 250, barW = 300, textW = 230;
   const svg = el("svg", { width: labelW + barW + textW, height: rows.length * rowH + 30, role: "img" });
   svg.appendChild(el("text", { x: 0, y: 12 }, "bar: GB/s moved (inputs + output); beside it: median time per op and throughput"));
   rows.forEach((r, i) => {
@@ -35,7 +35,7 @@ export function drawChart(container, report) {
     svg.appendChild(el("text", { x: labelW + w + 6, y: y + 12 }, figure(r)));
   });
   const ceilings = report.backends
-    .map((b) => `${b.info.kind}: copy ${b.ceilings.copy_gb_per_s.toFixed(2)} GB/s${b.ceilings.fma_gflop_per_s ? `, FMA ${b.ceilings.fma_gflop_per_s.toFixed(1)} GFLOP/s` : ""} (${b.info.device_name})`)
+    .map((b) => `${b.info.kind}: copy ${b.ceilings.copy_gb_per_s.toFixed(2)} GB/s${b.ceilings.fma_gflop_per_s ? `, FMA ${b.ceilings.fma_gflop_per_s.toFixed(1)} GFLOP/s` : ""} ${b.info.device_name ? ` (${b.info.device_name})` : ""}`)
     .join(" · ");
   container.replaceChildren(el("svg", { width: 0, height: 0 }));
   const p = document.createElement("p");

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Installs what webtensor's build, tests and benchmarks need on a fresh Debian/Ubuntu machine:
-# Mesa's Vulkan drivers (lavapipe gives a real Vulkan device on the CPU when there is no GPU)
-# and the rustfmt/clippy components. Safe to run again: it skips what is already there.
+# Mesa's Vulkan drivers (lavapipe gives a real Vulkan device on the CPU when there is no GPU),
+# the rustfmt/clippy components, and for the browser tests Chromium (with chromedriver),
+# Node.js with the tests' npm packages (Playwright's library, driving the system Chromium), and
+# wasm-bindgen-cli at the version in Cargo.lock. Safe to run again: it skips what is there.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 need_apt=()
 [ -e /usr/share/vulkan/icd.d/lvp_icd.x86_64.json ] || [ -n "$(ls /usr/share/vulkan/icd.d/lvp_icd.*.json 2>/dev/null)" ] || need_apt+=(mesa-vulkan-drivers)
 ldconfig -p 2>/dev/null | grep -q libvulkan.so.1 || need_apt+=(libvulkan1)
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
+[ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}"
@@ -27,4 +34,8 @@ if command -v rustup >/dev/null 2>&1; then
     rustup target list --installed 2>/dev/null | grep -q "^$target\$" || rustup target add "$target"
   done
 fi
+# The browser build: the wasm target (above) and wasm-bindgen-cli matching Cargo.lock.
+./web/build.sh --tools
+# The browser tests' npm packages, exactly as locked.
+(cd web/tests && npm ci --no-audit --no-fund --loglevel=error)
 echo "setup: done"

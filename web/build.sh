@@ -3,6 +3,7 @@
 # then wasm-bindgen's ES module glue and TypeScript definitions (web/pkg/webtensor.js,
 # webtensor.d.ts, webtensor_bg.wasm). Installs the rustup target and wasm-bindgen-cli at the
 # exact version of the wasm-bindgen crate in Cargo.lock when they are missing.
+# `web/build.sh --tools` only installs those tools (scripts/setup.sh uses it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +18,8 @@ if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$version" ];
   echo "build.sh: installing wasm-bindgen-cli $version"
   cargo install wasm-bindgen-cli --version "$version"
 fi
+
+[ "${1:-}" = "--tools" ] && exit 0
 
 # simd128 is in every browser with WebGPU; a separate target dir keeps these flags from
 # invalidating the native build.

@@ -95,6 +95,11 @@ fn fma_loop(iters: u64) -> f64 {
             return unsafe { x86::fma_avx2(iters) };
         }
     }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    {
+        return wasm::mul_add_simd128(iters);
+    }
+    #[allow(unreachable_code)]
     fma_scalar(iters / 8)
 }
 
@@ -112,6 +117,28 @@ fn fma_scalar(iters: u64) -> f64 {
     }
     std::hint::black_box(acc);
     (iters * 8 * 2) as f64
+}
+
+/// wasm has no fused multiply-add (outside relaxed-simd), and `f32::mul_add` there is a slow
+/// software routine, so the wasm peak is that of separate 4-wide multiplies and adds: what the
+/// cpu backend's simd128 kernels use.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm {
+    use std::arch::wasm32::*;
+
+    /// Eight independent 4-wide multiply-add chains (2 FLOPs per lane per step).
+    pub(super) fn mul_add_simd128(iters: u64) -> f64 {
+        let a = f32x4_splat(std::hint::black_box(0.999_999));
+        let b = f32x4_splat(std::hint::black_box(1e-7));
+        let mut acc = [f32x4_splat(1.0); 8];
+        for _ in 0..iters / 8 {
+            for v in &mut acc {
+                *v = f32x4_add(f32x4_mul(*v, a), b);
+            }
+        }
+        std::hint::black_box(acc);
+        ((iters / 8) * 8 * 4 * 2) as f64
+    }
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -11,8 +11,9 @@ export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "
 export const ARTIFACTS = path.join(ROOT, "target/browser-artifacts");
 mkdirSync(ARTIFACTS, { recursive: true });
 
-/// In CI a missing WebGPU adapter fails the tests instead of skipping them.
-export const IN_CI = process.env.CI === "true";
+/// In CI (and under scripts/test.sh) a missing WebGPU adapter fails the tests instead of
+/// skipping them.
+export const IN_CI = process.env.CI === "true" || process.env.WEBTENSOR_REQUIRE_WGPU === "1";
 
 /// Real WebGPU in headless Chromium without a GPU: Vulkan through SwiftShader (DESIGN.md).
 const WEBGPU_FLAGS = [
