@@ -48,6 +48,51 @@ test("conformance subset on WebGPU (SwiftShader) against the reference", { timeo
 
 test("conformance subset on the cpu backend (wasm simd128) against the reference", { timeout: 300_000 }, (t) => conformance(t, "cpu"));
 
+test("models load from a picked folder and from URLs, with typed errors", { timeout: 300_000 }, async () => {
+  const browser = await launch({ webgpu: false });
+  try {
+    await browser.page.goto(`${server.url}tests/blank.html`);
+    const r = await browser.page.evaluate(async () => {
+      const wt = await import("/pkg/webtensor.js");
+      await wt.default();
+      const dev = await wt.createDevice("cpu");
+      const greedy = { maxTokens: 24, temperature: 0 };
+      const builtin = await (await wt.Model.builtin(dev)).generate("And God said", greedy);
+      // The same model as a folder of files, as <input webkitdirectory> gives them.
+      const files = [];
+      for (const name of ["config.json", "tokenizer.json", "model.safetensors"]) {
+        const blob = await (await fetch(`/tests/tiny-kjv/${name}`)).blob();
+        files.push(new File([blob], name));
+      }
+      const phases = new Set();
+      const folder = await wt.Model.fromFiles(dev, files, (phase) => phases.add(phase));
+      const fromFolder = await folder.generate("And God said", greedy);
+      const rejected = async (p) => p.then(() => "resolved", (e) => (e instanceof Error ? e.message : `not an Error: ${e}`));
+      return {
+        builtin: builtin.text,
+        folder: fromFolder.text,
+        phases: [...phases],
+        missing: await rejected(wt.Model.fromUrl(dev, "/tests/tiny-kjv/nothing.gguf")),
+        notGguf: await rejected(wt.Model.fromUrl(dev, "/tests/tiny-kjv/model.safetensors")),
+        badOptions: await rejected(folder.generate("x", { temperature: -1 })),
+        unknownBackend: await rejected(wt.createDevice("tpu")),
+      };
+    });
+    assert.ok(r.builtin.length > 20, r.builtin);
+    assert.equal(r.folder, r.builtin, "the folder and the built-in model generate the same greedy text");
+    assert.deepEqual(r.phases.sort(), ["parse", "read", "upload"]);
+    assert.match(r.missing, /HTTP 404/);
+    assert.match(r.notGguf, /tiny-kjv\/model\.safetensors/);
+    assert.match(r.badOptions, /temperature/);
+    assert.match(r.unknownBackend, /tpu/);
+  } catch (e) {
+    console.error(browser.logs.join("\n"));
+    throw e;
+  } finally {
+    await browser.close();
+  }
+});
+
 /// Loads the demo, waits for the built-in model, generates, and returns the page's text.
 async function generateOnDemo(page, query, maxTokens) {
   await page.goto(`${server.url}${query}`);

@@ -72,6 +72,11 @@ export async function launch({ webgpu }) {
     if (name === "blank.html") {
       return route.fulfill({ status: 200, contentType: "text/html", headers, body: "<!doctype html><title>tests</title>" });
     }
+    // The built-in model's files, as a user's safetensors folder.
+    const model = name.match(/^tiny-kjv\/(config\.json|tokenizer\.json|model\.safetensors)$/);
+    if (model) {
+      return route.fulfill({ status: 200, contentType: "application/octet-stream", headers, body: readFileSync(path.join(ROOT, "assets/tiny-kjv", model[1])) });
+    }
     if (!/^[\w-]+\.js$/.test(name)) return route.fulfill({ status: 404, body: "" });
     return route.fulfill({ status: 200, contentType: "text/javascript", headers, body: readFileSync(path.join(ROOT, "web/tests", name)) });
   });
