@@ -23,6 +23,20 @@ export interface BenchOptions {
   /** Minimum seconds per sample (default 0.02). */
   minSampleSecs?: number;
 }
+
+/** The report of `webtensor bench --json` (src/bench/mod.rs `BenchReport`). */
+export interface BenchReport {
+  schema_version: number;
+  webtensor_version: string;
+  size: string;
+  backends: { info: Record<string, unknown>; ceilings: { copy_gb_per_s: number; copy_bytes: number; fma_gflop_per_s: number | null } }[];
+  rows: {
+    op: string; case: string; shape: string; backend: string; checked: boolean;
+    median_us: number | null; min_us: number | null; bytes: number; flops: number; elements: number;
+    gb_per_s: number | null; gflop_per_s: number | null; melem_per_s: number | null;
+    frac_copy: number | null; frac_peak: number | null; error: string | null;
+  }[];
+}
 "#;
 
 #[derive(serde::Deserialize, Default)]
@@ -44,7 +58,7 @@ pub fn bench_ops() -> Vec<String> {
 /// `webtensor bench --json` prints. `progress(done, total, label)` is called before each
 /// step; the page stays responsive between steps. Without `backends` it times `wgpu` (when
 /// the browser has WebGPU) and `cpu`; a named backend that is not available rejects.
-#[wasm_bindgen(js_name = runBenchmarks)]
+#[wasm_bindgen(js_name = runBenchmarks, unchecked_return_type = "BenchReport")]
 pub async fn run_benchmarks(
     #[wasm_bindgen(unchecked_param_type = "BenchOptions | undefined")] options: JsValue,
     #[wasm_bindgen(unchecked_param_type = "(done: number, total: number, label: string) => void")]

@@ -230,6 +230,7 @@ impl Model {
     /// piece of text as it is decoded, and resolves with the statistics and the whole text.
     /// Ends early at the model's end-of-sequence token, when the context is full, or when
     /// [`Model::stop`] is called. One generation at a time per model.
+    #[wasm_bindgen(unchecked_return_type = "GenerationStats")]
     pub async fn generate(
         &self,
         prompt: String,
