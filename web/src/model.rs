@@ -1,17 +1,23 @@
 //! Llama models in the browser: loading from bytes, `File`s, a URL or the built-in model, and
 //! generating text as a stream of pieces with a stop control.
 //!
-//! Generation uses the library's engine as it is: `Llama::forward` over a `KvCache` records
-//! the pass on the device, the logits of the last position are read back asynchronously, and
-//! `Sampler` picks the next token on the host.
+//! Generation uses the library's engine as it is: tokens are drawn on the device
+//! (`Llama::next_tokens_on_device` for the prompt, then `Llama::decode_on_device` for
+//! `MULTI_STEP` tokens per submit, each fed to the next step without leaving the GPU), and only
+//! their ids are read back, asynchronously: one readback per eight tokens instead of a map of
+//! the logits per token, which costs milliseconds in a browser.
 
 use std::cell::Cell;
 
 use js_sys::Function;
+use std::collections::VecDeque;
 use wasm_bindgen::prelude::*;
 use webtensor::bench::clock::{now_secs, pause};
-use webtensor::model::{builtin, FileBytes, Llama, ModelFiles, Sampler, Sampling, Tokenizer};
-use webtensor::ops;
+
+use webtensor::model::generate::MULTI_STEP;
+use webtensor::model::{
+    builtin, FileBytes, Llama, ModelFiles, Sampler, Sampling, SequenceInput, Tokenizer,
+};
 
 use crate::device::Device;
 use crate::error::{js, js_error, to_js_object};
@@ -305,13 +311,6 @@ impl Model {
         })
     }
 
-    /// The logits of the last row of `logits`, read back.
-    async fn last_row(&self, logits: &webtensor::Tensor) -> Result<Vec<f32>, JsValue> {
-        let rows = logits.dims()[0];
-        let last = js(ops::narrow(logits, 0, rows - 1, 1))?;
-        js(last.to_vec_async::<f32>().await)
-    }
-
     async fn run(
         &self,
         prompt: &str,
@@ -326,14 +325,16 @@ impl Model {
                 "generate: the prompt is empty and the model has no BOS token",
             ));
         }
-        let mut cache = js(self.llama.new_cache(config.max_position_embeddings))?;
-        if ids.len() >= cache.capacity() {
+        let context = config.max_position_embeddings;
+        if ids.len() >= context {
             return Err(js_error(format!(
-                "generate: the prompt has {} tokens; the model's context holds {}",
-                ids.len(),
-                cache.capacity()
+                "generate: the prompt has {} tokens; the model's context holds {context}",
+                ids.len()
             )));
         }
+        // Room for the prompt and the tokens asked for, not the whole context.
+        let capacity = context.min(ids.len() + options.max_tokens.max(1));
+        let mut cache = js(self.llama.new_cache(capacity))?;
         let mut sampler = Sampler::new(Sampling {
             temperature: options.temperature,
             top_k: options.top_k,
@@ -352,8 +353,14 @@ impl Model {
             text: String::new(),
         };
         let start = now_secs();
-        let logits = js(self.llama.forward(&ids, &mut cache))?;
-        let mut next = sampler.sample(&self.last_row(&logits).await?);
+        let first = js(self.llama.next_tokens_on_device(
+            &mut [SequenceInput {
+                tokens: &ids,
+                cache: &mut cache,
+            }],
+            &mut sampler,
+        ))?;
+        let mut queue: VecDeque<u32> = js(first.to_vec_async::<u32>().await)?.into();
         let decode_start = now_secs();
         stats.prompt_secs = decode_start - start;
         let emit = |piece: &str, stats: &mut Stats| {
@@ -367,7 +374,23 @@ impl Model {
                 );
             }
         };
+        let mut last = 0;
         loop {
+            let Some(next) = queue.pop_front() else {
+                // Refill: several steps recorded into one submit, their ids read back once.
+                let room = cache.capacity() - cache.len();
+                let steps = MULTI_STEP
+                    .min(options.max_tokens - stats.generated_tokens)
+                    .min(room);
+                if steps == 0 {
+                    break;
+                }
+                let ids = js(self
+                    .llama
+                    .decode_on_device(last, &mut cache, steps, &mut sampler))?;
+                queue.extend(js(ids.to_vec_async::<u32>().await)?);
+                continue;
+            };
             if Some(next) == config.eos_token_id {
                 stats.stopped_at_eos = true;
                 break;
@@ -385,11 +408,10 @@ impl Model {
                 stats.stopped = true;
                 break;
             }
-            if stats.generated_tokens >= options.max_tokens || cache.len() >= cache.capacity() {
+            if stats.generated_tokens >= options.max_tokens {
                 break;
             }
-            let logits = js(self.llama.forward(&[next], &mut cache))?;
-            next = sampler.sample(&self.last_row(&logits).await?);
+            last = next;
         }
         stats.decode_secs = now_secs() - decode_start;
         let tail = decoder.finish();

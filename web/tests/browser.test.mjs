@@ -170,7 +170,7 @@ test("the benchmark tab times ops on WebGPU and cpu and downloads the report", {
     await download.saveAs(file);
     const report = await page.evaluate(() => window.benchReport);
     writeFileSync(file, JSON.stringify(report, null, 2));
-    assert.equal(report.schema_version, 2);
+    assert.equal(report.schema_version, 3);
     assert.deepEqual(report.backends.map((b) => b.info.kind), ["wgpu", "cpu"]);
     for (const row of report.rows) {
       assert.ok(row.checked && row.median_us > 0, `${row.op} ${row.case} on ${row.backend}: ${row.error}`);
