@@ -315,3 +315,75 @@ fn bench_report_writes_json_and_html_and_merges_with_peers() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `webtensor serve` on a throwaway checkout: the address it prints answers with the
+/// cross-origin isolation headers and the right MIME types, and refuses paths that leave
+/// the served folders.
+#[test]
+fn serve_answers_with_isolation_headers_and_refuses_traversal() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpStream;
+    use std::process::Stdio;
+
+    let root = std::env::temp_dir().join(format!("webtensor-serve-{}", std::process::id()));
+    std::fs::create_dir_all(root.join("demo")).unwrap();
+    std::fs::create_dir_all(root.join("web/pkg")).unwrap();
+    std::fs::write(root.join("demo/index.html"), "<!doctype html>hello").unwrap();
+    std::fs::write(root.join("web/pkg/webtensor_bg.wasm"), b"\0asm").unwrap();
+    std::fs::write(root.join("web/pkg/webtensor.js"), "export {}").unwrap();
+    std::fs::write(root.join("secret.txt"), "do not serve").unwrap();
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_webtensor"))
+        .args(["serve", "--port", "0", "--dir"])
+        .arg(&root)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("serve starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    let get = |path: &str| {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    let index = get("/");
+    let wasm = get("/pkg/webtensor_bg.wasm");
+    let js = get("/pkg/webtensor.js?v=1");
+    let up = get("/../secret.txt");
+    let encoded = get("/pkg/%2e%2e/%2e%2e/secret.txt");
+    let missing = get("/nothing.html");
+    child.kill().ok();
+    child.wait().ok();
+    std::fs::remove_dir_all(&root).ok();
+
+    assert!(index.starts_with("HTTP/1.1 200"), "{index}");
+    assert!(index.contains("Content-Type: text/html"), "{index}");
+    assert!(index.ends_with("hello"), "{index}");
+    for answer in [&index, &wasm, &js, &up] {
+        assert!(
+            answer.contains("Cross-Origin-Opener-Policy: same-origin"),
+            "{answer}"
+        );
+        assert!(
+            answer.contains("Cross-Origin-Embedder-Policy: require-corp"),
+            "{answer}"
+        );
+    }
+    assert!(wasm.contains("Content-Type: application/wasm"), "{wasm}");
+    assert!(js.contains("Content-Type: text/javascript"), "{js}");
+    for refused in [&up, &encoded] {
+        assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+        assert!(!refused.contains("do not serve"), "{refused}");
+    }
+    assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+}

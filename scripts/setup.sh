@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # Installs what webtensor's build, tests and benchmarks need on a fresh Debian/Ubuntu machine:
-# Mesa's Vulkan drivers (lavapipe gives a real Vulkan device on the CPU when there is no GPU)
-# the rustfmt/clippy components, NVRTC from PyPI (to compile the CUDA kernels without a GPU), and
-# g++, numpy and gguf-py (to run them on the CPU).
+# Mesa's Vulkan drivers (lavapipe gives a real Vulkan device on the CPU when there is no GPU),
+# the rustfmt/clippy components; for the browser tests Chromium (with chromedriver), Node.js
+# with the tests' npm packages (Playwright's library, driving the system Chromium) and
+# wasm-bindgen-cli at the version in Cargo.lock; for the CUDA kernels without a GPU, NVRTC
+# from PyPI (to compile them) and g++, numpy and gguf-py (to run them on the CPU).
 # Safe to run again: it skips what is already there.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 need_apt=()
 [ -e /usr/share/vulkan/icd.d/lvp_icd.x86_64.json ] || [ -n "$(ls /usr/share/vulkan/icd.d/lvp_icd.*.json 2>/dev/null)" ] || need_apt+=(mesa-vulkan-drivers)
 ldconfig -p 2>/dev/null | grep -q libvulkan.so.1 || need_apt+=(libvulkan1)
 command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
+[ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}"
@@ -32,7 +39,7 @@ if command -v rustup >/dev/null 2>&1; then
 fi
 # NVRTC from PyPI (no CUDA toolkit, no GPU needed): the test that compiles every CUDA kernel
 # source of the `cuda` feature loads it. scripts/nvrtc_lib.sh prints its folder.
-if ! "$(dirname "$0")/nvrtc_lib.sh" >/dev/null 2>&1; then
+if ! ./scripts/nvrtc_lib.sh >/dev/null 2>&1; then
   echo "setup: installing nvidia-cuda-nvrtc-cu12 (NVRTC, for the CUDA kernel compile test)"
   PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet nvidia-cuda-nvrtc-cu12
 fi
@@ -43,4 +50,8 @@ if ! python3 -c "import numpy, gguf" >/dev/null 2>&1; then
   echo "setup: installing numpy and gguf (for the CUDA kernel emulation test)"
   PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet numpy gguf
 fi
+# The browser build: the wasm target (above) and wasm-bindgen-cli matching Cargo.lock.
+./web/build.sh --tools
+# The browser tests' npm packages, exactly as locked.
+(cd web/tests && npm ci --no-audit --no-fund --loglevel=error)
 echo "setup: done"

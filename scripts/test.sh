@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs webtensor's checks: formatting, clippy, and every test (the conformance matrix on cpu
 # and on wgpu, where wgpu must find an adapter: Mesa's lavapipe on machines without a GPU),
-# then the cpu rows of the matrix once per forced SIMD path.
+# then the cpu rows of the matrix once per forced SIMD path, then the browser: web/pkg built and
+# tested in headless Chromium with WebGPU through SwiftShader (a missing adapter fails).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,5 +44,13 @@ WEBTENSOR_CUDA_EMULATION="$PWD/target/cuda-emulation" cargo test --features cuda
 # The SIMD paths this machine cannot run must at least compile: wasm32 simd128 and aarch64 NEON.
 echo "== compile check: wasm32 with simd128"
 RUSTFLAGS="-C target-feature=+simd128" cargo check --lib --target wasm32-unknown-unknown --target-dir target/wasm-simd128
+echo "== clippy: the web crate (and the library under it) for wasm32"
+RUSTFLAGS="-C target-feature=+simd128" cargo clippy -p webtensor-web --target wasm32-unknown-unknown --target-dir target/wasm-simd128 -- -D warnings
 echo "== compile check: aarch64 (NEON)"
 cargo check --lib --target aarch64-unknown-linux-gnu
+
+# The browser: build web/pkg, then the Playwright tests (web/tests) against `webtensor serve`.
+echo "== browser: web/build.sh and the tests in headless Chromium (artifacts in target/browser-artifacts)"
+./web/build.sh
+cargo build --bin webtensor
+(cd web/tests && npm test)

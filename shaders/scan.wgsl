@@ -41,8 +41,11 @@ const CHUNK: u32 = 512u;
 var<workgroup> sx: array<f32, 512>;
 var<workgroup> sy: array<f32, 512>;
 
+// -inf from its bits at run time: Chrome's WGSL compiler (Tint) rejects a constant
+// expression whose value is not a finite f32, so the bits go through a variable.
 fn neg_inf() -> f32 {
-    return bitcast<f32>(0xff800000u);
+    var bits = 0xff800000u;
+    return bitcast<f32>(bits);
 }
 
 fn is_neg_inf(v: f32) -> bool {

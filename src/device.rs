@@ -88,6 +88,21 @@ impl Device {
         Device::builder().priority(priority).source(source).build()
     }
 
+    /// [`Device::auto`] for the browser: the wgpu backend's adapter and device can only be
+    /// requested asynchronously there, so this starts the backends of the priority list
+    /// without blocking, then builds the device the same way. Natively it is `auto`.
+    pub async fn auto_async() -> Result<Device> {
+        let (priority, source) = priority_from_environment()?;
+        registry::start_async(&priority).await;
+        Device::builder().priority(priority).source(source).build()
+    }
+
+    /// [`Device::new`] for the browser (see [`Device::auto_async`]).
+    pub async fn new_async(name: &str) -> Result<Device> {
+        registry::start_async(&[BackendKind::parse(name)?]).await;
+        Device::new(name)
+    }
+
     /// The named backend as primary (`"wgpu"`, `"cpu"`, `"cuda"`, `"reference"`), with `cpu`
     /// and then `reference` as fallbacks; an error says why the named one is not available. A
     /// software adapter is accepted when named.
@@ -165,6 +180,14 @@ impl Device {
     /// Runs all recorded work on every backend of the chain and waits for it.
     pub fn synchronize(&self) -> Result<()> {
         self.inner.chain.iter().try_for_each(|b| b.synchronize())
+    }
+
+    /// [`Device::synchronize`] without blocking (the browser's form).
+    pub async fn synchronize_async(&self) -> Result<()> {
+        for backend in &self.inner.chain {
+            backend.synchronize_async().await?;
+        }
+        Ok(())
     }
 
     /// Whether two handles are the same device.

@@ -409,11 +409,9 @@ impl Tensor {
     /// Runs all recorded work this tensor depends on and copies its raw little-endian bytes to
     /// the host (any dtype; for block formats, the GGUF block bytes).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        Ok(match self.inner.backend.download(&self.inner.storage)? {
-            HostData::F32(v) => bytemuck::cast_slice(&v).to_vec(),
-            HostData::U32(v) => bytemuck::cast_slice(&v).to_vec(),
-            HostData::Bytes(_, b) => b,
-        })
+        Ok(host_bytes(
+            self.inner.backend.download(&self.inner.storage)?,
+        ))
     }
 
     pub(crate) fn from_parts(
@@ -537,6 +535,38 @@ impl Tensor {
         })
     }
 
+    /// [`Tensor::to_vec`] without blocking: the readback the browser needs (a GPU mapping
+    /// completes from the event loop there, so the blocking form is an error on wasm32).
+    /// Natively it resolves as soon as the data is on the host.
+    pub async fn to_vec_async<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: "to_vec_async",
+                argument: "self",
+                expected: self.dtype(),
+                got: T::DTYPE,
+            });
+        }
+        let host = self
+            .inner
+            .backend
+            .download_async(&self.inner.storage)
+            .await?;
+        T::from_host(host).ok_or_else(|| {
+            Error::backend(self.backend_name(), "downloaded data has the wrong dtype")
+        })
+    }
+
+    /// [`Tensor::to_bytes`] without blocking (see [`Tensor::to_vec_async`]).
+    pub async fn to_bytes_async(&self) -> Result<Vec<u8>> {
+        let host = self
+            .inner
+            .backend
+            .download_async(&self.inner.storage)
+            .await?;
+        Ok(host_bytes(host))
+    }
+
     /// Moves the data to another backend of the same device (or of another device) and
     /// returns a tensor living there. A no-op when it is already there.
     pub(crate) fn to_backend(&self, backend: &BackendRef) -> Result<Tensor> {
@@ -583,6 +613,15 @@ impl fmt::Debug for Tensor {
             self.dtype(),
             self.backend_name()
         )
+    }
+}
+
+/// The raw little-endian bytes of downloaded data.
+fn host_bytes(host: HostData) -> Vec<u8> {
+    match host {
+        HostData::F32(v) => bytemuck::cast_slice(&v).to_vec(),
+        HostData::U32(v) => bytemuck::cast_slice(&v).to_vec(),
+        HostData::Bytes(_, b) => b,
     }
 }
 

@@ -17,6 +17,8 @@ pub mod spec;
 pub mod webgpu;
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 pub use spec::{
@@ -28,6 +30,10 @@ use crate::tensor::DType;
 
 /// A shared handle to a backend.
 pub type BackendRef = Arc<dyn Backend>;
+
+/// The future of an async backend call ([`Backend::download_async`],
+/// [`Backend::synchronize_async`]); not `Send`, as the browser's WebGPU objects are not.
+pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + 'a>>;
 
 /// Which backend.
 #[derive(
@@ -295,6 +301,17 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Submits all recorded work and waits until it has finished (used by benchmarks).
     fn synchronize(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// [`Backend::download`] without blocking: the form the browser needs, where a GPU
+    /// readback completes from the event loop. Host backends answer at once.
+    fn download_async<'a>(&'a self, storage: &'a Storage) -> BackendFuture<'a, HostData> {
+        Box::pin(std::future::ready(self.download(storage)))
+    }
+
+    /// [`Backend::synchronize`] without blocking (the browser's form).
+    fn synchronize_async(&self) -> BackendFuture<'_, ()> {
+        Box::pin(std::future::ready(self.synchronize()))
     }
 }
 

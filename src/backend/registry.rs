@@ -3,7 +3,8 @@
 //! Starting a backend can be slow (a GPU adapter and device take tens to hundreds of
 //! milliseconds, more on a software rasterizer), so each backend is probed once per process
 //! and shared by every [`crate::Device`]. A backend that cannot start keeps the reason, which
-//! `webtensor info` and errors show.
+//! `webtensor info` and errors show. In the browser a GPU adapter can only be requested
+//! asynchronously, so [`start_async`] starts the wgpu backend before the first [`get`].
 
 use std::sync::{Arc, OnceLock};
 
@@ -13,13 +14,14 @@ use super::{BackendKind, BackendRef};
 /// The outcome of starting one backend: the backend, or why it is not available here.
 pub type Probe = std::result::Result<BackendRef, String>;
 
+static REFERENCE: OnceLock<Probe> = OnceLock::new();
+static CPU: OnceLock<Probe> = OnceLock::new();
+static WGPU: OnceLock<Probe> = OnceLock::new();
+#[cfg(feature = "cuda")]
+static CUDA: OnceLock<Probe> = OnceLock::new();
+
 /// The process-wide instance of `kind`, started on first use.
 pub fn get(kind: BackendKind) -> Probe {
-    static REFERENCE: OnceLock<Probe> = OnceLock::new();
-    static CPU: OnceLock<Probe> = OnceLock::new();
-    static WGPU: OnceLock<Probe> = OnceLock::new();
-    #[cfg(feature = "cuda")]
-    static CUDA: OnceLock<Probe> = OnceLock::new();
     let cell = match kind {
         #[cfg(feature = "cuda")]
         BackendKind::Cuda => &CUDA,
@@ -32,6 +34,18 @@ pub fn get(kind: BackendKind) -> Probe {
         BackendKind::Reference => &REFERENCE,
     };
     cell.get_or_init(|| start(kind)).clone()
+}
+
+/// Starts those of `kinds` that need an asynchronous start (wgpu) and are not started yet,
+/// without blocking; afterwards [`get`] answers for them at once. Natively nothing needs it.
+pub async fn start_async(kinds: &[BackendKind]) {
+    if kinds.contains(&BackendKind::Wgpu) && WGPU.get().is_none() {
+        let probe = WgpuBackend::new_async()
+            .await
+            .map(|b| Arc::new(b) as BackendRef);
+        // Another task may have finished first; either result is a started backend.
+        let _ = WGPU.set(probe);
+    }
 }
 
 fn start(kind: BackendKind) -> Probe {

@@ -76,8 +76,8 @@ impl Case {
     }
 
     /// The output on `device`, read back as f32 (u32 results are converted).
-    pub fn expected(&self, device: &Device) -> Result<Vec<f32>> {
-        output_values(&(self.run)(&self.upload(device)?)?)
+    pub async fn expected(&self, device: &Device) -> Result<Vec<f32>> {
+        output_values(&(self.run)(&self.upload(device)?)?).await
     }
 
     /// The shapes of the inputs, for display.
@@ -94,15 +94,25 @@ impl Case {
     }
 }
 
-/// Reads a tensor as f32 values whatever its dtype.
-pub fn output_values(t: &Tensor) -> Result<Vec<f32>> {
-    match t.dtype() {
-        crate::DType::F32 => t.to_vec::<f32>(),
-        crate::DType::U32 => Ok(t.to_vec::<u32>()?.into_iter().map(|v| v as f32).collect()),
-        crate::DType::I32 => Ok(t.to_vec::<i32>()?.into_iter().map(|v| v as f32).collect()),
+/// Reads a tensor as f32 values whatever its dtype (an async readback, so it works in the
+/// browser too).
+pub async fn output_values(t: &Tensor) -> Result<Vec<f32>> {
+    Ok(match t.dtype() {
+        crate::DType::F32 => t.to_vec_async::<f32>().await?,
+        crate::DType::U32 => {
+            let v = t.to_vec_async::<u32>().await?;
+            v.into_iter().map(|v| v as f32).collect()
+        }
+        crate::DType::I32 => {
+            let v = t.to_vec_async::<i32>().await?;
+            v.into_iter().map(|v| v as f32).collect()
+        }
         // Packed data is checked byte for byte.
-        _ => Ok(t.to_bytes()?.into_iter().map(f32::from).collect()),
-    }
+        _ => {
+            let bytes = t.to_bytes_async().await?;
+            bytes.into_iter().map(f32::from).collect()
+        }
+    })
 }
 
 /// Deterministic pseudo-random values in [-1, 1) (a small LCG: no dependency, same everywhere).

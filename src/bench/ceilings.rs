@@ -1,10 +1,9 @@
 //! Ceilings measured in the same run as the ops: what the hardware can do at best, so each
 //! op's figure is a fraction of something real rather than a bare number.
 
-use std::time::Instant;
-
 use serde::Serialize;
 
+use super::clock::now_secs;
 use super::Size;
 use crate::backend::{BackendKind, BackendRef, HostData};
 use crate::error::Result;
@@ -20,13 +19,19 @@ pub struct Ceilings {
     pub fma_gflop_per_s: Option<f64>,
 }
 
-/// Measures the ceilings of `backend`.
+/// Measures the ceilings of `backend` (blocking; see [`measure_async`]).
+#[cfg(not(target_arch = "wasm32"))]
 pub fn measure(backend: &BackendRef, size: Size) -> Result<Ceilings> {
+    pollster::block_on(measure_async(backend, size))
+}
+
+/// Measures the ceilings of `backend`, waiting for the device without blocking.
+pub async fn measure_async(backend: &BackendRef, size: Size) -> Result<Ceilings> {
     let elems = match size {
         Size::Small => 16 << 20, // 64 MiB
         Size::Medium => 64 << 20,
     };
-    let copy_gb_per_s = copy_bandwidth(backend, elems)?;
+    let copy_gb_per_s = copy_bandwidth(backend, elems).await?;
     let fma_gflop_per_s = (backend.kind() == BackendKind::Cpu).then(fma_peak_gflops);
     Ok(Ceilings {
         copy_gb_per_s,
@@ -36,19 +41,19 @@ pub fn measure(backend: &BackendRef, size: Size) -> Result<Ceilings> {
 }
 
 /// Best of several timed copies of `elems` f32 values.
-fn copy_bandwidth(backend: &BackendRef, elems: usize) -> Result<f64> {
+async fn copy_bandwidth(backend: &BackendRef, elems: usize) -> Result<f64> {
     let source = backend.upload(HostData::F32(vec![1.0; elems]))?;
     backend.copy(&source, elems)?;
-    backend.synchronize()?;
+    backend.synchronize_async().await?;
     let mut best = f64::INFINITY;
     for _ in 0..5 {
-        let start = Instant::now();
+        let start = now_secs();
         let iters = 4;
         for _ in 0..iters {
             backend.copy(&source, elems)?;
         }
-        backend.synchronize()?;
-        best = best.min(start.elapsed().as_secs_f64() / iters as f64);
+        backend.synchronize_async().await?;
+        best = best.min((now_secs() - start) / iters as f64);
     }
     Ok((elems * 8) as f64 / best / 1e9)
 }
@@ -58,10 +63,10 @@ fn fma_peak_gflops() -> f64 {
     const ITERS: u64 = 20_000_000;
     let mut best = 0f64;
     for _ in 0..3 {
-        let start = Instant::now();
+        let start = now_secs();
         let flops_per_thread = on_every_thread(|| fma_loop(ITERS));
         let total: f64 = flops_per_thread.iter().sum();
-        best = best.max(total / start.elapsed().as_secs_f64() / 1e9);
+        best = best.max(total / (now_secs() - start) / 1e9);
     }
     best
 }
@@ -90,6 +95,11 @@ fn fma_loop(iters: u64) -> f64 {
             return unsafe { x86::fma_avx2(iters) };
         }
     }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    {
+        return wasm::mul_add_simd128(iters);
+    }
+    #[allow(unreachable_code)]
     fma_scalar(iters / 8)
 }
 
@@ -107,6 +117,28 @@ fn fma_scalar(iters: u64) -> f64 {
     }
     std::hint::black_box(acc);
     (iters * 8 * 2) as f64
+}
+
+/// wasm has no fused multiply-add (outside relaxed-simd), and `f32::mul_add` there is a slow
+/// software routine, so the wasm peak is that of separate 4-wide multiplies and adds: what the
+/// cpu backend's simd128 kernels use.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm {
+    use std::arch::wasm32::*;
+
+    /// Eight independent 4-wide multiply-add chains (2 FLOPs per lane per step).
+    pub(super) fn mul_add_simd128(iters: u64) -> f64 {
+        let a = f32x4_splat(std::hint::black_box(0.999_999));
+        let b = f32x4_splat(std::hint::black_box(1e-7));
+        let mut acc = [f32x4_splat(1.0); 8];
+        for _ in 0..iters / 8 {
+            for v in &mut acc {
+                *v = f32x4_add(f32x4_mul(*v, a), b);
+            }
+        }
+        std::hint::black_box(acc);
+        ((iters / 8) * 8 * 4 * 2) as f64
+    }
 }
 
 #[cfg(target_arch = "x86_64")]

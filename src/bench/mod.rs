@@ -10,9 +10,12 @@
 
 pub mod cases;
 pub mod ceilings;
+pub mod clock;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod html;
 pub mod merge;
+// Prefill/decode timing of whole models (native only: the command-line tool's `--model`).
+#[cfg(not(target_arch = "wasm32"))]
 pub mod model;
 pub mod report;
 mod timing;
@@ -132,8 +135,16 @@ pub struct BenchReport {
     pub peers: Vec<merge::PeerRow>,
 }
 
-/// Runs the benchmark. `progress(done, total, label)` is called before each step.
-pub fn run(
+/// Runs the benchmark (blocking; see [`run_async`]).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn run(config: &BenchConfig, progress: impl FnMut(usize, usize, &str)) -> Result<BenchReport> {
+    pollster::block_on(run_async(config, progress))
+}
+
+/// Runs the benchmark. `progress(done, total, label)` is called before each step. Waiting for
+/// a device never blocks, and in the browser the page's event loop runs between steps, so
+/// this is the form a web page uses; [`run`] blocks on it natively.
+pub async fn run_async(
     config: &BenchConfig,
     mut progress: impl FnMut(usize, usize, &str),
 ) -> Result<BenchReport> {
@@ -146,26 +157,28 @@ pub fn run(
     let mut backends = Vec::new();
     let mut rows = Vec::new();
     let reference = Device::reference();
-    let expected: Vec<_> = cases
-        .iter()
-        .map(|c| c.expected(&reference))
-        .collect::<Result<_>>()?;
+    let mut expected = Vec::with_capacity(cases.len());
+    for c in &cases {
+        expected.push(c.expected(&reference).await?);
+    }
     for &kind in &config.backends {
         let backend = registry::get(kind).map_err(|reason| crate::Error::BackendUnavailable {
             backend: kind.name().into(),
             reason,
         })?;
         progress(step, total, &format!("{kind}: ceilings"));
+        clock::pause().await;
         step += 1;
-        let ceilings = ceilings::measure(&backend, config.size)?;
+        let ceilings = ceilings::measure_async(&backend, config.size).await?;
         let device = Device::builder()
             .priority(vec![kind])
             .strict(true)
             .build()?;
         for (case, want) in cases.iter().zip(&expected) {
             progress(step, total, &format!("{kind}: {} {}", case.op, case.label));
+            clock::pause().await;
             step += 1;
-            rows.push(timing::time_case(&device, case, want, &ceilings, config)?);
+            rows.push(timing::time_case(&device, case, want, &ceilings, config).await?);
         }
         backends.push(BackendCeilings {
             info: backend.info(),

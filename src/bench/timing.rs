@@ -1,8 +1,7 @@
 //! Timing one case on one device, after checking its output against the reference.
 
-use std::time::Instant;
-
 use super::cases::{output_values, Case};
+use super::clock::now_secs;
 use super::{BenchConfig, BenchRow, Ceilings};
 use crate::device::Device;
 use crate::error::Result;
@@ -10,8 +9,9 @@ use crate::error::Result;
 /// Relative tolerance of the sanity check (the conformance tests are far stricter).
 const CHECK_TOLERANCE: f64 = 1e-3;
 
-/// Checks `case` on `device` against `expected`, then times it.
-pub(super) fn time_case(
+/// Checks `case` on `device` against `expected`, then times it. Each sample ends by waiting
+/// for the device ([`Device::synchronize_async`], which does not block the browser).
+pub(super) async fn time_case(
     device: &Device,
     case: &Case,
     expected: &[f32],
@@ -38,7 +38,7 @@ pub(super) fn time_case(
         frac_peak: None,
         error: None,
     };
-    let got = output_values(&(case.run)(&inputs)?)?;
+    let got = output_values(&(case.run)(&inputs)?).await?;
     if let Err(message) = check(&got, expected) {
         row.error = Some(message);
         return Ok(row);
@@ -46,18 +46,19 @@ pub(super) fn time_case(
     row.checked = true;
 
     // Warm up (pipelines, pools, caches), then find an iteration count for one sample.
-    let run_batch = |iters: usize| -> Result<f64> {
-        let start = Instant::now();
+    let inputs = &inputs;
+    let run_batch = move |iters: usize| async move {
+        let start = now_secs();
         for _ in 0..iters {
-            (case.run)(&inputs)?;
+            (case.run)(inputs)?;
         }
-        device.synchronize()?;
-        Ok(start.elapsed().as_secs_f64())
+        device.synchronize_async().await?;
+        Result::Ok(now_secs() - start)
     };
-    run_batch(2)?;
+    run_batch(2).await?;
     let mut iters = 1usize;
     loop {
-        let t = run_batch(iters)?;
+        let t = run_batch(iters).await?;
         if t >= config.min_sample_secs || iters >= 1 << 16 {
             break;
         }
@@ -65,9 +66,10 @@ pub(super) fn time_case(
             .max((iters as f64 * config.min_sample_secs / t.max(1e-9) * 1.2) as usize)
             .min(1 << 16);
     }
-    let mut samples: Vec<f64> = (0..config.runs.max(1))
-        .map(|_| run_batch(iters).map(|t| t / iters as f64))
-        .collect::<Result<_>>()?;
+    let mut samples = Vec::with_capacity(config.runs.max(1));
+    for _ in 0..config.runs.max(1) {
+        samples.push(run_batch(iters).await? / iters as f64);
+    }
     samples.sort_by(f64::total_cmp);
     let median = samples[samples.len() / 2];
     row.median_us = Some(median * 1e6);

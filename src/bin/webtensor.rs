@@ -8,7 +8,11 @@
 //! webtensor generate [--model PATH] [--prompt TEXT] [--backend B] [--max-tokens N]
 //!                    [--temperature T] [--top-k K] [--top-p P] [--seed S]
 //! webtensor eval [--model PATH] --tokens 1,5,9 [--backend B]
+//! webtensor serve [--port P] [--dir CHECKOUT]
 //! ```
+
+#[path = "webtensor/serve.rs"]
+mod serve;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -111,6 +115,16 @@ enum Command {
         #[arg(long, value_delimiter = ',', required = true)]
         tokens: Vec<u32>,
     },
+    /// Serve the browser demo (demo/ and web/pkg, built by ./web/build.sh) on 127.0.0.1 with
+    /// cross-origin isolation headers, and print its address.
+    Serve {
+        /// Port to listen on (0: any free port).
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        /// The webtensor checkout holding demo/ and web/pkg.
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        dir: std::path::PathBuf,
+    },
 }
 
 /// Where the model comes from and where it runs.
@@ -184,6 +198,10 @@ fn main() -> ExitCode {
             generate(&model, &prompt, max_tokens, sampling)
         }
         Command::Eval { model, tokens } => eval(&model, &tokens),
+        Command::Serve { port, dir } => serve::run(&dir, port).map_err(|source| Error::Io {
+            path: dir.display().to_string(),
+            source,
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

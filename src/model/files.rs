@@ -4,6 +4,7 @@
 //! without a second full copy in memory.
 
 use std::collections::BTreeMap;
+#[cfg(not(target_arch = "wasm32"))]
 use std::path::{Path, PathBuf};
 
 use super::gguf::{self, Gguf, GgufValue};

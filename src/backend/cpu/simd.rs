@@ -98,6 +98,8 @@ impl fmt::Display for SimdLevel {
 }
 
 /// The CPU features relevant to the kernels, for `webtensor info`.
+// On wasm32 with simd128 the one push follows the creation directly.
+#[allow(clippy::vec_init_then_push)]
 pub fn detected_features() -> Vec<String> {
     // Some targets (wasm32 without simd128) push nothing.
     #[allow(unused_mut)]

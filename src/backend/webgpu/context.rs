@@ -70,10 +70,17 @@ impl GpuContext {
             })
             .await
             .map_err(|e| {
-                format!(
-                    "no GPU adapter found ({e}); on Linux install mesa-vulkan-drivers for a \
-                     software Vulkan device"
-                )
+                if cfg!(target_arch = "wasm32") {
+                    format!(
+                        "this browser offers no WebGPU adapter ({e}); WebGPU needs a recent \
+                         Chrome, Edge or Safari, or Firefox with WebGPU enabled"
+                    )
+                } else {
+                    format!(
+                        "no GPU adapter found ({e}); on Linux install mesa-vulkan-drivers for a \
+                         software Vulkan device"
+                    )
+                }
             })?;
         let adapter_info = adapter.get_info();
         let adapter_features = adapter.features();

@@ -13,7 +13,8 @@
 //!   [`Backend::synchronize`], or when the arena is full.
 //! * `kernels` turns each [`OpSpec`] into parameters, a kernel and a grid.
 //! * `readback` copies results to the host: blocking natively, as a future in the browser
-//!   ([`WgpuBackend::download_async`]).
+//!   ([`Backend::download_async`]); [`Backend::synchronize_async`] waits for the queue the
+//!   same way.
 //!
 //! Tensors larger than one storage binding are refused with [`Error::TensorTooLarge`]; wgpu
 //! errors (validation, out of memory, device loss) become [`Error::Backend`] at the next call.
@@ -39,7 +40,9 @@ use self::pool::BufferPool;
 use self::readback::Readback;
 use self::recorder::Recorder;
 use crate::backend::spec::rope_inv_freq;
-use crate::backend::{Activations, Backend, BackendInfo, BackendKind, HostData, OpSpec, Storage};
+use crate::backend::{
+    Activations, Backend, BackendFuture, BackendInfo, BackendKind, HostData, OpSpec, Storage,
+};
 use crate::error::{Error, Result};
 use crate::tensor::DType;
 
@@ -189,10 +192,24 @@ impl WgpuBackend {
         self.check_errors()
     }
 
+    /// Submits everything recorded and resolves when the device has finished it, without
+    /// blocking the browser's event loop. Natively it blocks, then resolves at once.
+    async fn finish_async(&self) -> Result<()> {
+        self.recorder()?.submit(&self.ctx);
+        let done = readback::work_done(&self.ctx);
+        self.ctx
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::backend("wgpu", format!("waiting for the device failed: {e}")))?;
+        done.await
+            .map_err(|e| Error::backend("wgpu", format!("waiting for the queue failed: {e}")))?;
+        self.check_errors()
+    }
+
     /// Runs everything recorded that `storage` depends on and copies it to the host, without
     /// blocking the browser's event loop: the form of [`Backend::download`] for wasm32.
     /// Natively it blocks until the device has finished, then resolves at once.
-    pub async fn download_async(&self, storage: &Storage) -> Result<HostData> {
+    async fn read_async(&self, storage: &Storage) -> Result<HostData> {
         let src = gpu_storage("download", storage)?;
         if src.byte_len() == 0 {
             self.check_errors()?;
@@ -245,7 +262,7 @@ impl Backend for WgpuBackend {
     fn download(&self, storage: &Storage) -> Result<HostData> {
         #[cfg(not(target_arch = "wasm32"))]
         {
-            pollster::block_on(self.download_async(storage))
+            pollster::block_on(self.read_async(storage))
         }
         #[cfg(target_arch = "wasm32")]
         {
@@ -253,7 +270,7 @@ impl Backend for WgpuBackend {
             Err(Error::backend(
                 "wgpu",
                 "a blocking readback is impossible in the browser; use the async readback \
-                 (WgpuBackend::download_async)",
+                 (Tensor::to_vec_async)",
             ))
         }
     }
@@ -340,5 +357,13 @@ impl Backend for WgpuBackend {
 
     fn synchronize(&self) -> Result<()> {
         self.submit_and_wait()
+    }
+
+    fn download_async<'a>(&'a self, storage: &'a Storage) -> BackendFuture<'a, HostData> {
+        Box::pin(self.read_async(storage))
+    }
+
+    fn synchronize_async(&self) -> BackendFuture<'_, ()> {
+        Box::pin(self.finish_async())
     }
 }

@@ -17,7 +17,8 @@ use crate::backend::HostData;
 use crate::error::{Error, Result};
 use crate::tensor::DType;
 
-/// The outcome of `map_async` and the task waiting for it.
+/// The outcome of a wgpu callback (`map_async`, `on_submitted_work_done`) and the task
+/// waiting for it.
 #[derive(Default)]
 struct MapState {
     result: Option<std::result::Result<(), String>>,
@@ -90,7 +91,23 @@ impl Readback {
     }
 }
 
-/// Resolves when the `map_async` callback has run.
+/// A future that resolves when the queue has finished all work submitted so far (natively,
+/// once the device has been polled; in the browser, from the event loop).
+pub(crate) fn work_done(ctx: &GpuContext) -> impl Future<Output = std::result::Result<(), String>> {
+    let state = Arc::new(Mutex::new(MapState::default()));
+    let callback_state = state.clone();
+    ctx.queue.on_submitted_work_done(move || {
+        if let Ok(mut s) = callback_state.lock() {
+            s.result = Some(Ok(()));
+            if let Some(w) = s.waker.take() {
+                w.wake();
+            }
+        }
+    });
+    MapFuture { state }
+}
+
+/// Resolves when a wgpu callback (buffer mapping, queue done) has run.
 struct MapFuture {
     state: Arc<Mutex<MapState>>,
 }

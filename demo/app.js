@@ -1,0 +1,205 @@
+// The demo page: picks a device, loads a model, streams generated text, and runs the op
+// benchmarks, all through web/pkg (served at ./pkg/ by `webtensor serve`).
+import init, { createDevice, webgpuUnavailableReason, Model, runBenchmarks, version } from "./pkg/webtensor.js";
+import { drawChart } from "./chart.js";
+
+const $ = (id) => document.getElementById(id);
+const page = { device: null, model: null, report: null };
+
+function setState(state) {
+  document.body.dataset.state = state;
+}
+
+function showError(where, e) {
+  where.textContent = String(e && e.message ? e.message : e);
+  where.classList.add("error");
+}
+
+/// Creates the device asked for (URL ?backend=, or the select), falling back to auto when a
+/// named backend is not available here, and says plainly what runs and why.
+async function startDevice(wanted) {
+  const status = $("backend-status");
+  const note = $("backend-note");
+  status.classList.remove("fallback", "error");
+  note.textContent = "";
+  let device;
+  let fellBack = null;
+  try {
+    device = await createDevice(wanted === "auto" ? undefined : wanted);
+  } catch (e) {
+    fellBack = e.message;
+    device = await createDevice();
+  }
+  const info = device.info();
+  const i = info.info;
+  if (device.backend === "wgpu") {
+    const adapter = i.device_name || (await browserAdapterName()) || "a WebGPU adapter";
+    status.textContent = `Backend: wgpu on ${adapter} (WebGPU${i.class === "software" ? ", a software adapter" : ""})`;
+  } else {
+    const gpuReason = fellBack ?? (await webgpuUnavailableReason());
+    const simd = i.simd ? `, ${i.simd}` : "";
+    if (gpuReason) {
+      status.textContent = `WebGPU is not available, so this page fell back to the cpu backend (wasm${simd}, one thread).`;
+      status.classList.add("fallback");
+      note.textContent = `Why: ${gpuReason}`;
+    } else {
+      status.textContent = `Backend: ${device.backend} (wasm${simd}, one thread)`;
+      const wgpu = info.decisions.find((d) => d.kind === "wgpu");
+      if (wgpu) note.textContent = `wgpu: ${wgpu.reason}`;
+    }
+  }
+  if (fellBack && device.backend === "wgpu") note.textContent = `${wanted} is not available (${fellBack}); auto chose wgpu.`;
+  $("bench-wgpu").checked = !(await webgpuUnavailableReason());
+  $("bench-wgpu").disabled = !$("bench-wgpu").checked;
+  return device;
+}
+
+/// The browser's own description of its WebGPU adapter (wgpu does not get a name there).
+async function browserAdapterName() {
+  try {
+    const info = (await navigator.gpu.requestAdapter())?.info;
+    if (!info) return null;
+    return info.description || [info.vendor, info.architecture].filter(Boolean).join(" ") || null;
+  } catch {
+    return null;
+  }
+}
+
+function progressTo(bar, label) {
+  return (phase, done, total) => {
+    bar.max = total > 0 ? total : 1;
+    bar.value = total > 0 ? done : 0;
+    label.textContent = total > 0 && phase !== "upload" && phase !== "parse"
+      ? `${phase}: ${(done / 1e6).toFixed(1)} / ${(total / 1e6).toFixed(1)} MB`
+      : `${phase}…`;
+  };
+}
+
+async function loadModel() {
+  const status = $("model-status");
+  status.classList.remove("error");
+  $("generate").disabled = true;
+  setState("loading");
+  const source = document.querySelector("input[name=source]:checked").value;
+  const progress = progressTo($("load-progress"), status);
+  try {
+    if (source === "gguf") {
+      const file = $("gguf-file").files[0];
+      if (!file) throw new Error("pick a .gguf file first");
+      page.model = await Model.fromFiles(page.device, [file], progress);
+    } else if (source === "folder") {
+      const files = $("folder-files").files;
+      if (!files.length) throw new Error("pick a folder with config.json, tokenizer.json and *.safetensors first");
+      page.model = await Model.fromFiles(page.device, files, progress);
+    } else {
+      page.model = await Model.builtin(page.device, progress);
+    }
+    const c = page.model.config();
+    status.textContent = `${page.model.name}: ${c.num_hidden_layers} layers, hidden ${c.hidden_size}, vocabulary ${c.vocab_size}, on ${page.device.backend}`;
+    $("generate").disabled = false;
+    setState("ready");
+  } catch (e) {
+    showError(status, e);
+    setState("error");
+  }
+}
+
+async function generate() {
+  const out = $("output");
+  const stats = $("gen-stats");
+  stats.classList.remove("error");
+  out.textContent = "";
+  $("generate").disabled = true;
+  $("stop").disabled = false;
+  setState("generating");
+  const options = {
+    maxTokens: Number($("max-tokens").value),
+    temperature: Number($("temperature").value),
+    topK: Number($("top-k").value),
+    topP: Number($("top-p").value),
+    seed: Number($("seed").value),
+  };
+  try {
+    const prompt = $("prompt").value;
+    out.textContent = prompt;
+    const result = await page.model.generate(prompt, options, (piece, n, tps) => {
+      out.textContent += piece;
+      stats.textContent = `${n} tokens · ${tps.toFixed(1)} tokens/s`;
+    });
+    const end = result.stopped ? " (stopped)" : result.stoppedAtEos ? " (end of text)" : "";
+    stats.textContent = `${result.generatedTokens} tokens · ${result.tokensPerSec.toFixed(1)} tokens/s on ${page.device.backend} · prompt ${result.promptTokens} tokens in ${(result.promptSecs * 1e3).toFixed(0)} ms${end}`;
+    setState("done");
+  } catch (e) {
+    showError(stats, e);
+    setState("error");
+  } finally {
+    $("generate").disabled = false;
+    $("stop").disabled = true;
+  }
+}
+
+async function runBench() {
+  const status = $("bench-status");
+  status.classList.remove("error");
+  const backends = ["wgpu", "cpu"].filter((b) => $(`bench-${b}`).checked);
+  const ops = $("bench-ops").value.split(",").map((s) => s.trim()).filter(Boolean);
+  const bar = $("bench-progress");
+  $("bench-run").disabled = true;
+  document.body.dataset.bench = "running";
+  try {
+    page.report = await runBenchmarks({ backends, ops, runs: Number($("bench-runs").value) }, (done, total, label) => {
+      bar.max = total;
+      bar.value = done;
+      status.textContent = label;
+    });
+    window.benchReport = page.report;
+    status.textContent = `${page.report.rows.length} rows`;
+    drawChart($("bench-chart"), page.report);
+    $("bench-download").disabled = false;
+    document.body.dataset.bench = "done";
+  } catch (e) {
+    showError(status, e);
+    document.body.dataset.bench = "error";
+  } finally {
+    $("bench-run").disabled = false;
+  }
+}
+
+function download() {
+  const blob = new Blob([JSON.stringify(page.report, null, 2)], { type: "application/json" });
+  const a = document.createElement("a");
+  a.href = URL.createObjectURL(blob);
+  a.download = "webtensor-bench-browser.json";
+  a.click();
+  URL.revokeObjectURL(a.href);
+}
+
+function showTab(name) {
+  for (const t of document.querySelectorAll(".tab")) t.classList.toggle("active", t.dataset.tab === name);
+  $("tab-generate").hidden = name !== "generate";
+  $("tab-bench").hidden = name !== "bench";
+}
+
+async function main() {
+  await init();
+  $("version").textContent = `v${version()}`;
+  const wanted = new URLSearchParams(location.search).get("backend") || "auto";
+  $("backend-select").value = wanted;
+  page.device = await startDevice(wanted);
+  $("backend-select").addEventListener("change", async (e) => {
+    page.device = await startDevice(e.target.value);
+    await loadModel();
+  });
+  $("load").addEventListener("click", loadModel);
+  $("generate").addEventListener("click", generate);
+  $("stop").addEventListener("click", () => page.model && page.model.stop());
+  $("bench-run").addEventListener("click", runBench);
+  $("bench-download").addEventListener("click", download);
+  for (const t of document.querySelectorAll(".tab")) t.addEventListener("click", () => showTab(t.dataset.tab));
+  await loadModel();
+}
+
+main().catch((e) => {
+  showError($("backend-status"), e);
+  setState("error");
+});

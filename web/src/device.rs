@@ -1,0 +1,125 @@
+//! Devices: choosing a backend in the browser and creating tensors on it.
+
+use wasm_bindgen::prelude::*;
+use webtensor::tensor::Element;
+use webtensor::{BackendKind, DType};
+
+use crate::error::{js, js_error, to_js_object};
+use crate::tensor::Tensor;
+
+/// A device: a chain of backends, the first of which runs the ops (see the library's
+/// `Device`).
+#[wasm_bindgen]
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) inner: webtensor::Device,
+}
+
+/// Creates a device. Without a name (or with `"auto"`) it takes the best available backend
+/// by the default priority (a hardware WebGPU adapter, else `cpu`); with `"wgpu"`, `"cpu"` or
+/// `"reference"` it takes that one and rejects with the reason when it is not available here
+/// (for example when the browser has no WebGPU).
+#[wasm_bindgen(js_name = createDevice)]
+pub async fn create_device(name: Option<String>) -> Result<Device, JsValue> {
+    let inner = match name.as_deref().map(str::trim) {
+        None | Some("") | Some("auto") => webtensor::Device::auto_async().await,
+        Some(name) => webtensor::Device::new_async(name).await,
+    };
+    Ok(Device { inner: js(inner)? })
+}
+
+/// Why the browser's WebGPU cannot be used, or `undefined` when it can.
+#[wasm_bindgen(js_name = webgpuUnavailableReason)]
+pub async fn webgpu_unavailable_reason() -> Option<String> {
+    webtensor::backend::registry::start_async(&[BackendKind::Wgpu]).await;
+    webtensor::backend::registry::get(BackendKind::Wgpu).err()
+}
+
+#[wasm_bindgen]
+impl Device {
+    /// The name of the backend that runs the ops: `"wgpu"`, `"cpu"` or `"reference"`.
+    #[wasm_bindgen(getter)]
+    pub fn backend(&self) -> String {
+        self.inner.backend_name().to_string()
+    }
+
+    /// The backend chain, primary first (ops the primary lacks run on the next one).
+    #[wasm_bindgen(getter)]
+    pub fn chain(&self) -> Vec<String> {
+        self.inner
+            .chain()
+            .iter()
+            .map(|k| k.name().to_string())
+            .collect()
+    }
+
+    /// Capabilities: `{ backend, chain, info, decisions, fallbacks }`, where `info` is the
+    /// primary backend's identity, features and limits (adapter name, API, `shader-f16`,
+    /// largest storage binding, SIMD level) and `decisions` says why each backend was or was
+    /// not chosen.
+    pub fn info(&self) -> Result<JsValue, JsValue> {
+        #[derive(serde::Serialize)]
+        struct Info<'a> {
+            backend: &'static str,
+            chain: Vec<BackendKind>,
+            info: webtensor::BackendInfo,
+            decisions: &'a [webtensor::device::Decision],
+            fallbacks: Vec<webtensor::device::Fallback>,
+        }
+        to_js_object(&Info {
+            backend: self.inner.backend_name(),
+            chain: self.inner.chain(),
+            info: self.inner.info(),
+            decisions: self.inner.decisions(),
+            fallbacks: self.inner.fallbacks(),
+        })
+    }
+
+    /// A tensor from a typed array (`Float32Array` → f32, `Uint32Array` → u32, `Int32Array` →
+    /// i32, `Int8Array` → i8) and a shape whose element count matches its length.
+    pub fn tensor(&self, data: &JsValue, shape: Vec<usize>) -> Result<Tensor, JsValue> {
+        let dev = &self.inner;
+        let t = if let Some(a) = data.dyn_ref::<js_sys::Float32Array>() {
+            from_vec(dev, a.to_vec(), shape)
+        } else if let Some(a) = data.dyn_ref::<js_sys::Uint32Array>() {
+            from_vec(dev, a.to_vec(), shape)
+        } else if let Some(a) = data.dyn_ref::<js_sys::Int32Array>() {
+            from_vec(dev, a.to_vec(), shape)
+        } else if let Some(a) = data.dyn_ref::<js_sys::Int8Array>() {
+            from_vec(dev, a.to_vec(), shape)
+        } else {
+            return Err(js_error(
+                "tensor: data must be a Float32Array, Uint32Array, Int32Array or Int8Array",
+            ));
+        };
+        Ok(Tensor { inner: js(t)? })
+    }
+
+    /// A tensor of packed data (`"f16"`, `"q8_0"`, `"q4_0"`, `"tq1_0"`, `"tq2_0"`,
+    /// `"ternary_planes"`) from its raw little-endian bytes (GGUF's block layout).
+    #[wasm_bindgen(js_name = tensorFromBytes)]
+    pub fn tensor_from_bytes(
+        &self,
+        dtype: &str,
+        bytes: &[u8],
+        shape: Vec<usize>,
+    ) -> Result<Tensor, JsValue> {
+        let dtype =
+            DType::parse(dtype).ok_or_else(|| js_error(format!("unknown dtype `{dtype}`")))?;
+        let t = webtensor::Tensor::from_bytes(&self.inner, dtype, bytes.to_vec(), shape);
+        Ok(Tensor { inner: js(t)? })
+    }
+
+    /// Runs all recorded work and resolves when the device has finished it.
+    pub async fn synchronize(&self) -> Result<(), JsValue> {
+        js(self.inner.synchronize_async().await)
+    }
+}
+
+fn from_vec<T: Element>(
+    dev: &webtensor::Device,
+    data: Vec<T>,
+    shape: Vec<usize>,
+) -> webtensor::Result<webtensor::Tensor> {
+    webtensor::Tensor::from_vec(dev, data, shape)
+}

@@ -1,0 +1,52 @@
+//! webtensor in the browser: a JavaScript API over the library, built by `web/build.sh` into
+//! `web/pkg` (an ES module, `webtensor.js`, with TypeScript definitions).
+//!
+//! The same crate runs here as natively: the `wgpu` backend on the browser's WebGPU (the same
+//! WGSL shaders), the `cpu` backend with wasm simd128 on one thread (wasm threads need a
+//! nightly `build-std` build), and the `reference` backend. Everything that waits for the GPU
+//! returns a `Promise`; every failure rejects with a JavaScript `Error` carrying the library's
+//! message.
+//!
+//! ```js
+//! import init, { createDevice, tensor, ops } from "./pkg/webtensor.js";
+//! await init();
+//! const dev = await createDevice();            // or createDevice("wgpu"), "cpu", "reference"
+//! const x = dev.tensor(new Float32Array([1, -2, 3]), [1, 3]);
+//! const y = await opSilu(x).toArray();          // Float32Array
+//! ```
+//!
+//! * [`device`]: `createDevice`, `Device` (capabilities, tensors from typed arrays).
+//! * [`tensor`]: `Tensor` and its async readback.
+//! * [`ops`]: the op set as functions over tensors.
+//! * [`model`]: loading a Llama model (bytes, `File`s, a URL, the built-in one) and streaming
+//!   generation with a stop control.
+//! * [`bench`]: the op benchmarks of `webtensor bench`, with the same JSON report.
+
+pub mod bench;
+pub mod device;
+mod error;
+mod load;
+pub mod model;
+pub mod ops;
+pub mod tensor;
+
+pub use device::{create_device, Device};
+pub use model::Model;
+pub use tensor::Tensor;
+
+use wasm_bindgen::prelude::*;
+
+/// Runs when the module is instantiated: routes Rust panics (bugs, never user input) to the
+/// browser console with their message instead of a bare "unreachable".
+#[wasm_bindgen(start)]
+pub fn start() {
+    std::panic::set_hook(Box::new(|info| {
+        web_sys::console::error_1(&JsValue::from_str(&format!("webtensor panicked: {info}")));
+    }));
+}
+
+/// The library's version.
+#[wasm_bindgen]
+pub fn version() -> String {
+    env!("CARGO_PKG_VERSION").to_string()
+}

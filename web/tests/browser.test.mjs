@@ -1,0 +1,186 @@
+// The browser tests: the conformance subset on WebGPU and cpu against the reference, the demo
+// page generating with the built-in model (screenshot kept), the cpu fallback without WebGPU,
+// and the benchmark tab's report. Run by scripts/test.sh after web/build.sh.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { writeFileSync } from "node:fs";
+import path from "node:path";
+import { ARTIFACTS, IN_CI, launch, startServer } from "./harness.mjs";
+
+let server;
+before(async () => {
+  server = await startServer();
+});
+after(() => server?.stop());
+
+/// Why WebGPU is unusable in `page`, or null. Outside CI a missing adapter skips; in CI it fails.
+async function webgpuReason(page, t) {
+  await page.goto(`${server.url}tests/blank.html`);
+  const reason = await page.evaluate(async () => {
+    const m = await import("/pkg/webtensor.js");
+    await m.default();
+    return (await m.webgpuUnavailableReason()) ?? null;
+  });
+  if (reason && IN_CI) assert.fail(`CI needs a WebGPU adapter (SwiftShader): ${reason}`);
+  if (reason) t.skip(`no WebGPU adapter: ${reason}`);
+  return reason;
+}
+
+async function conformance(t, backend) {
+  const browser = await launch({ webgpu: true });
+  try {
+    if (backend === "wgpu" && (await webgpuReason(browser.page, t))) return;
+    await browser.page.goto(`${server.url}tests/blank.html`);
+    const result = await browser.page.evaluate(async (b) => (await import("/tests/conformance-cases.js")).run(b), backend);
+    t.diagnostic(`${result.cases} cases on ${result.backend} (${result.adapter})`);
+    assert.equal(result.backend, backend);
+    assert.ok(result.cases > 150, `only ${result.cases} cases ran`);
+    assert.deepEqual(result.failures, [], result.failures.slice(0, 20).join("\n"));
+  } catch (e) {
+    console.error(browser.logs.join("\n"));
+    throw e;
+  } finally {
+    await browser.close();
+  }
+}
+
+test("conformance subset on WebGPU (SwiftShader) against the reference", { timeout: 300_000 }, (t) => conformance(t, "wgpu"));
+
+test("conformance subset on the cpu backend (wasm simd128) against the reference", { timeout: 300_000 }, (t) => conformance(t, "cpu"));
+
+test("models load from a picked folder and from URLs, with typed errors", { timeout: 300_000 }, async () => {
+  const browser = await launch({ webgpu: false });
+  try {
+    await browser.page.goto(`${server.url}tests/blank.html`);
+    const r = await browser.page.evaluate(async () => {
+      const wt = await import("/pkg/webtensor.js");
+      await wt.default();
+      const dev = await wt.createDevice("cpu");
+      const greedy = { maxTokens: 24, temperature: 0 };
+      const builtin = await (await wt.Model.builtin(dev)).generate("And God said", greedy);
+      // The same model as a folder of files, as <input webkitdirectory> gives them.
+      const files = [];
+      for (const name of ["config.json", "tokenizer.json", "model.safetensors"]) {
+        const blob = await (await fetch(`/tests/tiny-kjv/${name}`)).blob();
+        files.push(new File([blob], name));
+      }
+      const phases = new Set();
+      const folder = await wt.Model.fromFiles(dev, files, (phase) => phases.add(phase));
+      const fromFolder = await folder.generate("And God said", greedy);
+      const rejected = async (p) => p.then(() => "resolved", (e) => (e instanceof Error ? e.message : `not an Error: ${e}`));
+      return {
+        builtin: builtin.text,
+        folder: fromFolder.text,
+        phases: [...phases],
+        missing: await rejected(wt.Model.fromUrl(dev, "/tests/tiny-kjv/nothing.gguf")),
+        notGguf: await rejected(wt.Model.fromUrl(dev, "/tests/tiny-kjv/model.safetensors")),
+        badOptions: await rejected(folder.generate("x", { temperature: -1 })),
+        unknownBackend: await rejected(wt.createDevice("tpu")),
+      };
+    });
+    assert.ok(r.builtin.length > 20, r.builtin);
+    assert.equal(r.folder, r.builtin, "the folder and the built-in model generate the same greedy text");
+    assert.deepEqual(r.phases.sort(), ["parse", "read", "upload"]);
+    assert.match(r.missing, /HTTP 404/);
+    assert.match(r.notGguf, /tiny-kjv\/model\.safetensors/);
+    assert.match(r.badOptions, /temperature/);
+    assert.match(r.unknownBackend, /tpu/);
+  } catch (e) {
+    console.error(browser.logs.join("\n"));
+    throw e;
+  } finally {
+    await browser.close();
+  }
+});
+
+/// Loads the demo, waits for the built-in model, generates, and returns the page's text.
+async function generateOnDemo(page, query, maxTokens) {
+  await page.goto(`${server.url}${query}`);
+  await page.waitForSelector("body[data-state=ready]", { timeout: 180_000 });
+  await page.fill("#max-tokens", String(maxTokens));
+  await page.click("#generate");
+  await page.waitForSelector("body[data-state=done]", { timeout: 180_000 });
+  return {
+    status: await page.textContent("#backend-status"),
+    output: await page.textContent("#output"),
+    stats: await page.textContent("#gen-stats"),
+    prompt: await page.inputValue("#prompt"),
+  };
+}
+
+test("the demo generates with the built-in model on WebGPU and can be stopped", { timeout: 400_000 }, async (t) => {
+  const browser = await launch({ webgpu: true });
+  try {
+    if (await webgpuReason(browser.page, t)) return;
+    const { page } = browser;
+    const r = await generateOnDemo(page, "?backend=wgpu", 40);
+    t.diagnostic(`${r.status} | ${r.stats}`);
+    assert.match(r.status, /Backend: wgpu/);
+    assert.ok(r.output.startsWith(r.prompt) && r.output.length > r.prompt.length + 20, `output: ${r.output}`);
+    assert.match(r.stats, /\d+ tokens · [\d.]+ tokens\/s on wgpu/);
+    await page.screenshot({ path: path.join(ARTIFACTS, "demo.png"), fullPage: true });
+
+    // Stop: a long generation ends early when the button is pressed.
+    await page.fill("#max-tokens", "1000");
+    await page.click("#generate");
+    await page.waitForFunction(() => /tokens/.test(document.getElementById("gen-stats").textContent));
+    await page.click("#stop");
+    await page.waitForSelector("body[data-state=done]", { timeout: 120_000 });
+    assert.match(await page.textContent("#gen-stats"), /\(stopped\)/);
+  } catch (e) {
+    console.error(browser.logs.join("\n"));
+    throw e;
+  } finally {
+    await browser.close();
+  }
+});
+
+test("without WebGPU the demo says it fell back to cpu and still generates", { timeout: 300_000 }, async (t) => {
+  const browser = await launch({ webgpu: false });
+  try {
+    const r = await generateOnDemo(browser.page, "", 30);
+    t.diagnostic(`${r.status} | ${r.stats}`);
+    assert.match(r.status, /WebGPU is not available, so this page fell back to the cpu backend/);
+    assert.match(await browser.page.textContent("#backend-note"), /Why: /);
+    assert.ok(r.output.length > r.prompt.length + 10, `output: ${r.output}`);
+    assert.match(r.stats, /on cpu/);
+    await browser.page.screenshot({ path: path.join(ARTIFACTS, "demo-fallback.png"), fullPage: true });
+  } catch (e) {
+    console.error(browser.logs.join("\n"));
+    throw e;
+  } finally {
+    await browser.close();
+  }
+});
+
+test("the benchmark tab times ops on WebGPU and cpu and downloads the report", { timeout: 600_000 }, async (t) => {
+  const browser = await launch({ webgpu: true });
+  try {
+    if (await webgpuReason(browser.page, t)) return;
+    const { page } = browser;
+    await page.goto(`${server.url}?backend=wgpu`);
+    await page.waitForSelector("body[data-state=ready]", { timeout: 180_000 });
+    await page.click("button[data-tab=bench]");
+    await page.fill("#bench-ops", process.env.WEBTENSOR_BROWSER_BENCH_OPS || "add,rms_norm,softmax,matmul");
+    await page.fill("#bench-runs", "3");
+    await page.click("#bench-run");
+    await page.waitForSelector("body[data-bench=done]", { timeout: 540_000 });
+    const [download] = await Promise.all([page.waitForEvent("download"), page.click("#bench-download")]);
+    const file = path.join(ARTIFACTS, "bench-browser.json");
+    await download.saveAs(file);
+    const report = await page.evaluate(() => window.benchReport);
+    writeFileSync(file, JSON.stringify(report, null, 2));
+    assert.equal(report.schema_version, 2);
+    assert.deepEqual(report.backends.map((b) => b.info.kind), ["wgpu", "cpu"]);
+    for (const row of report.rows) {
+      assert.ok(row.checked && row.median_us > 0, `${row.op} ${row.case} on ${row.backend}: ${row.error}`);
+    }
+    assert.equal(await page.locator("#bench-chart svg rect").count(), report.rows.length);
+    await page.screenshot({ path: path.join(ARTIFACTS, "bench.png"), fullPage: true });
+  } catch (e) {
+    console.error(browser.logs.join("\n"));
+    throw e;
+  } finally {
+    await browser.close();
+  }
+});
