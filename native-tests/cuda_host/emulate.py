@@ -9,7 +9,8 @@ formats, with gguf-py's reference quantizers byte for byte. This checks the kern
 (indexing, reductions across threads and warps, rounding); the NVRTC test checks that they
 compile for real GPUs. Exit status 1 on any mismatch.
 
-Needs g++ (C++20), numpy and gguf (`pip install numpy gguf`).
+Needs g++ (C++20), numpy and gguf (`pip install numpy gguf`). `emulate.py --build DIR` only
+builds the libraries (DIR/<source>.so) for the Rust test in src/backend/cuda/emulated.rs.
 """
 
 import ctypes
@@ -374,9 +375,20 @@ def sample(lib):
         check(f"sample temperature {t} top_k {k} top_p {p}", out, want, exact=True)
 
 
+SOURCES = ["elementwise.cu", "norm.cu", "matmul.cu", "quant.cu", "scan.cu", "sample.cu"]
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--build":
+        # Only build the libraries, for the Rust test that drives them through the backend's
+        # own launch code (src/backend/cuda/kernels.rs, WEBTENSOR_CUDA_EMULATION=DIR).
+        os.makedirs(sys.argv[2], exist_ok=True)
+        for n in SOURCES:
+            build(n, sys.argv[2])
+        print(f"built {len(SOURCES)} emulated kernel libraries in {sys.argv[2]}")
+        return
     with tempfile.TemporaryDirectory() as tmp:
-        libs = {n: build(n, tmp) for n in ["elementwise.cu", "norm.cu", "matmul.cu", "quant.cu", "scan.cu", "sample.cu"]}
+        libs = {n: build(n, tmp) for n in SOURCES}
         elementwise(libs["elementwise.cu"])
         norms(libs["norm.cu"])
         matmul(libs["matmul.cu"])

@@ -12,12 +12,12 @@ use crate::error::{Error, Result};
 use crate::tensor::DType;
 
 /// Threads per block of the 1-D and row kernels.
-const BLOCK: u32 = 256;
+pub(super) const BLOCK: u32 = 256;
 /// Outputs per block of the warp-per-output kernels (`BLOCK / 32`).
 const WARPS: u32 = BLOCK / 32;
 
 /// One kernel argument.
-enum Arg {
+pub(super) enum Arg {
     /// A device address.
     Ptr(u64),
     U32(u32),
@@ -61,17 +61,63 @@ fn blocks_for(n: u64) -> u32 {
 }
 
 /// The data-movement kernels copy 32-bit words: f32 and u32 only.
-fn check_words(op: &'static str, inputs: &[&CudaBuffer]) -> Result<()> {
-    match inputs.iter().find(|b| b.dtype().unit_bytes() != 4) {
+fn check_words<L: Launcher>(be: &L, op: &'static str, inputs: &[&L::Buffer]) -> Result<()> {
+    match inputs.iter().find(|b| be.dtype(b).unit_bytes() != 4) {
         Some(b) => Err(Error::invalid(
             op,
-            format!("the cuda backend moves f32 and u32 data, not {}", b.dtype()),
+            format!(
+                "the cuda backend moves f32 and u32 data, not {}",
+                be.dtype(b)
+            ),
         )),
         None => Ok(()),
     }
 }
 
-impl CudaBackend {
+/// What the launch code needs from a device: the CUDA backend, or in tests the kernels
+/// compiled for the CPU (`native-tests/cuda_host`), so this file's launches are checked
+/// without a GPU.
+pub(super) trait Launcher {
+    /// A buffer of device memory.
+    type Buffer;
+    /// Its device address.
+    fn ptr(&self, b: &Self::Buffer) -> u64;
+    /// Its element type.
+    fn dtype(&self, b: &Self::Buffer) -> DType;
+    /// A temporary buffer of `len` units of `dtype`, alive until the work queued so far ran.
+    fn scratch(&self, op: &'static str, len: usize, dtype: DType) -> Result<Self::Buffer>;
+    /// The rope frequency table of (theta, head_dim).
+    fn rope_table(&self, theta: f32, head_dim: usize) -> Result<Self::Buffer>;
+    /// Launches kernel `name` on `grid` blocks of [`BLOCK`] threads.
+    fn run(&self, name: &'static str, grid: (u32, u32, u32), args: &[Arg]) -> Result<()>;
+
+    /// 1-D launch over `n` threads.
+    fn run_1d(&self, name: &'static str, n: u64, args: &[Arg]) -> Result<()> {
+        self.run(name, (blocks_for(n), 1, 1), args)
+    }
+}
+
+impl Launcher for CudaBackend {
+    type Buffer = CudaBuffer;
+
+    fn ptr(&self, b: &CudaBuffer) -> u64 {
+        self.device_ptr(b)
+    }
+
+    fn dtype(&self, b: &CudaBuffer) -> DType {
+        b.dtype()
+    }
+
+    fn scratch(&self, op: &'static str, len: usize, dtype: DType) -> Result<CudaBuffer> {
+        // Freed with stream ordering (or after a device sync) when dropped, so dropping it
+        // right after queuing the kernels that use it is safe.
+        self.alloc(op, len, dtype)
+    }
+
+    fn rope_table(&self, theta: f32, head_dim: usize) -> Result<CudaBuffer> {
+        self.rope_table_buffer(theta, head_dim)
+    }
+
     fn run(&self, name: &'static str, grid: (u32, u32, u32), args: &[Arg]) -> Result<()> {
         let f = self
             .functions
@@ -96,19 +142,14 @@ impl CudaBackend {
             .map(|_| ())
             .map_err(|e| Error::backend("cuda", format!("launching {name}: {e:?}")))
     }
-
-    /// 1-D launch over `n` threads.
-    fn run_1d(&self, name: &'static str, n: u64, args: &[Arg]) -> Result<()> {
-        self.run(name, (blocks_for(n), 1, 1), args)
-    }
 }
 
 /// Records the in-place `spec` ([`OpSpec::ScatterRows`]) changing `target`.
-pub(super) fn launch_in_place(
-    be: &CudaBackend,
+pub(super) fn launch_in_place<L: Launcher>(
+    be: &L,
     spec: &OpSpec,
-    target: &CudaBuffer,
-    inputs: &[&CudaBuffer],
+    target: &L::Buffer,
+    inputs: &[&L::Buffer],
 ) -> Result<()> {
     let op = spec.kind().name();
     let OpSpec::ScatterRows { rows, cols, count } = *spec else {
@@ -123,7 +164,7 @@ pub(super) fn launch_in_place(
     if count * cols == 0 {
         return Ok(());
     }
-    check_words(op, &[target, src])?;
+    check_words(be, op, &[target, src])?;
     be.run_1d(
         "scatter_rows_u32",
         (count * cols) as u64,
@@ -139,11 +180,11 @@ pub(super) fn launch_in_place(
 }
 
 /// Records the launches of `spec` writing `out` from `inputs`.
-pub(super) fn launch(
-    be: &CudaBackend,
+pub(super) fn launch<L: Launcher>(
+    be: &L,
     spec: &OpSpec,
-    out: &CudaBuffer,
-    inputs: &[&CudaBuffer],
+    out: &L::Buffer,
+    inputs: &[&L::Buffer],
 ) -> Result<()> {
     let op = spec.kind().name();
     let input = |i: usize| -> Result<u64> {
@@ -158,7 +199,7 @@ pub(super) fn launch(
         spec,
         OpSpec::Permute { .. } | OpSpec::Concat { .. } | OpSpec::Narrow { .. }
     ) {
-        check_words(op, inputs)?;
+        check_words(be, op, inputs)?;
     }
     match spec {
         OpSpec::Unary { op: u, len } => {
@@ -426,7 +467,7 @@ pub(super) fn launch(
             let act = if mode == 0 {
                 input(0)?
             } else {
-                scratch = be.alloc(op, m * k, DType::F32)?;
+                scratch = be.scratch(op, m * k, DType::F32)?;
                 let threads = if mode == 1 {
                     m * k
                 } else {

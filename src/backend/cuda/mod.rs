@@ -12,6 +12,8 @@
 //! * Tensors live in [`CudaBuffer`]s. Work is queued on one stream; [`Backend::download`] and
 //!   [`Backend::synchronize`] wait for it.
 
+#[cfg(test)]
+mod emulated;
 mod kernels;
 pub mod sources;
 
@@ -238,13 +240,13 @@ impl CudaBackend {
     }
 
     /// The device address of a buffer, for kernel arguments.
-    fn ptr(&self, b: &CudaBuffer) -> u64 {
+    fn device_ptr(&self, b: &CudaBuffer) -> u64 {
         let (ptr, _sync) = b.slice.device_ptr(&self.stream);
         ptr
     }
 
     /// The rope frequency table for (theta, head_dim), uploaded once.
-    fn rope_table(&self, theta: f32, head_dim: usize) -> Result<CudaBuffer> {
+    fn rope_table_buffer(&self, theta: f32, head_dim: usize) -> Result<CudaBuffer> {
         let mut tables = self
             .rope_tables
             .lock()

@@ -1,0 +1,445 @@
+//! The backend's own launch code (`kernels.rs`: arguments, grids, scratch buffers) driving the
+//! CUDA kernels compiled for the CPU by `native-tests/cuda_host/emulate.py --build DIR`, each
+//! op's result compared with the `reference` backend. Runs where `WEBTENSOR_CUDA_EMULATION`
+//! names that folder (`scripts/test.sh` sets it); elsewhere it prints that it skipped.
+
+use std::cell::UnsafeCell;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use rand::{rngs::StdRng, Rng, SeedableRng};
+
+use super::kernels::{launch, launch_in_place, Arg, Launcher, BLOCK};
+use crate::backend::reference::ReferenceBackend;
+use crate::backend::spec::rope_inv_freq;
+use crate::backend::{
+    Activations, Backend, BinaryOp, HostData, MatmulSpec, OpSpec, RopeLayout, SampleParams, ScanOp,
+    Storage, UnaryOp,
+};
+use crate::error::{Error, Result};
+use crate::tensor::DType;
+
+/// Host memory standing in for device memory; kernels write it through its address.
+struct EmuBuffer {
+    words: UnsafeCell<Box<[u64]>>,
+    len: usize,
+    dtype: DType,
+}
+
+impl EmuBuffer {
+    fn new(len: usize, dtype: DType) -> Self {
+        let bytes = len * dtype.unit_bytes();
+        EmuBuffer {
+            words: UnsafeCell::new(vec![0u64; bytes.div_ceil(8).max(1)].into_boxed_slice()),
+            len,
+            dtype,
+        }
+    }
+
+    fn from_host(h: &HostData) -> Self {
+        let b = EmuBuffer::new(h.len(), h.dtype());
+        // SAFETY: no kernel runs while the buffer is being filled.
+        let words = unsafe { &mut *b.words.get() };
+        bytemuck::cast_slice_mut::<u64, u8>(words)[..h.bytes().len()].copy_from_slice(h.bytes());
+        b
+    }
+
+    fn to_host(&self) -> HostData {
+        // SAFETY: launches are synchronous here, so no kernel is writing.
+        let words = unsafe { &*self.words.get() };
+        let bytes = &bytemuck::cast_slice::<u64, u8>(words)[..self.len * self.dtype.unit_bytes()];
+        match self.dtype {
+            DType::F32 => HostData::F32(bytemuck::pod_collect_to_vec(bytes)),
+            DType::U32 => HostData::U32(bytemuck::pod_collect_to_vec(bytes)),
+            d => HostData::Bytes(d, bytes.to_vec()),
+        }
+    }
+}
+
+type LaunchFn = unsafe extern "C" fn(u32, u32, u32, u32, *mut *mut c_void);
+
+/// The kernels compiled for the CPU, one library per source file.
+struct Emulator {
+    libs: Vec<libloading::Library>,
+}
+
+impl Emulator {
+    fn open() -> Option<Emulator> {
+        let Some(dir) = std::env::var_os("WEBTENSOR_CUDA_EMULATION") else {
+            eprintln!(
+                "SKIPPED: set WEBTENSOR_CUDA_EMULATION to the folder of \
+                 `native-tests/cuda_host/emulate.py --build DIR`"
+            );
+            return None;
+        };
+        let dir = std::path::PathBuf::from(dir);
+        let libs = super::sources::SOURCES
+            .iter()
+            .map(|s| {
+                let path = dir.join(format!("{}.so", s.name));
+                // SAFETY: the library is the kernels compiled by emulate.py; loading runs no
+                // initialisers of concern.
+                unsafe { libloading::Library::new(&path) }
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            })
+            .collect();
+        Some(Emulator { libs })
+    }
+}
+
+impl Launcher for Emulator {
+    type Buffer = EmuBuffer;
+
+    fn ptr(&self, b: &EmuBuffer) -> u64 {
+        // SAFETY: only the address is taken.
+        unsafe { (*b.words.get()).as_mut_ptr() as u64 }
+    }
+
+    fn dtype(&self, b: &EmuBuffer) -> DType {
+        b.dtype
+    }
+
+    fn scratch(&self, _op: &'static str, len: usize, dtype: DType) -> Result<EmuBuffer> {
+        Ok(EmuBuffer::new(len, dtype))
+    }
+
+    fn rope_table(&self, theta: f32, head_dim: usize) -> Result<EmuBuffer> {
+        Ok(EmuBuffer::from_host(&HostData::F32(rope_inv_freq(
+            theta, head_dim,
+        ))))
+    }
+
+    fn run(&self, name: &'static str, grid: (u32, u32, u32), args: &[Arg]) -> Result<()> {
+        let symbol = format!("wt_launch_{name}");
+        let f = self
+            .libs
+            .iter()
+            // SAFETY: every wt_launch_* wrapper has the LaunchFn signature (emulate.py).
+            .find_map(|l| {
+                unsafe { l.get::<LaunchFn>(symbol.as_bytes()) }
+                    .ok()
+                    .map(|s| *s)
+            })
+            .ok_or_else(|| Error::backend("cuda", format!("no emulated kernel {name}")))?;
+        let mut argv: Vec<*mut c_void> = args
+            .iter()
+            .map(|a| match a {
+                Arg::Ptr(v) | Arg::U64(v) => v as *const u64 as *mut c_void,
+                Arg::U32(v) => v as *const u32 as *mut c_void,
+                Arg::F32(v) => v as *const f32 as *mut c_void,
+            })
+            .collect();
+        // SAFETY: the wrapper reads each argument with the type the kernel declares; the
+        // launch code passes the kernels' parameter lists (this test checks it does).
+        unsafe { f(grid.0, grid.1, grid.2, BLOCK, argv.as_mut_ptr()) };
+        Ok(())
+    }
+}
+
+struct Inputs(StdRng);
+
+impl Inputs {
+    fn f32(&mut self, n: usize, lo: f32, hi: f32) -> HostData {
+        HostData::F32((0..n).map(|_| self.0.random_range(lo..hi)).collect())
+    }
+
+    fn packed(&mut self, format: DType, n: usize) -> HostData {
+        let x: Vec<f32> = (0..n).map(|_| self.0.random_range(-2.0..2.0)).collect();
+        let mut out = vec![0u8; n / format.block_len() * format.block_bytes()];
+        crate::quant::quantize(format, &x, &mut out);
+        HostData::Bytes(format, out)
+    }
+}
+
+/// Every op at small awkward shapes, with its inputs.
+fn cases() -> Vec<(OpSpec, Vec<HostData>)> {
+    let mut r = Inputs(StdRng::seed_from_u64(11));
+    let mut c: Vec<(OpSpec, Vec<HostData>)> = Vec::new();
+    for op in [
+        UnaryOp::Silu,
+        UnaryOp::GeluTanh,
+        UnaryOp::GeluErf,
+        UnaryOp::Scale(-0.37),
+    ] {
+        c.push((
+            OpSpec::Unary { op, len: 1000 },
+            vec![r.f32(1000, -6.0, 6.0)],
+        ));
+    }
+    for op in [BinaryOp::Add, BinaryOp::Mul, BinaryOp::SwiGlu] {
+        let spec = OpSpec::Binary {
+            op,
+            len: 1000,
+            rhs_len: 10,
+        };
+        c.push((spec, vec![r.f32(1000, -3.0, 3.0), r.f32(10, -3.0, 3.0)]));
+    }
+    let (rows, cols) = (3, 300);
+    let x = r.f32(rows * cols, 2.0, 8.0);
+    let w = r.f32(cols, -2.0, 2.0);
+    let spec = OpSpec::RmsNorm {
+        rows,
+        cols,
+        eps: 1e-6,
+    };
+    c.push((spec, vec![x.clone(), w.clone()]));
+    let spec = OpSpec::LayerNorm {
+        rows,
+        cols,
+        eps: 1e-5,
+    };
+    c.push((spec, vec![x, w, r.f32(cols, -1.0, 1.0)]));
+    for causal in [None, Some(3)] {
+        let spec = OpSpec::Softmax {
+            rows: 6,
+            cols: 50,
+            causal,
+        };
+        c.push((spec, vec![r.f32(300, -5.0, 5.0)]));
+    }
+    for layout in [RopeLayout::HalfSplit, RopeLayout::Interleaved] {
+        let spec = OpSpec::Rope {
+            rows: 3,
+            heads: 2,
+            head_dim: 8,
+            theta: 10_000.0,
+            layout,
+        };
+        c.push((
+            spec,
+            vec![r.f32(48, -1.0, 1.0), HostData::U32(vec![0, 5, 17])],
+        ));
+    }
+    for (batch, m, n, k, rhs_transposed, rhs_batched) in [
+        (2, 1, 70, 33, true, false),
+        (2, 1, 9, 100, false, true),
+        (2, 5, 67, 40, false, true),
+        (1, 65, 3, 129, true, false),
+    ] {
+        let spec = MatmulSpec {
+            batch,
+            m,
+            n,
+            k,
+            rhs_transposed,
+            rhs_batched,
+        };
+        let rb = if rhs_batched { batch } else { 1 };
+        let inputs = vec![
+            r.f32(batch * m * k, -1.0, 1.0),
+            r.f32(rb * n * k, -1.0, 1.0),
+        ];
+        c.push((OpSpec::Matmul(spec), inputs));
+    }
+    let spec = OpSpec::Embedding {
+        vocab: 10,
+        dim: 5,
+        count: 4,
+    };
+    c.push((
+        spec,
+        vec![r.f32(50, -1.0, 1.0), HostData::U32(vec![3, 0, 11, 9])],
+    ));
+    let permute = OpSpec::Permute {
+        in_shape: vec![2, 3, 4, 5],
+        perm: vec![2, 0, 3, 1],
+    };
+    c.push((permute.clone(), vec![r.f32(120, -1.0, 1.0)]));
+    c.push((permute, vec![HostData::U32((0..120).collect())]));
+    let spec = OpSpec::Concat {
+        rows: 3,
+        a_cols: 4,
+        b_cols: 2,
+    };
+    c.push((spec, vec![r.f32(12, -1.0, 1.0), r.f32(6, -1.0, 1.0)]));
+    let spec = OpSpec::Narrow {
+        rows: 3,
+        cols: 4,
+        start: 1,
+        len: 2,
+    };
+    c.push((spec, vec![HostData::U32((0..12).collect())]));
+    c.push((
+        OpSpec::Argmax { rows: 3, cols: 257 },
+        vec![r.f32(771, -1.0, 1.0)],
+    ));
+    let formats = [
+        DType::F16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::TQ1_0,
+        DType::TQ2_0,
+        DType::TernaryPlanes,
+    ];
+    let (n, k) = (3, 512);
+    for format in formats {
+        let spec = OpSpec::Quantize {
+            format,
+            rows: 2,
+            cols: 512,
+        };
+        c.push((spec, vec![r.f32(1024, -2.0, 2.0)]));
+        let spec = OpSpec::Dequantize {
+            format,
+            rows: 2,
+            cols: 512,
+        };
+        c.push((spec, vec![r.packed(format, 1024)]));
+        for activations in [
+            Activations::F32,
+            Activations::F16,
+            Activations::Q8_0,
+            Activations::I8,
+        ] {
+            let m = 2;
+            let a = match activations {
+                Activations::F16 => r.packed(DType::F16, m * k),
+                _ => r.f32(m * k, -1.0, 1.0),
+            };
+            let spec = OpSpec::QMatmul {
+                format,
+                activations,
+                m,
+                n,
+                k,
+            };
+            c.push((spec, vec![a, r.packed(format, n * k)]));
+        }
+        if format.block_len() == 256 {
+            let x: Vec<u8> = (0..2 * k).map(|_| r.0.random::<u8>()).collect();
+            let spec = OpSpec::TernaryDot { format, m: 2, n, k };
+            c.push((
+                spec,
+                vec![r.packed(format, n * k), HostData::Bytes(DType::I8, x)],
+            ));
+        }
+    }
+    let (outer, len, inner) = (2, 40, 3);
+    let t = outer * len * inner;
+    let a = r.f32(t, 0.5, 1.0);
+    let scans = [
+        (
+            ScanOp::Linear,
+            vec![a.clone(), r.f32(t, -1.0, 1.0), r.f32(6, -1.0, 1.0)],
+        ),
+        (ScanOp::LinearAdjoint, vec![a.clone(), r.f32(t, -1.0, 1.0)]),
+        (ScanOp::LogCumprod, vec![a.clone()]),
+        (ScanOp::LogCumSumExp, vec![r.f32(t, -5.0, 5.0)]),
+    ];
+    for (op, inputs) in scans {
+        let spec = OpSpec::Scan {
+            op,
+            outer,
+            len,
+            inner,
+        };
+        c.push((spec, inputs));
+    }
+    let spec = OpSpec::ScanGradA { outer, len, inner };
+    c.push((
+        spec,
+        vec![
+            r.f32(t, -1.0, 1.0),
+            r.f32(t, -1.0, 1.0),
+            r.f32(6, -1.0, 1.0),
+        ],
+    ));
+    let spec = OpSpec::ScanGradInit { outer, len, inner };
+    c.push((spec, vec![a, r.f32(t, -1.0, 1.0)]));
+    for (temperature, top_k, top_p) in [(0.0, 0, 1.0), (0.8, 40, 0.9), (1.0, 0, 0.5)] {
+        let spec = OpSpec::Sample {
+            rows: 3,
+            vocab: 500,
+            params: SampleParams {
+                temperature,
+                top_k,
+                top_p,
+            },
+        };
+        c.push((spec, vec![r.f32(1500, -4.0, 4.0), r.f32(3, 0.0, 1.0)]));
+    }
+    c
+}
+
+fn host(h: &HostData) -> Storage {
+    Storage::Host(Arc::new(h.clone()))
+}
+
+/// DESIGN.md's tolerance: 1e-5, times sqrt(k) for products of k terms.
+fn tolerance(spec: &OpSpec) -> f32 {
+    match spec {
+        OpSpec::Matmul(m) => 1e-5 * (m.k as f32).sqrt(),
+        OpSpec::QMatmul { k, .. } => 1e-5 * (*k as f32).sqrt(),
+        _ => 1e-5,
+    }
+}
+
+/// Exact for integers and bytes; f32 within `tol · max(1, max|want|)`, NaN where NaN.
+fn assert_same(what: &str, got: &HostData, want: &HostData, tol: f32) {
+    match (got, want) {
+        (HostData::F32(g), HostData::F32(w)) => {
+            assert_eq!(g.len(), w.len(), "{what}: length");
+            let scale = w
+                .iter()
+                .filter(|v| v.is_finite())
+                .fold(1f32, |m, v| m.max(v.abs()));
+            for (i, (a, b)) in g.iter().zip(w).enumerate() {
+                let ok = (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= tol * scale;
+                assert!(ok, "{what}: element {i}: got {a}, want {b}");
+            }
+        }
+        _ => assert_eq!(got, want, "{what}"),
+    }
+}
+
+#[test]
+fn launches_match_the_reference_on_the_emulated_kernels() {
+    let Some(emu) = Emulator::open() else {
+        return;
+    };
+    for (spec, inputs) in cases() {
+        let what = format!("{spec:?}");
+        let storages: Vec<Storage> = inputs.iter().map(host).collect();
+        let refs: Vec<&Storage> = storages.iter().collect();
+        let want = ReferenceBackend.execute(&spec, &refs).expect(&what);
+        let bufs: Vec<EmuBuffer> = inputs.iter().map(EmuBuffer::from_host).collect();
+        let buf_refs: Vec<&EmuBuffer> = bufs.iter().collect();
+        let out = EmuBuffer::new(spec.output_len(), spec.output_dtype(inputs[0].dtype()));
+        launch(&emu, &spec, &out, &buf_refs).expect(&what);
+        let tol = tolerance(&spec);
+        assert_same(
+            &what,
+            &out.to_host(),
+            want.as_host().expect("host data"),
+            tol,
+        );
+    }
+}
+
+#[test]
+fn scatter_rows_in_place_matches_the_reference() {
+    let Some(emu) = Emulator::open() else {
+        return;
+    };
+    let spec = OpSpec::ScatterRows {
+        rows: 5,
+        cols: 3,
+        count: 3,
+    };
+    let target = HostData::F32((0..15).map(|v| v as f32).collect());
+    let src = HostData::F32((0..9).map(|v| 100.0 + v as f32).collect());
+    let slots = HostData::U32(vec![4, 7, 1]);
+    let mut want = host(&target);
+    ReferenceBackend
+        .write_into(&spec, &mut want, &[&host(&src), &host(&slots)])
+        .expect("reference scatter");
+    let t = EmuBuffer::from_host(&target);
+    let (s, sl) = (EmuBuffer::from_host(&src), EmuBuffer::from_host(&slots));
+    launch_in_place(&emu, &spec, &t, &[&s, &sl]).expect("emulated scatter");
+    assert_same(
+        "scatter_rows",
+        &t.to_host(),
+        want.as_host().expect("host"),
+        0.0,
+    );
+}
