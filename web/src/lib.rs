@@ -8,7 +8,7 @@
 //! message.
 //!
 //! ```js
-//! import init, { createDevice, tensor, ops } from "./pkg/webtensor.js";
+//! import init, { createDevice, opSilu } from "./pkg/webtensor.js";
 //! await init();
 //! const dev = await createDevice();            // or createDevice("wgpu"), "cpu", "reference"
 //! const x = dev.tensor(new Float32Array([1, -2, 3]), [1, 3]);

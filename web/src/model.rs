@@ -415,7 +415,9 @@ impl Model {
         }
         stats.decode_secs = now_secs() - decode_start;
         let tail = decoder.finish();
-        emit(&tail, &mut stats);
+        if !tail.is_empty() {
+            emit(&tail, &mut stats);
+        }
         Ok(stats)
     }
 }
