@@ -375,3 +375,56 @@ impl<'a> HostInputs<'a> {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::reference::ReferenceBackend;
+    use super::*;
+
+    /// A backend with no in-place kernel: everything but `write_into` delegates to the
+    /// reference, so `write_into` is the trait's host fallback.
+    #[derive(Debug)]
+    struct NoInPlace;
+
+    impl Backend for NoInPlace {
+        fn kind(&self) -> BackendKind {
+            BackendKind::Cpu
+        }
+        fn info(&self) -> BackendInfo {
+            ReferenceBackend.info()
+        }
+        fn upload(&self, data: HostData) -> Result<Storage> {
+            ReferenceBackend.upload(data)
+        }
+        fn download(&self, storage: &Storage) -> Result<HostData> {
+            ReferenceBackend.download(storage)
+        }
+        fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage> {
+            ReferenceBackend.execute(spec, inputs)
+        }
+        fn copy(&self, x: &Storage, len: usize) -> Result<Storage> {
+            ReferenceBackend.copy(x, len)
+        }
+    }
+
+    #[test]
+    fn the_default_write_into_computes_on_the_host_and_uploads() {
+        let b = NoInPlace;
+        let mut target = b.upload(HostData::F32(vec![0.0; 6])).unwrap();
+        let src = b.upload(HostData::F32(vec![1.0, 2.0, 3.0, 4.0])).unwrap();
+        let slots = b.upload(HostData::U32(vec![2, 0])).unwrap();
+        let spec = OpSpec::ScatterRows {
+            rows: 3,
+            cols: 2,
+            count: 2,
+        };
+        b.write_into(&spec, &mut target, &[&src, &slots]).unwrap();
+        assert_eq!(
+            b.download(&target).unwrap(),
+            HostData::F32(vec![3.0, 4.0, 0.0, 0.0, 1.0, 2.0])
+        );
+        // An op that is not in place is refused, not run.
+        let not_in_place = OpSpec::Argmax { rows: 1, cols: 1 };
+        assert!(b.write_into(&not_in_place, &mut target, &[]).is_err());
+    }
+}
