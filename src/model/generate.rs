@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::{Llama, Sampler, Sampling, Tokenizer};
+use super::{KvCache, Llama, Sampler, Sampling, Tokenizer};
 use crate::error::{Error, Result};
 
 /// Decode steps recorded per submit (one readback of their ids) by `generate` and the model
@@ -37,6 +37,44 @@ impl GenerationStats {
     }
 }
 
+/// How many decode steps to record in the next submit when `wanted` tokens are still to
+/// come: [`MULTI_STEP`], or fewer when fewer are wanted or `cache` has less room (0: stop).
+pub fn next_steps(cache: &KvCache, wanted: usize) -> usize {
+    MULTI_STEP.min(wanted).min(cache.capacity() - cache.len())
+}
+
+/// The ids a generation starts from (the model's BOS token, if it has one, then the
+/// prompt's) and a cache with room for them and `max_tokens` more: within the model's
+/// context, but not all of it, since a large model's full-context cache can take gigabytes.
+/// An empty prompt without a BOS token is an error, and so is a prompt that fills the
+/// context ([`Error::CacheFull`]).
+pub fn prepare(
+    model: &Llama,
+    tokenizer: &Tokenizer,
+    prompt: &str,
+    max_tokens: usize,
+) -> Result<(Vec<u32>, KvCache)> {
+    let config = &model.config;
+    let mut ids: Vec<u32> = config.bos_token_id.into_iter().collect();
+    ids.extend(tokenizer.encode(prompt));
+    if ids.is_empty() {
+        return Err(Error::invalid(
+            "generate",
+            "the prompt is empty and the model has no BOS token",
+        ));
+    }
+    let context = config.max_position_embeddings;
+    if ids.len() >= context {
+        return Err(Error::CacheFull {
+            capacity: context,
+            len: 0,
+            requested: ids.len(),
+        });
+    }
+    let cache = model.new_cache(context.min(ids.len() + max_tokens.max(1)))?;
+    Ok((ids, cache))
+}
+
 /// Generates up to `max_tokens` tokens after `prompt`, calling `on_text` with each piece of
 /// text as soon as it is complete (never half a character). The prompt runs in one forward
 /// pass and each new token in one more, over a [`KvCache`](super::KvCache). Tokens are
@@ -52,31 +90,13 @@ pub fn generate(
     mut on_text: impl FnMut(&str),
 ) -> Result<GenerationStats> {
     let config = &model.config;
-    let mut ids: Vec<u32> = config.bos_token_id.into_iter().collect();
-    ids.extend(tokenizer.encode(prompt));
-    if ids.is_empty() {
-        return Err(Error::invalid(
-            "generate",
-            "the prompt is empty and the model has no BOS token",
-        ));
-    }
+    let (ids, mut cache) = prepare(model, tokenizer, prompt, max_tokens)?;
     let mut stats = GenerationStats {
         prompt_tokens: ids.len(),
         ..Default::default()
     };
     let mut sampler = Sampler::new(sampling);
     let mut decoder = tokenizer.stream();
-    let context = config.max_position_embeddings;
-    if ids.len() >= context {
-        return Err(Error::CacheFull {
-            capacity: context,
-            len: 0,
-            requested: ids.len(),
-        });
-    }
-    // Room for the prompt and the tokens asked for, not the whole context: a large model's
-    // full-context cache can take gigabytes.
-    let mut cache = model.new_cache(context.min(ids.len() + max_tokens.max(1)))?;
     // The prompt in one forward pass.
     let start = Instant::now();
     let mut queue = VecDeque::from([model.sample_next(&ids, &mut cache, &mut sampler)?]);
@@ -86,13 +106,10 @@ pub fn generate(
     while stats.generated_tokens < max_tokens {
         let Some(next) = queue.pop_front() else {
             // Refill: several steps per submit on the device.
-            let room = cache.capacity() - cache.len();
-            if room == 0 {
+            let steps = next_steps(&cache, max_tokens - stats.generated_tokens);
+            if steps == 0 {
                 break;
             }
-            let steps = MULTI_STEP
-                .min(max_tokens - stats.generated_tokens)
-                .min(room);
             queue.extend(model.decode(last, &mut cache, steps, &mut sampler)?);
             continue;
         };

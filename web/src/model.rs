@@ -1,11 +1,12 @@
 //! Llama models in the browser: loading from bytes, `File`s, a URL or the built-in model, and
 //! generating text as a stream of pieces with a stop control.
 //!
-//! Generation uses the library's engine as it is: tokens are drawn on the device
-//! (`Llama::next_tokens_on_device` for the prompt, then `Llama::decode_on_device` for
-//! `MULTI_STEP` tokens per submit, each fed to the next step without leaving the GPU), and only
-//! their ids are read back, asynchronously: one readback per eight tokens instead of a map of
-//! the logits per token, which costs milliseconds in a browser.
+//! Generation uses the library's engine as it is: `generate::prepare` tokenizes the prompt
+//! and sizes the cache, tokens are drawn on the device (`Llama::next_tokens_on_device` for
+//! the prompt, then `Llama::decode_on_device` for `generate::MULTI_STEP` tokens per submit,
+//! each fed to the next step without leaving the GPU), and only their ids are read back,
+//! asynchronously: one readback per eight tokens instead of a map of the logits per token,
+//! which costs milliseconds in a browser.
 
 use std::cell::Cell;
 
@@ -14,7 +15,7 @@ use std::collections::VecDeque;
 use wasm_bindgen::prelude::*;
 use webtensor::bench::clock::{now_secs, pause};
 
-use webtensor::model::generate::MULTI_STEP;
+use webtensor::model::generate;
 use webtensor::model::{
     builtin, FileBytes, Llama, ModelFiles, Sampler, Sampling, SequenceInput, Tokenizer,
 };
@@ -318,23 +319,12 @@ impl Model {
         on_token: Option<&Function>,
     ) -> Result<Stats, JsValue> {
         let config = &self.llama.config;
-        let mut ids: Vec<u32> = config.bos_token_id.into_iter().collect();
-        ids.extend(self.tokenizer.encode(prompt));
-        if ids.is_empty() {
-            return Err(js_error(
-                "generate: the prompt is empty and the model has no BOS token",
-            ));
-        }
-        let context = config.max_position_embeddings;
-        if ids.len() >= context {
-            return Err(js_error(format!(
-                "generate: the prompt has {} tokens; the model's context holds {context}",
-                ids.len()
-            )));
-        }
-        // Room for the prompt and the tokens asked for, not the whole context.
-        let capacity = context.min(ids.len() + options.max_tokens.max(1));
-        let mut cache = js(self.llama.new_cache(capacity))?;
+        let (ids, mut cache) = js(generate::prepare(
+            &self.llama,
+            &self.tokenizer,
+            prompt,
+            options.max_tokens,
+        ))?;
         let mut sampler = Sampler::new(Sampling {
             temperature: options.temperature,
             top_k: options.top_k,
@@ -378,10 +368,8 @@ impl Model {
         loop {
             let Some(next) = queue.pop_front() else {
                 // Refill: several steps recorded into one submit, their ids read back once.
-                let room = cache.capacity() - cache.len();
-                let steps = MULTI_STEP
-                    .min(options.max_tokens - stats.generated_tokens)
-                    .min(room);
+                let steps =
+                    generate::next_steps(&cache, options.max_tokens - stats.generated_tokens);
                 if steps == 0 {
                     break;
                 }
