@@ -260,16 +260,19 @@ pub(crate) fn reserve(caches: &mut [(usize, &mut KvCache)]) -> Result<()> {
     for (t, cache) in caches.iter() {
         cache.check_room(*t)?;
     }
-    // Sequences of one pool draw on the same free list: count their needs together.
+    // Sequences of one pool draw on the same free list: count their needs together, once per
+    // pool (at its first sequence).
     for (i, (_, cache)) in caches.iter().enumerate() {
+        if caches[..i].iter().any(|(_, c)| c.shares_pool(cache)) {
+            continue;
+        }
         let pool = cache.pool.lock()?;
         let needed: usize = caches
             .iter()
             .filter(|(_, c)| c.shares_pool(cache))
             .map(|(t, c)| c.blocks_needed(pool.block_size, *t))
             .sum();
-        let first_of_pool = caches[..i].iter().all(|(_, c)| !c.shares_pool(cache));
-        if first_of_pool && needed > pool.free.len() {
+        if needed > pool.free.len() {
             return Err(Error::CacheBlocksExhausted {
                 block_size: pool.block_size,
                 free: pool.free.len(),
