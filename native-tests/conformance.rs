@@ -169,15 +169,25 @@ fn rope(dev: &Device) {
         let x = uniform(&mut r, rows * heads * head_dim, 2.0);
         let mut pos: Vec<u32> = (0..rows).map(|_| r.random_range(0..4096)).collect();
         pos[0] = if rows > 1 { 0 } else { 100_000 };
+        // Unscaled tables, and one scaled like Llama 3.1's (low frequencies divided by 8).
+        let mut scaled = ops::rope_inv_freq(500_000.0, head_dim);
+        let half = scaled.len();
+        scaled[half / 2..].iter_mut().for_each(|f| *f /= 8.0);
+        let tables = [
+            ("θ=1e4", ops::rope_inv_freq(10_000.0, head_dim)),
+            ("θ=5e5", ops::rope_inv_freq(500_000.0, head_dim)),
+            ("scaled", scaled),
+        ];
         for layout in [RopeLayout::HalfSplit, RopeLayout::Interleaved] {
-            for theta in [10_000.0, 500_000.0] {
+            for (name, table) in &tables {
                 compare(
-                    &format!("rope {rows}x{heads}x{head_dim} {layout:?} θ={theta}"),
+                    &format!("rope {rows}x{heads}x{head_dim} {layout:?} {name}"),
                     dev,
                     TOL,
                     |d| {
                         let xt = tensor(d, &x, &[rows, heads, head_dim]);
-                        ops::rope(&xt, &tensor(d, &pos, &[rows]), theta, layout).unwrap()
+                        let freqs = tensor(d, table, &[half]);
+                        ops::rope(&xt, &tensor(d, &pos, &[rows]), &freqs, layout).unwrap()
                     },
                 );
             }

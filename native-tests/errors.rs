@@ -42,31 +42,37 @@ fn check_errors(dev: &Device) {
     shape_err(ops::rope(
         &f(dev, &[2, 3, 4]),
         &u(dev, &[3]),
-        1e4,
+        &f(dev, &[2]),
         RopeLayout::HalfSplit,
     ));
     shape_err(ops::rope(
         &f(dev, &[2, 3, 5]),
         &u(dev, &[2]),
-        1e4,
+        &f(dev, &[2]),
         RopeLayout::HalfSplit,
     ));
     shape_err(ops::rope(
         &f(dev, &[6, 4]),
         &u(dev, &[6]),
-        1e4,
+        &f(dev, &[2]),
         RopeLayout::HalfSplit,
     ));
     dtype_err(ops::rope(
         &f(dev, &[2, 3, 4]),
         &f(dev, &[2]),
-        1e4,
+        &f(dev, &[2]),
         RopeLayout::HalfSplit,
     ));
-    arg_err(ops::rope(
+    shape_err(ops::rope(
         &f(dev, &[2, 3, 4]),
         &u(dev, &[2]),
-        0.5,
+        &f(dev, &[3]),
+        RopeLayout::HalfSplit,
+    ));
+    dtype_err(ops::rope(
+        &f(dev, &[2, 3, 4]),
+        &u(dev, &[2]),
+        &u(dev, &[2]),
         RopeLayout::HalfSplit,
     ));
     shape_err(ops::matmul(&f(dev, &[2, 3]), &f(dev, &[2, 3])));

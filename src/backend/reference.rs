@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::spec::{permute_strides, rope_inv_freq, rope_pair};
+use super::spec::{permute_strides, rope_pair};
 use super::{
     host_data, Activations, Backend, BackendInfo, BackendKind, BinaryOp, DeviceClass, HostData,
     HostInputs, MatmulSpec, OpSpec, SampleParams, ScanOp, Storage, UnaryOp,
@@ -78,15 +78,14 @@ impl Backend for ReferenceBackend {
             OpSpec::Rope {
                 heads,
                 head_dim,
-                theta,
                 layout,
                 ..
             } => HostData::F32(rope(
                 input.f32(0)?,
                 input.u32(1)?,
+                input.f32(2)?,
                 *heads,
                 *head_dim,
-                *theta,
                 *layout,
             )),
             OpSpec::Matmul(m) => HostData::F32(matmul(input.f32(0)?, input.f32(1)?, m)),
@@ -330,12 +329,11 @@ fn softmax(x: &[f32], cols: usize, causal: Option<usize>) -> Vec<f32> {
 fn rope(
     x: &[f32],
     positions: &[u32],
+    inv_freq: &[f32],
     heads: usize,
     head_dim: usize,
-    theta: f32,
     layout: super::RopeLayout,
 ) -> Vec<f32> {
-    let inv_freq = rope_inv_freq(theta, head_dim);
     let mut out = x.to_vec();
     let row_len = heads * head_dim;
     for (r, &pos) in positions.iter().enumerate() {

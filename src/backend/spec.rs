@@ -214,11 +214,11 @@ pub enum OpSpec {
         /// Queries per attention matrix for a causal mask (`q ≤ cols`), or `None`.
         causal: Option<usize>,
     },
-    /// Inputs: `x` f32 `[rows, heads, head_dim]`, `positions` u32 `[rows]`.
+    /// Inputs: `x` f32 `[rows, heads, head_dim]`, `positions` u32 `[rows]`, `inv_freq` f32
+    /// `[head_dim/2]` (the model's rotary frequencies, scaling already applied).
     /// Output: each pair `(x0, x1)` (chosen by `layout`) of pair index `i < head_dim/2`
-    /// rotated by the angle `θ = f32(pos) ·f32 inv_freq[i]`, where
-    /// `inv_freq[i] = f32(theta^(−2i/head_dim))` (computed in f64, rounded to f32) and the
-    /// product is one f32 multiplication: `x0' = x0·cos θ − x1·sin θ`, `x1' = x0·sin θ + x1·cos θ`.
+    /// rotated by the angle `θ = f32(pos) ·f32 inv_freq[i]` (one f32 multiplication):
+    /// `x0' = x0·cos θ − x1·sin θ`, `x1' = x0·sin θ + x1·cos θ`.
     Rope {
         /// Rows (tokens).
         rows: usize,
@@ -226,8 +226,6 @@ pub enum OpSpec {
         heads: usize,
         /// Elements per head (even).
         head_dim: usize,
-        /// Base of the frequencies (`rope_theta`, 10000 for Llama 2).
-        theta: f32,
         /// Pairing of elements.
         layout: RopeLayout,
     },
@@ -651,15 +649,6 @@ impl fmt::Display for OpKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
-}
-
-/// The rotary frequencies of [`OpSpec::Rope`]: `f32(theta^(−2i/head_dim))` for
-/// `i < head_dim/2`, computed in f64. Every backend uses this table so the angles agree bit
-/// for bit.
-pub fn rope_inv_freq(theta: f32, head_dim: usize) -> Vec<f32> {
-    (0..head_dim / 2)
-        .map(|i| (theta as f64).powf(-2.0 * i as f64 / head_dim as f64) as f32)
-        .collect()
 }
 
 /// For [`OpSpec::Rope`]: the indices of the two elements of pair `i` within a head.

@@ -257,8 +257,12 @@ pub fn all(size: Size) -> Vec<Case> {
         cases.push(case(
             OpKind::Rope,
             label,
-            vec![f32_input(&[rows, heads, head_dim], 8), pos],
-            |t| ops::rope(&t[0], &t[1], 10_000.0, RopeLayout::HalfSplit),
+            vec![
+                f32_input(&[rows, heads, head_dim], 8),
+                pos,
+                Input::F32(ops::rope_inv_freq(10_000.0, head_dim), vec![head_dim / 2]),
+            ],
+            |t| ops::rope(&t[0], &t[1], &t[2], RopeLayout::HalfSplit),
             n,
             0,
         ));

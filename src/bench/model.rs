@@ -59,7 +59,7 @@ pub fn run(
 ) -> Result<Vec<ModelBenchRow>> {
     let files = open()?;
     let vocab = files.config.vocab_size as u32;
-    let context = files.config.max_position_embeddings;
+    let context = files.config.context_len();
     let prompt_tokens = prompt_tokens.clamp(1, context.saturating_sub(decode_tokens).max(1));
     let decode_tokens = decode_tokens.min(context - prompt_tokens);
     let bytes = weight_bytes(&files);

@@ -75,7 +75,7 @@ impl KvPool {
         config: &LlamaConfig,
         layout: CacheLayout,
     ) -> Result<KvPool> {
-        let context = config.max_position_embeddings;
+        let context = config.context_len();
         let (kv_heads, head_dim) = (config.kv_heads(), config.head_dim());
         let (block_size, blocks, seq_capacity) = match layout {
             CacheLayout::Static { max_batch, max_len } => {

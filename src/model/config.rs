@@ -1,14 +1,23 @@
 //! [`LlamaConfig`]: the hyper-parameters of a Llama-family decoder, read from a Hugging Face
 //! `config.json` or from GGUF metadata, and checked before any weight is touched.
+//!
+//! A `config.json` key that could change the numbers and that the engine does not implement is
+//! an error naming it: every key must be read or known to be harmless
+//! ([`Architecture::knows_key`]).
 
 use serde::Deserialize;
+use serde_json::{Map, Value};
 
+use super::arch::Architecture;
+use super::rope::Rope;
 use crate::error::{Error, Result};
 
-/// The shape and numerics of a Llama-family model (Llama 2/3, TinyLlama, SmolLM, Qwen2-style
-/// grouped-query attention).
-#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
+/// The shape and numerics of a Llama-family model (see [`Architecture`]).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct LlamaConfig {
+    /// Which member of the family (from `architectures` / `model_type`).
+    #[serde(skip)]
+    pub architecture: Architecture,
     /// Tokens in the vocabulary (rows of the embedding).
     pub vocab_size: usize,
     /// Width of the residual stream.
@@ -34,10 +43,14 @@ pub struct LlamaConfig {
     /// Activation of the feed-forward gate; only `silu` is supported.
     #[serde(default = "default_act")]
     pub hidden_act: String,
-    /// Base of the rotary frequencies.
-    #[serde(default = "default_theta")]
-    pub rope_theta: f32,
-    /// Whether the q/k/v projections have biases (Qwen2 style).
+    /// Rotary embedding: base and scaling (`rope_theta`, `rope_scaling`, `rope_parameters`).
+    #[serde(skip)]
+    pub rope: Rope,
+    /// Per layer, the sliding attention window (a query sees itself and the `w − 1` keys
+    /// before it), or `None` for full causal attention.
+    #[serde(skip)]
+    pub layer_windows: Vec<Option<usize>>,
+    /// Whether the q/k/v projections have biases (always for Qwen2).
     #[serde(default)]
     pub attention_bias: bool,
     /// Whether the output projection reuses the embedding matrix.
@@ -60,9 +73,6 @@ fn default_eps() -> f32 {
 fn default_act() -> String {
     "silu".into()
 }
-fn default_theta() -> f32 {
-    10_000.0
-}
 
 /// `eos_token_id` is a number or (Llama 3) a list of them; the first is the one used.
 fn first_id<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<u32>, D::Error> {
@@ -82,12 +92,66 @@ fn first_id<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Optio
 impl LlamaConfig {
     /// Parses a Hugging Face `config.json`; `source` names the file in errors.
     pub fn from_json(text: &str, source: &str) -> Result<LlamaConfig> {
-        let config: LlamaConfig = serde_json::from_str(text).map_err(|e| Error::Config {
+        let fail = |reason: String| Error::Config {
             source_name: source.to_string(),
-            reason: format!("not a Llama config.json: {e}"),
-        })?;
+            reason,
+        };
+        let value: Value =
+            serde_json::from_str(text).map_err(|e| fail(format!("not valid JSON: {e}")))?;
+        let obj = value
+            .as_object()
+            .ok_or_else(|| fail("not a JSON object".into()))?;
+        let architecture = Architecture::from_config(
+            obj.get("architectures"),
+            obj.get("model_type").and_then(Value::as_str),
+            source,
+        )?;
+        if let Some(key) = obj.keys().find(|k| !architecture.knows_key(k)) {
+            return Err(fail(format!(
+                "`{key}` is not a setting webtensor implements for {}; it may change the \
+                 model's numbers, so the model is refused rather than run differently",
+                architecture.class_name()
+            )));
+        }
+        let mut config = LlamaConfig::deserialize(&value)
+            .map_err(|e| fail(format!("not a Llama-family config.json: {e}")))?;
+        config.architecture = architecture;
+        let original = match obj.get("original_max_position_embeddings") {
+            Some(v) if !v.is_null() => Some(v.as_f64().ok_or_else(|| {
+                fail(format!(
+                    "`original_max_position_embeddings` = {v} is not a number"
+                ))
+            })?),
+            _ => None,
+        };
+        config.rope = Rope::from_json(obj, config.max_position_embeddings, original, source)?;
+        config.layer_windows = layer_windows(obj, architecture, config.num_hidden_layers, source)?;
+        if architecture.always_qkv_bias() {
+            config.attention_bias = true;
+        }
+        if obj.get("mlp_bias").and_then(Value::as_bool) == Some(true) {
+            return Err(fail(
+                "`mlp_bias` = true: feed-forward biases are not supported".into(),
+            ));
+        }
         config.validate(source)?;
         Ok(config)
+    }
+
+    /// The longest sequence the model runs: `max_position_embeddings`, times the factor of
+    /// `dynamic` rope scaling (which exists to run past it).
+    pub fn context_len(&self) -> usize {
+        match self.rope.scaling {
+            super::RopeScaling::Dynamic { factor } if factor > 1.0 => {
+                (self.max_position_embeddings as f64 * factor) as usize
+            }
+            _ => self.max_position_embeddings,
+        }
+    }
+
+    /// The sliding attention window of `layer`, if it has one.
+    pub fn window(&self, layer: usize) -> Option<usize> {
+        self.layer_windows.get(layer).copied().flatten()
     }
 
     /// Key/value heads (the query heads when the config does not say).
@@ -163,11 +227,24 @@ impl LlamaConfig {
                 format!("= {} must be positive", self.rms_norm_eps),
             );
         }
-        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
+        if !(self.rope.theta.is_finite() && self.rope.theta > 1.0) {
             return fail(
                 "rope_theta",
-                format!("= {} must be positive", self.rope_theta),
+                format!("= {} must be above 1", self.rope.theta),
             );
+        }
+        if self.layer_windows.len() != self.num_hidden_layers {
+            return fail(
+                "layer_types",
+                format!(
+                    "gives {} layers; num_hidden_layers = {}",
+                    self.layer_windows.len(),
+                    self.num_hidden_layers
+                ),
+            );
+        }
+        if self.layer_windows.contains(&Some(0)) {
+            return fail("sliding_window", "must be at least 1".into());
         }
         if self.hidden_act != "silu" {
             return fail(
@@ -192,6 +269,74 @@ impl LlamaConfig {
     }
 }
 
+/// The attention window of each layer, as transformers derives it for `arch`: Mistral and
+/// Phi-3 apply `sliding_window` (Mistral's default 4096) to every layer; Qwen2/3 only with
+/// `use_sliding_window`, to the layers `layer_types` marks `sliding_attention` or else to those
+/// from `max_window_layers` (default 28) on.
+fn layer_windows(
+    obj: &Map<String, Value>,
+    arch: Architecture,
+    layers: usize,
+    source: &str,
+) -> Result<Vec<Option<usize>>> {
+    let fail = |field: &str, why: String| Error::Config {
+        source_name: source.to_string(),
+        reason: format!("`{field}` {why}"),
+    };
+    let count = |key: &str, default: Option<usize>| -> Result<Option<usize>> {
+        match obj.get(key) {
+            None => Ok(default),
+            Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .map(|n| Some(n as usize))
+                .ok_or_else(|| fail(key, format!("= {v} is not a whole number"))),
+        }
+    };
+    let windows = match arch {
+        Architecture::Llama => vec![None; layers],
+        Architecture::Mistral => vec![count("sliding_window", Some(4096))?; layers],
+        Architecture::Phi3 => vec![count("sliding_window", None)?; layers],
+        Architecture::Qwen2 | Architecture::Qwen3 => {
+            let enabled = match obj.get("use_sliding_window") {
+                None | Some(Value::Null) => false,
+                Some(v) => v
+                    .as_bool()
+                    .ok_or_else(|| fail("use_sliding_window", format!("= {v} is not a boolean")))?,
+            };
+            let window = if enabled {
+                count("sliding_window", Some(4096))?
+            } else {
+                None
+            };
+            match obj.get("layer_types") {
+                Some(Value::Array(types)) => types
+                    .iter()
+                    .map(|t| match t.as_str() {
+                        Some("full_attention") => Ok(None),
+                        Some("sliding_attention") => Ok(window),
+                        _ => Err(fail(
+                            "layer_types",
+                            format!(
+                                "has {t}; only \"full_attention\" and \"sliding_attention\" \
+                                 are supported"
+                            ),
+                        )),
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+                None | Some(Value::Null) => {
+                    let first = count("max_window_layers", Some(28))?.unwrap_or(0);
+                    (0..layers)
+                        .map(|i| if i >= first { window } else { None })
+                        .collect()
+                }
+                Some(other) => return Err(fail("layer_types", format!("= {other} is not a list"))),
+            }
+        }
+    };
+    Ok(windows)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,7 +350,7 @@ mod tests {
         let c = LlamaConfig::from_json(TINY, "config.json").unwrap();
         assert_eq!((c.head_dim(), c.kv_dim(), c.q_dim()), (16, 32, 64));
         assert_eq!(c.eos_token_id, Some(7));
-        assert_eq!(c.rope_theta, 10_000.0);
+        assert_eq!(c.rope, Rope::default());
     }
 
     #[test]
@@ -220,5 +365,35 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("hidden_size"), "{err}");
+    }
+
+    #[test]
+    fn refuses_what_would_change_the_numbers() {
+        for (extra, named) in [
+            (r#""architectures": ["GemmaForCausalLM"]"#, "architectures"),
+            (r#""model_type": "gpt2""#, "model_type"),
+            (r#""mlp_bias": true"#, "mlp_bias"),
+            (r#""logit_scale": 0.5"#, "logit_scale"),
+            (r#""sliding_window": 16"#, "sliding_window"),
+            (r#""rope_parameters": {"rope_type": "su"}"#, "rope_type"),
+        ] {
+            let json = TINY.replace("\"vocab_size\"", &format!("{extra}, \"vocab_size\""));
+            let err = LlamaConfig::from_json(&json, "config.json")
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(named), "{extra}: {err}");
+        }
+    }
+
+    #[test]
+    fn qwen2_has_biases_and_windows_per_layer() {
+        let json = TINY.replace(
+            "\"vocab_size\"",
+            r#""model_type": "qwen2", "use_sliding_window": true, "sliding_window": 5,
+               "max_window_layers": 1, "vocab_size""#,
+        );
+        let c = LlamaConfig::from_json(&json, "config.json").unwrap();
+        assert!(c.attention_bias);
+        assert_eq!((c.window(0), c.window(1)), (None, Some(5)));
     }
 }

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 #[cfg(not(target_arch = "wasm32"))]
 use std::path::{Path, PathBuf};
 
-use super::gguf::{self, Gguf, GgufValue};
+use super::arch::Architecture;
+use super::gguf;
 use super::safetensors;
 use super::weights::RawTensor;
 use super::{LlamaConfig, Tokenizer};
@@ -79,7 +80,7 @@ impl ModelFiles {
     /// A GGUF file from its bytes.
     pub fn from_gguf(name: &str, bytes: FileBytes) -> Result<ModelFiles> {
         let g = gguf::parse(name, bytes.bytes())?;
-        let config = config_from_gguf(&g, name)?;
+        let config = LlamaConfig::from_gguf(&g, bytes.bytes(), name)?;
         let tokenizer = Tokenizer::from_gguf(&g, name).ok();
         Ok(ModelFiles {
             config,
@@ -122,10 +123,16 @@ impl ModelFiles {
         })
     }
 
-    /// The rotary pairing the q/k weights were stored for: GGUF's converter permutes their
-    /// rows for interleaved pairs; Hugging Face weights use half-split pairs.
+    /// The rotary pairing the q/k weights were stored for: llama.cpp's converter permutes
+    /// the rows of GGUF `llama` files (Mistral's included) for interleaved pairs; Hugging Face
+    /// weights, and GGUF `qwen2`/`qwen3`/`phi3` files (llama.cpp's NEOX rope), use half-split
+    /// pairs.
     pub fn rope_layout(&self) -> RopeLayout {
-        if self.is_gguf {
+        let permuted = matches!(
+            self.config.architecture,
+            Architecture::Llama | Architecture::Mistral
+        );
+        if self.is_gguf && permuted {
             RopeLayout::Interleaved
         } else {
             RopeLayout::HalfSplit
@@ -185,70 +192,4 @@ fn open_folder(dir: &Path) -> Result<ModelFiles> {
         })
         .collect::<Result<Vec<_>>>()?;
     ModelFiles::from_parts(&config, shards, tokenizer.as_deref())
-}
-
-/// The Llama config of a GGUF file's metadata (`{arch}.*` keys).
-fn config_from_gguf(g: &Gguf, name: &str) -> Result<LlamaConfig> {
-    let arch = g
-        .metadata
-        .get("general.architecture")
-        .and_then(GgufValue::as_str)
-        .unwrap_or("llama")
-        .to_string();
-    let missing =
-        |key: &str| Error::model_file(name, format!("metadata `{key}` is missing or not a number"));
-    let int = |key: &str| -> Result<usize> {
-        let full = format!("{arch}.{key}");
-        g.metadata
-            .get(&full)
-            .and_then(GgufValue::as_u64)
-            .map(|v| v as usize)
-            .ok_or_else(|| missing(&full))
-    };
-    let opt_int = |key: &str| {
-        g.metadata
-            .get(&format!("{arch}.{key}"))
-            .and_then(GgufValue::as_u64)
-    };
-    let float = |key: &str| {
-        g.metadata
-            .get(&format!("{arch}.{key}"))
-            .and_then(GgufValue::as_f64)
-    };
-    let token_id = |key: &str| {
-        g.metadata
-            .get(&format!("tokenizer.ggml.{key}"))
-            .and_then(GgufValue::as_u64)
-            .map(|v| v as u32)
-    };
-    let vocab_size = match opt_int("vocab_size") {
-        Some(v) => v as usize,
-        None => g
-            .metadata
-            .get("tokenizer.ggml.tokens")
-            .and_then(GgufValue::as_array)
-            .map(<[_]>::len)
-            .ok_or_else(|| missing("tokenizer.ggml.tokens"))?,
-    };
-    let heads = int("attention.head_count")?;
-    let hidden = int("embedding_length")?;
-    let config = LlamaConfig {
-        vocab_size,
-        hidden_size: hidden,
-        intermediate_size: int("feed_forward_length")?,
-        num_hidden_layers: int("block_count")?,
-        num_attention_heads: heads,
-        num_key_value_heads: opt_int("attention.head_count_kv").map(|v| v as usize),
-        head_dim: opt_int("rope.dimension_count").map(|v| v as usize),
-        max_position_embeddings: opt_int("context_length").map_or(2048, |v| v as usize),
-        rms_norm_eps: float("attention.layer_norm_rms_epsilon").unwrap_or(1e-5) as f32,
-        hidden_act: "silu".into(),
-        rope_theta: float("rope.freq_base").unwrap_or(10_000.0) as f32,
-        attention_bias: g.tensors.contains_key("blk.0.attn_q.bias"),
-        tie_word_embeddings: !g.tensors.contains_key("output.weight"),
-        bos_token_id: token_id("bos_token_id"),
-        eos_token_id: token_id("eos_token_id"),
-    };
-    config.validate(name)?;
-    Ok(config)
 }

@@ -63,7 +63,7 @@ pub fn prepare(
             "the prompt is empty and the model has no BOS token",
         ));
     }
-    let context = config.max_position_embeddings;
+    let context = config.context_len();
     if ids.len() >= context {
         return Err(Error::CacheFull {
             capacity: context,

@@ -8,29 +8,15 @@ use std::borrow::Cow;
 
 use super::cache::{self, CacheLayout, CachePlan, KvCache, KvPool};
 use super::files::ModelFiles;
+use super::loader::{name, Layer, Loader};
 use super::sampler::Sampler;
-use super::weights::RawTensor;
+use super::window;
 use super::{LlamaConfig, Tokenizer};
 use crate::backend::RopeLayout;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ops;
 use crate::tensor::Tensor;
-
-/// One decoder layer's weights.
-#[derive(Clone)]
-struct Layer {
-    attn_norm: Tensor,
-    wq: Tensor,
-    wk: Tensor,
-    wv: Tensor,
-    biases: Option<[Tensor; 3]>,
-    wo: Tensor,
-    ffn_norm: Tensor,
-    gate: Tensor,
-    up: Tensor,
-    down: Tensor,
-}
 
 /// A debug hook: called with (hook name, layer index, tensor) for the hooked intermediates.
 pub type Hook = Box<dyn Fn(&str, usize, &Tensor) + Send + Sync>;
@@ -61,6 +47,9 @@ pub struct Llama {
     /// The tokenizer of the model files, if they had one.
     pub tokenizer: Option<Tokenizer>,
     layout: RopeLayout,
+    /// The rotary frequencies `[head_dim / 2]` (for `dynamic` rope, those of passes within
+    /// `max_position_embeddings`).
+    inv_freq: Tensor,
     embed: Tensor,
     /// Decoder layers; `None` for layers streamed from `files` on each pass.
     layers: Vec<Option<Layer>>,
@@ -80,77 +69,6 @@ pub struct SequenceInput<'a> {
     pub cache: &'a mut KvCache,
 }
 
-/// Reads checked tensors of `files` onto `device`.
-struct Loader<'a> {
-    device: &'a Device,
-    files: &'a ModelFiles,
-}
-
-impl Loader<'_> {
-    /// A tensor with the shape the config needs, or an error naming it.
-    fn fetch(&self, n: &str, shape: &[usize]) -> Result<(&RawTensor, &[u8])> {
-        let (t, bytes) = self.files.get(n)?;
-        if t.shape != shape {
-            return Err(Error::model_file(
-                self.files.names.join(", "),
-                format!(
-                    "tensor `{n}` has shape {:?}; the config needs {shape:?}",
-                    t.shape
-                ),
-            ));
-        }
-        Ok((t, bytes))
-    }
-
-    fn matrix(&self, n: String, shape: [usize; 2]) -> Result<Tensor> {
-        let (t, bytes) = self.fetch(&n, &shape)?;
-        t.to_device(self.device, bytes)
-    }
-
-    fn vector(&self, n: String, len: usize) -> Result<Tensor> {
-        let (t, bytes) = self.fetch(&n, &[len])?;
-        Tensor::from_vec(self.device, t.to_f32(bytes), [len])
-    }
-
-    fn layer(&self, i: usize) -> Result<Layer> {
-        let c = &self.files.config;
-        let gguf = self.files.is_gguf;
-        let n = |hf: &str, gg: &str| name(gguf, Some(i), hf, gg);
-        let (d, f, q, kv) = (c.hidden_size, c.intermediate_size, c.q_dim(), c.kv_dim());
-        let biases = if c.attention_bias {
-            Some([
-                self.vector(n("self_attn.q_proj.bias", "attn_q.bias"), q)?,
-                self.vector(n("self_attn.k_proj.bias", "attn_k.bias"), kv)?,
-                self.vector(n("self_attn.v_proj.bias", "attn_v.bias"), kv)?,
-            ])
-        } else {
-            None
-        };
-        Ok(Layer {
-            attn_norm: self.vector(n("input_layernorm.weight", "attn_norm.weight"), d)?,
-            wq: self.matrix(n("self_attn.q_proj.weight", "attn_q.weight"), [q, d])?,
-            wk: self.matrix(n("self_attn.k_proj.weight", "attn_k.weight"), [kv, d])?,
-            wv: self.matrix(n("self_attn.v_proj.weight", "attn_v.weight"), [kv, d])?,
-            biases,
-            wo: self.matrix(n("self_attn.o_proj.weight", "attn_output.weight"), [d, q])?,
-            ffn_norm: self.vector(n("post_attention_layernorm.weight", "ffn_norm.weight"), d)?,
-            gate: self.matrix(n("mlp.gate_proj.weight", "ffn_gate.weight"), [f, d])?,
-            up: self.matrix(n("mlp.up_proj.weight", "ffn_up.weight"), [f, d])?,
-            down: self.matrix(n("mlp.down_proj.weight", "ffn_down.weight"), [d, f])?,
-        })
-    }
-}
-
-/// Weight names: Hugging Face's or GGUF's.
-fn name(gguf: bool, layer: Option<usize>, hf: &str, gg: &str) -> String {
-    match (layer, gguf) {
-        (Some(i), false) => format!("model.layers.{i}.{hf}"),
-        (Some(i), true) => format!("blk.{i}.{gg}"),
-        (None, false) => hf.to_string(),
-        (None, true) => gg.to_string(),
-    }
-}
-
 impl Llama {
     /// Places the weights of `files` on `device`: matrices in their stored dtype (f32, f16 or
     /// a GGUF block format, used packed), vectors and the embedding table as f32. Every shape
@@ -167,10 +85,7 @@ impl Llama {
         files: ModelFiles,
         resident_layers: usize,
     ) -> Result<Llama> {
-        let loader = Loader {
-            device,
-            files: &files,
-        };
+        let loader = Loader::new(device, &files);
         let c = &files.config;
         let embed_name = name(
             files.is_gguf,
@@ -205,15 +120,27 @@ impl Llama {
         )?;
         let head_name = name(files.is_gguf, None, "lm_head.weight", "output.weight");
         let lm_head = if c.tie_word_embeddings || !files.tensors.contains_key(&head_name) {
+            // With tied embeddings transformers ignores a stored `lm_head.weight` too.
+            loader.mark_used(&head_name);
             embed_raw.to_device(device, embed_bytes)?
         } else {
             loader.matrix(head_name, [c.vocab_size, c.hidden_size])?
         };
+        // llama.cpp's rope scaling tensor, read into the config's rope settings.
+        loader.mark_used("rope_freqs.weight");
+        loader.check_all_used()?;
+        let hd = c.head_dim();
+        let inv_freq = Tensor::from_vec(
+            device,
+            c.rope.inv_freq(hd, 1, c.max_position_embeddings),
+            [hd / 2],
+        )?;
         let streamed = layers.iter().any(Option::is_none);
         Ok(Llama {
             config: files.config.clone(),
             tokenizer: files.tokenizer.clone(),
             layout: files.rope_layout(),
+            inv_freq,
             embed,
             layers,
             norm,
@@ -232,10 +159,7 @@ impl Llama {
             .files
             .as_ref()
             .ok_or_else(|| Error::invalid("llama", "a streamed layer without its files"))?;
-        let loader = Loader {
-            device: self.embed.device(),
-            files,
-        };
+        let loader = Loader::new(self.embed.device(), files);
         Ok(Cow::Owned(loader.layer(i)?))
     }
 
@@ -305,7 +229,7 @@ impl Llama {
     /// The logits of every position of `tokens`, from an empty cache: f32
     /// `[tokens.len(), vocab_size]`.
     pub fn logits(&self, tokens: &[u32]) -> Result<Tensor> {
-        let mut cache = self.new_cache(self.config.max_position_embeddings)?;
+        let mut cache = self.new_cache(self.config.context_len())?;
         self.forward(tokens, &mut cache)
     }
 
@@ -431,6 +355,7 @@ impl Llama {
         let c = &self.config;
         let rows = positions.len();
         let device = self.embed.device();
+        let inv_freq = self.rope_table(&positions)?;
         let positions = Tensor::from_vec(device, positions, [rows])?;
         cache::reserve(seqs)?;
         let plans = seqs
@@ -444,7 +369,7 @@ impl Llama {
             let layer = self.layer(i)?;
             let h = ops::rms_norm(&x, &layer.attn_norm, eps)?;
             self.emit("attn_norm", i, &h);
-            let attn = self.attention(i, &layer, &h, &positions, seqs, &plans)?;
+            let attn = self.attention(i, &layer, &h, (&positions, &inv_freq), seqs, &plans)?;
             self.emit("attention", i, &attn);
             let attn_out = ops::matmul_t(&attn, &layer.wo)?;
             self.emit("attn_out", i, &attn_out);
@@ -468,6 +393,24 @@ impl Llama {
         let logits = ops::matmul_t(&x, &self.lm_head)?;
         self.emit("logits", 0, &logits);
         Ok(logits)
+    }
+
+    /// The rotary frequencies of a pass at `positions`: the model's table, or for `dynamic`
+    /// rope a pass beyond `max_position_embeddings` its own (transformers recomputes the
+    /// table from the longest sequence of each call).
+    fn rope_table(&self, positions: &[u32]) -> Result<Cow<'_, Tensor>> {
+        let c = &self.config;
+        let len = positions.iter().max().map_or(0, |&p| p as usize + 1);
+        if !c.rope.depends_on_length() || len <= c.max_position_embeddings {
+            return Ok(Cow::Borrowed(&self.inv_freq));
+        }
+        let hd = c.head_dim();
+        let table = c.rope.inv_freq(hd, len, c.max_position_embeddings);
+        Ok(Cow::Owned(Tensor::from_vec(
+            self.embed.device(),
+            table,
+            [hd / 2],
+        )?))
     }
 
     /// The next token of each sequence of a batch: one forward pass, then each sequence's
@@ -511,7 +454,7 @@ impl Llama {
         index: usize,
         layer: &Layer,
         h: &Tensor,
-        positions: &Tensor,
+        (positions, inv_freq): (&Tensor, &Tensor),
         seqs: &[(usize, &mut KvCache)],
         plans: &[CachePlan],
     ) -> Result<Tensor> {
@@ -529,8 +472,19 @@ impl Llama {
         let q = project(&layer.wq, bias(0))?.reshape([rows, heads, hd])?;
         let k = project(&layer.wk, bias(1))?.reshape([rows, kv, hd])?;
         let v = project(&layer.wv, bias(2))?.reshape([rows, kv, hd])?;
-        let q = ops::rope(&q, positions, c.rope_theta, self.layout)?;
-        let k = ops::rope(&k, positions, c.rope_theta, self.layout)?;
+        let (q, k) = match &layer.qk_norms {
+            // Qwen3: an RMS norm over each head before the rotation.
+            Some([qn, kn]) => {
+                let norm = |x: &Tensor, w: &Tensor, n: usize| -> Result<Tensor> {
+                    ops::rms_norm(&x.reshape([rows * n, hd])?, w, c.rms_norm_eps)?
+                        .reshape([rows, n, hd])
+                };
+                (norm(&q, qn, heads)?, norm(&k, kn, kv)?)
+            }
+            None => (q, k),
+        };
+        let q = ops::rope(&q, positions, inv_freq, self.layout)?;
+        let k = ops::rope(&k, positions, inv_freq, self.layout)?;
         self.emit("q", index, &q);
         self.emit("k", index, &k);
         self.emit("v", index, &v);
@@ -547,7 +501,9 @@ impl Llama {
                 }
             };
             let (q, k, v) = (rows_of(&q)?, rows_of(&k)?, rows_of(&v)?);
-            let o = self.attend(&q, &k, &v, |k, v| plan.write_and_read(cache, index, k, v))?;
+            let o = self.attend(&q, &k, &v, c.window(index), |k, v| {
+                plan.write_and_read(cache, index, k, v)
+            })?;
             out = Some(match out {
                 None => o,
                 Some(prev) => ops::concat(&prev, &o, 0)?,
@@ -559,12 +515,14 @@ impl Llama {
 
     /// One sequence's attention: `q` `[t, heads, hd]`, new `k`, `v` `[t, kv_heads, hd]`;
     /// `cached` stores the new keys and values (`[kv_heads, t, hd]`) and returns all of the
-    /// sequence's (`[kv_heads, n, hd]`). Returns `[t, q_dim]`.
+    /// sequence's (`[kv_heads, n, hd]`). With a sliding `window`, a query sees itself and the
+    /// `window − 1` keys before it. Returns `[t, q_dim]`.
     fn attend(
         &self,
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
+        window: Option<usize>,
         cached: impl FnOnce(&Tensor, &Tensor) -> Result<(Tensor, Tensor)>,
     ) -> Result<Tensor> {
         let c = &self.config;
@@ -574,10 +532,18 @@ impl Llama {
         // Heads of one key/value group are consecutive: [kv, group · t, hd] against [kv, n, hd].
         let q = ops::transpose(q, 0, 1)?.reshape([kv, group * t, hd])?;
         let (k, v) = cached(&ops::transpose(k, 0, 1)?, &ops::transpose(v, 0, 1)?)?;
+        let (k, v, mask) = window::keys_in_window(&k, &v, t, window)?;
         let n = k.dims()[1];
-        let scores = ops::scale(&ops::matmul_t(&q, &k)?, 1.0 / (hd as f32).sqrt())?;
+        // Yarn scales the rotated q and k: the scores by its square.
+        let factor = c.rope.attention_factor().powi(2) / (hd as f64).sqrt();
+        let scores = ops::scale(&ops::matmul_t(&q, &k)?, factor as f32)?;
+        let scores = scores.reshape([heads, t, n])?;
+        let scores = match mask {
+            Some(mask) => ops::add(&scores, &mask)?,
+            None => scores,
+        };
         // The new queries are the last t of the n keys: softmax_causal's convention.
-        let probs = ops::softmax_causal(&scores.reshape([heads, t, n])?)?;
+        let probs = ops::softmax_causal(&scores)?;
         let out = ops::matmul(&probs.reshape([kv, group * t, n])?, &v)?;
         ops::transpose(&out.reshape([heads, t, hd])?, 0, 1)?.reshape([t, heads * hd])
     }

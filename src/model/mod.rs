@@ -1,22 +1,29 @@
 //! Llama-family models: configuration, weight files (Hugging Face safetensors folders and
 //! GGUF), and the pieces of the inference engine built on the op set.
 
+pub mod arch;
 pub mod builtin;
 pub mod cache;
 pub mod config;
+mod config_gguf;
 pub mod files;
 pub mod generate;
 pub mod gguf;
 pub mod llama;
+mod loader;
+pub mod rope;
 pub mod safetensors;
 pub mod sampler;
 pub mod tokenizer;
 pub mod weights;
+mod window;
 
+pub use arch::Architecture;
 pub use cache::{CacheLayout, KvCache, KvPool};
 pub use config::LlamaConfig;
 pub use files::{FileBytes, ModelFiles};
 pub use generate::{generate, GenerationStats};
 pub use llama::{Hook, Llama, SequenceInput, HOOK_NAMES};
+pub use rope::{Rope, RopeScaling};
 pub use sampler::{Sampler, Sampling};
 pub use tokenizer::{StreamDecoder, Tokenizer};

@@ -25,7 +25,7 @@ pub use matmul::{matmul, matmul_t};
 pub use norm::{layer_norm, rms_norm};
 pub use quant::{dequantize, qmatmul_t, quantize, ternary_dot};
 pub use reduce::argmax;
-pub use rope::rope;
+pub use rope::{rope, rope_inv_freq};
 pub use sample::sample;
 pub use scan::{linear_scan, linear_scan_backward, log_cumprod, logcumsumexp};
 pub use scatter::scatter_rows;

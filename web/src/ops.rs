@@ -79,8 +79,8 @@ pub fn softmax_causal(x: &Tensor) -> Result<Tensor, JsValue> {
     wrap(ops::softmax_causal(&x.inner))
 }
 
-/// Rotary embedding of `x` `[.., tokens, heads, head_dim]` at u32 `positions`; `layout` is
-/// `"half"` (Hugging Face) or `"interleaved"` (GGUF).
+/// Rotary embedding of `x` `[tokens, heads, head_dim]` at u32 `positions` with the unscaled
+/// frequencies of base `theta`; `layout` is `"half"` (Hugging Face) or `"interleaved"` (GGUF).
 #[wasm_bindgen(js_name = opRope)]
 pub fn rope(x: &Tensor, positions: &Tensor, theta: f32, layout: &str) -> Result<Tensor, JsValue> {
     let layout = match layout {
@@ -92,7 +92,22 @@ pub fn rope(x: &Tensor, positions: &Tensor, theta: f32, layout: &str) -> Result<
             )))
         }
     };
-    wrap(ops::rope(&x.inner, &positions.inner, theta, layout))
+    if !(theta.is_finite() && theta > 1.0) {
+        return Err(js_error(format!("rope: `theta` must be > 1, got {theta}")));
+    }
+    let head_dim = x.inner.dims().last().copied().unwrap_or(0);
+    let freqs = ops::rope_inv_freq(theta as f64, head_dim);
+    let inv_freq = wrap(webtensor::Tensor::from_vec(
+        x.inner.device(),
+        freqs,
+        [head_dim / 2],
+    ))?;
+    wrap(ops::rope(
+        &x.inner,
+        &positions.inner,
+        &inv_freq.inner,
+        layout,
+    ))
 }
 
 /// `a · b` (batched over leading dimensions).

@@ -2,7 +2,7 @@
 //! reductions over a row accumulate in f64 so long rows stay as exact as the reference.
 
 use super::parallel::for_each_row;
-use crate::backend::spec::{permute_strides, rope_inv_freq, rope_pair};
+use crate::backend::spec::{permute_strides, rope_pair};
 use crate::backend::{BinaryOp, RopeLayout, UnaryOp};
 
 fn sigmoid(x: f32) -> f32 {
@@ -110,12 +110,11 @@ pub fn softmax(x: &[f32], cols: usize, causal: Option<usize>) -> Vec<f32> {
 pub fn rope(
     x: &[f32],
     positions: &[u32],
+    inv_freq: &[f32],
     heads: usize,
     head_dim: usize,
-    theta: f32,
     layout: RopeLayout,
 ) -> Vec<f32> {
-    let inv_freq = rope_inv_freq(theta, head_dim);
     let mut out = x.to_vec();
     for_each_row(&mut out, heads * head_dim, 8, |r, row| {
         for (i, &f) in inv_freq.iter().enumerate() {

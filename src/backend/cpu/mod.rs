@@ -157,15 +157,14 @@ impl Backend for CpuBackend {
             OpSpec::Rope {
                 heads,
                 head_dim,
-                theta,
                 layout,
                 ..
             } => HostData::F32(kernels::rope(
                 input.f32(0)?,
                 input.u32(1)?,
+                input.f32(2)?,
                 *heads,
                 *head_dim,
-                *theta,
                 *layout,
             )),
             OpSpec::Matmul(m) => {

@@ -11,7 +11,6 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 
 use super::kernels::{launch, launch_in_place, Arg, Launcher, BLOCK};
 use crate::backend::reference::ReferenceBackend;
-use crate::backend::spec::rope_inv_freq;
 use crate::backend::{
     Activations, Backend, BinaryOp, HostData, MatmulSpec, OpSpec, RopeLayout, SampleParams, ScanOp,
     Storage, UnaryOp,
@@ -101,12 +100,6 @@ impl Launcher for Emulator {
 
     fn scratch(&self, _op: &'static str, len: usize, dtype: DType) -> Result<EmuBuffer> {
         Ok(EmuBuffer::new(len, dtype))
-    }
-
-    fn rope_table(&self, theta: f32, head_dim: usize) -> Result<EmuBuffer> {
-        Ok(EmuBuffer::from_host(&HostData::F32(rope_inv_freq(
-            theta, head_dim,
-        ))))
     }
 
     fn run(&self, name: &'static str, grid: (u32, u32, u32), args: &[Arg]) -> Result<()> {
@@ -202,12 +195,15 @@ fn cases() -> Vec<(OpSpec, Vec<HostData>)> {
             rows: 3,
             heads: 2,
             head_dim: 8,
-            theta: 10_000.0,
             layout,
         };
         c.push((
             spec,
-            vec![r.f32(48, -1.0, 1.0), HostData::U32(vec![0, 5, 17])],
+            vec![
+                r.f32(48, -1.0, 1.0),
+                HostData::U32(vec![0, 5, 17]),
+                HostData::F32(crate::ops::rope_inv_freq(10_000.0, 8)),
+            ],
         ));
     }
     for (batch, m, n, k, rhs_transposed, rhs_batched) in [

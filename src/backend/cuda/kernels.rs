@@ -86,8 +86,6 @@ pub(super) trait Launcher {
     fn dtype(&self, b: &Self::Buffer) -> DType;
     /// A temporary buffer of `len` units of `dtype`, alive until the work queued so far ran.
     fn scratch(&self, op: &'static str, len: usize, dtype: DType) -> Result<Self::Buffer>;
-    /// The rope frequency table of (theta, head_dim).
-    fn rope_table(&self, theta: f32, head_dim: usize) -> Result<Self::Buffer>;
     /// Launches kernel `name` on `grid` blocks of [`BLOCK`] threads.
     fn run(&self, name: &'static str, grid: (u32, u32, u32), args: &[Arg]) -> Result<()>;
 
@@ -112,10 +110,6 @@ impl Launcher for CudaBackend {
         // Freed with stream ordering (or after a device sync) when dropped, so dropping it
         // right after queuing the kernels that use it is safe.
         self.alloc(op, len, dtype)
-    }
-
-    fn rope_table(&self, theta: f32, head_dim: usize) -> Result<CudaBuffer> {
-        self.rope_table_buffer(theta, head_dim)
     }
 
     fn run(&self, name: &'static str, grid: (u32, u32, u32), args: &[Arg]) -> Result<()> {
@@ -302,25 +296,21 @@ pub(super) fn launch<L: Launcher>(
             rows,
             heads,
             head_dim,
-            theta,
             layout,
-        } => {
-            let table = be.rope_table(*theta, *head_dim)?;
-            be.run_1d(
-                "rope_f32",
-                (rows * heads * (head_dim / 2)) as u64,
-                &[
-                    o,
-                    Arg::Ptr(input(0)?),
-                    Arg::Ptr(input(1)?),
-                    Arg::Ptr(be.ptr(&table)),
-                    s(*rows)?,
-                    s(*heads)?,
-                    s(*head_dim)?,
-                    Arg::U32(matches!(layout, crate::backend::RopeLayout::Interleaved) as u32),
-                ],
-            )
-        }
+        } => be.run_1d(
+            "rope_f32",
+            (rows * heads * (head_dim / 2)) as u64,
+            &[
+                o,
+                Arg::Ptr(input(0)?),
+                Arg::Ptr(input(1)?),
+                Arg::Ptr(input(2)?),
+                s(*rows)?,
+                s(*heads)?,
+                s(*head_dim)?,
+                Arg::U32(matches!(layout, crate::backend::RopeLayout::Interleaved) as u32),
+            ],
+        ),
         OpSpec::Matmul(m) => {
             let rhs_stride = if m.rhs_batched { (m.n * m.k) as u64 } else { 0 };
             let batch = size(op, m.batch)?;

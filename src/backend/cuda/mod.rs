@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr};
 use cudarc::nvrtc::Ptx;
 
-use crate::backend::spec::rope_inv_freq;
 use crate::backend::{Backend, BackendInfo, BackendKind, DeviceClass, HostData, OpSpec, Storage};
 use crate::error::{Error, Result};
 use crate::tensor::DType;
@@ -83,8 +82,6 @@ pub struct CudaBackend {
     stream: Arc<CudaStream>,
     functions: HashMap<&'static str, CudaFunction>,
     info: BackendInfo,
-    /// Rope frequency tables by (theta bits, head_dim).
-    rope_tables: Mutex<HashMap<(u32, usize), CudaBuffer>>,
 }
 
 impl fmt::Debug for CudaBackend {
@@ -181,7 +178,6 @@ impl CudaBackend {
             stream,
             functions,
             info,
-            rope_tables: Mutex::new(HashMap::new()),
         })
     }
 
@@ -243,26 +239,6 @@ impl CudaBackend {
     fn device_ptr(&self, b: &CudaBuffer) -> u64 {
         let (ptr, _sync) = b.slice.device_ptr(&self.stream);
         ptr
-    }
-
-    /// The rope frequency table for (theta, head_dim), uploaded once.
-    fn rope_table_buffer(&self, theta: f32, head_dim: usize) -> Result<CudaBuffer> {
-        let mut tables = self
-            .rope_tables
-            .lock()
-            .map_err(|_| Error::backend("cuda", "the rope table lock was poisoned"))?;
-        if let Some(t) = tables.get(&(theta.to_bits(), head_dim)) {
-            return Ok(t.clone());
-        }
-        let freqs = rope_inv_freq(theta, head_dim);
-        let table = self.upload_bytes(
-            "rope",
-            bytemuck::cast_slice(&freqs),
-            freqs.len(),
-            DType::F32,
-        )?;
-        tables.insert((theta.to_bits(), head_dim), table.clone());
-        Ok(table)
     }
 }
 

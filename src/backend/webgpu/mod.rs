@@ -26,7 +26,6 @@ mod pool;
 mod readback;
 mod recorder;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -39,7 +38,6 @@ use self::pipelines::Pipelines;
 use self::pool::BufferPool;
 use self::readback::Readback;
 use self::recorder::Recorder;
-use crate::backend::spec::rope_inv_freq;
 use crate::backend::{
     Activations, Backend, BackendFuture, BackendInfo, BackendKind, HostData, OpSpec, Storage,
 };
@@ -52,8 +50,6 @@ pub struct WgpuBackend {
     pool: Arc<BufferPool>,
     pipelines: Pipelines,
     recorder: Mutex<Recorder>,
-    /// Rope frequency tables by (theta bits, head_dim).
-    rope_tables: Mutex<HashMap<(u32, usize), GpuBuffer>>,
 }
 
 impl fmt::Debug for WgpuBackend {
@@ -97,7 +93,6 @@ impl WgpuBackend {
             pool,
             pipelines,
             recorder,
-            rope_tables: Mutex::new(HashMap::new()),
         })
     }
 
@@ -160,26 +155,6 @@ impl WgpuBackend {
         buffer.unmap();
         self.check_errors()?;
         Ok(GpuBuffer::new(buffer, len, dtype, &self.pool))
-    }
-
-    /// The rope frequency table for (theta, head_dim), uploaded once.
-    fn rope_table(&self, theta: f32, head_dim: usize) -> Result<GpuBuffer> {
-        let mut tables = self
-            .rope_tables
-            .lock()
-            .map_err(|_| Error::backend("wgpu", "the rope table lock was poisoned"))?;
-        if let Some(t) = tables.get(&(theta.to_bits(), head_dim)) {
-            return Ok(t.clone());
-        }
-        let freqs = rope_inv_freq(theta, head_dim);
-        let table = self.upload_bytes(
-            "rope",
-            bytemuck::cast_slice(&freqs),
-            freqs.len(),
-            DType::F32,
-        )?;
-        tables.insert((theta.to_bits(), head_dim), table.clone());
-        Ok(table)
     }
 
     /// Submits everything recorded and waits for the device to finish it.
@@ -303,12 +278,9 @@ impl Backend for WgpuBackend {
         for b in &buffers {
             self.check_size(op, b.byte_len())?;
         }
-        // Extra buffers some kernels need: rope's frequency table, the rounded activations of
-        // an integer product.
+        // Extra buffers some kernels need: the rounded activations of an integer product, a
+        // scan's partial results.
         let table = match spec {
-            OpSpec::Rope {
-                theta, head_dim, ..
-            } => Some(self.rope_table(*theta, *head_dim)?),
             OpSpec::QMatmul {
                 activations: Activations::Q8_0 | Activations::I8,
                 m,

@@ -1,0 +1,189 @@
+//! Checkpoints written by transformers itself (scripts/make_hf_fixtures.py) against
+//! transformers' own logits: one tiny random model per architecture and rope type, saved as
+//! transformers 5.x writes them plus configs in the 4.x style, each run on a 48-token prompt
+//! long enough for rope scaling and sliding windows to matter. The same checkpoints converted
+//! by llama.cpp's `convert_hf_to_gguf.py` (scripts/make_gguf_fixtures.py) must load and match
+//! too: f32 within the same bound, Q8_0/Q4_0 within a bound set from llama.cpp's own error on
+//! those files.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use webtensor::model::{FileBytes, Llama, ModelFiles};
+use webtensor::Device;
+
+/// transformers' f32 logits against ours.
+const F32_TOL: f32 = 1e-3;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/hf")
+}
+
+struct Case {
+    name: String,
+    weights: String,
+}
+
+fn manifest() -> (Vec<u32>, Vec<Case>) {
+    let text = std::fs::read_to_string(fixtures().join("cases.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let prompt = v["prompt"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect();
+    let cases = v["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| Case {
+            name: c["name"].as_str().unwrap().to_string(),
+            weights: c["weights"].as_str().unwrap().to_string(),
+        })
+        .collect();
+    (prompt, cases)
+}
+
+fn read_f32(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+/// The case's config over its weights (a 4.x config shares a 5.x case's weights).
+fn hf_files(case: &Case) -> ModelFiles {
+    let dir = fixtures().join(&case.name);
+    let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    let weights = fixtures().join(&case.weights).join("model.safetensors");
+    let bytes = FileBytes::Owned(std::fs::read(&weights).unwrap());
+    ModelFiles::from_parts(&config, vec![(weights.display().to_string(), bytes)], None)
+        .unwrap_or_else(|e| panic!("{}: {e}", case.name))
+}
+
+fn max_delta(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn logits(dev: &Device, files: ModelFiles, prompt: &[u32]) -> Vec<f32> {
+    let model = Llama::load(dev, files).unwrap();
+    model.logits(prompt).unwrap().to_vec().unwrap()
+}
+
+fn devices() -> Vec<(&'static str, Device)> {
+    let mut d = vec![("cpu", common::cpu())];
+    d.extend(common::wgpu().map(|w| ("wgpu", w)));
+    d
+}
+
+#[test]
+fn transformers_checkpoints_match_transformers_logits() {
+    let (prompt, cases) = manifest();
+    assert!(prompt.len() >= 40);
+    let mut failures = Vec::new();
+    for (dev_name, dev) in devices() {
+        for case in &cases {
+            let want = read_f32(&fixtures().join(&case.name).join("logits.f32"));
+            let got = logits(&dev, hf_files(case), &prompt);
+            let delta = max_delta(&got, &want);
+            println!(
+                "{dev_name} {:<16} safetensors f32  max|Δ| = {delta:.2e}",
+                case.name
+            );
+            if !(delta <= F32_TOL) {
+                failures.push(format!("{dev_name} {}: {delta}", case.name));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "beyond {F32_TOL}: {failures:?}");
+}
+
+/// Token by token through the cache gives the prompt's logits too: the dynamic rope table, the
+/// sliding windows and the cache agree between prefill and decode.
+#[test]
+fn decoding_token_by_token_matches_transformers() {
+    let (prompt, cases) = manifest();
+    let dev = common::cpu();
+    for case in cases.iter().filter(|c| {
+        ["mistral", "qwen2_swa", "phi3", "llama_yarn", "qwen3"].contains(&c.name.as_str())
+    }) {
+        let want = read_f32(&fixtures().join(&case.name).join("logits.f32"));
+        let model = Llama::load(&dev, hf_files(case)).unwrap();
+        let mut cache = model.new_cache(prompt.len()).unwrap();
+        let mut got = Vec::new();
+        for chunk in prompt.chunks(5) {
+            got.extend(
+                model
+                    .forward(chunk, &mut cache)
+                    .unwrap()
+                    .to_vec::<f32>()
+                    .unwrap(),
+            );
+        }
+        let delta = max_delta(&got, &want);
+        assert!(delta <= F32_TOL, "{}: {delta}", case.name);
+    }
+}
+
+/// The cases converted to GGUF by llama.cpp's converter (scripts/make_gguf_fixtures.py).
+const GGUF_CASES: [&str; 8] = [
+    "llama",
+    "llama31",
+    "llama_linear",
+    "llama_yarn",
+    "smollm",
+    "qwen2",
+    "qwen3",
+    "phi3",
+];
+
+/// How far our logits on a quantized file may be from transformers' f32 logits, relative to
+/// how far llama.cpp's own logits on the same file are.
+const QUANT_SLACK: f32 = 1.25;
+
+#[test]
+fn converted_gguf_files_match_transformers_logits() {
+    let (prompt, _) = manifest();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/gguf");
+    let mut failures = Vec::new();
+    for (dev_name, dev) in devices() {
+        for case in GGUF_CASES {
+            let want = read_f32(&fixtures().join(case).join("logits.f32"));
+            for format in ["f32", "q8_0", "q4_0"] {
+                let path = dir.join(format!("{case}.{format}.gguf"));
+                let files = ModelFiles::open(&path).unwrap_or_else(|e| panic!("{case}: {e}"));
+                let got = logits(&dev, files, &prompt);
+                let delta = max_delta(&got, &want);
+                let llama_cpp = path.with_extension("gguf.llama_cpp.f32");
+                // llama.cpp's logits on the file, written by scripts/make_gguf_fixtures.py.
+                let theirs = std::fs::read(&llama_cpp)
+                    .ok()
+                    .map(|_| max_delta(&read_f32(&llama_cpp), &want));
+                let tol = match (format, theirs) {
+                    ("f32", _) => F32_TOL,
+                    (_, Some(theirs)) => QUANT_SLACK * theirs,
+                    (_, None) => {
+                        failures.push(format!("{} is missing", llama_cpp.display()));
+                        continue;
+                    }
+                };
+                println!(
+                    "{dev_name} {case:<16} gguf {format:<5} max|Δ| = {delta:.2e} \
+                     (llama.cpp {}, bound {tol:.2e})",
+                    theirs.map_or("not measured".into(), |t| format!("{t:.2e}"))
+                );
+                if !(delta <= tol) {
+                    failures.push(format!("{dev_name} {case} {format}: {delta} > {tol}"));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:?}");
+}

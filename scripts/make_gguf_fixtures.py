@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""GGUF files made by llama.cpp's own converter from the transformers checkpoints of
+scripts/make_hf_fixtures.py, and llama.cpp's logits on them.
+
+For each case in CASES: `convert_hf_to_gguf.py --outtype f32` and `--outtype q8_0`, and a Q4_0
+file (the converter has no Q4_0 output): the f32 file's tensors that the converter quantizes for
+q8_0, quantized to Q4_0 with gguf-py, every metadata key copied. Where llama-cpp-python is
+installed, llama.cpp runs the prompt of cases.json on each file (`logits_all=True`, one thread)
+and its logits are written next to the file (`<file>.llama_cpp.f32`), so the tests can bound our
+error on the quantized files by llama.cpp's own.
+
+Needs: transformers, torch, sentencepiece, gguf (pip), and llama.cpp's source tree (the
+llama-cpp-python sdist carries it under vendor/llama.cpp). Run from the repository root:
+
+    python3 scripts/make_gguf_fixtures.py --llama-cpp /path/to/vendor/llama.cpp
+
+It runs scripts/make_hf_fixtures.py first (with a tokenizer, which the converter needs).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+OUT = "native-tests/fixtures/hf"
+GGUF_OUT = "native-tests/fixtures/gguf"
+WORK = "/tmp/webtensor_gguf_fixtures"
+
+# The cases converted. Left out: `llama_dynamic` (the converter writes no dynamic scaling, so
+# llama.cpp runs it unscaled), `mistral` (converted as `llama`, whose GGUF has no sliding
+# window), `qwen2_swa` (the converter writes Qwen2's window only for DFlash models), the 4.x
+# configs (same weights as their 5.x cases).
+CASES = ["llama", "llama31", "llama_linear", "llama_yarn", "smollm", "qwen2", "qwen3", "phi3"]
+
+
+def copy_with_tensors(reader, out_path, tensors):
+    """A GGUF with `reader`'s metadata and the given (name, array, type) tensors."""
+    import gguf
+    arch = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(out_path, arch)
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        if key == "general.file_type":
+            writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(key, field.contents(), vtype, sub_type=sub)
+    for name, data, qtype in tensors:
+        writer.add_tensor(name, data, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def q4_0_from(f32_path, q8_path, out_path):
+    import gguf
+    from gguf import GGMLQuantizationType as Q
+    f32 = gguf.GGUFReader(f32_path)
+    quantized = {t.name for t in gguf.GGUFReader(q8_path).tensors if t.tensor_type == Q.Q8_0}
+    tensors = []
+    for t in f32.tensors:
+        data = np.array(t.data)
+        if t.name in quantized:
+            tensors.append((t.name, gguf.quants.quantize(data, Q.Q4_0), Q.Q4_0))
+        else:
+            tensors.append((t.name, data, t.tensor_type))
+    copy_with_tensors(f32, out_path, tensors)
+
+
+def llama_cpp_logits(path, prompt, vocab):
+    from llama_cpp import Llama
+    llm = Llama(model_path=path, logits_all=True, n_threads=1, n_ctx=len(prompt) + 16,
+                n_batch=len(prompt), verbose=False)
+    llm.eval(prompt)
+    return np.array(llm.scores[:len(prompt), :vocab], dtype="<f4")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--llama-cpp", required=True, help="llama.cpp's source tree")
+    args = ap.parse_args()
+    subprocess.run([sys.executable, "scripts/make_hf_fixtures.py", "--keep-tokenizer", WORK],
+                   check=True)
+    converter = os.path.join(args.llama_cpp, "convert_hf_to_gguf.py")
+    prompt = json.load(open(os.path.join(OUT, "cases.json")))["prompt"]
+    os.makedirs(GGUF_OUT, exist_ok=True)
+    try:
+        import llama_cpp  # noqa: F401
+        have_llama_cpp = True
+    except ImportError:
+        have_llama_cpp = False
+        print("llama-cpp-python is not installed: no llama.cpp logits")
+    for name in CASES:
+        files = {}
+        for outtype in ("f32", "q8_0"):
+            files[outtype] = os.path.join(GGUF_OUT, f"{name}.{outtype}.gguf")
+            subprocess.run([sys.executable, converter, os.path.join(WORK, name), "--outtype",
+                            outtype, "--outfile", files[outtype]], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        files["q4_0"] = os.path.join(GGUF_OUT, f"{name}.q4_0.gguf")
+        q4_0_from(files["f32"], files["q8_0"], files["q4_0"])
+        hf = np.fromfile(os.path.join(OUT, name, "logits.f32"), "<f4").reshape(len(prompt), -1)
+        for outtype, path in files.items():
+            line = f"{name} {outtype}: {os.path.getsize(path)} bytes"
+            if have_llama_cpp:
+                got = llama_cpp_logits(path, prompt, hf.shape[1])
+                got.tofile(path + ".llama_cpp.f32")
+                line += f", llama.cpp max|Δ| against transformers {np.abs(got - hf).max():.3e}"
+            print(line)
+
+
+if __name__ == "__main__":
+    main()

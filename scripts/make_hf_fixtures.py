@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""Tiny random checkpoints written by transformers itself, with transformers' own logits.
+
+One checkpoint per architecture and rope type webtensor supports, saved as the installed
+transformers (5.x) writes them, plus configs in the 4.x style (top-level `rope_theta`,
+`rope_scaling`) over the weights of a 5.x case. For each case transformers runs a prompt of
+PROMPT_LEN token ids in float32 with eager attention; the logits are the expected values of
+native-tests/real_models.rs.
+
+Dimensions are chosen so rope scaling and the sliding windows matter within the prompt (small
+`original_max_position_embeddings`, windows shorter than the prompt, a `dynamic` case whose
+prompt exceeds `max_position_embeddings`) and the files stay small.
+
+Writes native-tests/fixtures/hf/<case>/{config.json, model.safetensors, logits.f32} and
+native-tests/fixtures/hf/cases.json. Run from the repository root:
+
+    python3 scripts/make_hf_fixtures.py
+
+`--keep-tokenizer DIR` also writes each case with a tiny SentencePiece tokenizer into DIR (what
+llama.cpp's converter needs; see scripts/make_gguf_fixtures.py).
+"""
+
+import argparse
+import json
+import os
+import shutil
+
+import numpy as np
+import torch
+import transformers
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+                          Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
+
+OUT = "native-tests/fixtures/hf"
+PROMPT_LEN = 48
+VOCAB = 128
+DIMS = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=32, num_hidden_layers=2,
+            num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-5,
+            bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+               "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 64}
+
+# name: (config class, model class, config arguments)
+CASES = {
+    "llama": (LlamaConfig, LlamaForCausalLM,
+              dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    "llama3": (LlamaConfig, LlamaForCausalLM,
+               dict(rope_parameters={"rope_type": "default", "rope_theta": 500000.0})),
+    "llama31": (LlamaConfig, LlamaForCausalLM,
+                dict(rope_parameters=LLAMA3_ROPE, max_position_embeddings=512)),
+    "llama_linear": (LlamaConfig, LlamaForCausalLM,
+                     dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0,
+                                           "factor": 4.0})),
+    "llama_dynamic": (LlamaConfig, LlamaForCausalLM,
+                      dict(rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0,
+                                            "factor": 2.0}, max_position_embeddings=32)),
+    "llama_yarn": (LlamaConfig, LlamaForCausalLM,
+                   dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0,
+                                         "factor": 4.0, "original_max_position_embeddings": 16},
+                        max_position_embeddings=64)),
+    "smollm": (LlamaConfig, LlamaForCausalLM,
+               dict(rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+                    tie_word_embeddings=True)),
+    "mistral": (MistralConfig, MistralForCausalLM,
+                dict(rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                     sliding_window=12)),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM,
+              dict(rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                   tie_word_embeddings=True)),
+    "qwen2_swa": (Qwen2Config, Qwen2ForCausalLM,
+                  dict(rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                       use_sliding_window=True, sliding_window=10, max_window_layers=1)),
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM,
+              dict(rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                   head_dim=16, num_attention_heads=4, num_key_value_heads=2)),
+    "phi3": (Phi3Config, Phi3ForCausalLM,
+             dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                  sliding_window=20, pad_token_id=0, eos_token_id=2)),
+}
+
+# The cases whose rope scaling or sliding window must move the logits.
+SCALED = {"llama31", "llama_linear", "llama_dynamic", "llama_yarn", "mistral", "qwen2_swa", "phi3"}
+
+# Configs as transformers 4.x wrote them, over the weights of a 5.x case: name → (weights of,
+# function of the saved config dict).
+
+
+def v4_llama31(c):
+    rope = dict(c.pop("rope_parameters"))
+    c["rope_theta"] = rope.pop("rope_theta")
+    c["rope_scaling"] = rope
+    return c
+
+
+def v4_llama(c):
+    c["rope_theta"] = c.pop("rope_parameters")["rope_theta"]
+    c["rope_scaling"] = None
+    return c
+
+
+def v4_linear(c):
+    rope = dict(c.pop("rope_parameters"))
+    c["rope_theta"] = rope.pop("rope_theta")
+    c["rope_scaling"] = {"type": "linear", "factor": rope["factor"]}
+    return c
+
+
+V4_CASES = {
+    "llama31_v4": ("llama31", v4_llama31),
+    "llama_v4": ("llama", v4_llama),
+    "llama_linear_v4": ("llama_linear", v4_linear),
+}
+
+
+def randomize(model, seed):
+    """Weights of a size that makes every part of the forward pass matter to the logits."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
+            elif name.endswith(".bias"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+            elif "embed_tokens" in name:
+                p.copy_(torch.randn(p.shape, generator=g))
+            else:
+                scale = 3.0 if name == "lm_head.weight" else 1.0
+                p.copy_(scale * torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5)
+
+
+def logits_of(folder, ids):
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    with torch.no_grad():
+        out = model(torch.tensor([ids])).logits[0]
+    return out.numpy().astype("<f4")
+
+
+def plain(config):
+    """The same config without rope scaling and sliding windows."""
+    c = dict(config)
+    c["rope_parameters"] = {"rope_type": "default",
+                            "rope_theta": c["rope_parameters"]["rope_theta"]}
+    for key in ("sliding_window", "use_sliding_window", "layer_types"):
+        c.pop(key, None)
+    return c
+
+
+def check_sensitive(folder, ids, logits):
+    """Fails unless the case's rope scaling or window changes the logits noticeably (else the
+    fixture could not catch an engine that ignores them)."""
+    config = json.load(open(os.path.join(folder, "config.json")))
+    if os.path.basename(folder) not in SCALED:
+        return None
+    probe = folder + ".plain"
+    shutil.copytree(folder, probe)
+    with open(os.path.join(probe, "config.json"), "w") as f:
+        json.dump(plain(config), f)
+    delta = float(np.abs(logits_of(probe, ids) - logits).max())
+    shutil.rmtree(probe)
+    assert delta > 0.05, f"{folder}: scaling/window changes the logits by only {delta}"
+    return delta
+
+
+def tiny_sentencepiece(folder):
+    """A tiny SentencePiece vocabulary (tokenizer.model), what llama.cpp's converter reads."""
+    import sentencepiece as spm
+    corpus = os.path.join(folder, "corpus.txt")
+    with open(corpus, "w") as f:
+        f.write(open(transformers.models.llama.modeling_llama.__file__).read())
+    spm.SentencePieceTrainer.train(
+        input=corpus, model_prefix=os.path.join(folder, "tokenizer"), vocab_size=VOCAB,
+        model_type="bpe", hard_vocab_limit=False, character_coverage=1.0,
+        bos_id=1, eos_id=2, unk_id=0, pad_id=-1, minloglevel=2)
+    os.remove(corpus)
+    os.remove(os.path.join(folder, "tokenizer.vocab"))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--keep-tokenizer", metavar="DIR",
+                    help="also write every case with a tokenizer.model into DIR")
+    args = ap.parse_args()
+    ids = np.random.default_rng(0).integers(3, VOCAB, PROMPT_LEN).tolist()
+    manifest = {"transformers": transformers.__version__, "prompt": ids, "cases": []}
+    shutil.rmtree(OUT, ignore_errors=True)
+    for seed, (name, (config_cls, model_cls, extra)) in enumerate(CASES.items()):
+        folder = os.path.join(OUT, name)
+        config = config_cls(**{**DIMS, **extra})
+        torch.manual_seed(seed)
+        model = model_cls(config)
+        randomize(model, seed)
+        model.save_pretrained(folder)
+        os.remove(os.path.join(folder, "generation_config.json"))
+        logits = logits_of(folder, ids)
+        logits.tofile(os.path.join(folder, "logits.f32"))
+        manifest["cases"].append({"name": name, "weights": name})
+        delta = check_sensitive(folder, ids, logits)
+        print(f"{name}: logits |max| {np.abs(logits).max():.2f}, without its rope scaling "
+              f"or window they move by {delta}")
+    for name, (base, rewrite) in V4_CASES.items():
+        folder = os.path.join(OUT, name)
+        os.makedirs(folder)
+        config = json.load(open(os.path.join(OUT, base, "config.json")))
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(rewrite(config), f, indent=2)
+        # transformers reads the 4.x config over the same weights: it must agree with itself.
+        shutil.copy(os.path.join(OUT, base, "model.safetensors"), folder)
+        logits = logits_of(folder, ids)
+        os.remove(os.path.join(folder, "model.safetensors"))
+        base_logits = np.fromfile(os.path.join(OUT, base, "logits.f32"), "<f4")
+        assert np.abs(logits.ravel() - base_logits).max() < 1e-5, name
+        logits.tofile(os.path.join(folder, "logits.f32"))
+        manifest["cases"].append({"name": name, "weights": base})
+        print(f"{name}: 4.x config over {base}'s weights")
+    with open(os.path.join(OUT, "cases.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+    if args.keep_tokenizer:
+        shutil.rmtree(args.keep_tokenizer, ignore_errors=True)
+        os.makedirs(args.keep_tokenizer)
+        tiny_sentencepiece(args.keep_tokenizer)
+        for name in CASES:
+            dst = os.path.join(args.keep_tokenizer, name)
+            shutil.copytree(os.path.join(OUT, name), dst)
+            os.remove(os.path.join(dst, "logits.f32"))
+            shutil.copy(os.path.join(args.keep_tokenizer, "tokenizer.model"), dst)
+            with open(os.path.join(dst, "tokenizer_config.json"), "w") as f:
+                json.dump({"tokenizer_class": "LlamaTokenizer", "add_bos_token": False}, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+//! [`Architecture`]: the Llama-family variants the engine runs, how a Hugging Face
+//! `config.json` or a GGUF file names them, and which `config.json` keys each one may carry.
+
+use crate::error::{Error, Result};
+
+/// A decoder of the Llama family. They share the forward pass (RMS norms, rotary attention
+/// with grouped-query heads, a SwiGLU feed-forward block) and differ in a few details.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Architecture {
+    /// Llama 2/3/3.1/3.2, TinyLlama, SmolLM/SmolLM2 (`LlamaForCausalLM`).
+    #[default]
+    Llama,
+    /// Mistral: Llama with an optional sliding attention window.
+    Mistral,
+    /// Qwen2/2.5: q/k/v projections always have biases.
+    Qwen2,
+    /// Qwen3: an RMS norm over each head of q and k before the rotary embedding.
+    Qwen3,
+    /// Phi-3: q/k/v stored as one `qkv_proj`, gate and up as one `gate_up_proj`.
+    Phi3,
+}
+
+/// Every architecture, for messages.
+const ALL: [(Architecture, &str, &str, &str); 5] = [
+    (Architecture::Llama, "LlamaForCausalLM", "llama", "llama"),
+    (
+        Architecture::Mistral,
+        "MistralForCausalLM",
+        "mistral",
+        "llama",
+    ),
+    (Architecture::Qwen2, "Qwen2ForCausalLM", "qwen2", "qwen2"),
+    (Architecture::Qwen3, "Qwen3ForCausalLM", "qwen3", "qwen3"),
+    (Architecture::Phi3, "Phi3ForCausalLM", "phi3", "phi3"),
+];
+
+/// `config.json` keys that do not change the numbers of a forward pass (training settings,
+/// bookkeeping, generation defaults, token ids the engine reads elsewhere).
+const HARMLESS_KEYS: &[&str] = &[
+    "_name_or_path",
+    "architectures",
+    "model_type",
+    "transformers_version",
+    "torch_dtype",
+    "dtype",
+    "use_cache",
+    "initializer_range",
+    "attention_dropout",
+    "resid_pdrop",
+    "embd_pdrop",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "output_attentions",
+    "output_hidden_states",
+    "return_dict",
+    "id2label",
+    "label2id",
+    "tokenizer_class",
+    "is_decoder",
+    "is_encoder_decoder",
+    "tie_encoder_decoder",
+    "add_cross_attention",
+    "max_length",
+    "min_length",
+    "do_sample",
+    "temperature",
+    "top_k",
+    "top_p",
+    "repetition_penalty",
+    "num_beams",
+    "use_bfloat16",
+    "chat_template",
+    "pretraining_tp",
+];
+
+/// `config.json` keys the engine reads (for every architecture).
+const READ_KEYS: &[&str] = &[
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "hidden_act",
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "partial_rotary_factor",
+    "tie_word_embeddings",
+    "attention_bias",
+    "mlp_bias",
+];
+
+impl Architecture {
+    /// The architecture a `config.json` names in `architectures` (its one entry) or, without
+    /// it, in `model_type`; `Err` names the field and the architecture when it is not one of
+    /// ours (or when the two disagree).
+    pub fn from_config(
+        architectures: Option<&serde_json::Value>,
+        model_type: Option<&str>,
+        source: &str,
+    ) -> Result<Architecture> {
+        let fail = |field: &str, why: String| Error::Config {
+            source_name: source.to_string(),
+            reason: format!("`{field}` {why}"),
+        };
+        let supported = || {
+            ALL.iter()
+                .map(|(_, class, _, _)| *class)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let by_class = match architectures {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => {
+                let names: Vec<&str> = v
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|n| n.as_str()).collect())
+                    .unwrap_or_default();
+                let [name] = names[..] else {
+                    return Err(fail(
+                        "architectures",
+                        format!("= {v} must list exactly one architecture name"),
+                    ));
+                };
+                let arch = ALL.iter().find(|(_, class, _, _)| *class == name);
+                Some(arch.map(|a| a.0).ok_or_else(|| {
+                    fail(
+                        "architectures",
+                        format!(
+                            "= [{name:?}] is not supported; webtensor runs {}",
+                            supported()
+                        ),
+                    )
+                })?)
+            }
+        };
+        let by_type = match model_type {
+            None => None,
+            Some(t) => Some(
+                ALL.iter()
+                    .find(|(_, _, mt, _)| *mt == t)
+                    .map(|a| a.0)
+                    .ok_or_else(|| {
+                        fail(
+                            "model_type",
+                            format!("= {t:?} is not supported; webtensor runs {}", supported()),
+                        )
+                    })?,
+            ),
+        };
+        match (by_class, by_type) {
+            (Some(a), Some(b)) if a != b => Err(fail(
+                "model_type",
+                format!(
+                    "= {:?} disagrees with `architectures` = [{:?}]",
+                    b.model_type(),
+                    a.class_name()
+                ),
+            )),
+            (Some(a), _) | (None, Some(a)) => Ok(a),
+            // Older Llama exports carry neither.
+            (None, None) => Ok(Architecture::Llama),
+        }
+    }
+
+    /// The architecture of a GGUF file's `general.architecture`. The converter writes Mistral
+    /// as `llama`.
+    pub fn from_gguf(name: &str, source: &str) -> Result<Architecture> {
+        ALL.iter()
+            .find(|(a, _, _, gguf)| *gguf == name && *a != Architecture::Mistral)
+            .map(|a| a.0)
+            .ok_or_else(|| {
+                Error::model_file(
+                    source,
+                    format!(
+                        "metadata `general.architecture` = {name:?} is not supported; webtensor \
+                         runs llama, qwen2, qwen3 and phi3"
+                    ),
+                )
+            })
+    }
+
+    /// The transformers class name (`LlamaForCausalLM`, ...).
+    pub fn class_name(self) -> &'static str {
+        ALL.iter().find(|a| a.0 == self).map_or("?", |a| a.1)
+    }
+
+    /// The `model_type` of its `config.json`.
+    pub fn model_type(self) -> &'static str {
+        ALL.iter().find(|a| a.0 == self).map_or("?", |a| a.2)
+    }
+
+    /// Whether q/k/v have biases whatever `attention_bias` says (Qwen2).
+    pub fn always_qkv_bias(self) -> bool {
+        self == Architecture::Qwen2
+    }
+
+    /// Whether each head of q and k goes through an RMS norm before the rotary embedding.
+    pub fn qk_norm(self) -> bool {
+        self == Architecture::Qwen3
+    }
+
+    /// Whether q/k/v and gate/up are stored fused (`qkv_proj`, `gate_up_proj`).
+    pub fn fused_projections(self) -> bool {
+        self == Architecture::Phi3
+    }
+
+    /// Whether `key` of a `config.json` is one the engine reads or one that cannot change
+    /// the numbers, for this architecture.
+    pub fn knows_key(self, key: &str) -> bool {
+        let own: &[&str] = match self {
+            Architecture::Llama => &[],
+            Architecture::Mistral => &["sliding_window"],
+            Architecture::Qwen2 | Architecture::Qwen3 => &[
+                "use_sliding_window",
+                "sliding_window",
+                "max_window_layers",
+                "layer_types",
+            ],
+            Architecture::Phi3 => &["sliding_window", "original_max_position_embeddings"],
+        };
+        HARMLESS_KEYS.contains(&key) || READ_KEYS.contains(&key) || own.contains(&key)
+    }
+}

@@ -1,0 +1,229 @@
+//! [`LlamaConfig`] from a GGUF file's metadata (`{arch}.*` keys, as llama.cpp's
+//! `convert_hf_to_gguf.py` writes them) and its `rope_freqs.weight` tensor.
+//!
+//! Like `config.json`, every `{arch}.*` key must be one the engine reads or one known not to
+//! change the numbers; any other is an error naming it.
+
+use super::arch::Architecture;
+use super::gguf::{Gguf, GgufValue};
+use super::rope::{Rope, RopeScaling};
+use super::LlamaConfig;
+use crate::error::{Error, Result};
+
+/// `{arch}.*` keys read here, or harmless.
+const KNOWN_KEYS: &[&str] = &[
+    "context_length",
+    "embedding_length",
+    "block_count",
+    "feed_forward_length",
+    "vocab_size",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "attention.value_length",
+    "attention.layer_norm_rms_epsilon",
+    "attention.sliding_window",
+    "rope.dimension_count",
+    "rope.freq_base",
+    "rope.scale_linear",
+    "rope.scaling.type",
+    "rope.scaling.factor",
+    "rope.scaling.original_context_length",
+    "rope.scaling.finetuned",
+    "rope.scaling.attn_factor",
+    "rope.scaling.yarn_attn_factor",
+    "rope.scaling.yarn_beta_fast",
+    "rope.scaling.yarn_beta_slow",
+];
+
+impl LlamaConfig {
+    /// The config of a GGUF file: its metadata, and `bytes` (the file) for the
+    /// `rope_freqs.weight` tensor; `name` names the file in errors.
+    pub fn from_gguf(g: &Gguf, bytes: &[u8], name: &str) -> Result<LlamaConfig> {
+        let arch_name = g
+            .metadata
+            .get("general.architecture")
+            .and_then(GgufValue::as_str)
+            .unwrap_or("llama")
+            .to_string();
+        let architecture = Architecture::from_gguf(&arch_name, name)?;
+        let prefix = format!("{arch_name}.");
+        if let Some(key) = g.metadata.keys().find(|k| {
+            k.strip_prefix(&prefix)
+                .is_some_and(|rest| !KNOWN_KEYS.contains(&rest))
+        }) {
+            return Err(Error::model_file(
+                name,
+                format!(
+                    "metadata `{key}` is not a setting webtensor implements; it may change the \
+                     model's numbers, so the file is refused rather than run differently"
+                ),
+            ));
+        }
+        let get = |key: &str| g.metadata.get(&format!("{prefix}{key}"));
+        let bad = |key: &str, why: &str| {
+            Error::model_file(name, format!("metadata `{prefix}{key}` {why}"))
+        };
+        let opt_int = |key: &str| -> Result<Option<usize>> {
+            get(key)
+                .map(|v| {
+                    v.as_u64()
+                        .map(|n| n as usize)
+                        .ok_or_else(|| bad(key, "is not a whole number"))
+                })
+                .transpose()
+        };
+        let int = |key: &str| opt_int(key)?.ok_or_else(|| bad(key, "is missing"));
+        let float = |key: &str| -> Result<Option<f64>> {
+            get(key)
+                .map(|v| v.as_f64().ok_or_else(|| bad(key, "is not a number")))
+                .transpose()
+        };
+        let token_id = |key: &str| {
+            g.metadata
+                .get(&format!("tokenizer.ggml.{key}"))
+                .and_then(GgufValue::as_u64)
+                .map(|v| v as u32)
+        };
+        let vocab_size = match opt_int("vocab_size")? {
+            Some(v) => v,
+            None => g
+                .metadata
+                .get("tokenizer.ggml.tokens")
+                .and_then(GgufValue::as_array)
+                .map(<[_]>::len)
+                .ok_or_else(|| {
+                    Error::model_file(name, "metadata `tokenizer.ggml.tokens` is missing")
+                })?,
+        };
+        let heads = int("attention.head_count")?;
+        let hidden = int("embedding_length")?;
+        let head_dim = opt_int("attention.key_length")?.or(opt_int("rope.dimension_count")?);
+        let dim = head_dim.unwrap_or(hidden / heads.max(1));
+        for key in [
+            "attention.key_length",
+            "attention.value_length",
+            "rope.dimension_count",
+        ] {
+            if let Some(v) = opt_int(key)? {
+                if v != dim {
+                    return Err(bad(
+                        key,
+                        &format!(
+                            "= {v} differs from the head width {dim}; partial rotary embedding \
+                             and different key/value widths are not supported"
+                        ),
+                    ));
+                }
+            }
+        }
+        let layers = int("block_count")?;
+        let window = opt_int("attention.sliding_window")?.filter(|&w| w > 0);
+        let max_positions = opt_int("context_length")?.unwrap_or(2048);
+        let config = LlamaConfig {
+            architecture,
+            vocab_size,
+            hidden_size: hidden,
+            intermediate_size: int("feed_forward_length")?,
+            num_hidden_layers: layers,
+            num_attention_heads: heads,
+            num_key_value_heads: opt_int("attention.head_count_kv")?,
+            head_dim,
+            max_position_embeddings: max_positions,
+            rms_norm_eps: float("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5) as f32,
+            hidden_act: "silu".into(),
+            rope: rope_of(g, bytes, &prefix, name, dim)?,
+            layer_windows: vec![window; layers],
+            attention_bias: g.tensors.contains_key("blk.0.attn_q.bias"),
+            tie_word_embeddings: !g.tensors.contains_key("output.weight"),
+            bos_token_id: token_id("bos_token_id"),
+            eos_token_id: token_id("eos_token_id"),
+        };
+        config.validate(name)?;
+        Ok(config)
+    }
+}
+
+/// The rope settings of GGUF metadata (`{prefix}rope.*`) and the `rope_freqs.weight` tensor.
+fn rope_of(g: &Gguf, bytes: &[u8], prefix: &str, name: &str, head_dim: usize) -> Result<Rope> {
+    let key = |k: &str| format!("{prefix}{k}");
+    let get = |k: &str| g.metadata.get(&key(k));
+    let bad = |k: &str, why: &str| Error::model_file(name, format!("metadata `{}` {why}", key(k)));
+    let float = |k: &str| -> Result<Option<f64>> {
+        get(k)
+            .map(|v| v.as_f64().ok_or_else(|| bad(k, "is not a number")))
+            .transpose()
+    };
+    let required = |k: &str| float(k)?.ok_or_else(|| bad(k, "is missing"));
+    let theta = float("rope.freq_base")?.unwrap_or(10_000.0);
+    let kind = match get("rope.scaling.type") {
+        None => None,
+        Some(v) => Some(
+            v.as_str()
+                .ok_or_else(|| bad("rope.scaling.type", "is not a string"))?,
+        ),
+    };
+    let mut scaling = match kind {
+        None | Some("none") => match float("rope.scale_linear")? {
+            Some(f) if f != 1.0 => RopeScaling::Linear { factor: f },
+            _ => RopeScaling::None,
+        },
+        Some("linear") => RopeScaling::Linear {
+            factor: required("rope.scaling.factor")?,
+        },
+        Some("yarn") => {
+            let factor = required("rope.scaling.factor")?;
+            let attention_factor = match float("rope.scaling.yarn_attn_factor")? {
+                Some(a) => a,
+                None if factor > 1.0 => 0.1 * factor.ln() + 1.0,
+                None => 1.0,
+            };
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings: required("rope.scaling.original_context_length")?,
+                beta_fast: float("rope.scaling.yarn_beta_fast")?.unwrap_or(32.0),
+                beta_slow: float("rope.scaling.yarn_beta_slow")?.unwrap_or(1.0),
+                attention_factor,
+                truncate: true,
+            }
+        }
+        Some(other) => {
+            return Err(bad(
+                "rope.scaling.type",
+                &format!("= {other:?} is not supported (none, linear and yarn are)"),
+            ))
+        }
+    };
+    if let Some(a) = float("rope.scaling.attn_factor")? {
+        if a != 1.0 {
+            return Err(bad("rope.scaling.attn_factor", "is not supported (only 1)"));
+        }
+    }
+    if let Some(t) = g.tensors.get("rope_freqs.weight") {
+        if scaling != RopeScaling::None {
+            return Err(Error::model_file(
+                name,
+                "`rope_freqs.weight` and `rope.scaling.type` are both given; only one can scale",
+            ));
+        }
+        if t.shape != [head_dim / 2] {
+            return Err(Error::model_file(
+                name,
+                format!(
+                    "`rope_freqs.weight` has shape {:?}; the head width needs [{}]",
+                    t.shape,
+                    head_dim / 2
+                ),
+            ));
+        }
+        let factors = t.to_f32(bytes);
+        if factors.iter().any(|f| !(f.is_finite() && *f > 0.0)) {
+            return Err(Error::model_file(
+                name,
+                "`rope_freqs.weight` holds a factor that is not a positive number",
+            ));
+        }
+        scaling = RopeScaling::Factors(factors);
+    }
+    Ok(Rope { theta, scaling })
+}

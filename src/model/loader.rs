@@ -1,0 +1,200 @@
+//! Weights of a model on a device, read by name from its files for each [`Architecture`]:
+//! Hugging Face or GGUF names, fused Phi-3 projections split at load (by row ranges of the
+//! stored bytes, so packed block formats split too), Qwen2's biases, Qwen3's q/k norms. Every
+//! tensor of the files must be used: one left over is an error that names it.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+
+use super::files::ModelFiles;
+use super::weights::RawTensor;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// One decoder layer's weights.
+#[derive(Clone)]
+pub(crate) struct Layer {
+    pub attn_norm: Tensor,
+    pub wq: Tensor,
+    pub wk: Tensor,
+    pub wv: Tensor,
+    /// q, k, v biases (Qwen2, or `attention_bias`).
+    pub biases: Option<[Tensor; 3]>,
+    /// RMS norm weights over each head of q and of k (Qwen3), `[head_dim]`.
+    pub qk_norms: Option<[Tensor; 2]>,
+    pub wo: Tensor,
+    pub ffn_norm: Tensor,
+    pub gate: Tensor,
+    pub up: Tensor,
+    pub down: Tensor,
+}
+
+/// Reads checked tensors of `files` onto `device`, remembering which it read.
+pub(crate) struct Loader<'a> {
+    pub device: &'a Device,
+    pub files: &'a ModelFiles,
+    used: RefCell<BTreeSet<String>>,
+}
+
+/// Weight names: Hugging Face's or GGUF's.
+pub(crate) fn name(gguf: bool, layer: Option<usize>, hf: &str, gg: &str) -> String {
+    match (layer, gguf) {
+        (Some(i), false) => format!("model.layers.{i}.{hf}"),
+        (Some(i), true) => format!("blk.{i}.{gg}"),
+        (None, false) => hf.to_string(),
+        (None, true) => gg.to_string(),
+    }
+}
+
+impl<'a> Loader<'a> {
+    pub fn new(device: &'a Device, files: &'a ModelFiles) -> Loader<'a> {
+        Loader {
+            device,
+            files,
+            used: RefCell::new(BTreeSet::new()),
+        }
+    }
+
+    /// A tensor with the shape the config needs, or an error naming it.
+    pub fn fetch(&self, n: &str, shape: &[usize]) -> Result<(&'a RawTensor, &'a [u8])> {
+        let (t, bytes) = self.files.get(n)?;
+        if t.shape != shape {
+            return Err(Error::model_file(
+                self.files.names.join(", "),
+                format!(
+                    "tensor `{n}` has shape {:?}; the config needs {shape:?}",
+                    t.shape
+                ),
+            ));
+        }
+        self.used.borrow_mut().insert(n.to_string());
+        Ok((t, bytes))
+    }
+
+    /// Marks a tensor as used elsewhere (the config read it), if the files have it.
+    pub fn mark_used(&self, n: &str) {
+        if self.files.tensors.contains_key(n) {
+            self.used.borrow_mut().insert(n.to_string());
+        }
+    }
+
+    pub fn matrix(&self, n: String, shape: [usize; 2]) -> Result<Tensor> {
+        let (t, bytes) = self.fetch(&n, &shape)?;
+        t.to_device(self.device, bytes)
+    }
+
+    pub fn vector(&self, n: String, len: usize) -> Result<Tensor> {
+        let (t, bytes) = self.fetch(&n, &[len])?;
+        Tensor::from_vec(self.device, t.to_f32(bytes), [len])
+    }
+
+    /// A fused matrix `[Σ rows, cols]` split into consecutive row blocks of `rows`, each
+    /// uploaded in its stored dtype.
+    fn split(&self, n: String, rows: &[usize], cols: usize) -> Result<Vec<Tensor>> {
+        let total = rows.iter().sum();
+        let (t, bytes) = self.fetch(&n, &[total, cols])?;
+        let row_bytes = t.range.len() / total.max(1);
+        let mut start = t.range.start;
+        rows.iter()
+            .map(|&r| {
+                let part = RawTensor {
+                    dtype: t.dtype,
+                    shape: vec![r, cols],
+                    range: start..start + r * row_bytes,
+                };
+                start += r * row_bytes;
+                part.to_device(self.device, bytes)
+            })
+            .collect()
+    }
+
+    /// Decoder layer `i` of the config's architecture.
+    pub fn layer(&self, i: usize) -> Result<Layer> {
+        let c = &self.files.config;
+        let gguf = self.files.is_gguf;
+        let n = |hf: &str, gg: &str| name(gguf, Some(i), hf, gg);
+        let (d, f, q, kv) = (c.hidden_size, c.intermediate_size, c.q_dim(), c.kv_dim());
+        let arch = c.architecture;
+        let (wq, wk, wv) = if arch.fused_projections() {
+            let [wq, wk, wv]: [Tensor; 3] = self
+                .split(
+                    n("self_attn.qkv_proj.weight", "attn_qkv.weight"),
+                    &[q, kv, kv],
+                    d,
+                )?
+                .try_into()
+                .map_err(|_| Error::invalid("llama", "qkv split into the wrong count"))?;
+            (wq, wk, wv)
+        } else {
+            (
+                self.matrix(n("self_attn.q_proj.weight", "attn_q.weight"), [q, d])?,
+                self.matrix(n("self_attn.k_proj.weight", "attn_k.weight"), [kv, d])?,
+                self.matrix(n("self_attn.v_proj.weight", "attn_v.weight"), [kv, d])?,
+            )
+        };
+        let (gate, up) = if arch.fused_projections() {
+            let [gate, up]: [Tensor; 2] = self
+                .split(n("mlp.gate_up_proj.weight", "ffn_up.weight"), &[f, f], d)?
+                .try_into()
+                .map_err(|_| Error::invalid("llama", "gate/up split into the wrong count"))?;
+            (gate, up)
+        } else {
+            (
+                self.matrix(n("mlp.gate_proj.weight", "ffn_gate.weight"), [f, d])?,
+                self.matrix(n("mlp.up_proj.weight", "ffn_up.weight"), [f, d])?,
+            )
+        };
+        let biases = if c.attention_bias {
+            Some([
+                self.vector(n("self_attn.q_proj.bias", "attn_q.bias"), q)?,
+                self.vector(n("self_attn.k_proj.bias", "attn_k.bias"), kv)?,
+                self.vector(n("self_attn.v_proj.bias", "attn_v.bias"), kv)?,
+            ])
+        } else {
+            None
+        };
+        let qk_norms = if arch.qk_norm() {
+            let hd = c.head_dim();
+            Some([
+                self.vector(n("self_attn.q_norm.weight", "attn_q_norm.weight"), hd)?,
+                self.vector(n("self_attn.k_norm.weight", "attn_k_norm.weight"), hd)?,
+            ])
+        } else {
+            None
+        };
+        // Old transformers checkpoints saved the rotary table as a buffer; transformers
+        // recomputes it from the config, and so does the engine.
+        self.mark_used(&n("self_attn.rotary_emb.inv_freq", "-"));
+        Ok(Layer {
+            attn_norm: self.vector(n("input_layernorm.weight", "attn_norm.weight"), d)?,
+            wq,
+            wk,
+            wv,
+            biases,
+            qk_norms,
+            wo: self.matrix(n("self_attn.o_proj.weight", "attn_output.weight"), [d, q])?,
+            ffn_norm: self.vector(n("post_attention_layernorm.weight", "ffn_norm.weight"), d)?,
+            gate,
+            up,
+            down: self.matrix(n("mlp.down_proj.weight", "ffn_down.weight"), [d, f])?,
+        })
+    }
+
+    /// Fails, naming it, if a tensor of the files was not read: a weight the engine would
+    /// leave unused (a bias, an extra norm) means it would compute something else.
+    pub fn check_all_used(&self) -> Result<()> {
+        let used = self.used.borrow();
+        match self.files.tensors.keys().find(|k| !used.contains(*k)) {
+            Some(extra) => Err(Error::model_file(
+                self.files.names.join(", "),
+                format!(
+                    "the tensor `{extra}` would be left unused by the {} forward pass webtensor \
+                     implements (is the config's architecture or `attention_bias` right?)",
+                    self.files.config.architecture.class_name()
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+}

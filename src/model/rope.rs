@@ -1,0 +1,461 @@
+//! Rotary position embedding settings ([`Rope`]) and the frequency table they give.
+//!
+//! The rope op has one meaning on every backend: pair `i` of a head turns by
+//! `position · inv_freq[i]`. Every rope type is a different table, computed here on the host in
+//! f64 the way transformers' `modeling_rope_utils.py` computes it, plus (for yarn) a factor on
+//! the attention scores. Settings come from a Hugging Face `config.json` (top-level
+//! `rope_theta`, transformers 4.x `rope_scaling`, transformers 5.x `rope_parameters`) or from
+//! GGUF metadata (`{arch}.rope.*`) and llama.cpp's `rope_freqs.weight` tensor.
+
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+
+/// How the rotary frequencies are scaled (`rope_type` / `rope_parameters`).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub enum RopeScaling {
+    /// `default`: `theta^(−2i/d)`.
+    #[default]
+    None,
+    /// `linear`: every frequency divided by `factor` (positions interpolated).
+    Linear {
+        /// The divisor.
+        factor: f64,
+    },
+    /// `llama3` (Llama 3.1 and later): long wavelengths divided by `factor`, short ones kept,
+    /// those in between interpolated smoothly.
+    Llama3 {
+        /// Divisor of the low frequencies.
+        factor: f64,
+        /// Wavelengths above `original / low_freq_factor` are divided by `factor`.
+        low_freq_factor: f64,
+        /// Wavelengths below `original / high_freq_factor` are kept.
+        high_freq_factor: f64,
+        /// The context length of pre-training.
+        original_max_position_embeddings: f64,
+    },
+    /// `yarn`: frequencies blended between interpolation (÷ `factor`) and extrapolation by a
+    /// linear ramp over the pairs, and the rotated q/k scaled by `attention_factor`.
+    Yarn {
+        /// The context extension factor.
+        factor: f64,
+        /// The context length of pre-training.
+        original_max_position_embeddings: f64,
+        /// Rotations at which the ramp starts (extrapolation), 32 by default.
+        beta_fast: f64,
+        /// Rotations at which the ramp ends (interpolation), 1 by default.
+        beta_slow: f64,
+        /// Factor on cos and sin (so on q and k).
+        attention_factor: f64,
+        /// Whether the ramp's ends are rounded to whole pairs (floor/ceil).
+        truncate: bool,
+    },
+    /// `dynamic` (NTK-aware): for a pass whose longest sequence `L` exceeds
+    /// `max_position_embeddings`, the base becomes
+    /// `theta · (factor·L/max − (factor − 1))^(d/(d−2))`.
+    Dynamic {
+        /// The scaling factor.
+        factor: f64,
+    },
+    /// llama.cpp's `rope_freqs.weight`: each frequency divided by its own factor (how
+    /// `convert_hf_to_gguf.py` stores Llama 3.1's scaling).
+    Factors(Vec<f32>),
+}
+
+/// The rotary settings of a model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rope {
+    /// The base of the frequencies (`rope_theta`).
+    pub theta: f64,
+    /// The scaling applied to them.
+    pub scaling: RopeScaling,
+}
+
+impl Default for Rope {
+    fn default() -> Rope {
+        Rope {
+            theta: 10_000.0,
+            scaling: RopeScaling::None,
+        }
+    }
+}
+
+impl Rope {
+    /// The frequency table `[head_dim / 2]` for a pass whose longest sequence has `seq_len`
+    /// tokens (only `dynamic` depends on it), for a model trained to `max_positions`.
+    pub fn inv_freq(&self, head_dim: usize, seq_len: usize, max_positions: usize) -> Vec<f32> {
+        let d = head_dim as f64;
+        let base_freq = |theta: f64| -> Vec<f64> {
+            (0..head_dim / 2)
+                .map(|i| theta.powf(-2.0 * i as f64 / d))
+                .collect()
+        };
+        let freqs: Vec<f64> = match &self.scaling {
+            RopeScaling::None => base_freq(self.theta),
+            RopeScaling::Linear { factor } => {
+                base_freq(self.theta).iter().map(|f| f / factor).collect()
+            }
+            RopeScaling::Factors(factors) => base_freq(self.theta)
+                .iter()
+                .zip(factors)
+                .map(|(f, &k)| f / k as f64)
+                .collect(),
+            RopeScaling::Dynamic { factor } => {
+                let (len, max) = (seq_len.max(max_positions) as f64, max_positions as f64);
+                let theta = self.theta * (factor * len / max - (factor - 1.0)).powf(d / (d - 2.0));
+                base_freq(theta)
+            }
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings: old,
+            } => {
+                let low_wavelen = old / low_freq_factor;
+                let high_wavelen = old / high_freq_factor;
+                base_freq(self.theta)
+                    .into_iter()
+                    .map(|f| {
+                        let wavelen = 2.0 * std::f64::consts::PI / f;
+                        if wavelen < high_wavelen {
+                            f
+                        } else if wavelen > low_wavelen {
+                            f / factor
+                        } else {
+                            let smooth = (old / wavelen - low_freq_factor)
+                                / (high_freq_factor - low_freq_factor);
+                            (1.0 - smooth) * f / factor + smooth * f
+                        }
+                    })
+                    .collect()
+            }
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings: old,
+                beta_fast,
+                beta_slow,
+                truncate,
+                ..
+            } => {
+                // The pair index at which a frequency makes `rotations` turns over `old` tokens.
+                let dim_of = |rotations: f64| {
+                    d * (old / (rotations * 2.0 * std::f64::consts::PI)).ln()
+                        / (2.0 * self.theta.ln())
+                };
+                let (mut low, mut high) = (dim_of(*beta_fast), dim_of(*beta_slow));
+                if *truncate {
+                    (low, high) = (low.floor(), high.ceil());
+                }
+                let (low, mut high) = (low.max(0.0), high.min(d - 1.0));
+                if low == high {
+                    high += 0.001;
+                }
+                base_freq(self.theta)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, f)| {
+                        let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                        // ramp 0: extrapolation (the frequency as is); 1: interpolation.
+                        f / factor * ramp + f * (1.0 - ramp)
+                    })
+                    .collect()
+            }
+        };
+        freqs.into_iter().map(|f| f as f32).collect()
+    }
+
+    /// The factor on the rotated queries and keys (yarn's attention factor; 1 otherwise).
+    pub fn attention_factor(&self) -> f64 {
+        match self.scaling {
+            RopeScaling::Yarn {
+                attention_factor, ..
+            } => attention_factor,
+            _ => 1.0,
+        }
+    }
+
+    /// Whether the table depends on the length of the pass (`dynamic`).
+    pub fn depends_on_length(&self) -> bool {
+        matches!(self.scaling, RopeScaling::Dynamic { .. })
+    }
+
+    /// The rope settings of a `config.json` object: `rope_scaling` (transformers 4.x) or
+    /// `rope_parameters` (5.x), with `rope_theta` inside them or at the top level.
+    /// `max_positions` is the config's `max_position_embeddings`; `original` its top-level
+    /// `original_max_position_embeddings` (Phi-3), which takes precedence as in transformers.
+    pub fn from_json(
+        config: &Map<String, Value>,
+        max_positions: usize,
+        original: Option<f64>,
+        source: &str,
+    ) -> Result<Rope> {
+        let fail = |field: &str, why: String| Error::Config {
+            source_name: source.to_string(),
+            reason: format!("`{field}` {why}"),
+        };
+        let nonnull = |key: &str| config.get(key).filter(|v| !v.is_null());
+        let (key, params) = match (nonnull("rope_scaling"), nonnull("rope_parameters")) {
+            (Some(p), _) => ("rope_scaling", p),
+            (None, Some(p)) => ("rope_parameters", p),
+            (None, None) => ("rope_parameters", &Value::Null),
+        };
+        let empty = Map::new();
+        let params = match params {
+            Value::Object(m) => m,
+            Value::Null => &empty,
+            other => return Err(fail(key, format!("= {other} is not an object"))),
+        };
+        let number = |name: &str| -> Result<Option<f64>> {
+            match params.get(name) {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => v
+                    .as_f64()
+                    .filter(|x| x.is_finite())
+                    .map(Some)
+                    .ok_or_else(|| {
+                        fail(&format!("{key}.{name}"), format!("= {v} is not a number"))
+                    }),
+            }
+        };
+        let required = |name: &str| -> Result<f64> {
+            number(name)?.ok_or_else(|| fail(&format!("{key}.{name}"), "is missing".into()))
+        };
+        let top_theta = match config.get("rope_theta") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_f64()
+                    .ok_or_else(|| fail("rope_theta", format!("= {v} is not a number")))?,
+            ),
+        };
+        let theta = number("rope_theta")?.or(top_theta).unwrap_or(10_000.0);
+        if !(theta.is_finite() && theta > 1.0) {
+            return Err(fail("rope_theta", format!("= {theta} must be above 1")));
+        }
+        let rope_type = params
+            .get("rope_type")
+            .or_else(|| params.get("type"))
+            .map(|v| {
+                v.as_str().ok_or_else(|| {
+                    fail(
+                        &format!("{key}.rope_type"),
+                        format!("= {v} is not a string"),
+                    )
+                })
+            })
+            .transpose()?
+            .unwrap_or("default");
+        if let Some(p) = number("partial_rotary_factor")? {
+            if p != 1.0 {
+                return Err(fail(
+                    &format!("{key}.partial_rotary_factor"),
+                    format!("= {p}: partial rotary embedding is not supported (only 1.0)"),
+                ));
+            }
+        }
+        // Transformers moves a top-level `original_max_position_embeddings` (Phi-3) into the
+        // parameters of the scaled types, else defaults it to `max_position_embeddings`.
+        let original_len = || -> Result<f64> {
+            Ok(match original {
+                Some(o) => o,
+                None => number("original_max_position_embeddings")?.unwrap_or(max_positions as f64),
+            })
+        };
+        let (scaling, allowed): (RopeScaling, &[&str]) = match rope_type {
+            "default" => (RopeScaling::None, &[]),
+            "linear" => (
+                RopeScaling::Linear {
+                    factor: required("factor")?,
+                },
+                &["factor"],
+            ),
+            "dynamic" => (
+                RopeScaling::Dynamic {
+                    factor: required("factor")?,
+                },
+                &["factor"],
+            ),
+            "llama3" => (
+                RopeScaling::Llama3 {
+                    factor: required("factor")?,
+                    low_freq_factor: required("low_freq_factor")?,
+                    high_freq_factor: required("high_freq_factor")?,
+                    original_max_position_embeddings: original_len()?,
+                },
+                &[
+                    "factor",
+                    "low_freq_factor",
+                    "high_freq_factor",
+                    "original_max_position_embeddings",
+                ],
+            ),
+            "yarn" => {
+                let original = original_len()?;
+                let factor = number("factor")?.unwrap_or(max_positions as f64 / original);
+                let mscale = |scale: f64, m: f64| {
+                    if scale <= 1.0 {
+                        1.0
+                    } else {
+                        0.1 * m * scale.ln() + 1.0
+                    }
+                };
+                let attention_factor = match (
+                    number("attention_factor")?,
+                    number("mscale")?,
+                    number("mscale_all_dim")?,
+                ) {
+                    (Some(a), _, _) => a,
+                    (None, Some(m), Some(all)) if m != 0.0 && all != 0.0 => {
+                        mscale(factor, m) / mscale(factor, all)
+                    }
+                    _ => mscale(factor, 1.0),
+                };
+                let truncate = match params.get("truncate") {
+                    None | Some(Value::Null) => true,
+                    Some(v) => v.as_bool().ok_or_else(|| {
+                        fail(
+                            &format!("{key}.truncate"),
+                            format!("= {v} is not a boolean"),
+                        )
+                    })?,
+                };
+                // `beta_fast or 32` in transformers: a 0 also means the default.
+                let beta = |name: &str, default: f64| -> Result<f64> {
+                    Ok(number(name)?.filter(|&b| b != 0.0).unwrap_or(default))
+                };
+                (
+                    RopeScaling::Yarn {
+                        factor,
+                        original_max_position_embeddings: original,
+                        beta_fast: beta("beta_fast", 32.0)?,
+                        beta_slow: beta("beta_slow", 1.0)?,
+                        attention_factor,
+                        truncate,
+                    },
+                    &[
+                        "factor",
+                        "original_max_position_embeddings",
+                        "attention_factor",
+                        "beta_fast",
+                        "beta_slow",
+                        "mscale",
+                        "mscale_all_dim",
+                        "truncate",
+                    ],
+                )
+            }
+            other => {
+                return Err(fail(
+                    &format!("{key}.rope_type"),
+                    format!(
+                        "= {other:?} is not supported; the rope types are default, linear, \
+                         dynamic, llama3 and yarn"
+                    ),
+                ))
+            }
+        };
+        // A parameter this type does not use would be silently ignored: refuse it.
+        const ALWAYS: [&str; 4] = ["rope_type", "type", "rope_theta", "partial_rotary_factor"];
+        if let Some(extra) = params
+            .keys()
+            .find(|k| !ALWAYS.contains(&k.as_str()) && !allowed.contains(&k.as_str()))
+        {
+            return Err(fail(
+                &format!("{key}.{extra}"),
+                format!(
+                    "is not a parameter of rope type {rope_type:?}, which webtensor implements"
+                ),
+            ));
+        }
+        let scaling_factor = match &scaling {
+            RopeScaling::Linear { factor }
+            | RopeScaling::Dynamic { factor }
+            | RopeScaling::Llama3 { factor, .. }
+            | RopeScaling::Yarn { factor, .. } => Some(*factor),
+            _ => None,
+        };
+        if let Some(f) = scaling_factor {
+            if !(f.is_finite() && f > 0.0) {
+                return Err(fail(
+                    &format!("{key}.factor"),
+                    format!("= {f} must be positive"),
+                ));
+            }
+        }
+        if let RopeScaling::Llama3 {
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+            ..
+        } = &scaling
+        {
+            if !(high_freq_factor > low_freq_factor
+                && *low_freq_factor > 0.0
+                && *original_max_position_embeddings > 0.0)
+            {
+                return Err(fail(
+                    &format!("{key}.high_freq_factor"),
+                    format!(
+                        "= {high_freq_factor} must exceed low_freq_factor = {low_freq_factor} > 0"
+                    ),
+                ));
+            }
+        }
+        Ok(Rope { theta, scaling })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rope(json: &str) -> Result<Rope> {
+        let v: Value = serde_json::from_str(json).unwrap();
+        Rope::from_json(v.as_object().unwrap(), 2048, None, "config.json")
+    }
+
+    #[test]
+    fn reads_the_three_places_rope_theta_lives() {
+        assert_eq!(rope(r#"{"rope_theta": 5e5}"#).unwrap().theta, 5e5);
+        let v5 = r#"{"rope_parameters": {"rope_theta": 5e5, "rope_type": "default"}}"#;
+        assert_eq!(rope(v5).unwrap().theta, 5e5);
+        let v4 = r#"{"rope_theta": 5e5, "rope_scaling": {"type": "linear", "factor": 2.0}}"#;
+        let r = rope(v4).unwrap();
+        assert_eq!(
+            (r.theta, r.scaling),
+            (5e5, RopeScaling::Linear { factor: 2.0 })
+        );
+        assert_eq!(rope("{}").unwrap(), Rope::default());
+    }
+
+    #[test]
+    fn names_what_it_does_not_implement() {
+        let err = rope(r#"{"rope_parameters": {"rope_type": "longrope"}}"#).unwrap_err();
+        assert!(
+            err.to_string().contains("rope_parameters.rope_type"),
+            "{err}"
+        );
+        let err = rope(r#"{"rope_scaling": {"rope_type": "linear", "factor": 2, "mscale": 1}}"#)
+            .unwrap_err();
+        assert!(err.to_string().contains("rope_scaling.mscale"), "{err}");
+        let err = rope(r#"{"rope_scaling": {"rope_type": "llama3", "factor": 8}}"#).unwrap_err();
+        assert!(err.to_string().contains("low_freq_factor"), "{err}");
+    }
+
+    /// Llama 3.1's published table: θ = 5e5, d = 128, factor 8, 1, 4, 8192 (values from
+    /// transformers' `_compute_llama3_parameters`).
+    #[test]
+    fn llama3_keeps_high_and_divides_low_frequencies() {
+        let r = rope(
+            r#"{"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192}}"#,
+        )
+        .unwrap();
+        let f = r.inv_freq(128, 1, 131072);
+        let plain = crate::ops::rope_inv_freq(5e5, 128);
+        assert_eq!(f[0], plain[0]);
+        assert!((f[63] - plain[63] / 8.0).abs() <= plain[63] * 1e-6);
+        // Pair 32 has a wavelength of 2π·√5e5 ≈ 4443 tokens: between 8192/4 and 8192.
+        assert!(f[32] < plain[32] && f[32] > plain[32] / 8.0);
+    }
+}
