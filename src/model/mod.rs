@@ -3,6 +3,7 @@
 
 pub mod builtin;
 pub mod cache;
+pub mod chat;
 pub mod config;
 pub mod files;
 pub mod generate;
@@ -14,9 +15,10 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use cache::{CacheLayout, KvCache, KvPool};
+pub use chat::{ChatMessage, ChatOptions};
 pub use config::LlamaConfig;
 pub use files::{FileBytes, ModelFiles};
-pub use generate::{generate, GenerationStats};
+pub use generate::{generate, generate_chat, GenerationStats};
 pub use llama::{Hook, Llama, SequenceInput, HOOK_NAMES};
 pub use sampler::{Sampler, Sampling};
 pub use tokenizer::{StreamDecoder, Tokenizer};
