@@ -81,7 +81,12 @@ impl ModelFiles {
     pub fn from_gguf(name: &str, bytes: FileBytes) -> Result<ModelFiles> {
         let g = gguf::parse(name, bytes.bytes())?;
         let config = LlamaConfig::from_gguf(&g, bytes.bytes(), name)?;
-        let tokenizer = Tokenizer::from_gguf(&g, name).ok();
+        // A file without a vocabulary has no tokenizer; a broken vocabulary is an error.
+        let tokenizer = g
+            .metadata
+            .contains_key("tokenizer.ggml.tokens")
+            .then(|| Tokenizer::from_gguf(&g, name))
+            .transpose()?;
         Ok(ModelFiles {
             config,
             tokenizer,
@@ -100,9 +105,12 @@ impl ModelFiles {
         tokenizer_json: Option<&str>,
     ) -> Result<ModelFiles> {
         let config = LlamaConfig::from_json(config_json, "config.json")?;
-        let tokenizer = tokenizer_json
+        let mut tokenizer = tokenizer_json
             .map(|t| Tokenizer::from_json(t, "tokenizer.json"))
             .transpose()?;
+        if let Some(t) = &mut tokenizer {
+            t.add_stop_ids(&eos_ids(config_json, "config.json")?);
+        }
         let mut tensors = BTreeMap::new();
         let mut files = Vec::new();
         let mut names = Vec::new();
@@ -121,6 +129,59 @@ impl ModelFiles {
             names,
             is_gguf: false,
         })
+    }
+
+    /// Reads what `tokenizer_config.json` says about chat (its `chat_template`, and the
+    /// `bos_token`/`eos_token` texts templates use), and `chat_template.jinja` (where newer
+    /// transformers save the template; it wins over the one in `tokenizer_config.json`).
+    pub fn add_tokenizer_config(
+        &mut self,
+        tokenizer_config_json: Option<&str>,
+        chat_template_jinja: Option<&str>,
+    ) -> Result<()> {
+        let Some(tokenizer) = &mut self.tokenizer else {
+            return Ok(());
+        };
+        let source = "tokenizer_config.json";
+        let v: serde_json::Value = match tokenizer_config_json {
+            Some(text) => serde_json::from_str(text)
+                .map_err(|e| Error::model_file(source, format!("not valid JSON: {e}")))?,
+            None => serde_json::Value::Null,
+        };
+        // A string or an added-token object {"content": ...}.
+        let token_text = |key: &str| {
+            let t = &v[key];
+            t.as_str()
+                .or_else(|| t["content"].as_str())
+                .map(str::to_string)
+        };
+        let template = match (&v["chat_template"], chat_template_jinja) {
+            (_, Some(jinja)) => Some(jinja.to_string()),
+            (serde_json::Value::String(s), None) => Some(s.clone()),
+            // A list of named templates: the default one.
+            (serde_json::Value::Array(list), None) => list
+                .iter()
+                .find(|t| t["name"] == "default")
+                .and_then(|t| t["template"].as_str())
+                .map(str::to_string),
+            _ => None,
+        };
+        tokenizer.set_chat_template(
+            template.or_else(|| tokenizer.chat_template().map(str::to_string)),
+            token_text("bos_token"),
+            token_text("eos_token"),
+        );
+        Ok(())
+    }
+
+    /// Adds the end-of-sequence ids of `generation_config.json` (Llama 3.1 lists several) to
+    /// the tokens generation stops at.
+    pub fn add_generation_config(&mut self, generation_config_json: &str) -> Result<()> {
+        let ids = eos_ids(generation_config_json, "generation_config.json")?;
+        if let Some(t) = &mut self.tokenizer {
+            t.add_stop_ids(&ids);
+        }
+        Ok(())
     }
 
     /// The rotary pairing the q/k weights were stored for: llama.cpp's converter permutes
@@ -151,6 +212,22 @@ impl ModelFiles {
     }
 }
 
+/// The `eos_token_id` of a JSON config: a number or a list of them.
+fn eos_ids(json: &str, source: &str) -> Result<Vec<u32>> {
+    let v: serde_json::Value = serde_json::from_str(json)
+        .map_err(|e| Error::model_file(source, format!("not valid JSON: {e}")))?;
+    let id = |x: &serde_json::Value| {
+        x.as_u64()
+            .and_then(|i| u32::try_from(i).ok())
+            .ok_or_else(|| Error::model_file(source, format!("eos_token_id {x} is not a token id")))
+    };
+    match &v["eos_token_id"] {
+        serde_json::Value::Null => Ok(Vec::new()),
+        serde_json::Value::Array(list) => list.iter().map(id).collect(),
+        one => Ok(vec![id(one)?]),
+    }
+}
+
 #[cfg(not(target_arch = "wasm32"))]
 fn open_folder(dir: &Path) -> Result<ModelFiles> {
     let read = |p: PathBuf| {
@@ -160,11 +237,11 @@ fn open_folder(dir: &Path) -> Result<ModelFiles> {
         })
     };
     let config = read(dir.join("config.json"))?;
-    let tokenizer = dir
-        .join("tokenizer.json")
-        .exists()
-        .then(|| read(dir.join("tokenizer.json")))
-        .transpose()?;
+    let optional = |name: &str| {
+        let path = dir.join(name);
+        path.exists().then(|| read(path)).transpose()
+    };
+    let tokenizer = optional("tokenizer.json")?;
     let index = dir.join("model.safetensors.index.json");
     let shard_names: Vec<String> = if index.exists() {
         let text = read(index.clone())?;
@@ -191,5 +268,13 @@ fn open_folder(dir: &Path) -> Result<ModelFiles> {
             Ok((path.display().to_string(), FileBytes::map(&path)?))
         })
         .collect::<Result<Vec<_>>>()?;
-    ModelFiles::from_parts(&config, shards, tokenizer.as_deref())
+    let mut files = ModelFiles::from_parts(&config, shards, tokenizer.as_deref())?;
+    files.add_tokenizer_config(
+        optional("tokenizer_config.json")?.as_deref(),
+        optional("chat_template.jinja")?.as_deref(),
+    )?;
+    if let Some(generation) = optional("generation_config.json")? {
+        files.add_generation_config(&generation)?;
+    }
+    Ok(files)
 }

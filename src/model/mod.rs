@@ -4,6 +4,7 @@
 pub mod arch;
 pub mod builtin;
 pub mod cache;
+pub mod chat;
 pub mod config;
 mod config_gguf;
 pub mod files;
@@ -20,9 +21,10 @@ mod window;
 
 pub use arch::Architecture;
 pub use cache::{CacheLayout, KvCache, KvPool};
+pub use chat::{ChatMessage, ChatOptions};
 pub use config::LlamaConfig;
 pub use files::{FileBytes, ModelFiles};
-pub use generate::{generate, GenerationStats};
+pub use generate::{generate, generate_chat, GenerationStats};
 pub use llama::{Hook, Llama, SequenceInput, HOOK_NAMES};
 pub use rope::{Rope, RopeScaling};
 pub use sampler::{Sampler, Sampling};
