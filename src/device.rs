@@ -145,6 +145,17 @@ impl Device {
         self.inner.chain.iter().map(|b| b.kind()).collect()
     }
 
+    /// Bytes the primary backend can still allocate, where known: the host's available
+    /// memory for backends that keep tensors in host memory (cpu, reference, and software GPU
+    /// adapters such as lavapipe); `None` for hardware GPUs, whose free memory wgpu does not
+    /// report (their allocation failures surface as [`Error::Backend`] instead).
+    pub fn memory_available(&self) -> Option<u64> {
+        match self.info().class {
+            DeviceClass::Cpu | DeviceClass::Software => crate::memory::host_available(),
+            DeviceClass::Gpu => None,
+        }
+    }
+
     /// Identity, features and limits of the primary backend.
     pub fn info(&self) -> BackendInfo {
         self.primary().info()

@@ -170,6 +170,20 @@ pub enum Error {
         needed: usize,
     },
 
+    /// Memory for something could not be had: more than the device or host has available, or
+    /// an allocation the system refused.
+    #[error("{what} needs {} but {}; {hint}", bytes_text(*.bytes), available_text(*.available))]
+    OutOfMemory {
+        /// What needed the memory.
+        what: String,
+        /// Bytes asked for.
+        bytes: u64,
+        /// Bytes available, where known.
+        available: Option<u64>,
+        /// What to do instead.
+        hint: String,
+    },
+
     /// An I/O error with the path that caused it.
     #[error("{path}: {source}")]
     Io {
@@ -178,6 +192,26 @@ pub enum Error {
         /// The underlying error.
         source: std::io::Error,
     },
+}
+
+/// A byte count for messages: exact, with a binary unit where it helps.
+fn bytes_text(bytes: u64) -> String {
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+    if bytes >= GIB {
+        format!("{bytes} bytes ({:.1} GiB)", bytes as f64 / GIB as f64)
+    } else if bytes >= MIB {
+        format!("{bytes} bytes ({:.1} MiB)", bytes as f64 / MIB as f64)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+fn available_text(available: Option<u64>) -> String {
+    match available {
+        Some(a) => format!("{} are available", bytes_text(a)),
+        None => "the allocation was refused".into(),
+    }
 }
 
 impl Error {

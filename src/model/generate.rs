@@ -71,7 +71,8 @@ pub fn prepare(
             requested: ids.len(),
         });
     }
-    let cache = model.new_cache(context.min(ids.len() + max_tokens.max(1)))?;
+    // Saturating: `max_tokens` may be anything a user typed, up to 2^64 − 1.
+    let cache = model.new_cache(context.min(ids.len().saturating_add(max_tokens.max(1))))?;
     Ok((ids, cache))
 }
 

@@ -184,7 +184,8 @@ impl Llama {
             embed_raw.to_f32(embed_bytes),
             [c.vocab_size, c.hidden_size],
         )?;
-        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        // Grown as layers load: the count comes from a file.
+        let mut layers = Vec::new();
         for i in 0..c.num_hidden_layers {
             layers.push(if i < resident_layers {
                 Some(loader.layer(i)?)
@@ -303,9 +304,19 @@ impl Llama {
     }
 
     /// The logits of every position of `tokens`, from an empty cache: f32
-    /// `[tokens.len(), vocab_size]`.
+    /// `[tokens.len(), vocab_size]`. The cache holds just these tokens (not the model's whole
+    /// context, which for a long-context model is gigabytes); more tokens than the context is
+    /// [`Error::CacheFull`].
     pub fn logits(&self, tokens: &[u32]) -> Result<Tensor> {
-        let mut cache = self.new_cache(self.config.max_position_embeddings)?;
+        let context = self.config.max_position_embeddings;
+        if tokens.len() > context {
+            return Err(Error::CacheFull {
+                capacity: context,
+                len: 0,
+                requested: tokens.len(),
+            });
+        }
+        let mut cache = self.new_cache(tokens.len().max(1))?;
         self.forward(tokens, &mut cache)
     }
 
