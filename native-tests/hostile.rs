@@ -12,7 +12,7 @@ use common::tiny::{f32_bytes, tiny_meta, tiny_tensors, u, RawTensors, FFN, HIDDE
 use webtensor::model::gguf::{self, GgufArray, GgufValue};
 use webtensor::model::weights::StoredDType;
 use webtensor::model::{safetensors, FileBytes, Llama, ModelFiles};
-use webtensor::{DType, Device, Error, Shape, Tensor};
+use webtensor::{BackendKind, DType, Device, Error, Shape, Tensor};
 
 fn gguf_bytes(meta: &[(String, GgufValue)], tensors: &RawTensors) -> Vec<u8> {
     gguf::write(meta, tensors).expect("the test writes valid types")
@@ -346,4 +346,84 @@ fn shard_paths_stay_in_the_model_folder() {
         "{err:?}"
     );
     std::fs::remove_dir_all(&root).ok();
+}
+
+#[test]
+fn a_model_larger_than_memory_suggests_resident_layers() {
+    let bytes = gguf_bytes(
+        &tiny_meta(&[("llama.block_count", u(3))]),
+        &tiny_tensors(3, 8, 8),
+    );
+    let files = || open_gguf(bytes.clone()).unwrap();
+    let limited = |bytes: u64| {
+        Device::builder()
+            .priority(vec![BackendKind::Cpu])
+            .memory_limit(bytes)
+            .build()
+            .unwrap()
+    };
+    // Embedding and output 1,024 bytes (f32, counted twice), each layer 2,624: room for the
+    // embedding, one streamed layer and one resident layer, not for three.
+    let base = (VOCAB * HIDDEN * 4 * 2) as u64;
+    let layer = ((HIDDEN * 2 + 64 * 4 + 128 * 3) * 4) as u64;
+    let device = limited(base + 2 * layer + 100);
+    let err = expect_error(
+        "three layers in room for two",
+        Llama::load(&device, files()),
+        "--resident-layers 1",
+    );
+    assert!(err.contains("are available"), "{err}");
+    // As suggested, it loads and gives the numbers of the fully resident model.
+    let streamed = Llama::load_streaming(&device, files(), 1).unwrap();
+    let resident = Llama::load(&Device::cpu(), files()).unwrap();
+    let (a, b): (Vec<f32>, Vec<f32>) = (
+        streamed.logits(&[1, 2, 3]).unwrap().to_vec().unwrap(),
+        resident.logits(&[1, 2, 3]).unwrap().to_vec().unwrap(),
+    );
+    assert_eq!(a, b);
+    // Too little even for the embedding.
+    expect_error(
+        "no room at all",
+        Llama::load_streaming(&limited(100), files(), 0),
+        "smaller or more quantized model",
+    );
+}
+
+/// A weight beyond the wgpu device's largest buffer is an error naming it (lavapipe's limit is
+/// 128 MiB: an f16 embedding of 2^22 + 1 rows of 8 becomes 128 MiB + 32 bytes as f32).
+#[test]
+fn a_weight_beyond_the_device_limit_names_the_tensor() {
+    let Some(device) = common::wgpu() else { return };
+    let limit = device
+        .info()
+        .limits
+        .iter()
+        .find(|(name, _)| name == "max_storage_buffer_binding_size")
+        .map(|(_, v)| *v)
+        .unwrap();
+    let rows = (limit as usize / (HIDDEN * 4)) + 1;
+    if rows > 1 << 23 {
+        eprintln!("skipping: a {limit}-byte binding limit needs too large a test model");
+        return;
+    }
+    let mut tensors = tiny_tensors(1, 8, 8);
+    tensors[0] = (
+        "token_embd.weight".into(),
+        StoredDType::F16,
+        vec![rows, HIDDEN],
+        vec![0; rows * HIDDEN * 2],
+    );
+    let meta = tiny_meta(&[("llama.vocab_size", u(rows as u64))]);
+    let err = load_on(&device, gguf_bytes(&meta, &tensors))
+        .err()
+        .expect("too large");
+    assert!(
+        matches!(&err, Error::WeightTooLarge { tensor, .. } if tensor == "token_embd.weight"),
+        "{err}"
+    );
+    eprintln!("{err}");
+}
+
+fn load_on(device: &Device, bytes: Vec<u8>) -> Result<Llama, Error> {
+    Llama::load(device, open_gguf(bytes)?)
 }

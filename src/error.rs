@@ -184,6 +184,50 @@ pub enum Error {
         hint: String,
     },
 
+    /// A device ran out of memory while allocating (reported by the driver, after the fact).
+    #[error(
+        "the {backend} device ran out of memory ({message}); keep fewer layers on the device \
+         (--resident-layers N, Llama::load_streaming), use a shorter context or a smaller or \
+         more quantized model, or run on the cpu backend"
+    )]
+    DeviceOutOfMemory {
+        /// The backend.
+        backend: String,
+        /// The driver's message.
+        message: String,
+    },
+
+    /// The device was lost (driver reset or crash, GPU removed); nothing on it can be used.
+    #[error(
+        "the {backend} device was lost ({message}); its tensors are gone: create a new Device \
+         (or run on the cpu backend) and load the model again"
+    )]
+    DeviceLost {
+        /// The backend.
+        backend: String,
+        /// The driver's message.
+        message: String,
+    },
+
+    /// A model tensor is larger than one buffer of the device can be.
+    #[error(
+        "tensor `{tensor}` needs a buffer of {bytes} bytes, beyond the {backend} device's \
+         {limit_name} of {limit} bytes; run the model on the cpu backend (--backend cpu), or use \
+         a more quantized model"
+    )]
+    WeightTooLarge {
+        /// The tensor's name in the model files.
+        tensor: String,
+        /// The backend whose limit was hit.
+        backend: String,
+        /// The buffer size needed.
+        bytes: u64,
+        /// Which limit was hit.
+        limit_name: &'static str,
+        /// The limit itself.
+        limit: u64,
+    },
+
     /// An I/O error with the path that caused it.
     #[error("{path}: {source}")]
     Io {
