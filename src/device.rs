@@ -79,6 +79,7 @@ struct DeviceInner {
     source: PrioritySource,
     disabled: Vec<(BackendKind, OpKind)>,
     fallbacks: Mutex<BTreeMap<(OpKind, BackendKind, BackendKind), u64>>,
+    memory_limit: Option<u64>,
 }
 
 impl Device {
@@ -143,6 +144,23 @@ impl Device {
     /// The backend kinds of the chain, primary first.
     pub fn chain(&self) -> Vec<BackendKind> {
         self.inner.chain.iter().map(|b| b.kind()).collect()
+    }
+
+    /// Bytes the primary backend can still allocate, where known: the host's available
+    /// memory for backends that keep tensors in host memory (cpu, reference, and software GPU
+    /// adapters such as lavapipe), and at most the builder's
+    /// [`memory_limit`](DeviceBuilder::memory_limit); `None` for hardware GPUs without a
+    /// limit, whose free memory wgpu does not report (their allocation failures surface as
+    /// [`Error::DeviceOutOfMemory`] instead).
+    pub fn memory_available(&self) -> Option<u64> {
+        let measured = match self.info().class {
+            DeviceClass::Cpu | DeviceClass::Software => crate::memory::host_available(),
+            DeviceClass::Gpu => None,
+        };
+        match (measured, self.inner.memory_limit) {
+            (Some(m), Some(l)) => Some(m.min(l)),
+            (m, l) => m.or(l),
+        }
     }
 
     /// Identity, features and limits of the primary backend.
@@ -237,6 +255,7 @@ pub struct DeviceBuilder {
     source: Option<PrioritySource>,
     disabled: Vec<(BackendKind, OpKind)>,
     strict: bool,
+    memory_limit: Option<u64>,
 }
 
 impl DeviceBuilder {
@@ -250,6 +269,15 @@ impl DeviceBuilder {
     /// work around a driver bug, and to test fallback.
     pub fn disable_op(mut self, backend: BackendKind, op: OpKind) -> Self {
         self.disabled.push((backend, op));
+        self
+    }
+
+    /// Caps the memory webtensor plans to use on the device at `bytes`: model weights and KV
+    /// caches that would need more are refused with [`Error::OutOfMemory`] before anything is
+    /// allocated (see [`Device::memory_available`]). For a device shared with other work, and
+    /// for testing what happens when memory runs short.
+    pub fn memory_limit(mut self, bytes: u64) -> Self {
+        self.memory_limit = Some(bytes);
         self
     }
 
@@ -367,6 +395,7 @@ impl DeviceBuilder {
                 source,
                 disabled: self.disabled,
                 fallbacks: Mutex::new(BTreeMap::new()),
+                memory_limit: self.memory_limit,
             }),
         })
     }

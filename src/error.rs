@@ -170,6 +170,64 @@ pub enum Error {
         needed: usize,
     },
 
+    /// Memory for something could not be had: more than the device or host has available, or
+    /// an allocation the system refused.
+    #[error("{what} needs {} but {}; {hint}", bytes_text(*.bytes), available_text(*.available))]
+    OutOfMemory {
+        /// What needed the memory.
+        what: String,
+        /// Bytes asked for.
+        bytes: u64,
+        /// Bytes available, where known.
+        available: Option<u64>,
+        /// What to do instead.
+        hint: String,
+    },
+
+    /// A device ran out of memory while allocating (reported by the driver, after the fact).
+    #[error(
+        "the {backend} device ran out of memory ({message}); keep fewer layers on the device \
+         (--resident-layers N, Llama::load_streaming), use a shorter context or a smaller or \
+         more quantized model, or run on the cpu backend"
+    )]
+    DeviceOutOfMemory {
+        /// The backend.
+        backend: String,
+        /// The driver's message.
+        message: String,
+    },
+
+    /// The device was lost (driver reset or crash, GPU removed); nothing on it can be used.
+    #[error(
+        "the {backend} device was lost ({message}); its tensors are gone: create a new Device \
+         (or run on the cpu backend) and load the model again"
+    )]
+    DeviceLost {
+        /// The backend.
+        backend: String,
+        /// The driver's message.
+        message: String,
+    },
+
+    /// A model tensor is larger than one buffer of the device can be.
+    #[error(
+        "tensor `{tensor}` needs a buffer of {bytes} bytes, beyond the {backend} device's \
+         {limit_name} of {limit} bytes; run the model on the cpu backend (--backend cpu), or use \
+         a more quantized model"
+    )]
+    WeightTooLarge {
+        /// The tensor's name in the model files.
+        tensor: String,
+        /// The backend whose limit was hit.
+        backend: String,
+        /// The buffer size needed.
+        bytes: u64,
+        /// Which limit was hit.
+        limit_name: &'static str,
+        /// The limit itself.
+        limit: u64,
+    },
+
     /// An I/O error with the path that caused it.
     #[error("{path}: {source}")]
     Io {
@@ -178,6 +236,26 @@ pub enum Error {
         /// The underlying error.
         source: std::io::Error,
     },
+}
+
+/// A byte count for messages: exact, with a binary unit where it helps.
+fn bytes_text(bytes: u64) -> String {
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+    if bytes >= GIB {
+        format!("{bytes} bytes ({:.1} GiB)", bytes as f64 / GIB as f64)
+    } else if bytes >= MIB {
+        format!("{bytes} bytes ({:.1} MiB)", bytes as f64 / MIB as f64)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+fn available_text(available: Option<u64>) -> String {
+    match available {
+        Some(a) => format!("{} are available", bytes_text(a)),
+        None => "the allocation was refused".into(),
+    }
 }
 
 impl Error {

@@ -31,6 +31,7 @@ pub mod backend;
 pub mod bench;
 pub mod device;
 pub mod error;
+mod memory;
 pub mod model;
 pub mod ops;
 pub mod quant;

@@ -117,19 +117,21 @@ impl DType {
         (self.block_bytes() * 8) as f64 / self.block_len() as f64
     }
 
-    /// Bytes of one row of `row_len` values (a whole number of blocks for block formats).
+    /// Bytes of one row of `row_len` values (a whole number of blocks for block formats;
+    /// saturates at `usize::MAX`, a size no buffer has).
     pub fn row_bytes(self, row_len: usize) -> usize {
-        row_len / self.block_len() * self.block_bytes()
+        (row_len / self.block_len()).saturating_mul(self.block_bytes())
     }
 
     /// Storage units (see [`DType::unit_bytes`]) of `count` values laid out in rows of
-    /// `row_len`, or `None` when `row_len` is not a whole number of blocks.
+    /// `row_len`, or `None` when `row_len` is not a whole number of blocks or the byte count
+    /// overflows `usize`.
     pub fn storage_len(self, count: usize, row_len: usize) -> Option<usize> {
         let block = self.block_len();
         if block > 1 && !row_len.is_multiple_of(block) {
             return None;
         }
-        let bytes = count / block * self.block_bytes();
+        let bytes = (count / block).checked_mul(self.block_bytes())?;
         Some(bytes / self.unit_bytes())
     }
 
@@ -183,9 +185,16 @@ impl Shape {
         self.0.len()
     }
 
-    /// Number of elements (the product of the dimensions; 1 for rank 0).
+    /// Number of elements (the product of the dimensions; 1 for rank 0). A product that
+    /// overflows saturates at `usize::MAX`, which no data length matches and no allocation
+    /// grants; [`Shape::checked_numel`] tells the two apart.
     pub fn numel(&self) -> usize {
-        self.0.iter().product()
+        self.checked_numel().unwrap_or(usize::MAX)
+    }
+
+    /// The number of elements, or `None` when the product overflows `usize`.
+    pub fn checked_numel(&self) -> Option<usize> {
+        self.0.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
     }
 
     /// The last dimension, or 1 for a rank-0 shape.
@@ -197,7 +206,10 @@ impl Shape {
     /// viewed as a matrix over its last axis.
     pub fn rows(&self) -> usize {
         match self.0.split_last() {
-            Some((_, lead)) => lead.iter().product(),
+            Some((_, lead)) => lead
+                .iter()
+                .try_fold(1usize, |n, &d| n.checked_mul(d))
+                .unwrap_or(usize::MAX),
             None => 1,
         }
     }
@@ -361,10 +373,20 @@ impl Tensor {
         ))
     }
 
-    /// A tensor of zeros.
+    /// A tensor of zeros. A shape whose host copy cannot be allocated is an
+    /// [`Error::OutOfMemory`], not an abort.
     pub fn zeros(device: &Device, shape: impl Into<Shape>) -> Result<Tensor> {
         let shape = shape.into();
-        Self::from_vec(device, vec![0f32; shape.numel()], shape)
+        let n = shape.checked_numel().unwrap_or(usize::MAX);
+        let mut data: Vec<f32> = Vec::new();
+        data.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+            what: format!("a zero tensor of shape {shape}"),
+            bytes: (n as u64).saturating_mul(4),
+            available: None,
+            hint: "use a smaller shape".into(),
+        })?;
+        data.resize(n, 0.0);
+        Self::from_vec(device, data, shape)
     }
 
     /// A tensor of a packed dtype (`f16`, `i8`, a block format) from its raw bytes, laid out

@@ -1,6 +1,8 @@
 //! Shared helpers for the integration tests: backend selection, seeded data, tolerances.
 #![allow(dead_code)]
 
+pub mod tiny;
+
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use webtensor::{Device, Element, Tensor};
 

@@ -94,9 +94,13 @@ impl KvPool {
                 block_size,
                 budget_bytes,
             } => {
-                let block_bytes = block_size
-                    .saturating_mul(config.num_hidden_layers * 2 * config.kv_dim() * 4)
-                    .max(1);
+                // Keys and values of one token, all layers, as f32.
+                let token_bytes = config
+                    .num_hidden_layers
+                    .saturating_mul(2)
+                    .saturating_mul(config.kv_dim())
+                    .saturating_mul(4);
+                let block_bytes = block_size.saturating_mul(token_bytes).max(1);
                 let blocks = budget_bytes / block_bytes;
                 if block_size == 0 || blocks == 0 {
                     return Err(Error::invalid(
@@ -111,7 +115,38 @@ impl KvPool {
                 (block_size, blocks, context.min(blocks * block_size))
             }
         };
-        let rows = kv_heads * blocks * block_size;
+        let slots = blocks.checked_mul(block_size);
+        let rows = slots.and_then(|s| s.checked_mul(kv_heads));
+        let elements = rows.and_then(|r| r.checked_mul(head_dim));
+        let total = elements
+            .and_then(|e| e.checked_mul(2 * 4))
+            .and_then(|b| b.checked_mul(config.num_hidden_layers));
+        let what = || {
+            format!(
+                "a KV cache of {} tokens for {} layers",
+                slots.map_or("more than 2^64".into(), |s| s.to_string()),
+                config.num_hidden_layers
+            )
+        };
+        let hint = "ask for fewer tokens (a smaller max_len or max_batch, or a paged cache with \
+                    a smaller budget)";
+        let (Some(rows), Some(total)) = (rows, total) else {
+            return Err(Error::OutOfMemory {
+                what: what(),
+                bytes: u64::MAX,
+                available: None,
+                hint: hint.into(),
+            });
+        };
+        let available = device.memory_available();
+        if available.is_some_and(|a| total as u64 > a) {
+            return Err(Error::OutOfMemory {
+                what: what(),
+                bytes: total as u64,
+                available,
+                hint: hint.into(),
+            });
+        }
         let zeros = || Tensor::zeros(device, [rows, head_dim]);
         let layers = (0..config.num_hidden_layers)
             .map(|_| Ok([zeros()?, zeros()?]))

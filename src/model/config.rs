@@ -212,6 +212,33 @@ impl LlamaConfig {
                 format!("= {hd} must be even and at least 2 (rotary pairs)"),
             );
         }
+        // Products of sizes from a file must not wrap: a wrapped q_dim of 0 would accept
+        // empty weight tensors. Each is a tensor's element count, so it must fit in memory.
+        for (field, a, b) in [
+            (
+                "num_attention_heads · head_dim",
+                self.num_attention_heads,
+                hd,
+            ),
+            ("num_key_value_heads · head_dim", kv, hd),
+            (
+                "vocab_size · hidden_size",
+                self.vocab_size,
+                self.hidden_size,
+            ),
+            (
+                "intermediate_size · hidden_size",
+                self.intermediate_size,
+                self.hidden_size,
+            ),
+        ] {
+            if a.checked_mul(b).is_none_or(|n| n > isize::MAX as usize / 4) {
+                return fail(
+                    field,
+                    format!("= {a} · {b} is larger than any tensor can be"),
+                );
+            }
+        }
         if self.head_dim.is_none() && !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return fail(
                 "hidden_size",

@@ -87,6 +87,7 @@ impl ModelFiles {
             .contains_key("tokenizer.ggml.tokens")
             .then(|| Tokenizer::from_gguf(&g, name))
             .transpose()?;
+        check_layer_count(&config, g.tensors.len(), &[name.to_string()])?;
         Ok(ModelFiles {
             config,
             tokenizer,
@@ -116,11 +117,20 @@ impl ModelFiles {
         let mut names = Vec::new();
         for (i, (name, bytes)) in shards.into_iter().enumerate() {
             for (k, t) in safetensors::parse(&name, bytes.bytes())? {
-                tensors.insert(k, (i, t));
+                if let Some((first, _)) = tensors.insert(k.clone(), (i, t)) {
+                    return Err(Error::model_file(
+                        &name,
+                        format!(
+                            "the tensor `{k}` is also in {}; which one is meant is a guess",
+                            names[first]
+                        ),
+                    ));
+                }
             }
             files.push(bytes);
             names.push(name);
         }
+        check_layer_count(&config, tensors.len(), &names)?;
         Ok(ModelFiles {
             config,
             tokenizer,
@@ -228,6 +238,85 @@ fn eos_ids(json: &str, source: &str) -> Result<Vec<u32>> {
     }
 }
 
+/// Fails unless the files could hold the config's layers: each layer has at least nine
+/// tensors, so a layer count beyond that is a lie that would only surface (or allocate)
+/// later.
+fn check_layer_count(config: &LlamaConfig, tensors: usize, names: &[String]) -> Result<()> {
+    const TENSORS_PER_LAYER: usize = 9;
+    if config.num_hidden_layers > tensors / TENSORS_PER_LAYER {
+        return Err(Error::model_file(
+            names.join(", "),
+            format!(
+                "the config has {} layers but the files hold only {tensors} tensors ({} per \
+                 layer at least)",
+                config.num_hidden_layers, TENSORS_PER_LAYER
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The shard files a `model.safetensors.index.json` lists (`weight_map` values), sorted and
+/// without repeats; `source` names the index in errors. Each must be a relative path of plain
+/// names: an absolute path, or one with `..` or `.` parts, is refused, since a downloaded
+/// index must not make the loader read files outside the model folder.
+pub fn shard_names(index_json: &str, source: &str) -> Result<Vec<String>> {
+    use std::path::{Component, Path};
+    let bad = |reason: String| Error::model_file(source, reason);
+    let v: serde_json::Value =
+        serde_json::from_str(index_json).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    let map = v["weight_map"]
+        .as_object()
+        .ok_or_else(|| bad("no `weight_map` object".into()))?;
+    let mut names = Vec::new();
+    for (tensor, file) in map {
+        let name = file.as_str().ok_or_else(|| {
+            bad(format!(
+                "`weight_map` gives {file} for `{tensor}`, not a file name"
+            ))
+        })?;
+        let plain = Path::new(name)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)));
+        if name.is_empty() || !plain {
+            return Err(bad(format!(
+                "the shard path {name:?} is absolute or has `..` or `.` parts; shards must be \
+                 files inside the model folder"
+            )));
+        }
+        names.push(name.to_string());
+    }
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+/// The path of shard `name` (checked by [`shard_names`]) inside `dir`, refusing a symbolic
+/// link that resolves outside the folder; `index` names the index in errors.
+#[cfg(not(target_arch = "wasm32"))]
+fn shard_path(dir: &Path, index: &Path, name: &str) -> Result<PathBuf> {
+    let path = dir.join(name);
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| Error::Io {
+            path: p.display().to_string(),
+            source,
+        }
+    };
+    let real_dir = dir.canonicalize().map_err(io(dir))?;
+    let real = path.canonicalize().map_err(io(&path))?;
+    if !real.starts_with(&real_dir) {
+        return Err(Error::model_file(
+            index.display().to_string(),
+            format!(
+                "the shard path {name:?} leads out of the model folder through a symbolic link; \
+                 shards must be files inside the model folder"
+            ),
+        ));
+    }
+    Ok(path)
+}
+
 #[cfg(not(target_arch = "wasm32"))]
 fn open_folder(dir: &Path) -> Result<ModelFiles> {
     let read = |p: PathBuf| {
@@ -243,28 +332,15 @@ fn open_folder(dir: &Path) -> Result<ModelFiles> {
     };
     let tokenizer = optional("tokenizer.json")?;
     let index = dir.join("model.safetensors.index.json");
-    let shard_names: Vec<String> = if index.exists() {
-        let text = read(index.clone())?;
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-            Error::model_file(index.display().to_string(), format!("not valid JSON: {e}"))
-        })?;
-        let map = v["weight_map"]
-            .as_object()
-            .ok_or_else(|| Error::model_file(index.display().to_string(), "no `weight_map`"))?;
-        let mut names: Vec<String> = map
-            .values()
-            .filter_map(|f| f.as_str().map(String::from))
-            .collect();
-        names.sort();
-        names.dedup();
-        names
+    let shard_names = if index.exists() {
+        shard_names(&read(index.clone())?, &index.display().to_string())?
     } else {
         vec!["model.safetensors".into()]
     };
     let shards = shard_names
         .into_iter()
         .map(|n| {
-            let path = dir.join(&n);
+            let path = shard_path(dir, &index, &n)?;
             Ok((path.display().to_string(), FileBytes::map(&path)?))
         })
         .collect::<Result<Vec<_>>>()?;

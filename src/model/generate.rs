@@ -94,6 +94,7 @@ pub fn prepare_prompt(
             requested: ids.len(),
         });
     }
+    // Saturating: `max_tokens` may be anything a user typed, up to 2^64 − 1.
     let cache = model.new_cache(context.min(ids.len().saturating_add(max_tokens.max(1))))?;
     Ok((ids, cache))
 }

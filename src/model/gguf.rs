@@ -12,62 +12,15 @@ use super::weights::{RawTensor, StoredDType};
 use crate::error::{Error, Result};
 use crate::tensor::DType;
 
+mod value;
+
+pub use value::{GgufArray, GgufItem, GgufValue};
+
 const MAGIC: &[u8; 4] = b"GGUF";
 const DEFAULT_ALIGNMENT: usize = 32;
-
-/// A metadata value.
-#[derive(Clone, Debug, PartialEq)]
-pub enum GgufValue {
-    /// Any unsigned integer type.
-    U64(u64),
-    /// Any signed integer type.
-    I64(i64),
-    /// f32 or f64.
-    F64(f64),
-    /// A boolean.
-    Bool(bool),
-    /// A UTF-8 string.
-    Str(String),
-    /// An array of values.
-    Array(Vec<GgufValue>),
-}
-
-impl GgufValue {
-    /// The value as an unsigned integer, if it is a non-negative integer.
-    pub fn as_u64(&self) -> Option<u64> {
-        match *self {
-            GgufValue::U64(v) => Some(v),
-            GgufValue::I64(v) => u64::try_from(v).ok(),
-            _ => None,
-        }
-    }
-
-    /// The value as a float, if it is a number.
-    pub fn as_f64(&self) -> Option<f64> {
-        match *self {
-            GgufValue::F64(v) => Some(v),
-            GgufValue::U64(v) => Some(v as f64),
-            GgufValue::I64(v) => Some(v as f64),
-            _ => None,
-        }
-    }
-
-    /// The value as a string.
-    pub fn as_str(&self) -> Option<&str> {
-        match self {
-            GgufValue::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// The value as an array.
-    pub fn as_array(&self) -> Option<&[GgufValue]> {
-        match self {
-            GgufValue::Array(v) => Some(v),
-            _ => None,
-        }
-    }
-}
+/// Most metadata entries read. Real files have tens; each entry costs a map node, so a file of
+/// millions of tiny entries would take several times its size in memory.
+const MAX_METADATA: usize = 1 << 16;
 
 /// A parsed GGUF file: metadata and tensors (byte ranges into the file).
 #[derive(Clone, Debug, Default)]
@@ -167,46 +120,69 @@ impl<'a> Cursor<'a> {
         Ok(n as usize)
     }
 
-    fn string(&mut self, what: &str) -> Result<String> {
+    /// A string, borrowed from the file.
+    fn str(&mut self, what: &str) -> Result<&'a str> {
         let n = self.count(1, what)?;
         let b = self.take(n, what)?;
-        String::from_utf8(b.to_vec()).map_err(|_| self.fail(&format!("{what} is not UTF-8")))
+        std::str::from_utf8(b).map_err(|_| self.fail(&format!("{what} is not UTF-8")))
     }
 
-    fn value(&mut self, kind: u32, depth: usize) -> Result<GgufValue> {
-        Ok(match kind {
-            0 => GgufValue::U64(self.take(1, "a u8")?[0] as u64),
-            1 => GgufValue::I64(self.take(1, "an i8")?[0] as i8 as i64),
-            2 => {
-                let b = self.take(2, "a u16")?;
-                GgufValue::U64(u16::from_le_bytes([b[0], b[1]]) as u64)
+    fn string(&mut self, what: &str) -> Result<String> {
+        self.str(what).map(str::to_string)
+    }
+
+    /// A value of GGUF type `kind`.
+    fn value(&mut self, kind: u32) -> Result<GgufValue> {
+        if kind == 8 {
+            return Ok(GgufValue::Str(self.string("a string")?));
+        }
+        if kind == 9 {
+            return Ok(GgufValue::Array(self.array()?));
+        }
+        let width = value::scalar_width(kind)
+            .ok_or_else(|| self.fail(&format!("unknown metadata type {kind}")))?;
+        let at = self.at;
+        let item = value::scalar(kind, self.take(width, "a metadata value")?);
+        Ok(match item {
+            Some(GgufItem::U64(v)) => GgufValue::U64(v),
+            Some(GgufItem::I64(v)) => GgufValue::I64(v),
+            Some(GgufItem::F64(v)) => GgufValue::F64(v),
+            Some(GgufItem::Bool(v)) => GgufValue::Bool(v),
+            _ => {
+                self.at = at;
+                return Err(self.fail(&format!("unknown metadata type {kind}")));
             }
-            3 => {
-                let b = self.take(2, "an i16")?;
-                GgufValue::I64(i16::from_le_bytes([b[0], b[1]]) as i64)
-            }
-            4 => GgufValue::U64(self.u32("a u32")? as u64),
-            5 => GgufValue::I64(self.u32("an i32")? as i32 as i64),
-            6 => GgufValue::F64(f32::from_bits(self.u32("an f32")?) as f64),
-            7 => GgufValue::Bool(self.take(1, "a bool")?[0] != 0),
-            8 => GgufValue::Str(self.string("a string")?),
-            9 => {
-                if depth > 2 {
-                    return Err(self.fail("arrays nested too deeply"));
-                }
-                let item = self.u32("an array type")?;
-                let n = self.count(1, "an array length")?;
-                let mut items = Vec::with_capacity(n.min(1 << 20));
-                for _ in 0..n {
-                    items.push(self.value(item, depth + 1)?);
-                }
-                GgufValue::Array(items)
-            }
-            10 => GgufValue::U64(self.u64("a u64")?),
-            11 => GgufValue::I64(self.u64("an i64")? as i64),
-            12 => GgufValue::F64(f64::from_bits(self.u64("an f64")?)),
-            other => return Err(self.fail(&format!("unknown metadata type {other}"))),
         })
+    }
+
+    /// An array: element type, length, elements. Numbers keep their bytes; strings go to one
+    /// buffer. Arrays of arrays are refused (llama.cpp refuses them too).
+    fn array(&mut self) -> Result<GgufArray> {
+        let item = self.u32("an array type")?;
+        if item == 8 {
+            let n = self.count(8, "a string array length")?;
+            // Measure first, so both buffers are allocated once at their exact size.
+            let mut probe = Cursor { ..*self };
+            let mut total = 0usize;
+            for _ in 0..n {
+                total += probe.str("an array string")?.len();
+            }
+            let mut text = String::with_capacity(total);
+            let mut ends = Vec::with_capacity(n);
+            for _ in 0..n {
+                text.push_str(self.str("an array string")?);
+                ends.push(text.len());
+            }
+            return Ok(GgufArray::from_strings(text, ends));
+        }
+        let width = value::scalar_width(item).ok_or_else(|| {
+            self.fail(&format!(
+                "array element type {item} (an array of arrays, or unknown)"
+            ))
+        })?;
+        let n = self.count(width, "an array length")?;
+        let bytes = self.take(n * width, "array elements")?.to_vec();
+        GgufArray::scalars(item, bytes).ok_or_else(|| self.fail("a malformed array"))
     }
 }
 
@@ -225,12 +201,23 @@ pub fn parse(path: &str, bytes: &[u8]) -> Result<Gguf> {
     }
     let tensor_count = c.count(24, "the tensor count")?;
     let kv_count = c.count(12, "the metadata count")?;
+    if kv_count > MAX_METADATA {
+        return Err(c.fail(&format!(
+            "the metadata count {kv_count} is more than webtensor reads ({MAX_METADATA})"
+        )));
+    }
     let mut gguf = Gguf::default();
     for _ in 0..kv_count {
         let key = c.string("a metadata key")?;
         let kind = c.u32("a metadata type")?;
-        let value = c.value(kind, 0)?;
-        gguf.metadata.insert(key, value);
+        let value = c.value(kind)?;
+        // Which of two values would count is a guess: llama.cpp refuses the file, so do we.
+        if gguf.metadata.insert(key.clone(), value).is_some() {
+            return Err(Error::model_file(
+                path,
+                format!("the metadata key `{key}` appears twice"),
+            ));
+        }
     }
     let alignment = match gguf.metadata.get("general.alignment") {
         None => DEFAULT_ALIGNMENT,
@@ -239,12 +226,12 @@ pub fn parse(path: &str, bytes: &[u8]) -> Result<Gguf> {
             _ => {
                 return Err(Error::model_file(
                     path,
-                    format!("general.alignment = {v:?} is not a power of two"),
+                    format!("general.alignment = {v:?} is not a power of two up to 2^20"),
                 ))
             }
         },
     };
-    let mut infos = Vec::with_capacity(tensor_count);
+    let mut infos = Vec::new();
     for _ in 0..tensor_count {
         let name = c.string("a tensor name")?;
         let n_dims = c.u32("a tensor's rank")? as usize;
@@ -256,7 +243,8 @@ pub fn parse(path: &str, bytes: &[u8]) -> Result<Gguf> {
         }
         let mut dims = Vec::with_capacity(n_dims);
         for _ in 0..n_dims {
-            dims.push(c.u64("a tensor dimension")? as usize);
+            let d = c.u64("a tensor dimension")?;
+            dims.push(usize::try_from(d).unwrap_or(usize::MAX));
         }
         dims.reverse();
         let kind = c.u32("a tensor type")?;
@@ -264,7 +252,12 @@ pub fn parse(path: &str, bytes: &[u8]) -> Result<Gguf> {
         infos.push((name, dims, kind, offset));
     }
     let data_start = c.at.div_ceil(alignment) * alignment;
-    let data_len = bytes.len().saturating_sub(data_start);
+    let data_len = bytes.len().saturating_sub(data_start) as u64;
+    // llama.cpp's rule: tensors lie in the data section in the order of their infos, each at
+    // the end of the one before rounded up to the alignment. So the bytes of every tensor are
+    // exactly what its type and shape say; a type that does not describe its bytes (f32 data
+    // declared as Q8_0) moves every later offset, and is refused.
+    let mut expected_offset = 0u64;
     for (name, shape, kind, offset) in infos {
         let bad = |reason: String| Error::model_file(path, format!("tensor `{name}` {reason}"));
         let dtype = stored_dtype(kind).ok_or_else(|| {
@@ -275,32 +268,59 @@ pub fn parse(path: &str, bytes: &[u8]) -> Result<Gguf> {
         let count = shape
             .iter()
             .try_fold(1usize, |n, &d| n.checked_mul(d))
-            .ok_or_else(|| bad(format!("has dimensions {shape:?} that overflow")))?;
+            .ok_or_else(|| bad(format!("has dimensions {shape:?} whose product overflows")))?;
         let row = shape.last().copied().unwrap_or(1);
+        let block = match dtype {
+            StoredDType::Packed(d) => d.block_len(),
+            _ => 1,
+        };
+        if !row.is_multiple_of(block) {
+            return Err(bad(format!(
+                "of shape {shape:?} has rows of {row} values, not whole blocks of {block} \
+                 ({dtype})"
+            )));
+        }
         let size = data_bytes(dtype, count, row)
-            .ok_or_else(|| bad(format!("has rows of {row} values, not whole blocks")))?;
-        if offset % alignment as u64 != 0 {
+            .ok_or_else(|| bad(format!("of shape {shape:?} needs more bytes than exist")))?
+            as u64;
+        if offset != expected_offset {
             return Err(bad(format!(
-                "starts at offset {offset}, not a multiple of {alignment}"
+                "starts at data offset {offset}, but the tensors before it end at \
+                 {expected_offset}: a type or shape does not describe its bytes, or the file \
+                 is corrupted"
             )));
         }
-        let end = offset.checked_add(size as u64);
-        if end.is_none_or(|e| e > data_len as u64) {
+        let end = offset.checked_add(size).filter(|&e| e <= data_len);
+        let Some(end) = end else {
             return Err(bad(format!(
-                "needs bytes {offset}..{} of a data section of {data_len}: the file is truncated \
-                 or the offset is wrong",
-                offset.saturating_add(size as u64)
+                "of shape {shape:?} and type {dtype} needs bytes {offset}..{} of a data \
+                 section of {data_len}: the file is truncated or the tensor is not what it says",
+                offset.saturating_add(size)
             )));
-        }
+        };
+        expected_offset = end.div_ceil(alignment as u64) * alignment as u64;
         let begin = data_start + offset as usize;
-        gguf.tensors.insert(
-            name,
-            RawTensor {
-                dtype,
-                shape,
-                range: begin..begin + size,
-            },
-        );
+        let raw = RawTensor {
+            dtype,
+            shape,
+            range: begin..begin + size as usize,
+        };
+        if gguf.tensors.insert(name.clone(), raw).is_some() {
+            return Err(Error::model_file(
+                path,
+                format!("the tensor name `{name}` appears twice"),
+            ));
+        }
+    }
+    if data_len > expected_offset {
+        return Err(Error::model_file(
+            path,
+            format!(
+                "{} bytes follow the last tensor's data: a type or shape does not describe its \
+                 bytes, or the file is corrupted",
+                data_len - expected_offset
+            ),
+        ));
     }
     Ok(gguf)
 }
@@ -328,11 +348,14 @@ pub fn write(
             GgufValue::Bool(b) => out.push(*b as u8),
             GgufValue::Str(s) => string(out, s),
             GgufValue::Array(items) => {
-                let kind = items.first().map_or(10, kind_of);
-                out.extend_from_slice(&kind.to_le_bytes());
+                out.extend_from_slice(&items.kind().to_le_bytes());
                 out.extend_from_slice(&(items.len() as u64).to_le_bytes());
-                for item in items {
-                    value(out, item, string);
+                match items.scalar_bytes() {
+                    Some(bytes) => out.extend_from_slice(bytes),
+                    None => items
+                        .iter()
+                        .filter_map(GgufItem::as_str)
+                        .for_each(|s| string(out, s)),
                 }
             }
         }
@@ -394,7 +417,7 @@ mod tests {
             ("llama.block_count".to_string(), GgufValue::U64(2)),
             (
                 "tokenizer.ggml.tokens".to_string(),
-                GgufValue::Array(vec![GgufValue::Str("a".into()), GgufValue::Str("b".into())]),
+                GgufValue::Array(GgufArray::strings(["a", "b"])),
             ),
         ];
         let tensors = vec![

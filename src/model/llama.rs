@@ -8,7 +8,7 @@ use std::borrow::Cow;
 
 use super::cache::{self, CacheLayout, CachePlan, KvCache, KvPool};
 use super::files::ModelFiles;
-use super::loader::{name, Layer, Loader};
+use super::loader::{check_fits, name, named, Layer, Loader};
 use super::sampler::Sampler;
 use super::window;
 use super::{LlamaConfig, Tokenizer};
@@ -85,6 +85,7 @@ impl Llama {
         files: ModelFiles,
         resident_layers: usize,
     ) -> Result<Llama> {
+        check_fits(device, &files, resident_layers)?;
         let loader = Loader::new(device, &files);
         let c = &files.config;
         let embed_name = name(
@@ -98,8 +99,10 @@ impl Llama {
             device,
             embed_raw.to_f32(embed_bytes),
             [c.vocab_size, c.hidden_size],
-        )?;
-        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        )
+        .map_err(named(&embed_name))?;
+        // Grown as layers load: the count comes from a file.
+        let mut layers = Vec::new();
         for i in 0..c.num_hidden_layers {
             layers.push(if i < resident_layers {
                 Some(loader.layer(i)?)
@@ -122,7 +125,9 @@ impl Llama {
         let lm_head = if c.tie_word_embeddings || !files.tensors.contains_key(&head_name) {
             // With tied embeddings transformers ignores a stored `lm_head.weight` too.
             loader.mark_used(&head_name);
-            embed_raw.to_device(device, embed_bytes)?
+            embed_raw
+                .to_device(device, embed_bytes)
+                .map_err(named(&embed_name))?
         } else {
             loader.matrix(head_name, [c.vocab_size, c.hidden_size])?
         };
@@ -227,9 +232,19 @@ impl Llama {
     }
 
     /// The logits of every position of `tokens`, from an empty cache: f32
-    /// `[tokens.len(), vocab_size]`.
+    /// `[tokens.len(), vocab_size]`. The cache holds just these tokens (not the model's whole
+    /// context, which for a long-context model is gigabytes); more tokens than the context is
+    /// [`Error::CacheFull`].
     pub fn logits(&self, tokens: &[u32]) -> Result<Tensor> {
-        let mut cache = self.new_cache(self.config.context_len())?;
+        let context = self.config.context_len();
+        if tokens.len() > context {
+            return Err(Error::CacheFull {
+                capacity: context,
+                len: 0,
+                requested: tokens.len(),
+            });
+        }
+        let mut cache = self.new_cache(tokens.len().max(1))?;
         self.forward(tokens, &mut cache)
     }
 

@@ -81,12 +81,12 @@ impl<'a> Loader<'a> {
 
     pub fn matrix(&self, n: String, shape: [usize; 2]) -> Result<Tensor> {
         let (t, bytes) = self.fetch(&n, &shape)?;
-        t.to_device(self.device, bytes)
+        t.to_device(self.device, bytes).map_err(named(&n))
     }
 
     pub fn vector(&self, n: String, len: usize) -> Result<Tensor> {
         let (t, bytes) = self.fetch(&n, &[len])?;
-        Tensor::from_vec(self.device, t.to_f32(bytes), [len])
+        Tensor::from_vec(self.device, t.to_f32(bytes), [len]).map_err(named(&n))
     }
 
     /// A fused matrix `[Σ rows, cols]` split into consecutive row blocks of `rows`, each
@@ -197,4 +197,88 @@ impl<'a> Loader<'a> {
             None => Ok(()),
         }
     }
+}
+
+/// Names the tensor in the error its upload hit when the buffer is beyond a device limit.
+pub(crate) fn named(tensor: &str) -> impl FnOnce(Error) -> Error + '_ {
+    move |e| match e {
+        Error::TensorTooLarge {
+            backend,
+            bytes,
+            limit_name,
+            limit,
+            ..
+        } => Error::WeightTooLarge {
+            tensor: tensor.to_string(),
+            backend,
+            bytes,
+            limit_name,
+            limit,
+        },
+        other => other,
+    }
+}
+
+/// Refuses, before anything is uploaded, weights that need more memory than `device` says it
+/// has ([`Device::memory_available`]): the error says how many layers would fit resident,
+/// for [`Llama::load_streaming`] (`--resident-layers`).
+pub(crate) fn check_fits(device: &Device, files: &ModelFiles, resident: usize) -> Result<()> {
+    let Some(available) = device.memory_available() else {
+        return Ok(());
+    };
+    let c = &files.config;
+    // Bytes on the device: as stored, but bf16 is widened to f32.
+    let device_bytes = |t: &RawTensor| {
+        let widen = if t.dtype == super::weights::StoredDType::BF16 {
+            2
+        } else {
+            1
+        };
+        t.range.len() as u64 * widen
+    };
+    let layer = |i: usize| -> u64 {
+        let prefix = name(files.is_gguf, Some(i), "", "");
+        files
+            .tensors
+            .range(prefix.clone()..)
+            .take_while(|(n, _)| n.starts_with(&prefix))
+            .map(|(_, (_, t))| device_bytes(t))
+            .sum()
+    };
+    // The embedding as f32 and the output projection (at most as large).
+    let base = (c.vocab_size as u64) * (c.hidden_size as u64) * 4 * 2;
+    let sizes: Vec<u64> = (0..c.num_hidden_layers.min(resident)).map(layer).collect();
+    let total = sizes.iter().fold(base, |t, &s| t.saturating_add(s));
+    if total <= available {
+        return Ok(());
+    }
+    // Resident layers that fit with room for one streamed layer beside them.
+    let streamed = (0..c.num_hidden_layers).map(layer).max().unwrap_or(0);
+    let mut used = base.saturating_add(streamed);
+    let mut fitting = 0;
+    while fitting < sizes.len() && used.saturating_add(sizes[fitting]) <= available {
+        used += sizes[fitting];
+        fitting += 1;
+    }
+    let hint = if base.saturating_add(streamed) > available {
+        "even with every layer streamed, the embedding and output do not fit: use a smaller or \
+         more quantized model, or another device"
+            .to_string()
+    } else {
+        format!(
+            "keep fewer layers on the device and stream the others from the files on each \
+             pass: --resident-layers {fitting} (Llama::load_streaming)"
+        )
+    };
+    Err(Error::OutOfMemory {
+        what: format!(
+            "the model's weights ({} of {} layers resident on the {} device)",
+            sizes.len(),
+            c.num_hidden_layers,
+            device.backend_name()
+        ),
+        bytes: total,
+        available: Some(available),
+        hint,
+    })
 }

@@ -12,7 +12,42 @@ use crate::error::{Error, Result};
 /// Largest header accepted (the format's own limit is 100 MB).
 const MAX_HEADER: u64 = 100 << 20;
 
-/// The tensors of one safetensors file, as byte ranges into `bytes`.
+/// The header's entries in file order; a name given twice is an error (a JSON map would keep
+/// the last silently, and which one the writer meant is a guess).
+struct Entries(Vec<(String, Value)>);
+
+impl<'de> serde::Deserialize<'de> for Entries {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Entries;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object of tensors")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Entries, A::Error> {
+                let mut seen = std::collections::HashSet::new();
+                let mut entries = Vec::new();
+                while let Some((name, value)) = map.next_entry::<String, Value>()? {
+                    if !seen.insert(name.clone()) {
+                        return Err(serde::de::Error::custom(format!(
+                            "the tensor name `{name}` appears twice"
+                        )));
+                    }
+                    entries.push((name, value));
+                }
+                Ok(Entries(entries))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+/// The tensors of one safetensors file, as byte ranges into `bytes`. As the format requires
+/// (and the `safetensors` crate checks), the tensors' byte ranges cover the data section
+/// exactly, without gaps or overlaps, so every byte is described by a dtype and shape.
 pub fn parse(path: &str, bytes: &[u8]) -> Result<BTreeMap<String, RawTensor>> {
     let bad = |reason: String| Error::model_file(path, reason);
     let header_len = bytes
@@ -24,18 +59,19 @@ pub fn parse(path: &str, bytes: &[u8]) -> Result<BTreeMap<String, RawTensor>> {
                 bytes.len()
             ))
         })?;
-    if header_len > MAX_HEADER || header_len > bytes.len() as u64 - 8 {
+    let after = bytes.len() as u64 - 8;
+    if header_len > MAX_HEADER || header_len > after {
         return Err(bad(format!(
-            "the header claims {header_len} bytes but the file has {} after the length; \
-             the file is truncated or not safetensors",
-            bytes.len() - 8
+            "the header claims {header_len} bytes but the file has {after} after the length \
+             (and headers are at most {MAX_HEADER}); the file is truncated or not safetensors"
         )));
     }
     let data_start = 8 + header_len as usize;
-    let header: BTreeMap<String, Value> = serde_json::from_slice(&bytes[8..data_start])
-        .map_err(|e| bad(format!("the header is not valid JSON: {e}")))?;
-    let data_len = bytes.len() - data_start;
+    let Entries(header) = serde_json::from_slice(&bytes[8..data_start])
+        .map_err(|e| bad(format!("the header is not valid safetensors JSON: {e}")))?;
+    let data_len = (bytes.len() - data_start) as u64;
     let mut tensors = BTreeMap::new();
+    let mut spans = Vec::new();
     for (name, info) in header {
         if name == "__metadata__" {
             continue;
@@ -61,7 +97,7 @@ pub fn parse(path: &str, bytes: &[u8]) -> Result<BTreeMap<String, RawTensor>> {
             .as_array()
             .and_then(|dims| {
                 dims.iter()
-                    .map(|d| d.as_u64().map(|d| d as usize))
+                    .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
                     .collect::<Option<Vec<_>>>()
             })
             .ok_or_else(|| bad(format!("tensor `{name}`: `shape` is not a list of sizes")))?;
@@ -77,24 +113,25 @@ pub fn parse(path: &str, bytes: &[u8]) -> Result<BTreeMap<String, RawTensor>> {
                 ))
             })?;
         let (begin, end) = offsets;
-        if begin > end || end > data_len as u64 {
+        if begin > end || end > data_len {
             return Err(bad(format!(
                 "tensor `{name}` spans bytes {begin}..{end} but the data section has {data_len}; \
                  the file is truncated or its header lies"
             )));
         }
-        let numel = shape
+        let expected = shape
             .iter()
-            .try_fold(1usize, |n, &d| n.checked_mul(d))
-            .ok_or_else(|| bad(format!("tensor `{name}`: shape {shape:?} overflows")))?;
-        let expected = numel as u64 * dtype.bytes_per_value() as u64;
-        if end - begin != expected {
+            .try_fold(1u64, |n, &d| n.checked_mul(d as u64))
+            .and_then(|n| n.checked_mul(dtype.bytes_per_value() as u64));
+        if expected != Some(end - begin) {
             return Err(bad(format!(
-                "tensor `{name}` of shape {shape:?} and dtype {dtype_name} needs {expected} bytes, \
+                "tensor `{name}` of shape {shape:?} and dtype {dtype_name} needs {} bytes, \
                  the header gives {}",
+                expected.map_or("more than 2^64".into(), |e| e.to_string()),
                 end - begin
             )));
         }
+        spans.push((begin, end, name.clone()));
         tensors.insert(
             name,
             RawTensor {
@@ -103,6 +140,23 @@ pub fn parse(path: &str, bytes: &[u8]) -> Result<BTreeMap<String, RawTensor>> {
                 range: data_start + begin as usize..data_start + end as usize,
             },
         );
+    }
+    spans.sort();
+    let mut covered = 0;
+    for (begin, end, name) in spans {
+        if begin != covered {
+            return Err(bad(format!(
+                "tensor `{name}` starts at byte {begin} of the data, but the tensors before it \
+                 end at {covered}: tensors overlap or leave a gap"
+            )));
+        }
+        covered = end;
+    }
+    if covered != data_len {
+        return Err(bad(format!(
+            "the tensors cover {covered} bytes of a data section of {data_len}: bytes no \
+             tensor describes"
+        )));
     }
     Ok(tensors)
 }

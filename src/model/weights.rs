@@ -30,6 +30,17 @@ impl StoredDType {
     }
 }
 
+impl std::fmt::Display for StoredDType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoredDType::F32 => f.write_str("F32"),
+            StoredDType::F16 => f.write_str("F16"),
+            StoredDType::BF16 => f.write_str("BF16"),
+            StoredDType::Packed(d) => f.write_str(&d.name().to_ascii_uppercase()),
+        }
+    }
+}
+
 /// One tensor of a file: dtype, row-major shape, and its bytes within the file.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RawTensor {

@@ -9,28 +9,47 @@ use std::sync::{Arc, Mutex};
 
 use crate::backend::{BackendInfo, BackendKind, DeviceClass};
 
+/// What kind of error wgpu reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum GpuFault {
+    /// A validation error (a bug in webtensor, or a limit it did not check).
+    Validation,
+    /// An allocation the device could not satisfy.
+    OutOfMemory,
+    /// The device was lost (driver reset, GPU removed, out of memory on some platforms).
+    Lost,
+}
+
 /// Errors wgpu reports asynchronously (validation, out of memory, device loss), collected so
-/// they surface as [`crate::Error::Backend`] at the next call instead of wgpu's default
-/// handler, which panics.
+/// they surface as typed errors at the next call instead of wgpu's default handler, which
+/// panics.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct ErrorSink(Arc<Mutex<Vec<String>>>);
+pub(crate) struct ErrorSink(Arc<Mutex<Vec<(GpuFault, String)>>>);
 
 impl ErrorSink {
-    fn push(&self, message: String) {
+    fn push(&self, fault: GpuFault, message: String) {
         if let Ok(mut list) = self.0.lock() {
-            list.push(message);
+            list.push((fault, message));
         }
+    }
+
+    /// The errors collected since the last call: the gravest kind and every message joined,
+    /// or `None` when there were none.
+    pub(crate) fn take_fault(&self) -> Option<(GpuFault, String)> {
+        let mut list = self.0.lock().ok()?;
+        let fault = list.iter().map(|(f, _)| *f).max()?;
+        let joined = list
+            .iter()
+            .map(|(_, m)| m.as_str())
+            .collect::<Vec<_>>()
+            .join("; ");
+        list.clear();
+        Some((fault, joined))
     }
 
     /// All errors collected since the last call, joined, or `None` when there were none.
     pub(crate) fn take(&self) -> Option<String> {
-        let mut list = self.0.lock().ok()?;
-        if list.is_empty() {
-            return None;
-        }
-        let joined = list.join("; ");
-        list.clear();
-        Some(joined)
+        self.take_fault().map(|(_, m)| m)
     }
 }
 
@@ -100,11 +119,17 @@ impl GpuContext {
 
         let errors = ErrorSink::default();
         let sink = errors.clone();
-        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| sink.push(e.to_string())));
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            let fault = match e {
+                wgpu::Error::OutOfMemory { .. } => GpuFault::OutOfMemory,
+                _ => GpuFault::Validation,
+            };
+            sink.push(fault, e.to_string())
+        }));
         let sink = errors.clone();
         device.set_device_lost_callback(move |reason, message| {
             if reason != wgpu::DeviceLostReason::Destroyed {
-                sink.push(format!("device lost: {message}"));
+                sink.push(GpuFault::Lost, format!("device lost: {message}"));
             }
         });
         let limits = device.limits();

@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub use context::F16_ENV;
 pub use pool::GpuBuffer;
 
-use self::context::GpuContext;
+use self::context::{GpuContext, GpuFault};
 use self::kernels::{Encoder, Operand};
 use self::pipelines::Pipelines;
 use self::pool::BufferPool;
@@ -113,9 +113,14 @@ impl WgpuBackend {
 
     /// Turns errors wgpu reported since the last check into an error.
     fn check_errors(&self) -> Result<()> {
-        match self.ctx.errors.take() {
-            Some(e) => Err(Error::backend("wgpu", e)),
+        let backend = "wgpu".to_string();
+        match self.ctx.errors.take_fault() {
             None => Ok(()),
+            Some((GpuFault::Validation, message)) => Err(Error::Backend { backend, message }),
+            Some((GpuFault::OutOfMemory, message)) => {
+                Err(Error::DeviceOutOfMemory { backend, message })
+            }
+            Some((GpuFault::Lost, message)) => Err(Error::DeviceLost { backend, message }),
         }
     }
 

@@ -1,18 +1,41 @@
 //! `webtensor serve`: a small static HTTP server for the browser demo.
 //!
 //! It serves `demo/` at `/` and `web/pkg/` (what `web/build.sh` builds) at `/pkg/`, on
-//! 127.0.0.1 only, one thread per connection, GET and HEAD only. Every answer carries the
-//! headers that make the page cross-origin isolated (`Cross-Origin-Opener-Policy:
-//! same-origin`, `Cross-Origin-Embedder-Policy: require-corp`), and `.wasm` is served as
-//! `application/wasm` so browsers compile it while it streams. A path that leaves its folder
-//! (`..`, a symbolic link out) is refused.
+//! 127.0.0.1 only, GET and HEAD only. Every answer carries the headers that make the page
+//! cross-origin isolated (`Cross-Origin-Opener-Policy: same-origin`,
+//! `Cross-Origin-Embedder-Policy: require-corp`), and `.wasm` is served as `application/wasm`
+//! so browsers compile it while it streams. A path that leaves its folder (`..`, a symbolic
+//! link out) or names anything but a regular file is refused.
+//!
+//! Whatever clients do, the server keeps a bounded footprint: a fixed pool of [`WORKERS`]
+//! threads takes connections from a queue of [`QUEUE`]; a connection that finds the queue
+//! full gets a 503 at once and is closed; reading a request head has a deadline
+//! ([`HEAD_TIMEOUT`]) and a size cap (see `http.rs`), writing has a timeout; and when `accept`
+//! fails (out of file handles) the loop backs off instead of spinning.
 
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-/// The folders served: URL prefix → directory under the checkout.
-const MOUNTS: [(&str, &str); 2] = [("/pkg/", "web/pkg"), ("/", "demo")];
+#[path = "http.rs"]
+mod http;
+
+use http::{ReadError, Status};
+
+/// Threads answering requests.
+const WORKERS: usize = 8;
+/// Accepted connections waiting for a worker; beyond this a client gets a 503.
+const QUEUE: usize = 64;
+/// How long a client has to send its whole request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one write to a client may block.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest pause after failed `accept` calls (out of file handles): the wait doubles from
+/// 10 ms up to this, so the loop never spins.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Serves `root`'s demo on `127.0.0.1:port` (0: any free port) until the process ends,
 /// printing the address first.
@@ -37,144 +60,158 @@ pub fn run(root: &Path, port: u16) -> io::Result<()> {
         root.display()
     );
     io::stdout().flush()?;
-    let root = root.to_path_buf();
-    for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
-        let root = root.clone();
-        std::thread::spawn(move || {
-            if let Err(e) = handle(stream, &root) {
-                log::debug!("serve: connection ended: {e}");
+    let queue = start_workers(root.to_path_buf())?;
+    let mut backoff = Duration::ZERO;
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                backoff = Duration::ZERO;
+                dispatch(&queue, stream);
             }
-        });
+            Err(e) => {
+                backoff = (backoff * 2).clamp(Duration::from_millis(10), MAX_BACKOFF);
+                log::warn!("serve: accept failed ({e}); waiting {backoff:?}");
+                std::thread::sleep(backoff);
+            }
+        }
     }
-    Ok(())
+}
+
+/// Starts the worker pool; connections sent to the queue are answered in order.
+fn start_workers(root: PathBuf) -> io::Result<SyncSender<TcpStream>> {
+    let (send, receive) = mpsc::sync_channel::<TcpStream>(QUEUE);
+    let receive = Arc::new(Mutex::new(receive));
+    for i in 0..WORKERS {
+        let (receive, root) = (receive.clone(), root.clone());
+        std::thread::Builder::new()
+            .name(format!("serve-{i}"))
+            .spawn(move || work(&receive, &root))?;
+    }
+    Ok(send)
+}
+
+fn work(receive: &Mutex<Receiver<TcpStream>>, root: &Path) {
+    loop {
+        let next = match receive.lock() {
+            Ok(r) => r.recv(),
+            Err(_) => return,
+        };
+        let Ok(stream) = next else { return };
+        if let Err(e) = handle(stream, root) {
+            log::debug!("serve: connection ended: {e}");
+        }
+    }
+}
+
+/// Queues a connection, or answers 503 and closes it when every worker is busy and the
+/// queue is full.
+fn dispatch(queue: &SyncSender<TcpStream>, stream: TcpStream) {
+    match queue.try_send(stream) {
+        Ok(()) => {}
+        Err(TrySendError::Full(mut stream)) => {
+            // A fresh socket's send buffer is empty: this short write does not block.
+            let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+            let _ = refuse(&mut stream, Status::Unavailable, false);
+        }
+        Err(TrySendError::Disconnected(_)) => log::error!("serve: no worker is left"),
+    }
+}
+
+/// A reader that gives up when the deadline for the whole head passes, however slowly the
+/// client trickles bytes in.
+struct Deadline<'a> {
+    stream: &'a TcpStream,
+    until: Instant,
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        let mut stream = self.stream;
+        stream.read(buf)
+    }
 }
 
 /// Answers one request and closes the connection.
-fn handle(stream: TcpStream, root: &Path) -> io::Result<()> {
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut request_line = String::new();
-    reader.read_line(&mut request_line)?;
-    // Read the headers up to the blank line; none of them changes the answer.
-    let mut line = String::new();
-    while reader.read_line(&mut line)? > 2 {
-        line.clear();
-    }
-    let mut parts = request_line.split_whitespace();
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let mut out = stream;
-    if method != "GET" && method != "HEAD" {
-        return respond(
-            &mut out,
-            "405 Method Not Allowed",
-            "text/plain",
-            b"GET or HEAD only\n",
-            true,
-        );
-    }
-    let head_only = method == "HEAD";
-    match resolve(root, target) {
-        Ok(file) => match std::fs::read(&file) {
-            Ok(body) => respond(&mut out, "200 OK", mime(&file), &body, head_only),
-            Err(_) => respond(
-                &mut out,
-                "404 Not Found",
-                "text/plain",
-                b"not found\n",
-                head_only,
-            ),
-        },
-        Err(status) => {
-            let body = format!("{status}\n");
-            respond(&mut out, status, "text/plain", body.as_bytes(), head_only)
+fn handle(mut stream: TcpStream, root: &Path) -> io::Result<()> {
+    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    let mut input = Deadline {
+        stream: &stream,
+        until: Instant::now() + HEAD_TIMEOUT,
+    };
+    let request = match http::read_request(&mut input) {
+        Ok(request) => request,
+        Err(ReadError::Refuse(status)) => {
+            refuse(&mut stream, status, false)?;
+            return linger(&mut stream);
         }
+        Err(ReadError::Closed) => return Ok(()),
+        Err(ReadError::Io(e)) => return Err(e),
+    };
+    let file = match http::resolve(root, &request.path) {
+        Ok(file) => file,
+        Err(status) => return refuse(&mut stream, status, request.head_only),
+    };
+    match read_regular_file(&file) {
+        Ok(body) => respond(
+            &mut stream,
+            Status::Ok,
+            http::mime(&file),
+            &body,
+            request.head_only,
+        ),
+        Err(status) => refuse(&mut stream, status, request.head_only),
     }
 }
 
-/// The file a request target names, or the HTTP status refusing it.
-fn resolve(root: &Path, target: &str) -> Result<PathBuf, &'static str> {
-    let path = target.split(['?', '#']).next().unwrap_or("");
-    let path = percent_decode(path).ok_or("400 Bad Request")?;
-    if !path.starts_with('/') || path.contains('\0') || path.contains('\\') {
-        return Err("400 Bad Request");
+/// The bytes of `file`, checked on the opened handle to be a regular file (a FIFO swapped in
+/// after [`http::resolve`] looked is refused too, though opening it may wait for a writer).
+fn read_regular_file(file: &Path) -> Result<Vec<u8>, Status> {
+    let mut f = std::fs::File::open(file).map_err(|_| Status::NotFound)?;
+    let meta = f.metadata().map_err(|_| Status::NotFound)?;
+    if !meta.is_file() {
+        return Err(Status::Forbidden);
     }
-    let (prefix, dir) = MOUNTS
-        .iter()
-        .find(|(prefix, _)| path.starts_with(prefix))
-        .ok_or("404 Not Found")?;
-    let rest = Path::new(&path[prefix.len()..]);
-    // Only plain names: no `..`, no root or drive prefix inside the path.
-    if !rest.components().all(|c| matches!(c, Component::Normal(_))) {
-        return Err("403 Forbidden");
-    }
-    let base = root.join(dir);
-    let mut file = base.join(rest);
-    if file.is_dir() {
-        file = file.join("index.html");
-    }
-    // A symbolic link may still point out of the folder: compare the real paths.
-    let real_base = base.canonicalize().map_err(|_| "404 Not Found")?;
-    let real = file.canonicalize().map_err(|_| "404 Not Found")?;
-    if !real.starts_with(&real_base) {
-        return Err("403 Forbidden");
-    }
-    Ok(real)
+    let mut body = Vec::new();
+    f.read_to_end(&mut body).map_err(|_| Status::NotFound)?;
+    Ok(body)
 }
 
-/// Decodes `%XX` escapes; `None` for a malformed escape or bytes that are not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+/// Answers with `status` and a one-line body naming it.
+fn refuse(out: &mut TcpStream, status: Status, head_only: bool) -> io::Result<()> {
+    let body = format!("{}\n", status.line());
+    respond(
+        out,
+        status,
+        "text/plain; charset=utf-8",
+        body.as_bytes(),
+        head_only,
+    )
 }
 
-/// The Content-Type of a file by its extension.
-fn mime(path: &Path) -> &'static str {
-    match path.extension().and_then(|e| e.to_str()).unwrap_or("") {
-        "html" => "text/html; charset=utf-8",
-        "js" | "mjs" => "text/javascript; charset=utf-8",
-        "css" => "text/css; charset=utf-8",
-        "wasm" => "application/wasm",
-        "json" => "application/json",
-        "svg" => "image/svg+xml",
-        "png" => "image/png",
-        "ico" => "image/x-icon",
-        "ts" | "txt" | "md" => "text/plain; charset=utf-8",
-        _ => "application/octet-stream",
-    }
+/// After refusing a request mid-way, reads (and drops) what the client is still sending for
+/// a moment before closing: closing a socket with unread input resets the connection, and
+/// the client would lose the answer.
+fn linger(out: &mut TcpStream) -> io::Result<()> {
+    out.shutdown(std::net::Shutdown::Write)?;
+    out.set_read_timeout(Some(Duration::from_millis(500)))?;
+    let _ = io::copy(&mut (&*out).take(1 << 20), &mut io::sink());
+    Ok(())
 }
 
+/// Writes the head and, unless `head_only`, the body it declares.
 fn respond(
     out: &mut TcpStream,
-    status: &str,
+    status: Status,
     content_type: &str,
     body: &[u8],
     head_only: bool,
 ) -> io::Result<()> {
-    write!(
-        out,
-        "HTTP/1.1 {status}\r\n\
-         Content-Type: {content_type}\r\n\
-         Content-Length: {}\r\n\
-         Cross-Origin-Opener-Policy: same-origin\r\n\
-         Cross-Origin-Embedder-Policy: require-corp\r\n\
-         Cross-Origin-Resource-Policy: same-origin\r\n\
-         X-Content-Type-Options: nosniff\r\n\
-         Cache-Control: no-cache\r\n\
-         Connection: close\r\n\r\n",
-        body.len()
-    )?;
+    out.write_all(http::response_head(status, content_type, body.len()).as_bytes())?;
     if !head_only {
         out.write_all(body)?;
     }

@@ -1,0 +1,94 @@
+//! The entry points the fuzz targets drive (`fuzz/fuzz_targets/*.rs`, libFuzzer on nightly)
+//! and `native-tests/fuzz_replay.rs` replays on stable from the committed corpora and crash
+//! reproducers: each takes arbitrary bytes, runs what webtensor runs on a file, a prompt or a
+//! request, and must return without panicking, whatever the bytes.
+
+#![allow(dead_code)]
+
+use std::sync::OnceLock;
+
+use webtensor::model::{files, gguf, safetensors, FileBytes, LlamaConfig, ModelFiles, Tokenizer};
+
+#[path = "../src/bin/webtensor/http.rs"]
+mod http;
+
+/// An entry point: arbitrary bytes in, nothing out (it must return).
+pub type Entry = fn(&[u8]);
+
+/// Every target by name, for the replay.
+pub const TARGETS: [(&str, Entry); 6] = [
+    ("gguf", gguf),
+    ("safetensors", safetensors),
+    ("config", config),
+    ("tokenizer", tokenizer),
+    ("encode", encode),
+    ("http", http),
+];
+
+/// A GGUF file: the reader, then the config and vocabulary from its metadata.
+pub fn gguf(data: &[u8]) {
+    if gguf::parse("fuzz.gguf", data).is_ok() {
+        let _ = ModelFiles::from_gguf("fuzz.gguf", FileBytes::Owned(data.to_vec()));
+    }
+}
+
+/// A safetensors file (first byte even) or a `model.safetensors.index.json` (odd).
+pub fn safetensors(data: &[u8]) {
+    let Some((&selector, rest)) = data.split_first() else {
+        return;
+    };
+    if selector % 2 == 0 {
+        let _ = safetensors::parse("fuzz.safetensors", rest);
+    } else if let Ok(text) = std::str::from_utf8(rest) {
+        let _ = files::shard_names(text, "fuzz.index.json");
+    }
+}
+
+/// A `config.json`.
+pub fn config(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = LlamaConfig::from_json(text, "fuzz.config.json");
+    }
+}
+
+/// A `tokenizer.json`, then the text after its first NUL byte encoded and decoded with it.
+pub fn tokenizer(data: &[u8]) {
+    let (json, text) = match data.iter().position(|&b| b == 0) {
+        Some(at) => (&data[..at], &data[at + 1..]),
+        None => (data, &[][..]),
+    };
+    let Ok(json) = std::str::from_utf8(json) else {
+        return;
+    };
+    if let Ok(t) = Tokenizer::from_json(json, "fuzz.tokenizer.json") {
+        let ids = t.encode(&String::from_utf8_lossy(text));
+        let _ = t.decode(&ids);
+    }
+}
+
+/// Arbitrary text through the built-in model's tokenizer: encode, decode, streamed decode.
+pub fn encode(data: &[u8]) {
+    static BUILTIN: OnceLock<Option<Tokenizer>> = OnceLock::new();
+    let tokenizer = BUILTIN.get_or_init(|| {
+        webtensor::model::builtin::files()
+            .ok()
+            .and_then(|f| f.tokenizer)
+    });
+    let Some(t) = tokenizer else { return };
+    let text = String::from_utf8_lossy(data);
+    let ids = t.encode(&text);
+    let _ = t.decode(&ids);
+    let mut stream = t.stream();
+    for &id in &ids {
+        let _ = stream.push(id);
+    }
+    let _ = stream.finish();
+}
+
+/// What `webtensor serve` does with the bytes a client sends before it touches the file
+/// system: read and parse the request head, then map its path to a served folder.
+pub fn http(data: &[u8]) {
+    if let Ok(request) = http::read_request(&mut &data[..]) {
+        let _ = http::split_path(&request.path);
+    }
+}

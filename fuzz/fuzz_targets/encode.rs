@@ -1,0 +1,7 @@
+//! cargo-fuzz target `encode`: see `fuzz/entries.rs`.
+#![no_main]
+
+#[path = "../entries.rs"]
+mod entries;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| entries::encode(data));

@@ -1,0 +1,7 @@
+//! cargo-fuzz target `http`: see `fuzz/entries.rs`.
+#![no_main]
+
+#[path = "../entries.rs"]
+mod entries;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| entries::http(data));

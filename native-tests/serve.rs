@@ -1,0 +1,222 @@
+//! `webtensor serve` under hostile clients, over real sockets on 127.0.0.1: many idle
+//! connections, oversized heads, methods it does not serve, a FIFO in the served folder, a
+//! client that never finishes its request. The server must answer each with a complete HTTP
+//! response (or close), keep a bounded number of threads, and go on serving.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Threads the server may have: its pool (8), the accept loop, and a few the runtime keeps.
+const MAX_THREADS: usize = 16;
+
+/// A served throwaway checkout and the server process; killed and removed on drop.
+struct Server {
+    child: Child,
+    addr: String,
+    root: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+        std::fs::remove_dir_all(&self.root).ok();
+    }
+}
+
+fn start(tag: &str) -> Server {
+    let root = std::env::temp_dir().join(format!("webtensor-serve-{tag}-{}", std::process::id()));
+    std::fs::remove_dir_all(&root).ok();
+    std::fs::create_dir_all(root.join("demo")).unwrap();
+    std::fs::create_dir_all(root.join("web/pkg")).unwrap();
+    std::fs::write(root.join("demo/index.html"), "<!doctype html>hello").unwrap();
+    std::fs::write(root.join("web/pkg/webtensor.js"), "export {}").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_webtensor"))
+        .args(["serve", "--port", "0", "--dir"])
+        .arg(&root)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("serve starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    Server { child, addr, root }
+}
+
+impl Server {
+    fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(&self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s
+    }
+
+    /// Sends `request` and reads the whole answer (the server closes after it).
+    fn ask(&self, request: &[u8]) -> String {
+        let mut s = self.connect();
+        // The server may answer and close before reading everything (a head too large).
+        let _ = s.write_all(request);
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    fn threads(&self) -> usize {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+/// The body an answer declares with Content-Length, checked to be exactly what follows the
+/// head.
+fn declared_body(answer: &str) -> &str {
+    let (head, body) = answer
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no head in {answer:?}"));
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no Content-Length in {head:?}"));
+    assert_eq!(
+        body.len(),
+        len,
+        "the body differs from its Content-Length: {answer:?}"
+    );
+    body
+}
+
+#[test]
+fn refusals_are_complete_answers() {
+    let server = start("refusals");
+    // A method it does not serve: 405 with the body it declares, and what is allowed.
+    let post = server.ask(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+    assert!(post.starts_with("HTTP/1.1 405"), "{post}");
+    assert!(post.contains("Allow: GET, HEAD"), "{post}");
+    assert!(!declared_body(&post).is_empty(), "{post}");
+    // A request line and a head beyond their caps.
+    let long_target = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(20_000));
+    let uri = server.ask(long_target.as_bytes());
+    assert!(uri.starts_with("HTTP/1.1 414"), "{uri}");
+    declared_body(&uri);
+    let long_header = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "b".repeat(100_000));
+    let head = server.ask(long_header.as_bytes());
+    assert!(head.starts_with("HTTP/1.1 431"), "{head}");
+    declared_body(&head);
+    // Not HTTP at all.
+    let junk = server.ask(b"\x00\xff\r\n\r\n");
+    assert!(junk.starts_with("HTTP/1.1 400"), "{junk}");
+    // A normal request still works, and its body is what it declares.
+    let index = server.ask(b"GET / HTTP/1.1\r\n\r\n");
+    assert!(index.starts_with("HTTP/1.1 200"), "{index}");
+    assert_eq!(declared_body(&index), "<!doctype html>hello");
+    let head_only = server.ask(b"HEAD / HTTP/1.1\r\n\r\n");
+    assert!(head_only.starts_with("HTTP/1.1 200") && head_only.ends_with("\r\n\r\n"));
+}
+
+#[test]
+#[cfg(unix)]
+fn only_regular_files_are_served() {
+    let server = start("fifo");
+    let fifo = server.root.join("demo/pipe.html");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("skipping: mkfifo is not available");
+        return;
+    }
+    let started = Instant::now();
+    let answer = server.ask(b"GET /pipe.html HTTP/1.1\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    std::fs::remove_file(&fifo).ok();
+}
+
+#[test]
+fn a_client_that_never_finishes_gets_408() {
+    let server = start("slow");
+    let mut s = server.connect();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
+    let started = Instant::now();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// Idle connections (set `WEBTENSOR_IDLE_CONNECTIONS`, default 1000): the server keeps its
+/// thread count, answers or closes each, and serves normally once they go away.
+#[test]
+fn idle_connections_keep_the_server_bounded() {
+    let mut server = start("idle");
+    let wanted: usize = std::env::var("WEBTENSOR_IDLE_CONNECTIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let mut idle = Vec::with_capacity(wanted);
+    for _ in 0..wanted {
+        match TcpStream::connect(&server.addr) {
+            Ok(s) => idle.push(s),
+            // Out of file handles on the client's side: enough connections for this machine.
+            Err(e) => {
+                eprintln!("stopped at {} connections: {e}", idle.len());
+                break;
+            }
+        }
+    }
+    assert!(
+        idle.len() >= wanted.min(500),
+        "only {} connections",
+        idle.len()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let threads = server.threads();
+    assert!(server.alive(), "the server died");
+    assert!(
+        threads <= MAX_THREADS,
+        "{threads} threads for {} idle connections",
+        idle.len()
+    );
+    eprintln!("{} idle connections: {threads} server threads", idle.len());
+    drop(idle);
+    // Once they are gone, requests are served again (the pool drains closed connections).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let answer = server.ask(b"GET / HTTP/1.1\r\n\r\n");
+        if answer.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(
+            answer.is_empty() || answer.starts_with("HTTP/1.1 503"),
+            "{answer:?}"
+        );
+        assert!(Instant::now() < deadline, "still refused: {answer:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(server.alive());
+}

@@ -1,0 +1,273 @@
+//! The HTTP/1.1 request handling of `webtensor serve`, as plain functions over bytes and
+//! paths (no sockets), so the fuzz target `fuzz/fuzz_targets/http.rs` and the stable replay
+//! test run exactly what the server runs: [`read_request`] on the bytes, then [`split_path`]
+//! (the part of [`resolve`] before the file system).
+//!
+//! A request head is read up to the blank line with a cap on its size, the request line is
+//! parsed (GET and HEAD only), the target is percent-decoded and mapped to a file under one
+//! of the served folders. Every refusal is a [`Status`] the server sends back with a body.
+
+use std::io::{self, Read};
+use std::path::{Component, Path, PathBuf};
+
+/// Most bytes of a request line (method, target, version).
+pub const MAX_REQUEST_LINE: usize = 8 * 1024;
+/// Most bytes of a whole request head (request line and headers).
+pub const MAX_HEAD: usize = 32 * 1024;
+
+/// The folders served: URL prefix → directory under the checkout.
+pub const MOUNTS: [(&str, &str); 2] = [("/pkg/", "web/pkg"), ("/", "demo")];
+
+/// An HTTP status the server answers with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// 200.
+    Ok,
+    /// 400: not HTTP, or a target that is not a path.
+    BadRequest,
+    /// 403: a path that leaves its folder, or not a regular file.
+    Forbidden,
+    /// 404.
+    NotFound,
+    /// 405: a method other than GET or HEAD.
+    MethodNotAllowed,
+    /// 408: the head did not arrive in time.
+    RequestTimeout,
+    /// 414: the request line is longer than [`MAX_REQUEST_LINE`].
+    UriTooLong,
+    /// 431: the head is longer than [`MAX_HEAD`].
+    HeadersTooLarge,
+    /// 503: every worker is busy.
+    Unavailable,
+}
+
+impl Status {
+    /// The status line's code and reason.
+    pub fn line(self) -> &'static str {
+        match self {
+            Status::Ok => "200 OK",
+            Status::BadRequest => "400 Bad Request",
+            Status::Forbidden => "403 Forbidden",
+            Status::NotFound => "404 Not Found",
+            Status::MethodNotAllowed => "405 Method Not Allowed",
+            Status::RequestTimeout => "408 Request Timeout",
+            Status::UriTooLong => "414 URI Too Long",
+            Status::HeadersTooLarge => "431 Request Header Fields Too Large",
+            Status::Unavailable => "503 Service Unavailable",
+        }
+    }
+}
+
+/// What a request asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// HEAD: the headers only.
+    pub head_only: bool,
+    /// The decoded path (starts with `/`, no query or fragment).
+    pub path: String,
+}
+
+/// Reads a request head from `r` up to and including the blank line that ends it, refusing
+/// a head longer than [`MAX_HEAD`] or a request line longer than [`MAX_REQUEST_LINE`]. A read
+/// that times out is [`Status::RequestTimeout`]; a connection closed before the blank line
+/// is an error (nothing to answer).
+pub fn read_head(r: &mut impl Read) -> Result<Vec<u8>, ReadError> {
+    let mut head = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        let n = match r.read(&mut chunk) {
+            Ok(0) => return Err(ReadError::Closed),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(ReadError::Refuse(Status::RequestTimeout))
+            }
+            Err(e) => return Err(ReadError::Io(e)),
+        };
+        // Look for the end from a little before the new bytes (a `\r\n\r\n` split over reads).
+        let from = head.len().saturating_sub(3);
+        head.extend_from_slice(&chunk[..n]);
+        if let Some(end) = head_end(&head[from..]) {
+            head.truncate(from + end);
+            return check_line(head);
+        }
+        if !head.contains(&b'\n') && head.len() > MAX_REQUEST_LINE {
+            return Err(ReadError::Refuse(Status::UriTooLong));
+        }
+        if head.len() > MAX_HEAD {
+            return Err(ReadError::Refuse(Status::HeadersTooLarge));
+        }
+    }
+}
+
+/// Why no request head was read.
+#[derive(Debug)]
+pub enum ReadError {
+    /// Answer with this status.
+    Refuse(Status),
+    /// The client went away before a whole head.
+    Closed,
+    /// The connection failed.
+    Io(io::Error),
+}
+
+/// The length of the head in `bytes` through its blank line (`\r\n\r\n` or `\n\n`), if there.
+fn head_end(bytes: &[u8]) -> Option<usize> {
+    (0..bytes.len()).find_map(|i| {
+        let rest = &bytes[i..];
+        if rest.starts_with(b"\r\n\r\n") {
+            Some(i + 4)
+        } else if rest.starts_with(b"\n\n") {
+            Some(i + 2)
+        } else {
+            None
+        }
+    })
+}
+
+/// Refuses a whole head whose request line is too long or that is too long itself.
+fn check_line(head: Vec<u8>) -> Result<Vec<u8>, ReadError> {
+    let line = head.iter().position(|&b| b == b'\n').unwrap_or(head.len());
+    if line > MAX_REQUEST_LINE {
+        return Err(ReadError::Refuse(Status::UriTooLong));
+    }
+    if head.len() > MAX_HEAD {
+        return Err(ReadError::Refuse(Status::HeadersTooLarge));
+    }
+    Ok(head)
+}
+
+/// Reads and parses one request from `r`: what the server does with the bytes a client
+/// sends before it looks at the file system (then [`resolve`]). The fuzz target and the
+/// replay test call it on arbitrary bytes; it returns for any input, never panics.
+pub fn read_request(r: &mut impl Read) -> Result<Request, ReadError> {
+    let head = read_head(r)?;
+    parse_head(&head).map_err(ReadError::Refuse)
+}
+
+/// Parses a request head: `METHOD TARGET HTTP/x.y`, then headers (none changes the answer).
+pub fn parse_head(head: &[u8]) -> Result<Request, Status> {
+    let line_end = head.iter().position(|&b| b == b'\n').unwrap_or(head.len());
+    let line = std::str::from_utf8(&head[..line_end]).map_err(|_| Status::BadRequest)?;
+    let mut parts = line.trim_end_matches('\r').split(' ');
+    let (method, target, version) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(m), Some(t), Some(v), None) => (m, t, v),
+        _ => return Err(Status::BadRequest),
+    };
+    if !version.starts_with("HTTP/1.") || method.is_empty() {
+        return Err(Status::BadRequest);
+    }
+    let head_only = match method {
+        "GET" => false,
+        "HEAD" => true,
+        _ => return Err(Status::MethodNotAllowed),
+    };
+    let path = target.split(['?', '#']).next().unwrap_or("");
+    let path = percent_decode(path).ok_or(Status::BadRequest)?;
+    if !path.starts_with('/') || path.contains('\0') || path.contains('\\') {
+        return Err(Status::BadRequest);
+    }
+    Ok(Request { head_only, path })
+}
+
+/// The folder (under the checkout) and the relative file a decoded path names, refusing any
+/// path with parts other than plain names (`..`, `.`, a root or drive prefix).
+pub fn split_path(path: &str) -> Result<(&'static str, PathBuf), Status> {
+    let (prefix, dir) = MOUNTS
+        .iter()
+        .find(|(prefix, _)| path.starts_with(prefix))
+        .ok_or(Status::NotFound)?;
+    let rest = Path::new(&path[prefix.len()..]);
+    if !rest.components().all(|c| matches!(c, Component::Normal(_))) {
+        return Err(Status::Forbidden);
+    }
+    Ok((dir, rest.to_path_buf()))
+}
+
+/// The regular file under `root` a decoded path names. A folder means its `index.html`; a
+/// symbolic link that leads out of the folder, and anything that is not a regular file (a
+/// FIFO, a device, a socket), is [`Status::Forbidden`], so no request can block the server
+/// on a pipe or read a device.
+pub fn resolve(root: &Path, path: &str) -> Result<PathBuf, Status> {
+    let (dir, rest) = split_path(path)?;
+    let base = root.join(dir);
+    let mut file = base.join(rest);
+    if file.is_dir() {
+        file = file.join("index.html");
+    }
+    let real_base = base.canonicalize().map_err(|_| Status::NotFound)?;
+    let real = file.canonicalize().map_err(|_| Status::NotFound)?;
+    if !real.starts_with(&real_base) {
+        return Err(Status::Forbidden);
+    }
+    let meta = std::fs::metadata(&real).map_err(|_| Status::NotFound)?;
+    if !meta.is_file() {
+        return Err(Status::Forbidden);
+    }
+    Ok(real)
+}
+
+/// Decodes `%XX` escapes; `None` for a malformed escape or bytes that are not UTF-8.
+pub fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return None;
+            }
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The Content-Type of a file by its extension.
+pub fn mime(path: &Path) -> &'static str {
+    match path.extension().and_then(|e| e.to_str()).unwrap_or("") {
+        "html" => "text/html; charset=utf-8",
+        "js" | "mjs" => "text/javascript; charset=utf-8",
+        "css" => "text/css; charset=utf-8",
+        "wasm" => "application/wasm",
+        "json" => "application/json",
+        "svg" => "image/svg+xml",
+        "png" => "image/png",
+        "ico" => "image/x-icon",
+        "ts" | "txt" | "md" => "text/plain; charset=utf-8",
+        _ => "application/octet-stream",
+    }
+}
+
+/// The response head for a body of `len` bytes. Every answer carries the cross-origin
+/// isolation headers, and a 405 says what is allowed.
+pub fn response_head(status: Status, content_type: &str, len: usize) -> String {
+    let allow = if status == Status::MethodNotAllowed {
+        "Allow: GET, HEAD\r\n"
+    } else {
+        ""
+    };
+    format!(
+        "HTTP/1.1 {}\r\n\
+         Content-Type: {content_type}\r\n\
+         Content-Length: {len}\r\n\
+         {allow}\
+         Cross-Origin-Opener-Policy: same-origin\r\n\
+         Cross-Origin-Embedder-Policy: require-corp\r\n\
+         Cross-Origin-Resource-Policy: same-origin\r\n\
+         X-Content-Type-Options: nosniff\r\n\
+         Cache-Control: no-cache\r\n\
+         Connection: close\r\n\r\n",
+        status.line()
+    )
+}
