@@ -11,13 +11,15 @@ use crate::backend::{registry, BackendKind};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::model::generate::MULTI_STEP;
-use crate::model::{Llama, ModelFiles, Sampler, Sampling};
+use crate::model::{ActivationMode, Llama, ModelFiles, Sampler, Sampling};
 
 /// One backend's figures for one model.
 #[derive(Clone, Debug, Serialize)]
 pub struct ModelBenchRow {
     /// The backend.
     pub backend: BackendKind,
+    /// The products the linear layers ran ([`Llama::activation_path`]).
+    pub activations: String,
     /// Whether the prompt's logits matched the reference within 1e-3 (relative to their scale).
     pub checked: bool,
     /// Largest difference from the reference logits.
@@ -53,8 +55,8 @@ fn weight_bytes(files: &ModelFiles) -> u64 {
 pub fn run(
     open: &dyn Fn() -> Result<ModelFiles>,
     backends: &[BackendKind],
-    prompt_tokens: usize,
-    decode_tokens: usize,
+    (prompt_tokens, decode_tokens): (usize, usize),
+    activations: ActivationMode,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<ModelBenchRow>> {
     let files = open()?;
@@ -67,7 +69,8 @@ pub fn run(
         .map(|i| (i * 7919 + 1) % vocab)
         .collect();
     progress("reference logits");
-    let reference = Llama::load(&Device::reference(), files)?;
+    let mut reference = Llama::load(&Device::reference(), files)?;
+    reference.set_activations(activations);
     let want: Vec<f32> = reference.logits(&prompt)?.to_vec()?;
     let scale = want.iter().fold(1f64, |m, v| m.max(v.abs() as f64));
     let mut rows = Vec::new();
@@ -79,7 +82,8 @@ pub fn run(
         progress(&format!("{kind}: ceilings"));
         let copy = ceilings::measure(&backend, Size::Small)?.copy_gb_per_s;
         let device = Device::builder().priority(vec![kind]).build()?;
-        let model = Llama::load(&device, open()?)?;
+        let mut model = Llama::load(&device, open()?)?;
+        model.set_activations(activations);
         progress(&format!("{kind}: prompt"));
         let mut cache = model.new_cache(prompt_tokens + decode_tokens)?;
         // A warm-up pass compiles pipelines and fills pools, then the timed passes.
@@ -91,6 +95,7 @@ pub fn run(
             .fold(0f64, f64::max);
         let mut row = ModelBenchRow {
             backend: kind,
+            activations: model.activation_path(),
             checked: got.len() == want.len() && max_abs_error <= 1e-3 * scale,
             max_abs_error,
             prompt_tokens,
@@ -134,9 +139,17 @@ pub fn run(
 /// The rows as an aligned table.
 pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
     let opt = |v: Option<f64>, p: usize| v.map_or("-".into(), |v| format!("{v:.p$}"));
+    let paths: Vec<&str> = rows.iter().map(|r| r.activations.as_str()).collect();
     let mut out = format!(
-        "{model}\n{:<10} {:>8} {:>12} {:>8} {:>12} {:>14} {:>8}  check\n",
-        "backend", "prompt", "prompt tok/s", "decode", "decode tok/s", "weights GB/s", "% copy"
+        "{model} ({})\n{:<10} {:>8} {:>12} {:>8} {:>12} {:>14} {:>8}  check\n",
+        paths.first().copied().unwrap_or(""),
+        "backend",
+        "prompt",
+        "prompt tok/s",
+        "decode",
+        "decode tok/s",
+        "weights GB/s",
+        "% copy"
     );
     for r in rows {
         out += &format!(

@@ -23,7 +23,7 @@ use serde::Serialize;
 use webtensor::backend::{registry, BackendInfo, BackendKind, OpKind};
 use webtensor::bench::{self, BenchConfig, Size};
 use webtensor::device::{Decision, PrioritySource};
-use webtensor::model::{self, Llama, ModelFiles, Sampling};
+use webtensor::model::{self, ActivationMode, Llama, ModelFiles, Sampling};
 use webtensor::{Device, Error};
 
 #[derive(Parser)]
@@ -74,6 +74,10 @@ enum Command {
         /// With --model: tokens decoded one at a time.
         #[arg(long, default_value_t = 32)]
         decode_tokens: usize,
+        /// With --model: activations of the linear layers: `int` (q8_0 for q8_0/q4_0
+        /// weights, per-row i8 for ternary ones, as llama.cpp does) or `f32`.
+        #[arg(long, value_name = "MODE", default_value = "int", value_parser = parse_activations)]
+        activations: ActivationMode,
         /// Also write report.json and a self-contained report.html with charts into DIR.
         #[arg(long, value_name = "DIR")]
         report: Option<std::path::PathBuf>,
@@ -140,6 +144,14 @@ struct ModelArgs {
     /// (memory-mapped) files on every forward pass: for models larger than the device.
     #[arg(long, value_name = "N")]
     resident_layers: Option<usize>,
+    /// Activations of the linear layers: `int` (q8_0 for q8_0/q4_0 weights, per-row i8 for
+    /// ternary ones, as llama.cpp does) or `f32` (the stored weights' exact products).
+    #[arg(long, value_name = "MODE", default_value = "int", value_parser = parse_activations)]
+    activations: ActivationMode,
+}
+
+fn parse_activations(value: &str) -> Result<ActivationMode, String> {
+    ActivationMode::parse(value).map_err(|e| e.to_string())
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -158,9 +170,16 @@ fn main() -> ExitCode {
             model: Some(model),
             prompt_tokens,
             decode_tokens,
+            activations,
             json,
             ..
-        } => bench_model(&backends, &model, prompt_tokens, decode_tokens, json),
+        } => bench_model(
+            &backends,
+            &model,
+            (prompt_tokens, decode_tokens),
+            activations,
+            json,
+        ),
         Command::Bench {
             merge,
             peers,
@@ -376,8 +395,8 @@ fn bench_backends(names: &[String]) -> Result<Vec<BackendKind>, Error> {
 fn bench_model(
     backends: &[String],
     model: &str,
-    prompt_tokens: usize,
-    decode_tokens: usize,
+    (prompt_tokens, decode_tokens): (usize, usize),
+    activations: ActivationMode,
     json: bool,
 ) -> Result<(), Error> {
     let backends = bench_backends(backends)?;
@@ -388,7 +407,8 @@ fn bench_model(
             ModelFiles::open(std::path::Path::new(model))
         }
     };
-    let rows = bench::model::run(&open, &backends, prompt_tokens, decode_tokens, |step| {
+    let tokens = (prompt_tokens, decode_tokens);
+    let rows = bench::model::run(&open, &backends, tokens, activations, |step| {
         eprintln!("{step}")
     })?;
     if json {
@@ -518,13 +538,16 @@ fn load(args: &ModelArgs) -> Result<(Llama, String), Error> {
         Some(path) => (ModelFiles::open(path)?, path.display().to_string()),
         None => (model::builtin::files()?, model::builtin::NAME.to_string()),
     };
-    let model = Llama::load_streaming(&device, files, args.resident_layers.unwrap_or(usize::MAX))?;
+    let mut model =
+        Llama::load_streaming(&device, files, args.resident_layers.unwrap_or(usize::MAX))?;
+    model.set_activations(args.activations);
     eprintln!(
-        "{name}: {} layers, {} hidden, vocab {} on {}",
+        "{name}: {} layers, {} hidden, vocab {} on {}; {}",
         model.config.num_hidden_layers,
         model.config.hidden_size,
         model.config.vocab_size,
-        device.backend_name()
+        device.backend_name(),
+        model.activation_path()
     );
     Ok((model, name))
 }

@@ -102,12 +102,10 @@ pub fn qmatmul(
     k: usize,
 ) -> Vec<f32> {
     let prepared = prepare(a, act, k);
-    let blocks = n.div_ceil(COLUMN_BLOCK);
-    let tiles = map_tasks(blocks, |blk| {
-        let j0 = blk * COLUMN_BLOCK;
-        let j1 = (j0 + COLUMN_BLOCK).min(n);
-        let width = j1 - j0;
-        let mut tile = vec![0f32; m * width];
+    // Columns `j0..j0 + width` of every row into `tile` (`[m, width]`).
+    let column_block = |j0: usize, tile: &mut [f32]| {
+        let width = tile.len() / m;
+        let j1 = j0 + width;
         match &prepared {
             PreparedActivations::Float(a) => {
                 let mut rows = vec![0f32; 4 * k];
@@ -152,9 +150,23 @@ pub fn qmatmul(
                 }
             }
         }
+    };
+    let mut out = vec![0f32; m * n];
+    if m == 1 {
+        // Decode: each block of columns is a slice of the one output row, written in place.
+        // A weight row costs about k/8 copies of an output element (int8 dots).
+        for_each_row(&mut out, COLUMN_BLOCK, k / 8, |blk, tile| {
+            column_block(blk * COLUMN_BLOCK, tile)
+        });
+        return out;
+    }
+    let blocks = n.div_ceil(COLUMN_BLOCK);
+    let tiles = map_tasks(blocks, |blk| {
+        let j0 = blk * COLUMN_BLOCK;
+        let mut tile = vec![0f32; m * (n - j0).min(COLUMN_BLOCK)];
+        column_block(j0, &mut tile);
         tile
     });
-    let mut out = vec![0f32; m * n];
     for (blk, tile) in tiles.iter().enumerate() {
         let j0 = blk * COLUMN_BLOCK;
         let width = (n - j0).min(COLUMN_BLOCK);
