@@ -264,6 +264,36 @@ def llama_cpp_peer(gguf_path, webtensor, backends, prompt_tokens, decode_tokens,
     return rows
 
 
+def llama_cpp_sample(gguf_path, prompt_tokens, decode_tokens, threads):
+    """One timed llama.cpp sample for `webtensor bench --model PATH --peers`: the prompt of
+    webtensor's bench (ids (i·7919 + 1) mod vocab) in one pass, then greedy decode one token
+    at a time. Prints one JSON object (tokens/s, or an error) on stdout."""
+    try:
+        import llama_cpp
+    except ImportError as e:
+        print(json.dumps({"error": f"llama-cpp-python is not installed ({e})"}))
+        return
+    n_ctx = prompt_tokens + decode_tokens + 8
+    llm = llama_cpp.Llama(gguf_path, n_threads=threads, n_threads_batch=threads, n_ctx=n_ctx,
+                          n_batch=n_ctx, logits_all=True, verbose=False)
+    vocab = llm.n_vocab()
+    prompt = [(i * 7919 + 1) % vocab for i in range(prompt_tokens)]
+    llm.eval(prompt[:1])  # warm-up
+    llm.reset()
+    t = time.perf_counter()
+    llm.eval(prompt)
+    prefill = prompt_tokens / (time.perf_counter() - t)
+    token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    t = time.perf_counter()
+    for _ in range(decode_tokens):
+        llm.eval([token])
+        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    decode = decode_tokens / (time.perf_counter() - t)
+    print(json.dumps({"peer": f"llama.cpp (llama-cpp-python {llama_cpp.__version__})",
+                      "threads": threads, "prompt_tokens_per_s": prefill,
+                      "decode_tokens_per_s": decode}))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--report", help="report.json of `webtensor bench --report` (shapes for numpy)")
@@ -278,13 +308,20 @@ def main():
     ap.add_argument("--type", default="f32", choices=["f32", "q8_0", "q4_0"],
                     help="with --make-gguf: the matrices' format")
     ap.add_argument("--make-only", action="store_true", help="write the GGUF and stop")
+    ap.add_argument("--llama-cpp-sample", action="store_true",
+                    help="with --gguf: time llama.cpp once and print JSON (used by "
+                         "`webtensor bench --model PATH --peers`)")
     ap.add_argument("--webtensor", default=os.path.join(ROOT, "target", "release", "webtensor"))
     ap.add_argument("--backend", action="append", default=[], help="webtensor backends for decode")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--decode-tokens", type=int, default=32)
-    ap.add_argument("-o", "--out", required=True, help="peers JSON to write")
+    ap.add_argument("-o", "--out", help="peers JSON to write")
     args = ap.parse_args()
+    if args.llama_cpp_sample:
+        return llama_cpp_sample(args.gguf, args.prompt_tokens, args.decode_tokens, args.threads)
+    if not args.out and not args.make_only:
+        ap.error("-o/--out is required")
 
     peers = []
     if args.report:

@@ -11,6 +11,8 @@
 //! webtensor serve [--port P] [--dir CHECKOUT]
 //! ```
 
+#[path = "webtensor/peer.rs"]
+mod peer;
 #[path = "webtensor/serve.rs"]
 mod serve;
 
@@ -85,7 +87,9 @@ enum Command {
         #[arg(long, value_name = "FILE", num_args = 1..)]
         merge: Vec<String>,
         /// Peer timings from benches/peers.py to compare against (numpy, llama.cpp); repeatable.
-        #[arg(long, value_name = "FILE")]
+        /// With --model and no FILE: time llama.cpp (llama-cpp-python) on the same GGUF after
+        /// each of our samples (--runs of them) and print the ratio.
+        #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "")]
         peers: Vec<String>,
     },
     /// Generate text from a prompt, streaming it, then print prompt and decode tokens/s.
@@ -171,6 +175,8 @@ fn main() -> ExitCode {
             prompt_tokens,
             decode_tokens,
             activations,
+            runs,
+            peers,
             json,
             ..
         } => bench_model(
@@ -178,6 +184,7 @@ fn main() -> ExitCode {
             &model,
             (prompt_tokens, decode_tokens),
             activations,
+            (runs as usize, &peers),
             json,
         ),
         Command::Bench {
@@ -397,6 +404,7 @@ fn bench_model(
     model: &str,
     (prompt_tokens, decode_tokens): (usize, usize),
     activations: ActivationMode,
+    (runs, peers): (usize, &[String]),
     json: bool,
 ) -> Result<(), Error> {
     let backends = bench_backends(backends)?;
@@ -407,8 +415,30 @@ fn bench_model(
             ModelFiles::open(std::path::Path::new(model))
         }
     };
+    let with_llama_cpp = match peers {
+        [] => false,
+        [empty] if empty.is_empty() => true,
+        _ => {
+            return Err(Error::InvalidArgument {
+                op: "bench",
+                reason: "with --model, --peers takes no file: it times llama.cpp on the same GGUF"
+                    .into(),
+            })
+        }
+    };
+    let path = std::path::Path::new(model);
+    if with_llama_cpp && path.extension().and_then(|e| e.to_str()) != Some("gguf") {
+        return Err(Error::InvalidArgument {
+            op: "bench",
+            reason: format!("--peers runs llama.cpp, which needs a .gguf file; {model} is not one"),
+        });
+    }
+    let threads = rayon::current_num_threads();
+    let llama_cpp = |p: usize, d: usize| peer::llama_cpp(path, threads, p, d);
+    let peer: Option<&dyn Fn(usize, usize) -> Result<bench::model::PeerSample, Error>> =
+        with_llama_cpp.then_some(&llama_cpp);
     let tokens = (prompt_tokens, decode_tokens);
-    let rows = bench::model::run(&open, &backends, tokens, activations, |step| {
+    let rows = bench::model::run(&open, &backends, tokens, activations, runs, peer, |step| {
         eprintln!("{step}")
     })?;
     if json {
