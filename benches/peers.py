@@ -114,8 +114,11 @@ def numpy_peers(report):
     return rows
 
 
-def make_gguf(path, dim=None, layers=None, ffn=None):
-    """Writes assets/tiny-kjv (or a random model of its shape family) as an f32 GGUF."""
+def make_gguf(path, dim=None, layers=None, ffn=None, heads=None, kv_heads=None, vocab=None,
+              qtype="f32"):
+    """Writes assets/tiny-kjv, or a random model of a given shape (hidden size, layers, ffn,
+    heads, kv heads, vocabulary), as a GGUF whose matrices are f32, q8_0 or q4_0 (quantized by
+    gguf-py; norms stay f32, as llama.cpp's converter keeps them)."""
     import gguf
     from safetensors.numpy import load_file
 
@@ -126,9 +129,12 @@ def make_gguf(path, dim=None, layers=None, ffn=None):
     name = "tiny-kjv"
     if dim:
         rng = np.random.default_rng(1)
-        head_dim = config["head_dim"]
+        heads = heads or dim // config["head_dim"]
+        head_dim = dim // heads
         config.update(hidden_size=dim, num_hidden_layers=layers, intermediate_size=ffn,
-                      num_attention_heads=dim // head_dim, num_key_value_heads=dim // head_dim // 2)
+                      num_attention_heads=heads, num_key_value_heads=kv_heads or max(1, heads // 2),
+                      head_dim=head_dim, vocab_size=vocab or config["vocab_size"],
+                      max_position_embeddings=2048)
         kv = config["num_key_value_heads"] * head_dim
         vocab = config["vocab_size"]
         r = lambda *s: (rng.standard_normal(s) * 0.02).astype(np.float32)
@@ -143,7 +149,7 @@ def make_gguf(path, dim=None, layers=None, ffn=None):
                 p + "mlp.gate_proj.weight": r(ffn, dim), p + "mlp.up_proj.weight": r(ffn, dim),
                 p + "mlp.down_proj.weight": r(dim, ffn),
             })
-        name = f"random-{dim}x{layers}"
+        name = f"random-{dim}x{layers}-{qtype}"
     heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
 
     def permute(w, n_head):
@@ -162,8 +168,14 @@ def make_gguf(path, dim=None, layers=None, ffn=None):
     w.add_rope_dimension_count(config["head_dim"])
     w.add_layer_norm_rms_eps(config["rms_norm_eps"])
     w.add_rope_freq_base(config["rope_theta"])
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    qtypes = {"f32": (gguf.LlamaFileType.ALL_F32, gguf.GGMLQuantizationType.F32),
+              "q8_0": (gguf.LlamaFileType.MOSTLY_Q8_0, gguf.GGMLQuantizationType.Q8_0),
+              "q4_0": (gguf.LlamaFileType.MOSTLY_Q4_0, gguf.GGMLQuantizationType.Q4_0)}
+    file_type, matrix_type = qtypes[qtype]
+    w.add_file_type(file_type)
     vocab = sorted(tok["model"]["vocab"].items(), key=lambda kv: kv[1])
+    # A larger random model's extra ids get placeholder tokens (no merges reach them).
+    vocab += [(f"<extra_{i}>", i) for i in range(len(vocab), config["vocab_size"])]
     special = {t["id"] for t in tok["added_tokens"]}
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
@@ -177,7 +189,13 @@ def make_gguf(path, dim=None, layers=None, ffn=None):
              "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
              "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
              "mlp.down_proj": "ffn_down"}
-    w.add_tensor("token_embd.weight", weights["model.embed_tokens.weight"])
+    def add(name, t):
+        if t.ndim == 2 and matrix_type != gguf.GGMLQuantizationType.F32:
+            w.add_tensor(name, gguf.quants.quantize(t, matrix_type), raw_dtype=matrix_type)
+        else:
+            w.add_tensor(name, t)
+
+    add("token_embd.weight", weights["model.embed_tokens.weight"])
     w.add_tensor("output_norm.weight", weights["model.norm.weight"])
     for i in range(config["num_hidden_layers"]):
         for hf, gg in names.items():
@@ -186,7 +204,7 @@ def make_gguf(path, dim=None, layers=None, ffn=None):
                 t = permute(t, heads)
             elif gg == "attn_k":
                 t = permute(t, kv_heads)
-            w.add_tensor(f"blk.{i}.{gg}.weight", np.ascontiguousarray(t))
+            add(f"blk.{i}.{gg}.weight", np.ascontiguousarray(t))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -246,6 +264,36 @@ def llama_cpp_peer(gguf_path, webtensor, backends, prompt_tokens, decode_tokens,
     return rows
 
 
+def llama_cpp_sample(gguf_path, prompt_tokens, decode_tokens, threads):
+    """One timed llama.cpp sample for `webtensor bench --model PATH --peers`: the prompt of
+    webtensor's bench (ids (i·7919 + 1) mod vocab) in one pass, then greedy decode one token
+    at a time. Prints one JSON object (tokens/s, or an error) on stdout."""
+    try:
+        import llama_cpp
+    except ImportError as e:
+        print(json.dumps({"error": f"llama-cpp-python is not installed ({e})"}))
+        return
+    n_ctx = prompt_tokens + decode_tokens + 8
+    llm = llama_cpp.Llama(gguf_path, n_threads=threads, n_threads_batch=threads, n_ctx=n_ctx,
+                          n_batch=n_ctx, logits_all=True, verbose=False)
+    vocab = llm.n_vocab()
+    prompt = [(i * 7919 + 1) % vocab for i in range(prompt_tokens)]
+    llm.eval(prompt[:1])  # warm-up
+    llm.reset()
+    t = time.perf_counter()
+    llm.eval(prompt)
+    prefill = prompt_tokens / (time.perf_counter() - t)
+    token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    t = time.perf_counter()
+    for _ in range(decode_tokens):
+        llm.eval([token])
+        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    decode = decode_tokens / (time.perf_counter() - t)
+    print(json.dumps({"peer": f"llama.cpp (llama-cpp-python {llama_cpp.__version__})",
+                      "threads": threads, "prompt_tokens_per_s": prefill,
+                      "decode_tokens_per_s": decode}))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--report", help="report.json of `webtensor bench --report` (shapes for numpy)")
@@ -254,20 +302,36 @@ def main():
     ap.add_argument("--dim", type=int, help="with --make-gguf: a random model of this hidden size")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--ffn", type=int)
+    ap.add_argument("--heads", type=int, help="with --dim: attention heads (default dim / 32)")
+    ap.add_argument("--kv-heads", type=int, help="with --dim: key/value heads (default heads / 2)")
+    ap.add_argument("--vocab", type=int, help="with --dim: vocabulary size (default 512)")
+    ap.add_argument("--type", default="f32", choices=["f32", "q8_0", "q4_0"],
+                    help="with --make-gguf: the matrices' format")
+    ap.add_argument("--make-only", action="store_true", help="write the GGUF and stop")
+    ap.add_argument("--llama-cpp-sample", action="store_true",
+                    help="with --gguf: time llama.cpp once and print JSON (used by "
+                         "`webtensor bench --model PATH --peers`)")
     ap.add_argument("--webtensor", default=os.path.join(ROOT, "target", "release", "webtensor"))
     ap.add_argument("--backend", action="append", default=[], help="webtensor backends for decode")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--decode-tokens", type=int, default=32)
-    ap.add_argument("-o", "--out", required=True, help="peers JSON to write")
+    ap.add_argument("-o", "--out", help="peers JSON to write")
     args = ap.parse_args()
+    if args.llama_cpp_sample:
+        return llama_cpp_sample(args.gguf, args.prompt_tokens, args.decode_tokens, args.threads)
+    if not args.out and not args.make_only:
+        ap.error("-o/--out is required")
 
     peers = []
     if args.report:
         peers += numpy_peers(json.load(open(args.report)))
     gguf_path = args.gguf
     if args.make_gguf:
-        make_gguf(args.make_gguf, args.dim, args.layers, args.ffn or (args.dim or 0) * 11 // 4)
+        make_gguf(args.make_gguf, args.dim, args.layers, args.ffn or (args.dim or 0) * 11 // 4,
+                  args.heads, args.kv_heads, args.vocab, args.type)
+        if args.make_only:
+            return
         gguf_path = args.make_gguf
     if gguf_path:
         peers += llama_cpp_peer(gguf_path, args.webtensor, args.backend or ["cpu"],

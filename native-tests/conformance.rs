@@ -586,7 +586,8 @@ fn packed_weight(d: &Device, w: &[f32], n: usize, k: usize, format: DType) -> Te
 }
 
 /// Products with packed weights against the reference on the dequantized weights, for every
-/// format and activation mode, decode (m = 1) and prefill shapes, m beyond one row tile.
+/// format and activation mode, decode (m = 1) and prefill shapes, m beyond one row tile, n
+/// across several column blocks.
 /// Tolerance: matmul's 1e-5·√k (DESIGN.md).
 fn qmatmul(dev: &Device) {
     let mut r = rng(41);
@@ -596,6 +597,9 @@ fn qmatmul(dev: &Device) {
         (9, 7, 768),
         (1, 1, 256),
         (17, 64, 256),
+        // Several column blocks, a short last group of rows, and work enough for threads.
+        (1, 300, 512),
+        (3, 130, 512),
     ] {
         let a = uniform(&mut r, m * k, 2.0);
         let w = uniform(&mut r, n * k, 1.0);

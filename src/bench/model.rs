@@ -1,6 +1,12 @@
 //! `webtensor bench --model`: a model's prefill and decode speed per backend, with decode's
 //! weight traffic as a fraction of the copy bandwidth measured in the same run. A backend's
 //! row is reported only if its logits matched the reference backend's in that run.
+//!
+//! The yardstick is the reference forward with f32 activations (the stored weights' exact
+//! products). With integer activations the logits carry the activations' rounding, which a
+//! many-layer model amplifies unevenly (a value that rounds the other way on one backend
+//! changes everything after it), so they are held to a tolerance measured in the same run: twice
+//! the reference's own rounding error (its integer-activation logits against its f32 ones).
 
 use std::time::Instant;
 
@@ -11,32 +17,57 @@ use crate::backend::{registry, BackendKind};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::model::generate::MULTI_STEP;
-use crate::model::{Llama, ModelFiles, Sampler, Sampling};
+use crate::model::{ActivationMode, Llama, ModelFiles, Sampler, Sampling};
 
 /// One backend's figures for one model.
 #[derive(Clone, Debug, Serialize)]
 pub struct ModelBenchRow {
     /// The backend.
     pub backend: BackendKind,
-    /// Whether the prompt's logits matched the reference within 1e-3 (relative to their scale).
+    /// The products the linear layers ran ([`Llama::activation_path`]).
+    pub activations: String,
+    /// Whether the prompt's logits matched the reference within `tolerance`.
     pub checked: bool,
-    /// Largest difference from the reference logits.
+    /// Largest difference from the reference's f32-activation logits.
     pub max_abs_error: f64,
+    /// The tolerance: 1e-3 of the logits' scale, or with integer activations twice the
+    /// reference's own rounding error if that is larger.
+    pub tolerance: f64,
     /// Prompt tokens processed in one forward pass.
     pub prompt_tokens: usize,
-    /// Prompt tokens per second.
+    /// Prompt tokens per second (the median sample).
     pub prompt_tokens_per_s: Option<f64>,
+    /// Every timed sample of prompt tokens per second, in run order.
+    pub prompt_samples: Vec<f64>,
     /// Tokens decoded one at a time (greedy, argmax on the device, one id read back each).
     pub decode_tokens: usize,
-    /// Decode tokens per second.
+    /// Decode tokens per second (the median sample).
     pub decode_tokens_per_s: Option<f64>,
+    /// Every timed sample of decode tokens per second, in run order.
+    pub decode_samples: Vec<f64>,
     /// Weight bytes a decode step reads (every matrix once).
     pub weight_bytes: u64,
     /// Decode weight bandwidth in GB/s.
     pub decode_weight_gb_per_s: Option<f64>,
     /// That bandwidth as a fraction of the backend's copy ceiling.
     pub frac_copy: Option<f64>,
+    /// A peer timed on the same file between our samples, if one was asked for.
+    pub peer: Option<PeerSamples>,
 }
+
+/// One peer's timings on the same model file, taken alternately with webtensor's.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PeerSamples {
+    /// The peer and its version, e.g. `llama.cpp (llama-cpp-python 0.3.16)`.
+    pub name: String,
+    /// Prompt tokens per second, one per sample.
+    pub prompt_samples: Vec<f64>,
+    /// Decode tokens per second, one per sample.
+    pub decode_samples: Vec<f64>,
+}
+
+/// One timed sample of a peer: `(name, prompt tokens/s, decode tokens/s)`.
+pub type PeerSample = (String, f64, f64);
 
 /// Bytes of the matrices a decode step reads: every stored tensor but an untied embedding.
 fn weight_bytes(files: &ModelFiles) -> u64 {
@@ -49,12 +80,17 @@ fn weight_bytes(files: &ModelFiles) -> u64 {
         .sum()
 }
 
-/// Times the model `open()` returns on each backend.
+/// Times the model `open()` returns on each backend: its logits checked once, then `samples`
+/// timed prompt passes and decodes, each followed by one sample of `peer` (run on the same
+/// file with the same prompt and decode lengths) when given, so that both see the same
+/// machine load.
 pub fn run(
     open: &dyn Fn() -> Result<ModelFiles>,
     backends: &[BackendKind],
-    prompt_tokens: usize,
-    decode_tokens: usize,
+    (prompt_tokens, decode_tokens): (usize, usize),
+    activations: ActivationMode,
+    samples: usize,
+    peer: Option<&dyn Fn(usize, usize) -> Result<PeerSample>>,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<ModelBenchRow>> {
     let files = open()?;
@@ -67,9 +103,16 @@ pub fn run(
         .map(|i| (i * 7919 + 1) % vocab)
         .collect();
     progress("reference logits");
-    let reference = Llama::load(&Device::reference(), files)?;
+    let mut reference = Llama::load(&Device::reference(), files)?;
+    reference.set_activations(ActivationMode::F32);
     let want: Vec<f32> = reference.logits(&prompt)?.to_vec()?;
     let scale = want.iter().fold(1f64, |m, v| m.max(v.abs() as f64));
+    let mut tolerance = 1e-3 * scale;
+    if activations != ActivationMode::F32 {
+        reference.set_activations(activations);
+        let rounded: Vec<f32> = reference.logits(&prompt)?.to_vec()?;
+        tolerance = tolerance.max(2.0 * max_difference(&rounded, &want));
+    }
     let mut rows = Vec::new();
     for &kind in backends {
         let backend = registry::get(kind).map_err(|reason| Error::BackendUnavailable {
@@ -79,49 +122,50 @@ pub fn run(
         progress(&format!("{kind}: ceilings"));
         let copy = ceilings::measure(&backend, Size::Small)?.copy_gb_per_s;
         let device = Device::builder().priority(vec![kind]).build()?;
-        let model = Llama::load(&device, open()?)?;
+        let mut model = Llama::load(&device, open()?)?;
+        model.set_activations(activations);
         progress(&format!("{kind}: prompt"));
         let mut cache = model.new_cache(prompt_tokens + decode_tokens)?;
         // A warm-up pass compiles pipelines and fills pools, then the timed passes.
         let got: Vec<f32> = model.forward(&prompt, &mut cache)?.to_vec()?;
-        let max_abs_error = got
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| (*a as f64 - *b as f64).abs())
-            .fold(0f64, f64::max);
+        let max_abs_error = max_difference(&got, &want);
         let mut row = ModelBenchRow {
             backend: kind,
-            checked: got.len() == want.len() && max_abs_error <= 1e-3 * scale,
+            activations: model.activation_path(),
+            checked: got.len() == want.len() && max_abs_error <= tolerance,
             max_abs_error,
+            tolerance,
             prompt_tokens,
             prompt_tokens_per_s: None,
+            prompt_samples: Vec::new(),
             decode_tokens,
             decode_tokens_per_s: None,
+            decode_samples: Vec::new(),
             weight_bytes: bytes,
             decode_weight_gb_per_s: None,
             frac_copy: None,
+            peer: None,
         };
         if row.checked {
-            cache.reset();
-            // Greedy, drawn on the device as `generate` does: the prompt's token read back,
-            // then decode steps recorded MULTI_STEP per submit.
-            let mut sampler = Sampler::new(Sampling::greedy());
-            let start = Instant::now();
-            let mut next = model.sample_next(&prompt, &mut cache, &mut sampler)?;
-            row.prompt_tokens_per_s = Some(prompt_tokens as f64 / start.elapsed().as_secs_f64());
-            progress(&format!("{kind}: decode"));
-            let start = Instant::now();
-            let mut left = decode_tokens;
-            while left > 0 {
-                let steps = left.min(MULTI_STEP);
-                let ids = model.decode(next, &mut cache, steps, &mut sampler)?;
-                next = ids.last().copied().unwrap_or(next);
-                left -= steps;
+            for i in 0..samples.max(1) {
+                progress(&format!("{kind}: sample {}", i + 1));
+                cache.reset();
+                let (prompt_rate, decode_rate) =
+                    time_once(&model, &prompt, decode_tokens, &mut cache)?;
+                row.prompt_samples.push(prompt_rate);
+                row.decode_samples.extend(decode_rate);
+                if let Some(peer) = peer {
+                    let (name, p, d) = peer(prompt_tokens, decode_tokens)?;
+                    let samples = row.peer.get_or_insert_with(PeerSamples::default);
+                    samples.name = name;
+                    samples.prompt_samples.push(p);
+                    samples.decode_samples.push(d);
+                }
             }
-            let per_token = start.elapsed().as_secs_f64() / decode_tokens.max(1) as f64;
-            if decode_tokens > 0 {
-                let gb = bytes as f64 / per_token / 1e9;
-                row.decode_tokens_per_s = Some(1.0 / per_token);
+            row.prompt_tokens_per_s = median(&row.prompt_samples);
+            row.decode_tokens_per_s = median(&row.decode_samples);
+            if let Some(rate) = row.decode_tokens_per_s {
+                let gb = bytes as f64 * rate / 1e9;
                 row.decode_weight_gb_per_s = Some(gb);
                 row.frac_copy = Some(gb / copy);
             }
@@ -131,33 +175,132 @@ pub fn run(
     Ok(rows)
 }
 
-/// The rows as an aligned table.
+/// One timed prompt pass and decode from an empty `cache`: (prompt tokens/s, decode
+/// tokens/s if any were asked for). Greedy, drawn on the device as `generate` does: the
+/// prompt's token read back, then decode steps recorded MULTI_STEP per submit.
+fn time_once(
+    model: &Llama,
+    prompt: &[u32],
+    decode_tokens: usize,
+    cache: &mut crate::model::KvCache,
+) -> Result<(f64, Option<f64>)> {
+    let mut sampler = Sampler::new(Sampling::greedy());
+    let start = Instant::now();
+    let mut next = model.sample_next(prompt, cache, &mut sampler)?;
+    let prompt_rate = prompt.len() as f64 / start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let mut left = decode_tokens;
+    while left > 0 {
+        let steps = left.min(MULTI_STEP);
+        let ids = model.decode(next, cache, steps, &mut sampler)?;
+        next = ids.last().copied().unwrap_or(next);
+        left -= steps;
+    }
+    let decode_rate =
+        (decode_tokens > 0).then(|| decode_tokens as f64 / start.elapsed().as_secs_f64());
+    Ok((prompt_rate, decode_rate))
+}
+
+/// The median of `v` (the upper one of an even count), `None` when empty.
+fn median(v: &[f64]) -> Option<f64> {
+    let mut sorted = v.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied()
+}
+
+/// `min/median/max` of samples, with `digits` decimals.
+fn spread(v: &[f64], digits: usize) -> String {
+    match (
+        v.iter().copied().reduce(f64::min),
+        median(v),
+        v.iter().copied().reduce(f64::max),
+    ) {
+        (Some(lo), Some(mid), Some(hi)) if v.len() > 1 => {
+            format!("{lo:.digits$}/{mid:.digits$}/{hi:.digits$}")
+        }
+        (_, Some(mid), _) => format!("{mid:.digits$}"),
+        _ => "-".into(),
+    }
+}
+
+/// The largest elementwise difference.
+fn max_difference(a: &[f32], b: &[f32]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(a, b)| (*a as f64 - *b as f64).abs())
+        .fold(0f64, f64::max)
+}
+
+/// The rows as an aligned table: min/median/max of the samples when there are several, then
+/// each row's peer and the ratio of the medians (webtensor / peer, above 1 is faster).
 pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
     let opt = |v: Option<f64>, p: usize| v.map_or("-".into(), |v| format!("{v:.p$}"));
-    let mut out = format!(
-        "{model}\n{:<10} {:>8} {:>12} {:>8} {:>12} {:>14} {:>8}  check\n",
-        "backend", "prompt", "prompt tok/s", "decode", "decode tok/s", "weights GB/s", "% copy"
-    );
+    let paths: Vec<&str> = rows.iter().map(|r| r.activations.as_str()).collect();
+    let line = |c: [&str; 8]| {
+        format!(
+            "{:<10} {:>6} {:>20} {:>6} {:>20} {:>12} {:>7}  {}\n",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]
+        )
+    };
+    let mut out = format!("{model} ({})\n", paths.first().copied().unwrap_or(""));
+    out += &line([
+        "backend",
+        "prompt",
+        "prompt tok/s",
+        "decode",
+        "decode tok/s",
+        "weights GB/s",
+        "% copy",
+        "check",
+    ]);
     for r in rows {
-        out += &format!(
-            "{:<10} {:>8} {:>12} {:>8} {:>12} {:>14} {:>8}  {}\n",
+        let check = if r.checked {
+            format!("ok ({:.1e} ≤ {:.1e})", r.max_abs_error, r.tolerance)
+        } else {
+            format!(
+                "FAILED: logits differ from the reference by {:.3e} (tolerance {:.3e})",
+                r.max_abs_error, r.tolerance
+            )
+        };
+        let copy = r
+            .frac_copy
+            .map_or("-".into(), |f| format!("{:.1}%", f * 100.0));
+        out += &line([
             r.backend.name(),
-            r.prompt_tokens,
-            opt(r.prompt_tokens_per_s, 1),
-            r.decode_tokens,
-            opt(r.decode_tokens_per_s, 1),
-            opt(r.decode_weight_gb_per_s, 3),
-            r.frac_copy
-                .map_or("-".into(), |f| format!("{:.1}%", f * 100.0)),
-            if r.checked {
-                "ok".to_string()
-            } else {
-                format!(
-                    "FAILED: logits differ from the reference by {:.3e}",
-                    r.max_abs_error
-                )
-            }
-        );
+            &r.prompt_tokens.to_string(),
+            &spread(&r.prompt_samples, 1),
+            &r.decode_tokens.to_string(),
+            &spread(&r.decode_samples, 1),
+            &opt(r.decode_weight_gb_per_s, 3),
+            &copy,
+            &check,
+        ]);
+        if let Some(peer) = &r.peer {
+            let ratio = |ours: &[f64], theirs: &[f64]| match (median(ours), median(theirs)) {
+                (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
+                _ => "-".into(),
+            };
+            out += &line([
+                "  peer",
+                "",
+                &spread(&peer.prompt_samples, 1),
+                "",
+                &spread(&peer.decode_samples, 1),
+                "",
+                "",
+                &peer.name,
+            ]);
+            out += &line([
+                "  ratio",
+                "",
+                &ratio(&r.prompt_samples, &peer.prompt_samples),
+                "",
+                &ratio(&r.decode_samples, &peer.decode_samples),
+                "",
+                "",
+                "webtensor / peer, medians",
+            ]);
+        }
     }
     out
 }

@@ -11,6 +11,8 @@
 //! webtensor serve [--port P] [--dir CHECKOUT]
 //! ```
 
+#[path = "webtensor/peer.rs"]
+mod peer;
 #[path = "webtensor/serve.rs"]
 mod serve;
 
@@ -23,7 +25,7 @@ use serde::Serialize;
 use webtensor::backend::{registry, BackendInfo, BackendKind, OpKind};
 use webtensor::bench::{self, BenchConfig, Size};
 use webtensor::device::{Decision, PrioritySource};
-use webtensor::model::{self, Llama, ModelFiles, Sampling};
+use webtensor::model::{self, ActivationMode, Llama, ModelFiles, Sampling};
 use webtensor::{Device, Error};
 
 #[derive(Parser)]
@@ -74,6 +76,10 @@ enum Command {
         /// With --model: tokens decoded one at a time.
         #[arg(long, default_value_t = 32)]
         decode_tokens: usize,
+        /// With --model: activations of the linear layers: `int` (q8_0 for q8_0/q4_0
+        /// weights, per-row i8 for ternary ones, as llama.cpp does) or `f32`.
+        #[arg(long, value_name = "MODE", default_value = "int", value_parser = parse_activations)]
+        activations: ActivationMode,
         /// Also write report.json and a self-contained report.html with charts into DIR.
         #[arg(long, value_name = "DIR")]
         report: Option<std::path::PathBuf>,
@@ -81,7 +87,9 @@ enum Command {
         #[arg(long, value_name = "FILE", num_args = 1..)]
         merge: Vec<String>,
         /// Peer timings from benches/peers.py to compare against (numpy, llama.cpp); repeatable.
-        #[arg(long, value_name = "FILE")]
+        /// With --model and no FILE: time llama.cpp (llama-cpp-python) on the same GGUF after
+        /// each of our samples (--runs of them) and print the ratio.
+        #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "")]
         peers: Vec<String>,
     },
     /// Generate text from a prompt, streaming it, then print prompt and decode tokens/s.
@@ -140,6 +148,14 @@ struct ModelArgs {
     /// (memory-mapped) files on every forward pass: for models larger than the device.
     #[arg(long, value_name = "N")]
     resident_layers: Option<usize>,
+    /// Activations of the linear layers: `int` (q8_0 for q8_0/q4_0 weights, per-row i8 for
+    /// ternary ones, as llama.cpp does) or `f32` (the stored weights' exact products).
+    #[arg(long, value_name = "MODE", default_value = "int", value_parser = parse_activations)]
+    activations: ActivationMode,
+}
+
+fn parse_activations(value: &str) -> Result<ActivationMode, String> {
+    ActivationMode::parse(value).map_err(|e| e.to_string())
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -158,9 +174,19 @@ fn main() -> ExitCode {
             model: Some(model),
             prompt_tokens,
             decode_tokens,
+            activations,
+            runs,
+            peers,
             json,
             ..
-        } => bench_model(&backends, &model, prompt_tokens, decode_tokens, json),
+        } => bench_model(
+            &backends,
+            &model,
+            (prompt_tokens, decode_tokens),
+            activations,
+            (runs as usize, &peers),
+            json,
+        ),
         Command::Bench {
             merge,
             peers,
@@ -376,8 +402,9 @@ fn bench_backends(names: &[String]) -> Result<Vec<BackendKind>, Error> {
 fn bench_model(
     backends: &[String],
     model: &str,
-    prompt_tokens: usize,
-    decode_tokens: usize,
+    (prompt_tokens, decode_tokens): (usize, usize),
+    activations: ActivationMode,
+    (runs, peers): (usize, &[String]),
     json: bool,
 ) -> Result<(), Error> {
     let backends = bench_backends(backends)?;
@@ -388,7 +415,30 @@ fn bench_model(
             ModelFiles::open(std::path::Path::new(model))
         }
     };
-    let rows = bench::model::run(&open, &backends, prompt_tokens, decode_tokens, |step| {
+    let with_llama_cpp = match peers {
+        [] => false,
+        [empty] if empty.is_empty() => true,
+        _ => {
+            return Err(Error::InvalidArgument {
+                op: "bench",
+                reason: "with --model, --peers takes no file: it times llama.cpp on the same GGUF"
+                    .into(),
+            })
+        }
+    };
+    let path = std::path::Path::new(model);
+    if with_llama_cpp && path.extension().and_then(|e| e.to_str()) != Some("gguf") {
+        return Err(Error::InvalidArgument {
+            op: "bench",
+            reason: format!("--peers runs llama.cpp, which needs a .gguf file; {model} is not one"),
+        });
+    }
+    let threads = rayon::current_num_threads();
+    let llama_cpp = |p: usize, d: usize| peer::llama_cpp(path, threads, p, d);
+    let peer: Option<&dyn Fn(usize, usize) -> Result<bench::model::PeerSample, Error>> =
+        with_llama_cpp.then_some(&llama_cpp);
+    let tokens = (prompt_tokens, decode_tokens);
+    let rows = bench::model::run(&open, &backends, tokens, activations, runs, peer, |step| {
         eprintln!("{step}")
     })?;
     if json {
@@ -518,13 +568,16 @@ fn load(args: &ModelArgs) -> Result<(Llama, String), Error> {
         Some(path) => (ModelFiles::open(path)?, path.display().to_string()),
         None => (model::builtin::files()?, model::builtin::NAME.to_string()),
     };
-    let model = Llama::load_streaming(&device, files, args.resident_layers.unwrap_or(usize::MAX))?;
+    let mut model =
+        Llama::load_streaming(&device, files, args.resident_layers.unwrap_or(usize::MAX))?;
+    model.set_activations(args.activations);
     eprintln!(
-        "{name}: {} layers, {} hidden, vocab {} on {}",
+        "{name}: {} layers, {} hidden, vocab {} on {}; {}",
         model.config.num_hidden_layers,
         model.config.hidden_size,
         model.config.vocab_size,
-        device.backend_name()
+        device.backend_name(),
+        model.activation_path()
     );
     Ok((model, name))
 }

@@ -8,6 +8,7 @@ use std::borrow::Cow;
 
 use super::cache::{self, CacheLayout, CachePlan, KvCache, KvPool};
 use super::files::ModelFiles;
+use super::linear::{linear, ActivationMode};
 use super::loader::{check_fits, name, named, Layer, Loader};
 use super::sampler::Sampler;
 use super::window;
@@ -59,6 +60,8 @@ pub struct Llama {
     hook: Option<(Vec<&'static str>, Hook)>,
     /// The files, kept (memory-mapped) when some layers are streamed from them.
     files: Option<ModelFiles>,
+    /// How the linear layers treat their activations.
+    activations: ActivationMode,
 }
 
 /// One sequence of a batch: its new tokens and its cache.
@@ -152,7 +155,32 @@ impl Llama {
             lm_head,
             hook: None,
             files: streamed.then_some(files),
+            activations: ActivationMode::default(),
         })
+    }
+
+    /// Chooses how the linear layers treat their activations (default
+    /// [`ActivationMode::Integer`], llama.cpp's: `Q8_0` activations for `Q8_0`/`Q4_0`
+    /// weights, per-row int8 for ternary ones).
+    pub fn set_activations(&mut self, mode: ActivationMode) {
+        self.activations = mode;
+    }
+
+    /// The activation mode in use.
+    pub fn activations(&self) -> ActivationMode {
+        self.activations
+    }
+
+    /// Which product each weight dtype of this model runs, e.g. `q4_0 weights × q8_0
+    /// activations, f32 weights × f32 activations` (streamed layers are described by the
+    /// resident ones and the head).
+    pub fn activation_path(&self) -> String {
+        let layers = self.layers.iter().flatten();
+        let dtypes = layers
+            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down])
+            .chain([&self.lm_head])
+            .map(Tensor::dtype);
+        self.activations.describe(dtypes)
     }
 
     /// Decoder layer `i`: resident, or uploaded now from the files.
@@ -386,16 +414,16 @@ impl Llama {
             self.emit("attn_norm", i, &h);
             let attn = self.attention(i, &layer, &h, (&positions, &inv_freq), seqs, &plans)?;
             self.emit("attention", i, &attn);
-            let attn_out = ops::matmul_t(&attn, &layer.wo)?;
+            let attn_out = linear(&attn, &layer.wo, self.activations)?;
             self.emit("attn_out", i, &attn_out);
             x = ops::add(&x, &attn_out)?;
             let h = ops::rms_norm(&x, &layer.ffn_norm, eps)?;
             self.emit("ffn_norm", i, &h);
             let act = ops::swiglu(
-                &ops::matmul_t(&h, &layer.gate)?,
-                &ops::matmul_t(&h, &layer.up)?,
+                &linear(&h, &layer.gate, self.activations)?,
+                &linear(&h, &layer.up, self.activations)?,
             )?;
-            let ffn_out = ops::matmul_t(&act, &layer.down)?;
+            let ffn_out = linear(&act, &layer.down, self.activations)?;
             self.emit("ffn_out", i, &ffn_out);
             x = ops::add(&x, &ffn_out)?;
             self.emit("residual", i, &x);
@@ -405,7 +433,7 @@ impl Llama {
         }
         let x = ops::rms_norm(&x, &self.norm, eps)?;
         self.emit("final_norm", 0, &x);
-        let logits = ops::matmul_t(&x, &self.lm_head)?;
+        let logits = linear(&x, &self.lm_head, self.activations)?;
         self.emit("logits", 0, &logits);
         Ok(logits)
     }
@@ -477,7 +505,7 @@ impl Llama {
         let rows = h.dims()[0];
         let (heads, kv, hd) = (c.num_attention_heads, c.kv_heads(), c.head_dim());
         let project = |w: &Tensor, bias: Option<&Tensor>| -> Result<Tensor> {
-            let y = ops::matmul_t(h, w)?;
+            let y = linear(h, w, self.activations)?;
             match bias {
                 Some(b) => ops::add(&y, b),
                 None => Ok(y),

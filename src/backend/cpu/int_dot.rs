@@ -25,31 +25,52 @@ pub fn dot_q8(level: SimdLevel, aq: &[i8], ad: &[f32], wq: &[i8], wd: &[f32]) ->
     }
 }
 
-/// `Σ_c ad[c] · d_c · Σ_{i < 32} aq[32c + i] · q_c[i]` for one packed `Q8_0` or `Q4_0` weight
-/// row: the blocks are read in place (no decoded copy), their int8 or 4-bit values and f16
-/// scales straight from the row's bytes.
-pub fn dot_q_row(level: SimdLevel, format: DType, aq: &[i8], ad: &[f32], row: &[u8]) -> f32 {
+/// For each packed `Q8_0` or `Q4_0` weight row `r` of `rows` (`out.len()` rows of
+/// `row_bytes` each): `out[r] = Σ_c ad[c] · d_rc · Σ_{i < 32} aq[32c + i] · q_rc[i]`. The blocks
+/// are read in place (no decoded copy), their int8 or 4-bit values and f16 scales straight
+/// from the bytes; four rows share each load of the activations.
+pub fn dot_q_rows(
+    level: SimdLevel,
+    format: DType,
+    aq: &[i8],
+    ad: &[f32],
+    rows: &[u8],
+    row_bytes: usize,
+    out: &mut [f32],
+) {
     let size = format.block_bytes();
-    let blocks = ad.len().min(aq.len() / 32).min(row.len() / size);
+    let blocks = ad.len().min(aq.len() / 32).min(row_bytes / size);
+    let row = |r: usize| &rows[r * row_bytes..(r + 1) * row_bytes];
     match level {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2 and FMA were detected at run time; each block read is within `row`
-        // (`blocks · size` bytes) and each activation read within `aq` (`blocks · 32`).
-        SimdLevel::Avx2 | SimdLevel::Avx512 => unsafe {
-            if format == DType::Q8_0 {
-                x86::dot_q8_0_row(aq, ad, row, blocks)
-            } else {
-                x86::dot_q4_0_row(aq, ad, row, blocks)
+        SimdLevel::Avx2 | SimdLevel::Avx512 if x86::has_f16c() => {
+            for (g, out) in out.chunks_mut(4).enumerate() {
+                // A short last group repeats its final row.
+                let last = out.len() - 1;
+                let group = [0, 1, 2, 3].map(|r| row(4 * g + r.min(last)));
+                // SAFETY: AVX2, FMA and F16C were detected at run time; each row holds
+                // `blocks` blocks of `size` bytes and `aq`, `ad` cover `blocks` blocks.
+                let sums = unsafe {
+                    if format == DType::Q8_0 {
+                        x86::dot_q_rows4::<false>(aq, ad, group, blocks, 4 * row_bytes)
+                    } else {
+                        x86::dot_q_rows4::<true>(aq, ad, group, blocks, 4 * row_bytes)
+                    }
+                };
+                out.copy_from_slice(&sums[..out.len()]);
             }
-        },
+        }
         _ => {
             let mut q = [0i8; 32];
-            (0..blocks)
-                .map(|c| {
-                    let d = quant::block_ints(format, &row[c * size..(c + 1) * size], &mut q);
-                    exact_scalar(&aq[32 * c..32 * c + 32], &q) as f32 * (ad[c] * d)
-                })
-                .sum()
+            for (r, o) in out.iter_mut().enumerate() {
+                let w = row(r);
+                *o = (0..blocks)
+                    .map(|c| {
+                        let d = quant::block_ints(format, &w[c * size..(c + 1) * size], &mut q);
+                        exact_scalar(&aq[32 * c..32 * c + 32], &q) as f32 * (ad[c] * d)
+                    })
+                    .sum();
+            }
         }
     }
 }
@@ -149,43 +170,59 @@ mod x86 {
         _mm256_madd_epi16(_mm256_maddubs_epi16(ua, sw), _mm256_set1_epi16(1))
     }
 
-    fn scale(row: &[u8], at: usize) -> f32 {
-        crate::quant::read_f16(row, at)
+    /// Whether F16C (the f16 scales' conversion) is present.
+    pub(super) fn has_f16c() -> bool {
+        std::arch::is_x86_feature_detected!("f16c")
     }
 
-    /// # Safety
-    /// AVX2 and FMA must be present; `row` holds `blocks` Q8_0 blocks, `aq` `32 · blocks`
-    /// values and `ad` `blocks` scales.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn dot_q8_0_row(aq: &[i8], ad: &[f32], row: &[u8], blocks: usize) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        for (c, &da) in ad.iter().enumerate().take(blocks) {
-            let va = _mm256_loadu_si256(aq.as_ptr().add(32 * c) as *const __m256i);
-            let vw = _mm256_loadu_si256(row.as_ptr().add(34 * c + 2) as *const __m256i);
-            let s = _mm256_set1_ps(da * scale(row, 34 * c));
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products(va, vw)), s, acc);
-        }
-        hsum256(acc)
+    /// The f16 at `p` as f32.
+    #[target_feature(enable = "f16c")]
+    unsafe fn f16_at(p: *const u8) -> f32 {
+        let bits = u16::from_le_bytes([*p, *p.add(1)]);
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
     }
 
-    /// # Safety
-    /// As [`dot_q8_0_row`], for Q4_0 blocks.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn dot_q4_0_row(aq: &[i8], ad: &[f32], row: &[u8], blocks: usize) -> f32 {
-        let low = _mm_set1_epi8(15);
-        let eight = _mm256_set1_epi8(8);
-        let mut acc = _mm256_setzero_ps();
-        for (c, &da) in ad.iter().enumerate().take(blocks) {
-            let va = _mm256_loadu_si256(aq.as_ptr().add(32 * c) as *const __m256i);
-            let packed = _mm_loadu_si128(row.as_ptr().add(18 * c + 2) as *const __m128i);
+    /// The 32 int8 values of the `Q4_0` (`Q4`) or `Q8_0` block at `p`.
+    #[target_feature(enable = "avx2")]
+    unsafe fn block_values<const Q4: bool>(p: *const u8) -> __m256i {
+        if Q4 {
+            let low = _mm_set1_epi8(15);
+            let packed = _mm_loadu_si128(p.add(2) as *const __m128i);
             // Values 0..16 are the low nibbles, 16..32 the high ones.
             let lo = _mm_and_si128(packed, low);
             let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low);
-            let vw = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), eight);
-            let s = _mm256_set1_ps(da * scale(row, 18 * c));
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products(va, vw)), s, acc);
+            _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8))
+        } else {
+            _mm256_loadu_si256(p.add(2) as *const __m256i)
         }
-        hsum256(acc)
+    }
+
+    /// # Safety
+    /// AVX2, FMA and F16C must be present; each of `rows` holds `blocks` `Q4_0` (`Q4`) or
+    /// `Q8_0` blocks, `aq` `32 · blocks` values and `ad` `blocks` scales. The memory `ahead`
+    /// bytes after each row (the next group's rows) is prefetched as the rows are read.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_q_rows4<const Q4: bool>(
+        aq: &[i8],
+        ad: &[f32],
+        rows: [&[u8]; 4],
+        blocks: usize,
+        ahead: usize,
+    ) -> [f32; 4] {
+        let size = if Q4 { 18 } else { 34 };
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for (c, &da) in ad.iter().enumerate().take(blocks) {
+            let va = _mm256_loadu_si256(aq.as_ptr().add(32 * c) as *const __m256i);
+            for (acc, row) in acc.iter_mut().zip(&rows) {
+                let p = row.as_ptr().add(size * c);
+                // A prefetch never faults, so one past the weights is harmless.
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead) as *const i8);
+                let vw = block_values::<Q4>(p);
+                let s = _mm256_set1_ps(da * f16_at(p));
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products(va, vw)), s, *acc);
+            }
+        }
+        acc.map(|a| hsum256(a))
     }
 
     /// # Safety

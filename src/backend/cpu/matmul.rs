@@ -37,7 +37,8 @@ pub fn matmul(level: SimdLevel, a: &[f32], rhs: &[f32], m: &MatmulSpec) -> Vec<f
 /// `b` are reused by every row of `a`, four columns at a time.
 fn a_bt(level: SimdLevel, a: &[f32], b: &[f32], out: &mut [f32], m: usize, n: usize, k: usize) {
     let blocks = n.div_ceil(COLUMN_BLOCK);
-    let results = map_tasks(blocks, |blk| {
+    // A dot product of k costs about k/8 element copies (8-wide FMA).
+    let results = map_tasks(blocks, m * n * k / 8, |blk| {
         let j0 = blk * COLUMN_BLOCK;
         let j1 = (j0 + COLUMN_BLOCK).min(n);
         let width = j1 - j0;

@@ -34,11 +34,20 @@ pub fn for_each_row<T: Send>(
     });
 }
 
-/// Runs `f(task_index)` for `0..tasks` and collects the results in order.
-pub fn map_tasks<R: Send>(tasks: usize, f: impl Fn(usize) -> R + Sync + Send) -> Vec<R> {
+/// Runs `f(task_index)` for `0..tasks` and collects the results in order. `work` is the
+/// whole job's cost in plain element copies: below [`MIN_PARALLEL_ELEMENTS`] it runs on the
+/// calling thread, where a fan-out to the pool would cost more than it saves.
+pub fn map_tasks<R: Send>(
+    tasks: usize,
+    work: usize,
+    f: impl Fn(usize) -> R + Sync + Send,
+) -> Vec<R> {
     #[cfg(not(target_arch = "wasm32"))]
     {
         use rayon::prelude::*;
+        if work < MIN_PARALLEL_ELEMENTS || tasks < 2 || threads() < 2 {
+            return (0..tasks).map(f).collect();
+        }
         (0..tasks).into_par_iter().map(f).collect()
     }
     #[cfg(target_arch = "wasm32")]

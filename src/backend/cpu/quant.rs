@@ -5,7 +5,7 @@
 //! activations, int8 plus one scale per 32 values for the quantizing modes) and reuse it for
 //! every activation row, so the weights stream from memory once per column block.
 
-use super::int_dot::{dot_i8, dot_q8, dot_q_row, BitSliced};
+use super::int_dot::{dot_i8, dot_q8, dot_q_rows, BitSliced};
 use super::parallel::{for_each_row, map_tasks};
 use super::simd::{dot4, SimdLevel};
 use crate::backend::Activations;
@@ -14,6 +14,10 @@ use crate::tensor::DType;
 
 /// Weight rows handled by one task.
 const COLUMN_BLOCK: usize = 64;
+
+/// Weight rows handled by one task of a one-row product (decode): small, so that two threads
+/// get even shares of a few hundred rows.
+const DECODE_COLUMN_BLOCK: usize = 16;
 
 /// `Quantize`: each row independently.
 pub fn quantize(format: DType, x: &[f32], cols: usize) -> Vec<u8> {
@@ -102,12 +106,10 @@ pub fn qmatmul(
     k: usize,
 ) -> Vec<f32> {
     let prepared = prepare(a, act, k);
-    let blocks = n.div_ceil(COLUMN_BLOCK);
-    let tiles = map_tasks(blocks, |blk| {
-        let j0 = blk * COLUMN_BLOCK;
-        let j1 = (j0 + COLUMN_BLOCK).min(n);
-        let width = j1 - j0;
-        let mut tile = vec![0f32; m * width];
+    // Columns `j0..j0 + width` of every row into `tile` (`[m, width]`).
+    let column_block = |j0: usize, tile: &mut [f32]| {
+        let width = tile.len() / m;
+        let j1 = j0 + width;
         match &prepared {
             PreparedActivations::Float(a) => {
                 let mut rows = vec![0f32; 4 * k];
@@ -128,15 +130,14 @@ pub fn qmatmul(
             PreparedActivations::Int { q: aq, d: ad }
                 if matches!(format, DType::Q8_0 | DType::Q4_0) =>
             {
-                // The blocks are read in place.
+                // The blocks are read in place; this block's weight rows stay in cache while
+                // every activation row passes over them.
                 let chunks = k / 32;
                 let row_bytes = format.row_bytes(k);
-                for j in j0..j1 {
-                    let row = &w[j * row_bytes..(j + 1) * row_bytes];
-                    for i in 0..m {
-                        let (aq, ad) = (&aq[i * k..(i + 1) * k], &ad[i * chunks..(i + 1) * chunks]);
-                        tile[i * width + (j - j0)] = dot_q_row(level, format, aq, ad, row);
-                    }
+                let rows = &w[j0 * row_bytes..j1 * row_bytes];
+                for (i, out) in tile.chunks_mut(width).enumerate() {
+                    let (aq, ad) = (&aq[i * k..(i + 1) * k], &ad[i * chunks..(i + 1) * chunks]);
+                    dot_q_rows(level, format, aq, ad, rows, row_bytes, out);
                 }
             }
             PreparedActivations::Int { q: aq, d: ad } => {
@@ -152,9 +153,23 @@ pub fn qmatmul(
                 }
             }
         }
+    };
+    let mut out = vec![0f32; m * n];
+    if m == 1 {
+        // Decode: each block of columns is a slice of the one output row, written in place.
+        // A weight row costs about k/8 copies of an output element (int8 dots).
+        for_each_row(&mut out, DECODE_COLUMN_BLOCK, k / 8, |blk, tile| {
+            column_block(blk * DECODE_COLUMN_BLOCK, tile)
+        });
+        return out;
+    }
+    let blocks = n.div_ceil(COLUMN_BLOCK);
+    let tiles = map_tasks(blocks, m * n * k / 8, |blk| {
+        let j0 = blk * COLUMN_BLOCK;
+        let mut tile = vec![0f32; m * (n - j0).min(COLUMN_BLOCK)];
+        column_block(j0, &mut tile);
         tile
     });
-    let mut out = vec![0f32; m * n];
     for (blk, tile) in tiles.iter().enumerate() {
         let j0 = blk * COLUMN_BLOCK;
         let width = (n - j0).min(COLUMN_BLOCK);

@@ -129,7 +129,7 @@ impl Scan<'_> {
         let chunks = threads() * 4;
         let size = self.len.div_ceil(chunks);
         let bounds = |k: usize| (k * size, ((k + 1) * size).min(self.len));
-        let totals = map_tasks(chunks, |k| {
+        let totals = map_tasks(chunks, self.len, |k| {
             let (from, to) = bounds(k);
             self.total(c, from, to)
         });
@@ -141,7 +141,7 @@ impl Scan<'_> {
                 carry = self.combine(carry, t);
             }
         }
-        map_tasks(chunks, |k| {
+        map_tasks(chunks, self.len, |k| {
             let (from, to) = bounds(k);
             self.run(c, from, to.max(from), carries[k])
         })
@@ -180,7 +180,7 @@ impl Scan<'_> {
         let per_outer = (threads() * 4).div_ceil(self.outer.max(1));
         let width = self.inner.div_ceil(per_outer).clamp(1, MAX_BLOCK);
         let blocks = self.inner.div_ceil(width);
-        let parts = map_tasks(self.outer * blocks, |k| {
+        let parts = map_tasks(self.outer * blocks, channels * self.len, |k| {
             let (o, i0) = (k / blocks, k % blocks * width);
             self.block(o, i0, width.min(self.inner - i0))
         });

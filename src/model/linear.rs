@@ -1,0 +1,116 @@
+//! How the engine's linear layers multiply: which [`Activations`] a product with a weight of
+//! a given dtype uses, under the model's [`ActivationMode`].
+//!
+//! llama.cpp rounds the activations of a product with block-quantized weights to `Q8_0`
+//! blocks and runs integer dot products; BitNet rounds them to int8 with one scale per row
+//! for ternary weights. That is the default here too ([`ActivationMode::Integer`]): on a CPU
+//! the integer products read the packed weights several times faster than f32 activations
+//! against decoded weights. [`ActivationMode::F32`] keeps the activations as they are (the
+//! exact product of the stored weights), for comparison.
+
+use std::fmt;
+
+use crate::backend::Activations;
+use crate::error::{Error, Result};
+use crate::ops;
+use crate::tensor::{DType, Tensor};
+
+/// How a model's linear layers treat their activations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ActivationMode {
+    /// `Q8_0` activations for `Q8_0`/`Q4_0` weights, per-row int8 for ternary weights; f32
+    /// for f32 and f16 weights (llama.cpp's choice).
+    #[default]
+    Integer,
+    /// f32 activations for every weight.
+    F32,
+}
+
+impl ActivationMode {
+    /// Parses `int` or `f32` (a command-line value).
+    pub fn parse(value: &str) -> Result<ActivationMode> {
+        match value {
+            "int" | "integer" => Ok(ActivationMode::Integer),
+            "f32" => Ok(ActivationMode::F32),
+            other => Err(Error::invalid(
+                "activations",
+                format!("`{other}` is not an activation mode; use `int` or `f32`"),
+            )),
+        }
+    }
+
+    /// The activations a product with a `weight`-dtype matrix uses in this mode.
+    pub fn for_weight(self, weight: DType) -> Activations {
+        match (self, weight) {
+            (ActivationMode::Integer, DType::Q8_0 | DType::Q4_0) => Activations::Q8_0,
+            (ActivationMode::Integer, w) if w.is_ternary() => Activations::I8,
+            _ => Activations::F32,
+        }
+    }
+
+    /// One line naming the path each weight dtype of `weights` takes, e.g.
+    /// `q4_0 weights × q8_0 activations`.
+    pub fn describe(self, weights: impl IntoIterator<Item = DType>) -> String {
+        let mut dtypes: Vec<DType> = Vec::new();
+        for d in weights {
+            if !dtypes.contains(&d) {
+                dtypes.push(d);
+            }
+        }
+        let parts: Vec<String> = dtypes
+            .iter()
+            .map(|&d| {
+                let act = match self.for_weight(d) {
+                    Activations::Q8_0 => "q8_0",
+                    Activations::I8 => "per-row i8",
+                    Activations::F16 => "f16",
+                    Activations::F32 => "f32",
+                };
+                format!("{d} weights × {act} activations")
+            })
+            .collect();
+        parts.join(", ")
+    }
+}
+
+impl fmt::Display for ActivationMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ActivationMode::Integer => "int",
+            ActivationMode::F32 => "f32",
+        })
+    }
+}
+
+/// `x · wᵀ` for a linear layer's weight `w` `[n, k]` in its stored dtype, with the
+/// activations `mode` picks for that dtype.
+pub fn linear(x: &Tensor, w: &Tensor, mode: ActivationMode) -> Result<Tensor> {
+    match mode.for_weight(w.dtype()) {
+        Activations::F32 => ops::matmul_t(x, w),
+        act => ops::qmatmul_t(x, w, act),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_mode_quantizes_only_block_weights() {
+        let int = ActivationMode::Integer;
+        assert_eq!(int.for_weight(DType::Q4_0), Activations::Q8_0);
+        assert_eq!(int.for_weight(DType::Q8_0), Activations::Q8_0);
+        assert_eq!(int.for_weight(DType::TQ2_0), Activations::I8);
+        assert_eq!(int.for_weight(DType::F16), Activations::F32);
+        assert_eq!(int.for_weight(DType::F32), Activations::F32);
+        assert_eq!(
+            ActivationMode::F32.for_weight(DType::Q4_0),
+            Activations::F32
+        );
+        assert!(ActivationMode::parse("f16").is_err());
+        assert_eq!(
+            int.describe([DType::Q4_0, DType::Q4_0, DType::F32]),
+            "q4_0 weights × q8_0 activations, f32 weights × f32 activations"
+        );
+    }
+}
