@@ -3,10 +3,14 @@
 // The tiled kernel would waste 60 of its 64 tile rows here, so these kernels spread the k axis
 // over threads instead and read each rhs element once for all m rows.
 //
-// * matvec_t / matvec_t_scalar — rhs stored [n, k] (a linear layer's weight): a workgroup of
-//   64×4 threads computes 4 output columns; the 64 threads of one column stride over its k
-//   elements (consecutive threads read consecutive addresses; vec4 loads when k % 4 == 0),
-//   then a tree reduction in workgroup memory combines their partial sums.
+// @prelude(reduce): compiled after one of shaders/reduce/*.wgsl, which defines the entry `mv`.
+//
+// * mv — rhs stored [n, k] (a linear layer's weight), k % 4 == 0: a team of lanes per output
+//   column reads the row as vec4s and the prelude reduces the team (subgroupAdd, or one
+//   barrier through workgroup memory).
+// * matvec_t_scalar — the same for any k: a workgroup of 64×4 threads computes 4 output
+//   columns; the 64 threads of one column stride over its k elements, then a tree reduction
+//   in workgroup memory combines their partial sums.
 // * matvec_kn / matvec_kn_vec4 — rhs stored [k, n]: each thread owns one column (four with
 //   vec4 loads when n % 4 == 0); the 4 thread rows of a workgroup split k into interleaved
 //   slices and are summed at the end. Consecutive threads read consecutive columns.
@@ -16,7 +20,7 @@
 //
 // Loop budget: Mesa's llvmpipe/lavapipe silently ends loops once a shader invocation has run
 // 65535 loop iterations in total, so the up-to-4 rows are unrolled (guarded by m) rather than
-// looped over inside the k loop: one iteration per k step, which allows k up to 16M (matvec_t)
+// looped over inside the k loop: one iteration per k step, which allows k up to 16M (matvec_t_scalar)
 // or 1M (matvec_kn, four k steps per iteration) there.
 //
 // Grid: x = column groups (plus col_group0 when the host splits the grid), y = batch (plus
@@ -80,32 +84,69 @@ fn finish_t(x: u32, y: u32, col: u32, batch: u32) {
     }
 }
 
-@compute @workgroup_size(64, 4)
-fn matvec_t(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let x = lid.x;
-    let y = lid.y;
-    let col = (wid.x + p.col_group0) * 4u + y;
+// ---- mv: rhs [n, k] with k % 4 == 0, through the row-team prelude (shaders/reduce/) ----
+// Each team of lanes owns one output column (a row of rhs); its lanes stride over the row's
+// vec4s, two per step with two accumulators, and the prelude sums the lanes. The workgroup
+// covers MV_ROWS columns; grid x = column groups, y = batch.
+
+fn mv_first_row(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return (wid.x + p.col_group0) * MV_ROWS;
+}
+
+fn mv_partial(wid: vec3<u32>, col: u32, lane: u32, lanes: u32) -> vec4<f32> {
+    var s0 = vec4<f32>();
+    var s1 = vec4<f32>();
+    if (col >= p.n) {
+        return s0;
+    }
     let batch = wid.y + p.batch0;
     let k4 = p.k / 4u;
-    if (col < p.n) {
-        let w_base = (batch * p.rhs_stride + col * p.k) / 4u;
-        let a0 = batch * p.m * k4;
-        let m = p.m;
-        for (var q = x; q < k4; q = q + 64u) {
-            let w = rhs[w_base + q];
-            acc.x = acc.x + dot(a[a0 + q], w);
-            if (m > 1u) {
-                acc.y = acc.y + dot(a[a0 + k4 + q], w);
-            }
-            if (m > 2u) {
-                acc.z = acc.z + dot(a[a0 + 2u * k4 + q], w);
-            }
-            if (m > 3u) {
-                acc.w = acc.w + dot(a[a0 + 3u * k4 + q], w);
-            }
+    let w_base = (batch * p.rhs_stride + col * p.k) / 4u;
+    let a0 = batch * p.m * k4;
+    let m = p.m;
+    let stride = 2u * lanes;
+    var q = lane;
+    for (; q + lanes < k4; q = q + stride) {
+        let w = rhs[w_base + q];
+        let v = rhs[w_base + q + lanes];
+        s0.x = s0.x + dot(a[a0 + q], w);
+        s1.x = s1.x + dot(a[a0 + q + lanes], v);
+        if (m > 1u) {
+            s0.y = s0.y + dot(a[a0 + k4 + q], w);
+            s1.y = s1.y + dot(a[a0 + k4 + q + lanes], v);
+        }
+        if (m > 2u) {
+            s0.z = s0.z + dot(a[a0 + 2u * k4 + q], w);
+            s1.z = s1.z + dot(a[a0 + 2u * k4 + q + lanes], v);
+        }
+        if (m > 3u) {
+            s0.w = s0.w + dot(a[a0 + 3u * k4 + q], w);
+            s1.w = s1.w + dot(a[a0 + 3u * k4 + q + lanes], v);
         }
     }
-    finish_t(x, y, col, batch);
+    if (q < k4) {
+        let w = rhs[w_base + q];
+        s0.x = s0.x + dot(a[a0 + q], w);
+        if (m > 1u) {
+            s0.y = s0.y + dot(a[a0 + k4 + q], w);
+        }
+        if (m > 2u) {
+            s0.z = s0.z + dot(a[a0 + 2u * k4 + q], w);
+        }
+        if (m > 3u) {
+            s0.w = s0.w + dot(a[a0 + 3u * k4 + q], w);
+        }
+    }
+    return s0 + s1;
+}
+
+fn mv_store(wid: vec3<u32>, col: u32, s: vec4<f32>) {
+    if (col < p.n) {
+        let batch = wid.y + p.batch0;
+        for (var mi = 0u; mi < p.m; mi = mi + 1u) {
+            out[(batch * p.m + mi) * p.n + col] = s[mi];
+        }
+    }
 }
 
 @compute @workgroup_size(64, 4)

@@ -2,6 +2,8 @@
 // exact integer dot of ternary weights. Byte layouts are GGUF's (see src/quant/mod.rs); every
 // packed buffer is read as u32 words and never expanded to f32 in memory.
 //
+// @prelude(reduce): compiled after one of shaders/reduce/*.wgsl, which defines the entry `mv`.
+//
 // Bindings: 0 = params, 1 = output as u32 words (f32 and i32 results are bit-cast),
 // 2 = `q`: the packed data (for `quantize` and `quantize_acts`: the f32 input),
 // 3 = `x`: the second operand of products (activations, int8 values, quantized activations).
@@ -661,5 +663,164 @@ fn ternary_dot(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     }
     if (lid < rows) {
         out[(r0 + lid) * p.n + col] = bitcast<u32>(ipartial[lid * WG]);
+    }
+}
+
+// ---- decode products: one team of lanes per weight row (prelude entry `mv`) ---------------
+//
+// f32 activations, m ≤ 4 rows, k % 64 == 0. The format is the pipeline constant MV_FORMAT
+// (the same codes as `p.format`), so each pipeline is compiled for one format and the switch
+// below folds away. Q4_0 and Q8_0 read a pair of blocks per step (36 and 68 bytes: whole
+// aligned words, since k % 64 == 0 makes every row start on a word), dequantize them in
+// registers as vec4s and take vec4 dots with the activations; f16 reads 16 halves per step;
+// the ternary formats decode a group of 32 through `decode_group`.
+//
+// Bindings as above; the activations are read through `xv` (binding 3 as vec4<f32>).
+
+override MV_FORMAT: u32 = 3u;
+
+@group(0) @binding(3) var<storage, read> xv: array<vec4<f32>>;
+
+fn mv_first_row(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return (wid.y * nwg.x + wid.x) * MV_ROWS;
+}
+
+// Dequantized weights of one step, as vec4s.
+var<private> mv_w: array<vec4<f32>, 8>;
+
+// `acc[r]` += d · Σ x[r] · mv_w over `count` (4 or 8) vec4s from vec4 `v0` of activation row r,
+// for the up to four activation rows.
+fn mv_dots(acc: vec4<f32>, v0: u32, count: u32, d: f32) -> vec4<f32> {
+    let k4 = p.k / 4u;
+    var r = acc;
+    for (var i = 0u; i < p.m; i = i + 1u) {
+        let b = i * k4 + v0;
+        var s = dot(xv[b], mv_w[0]) + dot(xv[b + 1u], mv_w[1]);
+        s = s + dot(xv[b + 2u], mv_w[2]) + dot(xv[b + 3u], mv_w[3]);
+        if (count == 8u) {
+            s = s + dot(xv[b + 4u], mv_w[4]) + dot(xv[b + 5u], mv_w[5]);
+            s = s + dot(xv[b + 6u], mv_w[6]) + dot(xv[b + 7u], mv_w[7]);
+        }
+        r[i] = r[i] + d * s;
+    }
+    return r;
+}
+
+// Nibbles of a Q4_0 quant word as values: low nibbles (shift 0) or high (shift 4), minus 8.
+fn q4_vals(w: u32, shift: u32) -> vec4<f32> {
+    let n = (vec4<u32>(w) >> (vec4<u32>(0u, 8u, 16u, 24u) + shift)) & vec4<u32>(15u);
+    return vec4<f32>(n) - 8.0;
+}
+
+// Signed bytes of a word as values.
+fn q8_vals(w: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<i32>(bitcast<i32>(w)) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
+}
+
+// Four bytes starting two bytes into word i (blocks that start mid-word).
+fn mid_word(i: u32) -> u32 {
+    return (q[i] >> 16u) | (q[i + 1u] << 16u);
+}
+
+fn mv_q4_0(row: u32, lane: u32, lanes: u32) -> vec4<f32> {
+    let pairs = p.k / 64u;
+    var acc = vec4<f32>();
+    for (var u = lane; u < pairs; u = u + lanes) {
+        // Block 0: scale in bytes 0-1, quants in bytes 2-17; block 1: scale in bytes 18-19,
+        // quants in bytes 20-35 (words 5-8).
+        let b = (row * pairs + u) * 9u;
+        let w0 = q[b];
+        let w4 = q[b + 4u];
+        for (var t = 0u; t < 4u; t = t + 1u) {
+            let w = mid_word(b + t);
+            mv_w[t] = q4_vals(w, 0u);
+            mv_w[t + 4u] = q4_vals(w, 4u);
+        }
+        acc = mv_dots(acc, 16u * u, 8u, f16_to_f32(w0 & 0xffffu));
+        for (var t = 0u; t < 4u; t = t + 1u) {
+            let w = q[b + 5u + t];
+            mv_w[t] = q4_vals(w, 0u);
+            mv_w[t + 4u] = q4_vals(w, 4u);
+        }
+        acc = mv_dots(acc, 16u * u + 8u, 8u, f16_to_f32(w4 >> 16u));
+    }
+    return acc;
+}
+
+fn mv_q8_0(row: u32, lane: u32, lanes: u32) -> vec4<f32> {
+    let pairs = p.k / 64u;
+    var acc = vec4<f32>();
+    for (var u = lane; u < pairs; u = u + lanes) {
+        // Block 0: scale in bytes 0-1, quants in bytes 2-33; block 1: scale in bytes 34-35,
+        // quants in bytes 36-67 (words 9-16).
+        let b = (row * pairs + u) * 17u;
+        for (var t = 0u; t < 8u; t = t + 1u) {
+            mv_w[t] = q8_vals(mid_word(b + t));
+        }
+        acc = mv_dots(acc, 16u * u, 8u, f16_to_f32(q[b] & 0xffffu));
+        for (var t = 0u; t < 8u; t = t + 1u) {
+            mv_w[t] = q8_vals(q[b + 9u + t]);
+        }
+        acc = mv_dots(acc, 16u * u + 8u, 8u, f16_to_f32(q[b + 8u] >> 16u));
+    }
+    return acc;
+}
+
+fn mv_f16(row: u32, lane: u32, lanes: u32) -> vec4<f32> {
+    // Steps of 16 halves (eight words). The packed weight is one binding seen as u32 words
+    // for every format (an entry point may use one view of a binding).
+    let steps = p.k / 16u;
+    var acc = vec4<f32>();
+    for (var u = lane; u < steps; u = u + lanes) {
+        let b = 8u * (row * steps + u);
+        let w = vec4<u32>(q[b], q[b + 1u], q[b + 2u], q[b + 3u]);
+        let v = vec4<u32>(q[b + 4u], q[b + 5u], q[b + 6u], q[b + 7u]);
+        mv_w[0] = vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));
+        mv_w[1] = vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w));
+        mv_w[2] = vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y));
+        mv_w[3] = vec4<f32>(unpack2x16float(v.z), unpack2x16float(v.w));
+        acc = mv_dots(acc, 4u * u, 4u, 1.0);
+    }
+    return acc;
+}
+
+fn mv_groups(row: u32, lane: u32, lanes: u32) -> vec4<f32> {
+    let groups = p.k / 32u;
+    var acc = vec4<f32>();
+    for (var g = lane; g < groups; g = g + lanes) {
+        let d = decode_group(row, g);
+        for (var t = 0u; t < 8u; t = t + 1u) {
+            mv_w[t] = vec4<f32>(f32(gi[4u * t]), f32(gi[4u * t + 1u]), f32(gi[4u * t + 2u]), f32(gi[4u * t + 3u]));
+        }
+        acc = mv_dots(acc, 8u * g, 8u, d);
+    }
+    return acc;
+}
+
+fn mv_partial(wid: vec3<u32>, row: u32, lane: u32, lanes: u32) -> vec4<f32> {
+    if (row >= p.n) {
+        return vec4<f32>();
+    }
+    switch MV_FORMAT {
+        case 1u: {
+            return mv_f16(row, lane, lanes);
+        }
+        case 2u: {
+            return mv_q8_0(row, lane, lanes);
+        }
+        case 3u: {
+            return mv_q4_0(row, lane, lanes);
+        }
+        default: {
+            return mv_groups(row, lane, lanes);
+        }
+    }
+}
+
+fn mv_store(wid: vec3<u32>, row: u32, s: vec4<f32>) {
+    if (row < p.n) {
+        for (var i = 0u; i < p.m; i = i + 1u) {
+            out[i * p.n + row] = bitcast<u32>(s[i]);
+        }
     }
 }

@@ -36,6 +36,8 @@ pub struct ModelBenchRow {
     pub decode_weight_gb_per_s: Option<f64>,
     /// That bandwidth as a fraction of the backend's copy ceiling.
     pub frac_copy: Option<f64>,
+    /// Kernel dispatches per decode step (sampling included), where the backend counts them.
+    pub dispatches_per_token: Option<f64>,
 }
 
 /// Bytes of the matrices a decode step reads: every stored tensor but an untied embedding.
@@ -100,6 +102,7 @@ pub fn run(
             weight_bytes: bytes,
             decode_weight_gb_per_s: None,
             frac_copy: None,
+            dispatches_per_token: None,
         };
         if row.checked {
             cache.reset();
@@ -110,6 +113,7 @@ pub fn run(
             let mut next = model.sample_next(&prompt, &mut cache, &mut sampler)?;
             row.prompt_tokens_per_s = Some(prompt_tokens as f64 / start.elapsed().as_secs_f64());
             progress(&format!("{kind}: decode"));
+            let dispatches = backend.dispatches();
             let start = Instant::now();
             let mut left = decode_tokens;
             while left > 0 {
@@ -124,6 +128,10 @@ pub fn run(
                 row.decode_tokens_per_s = Some(1.0 / per_token);
                 row.decode_weight_gb_per_s = Some(gb);
                 row.frac_copy = Some(gb / copy);
+                row.dispatches_per_token = backend
+                    .dispatches()
+                    .zip(dispatches)
+                    .map(|(after, before)| (after - before) as f64 / decode_tokens as f64);
             }
         }
         rows.push(row);
@@ -135,12 +143,19 @@ pub fn run(
 pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
     let opt = |v: Option<f64>, p: usize| v.map_or("-".into(), |v| format!("{v:.p$}"));
     let mut out = format!(
-        "{model}\n{:<10} {:>8} {:>12} {:>8} {:>12} {:>14} {:>8}  check\n",
-        "backend", "prompt", "prompt tok/s", "decode", "decode tok/s", "weights GB/s", "% copy"
+        "{model}\n{:<10} {:>8} {:>12} {:>8} {:>12} {:>14} {:>8} {:>11}  check\n",
+        "backend",
+        "prompt",
+        "prompt tok/s",
+        "decode",
+        "decode tok/s",
+        "weights GB/s",
+        "% copy",
+        "dispatch/tok"
     );
     for r in rows {
         out += &format!(
-            "{:<10} {:>8} {:>12} {:>8} {:>12} {:>14} {:>8}  {}\n",
+            "{:<10} {:>8} {:>12} {:>8} {:>12} {:>14} {:>8} {:>11}  {}\n",
             r.backend.name(),
             r.prompt_tokens,
             opt(r.prompt_tokens_per_s, 1),
@@ -149,6 +164,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
             opt(r.decode_weight_gb_per_s, 3),
             r.frac_copy
                 .map_or("-".into(), |f| format!("{:.1}%", f * 100.0)),
+            opt(r.dispatches_per_token, 1),
             if r.checked {
                 "ok".to_string()
             } else {
