@@ -5,9 +5,9 @@
 //
 // @prelude(reduce): compiled after one of shaders/reduce/*.wgsl, which defines the entry `mv`.
 //
-// * mv — rhs stored [n, k] (a linear layer's weight), k % 4 == 0: a team of lanes per output
-//   column reads the row as vec4s and the prelude reduces the team (subgroupAdd, or one
-//   barrier through workgroup memory).
+// * mv — rhs stored [n, k] (a linear layer's weight), k % 4 == 0: a team of lanes per four
+//   output columns reads their rows as vec4s (each vec4 of a loaded once for the four) and
+//   the prelude reduces the team (subgroupAdd, or one barrier through workgroup memory).
 // * matvec_t_scalar — the same for any k: a workgroup of 64×4 threads computes 4 output
 //   columns; the 64 threads of one column stride over its k elements, then a tree reduction
 //   in workgroup memory combines their partial sums.
@@ -85,66 +85,75 @@ fn finish_t(x: u32, y: u32, col: u32, batch: u32) {
 }
 
 // ---- mv: rhs [n, k] with k % 4 == 0, through the row-team prelude (shaders/reduce/) ----
-// Each team of lanes owns one output column (a row of rhs); its lanes stride over the row's
-// vec4s, two per step with two accumulators, and the prelude sums the lanes. The workgroup
-// covers MV_ROWS columns; grid x = column groups, y = batch.
+// Each team of lanes owns four output columns (rows of rhs); its lanes stride over the rows'
+// vec4s and the prelude sums the lanes. The workgroup covers MV_ROWS columns; grid x =
+// column groups, y = batch.
 
 fn mv_first_row(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return (wid.x + p.col_group0) * MV_ROWS;
 }
 
-fn mv_partial(wid: vec3<u32>, col: u32, lane: u32, lanes: u32) -> vec4<f32> {
-    var s0 = vec4<f32>();
-    var s1 = vec4<f32>();
-    if (col >= p.n) {
-        return s0;
+// Partial sums of columns col0..col0+4 (rhs rows; those past n repeat the last one and
+// `mv_store` drops them) against the up to four rows of a: each a vec4 is loaded once for
+// the four columns.
+fn mv_partial(wid: vec3<u32>, col0: u32, lane: u32, lanes: u32) -> array<vec4<f32>, 4> {
+    var s: array<vec4<f32>, 4>;
+    if (col0 >= p.n) {
+        return s;
     }
     let batch = wid.y + p.batch0;
     let k4 = p.k / 4u;
-    let w_base = (batch * p.rhs_stride + col * p.k) / 4u;
+    let last = p.n - 1u;
+    let base = batch * p.rhs_stride / 4u;
+    let w0 = base + col0 * k4;
+    let w1 = base + min(col0 + 1u, last) * k4;
+    let w2 = base + min(col0 + 2u, last) * k4;
+    let w3 = base + min(col0 + 3u, last) * k4;
     let a0 = batch * p.m * k4;
     let m = p.m;
-    let stride = 2u * lanes;
-    var q = lane;
-    for (; q + lanes < k4; q = q + stride) {
-        let w = rhs[w_base + q];
-        let v = rhs[w_base + q + lanes];
-        s0.x = s0.x + dot(a[a0 + q], w);
-        s1.x = s1.x + dot(a[a0 + q + lanes], v);
+    for (var q = lane; q < k4; q = q + lanes) {
+        let r0 = rhs[w0 + q];
+        let r1 = rhs[w1 + q];
+        let r2 = rhs[w2 + q];
+        let r3 = rhs[w3 + q];
+        let x = a[a0 + q];
+        s[0].x = s[0].x + dot(x, r0);
+        s[1].x = s[1].x + dot(x, r1);
+        s[2].x = s[2].x + dot(x, r2);
+        s[3].x = s[3].x + dot(x, r3);
         if (m > 1u) {
-            s0.y = s0.y + dot(a[a0 + k4 + q], w);
-            s1.y = s1.y + dot(a[a0 + k4 + q + lanes], v);
+            let y = a[a0 + k4 + q];
+            s[0].y = s[0].y + dot(y, r0);
+            s[1].y = s[1].y + dot(y, r1);
+            s[2].y = s[2].y + dot(y, r2);
+            s[3].y = s[3].y + dot(y, r3);
         }
         if (m > 2u) {
-            s0.z = s0.z + dot(a[a0 + 2u * k4 + q], w);
-            s1.z = s1.z + dot(a[a0 + 2u * k4 + q + lanes], v);
+            let z = a[a0 + 2u * k4 + q];
+            s[0].z = s[0].z + dot(z, r0);
+            s[1].z = s[1].z + dot(z, r1);
+            s[2].z = s[2].z + dot(z, r2);
+            s[3].z = s[3].z + dot(z, r3);
         }
         if (m > 3u) {
-            s0.w = s0.w + dot(a[a0 + 3u * k4 + q], w);
-            s1.w = s1.w + dot(a[a0 + 3u * k4 + q + lanes], v);
+            let v = a[a0 + 3u * k4 + q];
+            s[0].w = s[0].w + dot(v, r0);
+            s[1].w = s[1].w + dot(v, r1);
+            s[2].w = s[2].w + dot(v, r2);
+            s[3].w = s[3].w + dot(v, r3);
         }
     }
-    if (q < k4) {
-        let w = rhs[w_base + q];
-        s0.x = s0.x + dot(a[a0 + q], w);
-        if (m > 1u) {
-            s0.y = s0.y + dot(a[a0 + k4 + q], w);
-        }
-        if (m > 2u) {
-            s0.z = s0.z + dot(a[a0 + 2u * k4 + q], w);
-        }
-        if (m > 3u) {
-            s0.w = s0.w + dot(a[a0 + 3u * k4 + q], w);
-        }
-    }
-    return s0 + s1;
+    return s;
 }
 
-fn mv_store(wid: vec3<u32>, col: u32, s: vec4<f32>) {
-    if (col < p.n) {
-        let batch = wid.y + p.batch0;
-        for (var mi = 0u; mi < p.m; mi = mi + 1u) {
-            out[(batch * p.m + mi) * p.n + col] = s[mi];
+fn mv_store(wid: vec3<u32>, col0: u32, s: array<vec4<f32>, 4>) {
+    let batch = wid.y + p.batch0;
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        let col = col0 + j;
+        if (col < p.n) {
+            for (var mi = 0u; mi < p.m; mi = mi + 1u) {
+                out[(batch * p.m + mi) * p.n + col] = s[j][mi];
+            }
         }
     }
 }

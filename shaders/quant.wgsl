@@ -666,14 +666,15 @@ fn ternary_dot(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     }
 }
 
-// ---- decode products: one team of lanes per weight row (prelude entry `mv`) ---------------
+// ---- decode products: one team of lanes per four weight rows (prelude entry `mv`) ---------
 //
-// f32 activations, m ≤ 4 rows, k % 64 == 0. The format is the pipeline constant MV_FORMAT
+// f32 activations, m ≤ 4 rows, k % 32 == 0. The format is the pipeline constant MV_FORMAT
 // (the same codes as `p.format`), so each pipeline is compiled for one format and the switch
-// below folds away. Q4_0 and Q8_0 read a pair of blocks per step (36 and 68 bytes: whole
-// aligned words, since k % 64 == 0 makes every row start on a word), dequantize them in
-// registers as vec4s and take vec4 dots with the activations; f16 reads 16 halves per step;
-// the ternary formats decode a group of 32 through `decode_group`.
+// in `mv_decode` folds away. A lane takes groups of 32 values (one Q4_0/Q8_0 block, an eighth
+// of a ternary block, 16 words of f16): it loads the activations of the group once (8 vec4s per
+// activation row) and uses them for all four weight rows of its team, each group dequantized
+// in registers as 8 vec4s (whole u32 words: a Q4_0/Q8_0 block starts on a word or two bytes
+// into one: blocks are 34 and 18 bytes).
 //
 // Bindings as above; the activations are read through `xv` (binding 3 as vec4<f32>).
 
@@ -685,23 +686,34 @@ fn mv_first_row(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return (wid.y * nwg.x + wid.x) * MV_ROWS;
 }
 
-// Dequantized weights of one step, as vec4s.
+// The group's activations, 8 vec4s per activation row, and one weight row's group.
+var<private> mv_x: array<vec4<f32>, 32>;
 var<private> mv_w: array<vec4<f32>, 8>;
 
-// `acc[r]` += d · Σ x[r] · mv_w over `count` (4 or 8) vec4s from vec4 `v0` of activation row r,
-// for the up to four activation rows.
-fn mv_dots(acc: vec4<f32>, v0: u32, count: u32, d: f32) -> vec4<f32> {
+// Loads the 8 vec4s from vec4 `v0` of each activation row into `mv_x`.
+fn mv_load_x(v0: u32) {
     let k4 = p.k / 4u;
-    var r = acc;
-    for (var i = 0u; i < p.m; i = i + 1u) {
-        let b = i * k4 + v0;
-        var s = dot(xv[b], mv_w[0]) + dot(xv[b + 1u], mv_w[1]);
-        s = s + dot(xv[b + 2u], mv_w[2]) + dot(xv[b + 3u], mv_w[3]);
-        if (count == 8u) {
-            s = s + dot(xv[b + 4u], mv_w[4]) + dot(xv[b + 5u], mv_w[5]);
-            s = s + dot(xv[b + 6u], mv_w[6]) + dot(xv[b + 7u], mv_w[7]);
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        if (i < p.m) {
+            for (var t = 0u; t < 8u; t = t + 1u) {
+                mv_x[8u * i + t] = xv[i * k4 + v0 + t];
+            }
         }
-        r[i] = r[i] + d * s;
+    }
+}
+
+// d · (x[i] · w) for each activation row i.
+fn mv_dot_rows(d: f32) -> vec4<f32> {
+    var r = vec4<f32>();
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        if (i < p.m) {
+            let b = 8u * i;
+            let s = ((dot(mv_x[b], mv_w[0]) + dot(mv_x[b + 1u], mv_w[1]))
+                + (dot(mv_x[b + 2u], mv_w[2]) + dot(mv_x[b + 3u], mv_w[3])))
+                + ((dot(mv_x[b + 4u], mv_w[4]) + dot(mv_x[b + 5u], mv_w[5]))
+                + (dot(mv_x[b + 6u], mv_w[6]) + dot(mv_x[b + 7u], mv_w[7])));
+            r[i] = d * s;
+        }
     }
     return r;
 }
@@ -722,105 +734,84 @@ fn mid_word(i: u32) -> u32 {
     return (q[i] >> 16u) | (q[i + 1u] << 16u);
 }
 
-fn mv_q4_0(row: u32, lane: u32, lanes: u32) -> vec4<f32> {
-    let pairs = p.k / 64u;
-    var acc = vec4<f32>();
-    for (var u = lane; u < pairs; u = u + lanes) {
-        // Block 0: scale in bytes 0-1, quants in bytes 2-17; block 1: scale in bytes 18-19,
-        // quants in bytes 20-35 (words 5-8).
-        let b = (row * pairs + u) * 9u;
-        let w0 = q[b];
-        let w4 = q[b + 4u];
-        for (var t = 0u; t < 4u; t = t + 1u) {
-            let w = mid_word(b + t);
-            mv_w[t] = q4_vals(w, 0u);
-            mv_w[t + 4u] = q4_vals(w, 4u);
-        }
-        acc = mv_dots(acc, 16u * u, 8u, f16_to_f32(w0 & 0xffffu));
-        for (var t = 0u; t < 4u; t = t + 1u) {
-            let w = q[b + 5u + t];
-            mv_w[t] = q4_vals(w, 0u);
-            mv_w[t + 4u] = q4_vals(w, 4u);
-        }
-        acc = mv_dots(acc, 16u * u + 8u, 8u, f16_to_f32(w4 >> 16u));
+// The four quant words of a Q4_0 block or the eight of a Q8_0 block whose scale is at byte
+// offset 4·b + odd·2: the quants start two bytes on, mid-word when the block is word-aligned.
+fn block_word(b: u32, odd: bool, t: u32) -> u32 {
+    if (odd) {
+        return q[b + 1u + t];
     }
-    return acc;
+    return mid_word(b + t);
 }
 
-fn mv_q8_0(row: u32, lane: u32, lanes: u32) -> vec4<f32> {
-    let pairs = p.k / 64u;
-    var acc = vec4<f32>();
-    for (var u = lane; u < pairs; u = u + lanes) {
-        // Block 0: scale in bytes 0-1, quants in bytes 2-33; block 1: scale in bytes 34-35,
-        // quants in bytes 36-67 (words 9-16).
-        let b = (row * pairs + u) * 17u;
-        for (var t = 0u; t < 8u; t = t + 1u) {
-            mv_w[t] = q8_vals(mid_word(b + t));
-        }
-        acc = mv_dots(acc, 16u * u, 8u, f16_to_f32(q[b] & 0xffffu));
-        for (var t = 0u; t < 8u; t = t + 1u) {
-            mv_w[t] = q8_vals(q[b + 9u + t]);
-        }
-        acc = mv_dots(acc, 16u * u + 8u, 8u, f16_to_f32(q[b + 8u] >> 16u));
-    }
-    return acc;
-}
-
-fn mv_f16(row: u32, lane: u32, lanes: u32) -> vec4<f32> {
-    // Steps of 16 halves (eight words). The packed weight is one binding seen as u32 words
-    // for every format (an entry point may use one view of a binding).
-    let steps = p.k / 16u;
-    var acc = vec4<f32>();
-    for (var u = lane; u < steps; u = u + lanes) {
-        let b = 8u * (row * steps + u);
-        let w = vec4<u32>(q[b], q[b + 1u], q[b + 2u], q[b + 3u]);
-        let v = vec4<u32>(q[b + 4u], q[b + 5u], q[b + 6u], q[b + 7u]);
-        mv_w[0] = vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));
-        mv_w[1] = vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w));
-        mv_w[2] = vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y));
-        mv_w[3] = vec4<f32>(unpack2x16float(v.z), unpack2x16float(v.w));
-        acc = mv_dots(acc, 4u * u, 4u, 1.0);
-    }
-    return acc;
-}
-
-fn mv_groups(row: u32, lane: u32, lanes: u32) -> vec4<f32> {
-    let groups = p.k / 32u;
-    var acc = vec4<f32>();
-    for (var g = lane; g < groups; g = g + lanes) {
-        let d = decode_group(row, g);
-        for (var t = 0u; t < 8u; t = t + 1u) {
-            mv_w[t] = vec4<f32>(f32(gi[4u * t]), f32(gi[4u * t + 1u]), f32(gi[4u * t + 2u]), f32(gi[4u * t + 3u]));
-        }
-        acc = mv_dots(acc, 8u * g, 8u, d);
-    }
-    return acc;
-}
-
-fn mv_partial(wid: vec3<u32>, row: u32, lane: u32, lanes: u32) -> vec4<f32> {
-    if (row >= p.n) {
-        return vec4<f32>();
-    }
+// Dequantizes values 32g.. of weight row `row` into `mv_w`; returns the scale.
+fn mv_decode(row: u32, g: u32) -> f32 {
     switch MV_FORMAT {
         case 1u: {
-            return mv_f16(row, lane, lanes);
+            let b = (row * p.k + 32u * g) / 2u;
+            for (var t = 0u; t < 8u; t = t + 1u) {
+                mv_w[t] = vec4<f32>(unpack2x16float(q[b + 2u * t]), unpack2x16float(q[b + 2u * t + 1u]));
+            }
+            return 1.0;
         }
         case 2u: {
-            return mv_q8_0(row, lane, lanes);
+            // Blocks of 34 bytes: block g starts at byte 34g (a word, or two bytes into one).
+            let o = (row * (p.k / 32u) + g) * 34u;
+            let b = o / 4u;
+            let odd = (o & 2u) != 0u;
+            let d = f16_to_f32(select(q[b] & 0xffffu, q[b] >> 16u, odd));
+            for (var t = 0u; t < 8u; t = t + 1u) {
+                mv_w[t] = q8_vals(block_word(b, odd, t));
+            }
+            return d;
         }
         case 3u: {
-            return mv_q4_0(row, lane, lanes);
+            let o = (row * (p.k / 32u) + g) * 18u;
+            let b = o / 4u;
+            let odd = (o & 2u) != 0u;
+            let d = f16_to_f32(select(q[b] & 0xffffu, q[b] >> 16u, odd));
+            for (var t = 0u; t < 4u; t = t + 1u) {
+                let w = block_word(b, odd, t);
+                mv_w[t] = q4_vals(w, 0u);
+                mv_w[t + 4u] = q4_vals(w, 4u);
+            }
+            return d;
         }
         default: {
-            return mv_groups(row, lane, lanes);
+            let d = decode_group(row, g);
+            for (var t = 0u; t < 8u; t = t + 1u) {
+                mv_w[t] = vec4<f32>(f32(gi[4u * t]), f32(gi[4u * t + 1u]), f32(gi[4u * t + 2u]), f32(gi[4u * t + 3u]));
+            }
+            return d;
         }
     }
 }
 
-fn mv_store(wid: vec3<u32>, row: u32, s: vec4<f32>) {
-    if (row < p.n) {
-        for (var i = 0u; i < p.m; i = i + 1u) {
-            out[i * p.n + row] = bitcast<u32>(s[i]);
+// Partial sums of weight rows row0..row0+4 (rows past n repeat the last row; `mv_store` drops
+// them) against the up to four activation rows.
+fn mv_partial(wid: vec3<u32>, row0: u32, lane: u32, lanes: u32) -> array<vec4<f32>, 4> {
+    var acc: array<vec4<f32>, 4>;
+    if (row0 >= p.n) {
+        return acc;
+    }
+    let last = p.n - 1u;
+    let groups = p.k / 32u;
+    for (var g = lane; g < groups; g = g + lanes) {
+        mv_load_x(8u * g);
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            let d = mv_decode(min(row0 + j, last), g);
+            acc[j] = acc[j] + mv_dot_rows(d);
+        }
+    }
+    return acc;
+}
+
+fn mv_store(wid: vec3<u32>, row0: u32, s: array<vec4<f32>, 4>) {
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        let row = row0 + j;
+        if (row < p.n) {
+            for (var i = 0u; i < p.m; i = i + 1u) {
+                out[i * p.n + row] = bitcast<u32>(s[j][i]);
+            }
         }
     }
 }

@@ -34,7 +34,7 @@ const WG: u64 = 256;
 pub(super) const MATVEC_MAX_M: usize = 4;
 
 /// Output rows per workgroup of the row-team kernels (`MV_ROWS` in `shaders/reduce/`).
-pub(super) const MV_ROWS: usize = 8;
+pub(super) const MV_ROWS: usize = 32;
 
 /// Rows up to this length use the one-thread-per-row softmax.
 const SOFTMAX_SHORT_COLS: usize = 256;

@@ -1,6 +1,6 @@
 //! Encoding the quantized ops (`shaders/quant.wgsl`, `shaders/quant_f16.wgsl`).
 //!
-//! Decode products (f32 activations, m ≤ 4, k a multiple of 64) run the row-team kernel `mv`
+//! Decode products (f32 activations, m ≤ 4, k a multiple of 32) run the row-team kernel `mv`
 //! compiled once per format; other products run one workgroup per (weight row, 8 activation
 //! rows). With `Q8_0` or `I8`
 //! activations the op records two dispatches: `quantize_acts` rounds the activations into a
@@ -109,7 +109,7 @@ impl Encoder<'_> {
                 let (a, w) = (inputs[0].buffer, inputs[1].buffer);
                 let tiles = self.grid(op, (n * m.div_ceil(ROWS)) as u64)?;
                 match activations {
-                    Activations::F32 if m <= MATVEC_MAX_M && k.is_multiple_of(64) => {
+                    Activations::F32 if m <= MATVEC_MAX_M && k.is_multiple_of(32) => {
                         // Decode: the row-team kernel specialised for the format.
                         let code = format_code(format)?;
                         let p = params(op, format, m, n, k, 0)?;
