@@ -211,6 +211,7 @@ fn matmul(dev: &Device) {
         (1, 64, 64, 64),
         (3, 1, 255, 257),
         (1, 130, 96, 129),
+        (3, 4, 19, 1028),
         (2, 4, 7, 0),
         (1, 0, 5, 3),
     ];
@@ -600,6 +601,7 @@ fn qmatmul(dev: &Device) {
         // Several column blocks, a short last group of rows, and work enough for threads.
         (1, 300, 512),
         (3, 130, 512),
+        (4, 13, 1280),
     ] {
         let a = uniform(&mut r, m * k, 2.0);
         let w = uniform(&mut r, n * k, 1.0);

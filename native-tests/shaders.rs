@@ -3,9 +3,39 @@
 
 use std::path::Path;
 
+/// Parses and validates one WGSL module; panics with naga's message naming `name`.
+fn validate(name: &str, source: &str) -> naga::Module {
+    let module = naga::front::wgsl::parse_str(source)
+        .unwrap_or_else(|e| panic!("{name}: parse error:\n{}", e.emit_to_string(source)));
+    naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .unwrap_or_else(|e| panic!("{name}: validation error:\n{}", e.emit_to_string(source)));
+    module
+}
+
+/// The reduction preludes of shaders/reduce/, as (file name, source).
+fn preludes(dir: &Path) -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = std::fs::read_dir(dir.join("reduce"))
+        .expect("shaders/reduce/ exists")
+        .map(|e| e.expect("readable entry").path())
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("wgsl"))
+        .map(|p| {
+            let source = std::fs::read_to_string(&p).expect("readable prelude");
+            (p.display().to_string(), source)
+        })
+        .collect();
+    found.sort();
+    found
+}
+
 #[test]
 fn every_shader_validates() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
+    let preludes = preludes(&dir);
+    assert_eq!(preludes.len(), 2, "subgroup and workgroup preludes");
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).expect("shaders/ exists") {
         let path = entry.expect("readable entry").path();
@@ -13,22 +43,31 @@ fn every_shader_validates() {
             continue;
         }
         let source = std::fs::read_to_string(&path).expect("readable shader");
-        let name = path.display();
-        let module = naga::front::wgsl::parse_str(&source)
-            .unwrap_or_else(|e| panic!("{name}: parse error:\n{}", e.emit_to_string(&source)));
-        naga::valid::Validator::new(
-            naga::valid::ValidationFlags::all(),
-            naga::valid::Capabilities::all(),
-        )
-        .validate(&module)
-        .unwrap_or_else(|e| panic!("{name}: validation error:\n{}", e.emit_to_string(&source)));
-        assert!(
-            module
-                .entry_points
+        let name = path.display().to_string();
+        // A shader marked `@prelude(reduce)` is compiled after each prelude (the backend picks
+        // one by the adapter's subgroups); each composition must validate.
+        let modules: Vec<naga::Module> = if source.contains("// @prelude(reduce)") {
+            preludes
                 .iter()
-                .any(|ep| ep.stage == naga::ShaderStage::Compute),
-            "{name}: has no compute entry point"
-        );
+                .map(|(pname, prelude)| {
+                    validate(
+                        &format!("{pname} + {name}"),
+                        &format!("{prelude}\n{source}"),
+                    )
+                })
+                .collect()
+        } else {
+            vec![validate(&name, &source)]
+        };
+        for module in modules {
+            assert!(
+                module
+                    .entry_points
+                    .iter()
+                    .any(|ep| ep.stage == naga::ShaderStage::Compute),
+                "{name}: has no compute entry point"
+            );
+        }
         checked += 1;
     }
     assert!(

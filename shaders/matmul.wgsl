@@ -1,11 +1,13 @@
 // Tiled matrix product: out[b] = a[b] · op(rhs[b]) for general m, n, k.
 //
-// Each workgroup of 16×16 threads computes a 64×64 tile of the output; each thread computes a
-// 4×4 block of it (rows ty + 16·i, columns tx + 16·j, so neighbouring threads store
-// neighbouring columns). The k axis is walked in steps of 16: both operand tiles are staged in
-// workgroup memory (a as [16][64] k-major, rhs as [16][64]), loaded by all 256 threads with
-// consecutive threads reading consecutive addresses, and zero-filled outside the matrices, so
-// any size works (1, 3, 255, 4097, k = 0).
+// Each workgroup of 16×16 threads computes a 64×64 tile of the output; thread (tx, ty)
+// computes the 4×4 block of rows 4·ty.. and columns 4·tx... The k axis is walked in steps of
+// 16: both operand tiles are staged in workgroup memory as vec4s (a as [16 k][16] vec4s of 4
+// consecutive rows, rhs as [16 k][16] vec4s of 4 consecutive columns), so one k step of a
+// thread is two vec4 loads from workgroup memory and four vec4 FMAs. Each thread stages one
+// vec4 of each tile, reading along the operand's contiguous axis (consecutive threads read
+// consecutive addresses), zero-filled outside the matrices, so any size works (1, 3, 255,
+// 4097, k = 0).
 //
 // Loop budget: Mesa's llvmpipe/lavapipe silently ends loops once a shader invocation has run
 // 65535 loop iterations in total (all loops together). The 16 steps of a k tile are therefore
@@ -40,20 +42,39 @@ const TM: u32 = 64u;
 const TN: u32 = 64u;
 const TK: u32 = 16u;
 
-var<workgroup> a_tile: array<array<f32, 64>, 16>; // [kk][row]
-var<workgroup> b_tile: array<array<f32, 64>, 16>; // [kk][col]
+var<workgroup> a_tile: array<array<vec4<f32>, 16>, 16>; // [kk][row / 4]
+var<workgroup> b_tile: array<array<vec4<f32>, 16>, 16>; // [kk][col / 4]
 
-// The thread's 4×4 accumulators: acc[i][j] is output (ty + 16·i, tx + 16·j).
+// The thread's 4×4 accumulators: acc[i][j] is output (4·ty + i, 4·tx + j).
 var<private> acc: array<vec4<f32>, 4>;
 
 // One k step of the thread's 4×4 block, from the staged tiles.
 fn fma_step(kk: u32, tx: u32, ty: u32) {
-    let av = vec4<f32>(a_tile[kk][ty], a_tile[kk][ty + 16u], a_tile[kk][ty + 32u], a_tile[kk][ty + 48u]);
-    let bv = vec4<f32>(b_tile[kk][tx], b_tile[kk][tx + 16u], b_tile[kk][tx + 32u], b_tile[kk][tx + 48u]);
+    let av = a_tile[kk][ty];
+    let bv = b_tile[kk][tx];
     acc[0] = acc[0] + av.x * bv;
     acc[1] = acc[1] + av.y * bv;
     acc[2] = acc[2] + av.z * bv;
     acc[3] = acc[3] + av.w * bv;
+}
+
+// a[batch][r][kk], or 0 outside the matrix.
+fn a_at(a_base: u32, r: u32, kk: u32) -> f32 {
+    if (r < p.m && kk < p.k) {
+        return a[a_base + r * p.k + kk];
+    }
+    return 0.0;
+}
+
+// op(rhs)[kk][c] of the batch's matrix, or 0 outside it.
+fn rhs_at(r_base: u32, kk: u32, c: u32) -> f32 {
+    if (c < p.n && kk < p.k) {
+        if (p.rhs_transposed != 0u) {
+            return rhs[r_base + c * p.k + kk];
+        }
+        return rhs[r_base + kk * p.n + c];
+    }
+    return 0.0;
 }
 
 @compute @workgroup_size(16, 16)
@@ -66,47 +87,24 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l
     let col0 = (wid.x + p.tile_x0) * TN;
     let a_base = batch * p.m * p.k;
     let r_base = batch * p.rhs_stride;
+    // The vec4 this thread stages: for a (and a transposed rhs) k step lid % 16 of rows
+    // 4·(lid / 16)..; for a [k, n] rhs columns 4·(lid % 16).. of k step lid / 16.
+    let kk_a = lid % TK;
+    let q_a = lid / TK;
+    let kk_b = select(lid / 16u, lid % TK, p.rhs_transposed != 0u);
+    let q_b = select(lid % 16u, lid / TK, p.rhs_transposed != 0u);
 
     let k_tiles = (p.k + TK - 1u) / TK;
     for (var kt = 0u; kt < k_tiles; kt = kt + 1u) {
         let k0 = kt * TK;
-        // a tile: 64 rows × 16 k; idx → (row = idx / 16, kk = idx % 16), contiguous in kk.
-        for (var e = 0u; e < 4u; e = e + 1u) {
-            let idx = lid + e * 256u;
-            let r = idx / TK;
-            let kk = idx % TK;
-            let gr = row0 + r;
-            let gk = k0 + kk;
-            var v = 0.0;
-            if (gr < p.m && gk < p.k) {
-                v = a[a_base + gr * p.k + gk];
-            }
-            a_tile[kk][r] = v;
-        }
-        // rhs tile: 16 k × 64 columns, read along the contiguous axis of its layout.
-        for (var e = 0u; e < 4u; e = e + 1u) {
-            let idx = lid + e * 256u;
-            var kk: u32;
-            var c: u32;
-            if (p.rhs_transposed != 0u) {
-                c = idx / TK;
-                kk = idx % TK;
-            } else {
-                kk = idx / TN;
-                c = idx % TN;
-            }
-            let gc = col0 + c;
-            let gk = k0 + kk;
-            var v = 0.0;
-            if (gc < p.n && gk < p.k) {
-                if (p.rhs_transposed != 0u) {
-                    v = rhs[r_base + gc * p.k + gk];
-                } else {
-                    v = rhs[r_base + gk * p.n + gc];
-                }
-            }
-            b_tile[kk][c] = v;
-        }
+        let r = row0 + 4u * q_a;
+        let ka = k0 + kk_a;
+        a_tile[kk_a][q_a] = vec4<f32>(a_at(a_base, r, ka), a_at(a_base, r + 1u, ka),
+                                      a_at(a_base, r + 2u, ka), a_at(a_base, r + 3u, ka));
+        let c = col0 + 4u * q_b;
+        let kb = k0 + kk_b;
+        b_tile[kk_b][q_b] = vec4<f32>(rhs_at(r_base, kb, c), rhs_at(r_base, kb, c + 1u),
+                                      rhs_at(r_base, kb, c + 2u), rhs_at(r_base, kb, c + 3u));
         workgroupBarrier();
         // Unrolled by hand: see the note on loop budgets at the top.
         fma_step(0u, tx, ty);
@@ -129,11 +127,11 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l
     }
 
     for (var i = 0u; i < 4u; i = i + 1u) {
-        let gr = row0 + ty + 16u * i;
+        let gr = row0 + 4u * ty + i;
         if (gr < p.m) {
             let row = acc[i];
             for (var j = 0u; j < 4u; j = j + 1u) {
-                let gc = col0 + tx + 16u * j;
+                let gc = col0 + 4u * tx + j;
                 if (gc < p.n) {
                     out[(batch * p.m + gr) * p.n + gc] = row[j];
                 }

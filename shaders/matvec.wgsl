@@ -3,10 +3,14 @@
 // The tiled kernel would waste 60 of its 64 tile rows here, so these kernels spread the k axis
 // over threads instead and read each rhs element once for all m rows.
 //
-// * matvec_t / matvec_t_scalar — rhs stored [n, k] (a linear layer's weight): a workgroup of
-//   64×4 threads computes 4 output columns; the 64 threads of one column stride over its k
-//   elements (consecutive threads read consecutive addresses; vec4 loads when k % 4 == 0),
-//   then a tree reduction in workgroup memory combines their partial sums.
+// @prelude(reduce): compiled after one of shaders/reduce/*.wgsl, which defines the entry `mv`.
+//
+// * mv — rhs stored [n, k] (a linear layer's weight), k % 4 == 0: a team of lanes per four
+//   output columns reads their rows as vec4s (each vec4 of a loaded once for the four) and
+//   the prelude reduces the team (subgroupAdd, or one barrier through workgroup memory).
+// * matvec_t_scalar — the same for any k: a workgroup of 64×4 threads computes 4 output
+//   columns; the 64 threads of one column stride over its k elements, then a tree reduction
+//   in workgroup memory combines their partial sums.
 // * matvec_kn / matvec_kn_vec4 — rhs stored [k, n]: each thread owns one column (four with
 //   vec4 loads when n % 4 == 0); the 4 thread rows of a workgroup split k into interleaved
 //   slices and are summed at the end. Consecutive threads read consecutive columns.
@@ -16,7 +20,7 @@
 //
 // Loop budget: Mesa's llvmpipe/lavapipe silently ends loops once a shader invocation has run
 // 65535 loop iterations in total, so the up-to-4 rows are unrolled (guarded by m) rather than
-// looped over inside the k loop: one iteration per k step, which allows k up to 16M (matvec_t)
+// looped over inside the k loop: one iteration per k step, which allows k up to 16M (matvec_t_scalar)
 // or 1M (matvec_kn, four k steps per iteration) there.
 //
 // Grid: x = column groups (plus col_group0 when the host splits the grid), y = batch (plus
@@ -80,32 +84,78 @@ fn finish_t(x: u32, y: u32, col: u32, batch: u32) {
     }
 }
 
-@compute @workgroup_size(64, 4)
-fn matvec_t(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let x = lid.x;
-    let y = lid.y;
-    let col = (wid.x + p.col_group0) * 4u + y;
+// ---- mv: rhs [n, k] with k % 4 == 0, through the row-team prelude (shaders/reduce/) ----
+// Each team of lanes owns four output columns (rows of rhs); its lanes stride over the rows'
+// vec4s and the prelude sums the lanes. The workgroup covers MV_ROWS columns; grid x =
+// column groups, y = batch.
+
+fn mv_first_row(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return (wid.x + p.col_group0) * MV_ROWS;
+}
+
+// Partial sums of columns col0..col0+4 (rhs rows; those past n repeat the last one and
+// `mv_store` drops them) against the up to four rows of a: each a vec4 is loaded once for
+// the four columns.
+fn mv_partial(wid: vec3<u32>, col0: u32, lane: u32, lanes: u32) -> array<vec4<f32>, 4> {
+    var s: array<vec4<f32>, 4>;
+    if (col0 >= p.n) {
+        return s;
+    }
     let batch = wid.y + p.batch0;
     let k4 = p.k / 4u;
-    if (col < p.n) {
-        let w_base = (batch * p.rhs_stride + col * p.k) / 4u;
-        let a0 = batch * p.m * k4;
-        let m = p.m;
-        for (var q = x; q < k4; q = q + 64u) {
-            let w = rhs[w_base + q];
-            acc.x = acc.x + dot(a[a0 + q], w);
-            if (m > 1u) {
-                acc.y = acc.y + dot(a[a0 + k4 + q], w);
-            }
-            if (m > 2u) {
-                acc.z = acc.z + dot(a[a0 + 2u * k4 + q], w);
-            }
-            if (m > 3u) {
-                acc.w = acc.w + dot(a[a0 + 3u * k4 + q], w);
+    let last = p.n - 1u;
+    let base = batch * p.rhs_stride / 4u;
+    let w0 = base + col0 * k4;
+    let w1 = base + min(col0 + 1u, last) * k4;
+    let w2 = base + min(col0 + 2u, last) * k4;
+    let w3 = base + min(col0 + 3u, last) * k4;
+    let a0 = batch * p.m * k4;
+    let m = p.m;
+    for (var q = lane; q < k4; q = q + lanes) {
+        let r0 = rhs[w0 + q];
+        let r1 = rhs[w1 + q];
+        let r2 = rhs[w2 + q];
+        let r3 = rhs[w3 + q];
+        let x = a[a0 + q];
+        s[0].x = s[0].x + dot(x, r0);
+        s[1].x = s[1].x + dot(x, r1);
+        s[2].x = s[2].x + dot(x, r2);
+        s[3].x = s[3].x + dot(x, r3);
+        if (m > 1u) {
+            let y = a[a0 + k4 + q];
+            s[0].y = s[0].y + dot(y, r0);
+            s[1].y = s[1].y + dot(y, r1);
+            s[2].y = s[2].y + dot(y, r2);
+            s[3].y = s[3].y + dot(y, r3);
+        }
+        if (m > 2u) {
+            let z = a[a0 + 2u * k4 + q];
+            s[0].z = s[0].z + dot(z, r0);
+            s[1].z = s[1].z + dot(z, r1);
+            s[2].z = s[2].z + dot(z, r2);
+            s[3].z = s[3].z + dot(z, r3);
+        }
+        if (m > 3u) {
+            let v = a[a0 + 3u * k4 + q];
+            s[0].w = s[0].w + dot(v, r0);
+            s[1].w = s[1].w + dot(v, r1);
+            s[2].w = s[2].w + dot(v, r2);
+            s[3].w = s[3].w + dot(v, r3);
+        }
+    }
+    return s;
+}
+
+fn mv_store(wid: vec3<u32>, col0: u32, s: array<vec4<f32>, 4>) {
+    let batch = wid.y + p.batch0;
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        let col = col0 + j;
+        if (col < p.n) {
+            for (var mi = 0u; mi < p.m; mi = mi + 1u) {
+                out[(batch * p.m + mi) * p.n + col] = s[j][mi];
             }
         }
     }
-    finish_t(x, y, col, batch);
 }
 
 @compute @workgroup_size(64, 4)

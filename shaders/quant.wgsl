@@ -2,6 +2,8 @@
 // exact integer dot of ternary weights. Byte layouts are GGUF's (see src/quant/mod.rs); every
 // packed buffer is read as u32 words and never expanded to f32 in memory.
 //
+// @prelude(reduce): compiled after one of shaders/reduce/*.wgsl, which defines the entry `mv`.
+//
 // Bindings: 0 = params, 1 = output as u32 words (f32 and i32 results are bit-cast),
 // 2 = `q`: the packed data (for `quantize` and `quantize_acts`: the f32 input),
 // 3 = `x`: the second operand of products (activations, int8 values, quantized activations).
@@ -661,5 +663,155 @@ fn ternary_dot(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     }
     if (lid < rows) {
         out[(r0 + lid) * p.n + col] = bitcast<u32>(ipartial[lid * WG]);
+    }
+}
+
+// ---- decode products: one team of lanes per four weight rows (prelude entry `mv`) ---------
+//
+// f32 activations, m ≤ 4 rows, k % 32 == 0. The format is the pipeline constant MV_FORMAT
+// (the same codes as `p.format`), so each pipeline is compiled for one format and the switch
+// in `mv_decode` folds away. A lane takes groups of 32 values (one Q4_0/Q8_0 block, an eighth
+// of a ternary block, 16 words of f16): it loads the activations of the group once (8 vec4s per
+// activation row) and uses them for all four weight rows of its team, each group dequantized
+// in registers as 8 vec4s (whole u32 words: a Q4_0/Q8_0 block starts on a word or two bytes
+// into one: blocks are 34 and 18 bytes).
+//
+// Bindings as above; the activations are read through `xv` (binding 3 as vec4<f32>).
+
+override MV_FORMAT: u32 = 3u;
+
+@group(0) @binding(3) var<storage, read> xv: array<vec4<f32>>;
+
+fn mv_first_row(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return (wid.y * nwg.x + wid.x) * MV_ROWS;
+}
+
+// The group's activations, 8 vec4s per activation row, and one weight row's group.
+var<private> mv_x: array<vec4<f32>, 32>;
+var<private> mv_w: array<vec4<f32>, 8>;
+
+// Loads the 8 vec4s from vec4 `v0` of each activation row into `mv_x`.
+fn mv_load_x(v0: u32) {
+    let k4 = p.k / 4u;
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        if (i < p.m) {
+            for (var t = 0u; t < 8u; t = t + 1u) {
+                mv_x[8u * i + t] = xv[i * k4 + v0 + t];
+            }
+        }
+    }
+}
+
+// d · (x[i] · w) for each activation row i.
+fn mv_dot_rows(d: f32) -> vec4<f32> {
+    var r = vec4<f32>();
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        if (i < p.m) {
+            let b = 8u * i;
+            let s = ((dot(mv_x[b], mv_w[0]) + dot(mv_x[b + 1u], mv_w[1]))
+                + (dot(mv_x[b + 2u], mv_w[2]) + dot(mv_x[b + 3u], mv_w[3])))
+                + ((dot(mv_x[b + 4u], mv_w[4]) + dot(mv_x[b + 5u], mv_w[5]))
+                + (dot(mv_x[b + 6u], mv_w[6]) + dot(mv_x[b + 7u], mv_w[7])));
+            r[i] = d * s;
+        }
+    }
+    return r;
+}
+
+// Nibbles of a Q4_0 quant word as values: low nibbles (shift 0) or high (shift 4), minus 8.
+fn q4_vals(w: u32, shift: u32) -> vec4<f32> {
+    let n = (vec4<u32>(w) >> (vec4<u32>(0u, 8u, 16u, 24u) + shift)) & vec4<u32>(15u);
+    return vec4<f32>(n) - 8.0;
+}
+
+// Signed bytes of a word as values.
+fn q8_vals(w: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<i32>(bitcast<i32>(w)) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
+}
+
+// Four bytes starting two bytes into word i (blocks that start mid-word).
+fn mid_word(i: u32) -> u32 {
+    return (q[i] >> 16u) | (q[i + 1u] << 16u);
+}
+
+// The four quant words of a Q4_0 block or the eight of a Q8_0 block whose scale is at byte
+// offset 4·b + odd·2: the quants start two bytes on, mid-word when the block is word-aligned.
+fn block_word(b: u32, odd: bool, t: u32) -> u32 {
+    if (odd) {
+        return q[b + 1u + t];
+    }
+    return mid_word(b + t);
+}
+
+// Dequantizes values 32g.. of weight row `row` into `mv_w`; returns the scale.
+fn mv_decode(row: u32, g: u32) -> f32 {
+    switch MV_FORMAT {
+        case 1u: {
+            let b = (row * p.k + 32u * g) / 2u;
+            for (var t = 0u; t < 8u; t = t + 1u) {
+                mv_w[t] = vec4<f32>(unpack2x16float(q[b + 2u * t]), unpack2x16float(q[b + 2u * t + 1u]));
+            }
+            return 1.0;
+        }
+        case 2u: {
+            // Blocks of 34 bytes: block g starts at byte 34g (a word, or two bytes into one).
+            let o = (row * (p.k / 32u) + g) * 34u;
+            let b = o / 4u;
+            let odd = (o & 2u) != 0u;
+            let d = f16_to_f32(select(q[b] & 0xffffu, q[b] >> 16u, odd));
+            for (var t = 0u; t < 8u; t = t + 1u) {
+                mv_w[t] = q8_vals(block_word(b, odd, t));
+            }
+            return d;
+        }
+        case 3u: {
+            let o = (row * (p.k / 32u) + g) * 18u;
+            let b = o / 4u;
+            let odd = (o & 2u) != 0u;
+            let d = f16_to_f32(select(q[b] & 0xffffu, q[b] >> 16u, odd));
+            for (var t = 0u; t < 4u; t = t + 1u) {
+                let w = block_word(b, odd, t);
+                mv_w[t] = q4_vals(w, 0u);
+                mv_w[t + 4u] = q4_vals(w, 4u);
+            }
+            return d;
+        }
+        default: {
+            let d = decode_group(row, g);
+            for (var t = 0u; t < 8u; t = t + 1u) {
+                mv_w[t] = vec4<f32>(f32(gi[4u * t]), f32(gi[4u * t + 1u]), f32(gi[4u * t + 2u]), f32(gi[4u * t + 3u]));
+            }
+            return d;
+        }
+    }
+}
+
+// Partial sums of weight rows row0..row0+4 (rows past n repeat the last row; `mv_store` drops
+// them) against the up to four activation rows.
+fn mv_partial(wid: vec3<u32>, row0: u32, lane: u32, lanes: u32) -> array<vec4<f32>, 4> {
+    var acc: array<vec4<f32>, 4>;
+    if (row0 >= p.n) {
+        return acc;
+    }
+    let last = p.n - 1u;
+    let groups = p.k / 32u;
+    for (var g = lane; g < groups; g = g + lanes) {
+        mv_load_x(8u * g);
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            let d = mv_decode(min(row0 + j, last), g);
+            acc[j] = acc[j] + mv_dot_rows(d);
+        }
+    }
+    return acc;
+}
+
+fn mv_store(wid: vec3<u32>, row0: u32, s: array<vec4<f32>, 4>) {
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        let row = row0 + j;
+        if (row < p.n) {
+            for (var i = 0u; i < p.m; i = i + 1u) {
+                out[i * p.n + row] = bitcast<u32>(s[j][i]);
+            }
+        }
     }
 }

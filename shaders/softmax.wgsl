@@ -1,6 +1,8 @@
 // Numerically stable softmax over the last axis, with an optional causal mask.
 //
-// One workgroup of 256 threads per row: (1) the row max (NaN tracked separately, because
+// `softmax_short` (rows of at most 256): one thread per row, 64 rows per workgroup, no
+// workgroup memory and no barrier (lavapipe runs barriers slowly, and short rows leave most
+// of a 256-thread workgroup idle). `softmax`: one workgroup of 256 threads per row: (1) the row max (NaN tracked separately, because
 // WGSL's max() with NaN is implementation-defined), (2) the sum of exp(x - max), (3) the
 // normalised values. Masked keys (causal) are written as exactly 0.
 //
@@ -111,6 +113,43 @@ fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
         var y = 0.0;
         if (j < visible) {
             y = select(exp(x[base + j] - row_max) * inv, qnan, row_nan != 0u);
+        }
+        out[base + j] = y;
+    }
+}
+
+@compute @workgroup_size(64)
+fn softmax_short(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let row = (wid.y * nwg.x + wid.x) * 64u + lid;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.cols;
+    var visible = p.cols;
+    if (p.causal_q > 0u) {
+        visible = min(row % p.causal_q + p.cols - p.causal_q + 1u, p.cols);
+    }
+    var m = -3.4028234663852886e38;
+    var nan = false;
+    for (var j = 0u; j < visible; j = j + 1u) {
+        let v = x[base + j];
+        if (is_nan(v)) {
+            nan = true;
+        } else {
+            m = max(m, v);
+        }
+    }
+    var s = 0.0;
+    for (var j = 0u; j < visible; j = j + 1u) {
+        s = s + exp(x[base + j] - m);
+    }
+    let inv = 1.0 / s;
+    let qnan = bitcast<f32>(0x7fc00000u | (row & 0u));
+    for (var j = 0u; j < p.cols; j = j + 1u) {
+        var y = 0.0;
+        if (j < visible) {
+            y = select(exp(x[base + j] - m) * inv, qnan, nan);
         }
         out[base + j] = y;
     }

@@ -245,6 +245,10 @@ pub struct BackendInfo {
     pub missing_ops: Vec<OpKind>,
     /// How f16 data is computed on: natively, or widened from 16-bit storage.
     pub f16_path: String,
+    /// How the GPU kernels reduce across threads (subgroup operations or workgroup memory),
+    /// and why; empty for backends without such a choice.
+    #[serde(default)]
+    pub reductions: String,
 }
 
 /// One place where ops run. Implementations must be thread-safe: a device may be used from
@@ -301,6 +305,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Submits all recorded work and waits until it has finished (used by benchmarks).
     fn synchronize(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// Kernel dispatches recorded since the backend started, for backends that count them
+    /// (`bench --model` shows dispatches per decode step); `None` elsewhere.
+    fn dispatches(&self) -> Option<u64> {
+        None
     }
 
     /// [`Backend::download`] without blocking: the form the browser needs, where a GPU

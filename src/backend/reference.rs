@@ -37,6 +37,7 @@ impl Backend for ReferenceBackend {
             simd: None,
             missing_ops: vec![],
             f16_path: "widened to f64".into(),
+            reductions: String::new(),
         }
     }
 

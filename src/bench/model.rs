@@ -51,6 +51,8 @@ pub struct ModelBenchRow {
     pub decode_weight_gb_per_s: Option<f64>,
     /// That bandwidth as a fraction of the backend's copy ceiling.
     pub frac_copy: Option<f64>,
+    /// Kernel dispatches per decode step (sampling included), where the backend counts them.
+    pub dispatches_per_token: Option<f64>,
     /// A peer timed on the same file between our samples, if one was asked for.
     pub peer: Option<PeerSamples>,
 }
@@ -144,16 +146,21 @@ pub fn run(
             weight_bytes: bytes,
             decode_weight_gb_per_s: None,
             frac_copy: None,
+            dispatches_per_token: None,
             peer: None,
         };
         if row.checked {
             for i in 0..samples.max(1) {
                 progress(&format!("{kind}: sample {}", i + 1));
                 cache.reset();
-                let (prompt_rate, decode_rate) =
-                    time_once(&model, &prompt, decode_tokens, &mut cache)?;
+                let (prompt_rate, decode_rate, dispatches) =
+                    time_once(&model, &prompt, decode_tokens, &mut cache, || {
+                        backend.dispatches()
+                    })?;
                 row.prompt_samples.push(prompt_rate);
                 row.decode_samples.extend(decode_rate);
+                row.dispatches_per_token =
+                    dispatches.map(|n| n as f64 / decode_tokens.max(1) as f64);
                 if let Some(peer) = peer {
                     let (name, p, d) = peer(prompt_tokens, decode_tokens)?;
                     let samples = row.peer.get_or_insert_with(PeerSamples::default);
@@ -176,18 +183,21 @@ pub fn run(
 }
 
 /// One timed prompt pass and decode from an empty `cache`: (prompt tokens/s, decode
-/// tokens/s if any were asked for). Greedy, drawn on the device as `generate` does: the
-/// prompt's token read back, then decode steps recorded MULTI_STEP per submit.
+/// tokens/s if any were asked for, the kernel dispatches of the decode where `dispatches`
+/// counts them). Greedy, drawn on the device as `generate` does: the prompt's token read
+/// back, then decode steps recorded MULTI_STEP per submit.
 fn time_once(
     model: &Llama,
     prompt: &[u32],
     decode_tokens: usize,
     cache: &mut crate::model::KvCache,
-) -> Result<(f64, Option<f64>)> {
+    dispatches: impl Fn() -> Option<u64>,
+) -> Result<(f64, Option<f64>, Option<u64>)> {
     let mut sampler = Sampler::new(Sampling::greedy());
     let start = Instant::now();
     let mut next = model.sample_next(prompt, cache, &mut sampler)?;
     let prompt_rate = prompt.len() as f64 / start.elapsed().as_secs_f64();
+    let before = dispatches();
     let start = Instant::now();
     let mut left = decode_tokens;
     while left > 0 {
@@ -198,7 +208,10 @@ fn time_once(
     }
     let decode_rate =
         (decode_tokens > 0).then(|| decode_tokens as f64 / start.elapsed().as_secs_f64());
-    Ok((prompt_rate, decode_rate))
+    let decode_dispatches = dispatches()
+        .zip(before)
+        .map(|(after, before)| after - before);
+    Ok((prompt_rate, decode_rate, decode_dispatches))
 }
 
 /// The median of `v` (the upper one of an even count), `None` when empty.
@@ -236,10 +249,10 @@ fn max_difference(a: &[f32], b: &[f32]) -> f64 {
 pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
     let opt = |v: Option<f64>, p: usize| v.map_or("-".into(), |v| format!("{v:.p$}"));
     let paths: Vec<&str> = rows.iter().map(|r| r.activations.as_str()).collect();
-    let line = |c: [&str; 8]| {
+    let line = |c: [&str; 9]| {
         format!(
-            "{:<10} {:>6} {:>20} {:>6} {:>20} {:>12} {:>7}  {}\n",
-            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]
+            "{:<10} {:>6} {:>20} {:>6} {:>20} {:>12} {:>7} {:>12}  {}\n",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8]
         )
     };
     let mut out = format!("{model} ({})\n", paths.first().copied().unwrap_or(""));
@@ -251,6 +264,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
         "decode tok/s",
         "weights GB/s",
         "% copy",
+        "dispatch/tok",
         "check",
     ]);
     for r in rows {
@@ -273,6 +287,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
             &spread(&r.decode_samples, 1),
             &opt(r.decode_weight_gb_per_s, 3),
             &copy,
+            &opt(r.dispatches_per_token, 1),
             &check,
         ]);
         if let Some(peer) = &r.peer {
@@ -288,6 +303,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
                 &spread(&peer.decode_samples, 1),
                 "",
                 "",
+                "",
                 &peer.name,
             ]);
             out += &line([
@@ -296,6 +312,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
                 &ratio(&r.prompt_samples, &peer.prompt_samples),
                 "",
                 &ratio(&r.decode_samples, &peer.decode_samples),
+                "",
                 "",
                 "",
                 "webtensor / peer, medians",

@@ -345,6 +345,7 @@ fn info_text(report: &InfoReport) -> String {
                 field("features", i.features.join(", "));
                 field("simd", i.simd.clone().unwrap_or_default());
                 field("f16", i.f16_path.clone());
+                field("reductions", i.reductions.clone());
                 field(
                     "threads",
                     i.threads.map(|t| t.to_string()).unwrap_or_default(),

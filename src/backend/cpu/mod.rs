@@ -109,6 +109,7 @@ impl Backend for CpuBackend {
             simd: Some(self.simd.name().to_string()),
             missing_ops: vec![],
             f16_path: "widened to f32 per block".into(),
+            reductions: String::new(),
         }
     }
 

@@ -172,6 +172,7 @@ impl CudaBackend {
             simd: None,
             missing_ops: vec![],
             f16_path: "f16 storage widened to f32 in the kernels".into(),
+            reductions: String::new(),
         };
         Ok(CudaBackend {
             ctx,

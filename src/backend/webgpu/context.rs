@@ -7,6 +7,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use super::selfcheck::Verdict;
 use crate::backend::{BackendInfo, BackendKind, DeviceClass};
 
 /// What kind of error wgpu reported.
@@ -67,7 +68,18 @@ pub(crate) struct GpuContext {
     /// Whether f16 kernels use the `shader-f16` WGSL extension (present on the device and not
     /// turned off with [`F16_ENV`]) rather than `unpack2x16float` on u32 storage.
     pub(crate) native_f16: bool,
+    /// Whether the row-team kernels reduce with `subgroupAdd` (`shaders/reduce/subgroup.wgsl`):
+    /// the device has subgroups and [`SUBGROUPS_ENV`] does not turn them off. Otherwise they
+    /// reduce through workgroup memory (`shaders/reduce/workgroup.wgsl`).
+    pub(crate) subgroups: bool,
+    /// The self-check's verdicts on the subgroup and shader-f16 variants, where they ran.
+    pub(crate) subgroups_check: Option<Verdict>,
+    pub(crate) f16_check: Option<Verdict>,
 }
+
+/// Set to `off` to make the wgpu backend reduce through workgroup memory even where the adapter
+/// has subgroups (how the tests cover both reductions on one machine).
+pub const SUBGROUPS_ENV: &str = "WEBTENSOR_WGPU_SUBGROUPS";
 
 /// Set to `off` to make the wgpu backend use its f16 path for adapters without `shader-f16`
 /// even where the adapter has it (how the tests cover both paths on one machine).
@@ -135,6 +147,9 @@ impl GpuContext {
         let limits = device.limits();
         let f16_off = std::env::var(F16_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("off"));
         let native_f16 = enabled.contains(wgpu::Features::SHADER_F16) && !f16_off;
+        let subgroups_off =
+            std::env::var(SUBGROUPS_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("off"));
+        let subgroups = enabled.contains(wgpu::Features::SUBGROUP) && !subgroups_off;
         Ok(GpuContext {
             device,
             queue,
@@ -143,6 +158,9 @@ impl GpuContext {
             limits,
             errors,
             native_f16,
+            subgroups,
+            subgroups_check: None,
+            f16_check: None,
         })
     }
 
@@ -216,14 +234,42 @@ impl GpuContext {
             threads: None,
             simd: None,
             missing_ops: vec![],
-            f16_path: if self.native_f16 {
-                "shader-f16 (native f16 storage)".into()
-            } else if self.adapter_features.contains(wgpu::Features::SHADER_F16) {
-                format!("unpack2x16float on u32 storage ({F16_ENV}=off)")
-            } else {
-                "unpack2x16float on u32 storage (no shader-f16 on this adapter)".into()
-            },
+            f16_path: with_note(
+                if self.native_f16 {
+                    "shader-f16 (native f16 storage)".into()
+                } else if matches!(self.f16_check, Some(Verdict::Demoted(_))) {
+                    "unpack2x16float on u32 storage".into()
+                } else if self.adapter_features.contains(wgpu::Features::SHADER_F16) {
+                    format!("unpack2x16float on u32 storage ({F16_ENV}=off)")
+                } else {
+                    "unpack2x16float on u32 storage (no shader-f16 on this adapter)".into()
+                },
+                &self.f16_check,
+            ),
+            reductions: with_note(
+                if self.subgroups {
+                    format!(
+                        "subgroupAdd (subgroups of {}-{} lanes)",
+                        a.subgroup_min_size, a.subgroup_max_size
+                    )
+                } else if matches!(self.subgroups_check, Some(Verdict::Demoted(_))) {
+                    "workgroup memory".into()
+                } else if self.adapter_features.contains(wgpu::Features::SUBGROUP) {
+                    format!("workgroup memory ({SUBGROUPS_ENV}=off)")
+                } else {
+                    "workgroup memory (no subgroups on this adapter)".into()
+                },
+                &self.subgroups_check,
+            ),
         }
+    }
+}
+
+/// A kernel path's description followed by its self-check verdict, where one ran.
+fn with_note(path: String, verdict: &Option<Verdict>) -> String {
+    match verdict {
+        Some(v) => format!("{path}; {}", v.note()),
+        None => path,
     }
 }
 

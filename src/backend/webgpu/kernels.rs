@@ -31,7 +31,13 @@ use crate::tensor::DType;
 const WG: u64 = 256;
 
 /// Largest m handled by the matvec kernels (their accumulators hold this many rows).
-const MATVEC_MAX_M: usize = 4;
+pub(super) const MATVEC_MAX_M: usize = 4;
+
+/// Output rows per workgroup of the row-team kernels (`MV_ROWS` in `shaders/reduce/`).
+pub(super) const MV_ROWS: usize = 32;
+
+/// Rows up to this length use the one-thread-per-row softmax.
+const SOFTMAX_SHORT_COLS: usize = 256;
 
 /// Rows up to this length use the one-thread-per-row argmax.
 const ARGMAX_SHORT_COLS: usize = 32;
@@ -125,9 +131,23 @@ impl Encoder<'_> {
         inputs: &[&wgpu::Buffer],
         groups: [u32; 3],
     ) -> Result<()> {
+        self.run_format(shader, (entry, 0), params, out, inputs, groups)
+    }
+
+    /// [`Self::run`] for a kernel specialised by the pipeline constant `MV_FORMAT` (the
+    /// entry's second part; 0 leaves the constant at its default).
+    fn run_format(
+        &mut self,
+        shader: Shader,
+        (entry, format): (&'static str, u32),
+        params: &Params,
+        out: &wgpu::Buffer,
+        inputs: &[&wgpu::Buffer],
+        groups: [u32; 3],
+    ) -> Result<()> {
         let kernel = self
             .pipelines
-            .kernel(self.ctx, shader, entry, inputs.len())?;
+            .kernel(self.ctx, shader, entry, inputs.len(), format)?;
         let bytes = params.bytes();
         self.recorder.dispatch(
             self.ctx,
@@ -218,8 +238,13 @@ impl Encoder<'_> {
                     .u(u32_of(op, "cols", *cols)?)
                     .u(u32_of(op, "causal", q)?)
                     .u(0);
-                let grid = self.grid(op, *rows as u64)?;
-                self.run(Shader::Softmax, "softmax", &p, out, &raw[..1], grid)
+                if *cols <= SOFTMAX_SHORT_COLS {
+                    let grid = self.grid(op, (*rows as u64).div_ceil(64))?;
+                    self.run(Shader::Softmax, "softmax_short", &p, out, &raw[..1], grid)
+                } else {
+                    let grid = self.grid(op, *rows as u64)?;
+                    self.run(Shader::Softmax, "softmax", &p, out, &raw[..1], grid)
+                }
             }
             OpSpec::Rope {
                 rows,
@@ -388,7 +413,7 @@ impl Encoder<'_> {
                 m.k.is_multiple_of(4),
                 m.n.is_multiple_of(4),
             ) {
-                (true, true, _) => ("matvec_t", 4),
+                (true, true, _) => ("mv", MV_ROWS),
                 (true, false, _) => ("matvec_t_scalar", 4),
                 (false, _, true) => ("matvec_kn_vec4", 256),
                 (false, _, false) => ("matvec_kn", 64),

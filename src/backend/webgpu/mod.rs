@@ -25,12 +25,14 @@ mod pipelines;
 mod pool;
 mod readback;
 mod recorder;
+mod selfcheck;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-pub use context::F16_ENV;
+pub use context::{F16_ENV, SUBGROUPS_ENV};
 pub use pool::GpuBuffer;
+pub use selfcheck::SELFCHECK_ENV;
 
 use self::context::{GpuContext, GpuFault};
 use self::kernels::{Encoder, Operand};
@@ -88,12 +90,42 @@ impl WgpuBackend {
         if let Some(e) = ctx.errors.take() {
             return Err(format!("the wgpu device failed to start: {e}"));
         }
-        Ok(WgpuBackend {
+        #[allow(unused_mut)] // changed by the self-check, which runs natively only
+        let mut backend = WgpuBackend {
             ctx,
             pool,
             pipelines,
             recorder,
-        })
+        };
+        #[cfg(not(target_arch = "wasm32"))]
+        backend.self_check();
+        Ok(backend)
+    }
+
+    /// Runs the self-check of the variants this adapter's features selected (see
+    /// `selfcheck`) and demotes each one that disagrees with the reference.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn self_check(&mut self) {
+        use selfcheck::{Variant, Verdict};
+        if selfcheck::disabled() {
+            return;
+        }
+        if self.ctx.subgroups {
+            let verdict = selfcheck::check(self, Variant::Subgroups);
+            if matches!(verdict, Verdict::Demoted(_)) {
+                self.ctx.subgroups = false;
+                // Modules already compiled hold the subgroup prelude.
+                self.pipelines = Pipelines::new(&self.ctx.device);
+            }
+            self.ctx.subgroups_check = Some(verdict);
+        }
+        if self.ctx.native_f16 {
+            let verdict = selfcheck::check(self, Variant::NativeF16);
+            if matches!(verdict, Verdict::Demoted(_)) {
+                self.ctx.native_f16 = false;
+            }
+            self.ctx.f16_check = Some(verdict);
+        }
     }
 
     /// Fails with [`Error::TensorTooLarge`] when a buffer of `bytes` cannot be bound.
@@ -330,6 +362,10 @@ impl Backend for WgpuBackend {
         self.recorder()?
             .copy(&self.ctx, src.raw(), out.raw(), bytes);
         Ok(Storage::Wgpu(out))
+    }
+
+    fn dispatches(&self) -> Option<u64> {
+        self.recorder().ok().map(|r| r.dispatches())
     }
 
     fn synchronize(&self) -> Result<()> {

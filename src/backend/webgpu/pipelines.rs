@@ -38,7 +38,43 @@ pub(crate) enum Shader {
     Sample,
 }
 
+/// The prelude of the shaders marked `@prelude(reduce)`: the entry `mv` with its reduction.
+fn reduce_prelude(subgroups: bool) -> &'static str {
+    if subgroups {
+        include_str!("../../../shaders/reduce/subgroup.wgsl")
+    } else {
+        include_str!("../../../shaders/reduce/workgroup.wgsl")
+    }
+}
+
 impl Shader {
+    const ALL: [Shader; 14] = [
+        Shader::Elementwise,
+        Shader::Norm,
+        Shader::Softmax,
+        Shader::Rope,
+        Shader::Matmul,
+        Shader::Matvec,
+        Shader::Embedding,
+        Shader::Permute,
+        Shader::Argmax,
+        Shader::Quant,
+        Shader::QuantF16,
+        Shader::Scan,
+        Shader::Concat,
+        Shader::Sample,
+    ];
+
+    /// The module's WGSL: the file, after the reduction prelude for the shaders that use one.
+    fn module_source(self, ctx: &GpuContext) -> String {
+        match self {
+            Shader::Matvec | Shader::Quant => {
+                format!("{}\n{}", reduce_prelude(ctx.subgroups), self.source())
+            }
+            _ => self.source().to_string(),
+        }
+    }
+
     fn source(self) -> &'static str {
         match self {
             Shader::Elementwise => include_str!("../../../shaders/elementwise.wgsl"),
@@ -78,6 +114,19 @@ impl Shader {
     }
 }
 
+/// A hash of every shader source and prelude: a self-check verdict cached on disk holds only
+/// for the kernels it checked.
+pub(crate) fn sources_fingerprint() -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for shader in Shader::ALL {
+        shader.source().hash(&mut h);
+    }
+    reduce_prelude(true).hash(&mut h);
+    reduce_prelude(false).hash(&mut h);
+    h.finish()
+}
+
 /// A compiled kernel and the bind group layout it was compiled against.
 #[derive(Clone, Debug)]
 pub(crate) struct Kernel {
@@ -92,7 +141,7 @@ pub(crate) struct Pipelines {
     layouts: Vec<wgpu::BindGroupLayout>,
     pipeline_layouts: Vec<wgpu::PipelineLayout>,
     modules: Mutex<HashMap<Shader, wgpu::ShaderModule>>,
-    kernels: Mutex<HashMap<(Shader, &'static str), Kernel>>,
+    kernels: Mutex<HashMap<(Shader, &'static str, u32), Kernel>>,
 }
 
 impl Pipelines {
@@ -140,16 +189,19 @@ impl Pipelines {
     }
 
     /// The pipeline for `entry` of `shader`, which binds `inputs` inputs; compiled on first use.
+    /// `format` is the pipeline constant `MV_FORMAT` of the kernels specialised per weight
+    /// format (0 for every other kernel: the constant keeps its default).
     pub(crate) fn kernel(
         &self,
         ctx: &GpuContext,
         shader: Shader,
         entry: &'static str,
         inputs: usize,
+        format: u32,
     ) -> Result<Kernel> {
         let poisoned = || Error::backend("wgpu", "a pipeline cache lock was poisoned");
         let mut kernels = self.kernels.lock().map_err(|_| poisoned())?;
-        if let Some(k) = kernels.get(&(shader, entry)) {
+        if let Some(k) = kernels.get(&(shader, entry, format)) {
             return Ok(k.clone());
         }
         let module = {
@@ -160,12 +212,14 @@ impl Pipelines {
                     ctx.device
                         .create_shader_module(wgpu::ShaderModuleDescriptor {
                             label: Some(shader.name()),
-                            source: wgpu::ShaderSource::Wgsl(shader.source().into()),
+                            source: wgpu::ShaderSource::Wgsl(shader.module_source(ctx).into()),
                         })
                 })
                 .clone()
         };
         let inputs = inputs.clamp(1, MAX_INPUTS);
+        let constants = [("MV_FORMAT", f64::from(format))];
+        let constants: &[(&str, f64)] = if format == 0 { &[] } else { &constants };
         let pipeline = ctx
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
@@ -174,7 +228,7 @@ impl Pipelines {
                 module: &module,
                 entry_point: Some(entry),
                 compilation_options: wgpu::PipelineCompilationOptions {
-                    constants: &[],
+                    constants,
                     // Every kernel writes its workgroup memory before reading it.
                     zero_initialize_workgroup_memory: false,
                 },
@@ -187,7 +241,7 @@ impl Pipelines {
             ));
         }
         let kernel = Kernel { pipeline, inputs };
-        kernels.insert((shader, entry), kernel.clone());
+        kernels.insert((shader, entry, format), kernel.clone());
         Ok(kernel)
     }
 }

@@ -57,6 +57,8 @@ pub(crate) struct Recorder {
     bind_groups: HashMap<Vec<wgpu::Buffer>, wgpu::BindGroup>,
     /// The pool's release count when the bind group cache was last checked.
     seen_releases: u64,
+    /// Dispatches recorded since the backend started.
+    dispatches: u64,
 }
 
 impl Recorder {
@@ -81,6 +83,7 @@ impl Recorder {
             pool,
             bind_groups: HashMap::new(),
             seen_releases: 0,
+            dispatches: 0,
         }
     }
 
@@ -104,6 +107,7 @@ impl Recorder {
         self.arena.extend_from_slice(&d.params[..used]);
         self.arena.resize(offset + self.slot as usize, 0);
 
+        self.dispatches += 1;
         let bind_group = self.bind_group(ctx, pipelines, &d);
         let encoder = self.encoder(ctx);
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
@@ -166,6 +170,11 @@ impl Recorder {
         });
         self.bind_groups.insert(key, bind_group.clone());
         bind_group
+    }
+
+    /// Dispatches recorded since the backend started.
+    pub(crate) fn dispatches(&self) -> u64 {
+        self.dispatches
     }
 
     /// Records a copy of `bytes` (a multiple of 4) from the start of `src` to the start of

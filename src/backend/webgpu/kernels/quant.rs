@@ -1,11 +1,13 @@
 //! Encoding the quantized ops (`shaders/quant.wgsl`, `shaders/quant_f16.wgsl`).
 //!
-//! Products run one workgroup per (weight row, 8 activation rows). With `Q8_0` or `I8`
+//! Decode products (f32 activations, m ≤ 4, k a multiple of 32) run the row-team kernel `mv`
+//! compiled once per format; other products run one workgroup per (weight row, 8 activation
+//! rows). With `Q8_0` or `I8`
 //! activations the op records two dispatches: `quantize_acts` rounds the activations into a
 //! temporary buffer (int8 words, then one f32 scale per 32 values) that the backend passed as
 //! a third operand, and `qmatmul_int` reads it.
 
-use super::{u32_of, Encoder, Operand, Params, Shader};
+use super::{u32_of, Encoder, Operand, Params, Shader, MATVEC_MAX_M, MV_ROWS};
 use crate::backend::{Activations, OpSpec};
 use crate::error::{Error, Result};
 use crate::tensor::DType;
@@ -107,6 +109,13 @@ impl Encoder<'_> {
                 let (a, w) = (inputs[0].buffer, inputs[1].buffer);
                 let tiles = self.grid(op, (n * m.div_ceil(ROWS)) as u64)?;
                 match activations {
+                    Activations::F32 if m <= MATVEC_MAX_M && k.is_multiple_of(32) => {
+                        // Decode: the row-team kernel specialised for the format.
+                        let code = format_code(format)?;
+                        let p = params(op, format, m, n, k, 0)?;
+                        let grid = self.grid(op, n.div_ceil(MV_ROWS) as u64)?;
+                        self.run_format(Shader::Quant, ("mv", code), &p, out, &[w, a], grid)
+                    }
                     Activations::F32 | Activations::F16 => {
                         let mode = (activations == Activations::F16) as u32;
                         let p = params(op, format, m, n, k, mode)?;
