@@ -61,8 +61,12 @@ pub fn tokenizer(data: &[u8]) {
         return;
     };
     if let Ok(t) = Tokenizer::from_json(json, "fuzz.tokenizer.json") {
-        let ids = t.encode(&String::from_utf8_lossy(text));
-        let _ = t.decode(&ids);
+        let text = String::from_utf8_lossy(text);
+        for special in [false, true] {
+            if let Ok(ids) = t.encode_limited(&text, special, usize::MAX) {
+                let _ = t.decode(&ids);
+            }
+        }
     }
 }
 
@@ -76,7 +80,7 @@ pub fn encode(data: &[u8]) {
     });
     let Some(t) = tokenizer else { return };
     let text = String::from_utf8_lossy(data);
-    let ids = t.encode(&text);
+    let Ok(ids) = t.encode(&text) else { return };
     let _ = t.decode(&ids);
     let mut stream = t.stream();
     for &id in &ids {

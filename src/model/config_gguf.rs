@@ -5,7 +5,7 @@
 //! change the numbers; any other is an error naming it.
 
 use super::arch::Architecture;
-use super::gguf::{Gguf, GgufValue};
+use super::gguf::{Gguf, GgufArray, GgufValue};
 use super::rope::{Rope, RopeScaling};
 use super::LlamaConfig;
 use crate::error::{Error, Result};
@@ -91,7 +91,7 @@ impl LlamaConfig {
                 .metadata
                 .get("tokenizer.ggml.tokens")
                 .and_then(GgufValue::as_array)
-                .map(<[_]>::len)
+                .map(GgufArray::len)
                 .ok_or_else(|| {
                     Error::model_file(name, "metadata `tokenizer.ggml.tokens` is missing")
                 })?,

@@ -8,7 +8,7 @@ use super::bpe::Merges;
 use super::split::{self, Behavior, Normalizer, PreStep, GPT2_PATTERN};
 use super::{AddedToken, Encoding, Parts, PieceKind, Tokenizer};
 use crate::error::{Error, Result};
-use crate::model::gguf::{Gguf, GgufValue};
+use crate::model::gguf::{Gguf, GgufArray, GgufItem, GgufValue};
 
 /// Llama 3's pattern: digits in groups of up to three, newlines kept apart.
 const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -72,7 +72,7 @@ impl Tokenizer {
             .collect::<Option<_>>()
             .ok_or_else(|| bad("tokenizer.ggml.tokens holds a non-string".into()))?;
         let n = pieces.len();
-        let array = |key: &str| -> Result<Option<&[GgufValue]>> {
+        let array = |key: &str| -> Result<Option<&GgufArray>> {
             match meta(key) {
                 None => Ok(None),
                 Some(v) => match v.as_array() {
@@ -230,7 +230,7 @@ impl Tokenizer {
                     .map(|(i, p)| (p.as_str(), i as u32))
                     .collect();
                 let mut ranks = HashMap::new();
-                for (rank, m) in array_any(meta("tokenizer.ggml.merges")).iter().enumerate() {
+                for (rank, m) in array_any(meta("tokenizer.ggml.merges")).enumerate() {
                     let (a, b) = m
                         .as_str()
                         .and_then(|s| s.split_once(' '))
@@ -277,7 +277,9 @@ impl Tokenizer {
     }
 }
 
-/// The elements of an optional array value.
-fn array_any(v: Option<&GgufValue>) -> &[GgufValue] {
-    v.and_then(GgufValue::as_array).unwrap_or(&[])
+/// The elements of an optional array value (none when absent or not an array).
+fn array_any(v: Option<&GgufValue>) -> impl Iterator<Item = GgufItem<'_>> {
+    v.and_then(GgufValue::as_array)
+        .into_iter()
+        .flat_map(GgufArray::iter)
 }
