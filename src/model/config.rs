@@ -125,7 +125,8 @@ impl LlamaConfig {
             _ => None,
         };
         config.rope = Rope::from_json(obj, config.max_position_embeddings, original, source)?;
-        config.layer_windows = layer_windows(obj, architecture, config.num_hidden_layers, source)?;
+        let layers = plausible_layers(config.num_hidden_layers, source)?;
+        config.layer_windows = layer_windows(obj, architecture, layers, source)?;
         if architecture.always_qkv_bias() {
             config.attention_bias = true;
         }
@@ -296,6 +297,25 @@ impl LlamaConfig {
     }
 }
 
+/// The most decoder layers a config may declare. The largest published models have a few
+/// hundred; the bound keeps a lying count from reaching per-layer allocations before the
+/// weights are checked against it (`files.rs` then requires the tensors of every layer).
+pub(crate) const MAX_LAYERS: usize = 1 << 16;
+
+/// `layers`, or an error naming `num_hidden_layers` when it is beyond [`MAX_LAYERS`].
+pub(crate) fn plausible_layers(layers: usize, source: &str) -> Result<usize> {
+    if layers > MAX_LAYERS {
+        return Err(Error::Config {
+            source_name: source.to_string(),
+            reason: format!(
+                "`num_hidden_layers` = {layers} is more than the {MAX_LAYERS} layers webtensor \
+                 accepts; the file is damaged or not a model"
+            ),
+        });
+    }
+    Ok(layers)
+}
+
 /// The attention window of each layer, as transformers derives it for `arch`: Mistral and
 /// Phi-3 apply `sliding_window` (Mistral's default 4096) to every layer; Qwen2/3 only with
 /// `use_sliding_window`, to the layers `layer_types` marks `sliding_attention` or else to those
@@ -316,8 +336,9 @@ fn layer_windows(
             Some(Value::Null) => Ok(None),
             Some(v) => v
                 .as_u64()
-                .map(|n| Some(n as usize))
-                .ok_or_else(|| fail(key, format!("= {v} is not a whole number"))),
+                .and_then(|n| usize::try_from(n).ok())
+                .map(Some)
+                .ok_or_else(|| fail(key, format!("= {v} is not a whole number that fits"))),
         }
     };
     let windows = match arch {

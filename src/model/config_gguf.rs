@@ -67,9 +67,11 @@ impl LlamaConfig {
         let opt_int = |key: &str| -> Result<Option<usize>> {
             get(key)
                 .map(|v| {
-                    v.as_u64()
-                        .map(|n| n as usize)
-                        .ok_or_else(|| bad(key, "is not a whole number"))
+                    let n = v
+                        .as_u64()
+                        .ok_or_else(|| bad(key, "is not a whole number"))?;
+                    // Never truncated (a 32-bit build, a lying file).
+                    usize::try_from(n).map_err(|_| bad(key, &format!("= {n} is too large")))
                 })
                 .transpose()
         };
@@ -79,11 +81,15 @@ impl LlamaConfig {
                 .map(|v| v.as_f64().ok_or_else(|| bad(key, "is not a number")))
                 .transpose()
         };
-        let token_id = |key: &str| {
-            g.metadata
-                .get(&format!("tokenizer.ggml.{key}"))
-                .and_then(GgufValue::as_u64)
-                .map(|v| v as u32)
+        let token_id = |key: &str| -> Result<Option<u32>> {
+            let full = format!("tokenizer.ggml.{key}");
+            match g.metadata.get(&full).and_then(GgufValue::as_u64) {
+                None => Ok(None),
+                // An id beyond u32 is refused, never truncated to a smaller one.
+                Some(v) => u32::try_from(v).map(Some).map_err(|_| {
+                    Error::model_file(name, format!("metadata `{full}` = {v} is not a token id"))
+                }),
+            }
         };
         let vocab_size = match opt_int("vocab_size")? {
             Some(v) => v,
@@ -117,7 +123,7 @@ impl LlamaConfig {
                 }
             }
         }
-        let layers = int("block_count")?;
+        let layers = super::config::plausible_layers(int("block_count")?, name)?;
         let window = opt_int("attention.sliding_window")?.filter(|&w| w > 0);
         let max_positions = opt_int("context_length")?.unwrap_or(2048);
         let config = LlamaConfig {
@@ -136,8 +142,8 @@ impl LlamaConfig {
             layer_windows: vec![window; layers],
             attention_bias: g.tensors.contains_key("blk.0.attn_q.bias"),
             tie_word_embeddings: !g.tensors.contains_key("output.weight"),
-            bos_token_id: token_id("bos_token_id"),
-            eos_token_id: token_id("eos_token_id"),
+            bos_token_id: token_id("bos_token_id")?,
+            eos_token_id: token_id("eos_token_id")?,
         };
         config.validate(name)?;
         Ok(config)
