@@ -10,6 +10,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use webtensor::model::gguf::{self, GgufValue};
 use webtensor::model::{FileBytes, Llama, ModelFiles};
 use webtensor::Device;
 
@@ -64,11 +65,19 @@ fn hf_files(case: &Case) -> ModelFiles {
         .unwrap_or_else(|e| panic!("{}: {e}", case.name))
 }
 
+/// The largest |a − b|; infinite where either is NaN (which `f32::max` would skip).
 fn max_delta(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter()
         .zip(b)
-        .map(|(x, y)| (x - y).abs())
+        .map(|(x, y)| {
+            let d = (x - y).abs();
+            if d.is_nan() {
+                f32::INFINITY
+            } else {
+                d
+            }
+        })
         .fold(0.0, f32::max)
 }
 
@@ -97,7 +106,7 @@ fn transformers_checkpoints_match_transformers_logits() {
                 "{dev_name} {:<16} safetensors f32  max|Δ| = {delta:.2e}",
                 case.name
             );
-            if !(delta <= F32_TOL) {
+            if delta > F32_TOL {
                 failures.push(format!("{dev_name} {}: {delta}", case.name));
             }
         }
@@ -179,11 +188,101 @@ fn converted_gguf_files_match_transformers_logits() {
                      (llama.cpp {}, bound {tol:.2e})",
                     theirs.map_or("not measured".into(), |t| format!("{t:.2e}"))
                 );
-                if !(delta <= tol) {
+                if delta > tol {
                     failures.push(format!("{dev_name} {case} {format}: {delta} > {tol}"));
                 }
             }
         }
     }
     assert!(failures.is_empty(), "{failures:?}");
+}
+
+/// What the engine does not implement is refused with the name of what is wrong, never run with
+/// other numbers: Qwen2's biases under a Llama config would be left unused; an unknown rope type
+/// or architecture; a GGUF key that changes the numbers.
+#[test]
+fn what_would_change_the_numbers_is_refused_by_name() {
+    let weights = std::fs::read(fixtures().join("qwen2/model.safetensors")).unwrap();
+    let text = std::fs::read_to_string(fixtures().join("qwen2/config.json")).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let load = |edit: &dyn Fn(&mut serde_json::Map<String, serde_json::Value>)| {
+        let mut c = config.clone();
+        edit(c.as_object_mut().unwrap());
+        let bytes = FileBytes::Owned(weights.clone());
+        ModelFiles::from_parts(
+            &c.to_string(),
+            vec![("model.safetensors".into(), bytes)],
+            None,
+        )
+        .and_then(|files| Llama::load(&common::cpu(), files))
+        .err()
+        .unwrap_or_else(|| panic!("{c} loaded"))
+        .to_string()
+    };
+    let err = load(&|c| {
+        c.insert(
+            "architectures".into(),
+            serde_json::json!(["LlamaForCausalLM"]),
+        );
+        c.insert("model_type".into(), "llama".into());
+        for key in [
+            "use_sliding_window",
+            "sliding_window",
+            "max_window_layers",
+            "layer_types",
+        ] {
+            c.remove(key);
+        }
+    });
+    assert!(
+        err.contains("model.layers.0.self_attn.k_proj.bias"),
+        "{err}"
+    );
+    let err = load(&|c| {
+        c["rope_parameters"]["rope_type"] = "longrope".into();
+    });
+    assert!(err.contains("rope_parameters.rope_type"), "{err}");
+    let err = load(&|c| {
+        c.insert(
+            "architectures".into(),
+            serde_json::json!(["Qwen2MoeForCausalLM"]),
+        );
+    });
+    assert!(err.contains("Qwen2MoeForCausalLM"), "{err}");
+
+    // A GGUF key that would change the numbers, in the converter's file otherwise unchanged.
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/gguf/qwen2.f32.gguf");
+    let bytes = std::fs::read(&path).unwrap();
+    let g = gguf::parse("qwen2.f32.gguf", &bytes).unwrap();
+    let mut metadata: Vec<(String, GgufValue)> = g.metadata.clone().into_iter().collect();
+    let tensors: Vec<_> = g
+        .tensors
+        .iter()
+        .map(|(n, t)| {
+            (
+                n.clone(),
+                t.dtype,
+                t.shape.clone(),
+                bytes[t.range.clone()].to_vec(),
+            )
+        })
+        .collect();
+    let rewrite = |metadata: &[(String, GgufValue)]| {
+        let file = FileBytes::Owned(gguf::write(metadata, &tensors).unwrap());
+        ModelFiles::from_gguf("edited.gguf", file)
+            .err()
+            .map(|e| e.to_string())
+    };
+    assert_eq!(rewrite(&metadata), None, "the unedited file loads");
+    metadata.push(("qwen2.attn_logit_softcapping".into(), GgufValue::F64(30.0)));
+    let err = rewrite(&metadata).unwrap();
+    assert!(err.contains("qwen2.attn_logit_softcapping"), "{err}");
+    metadata.pop();
+    metadata.push((
+        "qwen2.rope.scaling.type".into(),
+        GgufValue::Str("longrope".into()),
+    ));
+    let err = rewrite(&metadata).unwrap();
+    assert!(err.contains("qwen2.rope.scaling.type"), "{err}");
 }
