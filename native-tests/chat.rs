@@ -50,3 +50,109 @@ fn templates_render_like_transformers() {
     assert!(total >= 24, "{total} cases");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The built-in model's files plus a chat template whose turns end with `</s>`.
+fn chat_model_dir() -> std::path::PathBuf {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-kjv");
+    let dir = std::env::temp_dir().join(format!("webtensor-chat-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let config = serde_json::json!({
+        "bos_token": "<s>",
+        "eos_token": {"content": "</s>"},
+        "chat_template": "{% for m in messages %}{{ bos_token }}{{ m.role }}: {{ m['content'] | trim }}{{ eos_token }}\n{% endfor %}{% if add_generation_prompt %}{{ bos_token }}assistant:{% endif %}"
+    });
+    std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
+    dir
+}
+
+fn run_cli(args: &[&str], stdin: &str) -> (bool, String, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_webtensor"))
+        .args(args)
+        .env_remove("WEBTENSOR_BACKEND")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn chat_cli_takes_turns_with_the_template() {
+    let dir = chat_model_dir();
+    let model = dir.to_str().unwrap();
+    let files = webtensor::model::ModelFiles::open(&dir).unwrap();
+    let tokenizer = files.tokenizer.unwrap();
+    let first = [ChatMessage::new("user", "In the beginning")];
+    let options = ChatOptions {
+        add_generation_prompt: true,
+        now: None,
+    };
+    let rendered = tokenizer.render_chat(&first, &options).unwrap();
+    assert_eq!(rendered, "<s>user: In the beginning</s>\n<s>assistant:");
+    let ids = tokenizer.encode_with_special(&rendered).unwrap();
+    assert_eq!(ids.iter().filter(|&&i| i == 0).count(), 2, "{ids:?}");
+    assert!(tokenizer.is_stop(1));
+
+    let (ok, out, err) = run_cli(
+        &[
+            "chat",
+            "--model",
+            model,
+            "--backend",
+            "cpu",
+            "--max-tokens",
+            "6",
+        ],
+        "In the beginning\n/reset\nAnd God said\n/exit\n",
+    );
+    assert!(ok, "{err}");
+    assert!(out.starts_with("> In the beginning\n"), "{out}");
+    assert!(out.contains("> And God said\n"), "{out}");
+    let prompts: Vec<&str> = err.lines().filter(|l| l.starts_with("prompt:")).collect();
+    assert_eq!(prompts.len(), 2, "{err}");
+    assert!(
+        prompts[0].starts_with(&format!("prompt: {} tokens", ids.len())),
+        "{err}"
+    );
+
+    let (ok, out, err) = run_cli(
+        &[
+            "generate",
+            "--chat",
+            "--model",
+            model,
+            "--backend",
+            "cpu",
+            "--max-tokens",
+            "4",
+            "--prompt",
+            "In the beginning",
+        ],
+        "",
+    );
+    assert!(ok && err.contains("tokens/s"), "{out}{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn chat_without_a_template_says_so() {
+    let (ok, _, err) = run_cli(&["chat", "--backend", "cpu"], "hi\n");
+    assert!(!ok);
+    assert!(err.contains("no chat template"), "{err}");
+}

@@ -5,12 +5,15 @@
 //! webtensor bench [--backend B]... [--op OP]... [--size small|medium] [--runs N] [--json]
 //!                 [--report DIR] [--peers peers.json]
 //! webtensor bench --merge a.json b.json ... [--peers peers.json]... --report DIR
-//! webtensor generate [--model PATH] [--prompt TEXT] [--backend B] [--max-tokens N]
-//!                    [--temperature T] [--top-k K] [--top-p P] [--seed S]
+//! webtensor generate [--model PATH] [--prompt TEXT] [--chat [--system TEXT]] [--backend B]
+//!                    [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
+//! webtensor chat [--model PATH] [--system TEXT] [--backend B] [--max-tokens N] [sampling]
 //! webtensor eval [--model PATH] --tokens 1,5,9 [--backend B]
 //! webtensor serve [--port P] [--dir CHECKOUT]
 //! ```
 
+#[path = "webtensor/chat.rs"]
+mod chat;
 #[path = "webtensor/peer.rs"]
 mod peer;
 #[path = "webtensor/serve.rs"]
@@ -96,24 +99,36 @@ enum Command {
     Generate {
         #[command(flatten)]
         model: ModelArgs,
-        /// The text to continue.
+        /// The text to continue (with --chat: the user's message).
         #[arg(long, default_value = "In the beginning")]
         prompt: String,
+        /// Send the prompt as a user message through the model's chat template and print the
+        /// assistant's reply (it stops at the end of the turn).
+        #[arg(long)]
+        chat: bool,
+        /// With --chat: a system message first.
+        #[arg(long, value_name = "TEXT", requires = "chat")]
+        system: Option<String>,
         /// Most tokens to generate.
         #[arg(long, default_value_t = 64)]
         max_tokens: usize,
-        /// Sampling temperature; 0 is greedy.
-        #[arg(long, default_value_t = 0.0)]
-        temperature: f32,
-        /// Keep the k most likely tokens (0: all).
-        #[arg(long, default_value_t = 0)]
-        top_k: usize,
-        /// Keep the most likely tokens up to this total probability.
-        #[arg(long, default_value_t = 1.0)]
-        top_p: f32,
-        /// Seed of the sampler.
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
+        #[command(flatten)]
+        sampling: SamplingArgs,
+    },
+    /// Chat with an instruction-tuned model through its chat template: each line of standard
+    /// input is a user message and the reply streams back; `/reset` starts a new
+    /// conversation, `/exit` (or the end of the input) ends it.
+    Chat {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// A system message at the start of the conversation.
+        #[arg(long, value_name = "TEXT")]
+        system: Option<String>,
+        /// Most tokens per reply.
+        #[arg(long, default_value_t = 256)]
+        max_tokens: usize,
+        #[command(flatten)]
+        sampling: SamplingArgs,
     },
     /// Print the logits of every position of a token sequence as JSON (an array of arrays).
     Eval {
@@ -156,6 +171,34 @@ struct ModelArgs {
 
 fn parse_activations(value: &str) -> Result<ActivationMode, String> {
     ActivationMode::parse(value).map_err(|e| e.to_string())
+}
+
+/// How tokens are drawn.
+#[derive(clap::Args)]
+struct SamplingArgs {
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Keep the k most likely tokens (0: all).
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// Keep the most likely tokens up to this total probability.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// Seed of the sampler.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+impl SamplingArgs {
+    fn sampling(&self) -> Sampling {
+        Sampling {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            seed: self.seed,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -209,20 +252,31 @@ fn main() -> ExitCode {
         Command::Generate {
             model,
             prompt,
+            chat: false,
             max_tokens,
-            temperature,
-            top_k,
-            top_p,
-            seed,
-        } => {
-            let sampling = Sampling {
-                temperature,
-                top_k,
-                top_p,
-                seed,
-            };
-            generate(&model, &prompt, max_tokens, sampling)
-        }
+            sampling,
+            ..
+        } => generate(&model, &prompt, max_tokens, sampling.sampling()),
+        Command::Generate {
+            model,
+            prompt,
+            system,
+            max_tokens,
+            sampling,
+            ..
+        } => chat::once(
+            &model,
+            system.as_deref(),
+            &prompt,
+            max_tokens,
+            sampling.sampling(),
+        ),
+        Command::Chat {
+            model,
+            system,
+            max_tokens,
+            sampling,
+        } => chat::interactive(&model, system.as_deref(), max_tokens, sampling.sampling()),
         Command::Eval { model, tokens } => eval(&model, &tokens),
         Command::Serve { port, dir } => serve::run(&dir, port).map_err(|source| Error::Io {
             path: dir.display().to_string(),
@@ -590,11 +644,7 @@ fn generate(
     sampling: Sampling,
 ) -> Result<(), Error> {
     use std::io::Write;
-    let (llama, name) = load(args)?;
-    let tokenizer = llama.tokenizer.clone().ok_or_else(|| Error::ModelFile {
-        path: name,
-        reason: "the model has no tokenizer (tokenizer.json or GGUF vocabulary)".into(),
-    })?;
+    let (llama, tokenizer) = load_with_tokenizer(args)?;
     let mut out = std::io::stdout();
     print!("{prompt}");
     let stats = model::generate(&llama, &tokenizer, prompt, max_tokens, sampling, |text| {
@@ -602,6 +652,22 @@ fn generate(
         let _ = out.flush();
     })?;
     println!();
+    report(&stats);
+    Ok(())
+}
+
+/// Opens the model and its tokenizer.
+fn load_with_tokenizer(args: &ModelArgs) -> Result<(Llama, model::Tokenizer), Error> {
+    let (llama, name) = load(args)?;
+    let tokenizer = llama.tokenizer.clone().ok_or_else(|| Error::ModelFile {
+        path: name,
+        reason: "the model has no tokenizer (tokenizer.json or GGUF vocabulary)".into(),
+    })?;
+    Ok((llama, tokenizer))
+}
+
+/// Prints a generation's speed to standard error.
+fn report(stats: &model::GenerationStats) {
     eprintln!(
         "prompt: {} tokens, {:.1} tokens/s; decode: {} tokens, {:.1} tokens/s{}",
         stats.prompt_tokens,
@@ -614,7 +680,6 @@ fn generate(
             ""
         }
     );
-    Ok(())
 }
 
 fn eval(args: &ModelArgs, tokens: &[u32]) -> Result<(), Error> {

@@ -231,8 +231,10 @@ impl Tokenizer {
             chat_template: None,
             pieces: p.pieces,
         };
-        t.max_piece_bytes = (0..t.pieces.len() as u32)
-            .map(|id| t.bytes_of(id, true).len())
+        // The most normalized text one token can stand for: its text as written (SentencePiece's
+        // `▁` is 3 bytes of normalized text) or its bytes (a byte-level character is 1).
+        t.max_piece_bytes = (0..t.pieces.len())
+            .map(|id| t.pieces[id].len().max(t.bytes_of(id as u32, true).len()))
             .max()
             .unwrap_or(1)
             .max(1);

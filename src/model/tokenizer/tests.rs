@@ -164,3 +164,22 @@ fn context_check_comes_before_the_work() {
     }
     assert_eq!(t.encode_limited("hi", false, 100).unwrap().len(), 1);
 }
+
+#[test]
+fn the_context_check_counts_spaces_as_sentencepiece_writes_them() {
+    // "▁▁▁▁" is one token for 4 spaces: 12 bytes of normalized text. 400 spaces are 100
+    // tokens, so a limit of 100 must not refuse them.
+    let mut vocab = vec!["<unk>".to_string()];
+    vocab.extend(["▁", "▁▁", "▁▁▁▁"].map(String::from));
+    let j = json!({
+        "model": {"type": "BPE", "unk_token": "<unk>",
+                  "vocab": vocab.iter().enumerate().map(|(i, p)| (p.clone(), json!(i))).collect::<serde_json::Map<_, _>>(),
+                  "merges": ["▁ ▁", "▁▁ ▁▁"]},
+        "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+        "decoder": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"},
+    });
+    let t = Tokenizer::from_json(&j.to_string(), "test").unwrap();
+    let ids = t.encode_limited(&" ".repeat(400), false, 100).unwrap();
+    assert_eq!(ids, vec![3; 100]);
+    assert!(t.encode_limited(&" ".repeat(404), false, 100).is_err());
+}
