@@ -387,3 +387,22 @@ fn serve_answers_with_isolation_headers_and_refuses_traversal() {
     }
     assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
 }
+
+/// `--max-tokens` at its largest value generates until the context is full (or the end of
+/// the sequence): no overflow, no "cache full".
+#[test]
+fn generate_with_the_largest_max_tokens_stops_at_the_context() {
+    let out = webtensor(&[
+        "generate",
+        "--backend",
+        "cpu",
+        "--prompt",
+        "In the beginning",
+        "--max-tokens",
+        &u64::MAX.to_string(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("cache is full"), "{stderr}");
+    assert!(stderr.contains("decode:"), "{stderr}");
+}

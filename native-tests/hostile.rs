@@ -280,6 +280,15 @@ fn caches_are_sized_to_the_work() {
         other => panic!("{other}"),
     }
     assert!(err.to_string().contains("are available"), "{err}");
+    // A pool whose size overflows is refused the same way.
+    let layout = webtensor::model::CacheLayout::Static {
+        max_batch: usize::MAX / 2,
+        max_len: 64,
+    };
+    assert!(matches!(
+        model.new_pool(layout),
+        Err(Error::OutOfMemory { .. })
+    ));
 }
 
 fn safetensors_file(header: &str, data: &[u8]) -> Vec<u8> {

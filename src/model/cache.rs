@@ -130,7 +130,7 @@ impl KvPool {
         };
         let hint = "ask for fewer tokens (a smaller max_len or max_batch, or a paged cache with \
                     a smaller budget)";
-        let (Some(rows), Some(total)) = (rows, total) else {
+        let Some(total) = total else {
             return Err(Error::OutOfMemory {
                 what: what(),
                 bytes: u64::MAX,
@@ -147,6 +147,13 @@ impl KvPool {
                 hint: hint.into(),
             });
         }
+        // Rows are addressed by u32 slot tables (ops::scatter_rows, ops::embedding).
+        let Some(rows) = rows.filter(|&r| u32::try_from(r).is_ok()) else {
+            return Err(Error::invalid(
+                "kv cache",
+                format!("{} needs more than 2^32 rows per layer; {hint}", what()),
+            ));
+        };
         let zeros = || Tensor::zeros(device, [rows, head_dim]);
         let layers = (0..config.num_hidden_layers)
             .map(|_| Ok([zeros()?, zeros()?]))
