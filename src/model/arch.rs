@@ -206,6 +206,17 @@ impl Architecture {
     }
 
     /// Whether q/k/v and gate/up are stored fused (`qkv_proj`, `gate_up_proj`).
+    /// The fewest tensors one decoder layer has in a file: two norms and the attention and
+    /// feed-forward matrices, fused in Phi-3 (`qkv_proj`, `gate_up_proj`). A file with fewer
+    /// than this many per declared layer lies about its layer count.
+    pub fn min_tensors_per_layer(self) -> usize {
+        if self.fused_projections() {
+            6
+        } else {
+            9
+        }
+    }
+
     pub fn fused_projections(self) -> bool {
         self == Architecture::Phi3
     }

@@ -238,18 +238,18 @@ fn eos_ids(json: &str, source: &str) -> Result<Vec<u32>> {
     }
 }
 
-/// Fails unless the files could hold the config's layers: each layer has at least nine
-/// tensors, so a layer count beyond that is a lie that would only surface (or allocate)
-/// later.
+/// Fails unless the files could hold the config's layers: each layer has at least
+/// [`Architecture::min_tensors_per_layer`] tensors, so a layer count beyond that is a lie that
+/// would only surface (or allocate) later.
 fn check_layer_count(config: &LlamaConfig, tensors: usize, names: &[String]) -> Result<()> {
-    const TENSORS_PER_LAYER: usize = 9;
-    if config.num_hidden_layers > tensors / TENSORS_PER_LAYER {
+    let per_layer = config.architecture.min_tensors_per_layer();
+    if config.num_hidden_layers > tensors / per_layer {
         return Err(Error::model_file(
             names.join(", "),
             format!(
                 "the config has {} layers but the files hold only {tensors} tensors ({} per \
                  layer at least)",
-                config.num_hidden_layers, TENSORS_PER_LAYER
+                config.num_hidden_layers, per_layer
             ),
         ));
     }
