@@ -175,7 +175,9 @@ def tiny_sentencepiece(folder):
     spm.SentencePieceTrainer.train(
         input=corpus, model_prefix=os.path.join(folder, "tokenizer"), vocab_size=VOCAB,
         model_type="bpe", hard_vocab_limit=False, character_coverage=1.0,
-        bos_id=1, eos_id=2, unk_id=0, pad_id=-1, minloglevel=2)
+        bos_id=1, eos_id=2, unk_id=0, pad_id=-1, minloglevel=2,
+        # llama.cpp's loader looks this token up in every Phi-3 vocabulary.
+        user_defined_symbols=["<|endoftext|>"])
     os.remove(corpus)
     os.remove(os.path.join(folder, "tokenizer.vocab"))
 

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::arch::Architecture;
-use super::rope::Rope;
+use super::rope::{Rope, RopeScaling};
 use crate::error::{Error, Result};
 
 /// The shape and numerics of a Llama-family model (see [`Architecture`]).
@@ -125,6 +125,14 @@ impl LlamaConfig {
             _ => None,
         };
         config.rope = Rope::from_json(obj, config.max_position_embeddings, original, source)?;
+        if architecture == Architecture::Phi3 && config.rope.scaling != RopeScaling::None {
+            // Transformers runs Phi-3's scaled types (`su`, `yarn`) as `longrope`.
+            return Err(fail(
+                "`rope_parameters.rope_type`: Phi-3's rope scaling is longrope, which is not \
+                 supported (only the default rope)"
+                    .into(),
+            ));
+        }
         config.layer_windows = layer_windows(obj, architecture, config.num_hidden_layers, source)?;
         if architecture.always_qkv_bias() {
             config.attention_bias = true;
@@ -142,7 +150,7 @@ impl LlamaConfig {
     /// `dynamic` rope scaling (which exists to run past it).
     pub fn context_len(&self) -> usize {
         match self.rope.scaling {
-            super::RopeScaling::Dynamic { factor } if factor > 1.0 => {
+            RopeScaling::Dynamic { factor } if factor > 1.0 => {
                 (self.max_position_embeddings as f64 * factor) as usize
             }
             _ => self.max_position_embeddings,

@@ -244,11 +244,18 @@ impl Rope {
             })
             .transpose()?
             .unwrap_or("default");
-        if let Some(p) = number("partial_rotary_factor")? {
-            if p != 1.0 {
+        let top_partial = config.get("partial_rotary_factor").filter(|v| !v.is_null());
+        for (field, value) in [
+            (
+                format!("{key}.partial_rotary_factor"),
+                params.get("partial_rotary_factor"),
+            ),
+            ("partial_rotary_factor".to_string(), top_partial),
+        ] {
+            if let Some(v) = value.filter(|v| v.as_f64() != Some(1.0)) {
                 return Err(fail(
-                    &format!("{key}.partial_rotary_factor"),
-                    format!("= {p}: partial rotary embedding is not supported (only 1.0)"),
+                    &field,
+                    format!("= {v}: partial rotary embedding is not supported (only 1.0)"),
                 ));
             }
         }
