@@ -142,12 +142,10 @@ fn decoding_token_by_token_matches_transformers() {
 }
 
 /// The cases converted to GGUF by llama.cpp's converter (scripts/make_gguf_fixtures.py).
-const GGUF_CASES: [&str; 8] = [
-    "llama",
+const GGUF_CASES: [&str; 6] = [
     "llama31",
     "llama_linear",
     "llama_yarn",
-    "smollm",
     "qwen2",
     "qwen3",
     "phi3",
