@@ -5,7 +5,8 @@ use crate::error::{Error, Result};
 
 /// A decoder of the Llama family. They share the forward pass (RMS norms, rotary attention
 /// with grouped-query heads, a SwiGLU feed-forward block) and differ in a few details.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Architecture {
     /// Llama 2/3/3.1/3.2, TinyLlama, SmolLM/SmolLM2 (`LlamaForCausalLM`).
     #[default]

@@ -13,10 +13,10 @@ use super::rope::{Rope, RopeScaling};
 use crate::error::{Error, Result};
 
 /// The shape and numerics of a Llama-family model (see [`Architecture`]).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 pub struct LlamaConfig {
     /// Which member of the family (from `architectures` / `model_type`).
-    #[serde(skip)]
+    #[serde(skip_deserializing)]
     pub architecture: Architecture,
     /// Tokens in the vocabulary (rows of the embedding).
     pub vocab_size: usize,
@@ -44,11 +44,11 @@ pub struct LlamaConfig {
     #[serde(default = "default_act")]
     pub hidden_act: String,
     /// Rotary embedding: base and scaling (`rope_theta`, `rope_scaling`, `rope_parameters`).
-    #[serde(skip)]
+    #[serde(skip_deserializing)]
     pub rope: Rope,
     /// Per layer, the sliding attention window (a query sees itself and the `w − 1` keys
     /// before it), or `None` for full causal attention.
-    #[serde(skip)]
+    #[serde(skip_deserializing)]
     pub layer_windows: Vec<Option<usize>>,
     /// Whether the q/k/v projections have biases (always for Qwen2).
     #[serde(default)]
@@ -359,6 +359,10 @@ mod tests {
         assert_eq!((c.head_dim(), c.kv_dim(), c.q_dim()), (16, 32, 64));
         assert_eq!(c.eos_token_id, Some(7));
         assert_eq!(c.rope, Rope::default());
+        // As the browser API hands it to JavaScript.
+        let js = serde_json::to_value(&c).unwrap();
+        assert_eq!(js["architecture"], "llama");
+        assert_eq!(js["rope"]["scaling"]["rope_type"], "none");
     }
 
     #[test]

@@ -12,7 +12,8 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 
 /// How the rotary frequencies are scaled (`rope_type` / `rope_parameters`).
-#[derive(Clone, Debug, PartialEq, Default)]
+#[derive(Clone, Debug, PartialEq, Default, serde::Serialize)]
+#[serde(tag = "rope_type", rename_all = "snake_case")]
 pub enum RopeScaling {
     /// `default`: `theta^(−2i/d)`.
     #[default]
@@ -59,11 +60,14 @@ pub enum RopeScaling {
     },
     /// llama.cpp's `rope_freqs.weight`: each frequency divided by its own factor (how
     /// `convert_hf_to_gguf.py` stores Llama 3.1's scaling).
-    Factors(Vec<f32>),
+    Factors {
+        /// One divisor per rotated pair.
+        factors: Vec<f32>,
+    },
 }
 
 /// The rotary settings of a model.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Rope {
     /// The base of the frequencies (`rope_theta`).
     pub theta: f64,
@@ -95,7 +99,7 @@ impl Rope {
             RopeScaling::Linear { factor } => {
                 base_freq(self.theta).iter().map(|f| f / factor).collect()
             }
-            RopeScaling::Factors(factors) => base_freq(self.theta)
+            RopeScaling::Factors { factors } => base_freq(self.theta)
                 .iter()
                 .zip(factors)
                 .map(|(f, &k)| f / k as f64)
