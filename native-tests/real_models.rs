@@ -326,3 +326,39 @@ fn what_would_change_the_numbers_is_refused_by_name() {
     let err = rewrite(&metadata).unwrap();
     assert!(err.contains("qwen2.rope.scaling.type"), "{err}");
 }
+
+/// transformers' own rope tables and attention factors at real models' sizes (Llama 3.1 8B,
+/// Llama 3.2 1B, Qwen2.5 with yarn, a DeepSeek-style yarn with mscale, linear, dynamic at a
+/// pass of 6000 tokens), each read from the `config.json` transformers writes for it.
+#[test]
+fn rope_tables_match_transformers_at_real_sizes() {
+    let text = std::fs::read_to_string(fixtures().join("rope_tables.json")).unwrap();
+    let tables: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for t in tables.as_array().unwrap() {
+        let name = t["name"].as_str().unwrap();
+        let c = webtensor::model::LlamaConfig::from_json(&t["config"].to_string(), name)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let seq_len = t["seq_len"].as_u64().unwrap() as usize;
+        let ours = c
+            .rope
+            .inv_freq(c.head_dim(), seq_len, c.max_position_embeddings);
+        let theirs: Vec<f64> = t["inv_freq"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert_eq!(ours.len(), theirs.len(), "{name}");
+        // transformers computes the table in f32: a few ulps apart.
+        for (i, (&a, &b)) in ours.iter().zip(&theirs).enumerate() {
+            let rel = (a as f64 - b).abs() / b;
+            assert!(rel < 4e-6, "{name} pair {i}: {a} against {b}");
+        }
+        let factor = t["attention_factor"].as_f64().unwrap();
+        assert!(
+            (c.rope.attention_factor() - factor).abs() < 1e-12,
+            "{name}: attention factor {} against {factor}",
+            c.rope.attention_factor()
+        );
+    }
+}
