@@ -100,6 +100,12 @@ const HARMLESS_KEYS: &[&str] = &[
     "suppress_tokens",
     "begin_suppress_tokens",
     "typical_p",
+    // Where remote code lives (Phi-3's `auto_map`), and keys of nanotron exports (SmolLM2)
+    // and Qwen2.5 that transformers' own classes do not read either.
+    "auto_map",
+    "is_llama_config",
+    "rope_interleaved",
+    "use_mrope",
 ];
 
 /// `config.json` keys the engine reads (for every architecture).
