@@ -175,9 +175,55 @@ def tiny_sentencepiece(folder):
     spm.SentencePieceTrainer.train(
         input=corpus, model_prefix=os.path.join(folder, "tokenizer"), vocab_size=VOCAB,
         model_type="bpe", hard_vocab_limit=False, character_coverage=1.0,
-        bos_id=1, eos_id=2, unk_id=0, pad_id=-1, minloglevel=2)
+        bos_id=1, eos_id=2, unk_id=0, pad_id=-1, minloglevel=2,
+        # llama.cpp's loader looks this token up in every Phi-3 vocabulary.
+        user_defined_symbols=["<|endoftext|>"])
     os.remove(corpus)
     os.remove(os.path.join(folder, "tokenizer.vocab"))
+
+
+# Rope tables at real models' sizes: (name, config arguments, the pass length, for dynamic).
+ROPE_TABLES = [
+    ("llama31_8b", dict(hidden_size=4096, num_attention_heads=32, max_position_embeddings=131072,
+                        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0,
+                                         "factor": 8.0, "low_freq_factor": 1.0,
+                                         "high_freq_factor": 4.0,
+                                         "original_max_position_embeddings": 8192}), None),
+    ("llama32_1b", dict(hidden_size=2048, num_attention_heads=32, max_position_embeddings=131072,
+                        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0,
+                                         "factor": 32.0, "low_freq_factor": 1.0,
+                                         "high_freq_factor": 4.0,
+                                         "original_max_position_embeddings": 8192}), None),
+    ("yarn_qwen25", dict(hidden_size=3584, num_attention_heads=28, max_position_embeddings=131072,
+                         rope_parameters={"rope_type": "yarn", "rope_theta": 1000000.0,
+                                          "factor": 4.0,
+                                          "original_max_position_embeddings": 32768}), None),
+    ("yarn_mscale", dict(hidden_size=2048, num_attention_heads=16, max_position_embeddings=163840,
+                         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0,
+                                          "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 0.707,
+                                          "beta_fast": 32, "beta_slow": 1,
+                                          "original_max_position_embeddings": 4096}), None),
+    ("linear_8", dict(hidden_size=4096, num_attention_heads=32, max_position_embeddings=16384,
+                      rope_parameters={"rope_type": "linear", "rope_theta": 10000.0,
+                                       "factor": 8.0}), None),
+    ("dynamic_6000", dict(hidden_size=4096, num_attention_heads=32, max_position_embeddings=4096,
+                          rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0,
+                                           "factor": 2.0}), 6000),
+]
+
+
+def rope_tables():
+    """transformers' own frequency tables and attention factors at real models' sizes."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    out = []
+    for name, args, seq_len in ROPE_TABLES:
+        config = LlamaConfig(**args)
+        rope_type = args["rope_parameters"]["rope_type"]
+        inv, factor = ROPE_INIT_FUNCTIONS[rope_type](config, "cpu", seq_len=seq_len)
+        out.append({"name": name, "config": config.to_dict(), "seq_len": seq_len or 1,
+                    "inv_freq": inv.tolist(), "attention_factor": factor})
+    with open(os.path.join(OUT, "rope_tables.json"), "w") as f:
+        json.dump(out, f)
 
 
 def main():
@@ -219,6 +265,7 @@ def main():
         print(f"{name}: 4.x config over {base}'s weights")
     with open(os.path.join(OUT, "cases.json"), "w") as f:
         json.dump(manifest, f, indent=1)
+    rope_tables()
     if args.keep_tokenizer:
         shutil.rmtree(args.keep_tokenizer, ignore_errors=True)
         os.makedirs(args.keep_tokenizer)

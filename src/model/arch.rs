@@ -5,7 +5,8 @@ use crate::error::{Error, Result};
 
 /// A decoder of the Llama family. They share the forward pass (RMS norms, rotary attention
 /// with grouped-query heads, a SwiGLU feed-forward block) and differ in a few details.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Architecture {
     /// Llama 2/3/3.1/3.2, TinyLlama, SmolLM/SmolLM2 (`LlamaForCausalLM`).
     #[default]
@@ -72,6 +73,39 @@ const HARMLESS_KEYS: &[&str] = &[
     "use_bfloat16",
     "chat_template",
     "pretraining_tp",
+    "chunk_size_feed_forward",
+    "problem_type",
+    "finetuning_task",
+    "prefix",
+    "sep_token_id",
+    "decoder_start_token_id",
+    "cross_attention_hidden_size",
+    "task_specific_params",
+    "torchscript",
+    "tf_legacy_loss",
+    "output_scores",
+    "return_dict_in_generate",
+    "num_return_sequences",
+    "num_beam_groups",
+    "diversity_penalty",
+    "length_penalty",
+    "early_stopping",
+    "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size",
+    "bad_words_ids",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "remove_invalid_values",
+    "exponential_decay_length_penalty",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+    "typical_p",
+    // Where remote code lives (Phi-3's `auto_map`), and keys of nanotron exports (SmolLM2)
+    // and Qwen2.5 that transformers' own classes do not read either.
+    "auto_map",
+    "is_llama_config",
+    "rope_interleaved",
+    "use_mrope",
 ];
 
 /// `config.json` keys the engine reads (for every architecture).

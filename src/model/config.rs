@@ -9,14 +9,14 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::arch::Architecture;
-use super::rope::Rope;
+use super::rope::{Rope, RopeScaling};
 use crate::error::{Error, Result};
 
 /// The shape and numerics of a Llama-family model (see [`Architecture`]).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 pub struct LlamaConfig {
     /// Which member of the family (from `architectures` / `model_type`).
-    #[serde(skip)]
+    #[serde(skip_deserializing)]
     pub architecture: Architecture,
     /// Tokens in the vocabulary (rows of the embedding).
     pub vocab_size: usize,
@@ -44,11 +44,11 @@ pub struct LlamaConfig {
     #[serde(default = "default_act")]
     pub hidden_act: String,
     /// Rotary embedding: base and scaling (`rope_theta`, `rope_scaling`, `rope_parameters`).
-    #[serde(skip)]
+    #[serde(skip_deserializing)]
     pub rope: Rope,
     /// Per layer, the sliding attention window (a query sees itself and the `w − 1` keys
     /// before it), or `None` for full causal attention.
-    #[serde(skip)]
+    #[serde(skip_deserializing)]
     pub layer_windows: Vec<Option<usize>>,
     /// Whether the q/k/v projections have biases (always for Qwen2).
     #[serde(default)]
@@ -125,6 +125,14 @@ impl LlamaConfig {
             _ => None,
         };
         config.rope = Rope::from_json(obj, config.max_position_embeddings, original, source)?;
+        if architecture == Architecture::Phi3 && config.rope.scaling != RopeScaling::None {
+            // Transformers runs Phi-3's scaled types (`su`, `yarn`) as `longrope`.
+            return Err(fail(
+                "`rope_parameters.rope_type`: Phi-3's rope scaling is longrope, which is not \
+                 supported (only the default rope)"
+                    .into(),
+            ));
+        }
         let layers = plausible_layers(config.num_hidden_layers, source)?;
         config.layer_windows = layer_windows(obj, architecture, layers, source)?;
         if architecture.always_qkv_bias() {
@@ -143,7 +151,7 @@ impl LlamaConfig {
     /// `dynamic` rope scaling (which exists to run past it).
     pub fn context_len(&self) -> usize {
         match self.rope.scaling {
-            super::RopeScaling::Dynamic { factor } if factor > 1.0 => {
+            RopeScaling::Dynamic { factor } if factor > 1.0 => {
                 (self.max_position_embeddings as f64 * factor) as usize
             }
             _ => self.max_position_embeddings,
@@ -399,6 +407,10 @@ mod tests {
         assert_eq!((c.head_dim(), c.kv_dim(), c.q_dim()), (16, 32, 64));
         assert_eq!(c.eos_token_id, Some(7));
         assert_eq!(c.rope, Rope::default());
+        // As the browser API hands it to JavaScript.
+        let js = serde_json::to_value(&c).unwrap();
+        assert_eq!(js["architecture"], "llama");
+        assert_eq!(js["rope"]["scaling"]["rope_type"], "none");
     }
 
     #[test]

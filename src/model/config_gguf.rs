@@ -229,7 +229,7 @@ fn rope_of(g: &Gguf, bytes: &[u8], prefix: &str, name: &str, head_dim: usize) ->
                 "`rope_freqs.weight` holds a factor that is not a positive number",
             ));
         }
-        scaling = RopeScaling::Factors(factors);
+        scaling = RopeScaling::Factors { factors };
     }
     Ok(Rope { theta, scaling })
 }

@@ -12,7 +12,8 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 
 /// How the rotary frequencies are scaled (`rope_type` / `rope_parameters`).
-#[derive(Clone, Debug, PartialEq, Default)]
+#[derive(Clone, Debug, PartialEq, Default, serde::Serialize)]
+#[serde(tag = "rope_type", rename_all = "snake_case")]
 pub enum RopeScaling {
     /// `default`: `theta^(−2i/d)`.
     #[default]
@@ -59,11 +60,14 @@ pub enum RopeScaling {
     },
     /// llama.cpp's `rope_freqs.weight`: each frequency divided by its own factor (how
     /// `convert_hf_to_gguf.py` stores Llama 3.1's scaling).
-    Factors(Vec<f32>),
+    Factors {
+        /// One divisor per rotated pair.
+        factors: Vec<f32>,
+    },
 }
 
 /// The rotary settings of a model.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Rope {
     /// The base of the frequencies (`rope_theta`).
     pub theta: f64,
@@ -95,7 +99,7 @@ impl Rope {
             RopeScaling::Linear { factor } => {
                 base_freq(self.theta).iter().map(|f| f / factor).collect()
             }
-            RopeScaling::Factors(factors) => base_freq(self.theta)
+            RopeScaling::Factors { factors } => base_freq(self.theta)
                 .iter()
                 .zip(factors)
                 .map(|(f, &k)| f / k as f64)
@@ -244,11 +248,18 @@ impl Rope {
             })
             .transpose()?
             .unwrap_or("default");
-        if let Some(p) = number("partial_rotary_factor")? {
-            if p != 1.0 {
+        let top_partial = config.get("partial_rotary_factor").filter(|v| !v.is_null());
+        for (field, value) in [
+            (
+                format!("{key}.partial_rotary_factor"),
+                params.get("partial_rotary_factor"),
+            ),
+            ("partial_rotary_factor".to_string(), top_partial),
+        ] {
+            if let Some(v) = value.filter(|v| v.as_f64() != Some(1.0)) {
                 return Err(fail(
-                    &format!("{key}.partial_rotary_factor"),
-                    format!("= {p}: partial rotary embedding is not supported (only 1.0)"),
+                    &field,
+                    format!("= {v}: partial rotary embedding is not supported (only 1.0)"),
                 ));
             }
         }
