@@ -152,8 +152,12 @@ const GGUF_CASES: [&str; 6] = [
 ];
 
 /// How far our logits on a quantized file may be from transformers' f32 logits, relative to
-/// how far llama.cpp's own logits on the same file are.
-const QUANT_SLACK: f32 = 1.25;
+/// how far llama.cpp's own logits on the same file are. The engine rounds activations to Q8_0
+/// blocks for these weights, as llama.cpp does, but not at the same points (llama.cpp also
+/// keeps its KV cache in f16), so the two errors are draws of the same size: measured over the
+/// seven converted cases, ours is 0.93–1.34× llama.cpp's for Q8_0 and 0.97–1.02× for Q4_0.
+/// A wrong format, scale or rope table gives errors many times larger.
+const QUANT_SLACK: f32 = 1.5;
 
 /// llama.cpp's logits on a GGUF fixture (written by scripts/make_gguf_fixtures.py).
 fn llama_cpp_logits(gguf: &Path) -> Vec<f32> {

@@ -239,7 +239,6 @@ impl Architecture {
         self == Architecture::Qwen3
     }
 
-    /// Whether q/k/v and gate/up are stored fused (`qkv_proj`, `gate_up_proj`).
     /// The fewest tensors one decoder layer has in a file: two norms and the attention and
     /// feed-forward matrices, fused in Phi-3 (`qkv_proj`, `gate_up_proj`). A file with fewer
     /// than this many per declared layer lies about its layer count.
@@ -251,6 +250,7 @@ impl Architecture {
         }
     }
 
+    /// Whether q/k/v and gate/up are stored fused (`qkv_proj`, `gate_up_proj`).
     pub fn fused_projections(self) -> bool {
         self == Architecture::Phi3
     }
