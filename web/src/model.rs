@@ -1,5 +1,6 @@
 //! Llama models in the browser: loading from bytes, `File`s, a URL or the built-in model, and
-//! generating text as a stream of pieces with a stop control.
+//! generating text as a stream of pieces with a stop control, from a prompt (`generate`) or a
+//! conversation rendered with the model's chat template (`chat`).
 //!
 //! Generation uses the library's engine as it is: `generate::prepare` tokenizes the prompt
 //! and sizes the cache, tokens are drawn on the device (`Llama::next_tokens_on_device` for
