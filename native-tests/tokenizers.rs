@@ -227,3 +227,30 @@ fn decoding_continues_a_sentencepiece_prompt_with_its_space() {
     // A whole decode drops the space SentencePiece put in front.
     assert_eq!(tokenizer.decode(&prompt), "And God said");
 }
+
+#[test]
+fn a_100_kib_prompt_tokenizes_and_round_trips() {
+    // llama.cpp's test texts joined to 100 KiB: the time is printed, not asserted (speed
+    // belongs in benchmarks); decoding must give the text back.
+    let Some(cache) = cache() else { return };
+    let models = cache.join("llama.cpp/models");
+    for (name, _) in GGUF_VOCABS {
+        let tokenizer = gguf_tokenizer(&models, name);
+        let cases = llama_cpp_cases(&models, name);
+        let mut text = String::from("Start");
+        while text.len() < 100 * 1024 {
+            for (t, _) in &cases {
+                text.push_str(t);
+            }
+        }
+        let start = std::time::Instant::now();
+        let ids = tokenizer.encode(&text).unwrap();
+        let secs = start.elapsed().as_secs_f64();
+        println!(
+            "{name}: {} bytes, {} tokens, {secs:.3} s",
+            text.len(),
+            ids.len()
+        );
+        assert_eq!(tokenizer.decode(&ids), text, "{name}");
+    }
+}
