@@ -127,8 +127,11 @@ async function generate() {
   };
   const chat = $("chat-mode").checked;
   const prompt = $("prompt").value;
+  let started = !chat;
   const onToken = (piece, n, tps) => {
-    out.textContent += piece;
+    // A reply starts without the space a byte-level vocabulary puts before its first word.
+    out.textContent += started ? piece : piece.trimStart();
+    started ||= piece.trim() !== "";
     stats.textContent = `${n} tokens · ${tps.toFixed(1)} tokens/s`;
   };
   try {
