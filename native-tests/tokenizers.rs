@@ -4,8 +4,8 @@
 //!   (`ggml-vocab-*.gguf.inp`/`.out`, written from Hugging Face's tokenizers), read as
 //!   llama.cpp reads them (`parse_special` off);
 //! * real `tokenizer.json` files (Llama 3.2, Qwen; and, where transformers is installed, Llama
-//!   2's SentencePiece vocabulary as transformers converts it and StarCoder's in SmolLM's
-//!   Digits + ByteLevel layout) with the ids of the
+//!   2's SentencePiece vocabulary as transformers converts it, StarCoder's in SmolLM's
+//!   Digits + ByteLevel layout and Falcon's in Falcon's layout) with the ids of the
 //!   `tokenizers` Python package on awkward texts (`fixtures/tokenizers/hf-*.json`, by
 //!   scripts/tokenizer_fixtures.py).
 //!
@@ -140,7 +140,13 @@ fn tokenizer_json_files_match_hugging_face() {
     let mut failures = Vec::new();
     println!("| vocabulary (tokenizer.json) | package | exact / cases |");
     println!("| --- | --- | --- |");
-    for name in ["llama-3.2", "qwen3", "llama-2", "smollm-layout"] {
+    for name in [
+        "llama-3.2",
+        "qwen3",
+        "llama-2",
+        "smollm-layout",
+        "falcon-layout",
+    ] {
         let fixture = hf_fixture(name);
         let file = cache.join(fixture["file"].as_str().unwrap());
         if fixture["optional"] == true && !file.exists() {

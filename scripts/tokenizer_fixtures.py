@@ -38,37 +38,55 @@ HF_VOCABS = {
         "llama.cpp's ggml-vocab-starcoder.gguf in SmolLM's tokenizer.json layout (Digits + ByteLevel), built by tokenizers",
         "converted/smollm-layout/tokenizer.json",
     ),
+    "falcon-layout": (
+        "llama.cpp's ggml-vocab-falcon.gguf in Falcon's tokenizer.json layout (Punctuation, ByteLevel, Digits, Split), built by tokenizers",
+        "converted/falcon-layout/tokenizer.json",
+    ),
 }
 # Made here rather than fetched: present only where transformers is.
-CONVERTED = {"llama-2", "smollm-layout"}
+CONVERTED = {"llama-2", "smollm-layout", "falcon-layout"}
 
 
-def smollm_layout(cache):
-    """SmolLM's pre-tokenizer (individual digits, then GPT-2's byte level) on StarCoder's
-    vocabulary (the one SmolLM's is trained like), as `tokenizers` itself builds and runs it."""
+def layouts(cache):
+    """Real vocabularies in the tokenizer.json layouts of models whose files no package
+    ships, as `tokenizers` itself builds and runs them: SmolLM's pre-tokenizer (individual
+    digits, then GPT-2's byte level) on StarCoder's vocabulary (the kind SmolLM's is), and
+    Falcon's (contiguous punctuation, byte level, digits, groups of three digits) on Falcon's."""
     import gguf
-    from tokenizers import decoders, models, pre_tokenizers
+    from tokenizers import Regex, decoders, models, pre_tokenizers as pt
 
-    out = cache / "converted" / "smollm-layout"
-    if (out / "tokenizer.json").exists():
-        return
-    reader = gguf.GGUFReader(str(cache / "llama.cpp" / "models" / "ggml-vocab-starcoder.gguf"))
+    made = {
+        "smollm-layout": ("starcoder", [pt.Digits(individual_digits=True), pt.ByteLevel(add_prefix_space=False, use_regex=True)]),
+        "falcon-layout": (
+            "falcon",
+            [
+                pt.Punctuation(behavior="contiguous"),
+                pt.ByteLevel(add_prefix_space=False, use_regex=True),
+                pt.Digits(individual_digits=False),
+                pt.Split(Regex("[0-9][0-9][0-9]"), behavior="isolated", invert=False),
+            ],
+        ),
+    }
+    for name, (vocab, steps) in made.items():
+        out = cache / "converted" / name
+        if (out / "tokenizer.json").exists():
+            continue
+        reader = gguf.GGUFReader(str(cache / "llama.cpp" / "models" / f"ggml-vocab-{vocab}.gguf"))
 
-    def strings(key):
-        f = reader.fields[key]
-        return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+        def strings(key):
+            f = reader.fields[key]
+            return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
 
-    tokens = strings("tokenizer.ggml.tokens")
-    types = [int(reader.fields["tokenizer.ggml.token_type"].parts[i][0]) for i in reader.fields["tokenizer.ggml.token_type"].data]
-    merges = [tuple(m.split(" ", 1)) for m in strings("tokenizer.ggml.merges")]
-    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
-    )
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([t for t, k in zip(tokens, types) if k == 3])
-    out.mkdir(parents=True, exist_ok=True)
-    tok.save(str(out / "tokenizer.json"))
+        tokens = strings("tokenizer.ggml.tokens")
+        field = reader.fields["tokenizer.ggml.token_type"]
+        types = [int(field.parts[i][0]) for i in field.data]
+        merges = [tuple(m.split(" ", 1)) for m in strings("tokenizer.ggml.merges")]
+        tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
+        tok.pre_tokenizer = pt.Sequence(steps)
+        tok.decoder = decoders.ByteLevel()
+        tok.add_special_tokens([t for t, k in zip(tokens, types) if k == 3])
+        out.mkdir(parents=True, exist_ok=True)
+        tok.save(str(out / "tokenizer.json"))
 
 
 def convert(cache):
@@ -225,7 +243,7 @@ def main():
     args = [a for a in sys.argv[1:] if a != "--convert"]
     cache = Path(args[0] if args else ROOT / "target" / "vocabs")
     convert(cache)
-    smollm_layout(cache)
+    layouts(cache)
     if "--convert" in sys.argv:
         return
     OUT.mkdir(parents=True, exist_ok=True)
