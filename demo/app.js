@@ -4,7 +4,7 @@ import init, { createDevice, webgpuUnavailableReason, Model, runBenchmarks, vers
 import { drawChart } from "./chart.js";
 
 const $ = (id) => document.getElementById(id);
-const page = { device: null, model: null, report: null };
+const page = { device: null, model: null, report: null, messages: [] };
 
 function setState(state) {
   document.body.dataset.state = state;
@@ -96,6 +96,12 @@ async function loadModel() {
     }
     const c = page.model.config();
     status.textContent = `${page.model.name}: ${c.num_hidden_layers} layers, hidden ${c.hidden_size}, vocabulary ${c.vocab_size}, on ${page.device.backend}`;
+    // Chat mode needs the model's chat template.
+    const chat = $("chat-mode");
+    chat.disabled = !page.model.chatTemplate;
+    chat.checked = chat.checked && !chat.disabled;
+    page.messages = [];
+    $("new-chat").hidden = !chat.checked;
     $("generate").disabled = false;
     setState("ready");
   } catch (e) {
@@ -119,23 +125,49 @@ async function generate() {
     topP: Number($("top-p").value),
     seed: Number($("seed").value),
   };
+  const chat = $("chat-mode").checked;
+  const prompt = $("prompt").value;
+  let started = !chat;
+  const onToken = (piece, n, tps) => {
+    // A reply starts without the space a byte-level vocabulary puts before its first word.
+    out.textContent += started ? piece : piece.trimStart();
+    started ||= piece.trim() !== "";
+    stats.textContent = `${n} tokens · ${tps.toFixed(1)} tokens/s`;
+  };
   try {
-    const prompt = $("prompt").value;
-    out.textContent = prompt;
-    const result = await page.model.generate(prompt, options, (piece, n, tps) => {
-      out.textContent += piece;
-      stats.textContent = `${n} tokens · ${tps.toFixed(1)} tokens/s`;
-    });
+    let result;
+    if (chat) {
+      // One turn: the conversation so far plus this message, through the model's template.
+      page.messages.push({ role: "user", content: prompt });
+      out.textContent = transcript(page.messages) + "\n\nassistant: ";
+      result = await page.model.chat(page.messages, options, onToken);
+      page.messages.push({ role: "assistant", content: result.text.trim() });
+      $("prompt").value = "";
+    } else {
+      out.textContent = prompt;
+      result = await page.model.generate(prompt, options, onToken);
+    }
     const end = result.stopped ? " (stopped)" : result.stoppedAtEos ? " (end of text)" : "";
     stats.textContent = `${result.generatedTokens} tokens · ${result.tokensPerSec.toFixed(1)} tokens/s on ${page.device.backend} · prompt ${result.promptTokens} tokens in ${(result.promptSecs * 1e3).toFixed(0)} ms${end}`;
     setState("done");
   } catch (e) {
+    if (chat) page.messages.pop();
     showError(stats, e);
     setState("error");
   } finally {
     $("generate").disabled = false;
     $("stop").disabled = true;
   }
+}
+
+function transcript(messages) {
+  return messages.map((m) => `${m.role}: ${m.content}`).join("\n\n");
+}
+
+function newChat() {
+  page.messages = [];
+  $("output").textContent = "";
+  $("new-chat").hidden = !$("chat-mode").checked;
 }
 
 async function runBench() {
@@ -193,6 +225,8 @@ async function main() {
   $("load").addEventListener("click", loadModel);
   $("generate").addEventListener("click", generate);
   $("stop").addEventListener("click", () => page.model && page.model.stop());
+  $("chat-mode").addEventListener("change", newChat);
+  $("new-chat").addEventListener("click", newChat);
   $("bench-run").addEventListener("click", runBench);
   $("bench-download").addEventListener("click", download);
   for (const t of document.querySelectorAll(".tab")) t.addEventListener("click", () => showTab(t.dataset.tab));

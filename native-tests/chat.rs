@@ -109,6 +109,7 @@ fn chat_cli_takes_turns_with_the_template() {
     assert_eq!(ids.iter().filter(|&&i| i == 0).count(), 2, "{ids:?}");
     assert!(tokenizer.is_stop(1));
 
+    let too_long = "and ".repeat(400);
     let (ok, out, err) = run_cli(
         &[
             "chat",
@@ -119,9 +120,11 @@ fn chat_cli_takes_turns_with_the_template() {
             "--max-tokens",
             "6",
         ],
-        "In the beginning\n/reset\nAnd God said\n/exit\n",
+        &format!("In the beginning\n{too_long}\n/reset\nAnd God said\n/exit\n"),
     );
     assert!(ok, "{err}");
+    // The turn too long for the context is reported and the conversation goes on.
+    assert!(err.contains("KV cache is full"), "{err}");
     assert!(out.starts_with("> In the beginning\n"), "{out}");
     assert!(out.contains("> And God said\n"), "{out}");
     let prompts: Vec<&str> = err.lines().filter(|l| l.starts_with("prompt:")).collect();

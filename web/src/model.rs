@@ -1,5 +1,6 @@
 //! Llama models in the browser: loading from bytes, `File`s, a URL or the built-in model, and
-//! generating text as a stream of pieces with a stop control.
+//! generating text as a stream of pieces with a stop control, from a prompt (`generate`) or a
+//! conversation rendered with the model's chat template (`chat`).
 //!
 //! Generation uses the library's engine as it is: `generate::prepare` tokenizes the prompt
 //! and sizes the cache, tokens are drawn on the device (`Llama::next_tokens_on_device` for
@@ -17,7 +18,8 @@ use webtensor::bench::clock::{now_secs, pause};
 
 use webtensor::model::generate;
 use webtensor::model::{
-    builtin, FileBytes, Llama, ModelFiles, Sampler, Sampling, SequenceInput, Tokenizer,
+    builtin, ChatMessage, ChatOptions, FileBytes, Llama, ModelFiles, Sampler, Sampling,
+    SequenceInput, Tokenizer,
 };
 
 use crate::device::Device;
@@ -56,6 +58,13 @@ export interface GenerationStats {
 
 /** Called while loading: `phase` is "read", "download", "parse" or "upload". */
 export type ProgressCallback = (phase: string, done: number, total: number) => void;
+
+/** One message of a conversation for `Model.chat`. */
+export interface ChatMessage {
+  /** "system", "user" or "assistant". */
+  role: string;
+  content: string;
+}
 
 /** Called with each piece of generated text (never half a character). */
 export type TokenCallback = (piece: string, generated: number, tokensPerSec: number) => void;
@@ -167,7 +176,8 @@ impl Model {
     }
 
     /// A model from files the user picked: one `.gguf` file, or a Hugging Face folder's
-    /// `config.json`, `tokenizer.json` and `*.safetensors` (e.g. from
+    /// `config.json`, `tokenizer.json` and `*.safetensors`, with `tokenizer_config.json`
+    /// (or `chat_template.jinja`) for chat and `generation_config.json` (e.g. from
     /// `<input type=file webkitdirectory>`). Progress reports the bytes read.
     #[wasm_bindgen(js_name = fromFiles)]
     pub async fn from_files(
@@ -206,7 +216,13 @@ impl Model {
             parts.push((f.name(), FileBytes::Owned(read_file(f, progress).await?)));
         }
         report(progress, "parse", 0.0, 1.0);
-        let model_files = js(ModelFiles::from_parts(&config, parts, tokenizer.as_deref()))?;
+        let mut model_files = js(ModelFiles::from_parts(&config, parts, tokenizer.as_deref()))?;
+        let tokenizer_config = read_text(&files, "tokenizer_config.json").await?;
+        let jinja = read_text(&files, "chat_template.jinja").await?;
+        js(model_files.add_tokenizer_config(tokenizer_config.as_deref(), jinja.as_deref()))?;
+        if let Some(generation) = read_text(&files, "generation_config.json").await? {
+            js(model_files.add_generation_config(&generation))?;
+        }
         Model::place(device, model_files, "model folder", progress).await
     }
 
@@ -233,10 +249,17 @@ impl Model {
         to_js_object(&self.llama.config)
     }
 
+    /// The model's chat template (Jinja), or `undefined` when it has none (then `chat` is
+    /// refused; use `generate`).
+    #[wasm_bindgen(getter, js_name = chatTemplate)]
+    pub fn chat_template(&self) -> Option<String> {
+        self.tokenizer.chat_template().map(str::to_string)
+    }
+
     /// Generates up to `options.maxTokens` tokens after `prompt`, calling `onToken` with each
     /// piece of text as it is decoded, and resolves with the statistics and the whole text.
-    /// Ends early at the model's end-of-sequence token, when the context is full, or when
-    /// [`Model::stop`] is called. One generation at a time per model.
+    /// Ends early at the model's end-of-sequence or end-of-turn token, when the context is
+    /// full, or when [`Model::stop`] is called. One generation at a time per model.
     #[wasm_bindgen(unchecked_return_type = "GenerationStats")]
     pub async fn generate(
         &self,
@@ -254,7 +277,45 @@ impl Model {
         }
         let _guard = BusyGuard(&self.busy);
         self.stop.set(false);
-        let stats = self.run(&prompt, &options, on_token.as_ref()).await?;
+        let stats = self
+            .run(&prompt, false, &options, on_token.as_ref())
+            .await?;
+        to_js_object(&stats)
+    }
+
+    /// The assistant's next turn in a conversation: `messages` (`{role, content}` objects)
+    /// rendered with the model's chat template, then generated as `generate` does, ending at
+    /// the end of the turn. Add the reply (`stats.text`) to `messages` as an "assistant"
+    /// message for the next turn.
+    #[wasm_bindgen(unchecked_return_type = "GenerationStats")]
+    pub async fn chat(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "ChatMessage[]")] messages: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "GenerateOptions | undefined")] options: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "TokenCallback | null | undefined")] on_token: Option<
+            Function,
+        >,
+    ) -> Result<JsValue, JsValue> {
+        let options = GenerateOptions::from_js(&options)?;
+        let text: String = js_sys::JSON::stringify(&messages)?.into();
+        let messages: Vec<ChatMessage> = serde_json::from_str(&text).map_err(|e| {
+            js_error(format!(
+                "chat: messages must be an array of {{role, content}} strings: {e}"
+            ))
+        })?;
+        let chat = ChatOptions {
+            add_generation_prompt: true,
+            now: None,
+        };
+        let prompt = js(self.tokenizer.render_chat(&messages, &chat))?;
+        if self.busy.replace(true) {
+            return Err(js_error(
+                "chat: this model is already generating; stop it or wait for it",
+            ));
+        }
+        let _guard = BusyGuard(&self.busy);
+        self.stop.set(false);
+        let stats = self.run(&prompt, true, &options, on_token.as_ref()).await?;
         to_js_object(&stats)
     }
 
@@ -312,17 +373,19 @@ impl Model {
         })
     }
 
+    /// Generates after `prompt` (a rendered chat template when `chat`).
     async fn run(
         &self,
         prompt: &str,
+        chat: bool,
         options: &GenerateOptions,
         on_token: Option<&Function>,
     ) -> Result<Stats, JsValue> {
-        let config = &self.llama.config;
-        let (ids, mut cache) = js(generate::prepare(
+        let (ids, mut cache) = js(generate::prepare_prompt(
             &self.llama,
             &self.tokenizer,
             prompt,
+            chat,
             options.max_tokens,
         ))?;
         let mut sampler = Sampler::new(Sampling {
@@ -379,7 +442,7 @@ impl Model {
                 queue.extend(js(ids.to_vec_async::<u32>().await)?);
                 continue;
             };
-            if Some(next) == config.eos_token_id {
+            if generate::is_stop(&self.llama, &self.tokenizer, next) {
                 stats.stopped_at_eos = true;
                 break;
             }

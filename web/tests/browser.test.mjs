@@ -1,6 +1,6 @@
 // The browser tests: the conformance subset on WebGPU and cpu against the reference, the demo
-// page generating with the built-in model (screenshot kept), the cpu fallback without WebGPU,
-// and the benchmark tab's report. Run by scripts/test.sh after web/build.sh.
+// page generating with the built-in model (screenshot kept), Model.chat over a chat template,
+// the cpu fallback without WebGPU, and the benchmark tab's report. Run by scripts/test.sh after web/build.sh.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { writeFileSync } from "node:fs";
@@ -85,6 +85,57 @@ test("models load from a picked folder and from URLs, with typed errors", { time
     assert.match(r.notGguf, /tiny-kjv\/model\.safetensors/);
     assert.match(r.badOptions, /temperature/);
     assert.match(r.unknownBackend, /tpu/);
+  } catch (e) {
+    console.error(browser.logs.join("\n"));
+    throw e;
+  } finally {
+    await browser.close();
+  }
+});
+
+test("Model.chat renders the model's chat template and takes turns", { timeout: 300_000 }, async () => {
+  const browser = await launch({ webgpu: false });
+  try {
+    await browser.page.goto(`${server.url}tests/blank.html`);
+    const r = await browser.page.evaluate(async () => {
+      const wt = await import("/pkg/webtensor.js");
+      await wt.default();
+      const dev = await wt.createDevice("cpu");
+      const rejected = async (p) => p.then(() => "resolved", (e) => (e instanceof Error ? e.message : `not an Error: ${e}`));
+      // The built-in model's folder plus a tokenizer_config.json with a chat template whose
+      // turns end with </s>.
+      const files = [];
+      for (const name of ["config.json", "tokenizer.json", "model.safetensors"]) {
+        const blob = await (await fetch(`/tests/tiny-kjv/${name}`)).blob();
+        files.push(new File([blob], name));
+      }
+      const template =
+        "{% for m in messages %}{{ bos_token }}{{ m.role }}: {{ m['content'] | trim }}{{ eos_token }}\n{% endfor %}" +
+        "{% if add_generation_prompt %}{{ bos_token }}assistant:{% endif %}";
+      const config = { bos_token: "<s>", eos_token: "</s>", chat_template: template };
+      files.push(new File([JSON.stringify(config)], "tokenizer_config.json"));
+      const model = await wt.Model.fromFiles(dev, files);
+      const messages = [{ role: "user", content: "In the beginning" }];
+      const first = await model.chat(messages, { maxTokens: 6 });
+      messages.push({ role: "assistant", content: first.text }, { role: "user", content: "And God said" });
+      const second = await model.chat(messages, { maxTokens: 6 });
+      const builtin = await wt.Model.builtin(dev);
+      return {
+        template: model.chatTemplate,
+        builtinTemplate: builtin.chatTemplate ?? null,
+        first: first.promptTokens,
+        second: second.promptTokens,
+        noTemplate: await rejected(builtin.chat(messages)),
+        badMessages: await rejected(model.chat([{ role: "user" }])),
+      };
+    });
+    assert.match(r.template, /add_generation_prompt/);
+    assert.equal(r.builtinTemplate, null);
+    // "<s>user: In the beginning</s>\n<s>assistant:" is 21 tokens for Hugging Face tokenizers.
+    assert.equal(r.first, 21);
+    assert.ok(r.second > r.first, `${r.second}`);
+    assert.match(r.noTemplate, /chat template/);
+    assert.match(r.badMessages, /messages/);
   } catch (e) {
     console.error(browser.logs.join("\n"));
     throw e;

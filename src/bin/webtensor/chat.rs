@@ -101,9 +101,14 @@ pub fn interactive(
             _ => {}
         }
         messages.push(ChatMessage::new("user", &line));
-        // A turn the model cannot take (the context is full, the template refuses) ends
-        // the conversation with the reason, leaving the history as it was.
-        let answer = reply(&llama, &tokenizer, &messages, max_tokens, sampling)?;
-        messages.push(ChatMessage::new("assistant", &answer));
+        match reply(&llama, &tokenizer, &messages, max_tokens, sampling) {
+            Ok(answer) => messages.push(ChatMessage::new("assistant", &answer)),
+            // A turn the model cannot take (the context is full, the template refuses the
+            // conversation) is reported and undone; the conversation goes on.
+            Err(e) => {
+                eprintln!("error: {e} (/reset starts a new conversation)");
+                messages.pop();
+            }
+        }
     }
 }

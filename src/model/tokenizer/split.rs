@@ -333,7 +333,8 @@ pub fn pre_tokenize(
     let mut pieces = vec![text];
     for step in steps {
         let mut next = Vec::with_capacity(pieces.len());
-        for (i, p) in pieces.iter().enumerate() {
+        // Empty pieces are gone, as in `tokenizers` (an empty text gets no `▁`).
+        for (i, p) in pieces.iter().enumerate().filter(|(_, p)| !p.is_empty()) {
             next.extend(step.apply(p, first && i == 0, bytes)?);
         }
         pieces = next;

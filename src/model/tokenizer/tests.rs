@@ -183,3 +183,68 @@ fn the_context_check_counts_spaces_as_sentencepiece_writes_them() {
     assert_eq!(ids, vec![3; 100]);
     assert!(t.encode_limited(&" ".repeat(404), false, 100).is_err());
 }
+
+fn gguf_vocab(extra: &[(&str, crate::model::gguf::GgufValue)]) -> crate::model::gguf::Gguf {
+    use crate::model::gguf::{Gguf, GgufArray, GgufValue as V};
+    let mut g = Gguf::default();
+    let tokens = ["<unk>", "<s>", "</s>", "▁", "a", "▁a"];
+    g.metadata.insert(
+        "tokenizer.ggml.tokens".into(),
+        V::Array(GgufArray::strings(tokens)),
+    );
+    g.metadata.insert(
+        "tokenizer.ggml.token_type".into(),
+        V::Array(GgufArray::i64s([2, 3, 3, 1, 1, 1])),
+    );
+    g.metadata
+        .insert("tokenizer.ggml.bos_token_id".into(), V::U64(1));
+    for (k, v) in extra {
+        g.metadata.insert(k.to_string(), v.clone());
+    }
+    g
+}
+
+#[test]
+fn gguf_flags_and_bad_metadata() {
+    use crate::model::gguf::{GgufArray, GgufValue as V};
+    let t = Tokenizer::from_gguf(&gguf_vocab(&[]), "t.gguf").unwrap();
+    // SentencePiece: BOS by default, a space in front, nothing for empty text.
+    assert_eq!(t.prefix(), Some(&[1u32][..]));
+    assert_eq!(t.encode("a").unwrap(), vec![5]);
+    assert_eq!(t.encode("").unwrap(), Vec::<u32>::new());
+    let t = Tokenizer::from_gguf(
+        &gguf_vocab(&[
+            ("tokenizer.ggml.add_bos_token", V::Bool(false)),
+            ("tokenizer.ggml.add_space_prefix", V::Bool(false)),
+        ]),
+        "t.gguf",
+    )
+    .unwrap();
+    assert_eq!(t.prefix(), Some(&[][..]));
+    assert_eq!(t.encode("a").unwrap(), vec![4]);
+    for (key, value, says) in [
+        (
+            "tokenizer.ggml.token_type",
+            V::Array(GgufArray::i64s([1])),
+            "one per token",
+        ),
+        (
+            "tokenizer.ggml.eos_token_id",
+            V::U64(1 << 40),
+            "not a token id",
+        ),
+        ("tokenizer.ggml.model", V::Str("rwkv".into()), "\"rwkv\""),
+    ] {
+        let err = Tokenizer::from_gguf(&gguf_vocab(&[(key, value)]), "t.gguf").unwrap_err();
+        assert!(err.to_string().contains(says), "{err}");
+    }
+    let err = Tokenizer::from_gguf(
+        &gguf_vocab(&[
+            ("tokenizer.ggml.model", V::Str("gpt2".into())),
+            ("tokenizer.ggml.pre", V::Str("jais-9".into())),
+        ]),
+        "t.gguf",
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("\"jais-9\""), "{err}");
+}
