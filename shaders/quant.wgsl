@@ -729,18 +729,25 @@ fn q8_vals(w: u32) -> vec4<f32> {
     return vec4<f32>((vec4<i32>(bitcast<i32>(w)) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
 }
 
-// Four bytes starting two bytes into word i (blocks that start mid-word).
-fn mid_word(i: u32) -> u32 {
-    return (q[i] >> 16u) | (q[i + 1u] << 16u);
+// The words of a Q4_0 (5) or Q8_0 (9) block at byte offset o: a block starts on a word or two
+// bytes into one (blocks are 18 and 34 bytes), and either way covers exactly these words.
+var<private> mv_words: array<u32, 9>;
+
+// Loads the block at byte offset `o` into `mv_words`; returns its scale. Quant word t is then
+// `quant_word(t, odd)`.
+fn load_block(o: u32, words: u32) -> f32 {
+    let b = o / 4u;
+    for (var t = 0u; t < 9u; t = t + 1u) {
+        if (t < words) {
+            mv_words[t] = q[b + t];
+        }
+    }
+    return f16_to_f32(select(mv_words[0] & 0xffffu, mv_words[0] >> 16u, (o & 2u) != 0u));
 }
 
-// The four quant words of a Q4_0 block or the eight of a Q8_0 block whose scale is at byte
-// offset 4·b + odd·2: the quants start two bytes on, mid-word when the block is word-aligned.
-fn block_word(b: u32, odd: bool, t: u32) -> u32 {
-    if (odd) {
-        return q[b + 1u + t];
-    }
-    return mid_word(b + t);
+// Quant word t (bytes 2 + 4t.. of the block) of the block in `mv_words`.
+fn quant_word(t: u32, odd: bool) -> u32 {
+    return select((mv_words[t] >> 16u) | (mv_words[t + 1u] << 16u), mv_words[t + 1u], odd);
 }
 
 // Dequantizes values 32g.. of weight row `row` into `mv_w`; returns the scale.
@@ -754,23 +761,18 @@ fn mv_decode(row: u32, g: u32) -> f32 {
             return 1.0;
         }
         case 2u: {
-            // Blocks of 34 bytes: block g starts at byte 34g (a word, or two bytes into one).
             let o = (row * (p.k / 32u) + g) * 34u;
-            let b = o / 4u;
-            let odd = (o & 2u) != 0u;
-            let d = f16_to_f32(select(q[b] & 0xffffu, q[b] >> 16u, odd));
+            let d = load_block(o, 9u);
             for (var t = 0u; t < 8u; t = t + 1u) {
-                mv_w[t] = q8_vals(block_word(b, odd, t));
+                mv_w[t] = q8_vals(quant_word(t, (o & 2u) != 0u));
             }
             return d;
         }
         case 3u: {
             let o = (row * (p.k / 32u) + g) * 18u;
-            let b = o / 4u;
-            let odd = (o & 2u) != 0u;
-            let d = f16_to_f32(select(q[b] & 0xffffu, q[b] >> 16u, odd));
+            let d = load_block(o, 5u);
             for (var t = 0u; t < 4u; t = t + 1u) {
-                let w = block_word(b, odd, t);
+                let w = quant_word(t, (o & 2u) != 0u);
                 mv_w[t] = q4_vals(w, 0u);
                 mv_w[t + 4u] = q4_vals(w, 4u);
             }

@@ -7,7 +7,7 @@
 //! temporary buffer (int8 words, then one f32 scale per 32 values) that the backend passed as
 //! a third operand, and `qmatmul_int` reads it.
 
-use super::{u32_of, Encoder, Operand, Params, Shader, MATVEC_MAX_M, MV_ROWS};
+use super::{u32_of, Encoder, Operand, Params, Shader, MATVEC_MAX_M};
 use crate::backend::{Activations, OpSpec};
 use crate::error::{Error, Result};
 use crate::tensor::DType;
@@ -109,11 +109,16 @@ impl Encoder<'_> {
                 let (a, w) = (inputs[0].buffer, inputs[1].buffer);
                 let tiles = self.grid(op, (n * m.div_ceil(ROWS)) as u64)?;
                 match activations {
-                    Activations::F32 if m <= MATVEC_MAX_M && k.is_multiple_of(32) => {
-                        // Decode: the row-team kernel specialised for the format.
+                    Activations::F32
+                        if m <= MATVEC_MAX_M
+                            && k.is_multiple_of(32)
+                            && k <= self.ctx.mv_shape().max_k() =>
+                    {
+                        // Decode: the row-dot kernel specialised for the format.
                         let code = format_code(format)?;
                         let p = params(op, format, m, n, k, 0)?;
-                        let grid = self.grid(op, n.div_ceil(MV_ROWS) as u64)?;
+                        let rows = self.ctx.mv_shape().rows_per_workgroup();
+                        let grid = self.grid(op, n.div_ceil(rows) as u64)?;
                         self.run_format(Shader::Quant, ("mv", code), &p, out, &[w, a], grid)
                     }
                     Activations::F32 | Activations::F16 => {
