@@ -418,7 +418,13 @@ fn wgpu_info(env: &[(&str, &std::path::Path)]) -> Option<serde_json::Value> {
 #[test]
 fn the_wgpu_self_check_runs_once_per_adapter_and_demotes_a_disagreeing_variant() {
     let cache = scratch("selfcheck-cache");
-    let Some(first) = wgpu_info(&[("XDG_CACHE_HOME", &cache)]) else {
+    // Row teams use the subgroup reduction (software adapters default to one lane per rows).
+    let teams = std::path::Path::new("on");
+    let env = [
+        ("XDG_CACHE_HOME", cache.as_path()),
+        ("WEBTENSOR_WGPU_ROW_TEAMS", teams),
+    ];
+    let Some(first) = wgpu_info(&env) else {
         return;
     };
     if !first["features"]
@@ -437,14 +443,15 @@ fn the_wgpu_self_check_runs_once_per_adapter_and_demotes_a_disagreeing_variant()
         "{r}"
     );
     // The verdict was written per adapter: the next start reads it instead of checking.
-    let second = wgpu_info(&[("XDG_CACHE_HOME", &cache)]).unwrap();
+    let second = wgpu_info(&env).unwrap();
     assert!(
         reductions(&second).ends_with("self-check passed (cached)"),
         "{second}"
     );
     // A variant that disagrees with the reference (planted) falls back to workgroup memory.
     let planted = wgpu_info(&[
-        ("XDG_CACHE_HOME", &cache),
+        env[0],
+        env[1],
         ("WEBTENSOR_WGPU_SELFCHECK", std::path::Path::new("fail")),
     ])
     .unwrap();

@@ -670,8 +670,9 @@ fn ternary_dot(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 //
 // f32 activations, m ≤ 4 rows, k % 32 == 0. The format is the pipeline constant MV_FORMAT
 // (the same codes as `p.format`), so each pipeline is compiled for one format and the switch
-// in `mv_decode` folds away. A lane takes groups of 32 values (one Q4_0/Q8_0 block, an eighth
-// of a ternary block, 16 words of f16): it loads the activations of the group once (8 vec4s per
+// in `mv_decode` folds away (f16, Q8_0, Q4_0 and TQ2_0 decode in place; TQ1_0 and ternary
+// planes through `decode_group`). A lane takes groups of 32 values (one Q4_0/Q8_0 block, an
+// eighth of a ternary block, 16 words of f16): it loads the activations of the group once (8 vec4s per
 // activation row) and uses them for all four weight rows of its team, each group dequantized
 // in registers as 8 vec4s (whole u32 words: a Q4_0/Q8_0 block starts on a word or two bytes
 // into one: blocks are 34 and 18 bytes).
@@ -745,6 +746,19 @@ fn load_block(o: u32, words: u32) -> f32 {
     return f16_to_f32(select(mv_words[0] & 0xffffu, mv_words[0] >> 16u, (o & 2u) != 0u));
 }
 
+// Loads the 9 words holding bytes o..o+32 for any even o; `shifted_word(t, o)` is then the
+// word of bytes o + 4t...
+fn load_words(o: u32) {
+    let b = o / 4u;
+    for (var t = 0u; t < 9u; t = t + 1u) {
+        mv_words[t] = q[b + t];
+    }
+}
+
+fn shifted_word(t: u32, o: u32) -> u32 {
+    return select(mv_words[t], (mv_words[t] >> 16u) | (mv_words[t + 1u] << 16u), (o & 2u) != 0u);
+}
+
 // Quant word t (bytes 2 + 4t.. of the block) of the block in `mv_words`.
 fn quant_word(t: u32, odd: bool) -> u32 {
     return select((mv_words[t] >> 16u) | (mv_words[t + 1u] << 16u), mv_words[t + 1u], odd);
@@ -777,6 +791,20 @@ fn mv_decode(row: u32, g: u32) -> f32 {
                 mv_w[t + 4u] = q4_vals(w, 4u);
             }
             return d;
+        }
+        case 5u: {
+            // TQ2_0 blocks of 66 bytes: 64 bytes of 2-bit trits, then the f16 scale. Group g
+            // is sub-block g % 8: bytes 32·(sub / 4).. at bit shift 2·(sub % 4).
+            let o = (row * (p.k / 256u) + g / 8u) * 66u;
+            let sub = g % 8u;
+            let qo = o + 32u * (sub / 4u);
+            load_words(qo);
+            let shift = vec4<u32>(0u, 8u, 16u, 24u) + 2u * (sub % 4u);
+            for (var t = 0u; t < 8u; t = t + 1u) {
+                let w = shifted_word(t, qo);
+                mv_w[t] = vec4<f32>((vec4<u32>(w) >> shift) & vec4<u32>(3u)) - 1.0;
+            }
+            return f16_to_f32(half_at(o + 64u));
         }
         default: {
             let d = decode_group(row, g);
