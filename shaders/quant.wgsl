@@ -679,6 +679,7 @@ fn ternary_dot(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 //
 // Bindings as above; the activations are read through `xv` (binding 3 as vec4<f32>).
 
+// The weight format's code, plus 16 for int8 activations.
 override MV_FORMAT: u32 = 3u;
 
 @group(0) @binding(3) var<storage, read> xv: array<vec4<f32>>;
@@ -692,18 +693,37 @@ var<private> mv_x: array<vec4<f32>, 32>;
 var<private> mv_w: array<vec4<f32>, 8>;
 
 // Loads the 8 vec4s from vec4 `v0` of each activation row into `mv_x`.
+// With int8 activations (MV_FORMAT ≥ 16: the output of `quantize_acts`) the values are the
+// integers and `mv_xs` holds each row's scale of the group; with f32 activations it is 1.
 fn mv_load_x(v0: u32) {
     let k4 = p.k / 4u;
     for (var i = 0u; i < 4u; i = i + 1u) {
         if (i < p.m) {
-            for (var t = 0u; t < 8u; t = t + 1u) {
-                mv_x[8u * i + t] = xv[i * k4 + v0 + t];
+            if (MV_FORMAT >= 16u) {
+                // Eight words of int8 values at word i·k/4 + v0 (v0 = 8·group), the scale at
+                // word m·k/4 + i·k/32 + v0/8 (binding 3 seen as vec4s).
+                let w0 = bitcast<vec4<u32>>(xv[(i * k4 + v0) / 4u]);
+                let w1 = bitcast<vec4<u32>>(xv[(i * k4 + v0) / 4u + 1u]);
+                let words = array<u32, 8>(w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w);
+                for (var t = 0u; t < 8u; t = t + 1u) {
+                    mv_x[8u * i + t] = q8_vals(words[t]);
+                }
+                let sw = p.m * k4 + i * (p.k / 32u) + v0 / 8u;
+                mv_xs[i] = xv[sw / 4u][sw % 4u];
+            } else {
+                for (var t = 0u; t < 8u; t = t + 1u) {
+                    mv_x[8u * i + t] = xv[i * k4 + v0 + t];
+                }
+                mv_xs[i] = 1.0;
             }
         }
     }
 }
 
-// d · (x[i] · w) for each activation row i.
+var<private> mv_xs: vec4<f32>;
+
+// (x[i] · w) · (xs[i] · d) for each activation row i: with int8 activations the dot is
+// exact, then scaled by the product of the scales, as the reference computes it.
 fn mv_dot_rows(d: f32) -> vec4<f32> {
     var r = vec4<f32>();
     for (var i = 0u; i < 4u; i = i + 1u) {
@@ -713,7 +733,7 @@ fn mv_dot_rows(d: f32) -> vec4<f32> {
                 + (dot(mv_x[b + 2u], mv_w[2]) + dot(mv_x[b + 3u], mv_w[3])))
                 + ((dot(mv_x[b + 4u], mv_w[4]) + dot(mv_x[b + 5u], mv_w[5]))
                 + (dot(mv_x[b + 6u], mv_w[6]) + dot(mv_x[b + 7u], mv_w[7])));
-            r[i] = d * s;
+            r[i] = s * (mv_xs[i] * d);
         }
     }
     return r;
@@ -766,7 +786,7 @@ fn quant_word(t: u32, odd: bool) -> u32 {
 
 // Dequantizes values 32g.. of weight row `row` into `mv_w`; returns the scale.
 fn mv_decode(row: u32, g: u32) -> f32 {
-    switch MV_FORMAT {
+    switch MV_FORMAT % 16u {
         case 1u: {
             let b = (row * p.k + 32u * g) / 2u;
             for (var t = 0u; t < 8u; t = t + 1u) {
