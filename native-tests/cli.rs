@@ -1,5 +1,7 @@
 //! The `webtensor` command line, run as a user would.
 
+mod common;
+
 use std::process::{Command, Output};
 
 fn webtensor(args: &[&str]) -> Output {
@@ -405,4 +407,110 @@ fn generate_with_the_largest_max_tokens_stops_at_the_context() {
     assert!(out.status.success(), "{stderr}");
     assert!(!stderr.contains("cache is full"), "{stderr}");
     assert!(stderr.contains("decode:"), "{stderr}");
+}
+
+/// `webtensor info --json` with extra environment, as JSON; `None` (with a printed reason)
+/// where no wgpu adapter is present outside CI.
+fn wgpu_info(env: &[(&str, &std::path::Path)]) -> Option<serde_json::Value> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_webtensor"));
+    cmd.args(["info", "--json"]).env_remove("WEBTENSOR_BACKEND");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let v = json(&cmd.output().expect("the webtensor binary runs"));
+    let wgpu = v["backends"]
+        .as_array()
+        .and_then(|b| b.iter().find(|b| b["name"] == "wgpu"))
+        .cloned()
+        .expect("a wgpu entry");
+    if wgpu["present"] != true {
+        assert!(
+            !common::wgpu_required(),
+            "the wgpu backend must run in CI: {wgpu}"
+        );
+        eprintln!("skipping: no wgpu adapter ({})", wgpu["reason"]);
+        return None;
+    }
+    Some(wgpu["info"].clone())
+}
+
+#[test]
+fn the_wgpu_self_check_runs_once_per_adapter_and_demotes_a_disagreeing_variant() {
+    let cache = scratch("selfcheck-cache");
+    // Row teams use the subgroup reduction (software adapters default to one lane per rows).
+    let teams = std::path::Path::new("on");
+    let env = [
+        ("XDG_CACHE_HOME", cache.as_path()),
+        ("WEBTENSOR_WGPU_ROW_TEAMS", teams),
+    ];
+    let Some(first) = wgpu_info(&env) else {
+        return;
+    };
+    if !first["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f == "subgroups")
+    {
+        eprintln!("skipping: this adapter has no subgroups to check");
+        return;
+    }
+    let reductions = |v: &serde_json::Value| v["reductions"].as_str().unwrap().to_string();
+    let r = reductions(&first);
+    assert!(
+        r.starts_with("subgroupAdd") && r.ends_with("self-check passed"),
+        "{r}"
+    );
+    // The verdict was written per adapter: the next start reads it instead of checking.
+    let second = wgpu_info(&env).unwrap();
+    assert!(
+        reductions(&second).ends_with("self-check passed (cached)"),
+        "{second}"
+    );
+    // A variant that disagrees with the reference (planted) falls back to workgroup memory.
+    let planted = wgpu_info(&[
+        env[0],
+        env[1],
+        ("WEBTENSOR_WGPU_SELFCHECK", std::path::Path::new("fail")),
+    ])
+    .unwrap();
+    let r = reductions(&planted);
+    assert!(
+        r.starts_with("workgroup memory; demoted by the self-check: matmul_t"),
+        "{r}"
+    );
+}
+
+#[test]
+fn bench_model_counts_wgpu_dispatches_per_decode_step() {
+    let out = webtensor(&[
+        "bench",
+        "--model",
+        "builtin",
+        "--backend",
+        "wgpu",
+        "--prompt-tokens",
+        "4",
+        "--decode-tokens",
+        "2",
+        "--json",
+    ]);
+    if !out.status.success() && !common::wgpu_required() {
+        eprintln!(
+            "skipping: {}",
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        );
+        return;
+    }
+    let v = json(&out);
+    let r = &v.as_array().expect("rows")[0];
+    assert_eq!(r["checked"], true, "{r}");
+    // At least one dispatch per layer op; the builtin model has layers, so well above 10.
+    let per_token = r["dispatches_per_token"]
+        .as_f64()
+        .expect("a dispatch count");
+    assert!(per_token > 10.0, "{r}");
 }

@@ -35,7 +35,7 @@ fn preludes(dir: &Path) -> Vec<(String, String)> {
 fn every_shader_validates() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
     let preludes = preludes(&dir);
-    assert_eq!(preludes.len(), 2, "subgroup and workgroup preludes");
+    assert_eq!(preludes.len(), 3, "lanes, subgroup and workgroup preludes");
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).expect("shaders/ exists") {
         let path = entry.expect("readable entry").path();

@@ -27,6 +27,12 @@ done
 echo "== wgpu f16 products with WEBTENSOR_WGPU_F16=off (unpack2x16float path)"
 WEBTENSOR_WGPU_F16=off cargo test --test conformance wgpu::qmatmul
 
+# The decode matvecs' GPU shape (row teams) on lavapipe, whose default is one lane per rows:
+# reduced with subgroupAdd, then with workgroup memory.
+echo "== wgpu row teams (WEBTENSOR_WGPU_ROW_TEAMS=on), with and without subgroups"
+WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test conformance -- wgpu::qmatmul wgpu::matmul
+WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_SUBGROUPS=off cargo test --test conformance -- wgpu::qmatmul wgpu::matmul
+
 # The optional `cuda` backend: it must build and pass clippy without a CUDA toolkit or GPU,
 # every kernel source must compile with the real NVRTC (from PyPI, see setup.sh), and its
 # conformance rows run where a CUDA device exists (here they print why they skip).

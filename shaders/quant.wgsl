@@ -670,14 +670,16 @@ fn ternary_dot(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 //
 // f32 activations, m ≤ 4 rows, k % 32 == 0. The format is the pipeline constant MV_FORMAT
 // (the same codes as `p.format`), so each pipeline is compiled for one format and the switch
-// in `mv_decode` folds away. A lane takes groups of 32 values (one Q4_0/Q8_0 block, an eighth
-// of a ternary block, 16 words of f16): it loads the activations of the group once (8 vec4s per
+// in `mv_decode` folds away (f16, Q8_0, Q4_0 and TQ2_0 decode in place; TQ1_0 and ternary
+// planes through `decode_group`). A lane takes groups of 32 values (one Q4_0/Q8_0 block, an
+// eighth of a ternary block, 16 words of f16): it loads the activations of the group once (8 vec4s per
 // activation row) and uses them for all four weight rows of its team, each group dequantized
 // in registers as 8 vec4s (whole u32 words: a Q4_0/Q8_0 block starts on a word or two bytes
 // into one: blocks are 34 and 18 bytes).
 //
 // Bindings as above; the activations are read through `xv` (binding 3 as vec4<f32>).
 
+// The weight format's code, plus 16 for int8 activations.
 override MV_FORMAT: u32 = 3u;
 
 @group(0) @binding(3) var<storage, read> xv: array<vec4<f32>>;
@@ -691,18 +693,37 @@ var<private> mv_x: array<vec4<f32>, 32>;
 var<private> mv_w: array<vec4<f32>, 8>;
 
 // Loads the 8 vec4s from vec4 `v0` of each activation row into `mv_x`.
+// With int8 activations (MV_FORMAT ≥ 16: the output of `quantize_acts`) the values are the
+// integers and `mv_xs` holds each row's scale of the group; with f32 activations it is 1.
 fn mv_load_x(v0: u32) {
     let k4 = p.k / 4u;
     for (var i = 0u; i < 4u; i = i + 1u) {
         if (i < p.m) {
-            for (var t = 0u; t < 8u; t = t + 1u) {
-                mv_x[8u * i + t] = xv[i * k4 + v0 + t];
+            if (MV_FORMAT >= 16u) {
+                // Eight words of int8 values at word i·k/4 + v0 (v0 = 8·group), the scale at
+                // word m·k/4 + i·k/32 + v0/8 (binding 3 seen as vec4s).
+                let w0 = bitcast<vec4<u32>>(xv[(i * k4 + v0) / 4u]);
+                let w1 = bitcast<vec4<u32>>(xv[(i * k4 + v0) / 4u + 1u]);
+                let words = array<u32, 8>(w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w);
+                for (var t = 0u; t < 8u; t = t + 1u) {
+                    mv_x[8u * i + t] = q8_vals(words[t]);
+                }
+                let sw = p.m * k4 + i * (p.k / 32u) + v0 / 8u;
+                mv_xs[i] = xv[sw / 4u][sw % 4u];
+            } else {
+                for (var t = 0u; t < 8u; t = t + 1u) {
+                    mv_x[8u * i + t] = xv[i * k4 + v0 + t];
+                }
+                mv_xs[i] = 1.0;
             }
         }
     }
 }
 
-// d · (x[i] · w) for each activation row i.
+var<private> mv_xs: vec4<f32>;
+
+// (x[i] · w) · (xs[i] · d) for each activation row i: with int8 activations the dot is
+// exact, then scaled by the product of the scales, as the reference computes it.
 fn mv_dot_rows(d: f32) -> vec4<f32> {
     var r = vec4<f32>();
     for (var i = 0u; i < 4u; i = i + 1u) {
@@ -712,7 +733,7 @@ fn mv_dot_rows(d: f32) -> vec4<f32> {
                 + (dot(mv_x[b + 2u], mv_w[2]) + dot(mv_x[b + 3u], mv_w[3])))
                 + ((dot(mv_x[b + 4u], mv_w[4]) + dot(mv_x[b + 5u], mv_w[5]))
                 + (dot(mv_x[b + 6u], mv_w[6]) + dot(mv_x[b + 7u], mv_w[7])));
-            r[i] = d * s;
+            r[i] = s * (mv_xs[i] * d);
         }
     }
     return r;
@@ -729,23 +750,43 @@ fn q8_vals(w: u32) -> vec4<f32> {
     return vec4<f32>((vec4<i32>(bitcast<i32>(w)) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
 }
 
-// Four bytes starting two bytes into word i (blocks that start mid-word).
-fn mid_word(i: u32) -> u32 {
-    return (q[i] >> 16u) | (q[i + 1u] << 16u);
+// The words of a Q4_0 (5) or Q8_0 (9) block at byte offset o: a block starts on a word or two
+// bytes into one (blocks are 18 and 34 bytes), and either way covers exactly these words.
+var<private> mv_words: array<u32, 9>;
+
+// Loads the block at byte offset `o` into `mv_words`; returns its scale. Quant word t is then
+// `quant_word(t, odd)`.
+fn load_block(o: u32, words: u32) -> f32 {
+    let b = o / 4u;
+    for (var t = 0u; t < 9u; t = t + 1u) {
+        if (t < words) {
+            mv_words[t] = q[b + t];
+        }
+    }
+    return f16_to_f32(select(mv_words[0] & 0xffffu, mv_words[0] >> 16u, (o & 2u) != 0u));
 }
 
-// The four quant words of a Q4_0 block or the eight of a Q8_0 block whose scale is at byte
-// offset 4·b + odd·2: the quants start two bytes on, mid-word when the block is word-aligned.
-fn block_word(b: u32, odd: bool, t: u32) -> u32 {
-    if (odd) {
-        return q[b + 1u + t];
+// Loads the 9 words holding bytes o..o+32 for any even o; `shifted_word(t, o)` is then the
+// word of bytes o + 4t...
+fn load_words(o: u32) {
+    let b = o / 4u;
+    for (var t = 0u; t < 9u; t = t + 1u) {
+        mv_words[t] = q[b + t];
     }
-    return mid_word(b + t);
+}
+
+fn shifted_word(t: u32, o: u32) -> u32 {
+    return select(mv_words[t], (mv_words[t] >> 16u) | (mv_words[t + 1u] << 16u), (o & 2u) != 0u);
+}
+
+// Quant word t (bytes 2 + 4t.. of the block) of the block in `mv_words`.
+fn quant_word(t: u32, odd: bool) -> u32 {
+    return select((mv_words[t] >> 16u) | (mv_words[t + 1u] << 16u), mv_words[t + 1u], odd);
 }
 
 // Dequantizes values 32g.. of weight row `row` into `mv_w`; returns the scale.
 fn mv_decode(row: u32, g: u32) -> f32 {
-    switch MV_FORMAT {
+    switch MV_FORMAT % 16u {
         case 1u: {
             let b = (row * p.k + 32u * g) / 2u;
             for (var t = 0u; t < 8u; t = t + 1u) {
@@ -754,27 +795,36 @@ fn mv_decode(row: u32, g: u32) -> f32 {
             return 1.0;
         }
         case 2u: {
-            // Blocks of 34 bytes: block g starts at byte 34g (a word, or two bytes into one).
             let o = (row * (p.k / 32u) + g) * 34u;
-            let b = o / 4u;
-            let odd = (o & 2u) != 0u;
-            let d = f16_to_f32(select(q[b] & 0xffffu, q[b] >> 16u, odd));
+            let d = load_block(o, 9u);
             for (var t = 0u; t < 8u; t = t + 1u) {
-                mv_w[t] = q8_vals(block_word(b, odd, t));
+                mv_w[t] = q8_vals(quant_word(t, (o & 2u) != 0u));
             }
             return d;
         }
         case 3u: {
             let o = (row * (p.k / 32u) + g) * 18u;
-            let b = o / 4u;
-            let odd = (o & 2u) != 0u;
-            let d = f16_to_f32(select(q[b] & 0xffffu, q[b] >> 16u, odd));
+            let d = load_block(o, 5u);
             for (var t = 0u; t < 4u; t = t + 1u) {
-                let w = block_word(b, odd, t);
+                let w = quant_word(t, (o & 2u) != 0u);
                 mv_w[t] = q4_vals(w, 0u);
                 mv_w[t + 4u] = q4_vals(w, 4u);
             }
             return d;
+        }
+        case 5u: {
+            // TQ2_0 blocks of 66 bytes: 64 bytes of 2-bit trits, then the f16 scale. Group g
+            // is sub-block g % 8: bytes 32·(sub / 4).. at bit shift 2·(sub % 4).
+            let o = (row * (p.k / 256u) + g / 8u) * 66u;
+            let sub = g % 8u;
+            let qo = o + 32u * (sub / 4u);
+            load_words(qo);
+            let shift = vec4<u32>(0u, 8u, 16u, 24u) + 2u * (sub % 4u);
+            for (var t = 0u; t < 8u; t = t + 1u) {
+                let w = shifted_word(t, qo);
+                mv_w[t] = vec4<f32>((vec4<u32>(w) >> shift) & vec4<u32>(3u)) - 1.0;
+            }
+            return f16_to_f32(half_at(o + 64u));
         }
         default: {
             let d = decode_group(row, g);

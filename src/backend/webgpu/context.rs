@@ -68,9 +68,12 @@ pub(crate) struct GpuContext {
     /// Whether f16 kernels use the `shader-f16` WGSL extension (present on the device and not
     /// turned off with [`F16_ENV`]) rather than `unpack2x16float` on u32 storage.
     pub(crate) native_f16: bool,
-    /// Whether the row-team kernels reduce with `subgroupAdd` (`shaders/reduce/subgroup.wgsl`):
-    /// the device has subgroups and [`SUBGROUPS_ENV`] does not turn them off. Otherwise they
-    /// reduce through workgroup memory (`shaders/reduce/workgroup.wgsl`).
+    /// Whether the row-dot kernels (`mv`) split each row across a team of lanes (GPUs) or give
+    /// each lane whole rows (adapters that run shaders on CPU cores); [`ROW_TEAMS_ENV`] forces
+    /// either.
+    pub(crate) row_teams: bool,
+    /// Whether row teams reduce with `subgroupAdd`: the device has subgroups and
+    /// [`SUBGROUPS_ENV`] does not turn them off. Otherwise through workgroup memory.
     pub(crate) subgroups: bool,
     /// The self-check's verdicts on the subgroup and shader-f16 variants, where they ran.
     pub(crate) subgroups_check: Option<Verdict>,
@@ -80,6 +83,41 @@ pub(crate) struct GpuContext {
 /// Set to `off` to make the wgpu backend reduce through workgroup memory even where the adapter
 /// has subgroups (how the tests cover both reductions on one machine).
 pub const SUBGROUPS_ENV: &str = "WEBTENSOR_WGPU_SUBGROUPS";
+
+/// `on` or `off`: whether the row-dot kernels use teams of lanes per row, overriding the
+/// adapter's default (teams on GPUs, one lane per rows on software adapters).
+pub const ROW_TEAMS_ENV: &str = "WEBTENSOR_WGPU_ROW_TEAMS";
+
+/// How the row-dot kernels (`mv` in `matvec.wgsl` and `quant.wgsl`) split their work: the
+/// prelude of `shaders/reduce/` they are compiled after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MvShape {
+    /// One lane per four rows, no reduction (`lanes.wgsl`).
+    Lanes,
+    /// A subgroup per four rows, reduced with `subgroupAdd` (`subgroup.wgsl`).
+    SubgroupTeams,
+    /// Eight lanes per four rows, reduced through workgroup memory (`workgroup.wgsl`).
+    WorkgroupTeams,
+}
+
+impl MvShape {
+    /// Output rows per workgroup (`MV_ROWS` of the prelude).
+    pub(crate) fn rows_per_workgroup(self) -> usize {
+        match self {
+            MvShape::Lanes => 256,
+            MvShape::SubgroupTeams | MvShape::WorkgroupTeams => 32,
+        }
+    }
+
+    /// The largest k the shape takes: one lane walking a whole row runs about 60 loop
+    /// iterations per 32 values, and lavapipe ends shader loops after 65,535 iterations.
+    pub(crate) fn max_k(self) -> usize {
+        match self {
+            MvShape::Lanes => 16384,
+            MvShape::SubgroupTeams | MvShape::WorkgroupTeams => usize::MAX,
+        }
+    }
+}
 
 /// Set to `off` to make the wgpu backend use its f16 path for adapters without `shader-f16`
 /// even where the adapter has it (how the tests cover both paths on one machine).
@@ -150,6 +188,12 @@ impl GpuContext {
         let subgroups_off =
             std::env::var(SUBGROUPS_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("off"));
         let subgroups = enabled.contains(wgpu::Features::SUBGROUP) && !subgroups_off;
+        let row_teams = match std::env::var(ROW_TEAMS_ENV) {
+            Ok(v) if v.eq_ignore_ascii_case("on") => true,
+            Ok(v) if v.eq_ignore_ascii_case("off") => false,
+            Ok(v) => return Err(format!("{ROW_TEAMS_ENV}={v}: expected `on` or `off`")),
+            Err(_) => device_class(&adapter_info) == DeviceClass::Gpu,
+        };
         Ok(GpuContext {
             device,
             queue,
@@ -158,10 +202,20 @@ impl GpuContext {
             limits,
             errors,
             native_f16,
+            row_teams,
             subgroups,
             subgroups_check: None,
             f16_check: None,
         })
+    }
+
+    /// The shape of the row-dot kernels on this device.
+    pub(crate) fn mv_shape(&self) -> MvShape {
+        match (self.row_teams, self.subgroups) {
+            (false, _) => MvShape::Lanes,
+            (true, true) => MvShape::SubgroupTeams,
+            (true, false) => MvShape::WorkgroupTeams,
+        }
     }
 
     /// The largest buffer one storage binding can cover, and the name of the limit that sets
@@ -247,7 +301,12 @@ impl GpuContext {
                 &self.f16_check,
             ),
             reductions: with_note(
-                if self.subgroups {
+                if !self.row_teams {
+                    format!(
+                        "none: one lane per four rows (the software-adapter shape; \
+                         {ROW_TEAMS_ENV}=on for teams)"
+                    )
+                } else if self.subgroups {
                     format!(
                         "subgroupAdd (subgroups of {}-{} lanes)",
                         a.subgroup_min_size, a.subgroup_max_size

@@ -33,9 +33,6 @@ const WG: u64 = 256;
 /// Largest m handled by the matvec kernels (their accumulators hold this many rows).
 pub(super) const MATVEC_MAX_M: usize = 4;
 
-/// Output rows per workgroup of the row-team kernels (`MV_ROWS` in `shaders/reduce/`).
-pub(super) const MV_ROWS: usize = 32;
-
 /// Rows up to this length use the one-thread-per-row softmax.
 const SOFTMAX_SHORT_COLS: usize = 256;
 
@@ -407,13 +404,14 @@ impl Encoder<'_> {
         // The matvec kernels read the operands as vec4 arrays: the buffers must be whole vec4s.
         let vec4_bindable =
             a.buffer.size().is_multiple_of(16) && rhs.buffer.size().is_multiple_of(16);
+        let shape = self.ctx.mv_shape();
         if m.m <= MATVEC_MAX_M && vec4_bindable {
             let (entry, cols_per_group) = match (
                 m.rhs_transposed,
-                m.k.is_multiple_of(4),
+                m.k.is_multiple_of(4) && m.k <= shape.max_k(),
                 m.n.is_multiple_of(4),
             ) {
-                (true, true, _) => ("mv", MV_ROWS),
+                (true, true, _) => ("mv", shape.rows_per_workgroup()),
                 (true, false, _) => ("matvec_t_scalar", 4),
                 (false, _, true) => ("matvec_kn_vec4", 256),
                 (false, _, false) => ("matvec_kn", 64),

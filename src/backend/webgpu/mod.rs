@@ -30,7 +30,7 @@ mod selfcheck;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-pub use context::{F16_ENV, SUBGROUPS_ENV};
+pub use context::{F16_ENV, ROW_TEAMS_ENV, SUBGROUPS_ENV};
 pub use pool::GpuBuffer;
 pub use selfcheck::SELFCHECK_ENV;
 
@@ -110,7 +110,7 @@ impl WgpuBackend {
         if selfcheck::disabled() {
             return;
         }
-        if self.ctx.subgroups {
+        if self.ctx.row_teams && self.ctx.subgroups {
             let verdict = selfcheck::check(self, Variant::Subgroups);
             if matches!(verdict, Verdict::Demoted(_)) {
                 self.ctx.subgroups = false;

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::num::NonZeroU64;
 use std::sync::Mutex;
 
-use super::context::GpuContext;
+use super::context::{GpuContext, MvShape};
 use crate::error::{Error, Result};
 
 /// Bytes of one parameter block as bound; every WGSL `Params` struct fits in it.
@@ -38,12 +38,12 @@ pub(crate) enum Shader {
     Sample,
 }
 
-/// The prelude of the shaders marked `@prelude(reduce)`: the entry `mv` with its reduction.
-fn reduce_prelude(subgroups: bool) -> &'static str {
-    if subgroups {
-        include_str!("../../../shaders/reduce/subgroup.wgsl")
-    } else {
-        include_str!("../../../shaders/reduce/workgroup.wgsl")
+/// The prelude of the shaders marked `@prelude(reduce)`: the entry `mv` for a shape.
+fn reduce_prelude(shape: MvShape) -> &'static str {
+    match shape {
+        MvShape::Lanes => include_str!("../../../shaders/reduce/lanes.wgsl"),
+        MvShape::SubgroupTeams => include_str!("../../../shaders/reduce/subgroup.wgsl"),
+        MvShape::WorkgroupTeams => include_str!("../../../shaders/reduce/workgroup.wgsl"),
     }
 }
 
@@ -69,7 +69,7 @@ impl Shader {
     fn module_source(self, ctx: &GpuContext) -> String {
         match self {
             Shader::Matvec | Shader::Quant => {
-                format!("{}\n{}", reduce_prelude(ctx.subgroups), self.source())
+                format!("{}\n{}", reduce_prelude(ctx.mv_shape()), self.source())
             }
             _ => self.source().to_string(),
         }
@@ -122,8 +122,13 @@ pub(crate) fn sources_fingerprint() -> u64 {
     for shader in Shader::ALL {
         shader.source().hash(&mut h);
     }
-    reduce_prelude(true).hash(&mut h);
-    reduce_prelude(false).hash(&mut h);
+    for shape in [
+        MvShape::Lanes,
+        MvShape::SubgroupTeams,
+        MvShape::WorkgroupTeams,
+    ] {
+        reduce_prelude(shape).hash(&mut h);
+    }
     h.finish()
 }
 

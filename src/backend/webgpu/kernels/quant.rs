@@ -1,19 +1,22 @@
 //! Encoding the quantized ops (`shaders/quant.wgsl`, `shaders/quant_f16.wgsl`).
 //!
-//! Decode products (f32 activations, m ≤ 4, k a multiple of 32) run the row-team kernel `mv`
-//! compiled once per format; other products run one workgroup per (weight row, 8 activation
+//! Decode products (m ≤ 4; k a multiple of 32 for f32 activations) run the row-dot kernel
+//! `mv` compiled once per format and activation kind; other products run one workgroup per (weight row, 8 activation
 //! rows). With `Q8_0` or `I8`
 //! activations the op records two dispatches: `quantize_acts` rounds the activations into a
 //! temporary buffer (int8 words, then one f32 scale per 32 values) that the backend passed as
 //! a third operand, and `qmatmul_int` reads it.
 
-use super::{u32_of, Encoder, Operand, Params, Shader, MATVEC_MAX_M, MV_ROWS};
+use super::{u32_of, Encoder, Operand, Params, Shader, MATVEC_MAX_M};
 use crate::backend::{Activations, OpSpec};
 use crate::error::{Error, Result};
 use crate::tensor::DType;
 
 /// Threads per workgroup of the quant kernels.
 const WG: u64 = 64;
+/// Added to a format's code in `MV_FORMAT` for int8 activations.
+const INT_ACTIVATIONS: u32 = 16;
+
 /// Activation rows per workgroup of the product kernels.
 const ROWS: usize = 8;
 
@@ -109,11 +112,16 @@ impl Encoder<'_> {
                 let (a, w) = (inputs[0].buffer, inputs[1].buffer);
                 let tiles = self.grid(op, (n * m.div_ceil(ROWS)) as u64)?;
                 match activations {
-                    Activations::F32 if m <= MATVEC_MAX_M && k.is_multiple_of(32) => {
-                        // Decode: the row-team kernel specialised for the format.
+                    Activations::F32
+                        if m <= MATVEC_MAX_M
+                            && k.is_multiple_of(32)
+                            && k <= self.ctx.mv_shape().max_k() =>
+                    {
+                        // Decode: the row-dot kernel specialised for the format.
                         let code = format_code(format)?;
                         let p = params(op, format, m, n, k, 0)?;
-                        let grid = self.grid(op, n.div_ceil(MV_ROWS) as u64)?;
+                        let rows = self.ctx.mv_shape().rows_per_workgroup();
+                        let grid = self.grid(op, n.div_ceil(rows) as u64)?;
                         self.run_format(Shader::Quant, ("mv", code), &p, out, &[w, a], grid)
                     }
                     Activations::F32 | Activations::F16 => {
@@ -138,6 +146,22 @@ impl Encoder<'_> {
                         let p = params(op, format, m, n, k, mode)?;
                         let rows = self.grid(op, m as u64)?;
                         self.run(Shader::Quant, "quantize_acts", &p, temp.buffer, &[a], rows)?;
+                        let shape = self.ctx.mv_shape();
+                        if m <= MATVEC_MAX_M && k <= shape.max_k() {
+                            // Decode: the row-dot kernel reading the int8 activations.
+                            let code = INT_ACTIVATIONS + format_code(format)?;
+                            let grid =
+                                self.grid(op, n.div_ceil(shape.rows_per_workgroup()) as u64)?;
+                            let inputs = [w, temp.buffer];
+                            return self.run_format(
+                                Shader::Quant,
+                                ("mv", code),
+                                &p,
+                                out,
+                                &inputs,
+                                grid,
+                            );
+                        }
                         self.run(
                             Shader::Quant,
                             "qmatmul_int",

@@ -1,0 +1,20 @@
+// One lane per four output rows, no reduction: the prelude for adapters that run shaders on
+// CPU cores (lavapipe, SwiftShader). See `workgroup.wgsl` for what the including shader
+// defines.
+//
+// A CPU adapter runs a subgroup's lanes as the lanes of one SIMD register and loads storage
+// per lane, except where every lane reads the same address. With a team of lanes splitting
+// k, each lane reads different activations; here every lane walks the whole of k for its own
+// four rows, so all lanes read the same activation address at the same time (one load for
+// the SIMD register instead of one per lane) and nothing is left to reduce. GPUs want the
+// opposite shape (coalesced weight reads, more parallelism than rows/4 threads), which the
+// team preludes give them.
+
+const MV_ROWS: u32 = 256u;
+
+@compute @workgroup_size(64)
+fn mv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+      @builtin(local_invocation_index) lid: u32) {
+    let row0 = mv_first_row(wid, nwg) + 4u * lid;
+    mv_store(wid, row0, mv_partial(wid, row0, 0u, 1u));
+}
