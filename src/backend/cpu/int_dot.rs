@@ -44,20 +44,22 @@ pub fn dot_q_rows(
     match level {
         #[cfg(target_arch = "x86_64")]
         SimdLevel::Avx2 | SimdLevel::Avx512 if x86::has_f16c() => {
-            for (g, out) in out.chunks_mut(4).enumerate() {
-                // A short last group repeats its final row.
-                let last = out.len() - 1;
-                let group = [0, 1, 2, 3].map(|r| row(4 * g + r.min(last)));
-                // SAFETY: AVX2, FMA and F16C were detected at run time; each row holds
-                // `blocks` blocks of `size` bytes and `aq`, `ad` cover `blocks` blocks.
-                let sums = unsafe {
-                    if format == DType::Q8_0 {
-                        x86::dot_q_rows4::<false>(aq, ad, group, blocks, 4 * row_bytes)
-                    } else {
-                        x86::dot_q_rows4::<true>(aq, ad, group, blocks, 4 * row_bytes)
-                    }
-                };
-                out.copy_from_slice(&sums[..out.len()]);
+            let n = out.len().min(rows.len() / row_bytes.max(1));
+            // VNNI is an AVX-512 extension: the avx2 level (WEBTENSOR_CPU_SIMD=avx2) runs and
+            // tests the maddubs path on the same machine.
+            let vnni = level == SimdLevel::Avx512 && x86::has_vnni();
+            let q4 = format == DType::Q4_0;
+            // SAFETY: AVX2, FMA and F16C (and VNNI where chosen) were detected at run time;
+            // `n` rows of `row_bytes` ≥ `blocks · size` bytes lie in `rows`, `aq` and `ad`
+            // cover `blocks` blocks and `out` holds `n` values.
+            unsafe {
+                let args = (aq, ad, rows.as_ptr(), row_bytes, blocks, &mut out[..n]);
+                match (vnni, q4) {
+                    (true, true) => x86::dot_q_rows_vnni::<true>(args),
+                    (true, false) => x86::dot_q_rows_vnni::<false>(args),
+                    (false, true) => x86::dot_q_rows_avx2::<true>(args),
+                    (false, false) => x86::dot_q_rows_avx2::<false>(args),
+                }
             }
         }
         _ => {
@@ -182,47 +184,95 @@ mod x86 {
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
     }
 
-    /// The 32 int8 values of the `Q4_0` (`Q4`) or `Q8_0` block at `p`.
-    #[target_feature(enable = "avx2")]
-    unsafe fn block_values<const Q4: bool>(p: *const u8) -> __m256i {
-        if Q4 {
-            let low = _mm_set1_epi8(15);
-            let packed = _mm_loadu_si128(p.add(2) as *const __m128i);
-            // Values 0..16 are the low nibbles, 16..32 the high ones.
-            let lo = _mm_and_si128(packed, low);
-            let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low);
-            _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8))
-        } else {
-            _mm256_loadu_si256(p.add(2) as *const __m256i)
-        }
+    /// Whether AVX512-VNNI (with AVX512VL for 256-bit registers) is present.
+    pub(super) fn has_vnni() -> bool {
+        std::arch::is_x86_feature_detected!("avx512vnni")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+    }
+
+    /// The arguments of the row kernels: activations `aq`, `ad`, the first weight row, the
+    /// bytes of one row, blocks per row, and one output per row.
+    pub(super) type RowArgs<'a> = (&'a [i8], &'a [f32], *const u8, usize, usize, &'a mut [f32]);
+
+    /// # Safety
+    /// AVX2, FMA and F16C must be present; see [`rows_kernel`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_q_rows_avx2<const Q4: bool>(args: RowArgs<'_>) {
+        rows_kernel::<Q4, false>(args)
     }
 
     /// # Safety
-    /// AVX2, FMA and F16C must be present; each of `rows` holds `blocks` `Q4_0` (`Q4`) or
-    /// `Q8_0` blocks, `aq` `32 · blocks` values and `ad` `blocks` scales. The memory `ahead`
-    /// bytes after each row (the next group's rows) is prefetched as the rows are read.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot_q_rows4<const Q4: bool>(
-        aq: &[i8],
-        ad: &[f32],
-        rows: [&[u8]; 4],
-        blocks: usize,
-        ahead: usize,
-    ) -> [f32; 4] {
+    /// As [`dot_q_rows_avx2`], and AVX512-VNNI with AVX512VL must be present.
+    #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+    pub(super) unsafe fn dot_q_rows_vnni<const Q4: bool>(args: RowArgs<'_>) {
+        rows_kernel::<Q4, true>(args)
+    }
+
+    /// `Σ_i u[i] · s[i]` in 8 i32 lanes (4 neighbouring products per lane) for unsigned `u`
+    /// and signed `s` bytes: one `vpdpbusd` with VNNI, `maddubs` + `madd` without (exact here:
+    /// no pair of products reaches the i16 limit, |u| ≤ 128 and |s| ≤ 127 or |u| ≤ 15).
+    #[inline(always)]
+    unsafe fn dot_us<const VNNI: bool>(u: __m256i, s: __m256i) -> __m256i {
+        if VNNI {
+            _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+        } else {
+            _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+        }
+    }
+
+    /// The rows of `args` in groups of four that share each activation load (a short last
+    /// group repeats its final row), the next group's rows prefetched as these are read.
+    ///
+    /// `Q4_0` values are used unsigned (`u = q + 8`, 0..16) against the signed activations,
+    /// and `8 · Σ a` of each activation block is taken off once per block:
+    /// `Σ q·a = Σ u·a − 8 Σ a`. `Q8_0` values are signed; the sign of each activation moves
+    /// onto the weight (`|a| · sign(a)·w`).
+    ///
+    /// # Safety
+    /// Inlined only into the `target_feature` functions above. `args.2` points at `n` rows
+    /// of `args.3` bytes (`n` = the outputs), each with `args.4` blocks; `aq` holds
+    /// `32 · blocks` values and `ad` `blocks` scales.
+    #[inline(always)]
+    unsafe fn rows_kernel<const Q4: bool, const VNNI: bool>(args: RowArgs<'_>) {
+        let (aq, ad, base, row_bytes, blocks, out) = args;
         let size = if Q4 { 18 } else { 34 };
-        let mut acc = [_mm256_setzero_ps(); 4];
-        for (c, &da) in ad.iter().enumerate().take(blocks) {
-            let va = _mm256_loadu_si256(aq.as_ptr().add(32 * c) as *const __m256i);
-            for (acc, row) in acc.iter_mut().zip(&rows) {
-                let p = row.as_ptr().add(size * c);
-                // A prefetch never faults, so one past the weights is harmless.
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead) as *const i8);
-                let vw = block_values::<Q4>(p);
-                let s = _mm256_set1_ps(da * f16_at(p));
-                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products(va, vw)), s, *acc);
+        let low = _mm_set1_epi8(15);
+        let eights = _mm256_set1_epi8(8);
+        for (g, out) in out.chunks_mut(4).enumerate() {
+            let last = out.len() - 1;
+            let rows = [0, 1, 2, 3].map(|r| base.add((4 * g + r.min(last)) * row_bytes));
+            let mut acc = [_mm256_setzero_ps(); 4];
+            for (c, &da) in ad.iter().enumerate().take(blocks) {
+                let va = _mm256_loadu_si256(aq.as_ptr().add(32 * c) as *const __m256i);
+                // Q4_0: 8 · Σ a; Q8_0: |a|.
+                let shared = if Q4 {
+                    dot_us::<VNNI>(eights, va)
+                } else {
+                    _mm256_sign_epi8(va, va)
+                };
+                for (acc, row) in acc.iter_mut().zip(&rows) {
+                    let p = row.add(size * c);
+                    // A prefetch never faults, so one past the weights is harmless.
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(4 * row_bytes) as *const i8);
+                    let sums = if Q4 {
+                        let packed = _mm_loadu_si128(p.add(2) as *const __m128i);
+                        // Values 0..16 are the low nibbles, 16..32 the high ones.
+                        let lo = _mm_and_si128(packed, low);
+                        let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low);
+                        let u = _mm256_set_m128i(hi, lo);
+                        _mm256_sub_epi32(dot_us::<VNNI>(u, va), shared)
+                    } else {
+                        let w = _mm256_loadu_si256(p.add(2) as *const __m256i);
+                        dot_us::<VNNI>(shared, _mm256_sign_epi8(w, va))
+                    };
+                    let s = _mm256_set1_ps(da * f16_at(p));
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), s, *acc);
+                }
+            }
+            for (o, a) in out.iter_mut().zip(acc) {
+                *o = hsum256(a);
             }
         }
-        acc.map(|a| hsum256(a))
     }
 
     /// # Safety
