@@ -204,6 +204,8 @@ fn bench_model_reports_checked_tokens_per_second() {
         "8",
         "--decode-tokens",
         "4",
+        "--runs",
+        "2",
         "--json",
     ]));
     let rows = v.as_array().expect("rows");
@@ -213,6 +215,31 @@ fn bench_model_reports_checked_tokens_per_second() {
     assert_eq!(r["checked"], true, "{r}");
     assert!(r["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
     assert!(r["frac_copy"].as_f64().unwrap() > 0.0);
+    assert_eq!(r["decode_samples"].as_array().unwrap().len(), 2, "{r}");
+    // The built-in model's f16 matrices take f32 activations in every mode.
+    assert!(
+        r["activations"]
+            .as_str()
+            .unwrap()
+            .contains("f16 weights × f32 activations"),
+        "{r}"
+    );
+}
+
+#[test]
+fn bench_model_peers_need_a_gguf_and_activations_a_known_mode() {
+    let out = webtensor(&["bench", "--model", "builtin", "--peers"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs a .gguf file"), "{err}");
+
+    let out = webtensor(&["eval", "--tokens", "1", "--activations", "f8"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("`f8`") && err.contains("`int` or `f32`"),
+        "{err}"
+    );
 }
 
 /// A fresh scratch folder under the target directory.

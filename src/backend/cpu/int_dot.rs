@@ -25,51 +25,76 @@ pub fn dot_q8(level: SimdLevel, aq: &[i8], ad: &[f32], wq: &[i8], wd: &[f32]) ->
     }
 }
 
-/// For each packed `Q8_0` or `Q4_0` weight row `r` of `rows` (`out.len()` rows of
-/// `row_bytes` each): `out[r] = Σ_c ad[c] · d_rc · Σ_{i < 32} aq[32c + i] · q_rc[i]`. The blocks
-/// are read in place (no decoded copy), their int8 or 4-bit values and f16 scales straight
-/// from the bytes; four rows share each load of the activations.
+/// Products of `acts` activation rows (1 or 2; `aq` and `ad` hold them one after the other)
+/// with `n` packed `Q8_0` or `Q4_0` weight rows of `row_bytes` each:
+/// `out[i · n + r] = Σ_c ad_i[c] · d_rc · Σ_{j < 32} aq_i[32c + j] · q_rc[j]`. The blocks are read
+/// in place (no decoded copy), their int8 or 4-bit values and f16 scales straight from the
+/// bytes; four weight rows share each load of the activations, and both activation rows
+/// share each weight block's unpacking.
+#[allow(clippy::too_many_arguments)]
 pub fn dot_q_rows(
     level: SimdLevel,
     format: DType,
-    aq: &[i8],
-    ad: &[f32],
+    (aq, ad, acts): (&[i8], &[f32], usize),
     rows: &[u8],
     row_bytes: usize,
+    n: usize,
     out: &mut [f32],
 ) {
     let size = format.block_bytes();
-    let blocks = ad.len().min(aq.len() / 32).min(row_bytes / size);
-    let row = |r: usize| &rows[r * row_bytes..(r + 1) * row_bytes];
+    let chunks = ad.len() / acts.max(1);
+    let blocks = chunks
+        .min(aq.len() / acts.max(1) / 32)
+        .min(row_bytes / size);
+    let n = n
+        .min(rows.len() / row_bytes.max(1))
+        .min(out.len() / acts.max(1));
     match level {
         #[cfg(target_arch = "x86_64")]
-        SimdLevel::Avx2 | SimdLevel::Avx512 if x86::has_f16c() => {
-            for (g, out) in out.chunks_mut(4).enumerate() {
-                // A short last group repeats its final row.
-                let last = out.len() - 1;
-                let group = [0, 1, 2, 3].map(|r| row(4 * g + r.min(last)));
-                // SAFETY: AVX2, FMA and F16C were detected at run time; each row holds
-                // `blocks` blocks of `size` bytes and `aq`, `ad` cover `blocks` blocks.
-                let sums = unsafe {
-                    if format == DType::Q8_0 {
-                        x86::dot_q_rows4::<false>(aq, ad, group, blocks, 4 * row_bytes)
-                    } else {
-                        x86::dot_q_rows4::<true>(aq, ad, group, blocks, 4 * row_bytes)
-                    }
-                };
-                out.copy_from_slice(&sums[..out.len()]);
+        SimdLevel::Avx2 | SimdLevel::Avx512 if x86::has_f16c() && matches!(acts, 1 | 2) => {
+            // VNNI is an AVX-512 extension: the avx2 level (WEBTENSOR_CPU_SIMD=avx2) runs and
+            // tests the maddubs path on the same machine.
+            let vnni = level == SimdLevel::Avx512 && x86::has_vnni();
+            let q4 = format == DType::Q4_0;
+            let args = x86::RowArgs {
+                aq,
+                ad,
+                chunks,
+                rows: rows.as_ptr(),
+                row_bytes,
+                blocks,
+                n,
+                out,
+            };
+            // SAFETY: AVX2, FMA and F16C (and VNNI where chosen) were detected at run time;
+            // `n` rows of `row_bytes` ≥ `blocks · size` bytes lie in `rows`, each activation
+            // row covers `blocks` blocks and `out` holds `acts · n` values.
+            unsafe {
+                match (vnni, q4, acts) {
+                    (true, true, 1) => x86::dot_q_rows_vnni::<true, 1>(args),
+                    (true, true, _) => x86::dot_q_rows_vnni::<true, 2>(args),
+                    (true, false, 1) => x86::dot_q_rows_vnni::<false, 1>(args),
+                    (true, false, _) => x86::dot_q_rows_vnni::<false, 2>(args),
+                    (false, true, 1) => x86::dot_q_rows_avx2::<true, 1>(args),
+                    (false, true, _) => x86::dot_q_rows_avx2::<true, 2>(args),
+                    (false, false, 1) => x86::dot_q_rows_avx2::<false, 1>(args),
+                    (false, false, _) => x86::dot_q_rows_avx2::<false, 2>(args),
+                }
             }
         }
         _ => {
             let mut q = [0i8; 32];
-            for (r, o) in out.iter_mut().enumerate() {
-                let w = row(r);
-                *o = (0..blocks)
-                    .map(|c| {
-                        let d = quant::block_ints(format, &w[c * size..(c + 1) * size], &mut q);
-                        exact_scalar(&aq[32 * c..32 * c + 32], &q) as f32 * (ad[c] * d)
-                    })
-                    .sum();
+            for i in 0..acts {
+                let (aq, ad) = (&aq[i * chunks * 32..], &ad[i * chunks..]);
+                for r in 0..n {
+                    let w = &rows[r * row_bytes..(r + 1) * row_bytes];
+                    out[i * n + r] = (0..blocks)
+                        .map(|c| {
+                            let d = quant::block_ints(format, &w[c * size..(c + 1) * size], &mut q);
+                            exact_scalar(&aq[32 * c..32 * c + 32], &q) as f32 * (ad[c] * d)
+                        })
+                        .sum();
+                }
             }
         }
     }
@@ -182,47 +207,127 @@ mod x86 {
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
     }
 
-    /// The 32 int8 values of the `Q4_0` (`Q4`) or `Q8_0` block at `p`.
-    #[target_feature(enable = "avx2")]
-    unsafe fn block_values<const Q4: bool>(p: *const u8) -> __m256i {
-        if Q4 {
-            let low = _mm_set1_epi8(15);
-            let packed = _mm_loadu_si128(p.add(2) as *const __m128i);
-            // Values 0..16 are the low nibbles, 16..32 the high ones.
-            let lo = _mm_and_si128(packed, low);
-            let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low);
-            _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8))
-        } else {
-            _mm256_loadu_si256(p.add(2) as *const __m256i)
-        }
+    /// Whether AVX512-VNNI (with AVX512VL for 256-bit registers) is present.
+    pub(super) fn has_vnni() -> bool {
+        std::arch::is_x86_feature_detected!("avx512vnni")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+    }
+
+    /// The arguments of the row kernels (see [`super::dot_q_rows`]): `A` activation rows
+    /// of `chunks` blocks each, `n` weight rows from `rows`, `A · n` outputs.
+    pub(super) struct RowArgs<'a> {
+        pub aq: &'a [i8],
+        pub ad: &'a [f32],
+        pub chunks: usize,
+        pub rows: *const u8,
+        pub row_bytes: usize,
+        pub blocks: usize,
+        pub n: usize,
+        pub out: &'a mut [f32],
     }
 
     /// # Safety
-    /// AVX2, FMA and F16C must be present; each of `rows` holds `blocks` `Q4_0` (`Q4`) or
-    /// `Q8_0` blocks, `aq` `32 · blocks` values and `ad` `blocks` scales. The memory `ahead`
-    /// bytes after each row (the next group's rows) is prefetched as the rows are read.
+    /// AVX2, FMA and F16C must be present; see [`rows_kernel`].
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot_q_rows4<const Q4: bool>(
-        aq: &[i8],
-        ad: &[f32],
-        rows: [&[u8]; 4],
-        blocks: usize,
-        ahead: usize,
-    ) -> [f32; 4] {
+    pub(super) unsafe fn dot_q_rows_avx2<const Q4: bool, const A: usize>(args: RowArgs<'_>) {
+        rows_kernel::<Q4, false, A>(args)
+    }
+
+    /// # Safety
+    /// As [`dot_q_rows_avx2`], and AVX512-VNNI with AVX512VL must be present.
+    #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+    pub(super) unsafe fn dot_q_rows_vnni<const Q4: bool, const A: usize>(args: RowArgs<'_>) {
+        rows_kernel::<Q4, true, A>(args)
+    }
+
+    /// `Σ_i u[i] · s[i]` in 8 i32 lanes (4 neighbouring products per lane) for unsigned `u`
+    /// and signed `s` bytes: one `vpdpbusd` with VNNI, `maddubs` + `madd` without (exact here:
+    /// no pair of products reaches the i16 limit, |u| ≤ 128 and |s| ≤ 127 or |u| ≤ 15).
+    #[inline(always)]
+    unsafe fn dot_us<const VNNI: bool>(u: __m256i, s: __m256i) -> __m256i {
+        if VNNI {
+            _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+        } else {
+            _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+        }
+    }
+
+    /// The weight rows of `args` in groups of four that share each activation load (a short
+    /// last group repeats its final row), against `A` activation rows that share each
+    /// weight block's unpacking; the next group's rows are prefetched as these are read.
+    ///
+    /// `Q4_0` values are used unsigned (`u = q + 8`, 0..16) against the signed activations,
+    /// and `8 · Σ a` of each activation block is taken off once per block:
+    /// `Σ q·a = Σ u·a − 8 Σ a`. `Q8_0` values are signed; the sign of each activation moves
+    /// onto the weight (`|a| · sign(a)·w`).
+    ///
+    /// # Safety
+    /// Inlined only into the `target_feature` functions above. `rows` points at `n` rows of
+    /// `row_bytes` bytes, each with `blocks` blocks; `aq` holds `A · 32 · chunks` values and
+    /// `ad` `A · chunks` scales with `blocks ≤ chunks`; `out` holds `A · n` values.
+    #[inline(always)]
+    unsafe fn rows_kernel<const Q4: bool, const VNNI: bool, const A: usize>(args: RowArgs<'_>) {
+        let RowArgs {
+            aq,
+            ad,
+            chunks,
+            rows: base,
+            row_bytes,
+            blocks,
+            n,
+            out,
+        } = args;
         let size = if Q4 { 18 } else { 34 };
-        let mut acc = [_mm256_setzero_ps(); 4];
-        for (c, &da) in ad.iter().enumerate().take(blocks) {
-            let va = _mm256_loadu_si256(aq.as_ptr().add(32 * c) as *const __m256i);
-            for (acc, row) in acc.iter_mut().zip(&rows) {
-                let p = row.as_ptr().add(size * c);
-                // A prefetch never faults, so one past the weights is harmless.
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead) as *const i8);
-                let vw = block_values::<Q4>(p);
-                let s = _mm256_set1_ps(da * f16_at(p));
-                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products(va, vw)), s, *acc);
+        let low = _mm_set1_epi8(15);
+        let eights = _mm256_set1_epi8(8);
+        for g in 0..n.div_ceil(4) {
+            let count = (n - 4 * g).min(4);
+            let rows = [0, 1, 2, 3].map(|r| base.add((4 * g + r.min(count - 1)) * row_bytes));
+            let mut acc = [[_mm256_setzero_ps(); 4]; A];
+            for c in 0..blocks {
+                let va: [__m256i; A] = std::array::from_fn(|i| {
+                    _mm256_loadu_si256(aq.as_ptr().add(32 * (i * chunks + c)) as *const __m256i)
+                });
+                let da: [f32; A] = std::array::from_fn(|i| *ad.get_unchecked(i * chunks + c));
+                // Q4_0: 8 · Σ a; Q8_0: |a|.
+                let shared: [__m256i; A] = std::array::from_fn(|i| {
+                    if Q4 {
+                        dot_us::<VNNI>(eights, va[i])
+                    } else {
+                        _mm256_sign_epi8(va[i], va[i])
+                    }
+                });
+                for (w, row) in rows.iter().enumerate() {
+                    let p = row.add(size * c);
+                    // A prefetch never faults, so one past the weights is harmless.
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(4 * row_bytes) as *const i8);
+                    let dw = f16_at(p);
+                    let values = if Q4 {
+                        let packed = _mm_loadu_si128(p.add(2) as *const __m128i);
+                        // Values 0..16 are the low nibbles, 16..32 the high ones.
+                        let lo = _mm_and_si128(packed, low);
+                        let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low);
+                        _mm256_set_m128i(hi, lo)
+                    } else {
+                        _mm256_loadu_si256(p.add(2) as *const __m256i)
+                    };
+                    for i in 0..A {
+                        let sums = if Q4 {
+                            _mm256_sub_epi32(dot_us::<VNNI>(values, va[i]), shared[i])
+                        } else {
+                            dot_us::<VNNI>(shared[i], _mm256_sign_epi8(values, va[i]))
+                        };
+                        let s = _mm256_set1_ps(da[i] * dw);
+                        acc[i][w] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), s, acc[i][w]);
+                    }
+                }
+            }
+            for (i, acc) in acc.iter().enumerate() {
+                for (w, &a) in acc.iter().enumerate().take(count) {
+                    *out.get_unchecked_mut(i * n + 4 * g + w) = hsum256(a);
+                }
             }
         }
-        acc.map(|a| hsum256(a))
     }
 
     /// # Safety

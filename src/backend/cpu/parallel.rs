@@ -42,12 +42,12 @@ pub fn map_tasks<R: Send>(
     work: usize,
     f: impl Fn(usize) -> R + Sync + Send,
 ) -> Vec<R> {
+    if work < MIN_PARALLEL_ELEMENTS || tasks < 2 || threads() < 2 {
+        return (0..tasks).map(f).collect();
+    }
     #[cfg(not(target_arch = "wasm32"))]
     {
         use rayon::prelude::*;
-        if work < MIN_PARALLEL_ELEMENTS || tasks < 2 || threads() < 2 {
-            return (0..tasks).map(f).collect();
-        }
         (0..tasks).into_par_iter().map(f).collect()
     }
     #[cfg(target_arch = "wasm32")]

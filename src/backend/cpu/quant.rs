@@ -135,9 +135,15 @@ pub fn qmatmul(
                 let chunks = k / 32;
                 let row_bytes = format.row_bytes(k);
                 let rows = &w[j0 * row_bytes..j1 * row_bytes];
-                for (i, out) in tile.chunks_mut(width).enumerate() {
-                    let (aq, ad) = (&aq[i * k..(i + 1) * k], &ad[i * chunks..(i + 1) * chunks]);
-                    dot_q_rows(level, format, aq, ad, rows, row_bytes, out);
+                // Two activation rows at a time share each weight block's unpacking.
+                for (pair, out) in tile.chunks_mut(2 * width).enumerate() {
+                    let (i, acts) = (2 * pair, out.len() / width);
+                    let a = (
+                        &aq[i * k..(i + acts) * k],
+                        &ad[i * chunks..(i + acts) * chunks],
+                        acts,
+                    );
+                    dot_q_rows(level, format, a, rows, row_bytes, width, out);
                 }
             }
             PreparedActivations::Int { q: aq, d: ad } => {
