@@ -28,13 +28,27 @@ impl Drop for Server {
 }
 
 fn start(tag: &str) -> Server {
+    start_with(tag, None)
+}
+
+/// The server, with its file-handle limit lowered to `max_files` (through `sh -c ulimit`).
+fn start_with(tag: &str, max_files: Option<u32>) -> Server {
     let root = std::env::temp_dir().join(format!("webtensor-serve-{tag}-{}", std::process::id()));
     std::fs::remove_dir_all(&root).ok();
     std::fs::create_dir_all(root.join("demo")).unwrap();
     std::fs::create_dir_all(root.join("web/pkg")).unwrap();
     std::fs::write(root.join("demo/index.html"), "<!doctype html>hello").unwrap();
     std::fs::write(root.join("web/pkg/webtensor.js"), "export {}").unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_webtensor"))
+    let mut command = match max_files {
+        None => Command::new(env!("CARGO_BIN_EXE_webtensor")),
+        Some(n) => {
+            let mut c = Command::new("sh");
+            c.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\"")])
+                .arg(env!("CARGO_BIN_EXE_webtensor"));
+            c
+        }
+    };
+    let mut child = command
         .args(["serve", "--port", "0", "--dir"])
         .arg(&root)
         .stdout(Stdio::piped())
@@ -78,6 +92,22 @@ impl Server {
             .find_map(|l| l.strip_prefix("Threads:"))
             .and_then(|n| n.trim().parse().ok())
             .unwrap_or(0)
+    }
+
+    /// CPU time the server has used, in clock ticks (Linux; 0 elsewhere).
+    fn cpu_ticks(&self) -> u64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the command name (which may hold spaces): utime and stime are 14, 15.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        field(11) + field(12)
     }
 
     fn alive(&mut self) -> bool {
@@ -219,4 +249,26 @@ fn idle_connections_keep_the_server_bounded() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(server.alive());
+}
+
+/// Out of file handles, `accept` fails until a connection ends: the server waits between
+/// tries instead of spinning on the error.
+#[test]
+#[cfg(target_os = "linux")]
+fn failing_accepts_back_off() {
+    let mut server = start_with("accept", Some(24));
+    let clients: Vec<TcpStream> = (0..48)
+        .filter_map(|_| TcpStream::connect(&server.addr).ok())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = server.cpu_ticks();
+    std::thread::sleep(Duration::from_secs(1));
+    let used = server.cpu_ticks() - before;
+    assert!(server.alive(), "the server died");
+    // A spinning accept loop uses a whole core: about 100 ticks a second.
+    assert!(
+        used < 30,
+        "{used} ticks of CPU in one second with accept failing"
+    );
+    drop(clients);
 }

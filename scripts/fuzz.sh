@@ -9,7 +9,8 @@
 # earlier runs found) and grows it; crashes land in fuzz/artifacts/<target>/. Afterwards the
 # corpus is minimized in place (cargo fuzz cmin). Commit the corpus and any reproducer: the
 # stable test `cargo test --test fuzz_replay` replays them all in CI without nightly.
-# One job per target, niced: the machine may be shared.
+# One process per target (no -jobs, which would log to fuzz-N.log), niced: the machine may be
+# shared.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,7 +39,7 @@ for t in "${targets[@]}"; do
   echo "== fuzzing $t for ${seconds}s"
   mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"
   nice -n 10 cargo "+$toolchain" fuzz run "$t" "fuzz/corpus/$t" -- \
-    -jobs=1 -workers=1 -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 \
+    -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 \
     -timeout=10 -print_final_stats=1 2>&1 | tee "target/fuzz-$t.log" \
     | grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|==[0-9]+== ERROR|SUMMARY|Done)" || true
   nice -n 10 cargo "+$toolchain" fuzz cmin "$t" "fuzz/corpus/$t" >/dev/null 2>&1 || true
