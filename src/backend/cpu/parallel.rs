@@ -1,9 +1,14 @@
 //! Splitting work across threads: rayon on native targets, one thread on wasm32. Kernels call
 //! these helpers so they never carry `cfg`s of their own.
 
-/// Below this many output elements a kernel runs on the calling thread: the thread pool's
-/// start-up cost would dominate.
-const MIN_PARALLEL_ELEMENTS: usize = 16 * 1024;
+/// Below this much work (in plain element copies) a kernel runs on the calling thread: waking
+/// the pool's sleeping workers costs tens of microseconds, more than a decode step's small
+/// products take (SmolLM-135M's 576×576 q4_0 matrices decoded slower on two threads than on
+/// one at 16K).
+const MIN_PARALLEL_ELEMENTS: usize = 256 * 1024;
+
+/// Work per task when a kernel does fan out: small enough to balance the threads.
+const TASK_ELEMENTS: usize = 16 * 1024;
 
 /// Calls `f(row_index, row)` for every `row_len`-long row of `out`, in parallel when the work
 /// is large enough. `weight` is the cost of one output element relative to a plain copy.
@@ -25,8 +30,8 @@ pub fn for_each_row<T: Send>(
         return;
     }
     // Enough rows per task to amortise scheduling, enough tasks to balance the threads.
-    let rows_per_task = (MIN_PARALLEL_ELEMENTS / (row_len * weight.max(1)))
-        .clamp(1, rows.div_ceil(threads() * 4).max(1));
+    let rows_per_task =
+        (TASK_ELEMENTS / (row_len * weight.max(1))).clamp(1, rows.div_ceil(threads() * 4).max(1));
     par_chunks(out, rows_per_task * row_len, |task, chunk| {
         for (j, row) in chunk.chunks_mut(row_len).enumerate() {
             f(task * rows_per_task + j, row);
