@@ -45,6 +45,7 @@ pub enum PrioritySource {
 
 /// Why one backend was or was not chosen.
 #[derive(Clone, Debug, serde::Serialize)]
+#[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
 pub struct Decision {
     /// The backend.
     pub kind: BackendKind,
@@ -56,6 +57,7 @@ pub struct Decision {
 
 /// One op that ran on a fallback backend, and how often.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
 pub struct Fallback {
     /// The op.
     pub op: OpKind,

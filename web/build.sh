@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds web/pkg: the webtensor-web crate for wasm32-unknown-unknown (release, wasm simd128),
 # then wasm-bindgen's ES module glue and TypeScript definitions (web/pkg/webtensor.js,
-# webtensor.d.ts, webtensor_bg.wasm). Installs the rustup target and wasm-bindgen-cli at the
+# webtensor.d.ts, webtensor_bg.wasm), and the npm package's package.json (web/npm/package.json
+# with the crate's version) and README, so `npm pack web/pkg` gives the package. Installs the rustup target and wasm-bindgen-cli at the
 # exact version of the wasm-bindgen crate in Cargo.lock when they are missing.
 # `web/build.sh --tools` only installs those tools (scripts/setup.sh uses it).
 set -euo pipefail
@@ -28,4 +29,8 @@ RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+simd128" \
   cargo build -p webtensor-web --target wasm32-unknown-unknown --release --target-dir target/wasm-web
 wasm-bindgen --target web --out-dir web/pkg --out-name webtensor \
   target/wasm-web/wasm32-unknown-unknown/release/webtensor_web.wasm
+# The npm package around the module: web/npm's package.json with webtensor-web's version.
+crate_version=$(awk -F'"' '/^version = / { print $2; exit }' web/Cargo.toml)
+sed "s/\"0.0.0-set-by-build\"/\"$crate_version\"/" web/npm/package.json > web/pkg/package.json
+cp web/npm/README.md web/pkg/README.md
 echo "build.sh: built web/pkg ($(du -h web/pkg/webtensor_bg.wasm | cut -f1) of wasm)"

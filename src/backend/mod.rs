@@ -40,6 +40,7 @@ pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + 'a>>;
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
 pub enum BackendKind {
     /// NVIDIA GPUs through CUDA (cargo feature `cuda`).
     Cuda,
@@ -209,6 +210,7 @@ impl Storage {
 /// Whether an adapter is real hardware or a software rasterizer (lavapipe, SwiftShader, WARP).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
 pub enum DeviceClass {
     /// A hardware GPU.
     Gpu,
@@ -220,6 +222,7 @@ pub enum DeviceClass {
 
 /// What a backend is and can do: shown by `webtensor info` and used by `Device::auto`.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
 pub struct BackendInfo {
     /// Which backend.
     pub kind: BackendKind,

@@ -517,6 +517,7 @@ impl OpSpec {
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
 pub enum OpKind {
     /// Elementwise add.
     Add,

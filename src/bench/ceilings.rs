@@ -10,6 +10,7 @@ use crate::error::Result;
 
 /// The ceilings of one backend.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
+#[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
 pub struct Ceilings {
     /// Device-to-device copy bandwidth (bytes read + written per second), in GB/s.
     pub copy_gb_per_s: f64,

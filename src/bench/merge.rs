@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 
 /// One peer measurement, taken on the same machine as the webtensor rows it is compared to.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
 pub struct PeerRow {
     /// The peer and its version, e.g. `numpy 2.4.6` or `llama.cpp (llama-cpp-python 0.3.16)`.
     pub peer: String,
@@ -132,6 +133,7 @@ pub fn merge(reports: Vec<BenchReport>) -> Result<BenchReport> {
 /// A peer next to the webtensor row it mirrors: `speedup` is peer time / webtensor time
 /// (above 1: webtensor is faster), or webtensor tokens/s / peer tokens/s for `decode`.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
 pub struct PeerRatio {
     /// The peer measurement.
     pub peer: PeerRow,

@@ -34,6 +34,7 @@ pub const SCHEMA_VERSION: u32 = 3;
 /// Problem sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
 pub enum Size {
     /// Small shapes that finish in seconds, even on a software GPU.
     Small,
@@ -70,6 +71,7 @@ impl Default for BenchConfig {
 
 /// One timed op on one backend.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
 pub struct BenchRow {
     /// The op family.
     pub op: OpKind,
@@ -110,6 +112,7 @@ pub struct BenchRow {
 
 /// One backend's identity and ceilings.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
 pub struct BackendCeilings {
     /// Identity of the backend (adapter or CPU, driver, features).
     pub info: BackendInfo,
@@ -119,6 +122,7 @@ pub struct BackendCeilings {
 
 /// A whole benchmark run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
 pub struct BenchReport {
     /// [`SCHEMA_VERSION`].
     pub schema_version: u32,

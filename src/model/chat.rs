@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
 pub struct ChatMessage {
     /// `system`, `user` or `assistant` (templates may know others).
     pub role: String,

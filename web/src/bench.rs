@@ -5,46 +5,22 @@
 use js_sys::Function;
 use wasm_bindgen::prelude::*;
 use webtensor::backend::registry;
-use webtensor::bench::{self, BenchConfig, Size};
+use webtensor::bench::{self, BenchConfig, BenchReport, Size, SCHEMA_VERSION};
 use webtensor::{BackendKind, OpKind};
 
 use crate::error::{js, js_error, to_js_object};
 
-#[wasm_bindgen(typescript_custom_section)]
-const TS_TYPES: &'static str = r#"
-/** What `runBenchmarks` times; every field is optional. */
-export interface BenchOptions {
-  /** Backends to time (default ["wgpu", "cpu"], those available). */
-  backends?: string[];
-  /** Op families (names as in `webtensor bench --ops`; default all). */
-  ops?: string[];
-  /** Timed samples per row (default 5; the median is reported). */
-  runs?: number;
-  /** Minimum seconds per sample (default 0.02). */
-  minSampleSecs?: number;
-}
-
-/** The report of `webtensor bench --json` (src/bench/mod.rs `BenchReport`). */
-export interface BenchReport {
-  schema_version: number;
-  webtensor_version: string;
-  size: string;
-  backends: { info: Record<string, unknown>; ceilings: { copy_gb_per_s: number; copy_bytes: number; fma_gflop_per_s: number | null } }[];
-  rows: {
-    op: string; case: string; shape: string; backend: string; checked: boolean;
-    median_us: number | null; min_us: number | null; bytes: number; flops: number; elements: number;
-    gb_per_s: number | null; gflop_per_s: number | null; melem_per_s: number | null;
-    frac_copy: number | null; frac_peak: number | null; error: string | null;
-  }[];
-}
-"#;
-
-#[derive(serde::Deserialize, Default)]
+/// What `runBenchmarks` times; every field is optional.
+#[derive(serde::Deserialize, Default, tsify::Tsify)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
-struct Options {
+pub struct BenchOptions {
+    /// Backends to time (default ["wgpu", "cpu"], those available).
     backends: Option<Vec<String>>,
+    /// Op families (names as in `webtensor bench --ops`; default all).
     ops: Vec<String>,
+    /// Timed samples per row (default 5; the median is reported).
     runs: Option<usize>,
+    /// Minimum seconds per sample (default 0.02).
     min_sample_secs: Option<f64>,
 }
 
@@ -60,12 +36,14 @@ pub fn bench_ops() -> Vec<String> {
 /// the browser has WebGPU) and `cpu`; a named backend that is not available rejects.
 #[wasm_bindgen(js_name = runBenchmarks, unchecked_return_type = "BenchReport")]
 pub async fn run_benchmarks(
-    #[wasm_bindgen(unchecked_param_type = "BenchOptions | undefined")] options: JsValue,
-    #[wasm_bindgen(unchecked_param_type = "(done: number, total: number, label: string) => void")]
+    #[wasm_bindgen(unchecked_optional_param_type = "BenchOptions | null")] options: JsValue,
+    #[wasm_bindgen(
+        unchecked_optional_param_type = "((done: number, total: number, label: string) => void) | null"
+    )]
     progress: Option<Function>,
 ) -> Result<JsValue, JsValue> {
-    let options: Options = if options.is_undefined() || options.is_null() {
-        Options::default()
+    let options: BenchOptions = if options.is_undefined() || options.is_null() {
+        BenchOptions::default()
     } else {
         let text: String = js_sys::JSON::stringify(&options)?.into();
         serde_json::from_str(&text)
@@ -113,4 +91,26 @@ pub async fn run_benchmarks(
     })
     .await;
     to_js_object(&js(report)?)
+}
+
+/// Each peer of `report` (numpy, llama.cpp: `report.peers`, from `webtensor bench --peers`)
+/// next to the checked rows of the same op, case and shape, with how many times faster
+/// webtensor is: the comparison `webtensor bench --report` draws, for a page to show.
+#[wasm_bindgen(js_name = peerRatios, unchecked_return_type = "PeerRatio[]")]
+pub fn peer_ratios(
+    #[wasm_bindgen(unchecked_param_type = "BenchReport")] report: JsValue,
+) -> Result<JsValue, JsValue> {
+    let text: String = js_sys::JSON::stringify(&report)?.into();
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| js_error(format!("peerRatios: {e}")))?;
+    let version = value.get("schema_version").and_then(|v| v.as_u64());
+    if version != Some(u64::from(SCHEMA_VERSION)) {
+        return Err(js_error(format!(
+            "peerRatios: a report of schema version {version:?}, but this webtensor reads \
+             version {SCHEMA_VERSION}; rerun `webtensor bench --json` to regenerate it"
+        )));
+    }
+    let report: BenchReport = serde_json::from_value(value)
+        .map_err(|e| js_error(format!("peerRatios: not a bench report: {e}")))?;
+    to_js_object(&bench::merge::peer_ratios(&report))
 }

@@ -15,6 +15,21 @@ pub struct Device {
     pub(crate) inner: webtensor::Device,
 }
 
+/// What `Device.info()` returns.
+#[derive(serde::Serialize, tsify::Tsify)]
+pub struct DeviceInfo {
+    /// The backend that runs the ops: "wgpu", "cpu" or "reference".
+    backend: String,
+    /// The backend chain, primary first.
+    chain: Vec<BackendKind>,
+    /// The primary backend's identity, features and limits.
+    info: webtensor::BackendInfo,
+    /// Why each backend was or was not chosen.
+    decisions: Vec<webtensor::device::Decision>,
+    /// Ops that ran on a fallback backend so far, and how often.
+    fallbacks: Vec<webtensor::device::Fallback>,
+}
+
 /// Creates a device. Without a name (or with `"auto"`) it takes the best available backend
 /// by the default priority (a hardware WebGPU adapter, else `cpu`); with `"wgpu"`, `"cpu"` or
 /// `"reference"` it takes that one and rejects with the reason when it is not available here
@@ -57,20 +72,13 @@ impl Device {
     /// primary backend's identity, features and limits (adapter name, API, `shader-f16`,
     /// largest storage binding, SIMD level) and `decisions` says why each backend was or was
     /// not chosen.
+    #[wasm_bindgen(unchecked_return_type = "DeviceInfo")]
     pub fn info(&self) -> Result<JsValue, JsValue> {
-        #[derive(serde::Serialize)]
-        struct Info<'a> {
-            backend: &'static str,
-            chain: Vec<BackendKind>,
-            info: webtensor::BackendInfo,
-            decisions: &'a [webtensor::device::Decision],
-            fallbacks: Vec<webtensor::device::Fallback>,
-        }
-        to_js_object(&Info {
-            backend: self.inner.backend_name(),
+        to_js_object(&DeviceInfo {
+            backend: self.inner.backend_name().to_string(),
             chain: self.inner.chain(),
             info: self.inner.info(),
-            decisions: self.inner.decisions(),
+            decisions: self.inner.decisions().to_vec(),
             fallbacks: self.inner.fallbacks(),
         })
     }

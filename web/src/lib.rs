@@ -20,9 +20,12 @@
 //! * [`ops`]: the op set as functions over tensors.
 //! * [`model`]: loading a Llama model (bytes, `File`s, a URL, the built-in one) and streaming
 //!   generation with a stop control.
+//! * [`cache`]: models fetched by URL kept in Cache Storage: `cachedModels`,
+//!   `deleteCachedModel`.
 //! * [`bench`]: the op benchmarks of `webtensor bench`, with the same JSON report.
 
 pub mod bench;
+pub mod cache;
 pub mod device;
 mod error;
 mod load;

@@ -1,5 +1,5 @@
-//! Reading model bytes in the browser: a `File` in chunks, or a URL through `fetch` as the
-//! body streams in, reporting progress as it goes.
+//! Reading model bytes in the browser: a `File` in chunks, or a response body (a download or a
+//! cache entry, see `cache`) as it streams in, reporting progress as it goes.
 
 use js_sys::{Function, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
@@ -44,26 +44,14 @@ pub(crate) async fn read_file(
     Ok(out)
 }
 
-/// The body of `url`, fetched with the page's `fetch`; `progress("download", bytes so far,
-/// Content-Length or 0 when unknown)`. A non-2xx answer is an error naming the status.
-pub(crate) async fn fetch_bytes(
+/// The body of `response` (from `url`), read as it streams in; `progress(phase, bytes so far,
+/// Content-Length or 0 when unknown)`.
+pub(crate) async fn read_body(
+    response: Response,
     url: &str,
+    phase: &str,
     progress: Option<&Function>,
 ) -> Result<Vec<u8>, JsValue> {
-    let fetch: Function = Reflect::get(&js_sys::global(), &JsValue::from_str("fetch"))?
-        .dyn_into()
-        .map_err(|_| js_error("this environment has no fetch()"))?;
-    let promise: js_sys::Promise = fetch
-        .call1(&JsValue::NULL, &JsValue::from_str(url))?
-        .dyn_into()?;
-    let response: Response = JsFuture::from(promise).await?.dyn_into()?;
-    if !response.ok() {
-        return Err(js_error(format!(
-            "fetching {url} failed: HTTP {} {}",
-            response.status(),
-            response.status_text()
-        )));
-    }
     let total = response
         .headers()
         .get("content-length")?
@@ -74,15 +62,24 @@ pub(crate) async fn fetch_bytes(
     };
     let reader: ReadableStreamDefaultReader = body.get_reader().dyn_into()?;
     let mut out = Vec::with_capacity(total as usize);
-    report(progress, "download", 0.0, total);
+    report(progress, phase, 0.0, total);
     loop {
-        let chunk = JsFuture::from(reader.read()).await?;
+        let chunk = JsFuture::from(reader.read())
+            .await
+            .map_err(|e| js_error(format!("reading {url} failed: {}", describe(&e))))?;
         if Reflect::get(&chunk, &JsValue::from_str("done"))?.is_truthy() {
             break;
         }
         let value: Uint8Array = Reflect::get(&chunk, &JsValue::from_str("value"))?.dyn_into()?;
         out.extend_from_slice(&value.to_vec());
-        report(progress, "download", out.len() as f64, total);
+        report(progress, phase, out.len() as f64, total);
     }
     Ok(out)
+}
+
+/// A thrown JavaScript value's message.
+fn describe(e: &JsValue) -> String {
+    e.dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .unwrap_or_else(|| format!("{e:?}"))
 }

@@ -22,49 +22,15 @@ use webtensor::model::{
     SequenceInput, Tokenizer,
 };
 
+use crate::cache;
 use crate::device::Device;
 use crate::error::{js, js_error, to_js_object};
-use crate::load::{fetch_bytes, read_file, report};
+use crate::load::{read_file, report};
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &'static str = r#"
-/** Sampling and length of one generation; every field is optional. */
-export interface GenerateOptions {
-  /** Tokens to generate at most (default 64). */
-  maxTokens?: number;
-  /** 0 for greedy (the default); otherwise logits are divided by it before the softmax. */
-  temperature?: number;
-  /** Keep only the k most likely tokens (0: all, the default). */
-  topK?: number;
-  /** Keep the smallest set of likely tokens whose probability reaches p (1: all, the default). */
-  topP?: number;
-  /** Seed of the random choices (default 0). */
-  seed?: number;
-}
-
-/** What a generation did and how fast. */
-export interface GenerationStats {
-  promptTokens: number;
-  generatedTokens: number;
-  promptSecs: number;
-  decodeSecs: number;
-  /** Generated tokens per second after the first. */
-  tokensPerSec: number;
-  stoppedAtEos: boolean;
-  /** Whether `Model.stop()` ended it. */
-  stopped: boolean;
-  text: string;
-}
-
 /** Called while loading: `phase` is "read", "download", "parse" or "upload". */
 export type ProgressCallback = (phase: string, done: number, total: number) => void;
-
-/** One message of a conversation for `Model.chat`. */
-export interface ChatMessage {
-  /** "system", "user" or "assistant". */
-  role: string;
-  content: string;
-}
 
 /** Called with each piece of generated text (never half a character). */
 export type TokenCallback = (piece: string, generated: number, tokensPerSec: number) => void;
@@ -80,14 +46,20 @@ pub struct Model {
     busy: Cell<bool>,
 }
 
-/// Options of [`Model::generate`], read from the JavaScript object.
-#[derive(serde::Deserialize)]
+/// Sampling and length of one generation; every field is optional.
+#[derive(serde::Deserialize, tsify::Tsify)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
-struct GenerateOptions {
+pub struct GenerateOptions {
+    /// Tokens to generate at most (default 64).
     max_tokens: usize,
+    /// 0 for greedy (the default); otherwise logits are divided by it before the softmax.
     temperature: f32,
+    /// Keep only the k most likely tokens (0: all, the default).
     top_k: usize,
+    /// Keep the smallest set of likely tokens whose probability reaches p (1: all, the
+    /// default).
     top_p: f32,
+    /// Seed of the random choices (default 0).
     seed: u64,
 }
 
@@ -126,17 +98,25 @@ impl GenerateOptions {
     }
 }
 
-/// The result of a generation, as JavaScript sees it ([`GenerationStats` in the .d.ts]).
-#[derive(serde::Serialize)]
+/// What a generation did and how fast: what `generate` and `chat` resolve with.
+#[derive(serde::Serialize, tsify::Tsify)]
 #[serde(rename_all = "camelCase")]
-struct Stats {
+pub struct GenerationStats {
+    /// Tokens of the prompt (after the chat template, for `chat`).
     prompt_tokens: usize,
+    /// Tokens generated.
     generated_tokens: usize,
+    /// Seconds of the prompt pass, up to the first generated token.
     prompt_secs: f64,
+    /// Seconds of decoding after the prompt pass.
     decode_secs: f64,
+    /// Generated tokens per second after the first.
     tokens_per_sec: f64,
+    /// Whether the model's end-of-sequence or end-of-turn token ended it.
     stopped_at_eos: bool,
+    /// Whether `Model.stop()` ended it.
     stopped: bool,
+    /// The generated text.
     text: String,
 }
 
@@ -155,8 +135,9 @@ impl Model {
     /// into the module: no download.
     pub async fn builtin(
         device: &Device,
-        #[wasm_bindgen(unchecked_param_type = "ProgressCallback | null | undefined")]
-        progress: Option<Function>,
+        #[wasm_bindgen(unchecked_optional_param_type = "ProgressCallback | null")] progress: Option<
+            Function,
+        >,
     ) -> Result<Model, JsValue> {
         report(progress.as_ref(), "parse", 0.0, 1.0);
         let files = js(builtin::files())?;
@@ -169,8 +150,9 @@ impl Model {
         device: &Device,
         bytes: Vec<u8>,
         name: String,
-        #[wasm_bindgen(unchecked_param_type = "ProgressCallback | null | undefined")]
-        progress: Option<Function>,
+        #[wasm_bindgen(unchecked_optional_param_type = "ProgressCallback | null")] progress: Option<
+            Function,
+        >,
     ) -> Result<Model, JsValue> {
         Model::from_gguf(device, bytes, &name, progress.as_ref()).await
     }
@@ -183,8 +165,9 @@ impl Model {
     pub async fn from_files(
         device: &Device,
         #[wasm_bindgen(unchecked_param_type = "FileList | File[]")] files: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "ProgressCallback | null | undefined")]
-        progress: Option<Function>,
+        #[wasm_bindgen(unchecked_optional_param_type = "ProgressCallback | null")] progress: Option<
+            Function,
+        >,
     ) -> Result<Model, JsValue> {
         let progress = progress.as_ref();
         let files: Vec<web_sys::File> = js_sys::Array::from(&files)
@@ -226,16 +209,24 @@ impl Model {
         Model::place(device, model_files, "model folder", progress).await
     }
 
-    /// A model from the URL of a GGUF file (fetched; progress reports the bytes downloaded).
+    /// A model from the URL of a GGUF file: from the browser's cache when an earlier load put
+    /// it there (progress phase "cache"), else fetched (phase "download") and kept in the
+    /// cache for the next visit (see `cachedModels`, `deleteCachedModel`).
     #[wasm_bindgen(js_name = fromUrl)]
     pub async fn from_url(
         device: &Device,
         url: String,
-        #[wasm_bindgen(unchecked_param_type = "ProgressCallback | null | undefined")]
-        progress: Option<Function>,
+        #[wasm_bindgen(unchecked_optional_param_type = "ProgressCallback | null")] progress: Option<
+            Function,
+        >,
     ) -> Result<Model, JsValue> {
-        let bytes = fetch_bytes(&url, progress.as_ref()).await?;
-        Model::from_gguf(device, bytes, &url, progress.as_ref()).await
+        let bytes = cache::fetch_cached(&url, progress.as_ref()).await?;
+        let model = Model::from_gguf(device, bytes, &url, progress.as_ref()).await;
+        if model.is_err() {
+            // Keep no bytes that are not a model this device can load.
+            cache::forget(&url).await?;
+        }
+        model
     }
 
     /// The model's name (file name, URL, or the built-in model's).
@@ -264,10 +255,12 @@ impl Model {
     pub async fn generate(
         &self,
         prompt: String,
-        #[wasm_bindgen(unchecked_param_type = "GenerateOptions | undefined")] options: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "TokenCallback | null | undefined")] on_token: Option<
-            Function,
-        >,
+        #[wasm_bindgen(unchecked_optional_param_type = "GenerateOptions | null")] options: JsValue,
+        #[wasm_bindgen(
+            js_name = "onToken",
+            unchecked_optional_param_type = "TokenCallback | null"
+        )]
+        on_token: Option<Function>,
     ) -> Result<JsValue, JsValue> {
         let options = GenerateOptions::from_js(&options)?;
         if self.busy.replace(true) {
@@ -291,10 +284,12 @@ impl Model {
     pub async fn chat(
         &self,
         #[wasm_bindgen(unchecked_param_type = "ChatMessage[]")] messages: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "GenerateOptions | undefined")] options: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "TokenCallback | null | undefined")] on_token: Option<
-            Function,
-        >,
+        #[wasm_bindgen(unchecked_optional_param_type = "GenerateOptions | null")] options: JsValue,
+        #[wasm_bindgen(
+            js_name = "onToken",
+            unchecked_optional_param_type = "TokenCallback | null"
+        )]
+        on_token: Option<Function>,
     ) -> Result<JsValue, JsValue> {
         let options = GenerateOptions::from_js(&options)?;
         let text: String = js_sys::JSON::stringify(&messages)?.into();
@@ -380,7 +375,7 @@ impl Model {
         chat: bool,
         options: &GenerateOptions,
         on_token: Option<&Function>,
-    ) -> Result<Stats, JsValue> {
+    ) -> Result<GenerationStats, JsValue> {
         let (ids, mut cache) = js(generate::prepare_prompt(
             &self.llama,
             &self.tokenizer,
@@ -395,7 +390,7 @@ impl Model {
             seed: options.seed,
         });
         let mut decoder = self.tokenizer.stream();
-        let mut stats = Stats {
+        let mut stats = GenerationStats {
             prompt_tokens: ids.len(),
             generated_tokens: 0,
             prompt_secs: 0.0,
@@ -416,7 +411,7 @@ impl Model {
         let mut queue: VecDeque<u32> = js(first.to_vec_async::<u32>().await)?.into();
         let decode_start = now_secs();
         stats.prompt_secs = decode_start - start;
-        let emit = |piece: &str, stats: &mut Stats| {
+        let emit = |piece: &str, stats: &mut GenerationStats| {
             stats.text.push_str(piece);
             if let Some(f) = on_token {
                 let _ = f.call3(

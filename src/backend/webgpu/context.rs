@@ -152,6 +152,9 @@ impl GpuContext {
                 }
             })?;
         let adapter_info = adapter.get_info();
+        // In the browser wgpu leaves the name empty: take it from the page's GPUAdapterInfo.
+        #[cfg(target_arch = "wasm32")]
+        let adapter_info = super::browser::name_adapter(adapter_info, power_preference).await;
         let adapter_features = adapter.features();
         // f16 and subgroups are enabled where present so later kernels can use them; nothing
         // requires them.

@@ -3,7 +3,7 @@
 //! How it fits together:
 //!
 //! * `context` opens the adapter and device (with the adapter's real limits) and reports
-//!   what it found.
+//!   what it found; in the browser `browser` names the adapter from `GPUAdapterInfo`.
 //! * `pool` holds tensor memory: [`GpuBuffer`] handles whose buffers are recycled by size
 //!   class when the last handle drops.
 //! * `pipelines` compiles each shader of `shaders/` once and caches a pipeline per entry
@@ -19,6 +19,8 @@
 //! Tensors larger than one storage binding are refused with [`Error::TensorTooLarge`]; wgpu
 //! errors (validation, out of memory, device loss) become [`Error::Backend`] at the next call.
 
+#[cfg(target_arch = "wasm32")]
+mod browser;
 mod context;
 mod kernels;
 mod pipelines;
