@@ -9,25 +9,30 @@
 //!                    [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
 //! webtensor chat [--model PATH] [--system TEXT] [--backend B] [--max-tokens N] [sampling]
 //! webtensor eval [--model PATH] --tokens 1,5,9 [--backend B]
-//! webtensor serve [--port P] [--dir CHECKOUT]
+//! webtensor models [--json]
+//! webtensor serve [--port P] [--dir CHECKOUT] [--model PATH [--max-sequences N]]
 //! ```
+//!
+//! Every command that runs a model also takes `--threads N` (the cpu backend's pool) and
+//! `--ctx N` (a shorter context than the model's, to bound cache memory). `--model` takes a
+//! path, `builtin`, or the name of a model in the cache folder `webtensor models` lists.
 
+#[path = "webtensor/bench.rs"]
+mod bench_cmd;
 #[path = "webtensor/chat.rs"]
 mod chat;
+#[path = "webtensor/info.rs"]
+mod info;
+#[path = "webtensor/models.rs"]
+mod models;
 #[path = "webtensor/peer.rs"]
 mod peer;
 #[path = "webtensor/serve.rs"]
 mod serve;
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
-use webtensor::backend::{registry, BackendInfo, BackendKind, OpKind};
-use webtensor::bench::{self, BenchConfig, Size};
-use webtensor::device::{Decision, PrioritySource};
 use webtensor::model::{self, ActivationMode, Llama, ModelFiles, Sampling};
 use webtensor::{Device, Error};
 
@@ -94,6 +99,9 @@ enum Command {
         /// each of our samples (--runs of them) and print the ratio.
         #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "")]
         peers: Vec<String>,
+        /// Threads of the cpu backend (default: one per logical core).
+        #[arg(long, value_name = "N", value_parser = parse_threads)]
+        threads: Option<usize>,
     },
     /// Generate text from a prompt, streaming it, then print prompt and decode tokens/s.
     Generate {
@@ -138,8 +146,18 @@ enum Command {
         #[arg(long, value_delimiter = ',', required = true)]
         tokens: Vec<u32>,
     },
+    /// List the models in the cache folder (`$WEBTENSOR_MODELS`, else
+    /// `$XDG_CACHE_HOME/webtensor/models`, else `~/.cache/webtensor/models`) and their sizes;
+    /// `--model NAME` finds them there.
+    Models {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Serve the browser demo (demo/ and web/pkg, built by ./web/build.sh) on 127.0.0.1 with
-    /// cross-origin isolation headers, and print its address.
+    /// cross-origin isolation headers, and print its address. With --model, also an
+    /// OpenAI-compatible API: /v1/chat/completions, /v1/completions (streamed with
+    /// `"stream": true`) and /v1/models, concurrent requests decoded in one batch.
     Serve {
         /// Port to listen on (0: any free port).
         #[arg(long, default_value_t = 8080)]
@@ -147,15 +165,30 @@ enum Command {
         /// The webtensor checkout holding demo/ and web/pkg.
         #[arg(long, value_name = "DIR", default_value = ".")]
         dir: std::path::PathBuf,
+        #[command(flatten)]
+        model: ModelArgs,
+        /// With --model: requests generated at the same time (each a sequence of the paged
+        /// cache); more wait in a queue, and beyond that get a 503.
+        #[arg(long, value_name = "N", default_value_t = 16,
+              value_parser = clap::value_parser!(u16).range(1..=256))]
+        max_sequences: u16,
     },
 }
 
 /// Where the model comes from and where it runs.
 #[derive(clap::Args)]
 struct ModelArgs {
-    /// A Hugging Face model folder or a .gguf file; default: the built-in tiny model.
+    /// A Hugging Face model folder or a .gguf file, `builtin`, or the name of a model in the
+    /// cache folder (see `webtensor models`); default: the built-in tiny model.
     #[arg(long, value_name = "PATH")]
     model: Option<std::path::PathBuf>,
+    /// Threads of the cpu backend (default: one per logical core).
+    #[arg(long, value_name = "N", value_parser = parse_threads)]
+    threads: Option<usize>,
+    /// Tokens of context: caches and prompts are bounded by it (default and most: the
+    /// model's own context).
+    #[arg(long, value_name = "N", value_parser = parse_ctx)]
+    ctx: Option<usize>,
     /// Backend to run on (cpu, wgpu, reference, cuda); default: `Device::auto`.
     #[arg(long, value_name = "NAME")]
     backend: Option<String>,
@@ -171,6 +204,38 @@ struct ModelArgs {
 
 fn parse_activations(value: &str) -> Result<ActivationMode, String> {
     ActivationMode::parse(value).map_err(|e| e.to_string())
+}
+
+/// Most threads `--threads` takes: far beyond any core count, short of exhausting the process.
+const MAX_THREADS: usize = 1024;
+
+fn parse_threads(value: &str) -> Result<usize, String> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    match value.parse::<usize>() {
+        Ok(n) if (1..=MAX_THREADS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "a thread count from 1 to {MAX_THREADS} (this machine has {cores} logical cores)"
+        )),
+    }
+}
+
+fn parse_ctx(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("a positive number of tokens (at most the model's own context)".into()),
+    }
+}
+
+/// Sizes the cpu backend's pool (rayon's global pool) before anything starts it.
+fn set_threads(threads: Option<usize>) -> Result<(), Error> {
+    let Some(n) = threads else { return Ok(()) };
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .build_global()
+        .map_err(|e| Error::InvalidArgument {
+            op: "--threads",
+            reason: format!("the cpu pool could not take {n} threads: {e}"),
+        })
 }
 
 /// How tokens are drawn.
@@ -207,11 +272,44 @@ enum SizeArg {
     Medium,
 }
 
+/// Keeps Mesa's Vulkan drivers from printing "error: XDG_RUNTIME_DIR is invalid or not set in
+/// the environment." (twice) when wgpu lists adapters, which tells a newcomer something failed
+/// when nothing did. The line comes from libwayland: Mesa's device-select layer
+/// (`VK_LAYER_MESA_device_select`, an implicit Vulkan layer) asks the Wayland compositor which
+/// GPU drives the display, so that GPU can be listed first, and libwayland cannot even look for
+/// a compositor without `XDG_RUNTIME_DIR`. With no `XDG_RUNTIME_DIR` (and no absolute
+/// `WAYLAND_DISPLAY`) there is no compositor to ask, so the layer has nothing to learn, and
+/// webtensor orders adapters itself anyway: the layer is switched off through its own switch,
+/// `NODEVICE_SELECT`, for this process. A user who set `NODEVICE_SELECT` or
+/// `MESA_VK_DEVICE_SELECT` keeps their choice. Runs first in `main`, before any thread starts.
+fn quiet_mesa_without_a_session() {
+    let set = |name: &str| std::env::var_os(name).is_some();
+    let absolute =
+        |name: &str| std::env::var_os(name).is_some_and(|v| std::path::Path::new(&v).is_absolute());
+    let session = absolute("XDG_RUNTIME_DIR") || absolute("WAYLAND_DISPLAY");
+    if !session && !set("NODEVICE_SELECT") && !set("MESA_VK_DEVICE_SELECT") {
+        std::env::set_var("NODEVICE_SELECT", "1");
+    }
+}
+
 fn main() -> ExitCode {
+    quiet_mesa_without_a_session();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
+    let threads = match &cli.command {
+        Command::Bench { threads, .. } => *threads,
+        Command::Generate { model, .. }
+        | Command::Chat { model, .. }
+        | Command::Eval { model, .. }
+        | Command::Serve { model, .. } => model.threads,
+        Command::Info { .. } | Command::Models { .. } => None,
+    };
+    if let Err(e) = set_threads(threads) {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
-        Command::Info { json } => info(json),
+        Command::Info { json } => info::info(json),
         Command::Bench {
             backends,
             model: Some(model),
@@ -222,7 +320,7 @@ fn main() -> ExitCode {
             peers,
             json,
             ..
-        } => bench_model(
+        } => bench_cmd::bench_model(
             &backends,
             &model,
             (prompt_tokens, decode_tokens),
@@ -237,7 +335,7 @@ fn main() -> ExitCode {
             json,
             model: None,
             ..
-        } if !merge.is_empty() => bench_merge(&merge, &peers, report.as_deref(), json),
+        } if !merge.is_empty() => bench_cmd::bench_merge(&merge, &peers, report.as_deref(), json),
         Command::Bench {
             backends,
             ops,
@@ -248,7 +346,7 @@ fn main() -> ExitCode {
             report,
             peers,
             ..
-        } => bench(&backends, &ops, size, runs, json, report.as_deref(), &peers),
+        } => bench_cmd::bench(&backends, &ops, size, runs, json, report.as_deref(), &peers),
         Command::Generate {
             model,
             prompt,
@@ -278,10 +376,13 @@ fn main() -> ExitCode {
             sampling,
         } => chat::interactive(&model, system.as_deref(), max_tokens, sampling.sampling()),
         Command::Eval { model, tokens } => eval(&model, &tokens),
-        Command::Serve { port, dir } => serve::run(&dir, port).map_err(|source| Error::Io {
-            path: dir.display().to_string(),
-            source,
-        }),
+        Command::Models { json } => models::list(json),
+        Command::Serve {
+            port,
+            dir,
+            model,
+            max_sequences,
+        } => serve_command(&dir, port, &model, max_sequences.into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -292,325 +393,23 @@ fn main() -> ExitCode {
     }
 }
 
-/// One backend as `info` shows it.
-#[derive(Serialize)]
-struct BackendStatus {
-    name: &'static str,
-    present: bool,
-    reason: Option<String>,
-    info: Option<BackendInfo>,
-}
-
-#[derive(Serialize)]
-struct AutoChoice {
-    backend: &'static str,
-    chain: Vec<BackendKind>,
-    priority_source: PrioritySource,
-    decisions: Vec<Decision>,
-}
-
-#[derive(Serialize)]
-struct InfoReport {
-    webtensor_version: &'static str,
-    backends: Vec<BackendStatus>,
-    auto: Option<AutoChoice>,
-    auto_error: Option<String>,
-}
-
-fn info(json: bool) -> Result<(), Error> {
-    let backends = BackendKind::ALL
-        .into_iter()
-        .map(|kind| match registry::get(kind) {
-            Ok(b) => BackendStatus {
-                name: kind.name(),
-                present: true,
-                reason: None,
-                info: Some(b.info()),
-            },
-            Err(reason) => BackendStatus {
-                name: kind.name(),
-                present: false,
-                reason: Some(reason),
-                info: None,
-            },
-        })
-        .collect();
-    let (auto, auto_error) = match Device::auto() {
-        Ok(d) => (
-            Some(AutoChoice {
-                backend: d.backend_name(),
-                chain: d.chain(),
-                priority_source: d.priority_source().clone(),
-                decisions: d.decisions().to_vec(),
-            }),
-            None,
-        ),
-        Err(e) => (None, Some(e.to_string())),
-    };
-    let report = InfoReport {
-        webtensor_version: env!("CARGO_PKG_VERSION"),
-        backends,
-        auto,
-        auto_error,
-    };
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("the report serialises")
-        );
-    } else {
-        print!("{}", info_text(&report));
-    }
-    Ok(())
-}
-
-fn bytes(v: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = v as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{v} B")
-    } else if value.fract() == 0.0 {
-        format!("{value} {}", UNITS[unit])
-    } else {
-        format!("{value:.2} {} ({v} bytes)", UNITS[unit])
-    }
-}
-
-fn info_text(report: &InfoReport) -> String {
-    let mut out = format!("webtensor {}\n\n", report.webtensor_version);
-    for b in &report.backends {
-        match (&b.info, &b.reason) {
-            (Some(i), _) => {
-                out += &format!("{:<10} present  {}\n", b.name, i.device_name);
-                let mut field = |label: &str, value: String| {
-                    if !value.is_empty() {
-                        out += &format!("{:<10}   {label:<10} {value}\n", "");
-                    }
-                };
-                field("class", format!("{:?}", i.class).to_lowercase());
-                field("vendor", i.vendor.clone());
-                field("driver", i.driver.clone());
-                field("api", i.api.clone());
-                field("features", i.features.join(", "));
-                field("simd", i.simd.clone().unwrap_or_default());
-                field("f16", i.f16_path.clone());
-                field("reductions", i.reductions.clone());
-                field(
-                    "threads",
-                    i.threads.map(|t| t.to_string()).unwrap_or_default(),
-                );
-                for (name, value) in &i.limits {
-                    let shown = if name.ends_with("size") {
-                        bytes(*value)
-                    } else {
-                        value.to_string()
-                    };
-                    field("limit", format!("{name} = {shown}"));
-                }
-                let missing: Vec<_> = i.missing_ops.iter().map(|o| o.name()).collect();
-                field("falls back", missing.join(", "));
-            }
-            (None, reason) => {
-                out += &format!(
-                    "{:<10} absent   {}\n",
-                    b.name,
-                    reason.clone().unwrap_or_default()
-                );
-            }
-        }
-        out += "\n";
-    }
-    match (&report.auto, &report.auto_error) {
-        (Some(a), _) => {
-            let chain: Vec<_> = a.chain.iter().map(|k| k.name()).collect();
-            out += &format!(
-                "auto picks: {}   (chain: {})\n",
-                a.backend,
-                chain.join(" → ")
-            );
-            for d in &a.decisions {
-                out += &format!("  {:<10} {}\n", d.kind.name(), d.reason);
-            }
-        }
-        (None, Some(e)) => out += &format!("auto fails: {e}\n"),
-        (None, None) => {}
-    }
-    out
-}
-
-/// The backends named, or every present one but `reference`.
-fn bench_backends(names: &[String]) -> Result<Vec<BackendKind>, Error> {
-    if names.is_empty() {
-        return Ok(BackendKind::ALL
-            .into_iter()
-            .filter(|&k| k != BackendKind::Reference && registry::get(k).is_ok())
-            .collect());
-    }
-    names.iter().map(|n| BackendKind::parse(n)).collect()
-}
-
-fn bench_model(
-    backends: &[String],
-    model: &str,
-    (prompt_tokens, decode_tokens): (usize, usize),
-    activations: ActivationMode,
-    (runs, peers): (usize, &[String]),
-    json: bool,
+/// `webtensor serve`: the demo, and with `--model` the OpenAI-compatible API.
+fn serve_command(
+    dir: &std::path::Path,
+    port: u16,
+    args: &ModelArgs,
+    _max_sequences: usize,
 ) -> Result<(), Error> {
-    let backends = bench_backends(backends)?;
-    let open = || -> Result<ModelFiles, Error> {
-        if model == "builtin" {
-            model::builtin::files()
-        } else {
-            ModelFiles::open(std::path::Path::new(model))
-        }
-    };
-    let with_llama_cpp = match peers {
-        [] => false,
-        [empty] if empty.is_empty() => true,
-        _ => {
-            return Err(Error::InvalidArgument {
-                op: "bench",
-                reason: "with --model, --peers takes no file: it times llama.cpp on the same GGUF"
-                    .into(),
-            })
-        }
-    };
-    let path = std::path::Path::new(model);
-    if with_llama_cpp && path.extension().and_then(|e| e.to_str()) != Some("gguf") {
+    if args.model.is_some() {
         return Err(Error::InvalidArgument {
-            op: "bench",
-            reason: format!("--peers runs llama.cpp, which needs a .gguf file; {model} is not one"),
+            op: "serve",
+            reason: "todo".into(),
         });
     }
-    let threads = rayon::current_num_threads();
-    let llama_cpp = |p: usize, d: usize| peer::llama_cpp(path, threads, p, d);
-    let peer: Option<&dyn Fn(usize, usize) -> Result<bench::model::PeerSample, Error>> =
-        with_llama_cpp.then_some(&llama_cpp);
-    let tokens = (prompt_tokens, decode_tokens);
-    let rows = bench::model::run(&open, &backends, tokens, activations, runs, peer, |step| {
-        eprintln!("{step}")
-    })?;
-    if json {
-        let text = serde_json::to_string_pretty(&rows).map_err(|e| Error::Backend {
-            backend: "cli".into(),
-            message: e.to_string(),
-        })?;
-        println!("{text}");
-    } else {
-        print!("{}", bench::model::table(model, &rows));
-    }
-    Ok(())
-}
-
-/// Prints a report (JSON or table) and writes `report.json` + `report.html` when asked.
-fn publish(
-    report: &bench::BenchReport,
-    json: bool,
-    dir: Option<&std::path::Path>,
-) -> Result<(), Error> {
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(report).expect("the report serialises")
-        );
-    } else {
-        print!("{}", bench::report::table(report));
-    }
-    if let Some(dir) = dir {
-        bench::html::write(report, dir)?;
-        eprintln!(
-            "wrote {} and {}",
-            dir.join("report.json").display(),
-            dir.join("report.html").display()
-        );
-    }
-    Ok(())
-}
-
-/// `bench --merge`: one report from several machines' report.json files (and peers).
-fn bench_merge(
-    files: &[String],
-    peers: &[String],
-    dir: Option<&std::path::Path>,
-    json: bool,
-) -> Result<(), Error> {
-    let reports = files
-        .iter()
-        .map(|f| bench::merge::load_report(f))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut report = bench::merge::merge(reports)?;
-    for p in peers {
-        report.peers.extend(bench::merge::load_peers(p)?);
-    }
-    publish(&report, json, dir)
-}
-
-fn bench(
-    backends: &[String],
-    ops: &[String],
-    size: SizeArg,
-    runs: u32,
-    json: bool,
-    dir: Option<&std::path::Path>,
-    peers: &[String],
-) -> Result<(), Error> {
-    let backends = bench_backends(backends)?;
-    let ops = ops
-        .iter()
-        .map(|n| {
-            OpKind::parse(n).ok_or_else(|| Error::InvalidArgument {
-                op: "bench",
-                reason: format!(
-                    "unknown op `{n}`; valid ops are: {}",
-                    OpKind::ALL.map(|o| o.name()).join(", ")
-                ),
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let size = match size {
-        SizeArg::Small => Size::Small,
-        SizeArg::Medium => Size::Medium,
-    };
-    let config = BenchConfig {
-        backends,
-        ops,
-        size,
-        runs: runs as usize,
-        ..BenchConfig::default()
-    };
-    let bar = if std::io::stderr().is_terminal() {
-        ProgressBar::new(0)
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let report = bench::run(&config, |done, total, label| {
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-        bar.set_message(label.to_string());
-    })?;
-    bar.finish_and_clear();
-    let mut report = report;
-    for p in peers {
-        report.peers.extend(bench::merge::load_peers(p)?);
-    }
-    publish(&report, json, dir)?;
-    if report.rows.iter().any(|r| !r.checked) {
-        return Err(Error::Backend {
-            backend: "bench".into(),
-            message: "some rows did not match the reference (marked FAILED above)".into(),
-        });
-    }
-    Ok(())
+    serve::run(dir, port).map_err(|source| Error::Io {
+        path: dir.display().to_string(),
+        source,
+    })
 }
 
 /// Opens the model (or the built-in one) on the chosen device.
@@ -620,18 +419,30 @@ fn load(args: &ModelArgs) -> Result<(Llama, String), Error> {
         None => Device::auto()?,
     };
     let (files, name) = match &args.model {
-        Some(path) => (ModelFiles::open(path)?, path.display().to_string()),
+        Some(path) => match models::resolve(path)? {
+            Some(path) => (ModelFiles::open(&path)?, path.display().to_string()),
+            None => (model::builtin::files()?, model::builtin::NAME.to_string()),
+        },
         None => (model::builtin::files()?, model::builtin::NAME.to_string()),
     };
     let mut model =
         Llama::load_streaming(&device, files, args.resident_layers.unwrap_or(usize::MAX))?;
     model.set_activations(args.activations);
+    if let Some(ctx) = args.ctx {
+        model.config.limit_context(ctx)?;
+    }
     eprintln!(
-        "{name}: {} layers, {} hidden, vocab {} on {}; {}",
+        "{name}: {} layers, {} hidden, vocab {}, context {} on {}{}; {}",
         model.config.num_hidden_layers,
         model.config.hidden_size,
         model.config.vocab_size,
+        model.config.context_len(),
         device.backend_name(),
+        if device.backend_name() == "cpu" {
+            format!(" ({} threads)", rayon::current_num_threads())
+        } else {
+            String::new()
+        },
         model.activation_path()
     );
     Ok((model, name))

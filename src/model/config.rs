@@ -62,6 +62,10 @@ pub struct LlamaConfig {
     /// End-of-sequence token.
     #[serde(default, deserialize_with = "first_id")]
     pub eos_token_id: Option<u32>,
+    /// A shorter context than the model's, chosen by the user ([`LlamaConfig::limit_context`],
+    /// the command line's `--ctx`) to bound cache memory; never read from a file.
+    #[serde(skip)]
+    pub context_limit: Option<usize>,
 }
 
 fn default_max_positions() -> usize {
@@ -149,13 +153,36 @@ impl LlamaConfig {
 
     /// The longest sequence the model runs: `max_position_embeddings`, times the factor of
     /// `dynamic` rope scaling (which exists to run past it).
+    /// At most [`LlamaConfig::context_limit`] when one is set.
     pub fn context_len(&self) -> usize {
+        let natural = self.own_context_len();
+        self.context_limit
+            .map_or(natural, |limit| natural.min(limit))
+    }
+
+    /// The context the model's files give it, whatever [`LlamaConfig::context_limit`] says.
+    pub fn own_context_len(&self) -> usize {
         match self.rope.scaling {
             RopeScaling::Dynamic { factor } if factor > 1.0 => {
                 (self.max_position_embeddings as f64 * factor) as usize
             }
             _ => self.max_position_embeddings,
         }
+    }
+
+    /// Runs the model with a context of `tokens` instead of its own (caches and prompts are
+    /// bounded by it). Tokens past the model's own context would run positions it was not
+    /// trained for, so more than that is refused, and so is 0.
+    pub fn limit_context(&mut self, tokens: usize) -> Result<()> {
+        let natural = self.own_context_len();
+        if tokens == 0 || tokens > natural {
+            return Err(Error::invalid(
+                "context",
+                format!("a context of {tokens} tokens: this model runs 1 to {natural}"),
+            ));
+        }
+        self.context_limit = Some(tokens);
+        Ok(())
     }
 
     /// The sliding attention window of `layer`, if it has one.
@@ -400,6 +427,21 @@ mod tests {
     const TINY: &str = r#"{"vocab_size": 100, "hidden_size": 64, "intermediate_size": 128,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
         "rms_norm_eps": 1e-5, "eos_token_id": [7, 8]}"#;
+
+    #[test]
+    fn a_context_limit_bounds_the_context_within_the_models_own() {
+        let mut c = LlamaConfig::from_json(TINY, "config.json").unwrap();
+        assert_eq!(c.context_len(), 2048);
+        c.limit_context(100).unwrap();
+        assert_eq!(c.context_len(), 100);
+        for bad in [0, 2049] {
+            let e = c.limit_context(bad).unwrap_err().to_string();
+            assert!(e.contains("1 to 2048"), "{e}");
+            assert_eq!(c.context_len(), 100, "a refused limit keeps the old one");
+        }
+        c.limit_context(2048).unwrap();
+        assert_eq!(c.context_len(), 2048);
+    }
 
     #[test]
     fn reads_a_hugging_face_config() {

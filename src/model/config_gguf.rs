@@ -144,6 +144,7 @@ impl LlamaConfig {
             tie_word_embeddings: !g.tensors.contains_key("output.weight"),
             bos_token_id: token_id("bos_token_id")?,
             eos_token_id: token_id("eos_token_id")?,
+            context_limit: None,
         };
         config.validate(name)?;
         Ok(config)
