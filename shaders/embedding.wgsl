@@ -1,5 +1,9 @@
 // Embedding gather: out[i, d] = table[ids[i], d], or NaN when ids[i] >= vocab.
 //
+// The table bound may be a window of rows first..first + rows of a table larger than one
+// binding (src/backend/webgpu/kernels/split.rs): then only outputs whose ids fall in it are
+// written, and the NaN of an id past the vocabulary by the window with first = 0.
+//
 // One thread per output element on a two-dimensional grid (linear workgroup index
 // wid.y * num_workgroups.x + wid.x, 256 elements each).
 //
@@ -9,7 +13,11 @@ struct Params {
     vocab: u32,
     dim: u32,
     count: u32,
-    _pad: u32,
+    first: u32,
+    rows: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -29,10 +37,12 @@ fn embedding(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     let row = i / p.dim;
     let d = i % p.dim;
     let id = ids[row];
-    // A quiet NaN, built from a runtime value so it is never a constant expression.
-    var v = bitcast<f32>(0x7fc00000u | (id & 0u));
-    if (id < p.vocab) {
-        v = table[id * p.dim + d];
+    if (id >= p.vocab) {
+        if (p.first == 0u) {
+            // A quiet NaN, built from a runtime value so it is never a constant expression.
+            out[i] = bitcast<f32>(0x7fc00000u | (id & 0u));
+        }
+    } else if (id >= p.first && id - p.first < p.rows) {
+        out[i] = table[(id - p.first) * p.dim + d];
     }
-    out[i] = v;
 }

@@ -119,6 +119,15 @@ impl MvShape {
     }
 }
 
+/// A number of bytes: the largest storage binding the backend uses, when smaller than the
+/// adapter's own `max_storage_buffer_binding_size`. Larger tensors are split into row ranges
+/// (`kernels/split.rs`); this is how the tests reach that path on lavapipe, and how a native
+/// run can match a browser's 128 MiB.
+pub const MAX_BINDING_ENV: &str = "WEBTENSOR_WGPU_MAX_BINDING";
+
+/// The smallest binding [`MAX_BINDING_ENV`] may ask for.
+const MIN_BINDING_CAP: u64 = 4096;
+
 /// Set to `off` to make the wgpu backend use its f16 path for adapters without `shader-f16`
 /// even where the adapter has it (how the tests cover both paths on one machine).
 pub const F16_ENV: &str = "WEBTENSOR_WGPU_F16";
@@ -185,7 +194,18 @@ impl GpuContext {
                 sink.push(GpuFault::Lost, format!("device lost: {message}"));
             }
         });
-        let limits = device.limits();
+        let mut limits = device.limits();
+        if let Ok(v) = std::env::var(MAX_BINDING_ENV) {
+            let cap = v
+                .parse::<u64>()
+                .ok()
+                .filter(|&c| c >= MIN_BINDING_CAP)
+                .ok_or_else(|| {
+                    format!("{MAX_BINDING_ENV}={v}: expected a number of bytes ≥ {MIN_BINDING_CAP}")
+                })?;
+            limits.max_storage_buffer_binding_size =
+                limits.max_storage_buffer_binding_size.min(cap);
+        }
         let f16_off = std::env::var(F16_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("off"));
         let native_f16 = enabled.contains(wgpu::Features::SHADER_F16) && !f16_off;
         let subgroups_off =

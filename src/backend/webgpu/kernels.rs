@@ -15,13 +15,15 @@
 
 mod quant;
 mod scan;
+mod split;
 
 pub(super) use quant::int_activation_words;
 pub(super) use scan::scan_temp_len;
+pub(super) use split::split_operand;
 
 use super::context::GpuContext;
 use super::pipelines::{Pipelines, Shader};
-use super::recorder::{Dispatch, Recorder};
+use super::recorder::{Dispatch, Recorder, Window};
 use crate::backend::spec::permute_strides;
 use crate::backend::{BinaryOp, MatmulSpec, OpSpec, UnaryOp};
 use crate::error::{Error, Result};
@@ -63,6 +65,9 @@ pub(crate) struct Encoder<'a> {
     pub(crate) ctx: &'a GpuContext,
     pub(crate) pipelines: &'a Pipelines,
     pub(crate) recorder: &'a mut Recorder,
+    /// Buffer ranges bound in place of whole buffers while a split op records its parts
+    /// (`split`); empty otherwise.
+    pub(crate) windows: Vec<Window>,
 }
 
 /// A kernel parameter block being filled, as 32-bit words (WGSL's uniform layout for structs
@@ -155,6 +160,7 @@ impl Encoder<'_> {
                 output: out,
                 inputs,
                 groups,
+                windows: &self.windows,
             },
         );
         Ok(())
@@ -169,6 +175,11 @@ impl Encoder<'_> {
     ) -> Result<()> {
         let op = spec.kind().name();
         check_inputs(op, spec, inputs)?;
+        if let Some(split) = split::split_operand(spec) {
+            if self.bound_size(inputs[split.0].buffer) > self.ctx.max_binding().0 {
+                return self.split_rows(spec, out, inputs, split);
+            }
+        }
         let raw: Vec<&wgpu::Buffer> = inputs.iter().map(|o| o.buffer).collect();
         match spec {
             OpSpec::Unary { op: f, len } => {
@@ -269,15 +280,7 @@ impl Encoder<'_> {
             }
             OpSpec::Matmul(m) => self.matmul(m, out, inputs),
             OpSpec::Embedding { vocab, dim, count } => {
-                let p = Params::default()
-                    .u(u32_of(op, "vocab", *vocab)?)
-                    .u(u32_of(op, "dim", *dim)?)
-                    .u(u32_of(op, "count", *count)?)
-                    .u(0);
-                let total = (*dim as u64) * (*count as u64);
-                u32_of(op, "count·dim", total as usize)?;
-                let grid = self.grid(op, total.div_ceil(WG))?;
-                self.run(Shader::Embedding, "embedding", &p, out, &raw[..2], grid)
+                self.embedding(op, (*vocab, *dim, *count), (0, *vocab), out, inputs)
             }
             OpSpec::Permute { in_shape, perm } => {
                 if in_shape.len() > OpSpec::MAX_PERMUTE_RANK || perm.len() != in_shape.len() {
@@ -388,6 +391,32 @@ impl Encoder<'_> {
         }
     }
 
+    /// The embedding gather of `count` ids from a `[vocab, dim]` table whose rows
+    /// `first..first + rows` are bound (all of them unless the table is split).
+    fn embedding(
+        &mut self,
+        op: &'static str,
+        (vocab, dim, count): (usize, usize, usize),
+        (first, rows): (usize, usize),
+        out: &wgpu::Buffer,
+        inputs: &[Operand<'_>],
+    ) -> Result<()> {
+        let p = Params::default()
+            .u(u32_of(op, "vocab", vocab)?)
+            .u(u32_of(op, "dim", dim)?)
+            .u(u32_of(op, "count", count)?)
+            .u(u32_of(op, "first", first)?)
+            .u(u32_of(op, "rows", rows)?)
+            .u(0)
+            .u(0)
+            .u(0);
+        let total = (dim as u64) * (count as u64);
+        u32_of(op, "count·dim", total as usize)?;
+        let grid = self.grid(op, total.div_ceil(WG))?;
+        let raw = [inputs[0].buffer, inputs[1].buffer];
+        self.run(Shader::Embedding, "embedding", &p, out, &raw, grid)
+    }
+
     /// Matrix products: the matvec kernels for m ≤ 4, the tiled kernel otherwise.
     fn matmul(&mut self, m: &MatmulSpec, out: &wgpu::Buffer, inputs: &[Operand<'_>]) -> Result<()> {
         let op = "matmul";
@@ -402,8 +431,8 @@ impl Encoder<'_> {
         u32_of(op, "rhs size", rhs_stride.max(m.n * m.k))?;
         let max = self.max_groups();
         // The matvec kernels read the operands as vec4 arrays: the buffers must be whole vec4s.
-        let vec4_bindable =
-            a.buffer.size().is_multiple_of(16) && rhs.buffer.size().is_multiple_of(16);
+        let vec4_bindable = self.bound_size(a.buffer).is_multiple_of(16)
+            && self.bound_size(rhs.buffer).is_multiple_of(16);
         let shape = self.ctx.mv_shape();
         if m.m <= MATVEC_MAX_M && vec4_bindable {
             let (entry, cols_per_group) = match (

@@ -16,7 +16,9 @@
 //!   ([`Backend::download_async`]); [`Backend::synchronize_async`] waits for the queue the
 //!   same way.
 //!
-//! Tensors larger than one storage binding are refused with [`Error::TensorTooLarge`]; wgpu
+//! A tensor may be larger than one storage binding (up to `max_buffer_size`): the weight of a
+//! product and the table of an embedding gather are then read one row range per binding
+//! (`kernels/split.rs`); every other op refuses it with [`Error::TensorTooLarge`]. wgpu
 //! errors (validation, out of memory, device loss) become [`Error::Backend`] at the next call.
 
 #[cfg(target_arch = "wasm32")]
@@ -164,6 +166,21 @@ impl WgpuBackend {
             .map_err(|_| Error::backend("wgpu", "the recorder lock was poisoned"))
     }
 
+    /// Fails with [`Error::TensorTooLarge`] when no buffer of `bytes` can be created.
+    fn check_buffer_size(&self, op: &'static str, bytes: u64) -> Result<()> {
+        let limit = self.ctx.limits.max_buffer_size;
+        if bytes > limit {
+            return Err(Error::TensorTooLarge {
+                op,
+                backend: "wgpu".into(),
+                bytes,
+                limit_name: "max_buffer_size",
+                limit,
+            });
+        }
+        Ok(())
+    }
+
     /// A pooled buffer for `len` elements of `dtype`, contents undefined.
     fn alloc(&self, op: &'static str, len: usize, dtype: DType) -> Result<GpuBuffer> {
         let bytes = (len as u64).saturating_mul(dtype.unit_bytes() as u64);
@@ -181,7 +198,8 @@ impl WgpuBackend {
         len: usize,
         dtype: DType,
     ) -> Result<GpuBuffer> {
-        self.check_size(op, bytes.len() as u64)?;
+        // Uploads may exceed one binding: see `kernels/split.rs` for the ops that read them.
+        self.check_buffer_size(op, bytes.len() as u64)?;
         let buffer = self
             .pool
             .create_mapped(self.pool.size_class(bytes.len() as u64));
@@ -302,6 +320,7 @@ impl Backend for WgpuBackend {
                 ctx: &self.ctx,
                 pipelines: &self.pipelines,
                 recorder: &mut rec,
+                windows: Vec::new(),
             };
             encoder.encode(spec, target.raw(), &operands)?;
         }
@@ -314,8 +333,12 @@ impl Backend for WgpuBackend {
             .iter()
             .map(|s| gpu_storage(op, s))
             .collect::<Result<Vec<_>>>()?;
-        for b in &buffers {
-            self.check_size(op, b.byte_len())?;
+        // The operand a split op reads one row range at a time may exceed one binding.
+        let split = kernels::split_operand(spec).map(|s| s.0);
+        for (i, b) in buffers.iter().enumerate() {
+            if split != Some(i) {
+                self.check_size(op, b.byte_len())?;
+            }
         }
         // Extra buffers some kernels need: the rounded activations of an integer product, a
         // scan's partial results.
@@ -343,6 +366,7 @@ impl Backend for WgpuBackend {
                 ctx: &self.ctx,
                 pipelines: &self.pipelines,
                 recorder: &mut rec,
+                windows: Vec::new(),
             };
             encoder.encode(spec, out.raw(), &operands)?;
         }

@@ -111,9 +111,9 @@ impl BufferPool {
     }
 }
 
-/// The allocation size for `bytes` (which must fit `max_binding`): at least 16, a multiple of
-/// 16, powers of two up to 4 KiB and four classes per octave above, so at most a quarter is
-/// wasted; clamped to the binding limit.
+/// The allocation size for `bytes`: at least 16, a multiple of 16, powers of two up to 4 KiB
+/// and four classes per octave above, so at most a quarter is wasted; no more than a multiple
+/// of 16 past the binding limit.
 fn size_class(bytes: u64, max_binding: u64) -> u64 {
     let b = round_up(bytes.max(MIN_BUFFER), MIN_BUFFER);
     let class = if b <= 4096 {
@@ -123,7 +123,8 @@ fn size_class(bytes: u64, max_binding: u64) -> u64 {
     };
     if class <= max_binding {
         class
-    } else if b <= max_binding {
+    } else if b <= max_binding || bytes > max_binding {
+        // Beyond one binding (a tensor read in row ranges): whole vec4s, nothing more.
         b
     } else {
         round_up(bytes.max(4), 4)
@@ -239,5 +240,7 @@ mod tests {
         assert_eq!(size_class(limit - 16, limit), limit);
         assert_eq!(size_class(100_000_000, 100_000_016), 100_000_000);
         assert_eq!(size_class(100_000_004, 100_000_008), 100_000_004);
+        // Past the binding limit: whole vec4s.
+        assert_eq!(size_class(100_000_004, 1 << 20), 100_000_016);
     }
 }

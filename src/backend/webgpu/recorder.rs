@@ -43,6 +43,18 @@ pub(crate) struct Dispatch<'a> {
     pub(crate) inputs: &'a [&'a wgpu::Buffer],
     /// Workgroups in x, y, z (each within the device's per-dimension limit).
     pub(crate) groups: [u32; 3],
+    /// Byte ranges to bind instead of whole buffers (the row ranges of a tensor larger than
+    /// one binding); a buffer not named here is bound whole.
+    pub(crate) windows: &'a [Window],
+}
+
+/// A byte range of a buffer bound in place of the whole buffer. `offset` is a multiple of the
+/// device's `min_storage_buffer_offset_alignment`.
+#[derive(Clone, Debug)]
+pub(crate) struct Window {
+    pub(crate) buffer: wgpu::Buffer,
+    pub(crate) offset: u64,
+    pub(crate) size: u64,
 }
 
 /// The recording state of one backend; lives behind a mutex.
@@ -54,7 +66,8 @@ pub(crate) struct Recorder {
     slot: u64,
     capacity: u64,
     pool: Arc<BufferPool>,
-    bind_groups: HashMap<Vec<wgpu::Buffer>, wgpu::BindGroup>,
+    /// Keyed by (buffer, offset, size) per binding; size 0 binds the whole buffer.
+    bind_groups: HashMap<Vec<(wgpu::Buffer, u64, u64)>, wgpu::BindGroup>,
     /// The pool's release count when the bind group cache was last checked.
     seen_releases: u64,
     /// Dispatches recorded since the backend started.
@@ -143,7 +156,13 @@ impl Recorder {
                 .copied()
                 .unwrap_or(d.output)
         });
-        let key: Vec<wgpu::Buffer> = std::iter::once(d.output).chain(inputs).cloned().collect();
+        let key: Vec<(wgpu::Buffer, u64, u64)> = std::iter::once(d.output)
+            .chain(inputs)
+            .map(|b| match d.windows.iter().find(|w| &w.buffer == b) {
+                Some(w) => (b.clone(), w.offset, w.size),
+                None => (b.clone(), 0, 0),
+            })
+            .collect();
         if let Some(bind_group) = self.bind_groups.get(&key) {
             return bind_group.clone();
         }
@@ -155,14 +174,19 @@ impl Recorder {
                 size: NonZeroU64::new(PARAMS_BYTES),
             }),
         }];
-        entries.extend(
-            key.iter()
-                .enumerate()
-                .map(|(i, buffer)| wgpu::BindGroupEntry {
-                    binding: 1 + i as u32,
-                    resource: buffer.as_entire_binding(),
-                }),
-        );
+        entries.extend(key.iter().enumerate().map(|(i, (buffer, offset, size))| {
+            wgpu::BindGroupEntry {
+                binding: 1 + i as u32,
+                resource: match NonZeroU64::new(*size) {
+                    None => buffer.as_entire_binding(),
+                    Some(size) => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer,
+                        offset: *offset,
+                        size: Some(size),
+                    }),
+                },
+            }
+        }));
         let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,
             layout: pipelines.layout(d.kernel.inputs),
@@ -190,6 +214,26 @@ impl Recorder {
             self.encoder(ctx)
                 .copy_buffer_to_buffer(src, 0, dst, 0, bytes);
         }
+    }
+
+    /// Records a copy of `bytes` (a multiple of 4) from `src` at `src_offset` to `dst` at
+    /// `dst_offset` (both multiples of 4).
+    pub(crate) fn copy_region(
+        &mut self,
+        ctx: &GpuContext,
+        (src, src_offset): (&wgpu::Buffer, u64),
+        (dst, dst_offset): (&wgpu::Buffer, u64),
+        bytes: u64,
+    ) {
+        if bytes > 0 {
+            self.encoder(ctx)
+                .copy_buffer_to_buffer(src, src_offset, dst, dst_offset, bytes);
+        }
+    }
+
+    /// The pool temporary buffers come from.
+    pub(crate) fn pool(&self) -> &Arc<BufferPool> {
+        &self.pool
     }
 
     /// Writes the parameter arena and submits everything recorded (possibly nothing).

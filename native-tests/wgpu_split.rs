@@ -1,0 +1,173 @@
+//! Tensors larger than one storage binding on wgpu (issue 12): with the backend's binding
+//! limit forced down to 32 KiB (`WEBTENSOR_WGPU_MAX_BINDING`), weights and embedding tables
+//! far larger than that are read one row range per binding, and every product and gather
+//! against them matches the reference backend, as does a model whose embedding and tied LM
+//! head are larger than one binding. Ops that cannot be split still refuse such a tensor with
+//! a typed error.
+//!
+//! The limit is read when the wgpu backend starts, once per process, so this binary holds one
+//! test that sets it before anything starts a backend.
+
+mod common;
+
+use common::{assert_close, reference, rng, tensor, uniform};
+use webtensor::model::gguf::{self, GgufValue};
+use webtensor::model::weights::StoredDType;
+use webtensor::model::{FileBytes, Llama, ModelFiles};
+use webtensor::ops::{self, Activations};
+use webtensor::{DType, Device, Error, Tensor};
+
+const CAP: u64 = 32 * 1024;
+
+/// Rows of the big weights: 1500 rows of 64 f32 values are 384 KB, twelve bindings.
+const N: usize = 1500;
+
+fn vec_of(t: &Tensor) -> Vec<f32> {
+    t.to_vec().unwrap()
+}
+
+/// `a · wᵀ` for f32 weights, and for each packed format and activation kind, on `gpu` and on
+/// the reference, for one, three (a temporary per range) and five activation rows (the
+/// tiled kernels).
+fn products(gpu: &Device) {
+    let rf = reference();
+    let mut r = rng(12);
+    for m in [1usize, 3, 5] {
+        let k = 64;
+        let a = uniform(&mut r, m * k, 1.0);
+        let w = uniform(&mut r, N * k, 1.0);
+        let out = |dev: &Device| {
+            let wt = tensor(dev, &w, &[N, k]);
+            vec_of(&ops::matmul_t(&tensor(dev, &a, &[m, k]), &wt).unwrap())
+        };
+        assert_close(&format!("f32 matmul_t m={m}"), &out(gpu), &out(&rf), 1e-4);
+    }
+    for format in [DType::Q4_0, DType::Q8_0, DType::F16] {
+        let k = 256;
+        let w = uniform(&mut r, N * k, 1.0);
+        // Packed on the reference, then moved: a packed tensor that size cannot be produced
+        // on the capped device (quantize's output is one binding).
+        let packed = ops::quantize(&tensor(&rf, &w, &[N, k]), format).unwrap();
+        let on_gpu = packed.to_device(gpu).unwrap();
+        assert!(
+            (format.storage_len(N * k, k).unwrap() * format.unit_bytes()) as u64 > CAP,
+            "the {format} weight must be larger than one binding"
+        );
+        let modes: &[Activations] = if format == DType::F16 {
+            &[Activations::F32]
+        } else {
+            &[Activations::F32, Activations::Q8_0]
+        };
+        for &act in modes {
+            for m in [1usize, 3, 5] {
+                let a = uniform(&mut r, m * k, 1.0);
+                let got = ops::qmatmul_t(&tensor(gpu, &a, &[m, k]), &on_gpu, act).unwrap();
+                let want = ops::qmatmul_t(&tensor(&rf, &a, &[m, k]), &packed, act).unwrap();
+                assert_close(
+                    &format!("{format} qmatmul_t {act:?} m={m}"),
+                    &vec_of(&got),
+                    &vec_of(&want),
+                    2e-3,
+                );
+            }
+        }
+    }
+}
+
+/// An embedding gather from a table of twelve bindings, with ids in every range, at both ends
+/// of ranges and repeated.
+fn gather(gpu: &Device) {
+    let dim = 64;
+    let table = uniform(&mut rng(7), N * dim, 1.0);
+    let ids: Vec<u32> = vec![0, 1499, 128, 700, 127, 64, 63, 1024, 1499, 5];
+    let out = |dev: &Device| {
+        let t = tensor(dev, &table, &[N, dim]);
+        let ids = tensor(dev, &ids, &[ids.len()]);
+        vec_of(&ops::embedding(&t, &ids).unwrap())
+    };
+    assert_close("embedding gather", &out(gpu), &out(&reference()), 0.0);
+}
+
+/// A Llama (hidden 8, vocab 1500) whose embedding table and tied LM head, 48 KB each, exceed
+/// the 32 KiB binding: logits of a three-token prompt and of the next token match the
+/// reference.
+fn model(gpu: &Device) {
+    let (vocab, hidden, ffn) = (1500usize, 8usize, 16usize);
+    let mut r = rng(3);
+    let mut tensors: Vec<(String, StoredDType, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut add = |name: &str, shape: Vec<usize>| {
+        let n = shape.iter().product();
+        let bytes = uniform(&mut r, n, 0.5)
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        tensors.push((name.to_string(), StoredDType::F32, shape, bytes));
+    };
+    add("token_embd.weight", vec![vocab, hidden]);
+    add("blk.0.attn_norm.weight", vec![hidden]);
+    add("blk.0.attn_q.weight", vec![hidden, hidden]);
+    add("blk.0.attn_k.weight", vec![hidden, hidden]);
+    add("blk.0.attn_v.weight", vec![hidden, hidden]);
+    add("blk.0.attn_output.weight", vec![hidden, hidden]);
+    add("blk.0.ffn_norm.weight", vec![hidden]);
+    add("blk.0.ffn_gate.weight", vec![ffn, hidden]);
+    add("blk.0.ffn_up.weight", vec![ffn, hidden]);
+    add("blk.0.ffn_down.weight", vec![hidden, ffn]);
+    add("output_norm.weight", vec![hidden]);
+    let u = |v: usize| GgufValue::U64(v as u64);
+    let meta = vec![
+        (
+            "general.architecture".to_string(),
+            GgufValue::Str("llama".into()),
+        ),
+        ("llama.vocab_size".into(), u(vocab)),
+        ("llama.embedding_length".into(), u(hidden)),
+        ("llama.feed_forward_length".into(), u(ffn)),
+        ("llama.block_count".into(), u(1)),
+        ("llama.attention.head_count".into(), u(2)),
+        ("llama.attention.head_count_kv".into(), u(2)),
+        ("llama.context_length".into(), u(64)),
+        (
+            "llama.attention.layer_norm_rms_epsilon".into(),
+            GgufValue::F64(1e-5),
+        ),
+        ("llama.rope.freq_base".into(), GgufValue::F64(10000.0)),
+    ];
+    let bytes = gguf::write(&meta, &tensors).unwrap();
+    let logits = |dev: &Device| {
+        let files = ModelFiles::from_gguf("split.gguf", FileBytes::Owned(bytes.clone())).unwrap();
+        let model = Llama::load(dev, files).unwrap();
+        let mut cache = model.new_cache(8).unwrap();
+        let mut all = vec_of(&model.forward(&[3, 1100, 977], &mut cache).unwrap());
+        all.extend(vec_of(&model.forward(&[1499], &mut cache).unwrap()));
+        all
+    };
+    assert_close("model logits", &logits(gpu), &logits(&reference()), 1e-3);
+}
+
+#[test]
+fn tensors_beyond_one_binding_are_read_in_row_ranges() {
+    // Before any backend starts (one test in this binary: nothing else reads the environment).
+    std::env::set_var("WEBTENSOR_WGPU_MAX_BINDING", CAP.to_string());
+    let Some(gpu) = common::wgpu() else { return };
+    let limit = gpu
+        .info()
+        .limits
+        .iter()
+        .find(|(name, _)| name == "max_storage_buffer_binding_size")
+        .map(|(_, v)| *v);
+    assert_eq!(limit, Some(CAP), "the binding limit was not forced down");
+
+    products(&gpu);
+    gather(&gpu);
+    model(&gpu);
+
+    // An op that reads its input whole still refuses it, naming the limit.
+    let big = tensor(&gpu, &vec![1.0f32; N * 64], &[N, 64]);
+    match ops::add(&big, &big) {
+        Err(Error::TensorTooLarge { limit_name, .. }) => {
+            assert_eq!(limit_name, "max_storage_buffer_binding_size")
+        }
+        other => panic!("expected TensorTooLarge, got {other:?}"),
+    }
+}

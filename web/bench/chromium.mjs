@@ -1,0 +1,213 @@
+// The Chromium speed comparison of issue 12 (run it through scripts/browser_bench.sh): one GGUF
+// in one headless Chromium with WebGPU (SwiftShader without a GPU), generated greedily by
+//   - webtensor on its wgpu backend (WebGPU),
+//   - webtensor on its cpu backend (wasm simd128) in the same page,
+//   - wllama (llama.cpp in wasm, @wllama/wllama from npm), with whatever backend it picks:
+//     its log says whether its WebGPU path engaged, and the table says so.
+// Every path is loaded once and warmed up with one short generation (shader compilation, JIT),
+// then the paths take turns, run after run, so that a change in the machine's load hits all of
+// them alike. Prints min / median / max of prompt and decode tokens per second as Markdown.
+//
+// Settings (environment): BENCH_MODEL (the GGUF), BENCH_RUNS (≥ 3), BENCH_TOKENS (tokens
+// generated per run), BENCH_PROMPT_WORDS (prompt length), BENCH_PATHS (comma-separated subset
+// of wgpu,cpu,wllama,wllama-cpu), WLLAMA_THREADS, BENCH_JSON (also write the figures there).
+// A benchmark, not a test: nothing here asserts a speed.
+import { readFileSync, statSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { launch, startServer } from "../tests/harness.mjs";
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const env = process.env;
+const MODEL = path.resolve(env.BENCH_MODEL || path.join(HERE, "../../target/models/smollm-q4_0.gguf"));
+const RUNS = Number(env.BENCH_RUNS || 3);
+const TOKENS = Number(env.BENCH_TOKENS || 16);
+const PROMPT_WORDS = Number(env.BENCH_PROMPT_WORDS || 24);
+const PATHS = (env.BENCH_PATHS || "wgpu,cpu,wllama").split(",").map((s) => s.trim()).filter(Boolean);
+const WLLAMA_THREADS = Number(env.WLLAMA_THREADS || 2);
+const KNOWN = ["wgpu", "cpu", "wllama", "wllama-cpu"];
+
+for (const p of PATHS) {
+  if (!KNOWN.includes(p)) throw new Error(`BENCH_PATHS: unknown path "${p}" (known: ${KNOWN.join(", ")})`);
+}
+if (!(RUNS >= 3)) throw new Error("BENCH_RUNS must be at least 3 (min/median/max of alternating runs)");
+if (!(TOKENS >= 2)) throw new Error("BENCH_TOKENS must be at least 2 (decode speed is measured after the first token)");
+statSync(MODEL); // a missing model fails here, naming the path
+
+const WLLAMA_DIR = path.join(HERE, "node_modules/@wllama/wllama");
+const WLLAMA_VERSION = JSON.parse(readFileSync(path.join(WLLAMA_DIR, "package.json"), "utf8")).version;
+const ISOLATION = {
+  "Cross-Origin-Opener-Policy": "same-origin",
+  "Cross-Origin-Embedder-Policy": "require-corp",
+  "Cross-Origin-Resource-Policy": "same-origin",
+};
+const TYPES = { ".js": "text/javascript", ".wasm": "application/wasm", ".gguf": "application/octet-stream" };
+
+// The same words for every path; each path's tokenizer reads the same GGUF vocabulary.
+const WORDS = "the quick brown fox jumps over the lazy dog while a small model reads every word of this sentence".split(" ");
+const PROMPT = Array.from({ length: PROMPT_WORDS }, (_, i) => WORDS[i % WORDS.length]).join(" ");
+
+function stats(values) {
+  const v = [...values].sort((a, b) => a - b);
+  return { min: v[0], median: v[Math.floor(v.length / 2)], max: v[v.length - 1] };
+}
+
+const fmt = (x) => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x >= 1 ? x.toFixed(2) : x.toPrecision(2));
+const cell = (s) => `${fmt(s.min)} / ${fmt(s.median)} / ${fmt(s.max)}`;
+
+const server = await startServer();
+const browser = await launch({ webgpu: true });
+const { page } = browser;
+try {
+  // The model and wllama's files, same-origin and isolated (wllama's threads need
+  // SharedArrayBuffer), from this checkout.
+  await page.route("**/bench/**", (route) => {
+    const name = new URL(route.request().url()).pathname.replace(/^\/bench\//, "");
+    let file = null;
+    if (name === "model.gguf") file = MODEL;
+    const m = name.match(/^wllama\/(esm\/[\w/.-]+\.(?:js|wasm))$/);
+    if (m && !m[1].includes("..")) file = path.join(WLLAMA_DIR, m[1]);
+    if (!file) return route.fulfill({ status: 404, body: "" });
+    const type = TYPES[path.extname(file)] || "application/octet-stream";
+    return route.fulfill({ status: 200, contentType: type, headers: ISOLATION, path: file });
+  });
+  await page.goto(`${server.url}tests/blank.html`);
+
+  const setup = await page.evaluate(
+    async ({ paths, threads }) => {
+      const wt = await import("/pkg/webtensor.js");
+      await wt.default();
+      const g = (globalThis.bench = { models: {}, wllama: {}, logs: [] });
+      const out = { isolated: globalThis.crossOriginIsolated, cores: navigator.hardwareConcurrency, paths: {} };
+      const blob = await (await fetch("/bench/model.gguf")).blob();
+      for (const p of paths) {
+        const t0 = performance.now();
+        if (p === "wgpu" || p === "cpu") {
+          if (p === "wgpu") {
+            const reason = await wt.webgpuUnavailableReason();
+            if (reason) throw new Error(`no WebGPU adapter: ${reason}`);
+          }
+          const dev = await wt.createDevice(p);
+          if (dev.backend !== p) throw new Error(`asked for ${p}, got ${dev.backend}`);
+          g.models[p] = await wt.Model.fromUrl(dev, "/bench/model.gguf");
+          const i = dev.info().info;
+          const info = [i.device_name, i.driver, i.api, `features: ${i.features.join(" ") || "none"}`, i.reductions]
+            .filter(Boolean)
+            .join("; ");
+          out.paths[p] = { loadSecs: (performance.now() - t0) / 1000, info };
+        } else {
+          const { Wllama } = await import("/bench/wllama/esm/index.js");
+          const lines = [];
+          const keep = (level) => (...a) => lines.push(`${level}: ${a.join(" ")}`);
+          const logger = { debug: keep("debug"), log: keep("log"), warn: keep("warn"), error: keep("error") };
+          const w = new Wllama({ default: "/bench/wllama/esm/wasm/wllama.wasm" }, { logger });
+          const params = { n_ctx: 512, n_threads: threads };
+          if (p === "wllama-cpu") params.n_gpu_layers = 0;
+          await w.loadModel([blob], params);
+          g.wllama[p] = w;
+          // What llama.cpp said about devices and offloading: whether WebGPU engaged.
+          const device = lines.filter((l) => /webgpu|offload|using device|gpu/i.test(l)).slice(0, 12);
+          out.paths[p] = {
+            loadSecs: (performance.now() - t0) / 1000,
+            threads: w.getNumThreads(),
+            multithread: w.isMultithread(),
+            webgpuInBrowser: w.isSupportWebGPU(),
+            device,
+          };
+        }
+      }
+      return out;
+    },
+    { paths: PATHS, threads: WLLAMA_THREADS },
+  );
+
+  // One generation on path `p`: prompt and decode tokens per second as the path itself
+  // measures them (webtensor: prompt through the first token, then the tokens after it;
+  // llama.cpp: its prompt and predicted timings), plus the wall time around the call.
+  const generate = (p, maxTokens) =>
+    page.evaluate(
+      async ({ p, prompt, maxTokens }) => {
+        const g = globalThis.bench;
+        const t0 = performance.now();
+        if (g.models[p]) {
+          const s = await g.models[p].generate(prompt, { maxTokens, temperature: 0 });
+          return {
+            promptTokens: s.promptTokens,
+            generated: s.generatedTokens,
+            prompt: s.promptTokens / s.promptSecs,
+            decode: s.tokensPerSec,
+            wallSecs: (performance.now() - t0) / 1000,
+          };
+        }
+        const r = await g.wllama[p].createCompletion({
+          prompt,
+          max_tokens: maxTokens,
+          temperature: 0,
+          ignore_eos: true,
+          cache_prompt: false,
+        });
+        const t = r.timings;
+        if (!t) throw new Error("wllama returned no timings");
+        return {
+          promptTokens: t.prompt_n,
+          generated: r.usage?.completion_tokens ?? t.predicted_n,
+          prompt: t.prompt_per_second,
+          decode: t.predicted_per_second,
+          wallSecs: (performance.now() - t0) / 1000,
+        };
+      },
+      { p, prompt: PROMPT, maxTokens },
+    );
+
+  console.error(`browser_bench: ${MODEL} · ${RUNS} runs of ${TOKENS} tokens after a ${PROMPT_WORDS}-word prompt`);
+  for (const p of PATHS) {
+    console.error(`browser_bench: ${p} loaded in ${setup.paths[p].loadSecs.toFixed(1)} s; warming up`);
+    await generate(p, 2);
+  }
+  const runs = Object.fromEntries(PATHS.map((p) => [p, []]));
+  for (let r = 0; r < RUNS; r++) {
+    for (const p of PATHS) {
+      const x = await generate(p, TOKENS);
+      runs[p].push(x);
+      console.error(`browser_bench: run ${r + 1}/${RUNS} ${p}: prompt ${fmt(x.prompt)} tok/s (${x.promptTokens} tokens), decode ${fmt(x.decode)} tok/s (${x.generated} tokens), ${x.wallSecs.toFixed(1)} s`);
+    }
+  }
+
+  const label = {
+    wgpu: "webtensor wgpu (WebGPU)",
+    cpu: "webtensor cpu (wasm simd128)",
+    wllama: `wllama ${WLLAMA_VERSION} (default backend)`,
+    "wllama-cpu": `wllama ${WLLAMA_VERSION} (n_gpu_layers 0)`,
+  };
+  const lines = [
+    `Headless Chromium; webtensor's WebGPU adapter: ${setup.paths.wgpu?.info ?? "(wgpu path not run)"}.`,
+    `crossOriginIsolated ${setup.isolated}; ${setup.cores} cores; webtensor cpu: ${setup.paths.cpu?.info ?? "(not run)"}.`,
+    `Model ${path.basename(MODEL)}; greedy; ${TOKENS} tokens after a ${runs[PATHS[0]][0].promptTokens}-token prompt; ${RUNS} alternating runs, min / median / max tokens/s.`,
+    "",
+    "| path | decode tok/s | prompt tok/s |",
+    "| --- | --- | --- |",
+  ];
+  const result = { model: MODEL, runs: RUNS, tokens: TOKENS, setup, paths: {} };
+  for (const p of PATHS) {
+    const d = stats(runs[p].map((x) => x.decode));
+    const q = stats(runs[p].map((x) => x.prompt));
+    result.paths[p] = { decode: d, prompt: q, runs: runs[p] };
+    const threads = p.startsWith("wllama") ? `, ${setup.paths[p].threads} thread(s)` : "";
+    lines.push(`| ${label[p]}${threads} | ${cell(d)} | ${cell(q)} |`);
+  }
+  for (const p of PATHS.filter((p) => p.startsWith("wllama"))) {
+    lines.push("", `${label[p]}: llama.cpp's device lines:`, ...setup.paths[p].device.map((l) => `    ${l}`));
+  }
+  if (runs.wgpu && runs.cpu) {
+    const ratio = stats(runs.wgpu.map((x, i) => x.decode / runs.cpu[i].decode));
+    lines.push("", `webtensor wgpu decode ÷ cpu decode, run by run: ${cell(ratio)}`);
+  }
+  console.log(lines.join("\n"));
+  if (env.BENCH_JSON) writeFileSync(env.BENCH_JSON, JSON.stringify(result, null, 2));
+} catch (e) {
+  console.error(browser.logs.join("\n"));
+  throw e;
+} finally {
+  await browser.close();
+  server.stop();
+}
