@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 /// The context the server runs with (the built-in model's own is 256).
 const CTX: usize = 48;
 /// Sequences the server decodes at once.
-const MAX_SEQ: usize = 6;
+const MAX_SEQ: usize = 8;
 
 /// The built-in model's files plus a chat template whose turns end with `</s>`.
 fn chat_model_dir() -> PathBuf {
@@ -82,20 +82,37 @@ fn the_openai_client_gets_batched_completions_equal_to_generate() {
     }
     let model = chat_model_dir();
     let mut completions = Vec::new();
-    for (prompt, max_tokens) in [
-        ("In the beginning", 8),
-        ("And God said", 12),
-        ("Jesus wept", 5),
+    // Greedy ones, and a sampled one whose seeded numbers must match generate's token by token
+    // (its parameters differ from the others', so the batch draws it apart).
+    for (prompt, max_tokens, temperature, seed) in [
+        ("In the beginning", 8, 0.0, 0),
+        ("And God said", 12, 0.0, 0),
+        ("Jesus wept", 5, 0.0, 0),
+        ("The LORD is", 10, 0.9, 11),
     ] {
         let n = max_tokens.to_string();
-        let (text, prompt_tokens) = generate(&model, &["--prompt", prompt, "--max-tokens", &n]);
+        let (t, s) = (format!("{temperature}"), seed.to_string());
+        let (text, prompt_tokens) = generate(
+            &model,
+            &[
+                "--prompt",
+                prompt,
+                "--max-tokens",
+                &n,
+                "--temperature",
+                &t,
+                "--seed",
+                &s,
+            ],
+        );
         let text = text
             .strip_prefix(prompt)
             .unwrap_or_else(|| panic!("{text:?} does not start with the prompt"))
             .to_string();
         completions.push(
             serde_json::json!({"prompt": prompt, "max_tokens": max_tokens,
-            "text": text, "prompt_tokens": prompt_tokens}),
+            "temperature": temperature, "seed": seed, "text": text,
+            "prompt_tokens": prompt_tokens}),
         );
     }
     let (chat_text, _) = generate(

@@ -42,7 +42,7 @@ check(r.usage.completion_tokens == first["max_tokens"], r.usage)
 def completion(c, stream, results, i):
     try:
         args = dict(model=case["model"], prompt=c["prompt"], max_tokens=c["max_tokens"],
-                    temperature=0)
+                    temperature=c["temperature"], seed=c["seed"])
         if stream:
             pieces = [ch.choices[0].text for ch in client.completions.create(stream=True, **args)]
             results[i] = "".join(pieces)

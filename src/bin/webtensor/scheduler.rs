@@ -2,10 +2,10 @@
 //! one engine thread that runs every active request as a sequence of the pool.
 //!
 //! Each step is one [`Llama::forward_batch`] over all active sequences: a request admitted
-//! since the last step contributes its whole prompt, every other one its last token. The last
-//! row of each sequence is read back and its next token drawn with the request's own
-//! [`Sampler`] (so requests keep their own temperature and seed), then decoded to text and sent
-//! to the request's channel. A request leaves the batch at its end-of-turn token, at its
+//! since the last step contributes its whole prompt, every other one its last token. The next
+//! token of each sequence is drawn from its last row on the device with the request's own
+//! [`Sampler`] (so requests keep their own temperature and seed), only the ids are read back,
+//! and each is decoded to text and sent to the request's channel. A request leaves the batch at its end-of-turn token, at its
 //! `max_tokens`, at the end of the context, or when its client has gone (its channel is closed).
 //!
 //! Admission is bounded: at most `max_sequences` requests are in flight; the pool holds that
@@ -210,6 +210,39 @@ fn start<'t>(job: Job, pool: &webtensor::model::KvPool, tokenizer: &'t Tokenizer
     }
 }
 
+/// Each sequence's next token from its row of `last` (`[sequences, vocab]`), drawn on the
+/// device with its own sampler's parameters and number: one [`ops::sample`] per run of
+/// neighbouring sequences with the same parameters (usually one for the whole batch), and one
+/// readback of the ids rather than of the logits.
+fn draw(last: &Tensor, running: &mut [Running]) -> Result<Vec<u32>, Error> {
+    let mut ids: Option<Tensor> = None;
+    let mut start = 0;
+    while start < running.len() {
+        let params = running[start].sampler.params();
+        let len = running[start..]
+            .iter()
+            .take_while(|r| r.sampler.params() == params)
+            .count();
+        let numbers: Vec<f32> = running[start..start + len]
+            .iter_mut()
+            .flat_map(|r| r.sampler.next_uniforms(1))
+            .collect();
+        let numbers = Tensor::from_vec(last.device(), numbers, [len])?;
+        let rows = if len == running.len() {
+            last.clone()
+        } else {
+            ops::narrow(last, 0, start, len)?
+        };
+        let drawn = ops::sample(&rows, &numbers, params)?;
+        ids = Some(match ids {
+            None => drawn,
+            Some(before) => ops::concat(&before, &drawn, 0)?,
+        });
+        start += len;
+    }
+    ids.map_or(Ok(Vec::new()), |ids| ids.to_vec())
+}
+
 /// One forward pass over every running sequence, one token drawn for each; the sequences that
 /// end (or whose clients left) leave `running`.
 fn step(llama: &Llama, tokenizer: &Tokenizer, running: &mut Vec<Running>) -> Result<(), Error> {
@@ -230,13 +263,13 @@ fn step(llama: &Llama, tokenizer: &Tokenizer, running: &mut Vec<Running>) -> Res
     drop(batch);
     let n = last_rows.len();
     let rows = Tensor::from_vec(logits.device(), last_rows, [n])?;
-    let last: Vec<f32> = ops::embedding(&logits, &rows)?.to_vec()?;
-    let vocab = llama.config.vocab_size;
-    let mut i = 0;
+    let ids = draw(&ops::embedding(&logits, &rows)?, running)?;
+    let mut ids = ids.into_iter();
     running.retain_mut(|r| {
-        let row = &last[i * vocab..(i + 1) * vocab];
-        i += 1;
-        let id = r.sampler.sample(row);
+        let Some(id) = ids.next() else {
+            let _ = r.events.send(Event::Failed("no token was drawn".into()));
+            return false;
+        };
         r.generated += 1;
         let finish = if is_stop(llama, tokenizer, id) {
             Some(Finish::Stop)
