@@ -162,11 +162,55 @@ fn the_openai_client_gets_batched_completions_equal_to_generate() {
         .arg(case.to_string())
         .output()
         .unwrap();
-    drop(server);
     assert!(
         out.status.success(),
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    // What no client library sends: each a complete JSON error with its status.
+    let addr = base
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
+        .to_string();
+    for (request, status) in [
+        ("POST /v1/completions HTTP/1.1\r\n\r\n".to_string(), "411"),
+        (
+            "POST /v1/completions HTTP/1.1\r\nContent-Length: 2000000\r\n\r\n".to_string(),
+            "413",
+        ),
+        (
+            "POST /v1/completions HTTP/1.1\r\nContent-Length: 8\r\n\r\nnot json".to_string(),
+            "400",
+        ),
+        (
+            "POST /v1/completions HTTP/1.1\r\nContent-Length: 4\r\n\r\n[1]\n".to_string(),
+            "400",
+        ),
+        ("GET /v1/completions HTTP/1.1\r\n\r\n".to_string(), "405"),
+        ("GET /v1/nothing HTTP/1.1\r\n\r\n".to_string(), "404"),
+    ] {
+        let answer = ask(&addr, &request);
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{request:?}: {answer}"
+        );
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(body)
+            .unwrap_or_else(|e| panic!("{request:?}: not JSON ({e}): {answer}"));
+        assert!(v["error"]["message"].is_string(), "{request:?}: {v}");
+    }
+    drop(server);
+}
+
+/// Sends `request` over a fresh connection and reads the whole answer.
+fn ask(addr: &str, request: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    answer
 }

@@ -117,7 +117,14 @@ impl Api {
         let obj = value
             .as_object()
             .ok_or_else(|| ApiError::invalid("body", "must be a JSON object"))?;
-        let seed = self.next_id.load(Ordering::Relaxed) ^ now();
+        // Without a `seed`, each request draws its own (std's per-process random keys, mixed
+        // with a counter), as OpenAI's sampling is not reproducible either.
+        let seed = {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(self.next_id.load(Ordering::Relaxed));
+            h.finish()
+        };
         let own: &[&str] = match route {
             Kind::Chat => &["messages"],
             Kind::Text => &["prompt"],
