@@ -90,9 +90,12 @@ pub fn encode(data: &[u8]) {
 }
 
 /// What `webtensor serve` does with the bytes a client sends before it touches the file
-/// system: read and parse the request head, then map its path to a served folder.
+/// system: read and parse the request head, then map its path to a served folder, and read
+/// a body of the length the head declares from the bytes after it.
 pub fn http(data: &[u8]) {
-    if let Ok(request) = http::read_request(&mut &data[..]) {
+    let mut input = data;
+    if let Ok(request) = http::read_request(&mut input) {
         let _ = http::split_path(&request.path);
+        let _ = http::read_body(&request, &mut input);
     }
 }

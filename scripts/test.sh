@@ -12,6 +12,8 @@ export WGPU_BACKEND="${WGPU_BACKEND:-vulkan}"
 export WEBTENSOR_REQUIRE_WGPU=1
 # Missing real vocabularies (scripts/fetch_vocabs.sh, run by setup.sh) fail the tokenizer tests.
 export WEBTENSOR_REQUIRE_VOCABS=1
+# A missing `openai` Python client (setup.sh installs it) fails the API server's test.
+export WEBTENSOR_REQUIRE_OPENAI=1
 
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings

@@ -168,7 +168,7 @@ enum Command {
         #[command(flatten)]
         model: ModelArgs,
         /// With --model: requests generated at the same time (each a sequence of the paged
-        /// cache); more wait in a queue, and beyond that get a 503.
+        /// cache, which holds this many full contexts); a request beyond them gets a 503.
         #[arg(long, value_name = "N", default_value_t = 16,
               value_parser = clap::value_parser!(u16).range(1..=256))]
         max_sequences: u16,
@@ -398,18 +398,22 @@ fn serve_command(
     dir: &std::path::Path,
     port: u16,
     args: &ModelArgs,
-    _max_sequences: usize,
+    max_sequences: usize,
 ) -> Result<(), Error> {
-    if args.model.is_some() {
-        return Err(Error::InvalidArgument {
-            op: "serve",
-            reason: "todo".into(),
-        });
-    }
-    serve::run(dir, port).map_err(|source| Error::Io {
-        path: dir.display().to_string(),
-        source,
-    })
+    let api = match &args.model {
+        Some(path) => {
+            let (llama, tokenizer) = load_with_tokenizer(args)?;
+            let name = models::display_name(path);
+            Some(serve::api::Api::start(
+                llama,
+                tokenizer,
+                name,
+                max_sequences,
+            )?)
+        }
+        None => None,
+    };
+    serve::run(dir, port, api)
 }
 
 /// Opens the model (or the built-in one) on the chosen device.

@@ -59,6 +59,21 @@ pub fn prepare_prompt(
     chat: bool,
     max_tokens: usize,
 ) -> Result<(Vec<u32>, KvCache)> {
+    let ids = prompt_ids(model, tokenizer, prompt, chat)?;
+    let context = model.config.context_len();
+    // Saturating: `max_tokens` may be anything a user typed, up to 2^64 − 1.
+    let cache = model.new_cache(context.min(ids.len().saturating_add(max_tokens.max(1))))?;
+    Ok((ids, cache))
+}
+
+/// The ids of [`prepare_prompt`] without the cache, for callers that keep their own (a
+/// server's paged pool): checked to leave room in the context for at least one new token.
+pub fn prompt_ids(
+    model: &Llama,
+    tokenizer: &Tokenizer,
+    prompt: &str,
+    chat: bool,
+) -> Result<Vec<u32>> {
     let config = &model.config;
     let mut ids: Vec<u32> = match (chat, tokenizer.prefix()) {
         (true, _) => Vec::new(),
@@ -94,9 +109,7 @@ pub fn prepare_prompt(
             requested: ids.len(),
         });
     }
-    // Saturating: `max_tokens` may be anything a user typed, up to 2^64 − 1.
-    let cache = model.new_cache(context.min(ids.len().saturating_add(max_tokens.max(1))))?;
-    Ok((ids, cache))
+    Ok(ids)
 }
 
 /// [`prepare_prompt`] for a plain prompt.
@@ -138,13 +151,19 @@ pub fn generate_chat(
     sampling: Sampling,
     on_text: impl FnMut(&str),
 ) -> Result<GenerationStats> {
+    let rendered = chat_prompt(tokenizer, messages)?;
+    let (ids, cache) = prepare_prompt(model, tokenizer, &rendered, true, max_tokens)?;
+    run(model, tokenizer, ids, cache, max_tokens, sampling, on_text)
+}
+
+/// `messages` rendered with the model's chat template, ending with the prompt of the
+/// assistant's turn: the text [`prepare_prompt`] takes with `chat`.
+pub fn chat_prompt(tokenizer: &Tokenizer, messages: &[ChatMessage]) -> Result<String> {
     let options = ChatOptions {
         add_generation_prompt: true,
         now: None,
     };
-    let rendered = tokenizer.render_chat(messages, &options)?;
-    let (ids, cache) = prepare_prompt(model, tokenizer, &rendered, true, max_tokens)?;
-    run(model, tokenizer, ids, cache, max_tokens, sampling, on_text)
+    tokenizer.render_chat(messages, &options)
 }
 
 /// Whether generation stops at `id`.

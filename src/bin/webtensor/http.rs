@@ -4,8 +4,9 @@
 //! (the part of [`resolve`] before the file system).
 //!
 //! A request head is read up to the blank line with a cap on its size, the request line is
-//! parsed (GET and HEAD only), the target is percent-decoded and mapped to a file under one
-//! of the served folders. Every refusal is a [`Status`] the server sends back with a body.
+//! parsed (GET, HEAD, and POST for the API), the target is percent-decoded and mapped to a
+//! file under one of the served folders. A POST's body is read by [`read_body`], capped at
+//! [`MAX_BODY`]. Every refusal is a [`Status`] the server sends back with a body.
 
 use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
@@ -14,6 +15,8 @@ use std::path::{Component, Path, PathBuf};
 pub const MAX_REQUEST_LINE: usize = 8 * 1024;
 /// Most bytes of a whole request head (request line and headers).
 pub const MAX_HEAD: usize = 32 * 1024;
+/// Most bytes of a request body (an API request's JSON).
+pub const MAX_BODY: usize = 1024 * 1024;
 
 /// The folders served: URL prefix → directory under the checkout.
 pub const MOUNTS: [(&str, &str); 2] = [("/pkg/", "web/pkg"), ("/", "demo")];
@@ -37,7 +40,13 @@ pub enum Status {
     UriTooLong,
     /// 431: the head is longer than [`MAX_HEAD`].
     HeadersTooLarge,
-    /// 503: every worker is busy.
+    /// 411: a POST without a Content-Length.
+    LengthRequired,
+    /// 413: a body longer than [`MAX_BODY`].
+    PayloadTooLarge,
+    /// 500: the model failed on a request it had taken.
+    InternalError,
+    /// 503: every worker (or every sequence of the model) is busy.
     Unavailable,
 }
 
@@ -53,6 +62,9 @@ impl Status {
             Status::RequestTimeout => "408 Request Timeout",
             Status::UriTooLong => "414 URI Too Long",
             Status::HeadersTooLarge => "431 Request Header Fields Too Large",
+            Status::LengthRequired => "411 Length Required",
+            Status::PayloadTooLarge => "413 Payload Too Large",
+            Status::InternalError => "500 Internal Server Error",
             Status::Unavailable => "503 Service Unavailable",
         }
     }
@@ -61,17 +73,23 @@ impl Status {
 /// What a request asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
+    /// GET, HEAD or POST.
+    pub method: &'static str,
     /// HEAD: the headers only.
     pub head_only: bool,
     /// The decoded path (starts with `/`, no query or fragment).
     pub path: String,
+    /// The `Content-Length` header, when there is one.
+    pub content_length: Option<usize>,
+    /// The bytes read after the head: the start of the body.
+    pub body_start: Vec<u8>,
 }
 
 /// Reads a request head from `r` up to and including the blank line that ends it, refusing
 /// a head longer than [`MAX_HEAD`] or a request line longer than [`MAX_REQUEST_LINE`]. A read
 /// that times out is [`Status::RequestTimeout`]; a connection closed before the blank line
 /// is an error (nothing to answer).
-pub fn read_head(r: &mut impl Read) -> Result<Vec<u8>, ReadError> {
+pub fn read_head(r: &mut impl Read) -> Result<(Vec<u8>, Vec<u8>), ReadError> {
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     loop {
@@ -93,8 +111,8 @@ pub fn read_head(r: &mut impl Read) -> Result<Vec<u8>, ReadError> {
         let from = head.len().saturating_sub(3);
         head.extend_from_slice(&chunk[..n]);
         if let Some(end) = head_end(&head[from..]) {
-            head.truncate(from + end);
-            return check_line(head);
+            let rest = head.split_off(from + end);
+            return Ok((check_line(head)?, rest));
         }
         if !head.contains(&b'\n') && head.len() > MAX_REQUEST_LINE {
             return Err(ReadError::Refuse(Status::UriTooLong));
@@ -146,11 +164,53 @@ fn check_line(head: Vec<u8>) -> Result<Vec<u8>, ReadError> {
 /// sends before it looks at the file system (then [`resolve`]). The fuzz target and the
 /// replay test call it on arbitrary bytes; it returns for any input, never panics.
 pub fn read_request(r: &mut impl Read) -> Result<Request, ReadError> {
-    let head = read_head(r)?;
-    parse_head(&head).map_err(ReadError::Refuse)
+    let (head, body_start) = read_head(r)?;
+    let mut request = parse_head(&head).map_err(ReadError::Refuse)?;
+    request.body_start = body_start;
+    Ok(request)
 }
 
-/// Parses a request head: `METHOD TARGET HTTP/x.y`, then headers (none changes the answer).
+/// Reads the body of `request` (its `Content-Length` bytes, of which `body_start` came with
+/// the head) from `r`: [`Status::LengthRequired`] without a length, [`Status::PayloadTooLarge`]
+/// beyond [`MAX_BODY`], [`Status::RequestTimeout`] when `r` times out.
+pub fn read_body(request: &Request, r: &mut impl Read) -> Result<Vec<u8>, ReadError> {
+    let len = request
+        .content_length
+        .ok_or(ReadError::Refuse(Status::LengthRequired))?;
+    if len > MAX_BODY {
+        return Err(ReadError::Refuse(Status::PayloadTooLarge));
+    }
+    let mut body = request.body_start.clone();
+    if body.len() > len {
+        // Pipelined bytes after the body: the server answers one request per connection.
+        body.truncate(len);
+    }
+    let missing = len - body.len();
+    let mut rest = vec![0u8; missing];
+    let mut filled = 0;
+    while filled < missing {
+        match r.read(&mut rest[filled..]) {
+            Ok(0) => return Err(ReadError::Closed),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(ReadError::Refuse(Status::RequestTimeout))
+            }
+            Err(e) => return Err(ReadError::Io(e)),
+        }
+    }
+    body.extend_from_slice(&rest);
+    Ok(body)
+}
+
+/// Parses a request head: `METHOD TARGET HTTP/x.y`, then headers (only `Content-Length` is
+/// read; a malformed or repeated one is refused, and so is a POST with `Transfer-Encoding`,
+/// which this server does not decode).
 pub fn parse_head(head: &[u8]) -> Result<Request, Status> {
     let line_end = head.iter().position(|&b| b == b'\n').unwrap_or(head.len());
     let line = std::str::from_utf8(&head[..line_end]).map_err(|_| Status::BadRequest)?;
@@ -162,9 +222,10 @@ pub fn parse_head(head: &[u8]) -> Result<Request, Status> {
     if !version.starts_with("HTTP/1.") || method.is_empty() {
         return Err(Status::BadRequest);
     }
-    let head_only = match method {
-        "GET" => false,
-        "HEAD" => true,
+    let (method, head_only) = match method {
+        "GET" => ("GET", false),
+        "HEAD" => ("HEAD", true),
+        "POST" => ("POST", false),
         _ => return Err(Status::MethodNotAllowed),
     };
     let path = target.split(['?', '#']).next().unwrap_or("");
@@ -172,7 +233,36 @@ pub fn parse_head(head: &[u8]) -> Result<Request, Status> {
     if !path.starts_with('/') || path.contains('\0') || path.contains('\\') {
         return Err(Status::BadRequest);
     }
-    Ok(Request { head_only, path })
+    let headers = String::from_utf8_lossy(&head[line_end..]);
+    let mut content_length = None;
+    for line in headers.lines() {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let name = name.trim();
+        if name.eq_ignore_ascii_case("transfer-encoding") && method == "POST" {
+            return Err(Status::LengthRequired);
+        }
+        if name.eq_ignore_ascii_case("content-length") {
+            let value = value.trim();
+            let len = value
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+                .then(|| value.parse::<usize>().ok())
+                .flatten()
+                .ok_or(Status::BadRequest)?;
+            if content_length.replace(len).is_some() {
+                return Err(Status::BadRequest);
+            }
+        }
+    }
+    Ok(Request {
+        method,
+        head_only,
+        path,
+        content_length,
+        body_start: Vec::new(),
+    })
 }
 
 /// The folder (under the checkout) and the relative file a decoded path names, refusing any

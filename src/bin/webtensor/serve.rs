@@ -7,11 +7,17 @@
 //! so browsers compile it while it streams. A path that leaves its folder (`..`, a symbolic
 //! link out) or names anything but a regular file is refused.
 //!
+//! With `--model` it also answers the OpenAI-compatible API under `/v1/` (`openai.rs`: the
+//! routes; `params.rs`: the request fields; `sse.rs`: JSON and event-stream answers;
+//! `scheduler.rs`: the engine thread that decodes all requests in one batch).
+//!
 //! Whatever clients do, the server keeps a bounded footprint: a fixed pool of [`WORKERS`]
-//! threads takes connections from a queue of [`QUEUE`]; a connection that finds the queue
+//! threads (plus one per model sequence with the API, since a worker waits on its request's
+//! generation) takes connections from a queue of [`QUEUE`]; a connection that finds the queue
 //! full gets a 503 at once and is closed; reading a request head has a deadline
-//! ([`HEAD_TIMEOUT`]) and a size cap (see `http.rs`), writing has a timeout; and when `accept`
-//! fails (out of file handles) the loop backs off instead of spinning.
+//! ([`HEAD_TIMEOUT`]) and a size cap (see `http.rs`), and so does a request body
+//! ([`BODY_TIMEOUT`], `http::MAX_BODY`); writing has a timeout; and when `accept` fails (out
+//! of file handles) the loop backs off instead of spinning.
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -20,10 +26,20 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+#[path = "openai.rs"]
+pub mod api;
 #[path = "http.rs"]
 mod http;
+#[path = "params.rs"]
+mod params;
+#[path = "scheduler.rs"]
+mod scheduler;
+#[path = "sse.rs"]
+mod sse;
 
-use http::{ReadError, Status};
+use api::Api;
+use http::{ReadError, Request, Status};
+use webtensor::Error;
 
 /// Threads answering requests.
 const WORKERS: usize = 8;
@@ -31,17 +47,27 @@ const WORKERS: usize = 8;
 const QUEUE: usize = 64;
 /// How long a client has to send its whole request head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client has to send a request body after its head.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long one write to a client may block.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest pause after failed `accept` calls (out of file handles): the wait doubles from
 /// 10 ms up to this, so the loop never spins.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
-/// Serves `root`'s demo on `127.0.0.1:port` (0: any free port) until the process ends,
-/// printing the address first.
-pub fn run(root: &Path, port: u16) -> io::Result<()> {
+/// Serves `root`'s demo, and the API when there is one, on `127.0.0.1:port` (0: any free
+/// port) until the process ends, printing the address first.
+pub fn run(root: &Path, port: u16, api: Option<Api>) -> Result<(), Error> {
+    let io_error = |source| Error::Io {
+        path: root.display().to_string(),
+        source,
+    };
+    listen(root, port, api).map_err(io_error)
+}
+
+fn listen(root: &Path, port: u16, api: Option<Api>) -> io::Result<()> {
     let demo = root.join("demo");
-    if !demo.join("index.html").is_file() {
+    if api.is_none() && !demo.join("index.html").is_file() {
         return Err(io::Error::new(
             io::ErrorKind::NotFound,
             format!(
@@ -50,17 +76,21 @@ pub fn run(root: &Path, port: u16) -> io::Result<()> {
             ),
         ));
     }
-    if !root.join("web/pkg/webtensor.js").is_file() {
+    if api.is_none() && !root.join("web/pkg/webtensor.js").is_file() {
         eprintln!("serve: web/pkg is not built yet; run ./web/build.sh first");
     }
     let listener = TcpListener::bind(("127.0.0.1", port))?;
     let addr = listener.local_addr()?;
+    let openai = api.as_ref().map_or(String::new(), |api| {
+        format!("; OpenAI API at http://{addr}/v1 for {}", api.name())
+    });
     println!(
-        "webtensor serve: http://{addr}/ (serving {}; Ctrl-C stops)",
+        "webtensor serve: http://{addr}/ (serving {}{openai}; Ctrl-C stops)",
         root.display()
     );
     io::stdout().flush()?;
-    let queue = start_workers(root.to_path_buf())?;
+    let workers = WORKERS + api.as_ref().map_or(0, Api::max_sequences);
+    let queue = start_workers(root.to_path_buf(), api.map(Arc::new), workers)?;
     let mut backoff = Duration::ZERO;
     loop {
         match listener.accept() {
@@ -78,26 +108,30 @@ pub fn run(root: &Path, port: u16) -> io::Result<()> {
 }
 
 /// Starts the worker pool; connections sent to the queue are answered in order.
-fn start_workers(root: PathBuf) -> io::Result<SyncSender<TcpStream>> {
+fn start_workers(
+    root: PathBuf,
+    api: Option<Arc<Api>>,
+    workers: usize,
+) -> io::Result<SyncSender<TcpStream>> {
     let (send, receive) = mpsc::sync_channel::<TcpStream>(QUEUE);
     let receive = Arc::new(Mutex::new(receive));
-    for i in 0..WORKERS {
-        let (receive, root) = (receive.clone(), root.clone());
+    for i in 0..workers {
+        let (receive, root, api) = (receive.clone(), root.clone(), api.clone());
         std::thread::Builder::new()
             .name(format!("serve-{i}"))
-            .spawn(move || work(&receive, &root))?;
+            .spawn(move || work(&receive, &root, api.as_deref()))?;
     }
     Ok(send)
 }
 
-fn work(receive: &Mutex<Receiver<TcpStream>>, root: &Path) {
+fn work(receive: &Mutex<Receiver<TcpStream>>, root: &Path, api: Option<&Api>) {
     loop {
         let next = match receive.lock() {
             Ok(r) => r.recv(),
             Err(_) => return,
         };
         let Ok(stream) = next else { return };
-        if let Err(e) = handle(stream, root) {
+        if let Err(e) = handle(stream, root, api) {
             log::debug!("serve: connection ended: {e}");
         }
     }
@@ -137,7 +171,7 @@ impl Read for Deadline<'_> {
 }
 
 /// Answers one request and closes the connection.
-fn handle(mut stream: TcpStream, root: &Path) -> io::Result<()> {
+fn handle(mut stream: TcpStream, root: &Path, api: Option<&Api>) -> io::Result<()> {
     stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
     let mut input = Deadline {
         stream: &stream,
@@ -152,6 +186,13 @@ fn handle(mut stream: TcpStream, root: &Path) -> io::Result<()> {
         Err(ReadError::Closed) => return Ok(()),
         Err(ReadError::Io(e)) => return Err(e),
     };
+    if let Some(api) = api.filter(|_| request.path.starts_with("/v1/")) {
+        return answer_api(api, &request, stream);
+    }
+    if request.method == "POST" {
+        refuse(&mut stream, Status::MethodNotAllowed, false)?;
+        return linger(&mut stream);
+    }
     let file = match http::resolve(root, &request.path) {
         Ok(file) => file,
         Err(status) => return refuse(&mut stream, status, request.head_only),
@@ -166,6 +207,36 @@ fn handle(mut stream: TcpStream, root: &Path) -> io::Result<()> {
         ),
         Err(status) => refuse(&mut stream, status, request.head_only),
     }
+}
+
+/// Reads an API request's body (POST) within [`BODY_TIMEOUT`] and answers it; a body that
+/// is missing its length, too long or too slow gets an OpenAI-style JSON error.
+fn answer_api(api: &Api, request: &Request, mut stream: TcpStream) -> io::Result<()> {
+    let body = if request.method == "POST" {
+        let mut input = Deadline {
+            stream: &stream,
+            until: Instant::now() + BODY_TIMEOUT,
+        };
+        match http::read_body(request, &mut input) {
+            Ok(body) => body,
+            Err(ReadError::Refuse(status)) => {
+                let message = format!("the request body was refused: {}", status.line());
+                let e = params::ApiError {
+                    status,
+                    message,
+                    param: None,
+                    kind: "invalid_request_error",
+                };
+                sse::json(&mut stream, status, &e.body())?;
+                return linger(&mut stream);
+            }
+            Err(ReadError::Closed) => return Ok(()),
+            Err(ReadError::Io(e)) => return Err(e),
+        }
+    } else {
+        Vec::new()
+    };
+    api.handle(request, &body, &mut stream)
 }
 
 /// The bytes of `file`, checked on the opened handle to be a regular file (a FIFO swapped in

@@ -1,0 +1,304 @@
+//! The batching scheduler behind the OpenAI-compatible API: one model, one paged KV pool, and
+//! one engine thread that runs every active request as a sequence of the pool.
+//!
+//! Each step is one [`Llama::forward_batch`] over all active sequences: a request admitted
+//! since the last step contributes its whole prompt, every other one its last token. The next
+//! token of each sequence is drawn from its last row on the device with the request's own
+//! [`Sampler`] (so requests keep their own temperature and seed), only the ids are read back,
+//! and each is decoded to text and sent to the request's channel. A request leaves the batch at its end-of-turn token, at its
+//! `max_tokens`, at the end of the context, or when its client has gone (its channel is closed).
+//!
+//! Admission is bounded: at most `max_sequences` requests are in flight; the pool holds that
+//! many full contexts, so no admitted request can run out of cache blocks. A request beyond
+//! that is refused at once ([`Busy`]) for the HTTP layer to answer 503.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::Arc;
+
+use webtensor::model::generate::is_stop;
+use webtensor::model::{
+    CacheLayout, KvCache, Llama, Sampler, Sampling, SequenceInput, StreamDecoder, Tokenizer,
+};
+use webtensor::{ops, Error, Tensor};
+
+/// Tokens per block of the paged pool.
+const BLOCK_SIZE: usize = 16;
+
+/// One request for the engine.
+pub struct Job {
+    /// The prompt's ids (checked to fit the context with room for one more).
+    pub ids: Vec<u32>,
+    /// Most tokens to generate (at least 1).
+    pub max_tokens: usize,
+    pub sampling: Sampling,
+    /// Where the engine sends what happens; dropping the receiver cancels the request.
+    pub events: Sender<Event>,
+}
+
+/// What the engine reports to a request.
+#[derive(Debug)]
+pub enum Event {
+    /// One more token was generated; its text (empty while a character is incomplete).
+    Token(String),
+    /// Generation ended: the text of the last token and of the decoder's held bytes, why,
+    /// and how many tokens were generated (an end-of-turn token included).
+    Done {
+        tail: String,
+        finish: Finish,
+        tokens: usize,
+    },
+    /// The step failed; the request is over.
+    Failed(String),
+}
+
+/// Why generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// The model ended its turn (or a stop string was met).
+    Stop,
+    /// `max_tokens` or the context was reached.
+    Length,
+}
+
+impl Finish {
+    /// The OpenAI `finish_reason`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Finish::Stop => "stop",
+            Finish::Length => "length",
+        }
+    }
+}
+
+/// The pool is full: every sequence is taken.
+#[derive(Debug)]
+pub struct Busy {
+    pub max_sequences: usize,
+}
+
+/// The handle requests are submitted through; cloning shares the engine.
+#[derive(Clone)]
+pub struct Scheduler {
+    submit: Sender<Job>,
+    in_flight: Arc<AtomicUsize>,
+    max_sequences: usize,
+}
+
+/// A place among the in-flight requests, given back when dropped.
+pub struct Ticket {
+    in_flight: Arc<AtomicUsize>,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Scheduler {
+    /// Allocates a paged pool for `max_sequences` full contexts and starts the engine thread.
+    /// A pool the device cannot hold is an error here, before the server listens (lower
+    /// `--ctx` or `--max-sequences`).
+    pub fn start(llama: Arc<Llama>, max_sequences: usize) -> Result<Scheduler, Error> {
+        let c = &llama.config;
+        let token_bytes = c.num_hidden_layers * 2 * c.kv_dim() * 4;
+        let tokens = max_sequences * c.context_len().div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
+        let layout = CacheLayout::Paged {
+            block_size: BLOCK_SIZE,
+            budget_bytes: tokens.saturating_mul(token_bytes),
+        };
+        let pool = llama.new_pool(layout)?;
+        let (submit, jobs) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("engine".into())
+            .spawn(move || engine(&llama, &pool, &jobs))
+            .map_err(|e| Error::Backend {
+                backend: "serve".into(),
+                message: format!("the engine thread did not start: {e}"),
+            })?;
+        Ok(Scheduler {
+            submit,
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            max_sequences,
+        })
+    }
+
+    /// Requests that may be in flight.
+    pub fn max_sequences(&self) -> usize {
+        self.max_sequences
+    }
+
+    /// Takes a place for a request, or [`Busy`] when `max_sequences` are in flight.
+    pub fn admit(&self) -> Result<Ticket, Busy> {
+        let taken = self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let ticket = Ticket {
+            in_flight: self.in_flight.clone(),
+        };
+        if taken >= self.max_sequences {
+            return Err(Busy {
+                max_sequences: self.max_sequences,
+            });
+        }
+        Ok(ticket)
+    }
+
+    /// Hands a job to the engine (its [`Ticket`] held by the caller until it is done).
+    pub fn run(&self, job: Job) -> Result<(), Error> {
+        self.submit.send(job).map_err(|_| Error::Backend {
+            backend: "serve".into(),
+            message: "the engine has stopped".into(),
+        })
+    }
+}
+
+/// One request in the batch.
+struct Running<'t> {
+    cache: KvCache,
+    /// Tokens the next step runs: the prompt, then the last token drawn.
+    pending: Vec<u32>,
+    sampler: Sampler,
+    decoder: StreamDecoder<'t>,
+    generated: usize,
+    max_tokens: usize,
+    events: Sender<Event>,
+}
+
+/// The engine loop: waits for work when idle, otherwise admits what arrived and runs a step.
+fn engine(llama: &Llama, pool: &webtensor::model::KvPool, jobs: &Receiver<Job>) {
+    let Some(tokenizer) = llama.tokenizer.as_ref() else {
+        return;
+    };
+    let mut running: Vec<Running> = Vec::new();
+    loop {
+        let arrived = if running.is_empty() {
+            match jobs.recv() {
+                Ok(job) => Some(job),
+                Err(_) => return,
+            }
+        } else {
+            match jobs.try_recv() {
+                Ok(job) => Some(job),
+                Err(TryRecvError::Empty) => None,
+                Err(TryRecvError::Disconnected) => return,
+            }
+        };
+        if let Some(job) = arrived {
+            running.push(start(job, pool, tokenizer));
+            // Take everything else that is waiting into the same step.
+            while let Ok(job) = jobs.try_recv() {
+                running.push(start(job, pool, tokenizer));
+            }
+        }
+        if let Err(e) = step(llama, tokenizer, &mut running) {
+            for r in running.drain(..) {
+                let _ = r.events.send(Event::Failed(e.to_string()));
+            }
+        }
+    }
+}
+
+fn start<'t>(job: Job, pool: &webtensor::model::KvPool, tokenizer: &'t Tokenizer) -> Running<'t> {
+    Running {
+        cache: pool.sequence(),
+        pending: job.ids,
+        sampler: Sampler::new(job.sampling),
+        decoder: tokenizer.stream(),
+        generated: 0,
+        max_tokens: job.max_tokens,
+        events: job.events,
+    }
+}
+
+/// Each sequence's next token from its row of `last` (`[sequences, vocab]`), drawn on the
+/// device with its own sampler's parameters and number: one [`ops::sample`] per run of
+/// neighbouring sequences with the same parameters (usually one for the whole batch), and one
+/// readback of the ids rather than of the logits.
+fn draw(last: &Tensor, running: &mut [Running]) -> Result<Vec<u32>, Error> {
+    let mut ids: Option<Tensor> = None;
+    let mut start = 0;
+    while start < running.len() {
+        let params = running[start].sampler.params();
+        let len = running[start..]
+            .iter()
+            .take_while(|r| r.sampler.params() == params)
+            .count();
+        let numbers: Vec<f32> = running[start..start + len]
+            .iter_mut()
+            .flat_map(|r| r.sampler.next_uniforms(1))
+            .collect();
+        let numbers = Tensor::from_vec(last.device(), numbers, [len])?;
+        let rows = if len == running.len() {
+            last.clone()
+        } else {
+            ops::narrow(last, 0, start, len)?
+        };
+        let drawn = ops::sample(&rows, &numbers, params)?;
+        ids = Some(match ids {
+            None => drawn,
+            Some(before) => ops::concat(&before, &drawn, 0)?,
+        });
+        start += len;
+    }
+    ids.map_or(Ok(Vec::new()), |ids| ids.to_vec())
+}
+
+/// One forward pass over every running sequence, one token drawn for each; the sequences that
+/// end (or whose clients left) leave `running`.
+fn step(llama: &Llama, tokenizer: &Tokenizer, running: &mut Vec<Running>) -> Result<(), Error> {
+    let mut last_rows = Vec::with_capacity(running.len());
+    let mut end = 0;
+    for r in running.iter() {
+        end += r.pending.len();
+        last_rows.push(end as u32 - 1);
+    }
+    let mut batch: Vec<SequenceInput> = running
+        .iter_mut()
+        .map(|r| SequenceInput {
+            tokens: &r.pending,
+            cache: &mut r.cache,
+        })
+        .collect();
+    let logits = llama.forward_batch(&mut batch)?;
+    drop(batch);
+    let n = last_rows.len();
+    let rows = Tensor::from_vec(logits.device(), last_rows, [n])?;
+    let ids = draw(&ops::embedding(&logits, &rows)?, running)?;
+    let mut ids = ids.into_iter();
+    running.retain_mut(|r| {
+        let Some(id) = ids.next() else {
+            let _ = r.events.send(Event::Failed("no token was drawn".into()));
+            return false;
+        };
+        r.generated += 1;
+        let finish = if is_stop(llama, tokenizer, id) {
+            Some(Finish::Stop)
+        } else if r.generated >= r.max_tokens || r.cache.len() >= r.cache.capacity() {
+            Some(Finish::Length)
+        } else {
+            None
+        };
+        let text = if finish == Some(Finish::Stop) {
+            String::new()
+        } else {
+            r.decoder.push(id)
+        };
+        let sent = match finish {
+            None => r.events.send(Event::Token(text)),
+            Some(finish) => {
+                let tail = text + &r.decoder.finish();
+                let tokens = r.generated;
+                // The request is over whether or not its client still listens.
+                let _ = r.events.send(Event::Done {
+                    tail,
+                    finish,
+                    tokens,
+                });
+                return false;
+            }
+        };
+        r.pending = vec![id];
+        sent.is_ok()
+    });
+    Ok(())
+}
