@@ -83,6 +83,10 @@ enum Command {
         /// weights, per-row i8 for ternary ones, as llama.cpp does) or `f32`.
         #[arg(long, value_name = "MODE", default_value = "int", value_parser = parse_activations)]
         activations: ActivationMode,
+        /// With --model: also time decode with the model split over this many separate devices
+        /// of each backend (comma-separated, e.g. 1,2,4), the all-reduce time broken out.
+        #[arg(long, value_name = "SIZES", value_delimiter = ',')]
+        tp: Vec<usize>,
         /// Also write report.json and a self-contained report.html with charts into DIR.
         #[arg(long, value_name = "DIR")]
         report: Option<std::path::PathBuf>,
@@ -163,6 +167,10 @@ struct ModelArgs {
     /// (memory-mapped) files on every forward pass: for models larger than the device.
     #[arg(long, value_name = "N")]
     resident_layers: Option<usize>,
+    /// Split the model over N separate devices of the backend (tensor parallel: heads and FFN
+    /// columns per device, partial sums added through the host).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    tp: usize,
     /// Activations of the linear layers: `int` (q8_0 for q8_0/q4_0 weights, per-row i8 for
     /// ternary ones, as llama.cpp does) or `f32` (the stored weights' exact products).
     #[arg(long, value_name = "MODE", default_value = "int", value_parser = parse_activations)]
@@ -221,13 +229,14 @@ fn main() -> ExitCode {
             runs,
             peers,
             json,
+            tp,
             ..
         } => bench_model(
             &backends,
             &model,
             (prompt_tokens, decode_tokens),
             activations,
-            (runs as usize, &peers),
+            (runs as usize, &peers, &tp),
             json,
         ),
         Command::Bench {
@@ -459,7 +468,7 @@ fn bench_model(
     model: &str,
     (prompt_tokens, decode_tokens): (usize, usize),
     activations: ActivationMode,
-    (runs, peers): (usize, &[String]),
+    (runs, peers, tp): (usize, &[String], &[usize]),
     json: bool,
 ) -> Result<(), Error> {
     let backends = bench_backends(backends)?;
@@ -496,14 +505,31 @@ fn bench_model(
     let rows = bench::model::run(&open, &backends, tokens, activations, runs, peer, |step| {
         eprintln!("{step}")
     })?;
+    let tp_rows = if tp.is_empty() {
+        Vec::new()
+    } else {
+        bench::parallel::run(&open, &backends, tp, tokens, activations, runs, |step| {
+            eprintln!("{step}")
+        })?
+    };
     if json {
-        let text = serde_json::to_string_pretty(&rows).map_err(|e| Error::Backend {
-            backend: "cli".into(),
-            message: e.to_string(),
-        })?;
+        let value = if tp.is_empty() {
+            serde_json::to_value(&rows)
+        } else {
+            serde_json::to_value(serde_json::json!({ "rows": rows, "tp": tp_rows }))
+        };
+        let text = value
+            .and_then(|v| serde_json::to_string_pretty(&v))
+            .map_err(|e| Error::Backend {
+                backend: "cli".into(),
+                message: e.to_string(),
+            })?;
         println!("{text}");
     } else {
         print!("{}", bench::model::table(model, &rows));
+        if !tp.is_empty() {
+            print!("{}", bench::parallel::table(model, &tp_rows));
+        }
     }
     Ok(())
 }
@@ -623,15 +649,31 @@ fn load(args: &ModelArgs) -> Result<(Llama, String), Error> {
         Some(path) => (ModelFiles::open(path)?, path.display().to_string()),
         None => (model::builtin::files()?, model::builtin::NAME.to_string()),
     };
-    let mut model =
-        Llama::load_streaming(&device, files, args.resident_layers.unwrap_or(usize::MAX))?;
+    let mut model = match (args.tp, args.resident_layers) {
+        (1, resident) => Llama::load_streaming(&device, files, resident.unwrap_or(usize::MAX))?,
+        (_, Some(_)) => {
+            return Err(Error::InvalidArgument {
+                op: "load",
+                reason: "--resident-layers does not combine with --tp; split over more devices \
+                         instead"
+                    .into(),
+            })
+        }
+        (size, None) => {
+            let devices = model::parallel::devices_of(device.chain()[0], size)?;
+            Llama::load_parallel(&devices, files, model::TpConfig { size })?
+        }
+    };
     model.set_activations(args.activations);
     eprintln!(
         "{name}: {} layers, {} hidden, vocab {} on {}; {}",
         model.config.num_hidden_layers,
         model.config.hidden_size,
         model.config.vocab_size,
-        device.backend_name(),
+        match args.tp {
+            1 => device.backend_name().to_string(),
+            n => format!("{n} {} devices", device.backend_name()),
+        },
         model.activation_path()
     );
     Ok((model, name))
