@@ -3,6 +3,8 @@
 //! (with the q/k row permutation llama.cpp's converter applies), plus bad files.
 
 mod common;
+#[path = "engine/parallel.rs"]
+mod parallel;
 
 use std::path::{Path, PathBuf};
 

@@ -258,6 +258,7 @@ pub struct DeviceBuilder {
     disabled: Vec<(BackendKind, OpKind)>,
     strict: bool,
     memory_limit: Option<u64>,
+    separate: bool,
 }
 
 impl DeviceBuilder {
@@ -280,6 +281,16 @@ impl DeviceBuilder {
     /// for testing what happens when memory runs short.
     pub fn memory_limit(mut self, bytes: u64) -> Self {
         self.memory_limit = Some(bytes);
+        self
+    }
+
+    /// Starts a GPU backend of its own for this device rather than sharing the process-wide
+    /// one: a separate logical device on the same adapter, with its own queue and memory.
+    /// Tensor parallelism ([`crate::model::Llama::load_parallel`]) uses such devices to split
+    /// a model over one adapter (lavapipe gives as many as asked for, so tests run it for
+    /// real). Host backends (cpu, reference) have no device to separate and are shared.
+    pub fn separate(mut self, separate: bool) -> Self {
+        self.separate = separate;
         self
     }
 
@@ -314,7 +325,12 @@ impl DeviceBuilder {
         let mut decisions = Vec::new();
         let mut failures = Vec::new();
         for (i, &kind) in priority.iter().enumerate() {
-            match registry::get(kind) {
+            let probe = if self.separate {
+                registry::start_separate(kind)
+            } else {
+                registry::get(kind)
+            };
+            match probe {
                 Ok(backend) => {
                     let software = backend.info().class == DeviceClass::Software;
                     if software && demote_software {

@@ -209,6 +209,45 @@ pub enum Error {
         message: String,
     },
 
+    /// A tensor-parallel size that does not split the model evenly.
+    #[error(
+        "a tensor-parallel size of {size} does not divide the model's {count} {what}; use a tp \
+         size that divides the attention heads, the key/value heads and the FFN width"
+    )]
+    TpIndivisible {
+        /// The tp size asked for.
+        size: usize,
+        /// What it must divide.
+        what: String,
+        /// How many of them the model has.
+        count: usize,
+    },
+
+    /// The devices given for tensor parallelism cannot run the split together.
+    #[error("tensor parallelism over {size} ranks: {reason}")]
+    TpDevices {
+        /// The tp size asked for.
+        size: usize,
+        /// What is wrong with the devices and what to do.
+        reason: String,
+    },
+
+    /// One rank of a tensor-parallel model failed during a pass (its device was lost, ran out
+    /// of memory, or a readback failed).
+    #[error(
+        "tensor-parallel rank {rank} ({backend}) failed during a pass: {source}; the other ranks' \
+         caches no longer match it: reset every sequence, or load the model again without that \
+         device"
+    )]
+    ShardFailed {
+        /// The rank.
+        rank: usize,
+        /// Its device's primary backend.
+        backend: String,
+        /// The rank's own error.
+        source: Box<Error>,
+    },
+
     /// A model tensor is larger than one buffer of the device can be.
     #[error(
         "tensor `{tensor}` needs a buffer of {bytes} bytes, beyond the {backend} device's \

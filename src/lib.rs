@@ -38,7 +38,7 @@ pub mod quant;
 pub mod tensor;
 
 pub use backend::{BackendInfo, BackendKind, OpKind};
-pub use device::Device;
+pub use device::{Device, DeviceBuilder};
 pub use error::{Error, Result};
 /// IEEE binary16, the element type of `DType::F16` tensors (from the `half` crate).
 pub use half::f16;

@@ -592,7 +592,9 @@ impl Tensor {
     /// Moves the data to another backend of the same device (or of another device) and
     /// returns a tensor living there. A no-op when it is already there.
     pub(crate) fn to_backend(&self, backend: &BackendRef) -> Result<Tensor> {
-        if backend.kind() == self.inner.backend.kind() {
+        // The same instance, not merely the same kind: separate GPU devices
+        // (`DeviceBuilder::separate`) are backends of one kind with their own memory.
+        if same_instance(backend, &self.inner.backend) {
             return Ok(self.clone());
         }
         let i = &self.inner;
@@ -636,6 +638,11 @@ impl fmt::Debug for Tensor {
             self.backend_name()
         )
     }
+}
+
+/// Whether two handles are one backend instance (their data pointers, whatever the vtables).
+fn same_instance(a: &BackendRef, b: &BackendRef) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
 }
 
 /// The raw little-endian bytes of downloaded data.

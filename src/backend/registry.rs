@@ -48,6 +48,18 @@ pub async fn start_async(kinds: &[BackendKind]) {
     }
 }
 
+/// A new instance of `kind` for one device alone (see `DeviceBuilder::separate`): a GPU
+/// backend starts another logical device on its adapter; host backends, which hold no device,
+/// are the shared instance.
+pub fn start_separate(kind: BackendKind) -> Probe {
+    match kind {
+        BackendKind::Cpu | BackendKind::Reference => get(kind),
+        #[cfg(not(feature = "cuda"))]
+        BackendKind::Cuda => get(kind),
+        _ => start(kind),
+    }
+}
+
 fn start(kind: BackendKind) -> Probe {
     match kind {
         BackendKind::Reference => Ok(Arc::new(ReferenceBackend)),

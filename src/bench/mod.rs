@@ -17,6 +17,9 @@ pub mod merge;
 // Prefill/decode timing of whole models (native only: the command-line tool's `--model`).
 #[cfg(not(target_arch = "wasm32"))]
 pub mod model;
+// Decode speed of a model split over several devices (`--model --tp`), native only.
+#[cfg(not(target_arch = "wasm32"))]
+pub mod parallel;
 pub mod report;
 mod timing;
 

@@ -215,14 +215,14 @@ fn time_once(
 }
 
 /// The median of `v` (the upper one of an even count), `None` when empty.
-fn median(v: &[f64]) -> Option<f64> {
+pub(crate) fn median(v: &[f64]) -> Option<f64> {
     let mut sorted = v.to_vec();
     sorted.sort_by(f64::total_cmp);
     sorted.get(sorted.len() / 2).copied()
 }
 
 /// `min/median/max` of samples, with `digits` decimals.
-fn spread(v: &[f64], digits: usize) -> String {
+pub(crate) fn spread(v: &[f64], digits: usize) -> String {
     match (
         v.iter().copied().reduce(f64::min),
         median(v),
@@ -237,7 +237,7 @@ fn spread(v: &[f64], digits: usize) -> String {
 }
 
 /// The largest elementwise difference.
-fn max_difference(a: &[f32], b: &[f32]) -> f64 {
+pub(crate) fn max_difference(a: &[f32], b: &[f32]) -> f64 {
     a.iter()
         .zip(b)
         .map(|(a, b)| (*a as f64 - *b as f64).abs())

@@ -88,6 +88,10 @@ enum Command {
         /// weights, per-row i8 for ternary ones, as llama.cpp does) or `f32`.
         #[arg(long, value_name = "MODE", default_value = "int", value_parser = parse_activations)]
         activations: ActivationMode,
+        /// With --model: also time decode with the model split over this many separate devices
+        /// of each backend (comma-separated, e.g. 1,2,4), the all-reduce time broken out.
+        #[arg(long, value_name = "SIZES", value_delimiter = ',')]
+        tp: Vec<usize>,
         /// Also write report.json and a self-contained report.html with charts into DIR.
         #[arg(long, value_name = "DIR")]
         report: Option<std::path::PathBuf>,
@@ -196,6 +200,10 @@ struct ModelArgs {
     /// (memory-mapped) files on every forward pass: for models larger than the device.
     #[arg(long, value_name = "N")]
     resident_layers: Option<usize>,
+    /// Split the model over N separate devices of the backend (tensor parallel: heads and FFN
+    /// columns per device, partial sums added through the host).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    tp: usize,
     /// Activations of the linear layers: `int` (q8_0 for q8_0/q4_0 weights, per-row i8 for
     /// ternary ones, as llama.cpp does) or `f32` (the stored weights' exact products).
     #[arg(long, value_name = "MODE", default_value = "int", value_parser = parse_activations)]
@@ -319,13 +327,14 @@ fn main() -> ExitCode {
             runs,
             peers,
             json,
+            tp,
             ..
         } => bench_cmd::bench_model(
             &backends,
             &model,
             (prompt_tokens, decode_tokens),
             activations,
-            (runs as usize, &peers),
+            (runs as usize, &peers, &tp),
             json,
         ),
         Command::Bench {
@@ -429,8 +438,21 @@ fn load(args: &ModelArgs) -> Result<(Llama, String), Error> {
         },
         None => (model::builtin::files()?, model::builtin::NAME.to_string()),
     };
-    let mut model =
-        Llama::load_streaming(&device, files, args.resident_layers.unwrap_or(usize::MAX))?;
+    let mut model = match (args.tp, args.resident_layers) {
+        (1, resident) => Llama::load_streaming(&device, files, resident.unwrap_or(usize::MAX))?,
+        (_, Some(_)) => {
+            return Err(Error::InvalidArgument {
+                op: "load",
+                reason: "--resident-layers does not combine with --tp; split over more devices \
+                         instead"
+                    .into(),
+            })
+        }
+        (size, None) => {
+            let devices = model::parallel::devices_of(device.chain()[0], size)?;
+            Llama::load_parallel(&devices, files, model::TpConfig { size })?
+        }
+    };
     model.set_activations(args.activations);
     if let Some(ctx) = args.ctx {
         model.config.limit_context(ctx)?;
@@ -441,7 +463,10 @@ fn load(args: &ModelArgs) -> Result<(Llama, String), Error> {
         model.config.hidden_size,
         model.config.vocab_size,
         model.config.context_len(),
-        device.backend_name(),
+        match args.tp {
+            1 => device.backend_name().to_string(),
+            n => format!("{n} {} devices", device.backend_name()),
+        },
         if device.backend_name() == "cpu" {
             format!(" ({} threads)", rayon::current_num_threads())
         } else {

@@ -52,8 +52,11 @@ pub struct KvPool {
 }
 
 struct PoolMemory {
-    /// Per layer: keys and values, `[kv_heads · slots, head_dim]` each.
-    layers: Vec<[Tensor; 2]>,
+    /// Per tensor-parallel rank (one on a single device), per layer: that rank's keys and
+    /// values on its device, `[kv_heads · slots, head_dim]` each. Every rank uses the same
+    /// block tables.
+    ranks: Vec<Vec<[Tensor; 2]>>,
+    /// Key/value heads of one rank.
     kv_heads: usize,
     head_dim: usize,
     block_size: usize,
@@ -69,14 +72,17 @@ impl PoolMemory {
 }
 
 impl KvPool {
-    /// Allocates a pool for `config`'s layers on `device`, zero-filled.
+    /// Allocates a pool for `config`'s layers, zero-filled: on one device, or split by
+    /// key/value heads over the devices of a tensor-parallel model (rank `r`'s heads on
+    /// `devices[r]`; their count divides the heads).
     pub(crate) fn new(
-        device: &Device,
+        devices: &[Device],
         config: &LlamaConfig,
         layout: CacheLayout,
     ) -> Result<KvPool> {
         let context = config.context_len();
-        let (kv_heads, head_dim) = (config.kv_heads(), config.head_dim());
+        let ranks = devices.len().max(1);
+        let (kv_heads, head_dim) = (config.kv_heads() / ranks, config.head_dim());
         let (block_size, blocks, seq_capacity) = match layout {
             CacheLayout::Static { max_batch, max_len } => {
                 if max_batch == 0 || max_len == 0 || max_len > context {
@@ -118,6 +124,7 @@ impl KvPool {
         let slots = blocks.checked_mul(block_size);
         let rows = slots.and_then(|s| s.checked_mul(kv_heads));
         let elements = rows.and_then(|r| r.checked_mul(head_dim));
+        // Bytes on each device.
         let total = elements
             .and_then(|e| e.checked_mul(2 * 4))
             .and_then(|b| b.checked_mul(config.num_hidden_layers));
@@ -138,14 +145,16 @@ impl KvPool {
                 hint: hint.into(),
             });
         };
-        let available = device.memory_available();
-        if available.is_some_and(|a| total as u64 > a) {
-            return Err(Error::OutOfMemory {
-                what: what(),
-                bytes: total as u64,
-                available,
-                hint: hint.into(),
-            });
+        for device in devices {
+            let available = device.memory_available();
+            if available.is_some_and(|a| total as u64 > a) {
+                return Err(Error::OutOfMemory {
+                    what: what(),
+                    bytes: total as u64,
+                    available,
+                    hint: hint.into(),
+                });
+            }
         }
         // Rows are addressed by u32 slot tables (ops::scatter_rows, ops::embedding).
         let Some(rows) = rows.filter(|&r| u32::try_from(r).is_ok()) else {
@@ -154,13 +163,16 @@ impl KvPool {
                 format!("{} needs more than 2^32 rows per layer; {hint}", what()),
             ));
         };
-        let zeros = || Tensor::zeros(device, [rows, head_dim]);
-        let layers = (0..config.num_hidden_layers)
-            .map(|_| Ok([zeros()?, zeros()?]))
-            .collect::<Result<Vec<_>>>()?;
+        let layers = |device: &Device| {
+            let zeros = || Tensor::zeros(device, [rows, head_dim]);
+            (0..config.num_hidden_layers)
+                .map(|_| Ok([zeros()?, zeros()?]))
+                .collect::<Result<Vec<_>>>()
+        };
+        let ranks = devices.iter().map(layers).collect::<Result<Vec<_>>>()?;
         Ok(KvPool {
             inner: Arc::new(Mutex::new(PoolMemory {
-                layers,
+                ranks,
                 kv_heads,
                 head_dim,
                 block_size,
@@ -270,7 +282,19 @@ impl KvCache {
 
     /// Decoder layers the pool holds.
     pub(crate) fn layers(&self) -> usize {
-        self.pool.lock().map_or(0, |p| p.layers.len())
+        self.pool
+            .lock()
+            .map_or(0, |p| p.ranks.first().map_or(0, Vec::len))
+    }
+
+    /// The devices of the pool's ranks (one on a single device), or `None` when empty.
+    pub(crate) fn rank_devices(&self) -> Vec<Device> {
+        self.pool.lock().map_or(Vec::new(), |p| {
+            p.ranks
+                .iter()
+                .filter_map(|layers| layers.first().map(|[k, _]| k.device().clone()))
+                .collect()
+        })
     }
 
     /// Records that the pass of `plan` wrote its tokens.
@@ -336,9 +360,9 @@ pub(crate) fn reserve(caches: &mut [(usize, &mut KvCache)]) -> Result<()> {
 /// Where one sequence's keys and values go and come from in one forward pass: the same for
 /// every layer, so it is built once per pass.
 pub(crate) struct CachePlan {
-    /// Rows of the pool tensors the new tokens' keys are written to, head-major
-    /// (`[kv_heads · t]`).
-    write_rows: Tensor,
+    /// Per rank: rows of the pool tensors the new tokens' keys are written to, head-major
+    /// (`[kv_heads · t]`), on the rank's device.
+    write_rows: Vec<Tensor>,
     read: Read,
     /// Tokens held after the pass.
     len: usize,
@@ -348,13 +372,14 @@ pub(crate) struct CachePlan {
 enum Read {
     /// Its slots are consecutive from this one: a slice of each head's rows.
     Contiguous(usize),
-    /// Scattered blocks: these rows, head-major (`[kv_heads · len]`).
-    Gather(Tensor),
+    /// Scattered blocks: these rows, head-major (`[kv_heads · len]`), per rank.
+    Gather(Vec<Tensor>),
 }
 
 impl CachePlan {
-    /// The plan for `t` new tokens after those `cache` holds (its blocks already reserved).
-    pub(crate) fn new(device: &Device, cache: &KvCache, t: usize) -> Result<CachePlan> {
+    /// The plan for `t` new tokens after those `cache` holds (its blocks already reserved),
+    /// its row tables on each rank's device.
+    pub(crate) fn new(devices: &[Device], cache: &KvCache, t: usize) -> Result<CachePlan> {
         let pool = cache.pool.lock()?;
         let (bs, slots, heads) = (pool.block_size, pool.slots(), pool.kv_heads);
         let len = cache.len + t;
@@ -364,12 +389,18 @@ impl CachePlan {
                 .map(|(h, p)| (h * slots + cache.slot(bs, p)) as u32)
                 .collect()
         };
-        let new_rows = head_major(cache.len..len);
-        let write_rows = Tensor::from_vec(device, new_rows, [heads * t])?;
+        let on_each = |rows: Vec<u32>| -> Result<Vec<Tensor>> {
+            let n = rows.len();
+            devices
+                .iter()
+                .map(|d| Tensor::from_slice(d, &rows, [n]))
+                .collect()
+        };
+        let write_rows = on_each(head_major(cache.len..len))?;
         let consecutive = cache.table.windows(2).all(|w| w[1] == w[0] + 1);
         let read = match cache.table.first() {
             Some(&first) if consecutive => Read::Contiguous(first * bs),
-            _ => Read::Gather(Tensor::from_vec(device, head_major(0..len), [heads * len])?),
+            _ => Read::Gather(on_each(head_major(0..len))?),
         };
         Ok(CachePlan {
             write_rows,
@@ -378,27 +409,31 @@ impl CachePlan {
         })
     }
 
-    /// Writes one layer's new keys and values (`[kv_heads, t, head_dim]` each) and returns all
-    /// the sequence's keys and values of that layer, `[kv_heads, len, head_dim]` each.
+    /// Writes one layer's new keys and values of tensor-parallel rank `rank` (its heads,
+    /// `[kv_heads, t, head_dim]` each) and returns all the sequence's keys and values of that
+    /// layer and rank, `[kv_heads, len, head_dim]` each.
     pub(crate) fn write_and_read(
         &self,
         cache: &KvCache,
-        layer: usize,
+        (rank, layer): (usize, usize),
         k: &Tensor,
         v: &Tensor,
     ) -> Result<(Tensor, Tensor)> {
         let mut pool = cache.pool.lock()?;
         let (heads, hd, slots) = (pool.kv_heads, pool.head_dim, pool.slots());
-        let rows = self.write_rows.dims()[0];
-        let [keys, values] = &mut pool.layers[layer];
-        ops::scatter_rows(keys, &self.write_rows, &k.reshape([rows, hd])?)?;
-        ops::scatter_rows(values, &self.write_rows, &v.reshape([rows, hd])?)?;
+        let write_rows = &self.write_rows[rank];
+        let rows = write_rows.dims()[0];
+        let [keys, values] = &mut pool.ranks[rank][layer];
+        ops::scatter_rows(keys, write_rows, &k.reshape([rows, hd])?)?;
+        ops::scatter_rows(values, write_rows, &v.reshape([rows, hd])?)?;
         let read = |all: &Tensor| -> Result<Tensor> {
             match &self.read {
                 Read::Contiguous(start) => {
                     ops::narrow(&all.reshape([heads, slots, hd])?, 1, *start, self.len)
                 }
-                Read::Gather(rows) => ops::embedding(all, rows)?.reshape([heads, self.len, hd]),
+                Read::Gather(rows) => {
+                    ops::embedding(all, &rows[rank])?.reshape([heads, self.len, hd])
+                }
             }
         };
         Ok((read(keys)?, read(values)?))

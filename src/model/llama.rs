@@ -2,7 +2,11 @@
 //! keys and values seen so far, and a forward pass that returns the logits of the new tokens.
 //!
 //! Every op of the forward runs on the chosen backend; on the `reference` backend it is the
-//! oracle the other backends' logits are tested against.
+//! oracle the other backends' logits are tested against. A model may be split over several
+//! devices ([`Llama::load_parallel`], see [`super::parallel`]); one device is the split of
+//! size 1, through the same code.
+
+mod attention;
 
 use std::borrow::Cow;
 
@@ -10,8 +14,8 @@ use super::cache::{self, CacheLayout, CachePlan, KvCache, KvPool};
 use super::files::ModelFiles;
 use super::linear::{linear, ActivationMode};
 use super::loader::{check_fits, name, named, Layer, Loader};
+use super::parallel::{shard_failed, Collective, CollectiveStats, HostCollective, Shard, TpConfig};
 use super::sampler::Sampler;
-use super::window;
 use super::{LlamaConfig, Tokenizer};
 use crate::backend::RopeLayout;
 use crate::device::Device;
@@ -25,7 +29,9 @@ pub type Hook = Box<dyn Fn(&str, usize, &Tensor) + Send + Sync>;
 /// The intermediate tensors a [`Hook`] can see, in forward order. Per layer: `attn_norm`,
 /// `q`, `k`, `v` (after rotary embedding, `[t, heads, head_dim]`), `attention` (before the
 /// output projection), `attn_out`, `ffn_norm`, `ffn_out`, `residual` (the layer's output).
-/// Once per pass, with layer index 0: `embedding`, `final_norm`, `logits`.
+/// Once per pass, with layer index 0: `embedding`, `final_norm`, `logits`. On a model split
+/// over several devices, `attn_norm`, `q`, `k`, `v`, `attention` and `ffn_norm` are rank 0's
+/// (its heads); the others are whole.
 pub const HOOK_NAMES: [&str; 12] = [
     "embedding",
     "attn_norm",
@@ -48,12 +54,13 @@ pub struct Llama {
     /// The tokenizer of the model files, if they had one.
     pub tokenizer: Option<Tokenizer>,
     layout: RopeLayout,
-    /// The rotary frequencies `[head_dim / 2]` (for `dynamic` rope, those of passes within
-    /// `max_position_embeddings`).
-    inv_freq: Tensor,
+    /// The tensor-parallel ranks, each with its device and its part of every layer: one for a
+    /// model on one device.
+    ranks: Vec<Rank>,
+    /// Moves the partial sums between the ranks (nothing with one rank).
+    collective: Box<dyn Collective>,
+    /// On rank 0's device: the embedding, the final norm and the output head.
     embed: Tensor,
-    /// Decoder layers; `None` for layers streamed from `files` on each pass.
-    layers: Vec<Option<Layer>>,
     norm: Tensor,
     lm_head: Tensor,
     /// The debug hook and the names it wants; `None` costs one check per tensor.
@@ -62,6 +69,30 @@ pub struct Llama {
     files: Option<ModelFiles>,
     /// How the linear layers treat their activations.
     activations: ActivationMode,
+}
+
+/// One tensor-parallel rank of a loaded model.
+struct Rank {
+    device: Device,
+    shard: Shard,
+    /// The rotary frequencies `[head_dim / 2]` on this device (for `dynamic` rope, those of
+    /// passes within `max_position_embeddings`).
+    inv_freq: Tensor,
+    /// This rank's part of each decoder layer; `None` for layers streamed from the files on
+    /// each pass.
+    layers: Vec<Option<Layer>>,
+}
+
+impl Rank {
+    /// (query heads, key/value heads, head width) of this rank.
+    fn heads(&self, c: &LlamaConfig) -> (usize, usize, usize) {
+        let size = self.shard.size;
+        (
+            c.num_attention_heads / size,
+            c.kv_heads() / size,
+            c.head_dim(),
+        )
+    }
 }
 
 /// One sequence of a batch: its new tokens and its cache.
@@ -88,8 +119,51 @@ impl Llama {
         files: ModelFiles,
         resident_layers: usize,
     ) -> Result<Llama> {
-        check_fits(device, &files, resident_layers)?;
-        let loader = Loader::new(device, &files);
+        Llama::load_ranks(std::slice::from_ref(device), files, resident_layers)
+    }
+
+    /// Splits the model over `devices` (`tp.size` of them, rank `r` on `devices[r]`),
+    /// Megatron-style: each device holds its share of the attention heads and FFN columns and
+    /// the keys and values of its heads; partial sums meet in a [`HostCollective`] after the
+    /// attention output and the FFN down projections (see [`super::parallel`]). The devices
+    /// may be any mix: cpu, wgpu, separate logical devices of one adapter
+    /// ([`crate::DeviceBuilder::separate`]). Errors: [`Error::TpIndivisible`] when the size
+    /// does not divide the heads, key/value heads or FFN width (or cuts a block of a packed
+    /// matrix), [`Error::TpDevices`] when the devices do not fit the split.
+    pub fn load_parallel(devices: &[Device], files: ModelFiles, tp: TpConfig) -> Result<Llama> {
+        if devices.len() != tp.size {
+            return Err(Error::TpDevices {
+                size: tp.size,
+                reason: format!(
+                    "{} devices were given; give one device per rank",
+                    devices.len()
+                ),
+            });
+        }
+        tp.check(&files.config)?;
+        #[cfg(target_arch = "wasm32")]
+        if tp.size > 1 && devices.iter().any(|d| !d.primary().kind().is_host()) {
+            return Err(Error::TpDevices {
+                size: tp.size,
+                reason: "the host collective reads GPU results back synchronously, which the \
+                         browser does not allow; split over cpu devices only, or use one GPU"
+                    .into(),
+            });
+        }
+        Llama::load_ranks(devices, files, usize::MAX)
+    }
+
+    /// Loads rank `r`'s part of the weights onto `devices[r]`, the first `resident_layers`
+    /// layers resident, the others streamed per pass.
+    fn load_ranks(devices: &[Device], files: ModelFiles, resident_layers: usize) -> Result<Llama> {
+        let size = devices.len();
+        let shards: Vec<Shard> = (0..size).map(|rank| Shard { rank, size }).collect();
+        for (device, &shard) in devices.iter().zip(&shards) {
+            check_fits(device, &files, resident_layers, shard)?;
+        }
+        let device = &devices[0];
+        // Rank 0's loader also reads the unsplit tensors; its reads are checked for leftovers.
+        let loader = Loader::for_shard(device, &files, shards[0]);
         let c = &files.config;
         let embed_name = name(
             files.is_gguf,
@@ -104,15 +178,36 @@ impl Llama {
             [c.vocab_size, c.hidden_size],
         )
         .map_err(named(&embed_name))?;
-        // Grown as layers load: the count comes from a file.
-        let mut layers = Vec::new();
-        for i in 0..c.num_hidden_layers {
-            layers.push(if i < resident_layers {
-                Some(loader.layer(i)?)
+        let mut ranks = Vec::with_capacity(size);
+        for (d, &shard) in devices.iter().zip(&shards) {
+            let rank_loader = Loader::for_shard(d, &files, shard);
+            let loader = if shard.is_first() {
+                &loader
             } else {
-                // Checked now, uploaded per pass.
-                drop(loader.layer(i)?);
-                None
+                &rank_loader
+            };
+            // Grown as layers load: the count comes from a file.
+            let mut layers = Vec::new();
+            for i in 0..c.num_hidden_layers {
+                layers.push(if i < resident_layers {
+                    Some(loader.layer(i)?)
+                } else {
+                    // Checked now, uploaded per pass.
+                    drop(loader.layer(i)?);
+                    None
+                });
+            }
+            let hd = c.head_dim();
+            let inv_freq = Tensor::from_vec(
+                d,
+                c.rope.inv_freq(hd, 1, c.max_position_embeddings),
+                [hd / 2],
+            )?;
+            ranks.push(Rank {
+                device: d.clone(),
+                shard,
+                inv_freq,
+                layers,
             });
         }
         let norm = loader.vector(
@@ -137,26 +232,36 @@ impl Llama {
         // llama.cpp's rope scaling tensor, read into the config's rope settings.
         loader.mark_used("rope_freqs.weight");
         loader.check_all_used()?;
-        let hd = c.head_dim();
-        let inv_freq = Tensor::from_vec(
-            device,
-            c.rope.inv_freq(hd, 1, c.max_position_embeddings),
-            [hd / 2],
-        )?;
-        let streamed = layers.iter().any(Option::is_none);
+        let streamed = ranks[0].layers.iter().any(Option::is_none);
         Ok(Llama {
             config: files.config.clone(),
             tokenizer: files.tokenizer.clone(),
             layout: files.rope_layout(),
-            inv_freq,
+            ranks,
+            collective: Box::new(HostCollective::new(devices)),
             embed,
-            layers,
             norm,
             lm_head,
             hook: None,
             files: streamed.then_some(files),
             activations: ActivationMode::default(),
         })
+    }
+
+    /// Replaces the collective the ranks exchange partial sums through (made for this model's
+    /// [`Llama::devices`], in rank order): a device-side one (NCCL) where there is one.
+    pub fn set_collective(&mut self, collective: Box<dyn Collective>) {
+        self.collective = collective;
+    }
+
+    /// The devices of the tensor-parallel ranks, rank order (one for an unsplit model).
+    pub fn devices(&self) -> Vec<Device> {
+        self.ranks.iter().map(|r| r.device.clone()).collect()
+    }
+
+    /// The collective's name and the time spent in it so far (zero for one device).
+    pub fn collective_stats(&self) -> (&'static str, CollectiveStats) {
+        (self.collective.name(), self.collective.stats())
     }
 
     /// Chooses how the linear layers treat their activations (default
@@ -175,7 +280,7 @@ impl Llama {
     /// activations, f32 weights × f32 activations` (streamed layers are described by the
     /// resident ones and the head).
     pub fn activation_path(&self) -> String {
-        let layers = self.layers.iter().flatten();
+        let layers = self.ranks[0].layers.iter().flatten();
         let dtypes = layers
             .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down])
             .chain([&self.lm_head])
@@ -183,16 +288,16 @@ impl Llama {
         self.activations.describe(dtypes)
     }
 
-    /// Decoder layer `i`: resident, or uploaded now from the files.
-    fn layer(&self, i: usize) -> Result<Cow<'_, Layer>> {
-        if let Some(layer) = &self.layers[i] {
+    /// Rank `rank`'s part of decoder layer `i`: resident, or uploaded now from the files.
+    fn layer(&self, rank: &Rank, i: usize) -> Result<Cow<'_, Layer>> {
+        if let Some(layer) = &self.ranks[rank.shard.rank].layers[i] {
             return Ok(Cow::Borrowed(layer));
         }
         let files = self
             .files
             .as_ref()
             .ok_or_else(|| Error::invalid("llama", "a streamed layer without its files"))?;
-        let loader = Loader::new(self.embed.device(), files);
+        let loader = Loader::for_shard(&rank.device, files, rank.shard);
         Ok(Cow::Owned(loader.layer(i)?))
     }
 
@@ -252,11 +357,11 @@ impl Llama {
         Ok(self.new_pool(layout)?.sequence())
     }
 
-    /// Cache memory for several sequences on the model's device; each
-    /// [`KvPool::sequence`] is one sequence's [`KvCache`]. See [`CacheLayout`] for static
-    /// and paged pools.
+    /// Cache memory for several sequences on the model's device (split by key/value heads
+    /// over the devices of a split model); each [`KvPool::sequence`] is one sequence's
+    /// [`KvCache`]. See [`CacheLayout`] for static and paged pools.
     pub fn new_pool(&self, layout: CacheLayout) -> Result<KvPool> {
-        KvPool::new(self.embed.device(), &self.config, layout)
+        KvPool::new(&self.devices(), &self.config, layout)
     }
 
     /// The logits of every position of `tokens`, from an empty cache: f32
@@ -379,16 +484,41 @@ impl Llama {
             .ok_or_else(|| Error::invalid("llama", "sampling returned no token"))
     }
 
-    /// Fails unless `cache` was made for this model's layers.
+    /// Fails unless `cache` was made for this model's layers and devices.
     fn check_cache(&self, cache: &KvCache) -> Result<()> {
-        if cache.layers() != self.layers.len() {
-            return Err(Error::invalid("llama", "a cache belongs to another model"));
+        let devices = cache.rank_devices();
+        let same_devices = devices.len() == self.ranks.len()
+            && devices
+                .iter()
+                .zip(&self.ranks)
+                .all(|(d, r)| d.same(&r.device));
+        if cache.layers() != self.config.num_hidden_layers || !same_devices {
+            return Err(Error::invalid(
+                "llama",
+                "a cache belongs to another model (or to other devices); make it with this \
+                 model's new_cache or new_pool",
+            ));
         }
         Ok(())
     }
 
-    /// The forward pass over `ids` (on the device) at `positions`, for sequences of the given
-    /// lengths with their caches, in order.
+    /// Runs `f` for every rank in order; with several ranks an error says which one failed.
+    fn each_rank<'s, T>(&'s self, mut f: impl FnMut(&'s Rank) -> Result<T>) -> Result<Vec<T>> {
+        let split = self.ranks.len() > 1;
+        self.ranks
+            .iter()
+            .map(|r| {
+                f(r).map_err(|e| match e {
+                    e @ Error::ShardFailed { .. } => e,
+                    e if split => shard_failed(r.shard.rank, &r.device, e),
+                    e => e,
+                })
+            })
+            .collect()
+    }
+
+    /// The forward pass over `ids` (on rank 0's device) at `positions`, for sequences of the
+    /// given lengths with their caches, in order.
     fn run(
         &self,
         ids: &Tensor,
@@ -397,63 +527,74 @@ impl Llama {
     ) -> Result<Tensor> {
         let c = &self.config;
         let rows = positions.len();
-        let device = self.embed.device();
-        let inv_freq = self.rope_table(&positions)?;
-        let positions = Tensor::from_vec(device, positions, [rows])?;
+        let devices = self.devices();
+        let tables = self.each_rank(|r| self.rope_table(r, &positions))?;
+        let positions = self.each_rank(|r| Tensor::from_slice(&r.device, &positions, [rows]))?;
         cache::reserve(seqs)?;
         let plans = seqs
             .iter()
-            .map(|(t, cache)| CachePlan::new(device, cache, *t))
+            .map(|(t, cache)| CachePlan::new(&devices, cache, *t))
             .collect::<Result<Vec<_>>>()?;
         let eps = c.rms_norm_eps;
-        let mut x = ops::embedding(&self.embed, ids)?;
+        let x = ops::embedding(&self.embed, ids)?;
         self.emit("embedding", 0, &x);
-        for i in 0..self.layers.len() {
-            let layer = self.layer(i)?;
-            let h = ops::rms_norm(&x, &layer.attn_norm, eps)?;
-            self.emit("attn_norm", i, &h);
-            let attn = self.attention(i, &layer, &h, (&positions, &inv_freq), seqs, &plans)?;
-            self.emit("attention", i, &attn);
-            let attn_out = linear(&attn, &layer.wo, self.activations)?;
-            self.emit("attn_out", i, &attn_out);
-            x = ops::add(&x, &attn_out)?;
-            let h = ops::rms_norm(&x, &layer.ffn_norm, eps)?;
-            self.emit("ffn_norm", i, &h);
-            let act = ops::swiglu(
-                &linear(&h, &layer.gate, self.activations)?,
-                &linear(&h, &layer.up, self.activations)?,
-            )?;
-            let ffn_out = linear(&act, &layer.down, self.activations)?;
-            self.emit("ffn_out", i, &ffn_out);
-            x = ops::add(&x, &ffn_out)?;
-            self.emit("residual", i, &x);
+        // The residual stream, one copy per rank.
+        let mut xs = self.collective.broadcast(&x)?;
+        for i in 0..c.num_hidden_layers {
+            let layers = self.each_rank(|r| self.layer(r, i))?;
+            let partial = self.each_rank(|r| {
+                let (layer, first) = (&layers[r.shard.rank], r.shard.is_first());
+                let h = ops::rms_norm(&xs[r.shard.rank], &layer.attn_norm, eps)?;
+                let rope = (&positions[r.shard.rank], tables[r.shard.rank].as_ref());
+                let attn = self.attention((i, r), layer, &h, rope, seqs, &plans)?;
+                if first {
+                    self.emit("attn_norm", i, &h);
+                    self.emit("attention", i, &attn);
+                }
+                linear(&attn, &layer.wo, self.activations)
+            })?;
+            let attn_out = self.collective.all_reduce_sum(&partial)?;
+            self.emit("attn_out", i, &attn_out[0]);
+            xs = self.each_rank(|r| ops::add(&xs[r.shard.rank], &attn_out[r.shard.rank]))?;
+            let partial = self.each_rank(|r| {
+                let layer = &layers[r.shard.rank];
+                let h = ops::rms_norm(&xs[r.shard.rank], &layer.ffn_norm, eps)?;
+                if r.shard.is_first() {
+                    self.emit("ffn_norm", i, &h);
+                }
+                let act = ops::swiglu(
+                    &linear(&h, &layer.gate, self.activations)?,
+                    &linear(&h, &layer.up, self.activations)?,
+                )?;
+                linear(&act, &layer.down, self.activations)
+            })?;
+            let ffn_out = self.collective.all_reduce_sum(&partial)?;
+            self.emit("ffn_out", i, &ffn_out[0]);
+            xs = self.each_rank(|r| ops::add(&xs[r.shard.rank], &ffn_out[r.shard.rank]))?;
+            self.emit("residual", i, &xs[0]);
         }
         for ((_, cache), plan) in seqs.iter_mut().zip(&plans) {
             cache.advance_to(plan);
         }
-        let x = ops::rms_norm(&x, &self.norm, eps)?;
+        let x = ops::rms_norm(&xs[0], &self.norm, eps)?;
         self.emit("final_norm", 0, &x);
         let logits = linear(&x, &self.lm_head, self.activations)?;
         self.emit("logits", 0, &logits);
         Ok(logits)
     }
 
-    /// The rotary frequencies of a pass at `positions`: the model's table, or for `dynamic`
-    /// rope a pass beyond `max_position_embeddings` its own (transformers recomputes the
-    /// table from the longest sequence of each call).
-    fn rope_table(&self, positions: &[u32]) -> Result<Cow<'_, Tensor>> {
+    /// The rotary frequencies of a pass at `positions` on `rank`'s device: the model's
+    /// table, or for `dynamic` rope a pass beyond `max_position_embeddings` its own
+    /// (transformers recomputes the table from the longest sequence of each call).
+    fn rope_table<'a>(&self, rank: &'a Rank, positions: &[u32]) -> Result<Cow<'a, Tensor>> {
         let c = &self.config;
         let len = positions.iter().max().map_or(0, |&p| p as usize + 1);
         if !c.rope.depends_on_length() || len <= c.max_position_embeddings {
-            return Ok(Cow::Borrowed(&self.inv_freq));
+            return Ok(Cow::Borrowed(&rank.inv_freq));
         }
         let hd = c.head_dim();
         let table = c.rope.inv_freq(hd, len, c.max_position_embeddings);
-        Ok(Cow::Owned(Tensor::from_vec(
-            self.embed.device(),
-            table,
-            [hd / 2],
-        )?))
+        Ok(Cow::Owned(Tensor::from_vec(&rank.device, table, [hd / 2])?))
     }
 
     /// The next token of each sequence of a batch: one forward pass, then each sequence's
@@ -487,107 +628,5 @@ impl Llama {
         let last = ops::embedding(&logits, &Tensor::from_vec(device, last_rows, [n])?)?;
         let numbers = Tensor::from_vec(device, sampler.next_uniforms(n), [n])?;
         ops::sample(&last, &numbers, sampler.params())
-    }
-
-    /// Causal grouped-query attention of one layer for the new rows `h` `[rows, hidden]` of
-    /// every sequence of the batch, each over its cached keys and values plus its own (which
-    /// are appended to its cache): `[rows, q_dim]`.
-    fn attention(
-        &self,
-        index: usize,
-        layer: &Layer,
-        h: &Tensor,
-        (positions, inv_freq): (&Tensor, &Tensor),
-        seqs: &[(usize, &mut KvCache)],
-        plans: &[CachePlan],
-    ) -> Result<Tensor> {
-        let c = &self.config;
-        let rows = h.dims()[0];
-        let (heads, kv, hd) = (c.num_attention_heads, c.kv_heads(), c.head_dim());
-        let project = |w: &Tensor, bias: Option<&Tensor>| -> Result<Tensor> {
-            let y = linear(h, w, self.activations)?;
-            match bias {
-                Some(b) => ops::add(&y, b),
-                None => Ok(y),
-            }
-        };
-        let bias = |i: usize| layer.biases.as_ref().map(|b| &b[i]);
-        let q = project(&layer.wq, bias(0))?.reshape([rows, heads, hd])?;
-        let k = project(&layer.wk, bias(1))?.reshape([rows, kv, hd])?;
-        let v = project(&layer.wv, bias(2))?.reshape([rows, kv, hd])?;
-        let (q, k) = match &layer.qk_norms {
-            // Qwen3: an RMS norm over each head before the rotation.
-            Some([qn, kn]) => {
-                let norm = |x: &Tensor, w: &Tensor, n: usize| -> Result<Tensor> {
-                    ops::rms_norm(&x.reshape([rows * n, hd])?, w, c.rms_norm_eps)?
-                        .reshape([rows, n, hd])
-                };
-                (norm(&q, qn, heads)?, norm(&k, kn, kv)?)
-            }
-            None => (q, k),
-        };
-        let q = ops::rope(&q, positions, inv_freq, self.layout)?;
-        let k = ops::rope(&k, positions, inv_freq, self.layout)?;
-        self.emit("q", index, &q);
-        self.emit("k", index, &k);
-        self.emit("v", index, &v);
-        let single = seqs.len() == 1;
-        let mut out: Option<Tensor> = None;
-        let mut first = 0;
-        for ((t, cache), plan) in seqs.iter().zip(plans) {
-            let t = *t;
-            let rows_of = |x: &Tensor| {
-                if single {
-                    Ok(x.clone())
-                } else {
-                    ops::narrow(x, 0, first, t)
-                }
-            };
-            let (q, k, v) = (rows_of(&q)?, rows_of(&k)?, rows_of(&v)?);
-            let o = self.attend(&q, &k, &v, c.window(index), |k, v| {
-                plan.write_and_read(cache, index, k, v)
-            })?;
-            out = Some(match out {
-                None => o,
-                Some(prev) => ops::concat(&prev, &o, 0)?,
-            });
-            first += t;
-        }
-        out.ok_or_else(|| Error::invalid("llama", "an empty batch"))
-    }
-
-    /// One sequence's attention: `q` `[t, heads, hd]`, new `k`, `v` `[t, kv_heads, hd]`;
-    /// `cached` stores the new keys and values (`[kv_heads, t, hd]`) and returns all of the
-    /// sequence's (`[kv_heads, n, hd]`). With a sliding `window`, a query sees itself and the
-    /// `window − 1` keys before it. Returns `[t, q_dim]`.
-    fn attend(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        window: Option<usize>,
-        cached: impl FnOnce(&Tensor, &Tensor) -> Result<(Tensor, Tensor)>,
-    ) -> Result<Tensor> {
-        let c = &self.config;
-        let t = q.dims()[0];
-        let (heads, kv, hd) = (c.num_attention_heads, c.kv_heads(), c.head_dim());
-        let group = heads / kv;
-        // Heads of one key/value group are consecutive: [kv, group · t, hd] against [kv, n, hd].
-        let q = ops::transpose(q, 0, 1)?.reshape([kv, group * t, hd])?;
-        let (k, v) = cached(&ops::transpose(k, 0, 1)?, &ops::transpose(v, 0, 1)?)?;
-        let (k, v, mask) = window::keys_in_window(&k, &v, t, window)?;
-        let n = k.dims()[1];
-        // Yarn scales the rotated q and k: the scores by its square.
-        let factor = c.rope.attention_factor().powi(2) / (hd as f64).sqrt();
-        let scores = ops::scale(&ops::matmul_t(&q, &k)?, factor as f32)?;
-        let scores = scores.reshape([heads, t, n])?;
-        let scores = match mask {
-            Some(mask) => ops::add(&scores, &mask)?,
-            None => scores,
-        };
-        // The new queries are the last t of the n keys: softmax_causal's convention.
-        let probs = ops::softmax_causal(&scores)?;
-        let out = ops::matmul(&probs.reshape([kv, group * t, n])?, &v)?;
-        ops::transpose(&out.reshape([heads, t, hd])?, 0, 1)?.reshape([t, heads * hd])
     }
 }

@@ -5,9 +5,11 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
+use std::ops::Range;
 
 use super::files::ModelFiles;
-use super::weights::RawTensor;
+use super::parallel::Shard;
+use super::weights::{RawTensor, StoredDType};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -34,6 +36,8 @@ pub(crate) struct Layer {
 pub(crate) struct Loader<'a> {
     pub device: &'a Device,
     pub files: &'a ModelFiles,
+    /// The part of each split tensor this loader reads (all of it on one device).
+    shard: Shard,
     used: RefCell<BTreeSet<String>>,
 }
 
@@ -48,10 +52,13 @@ pub(crate) fn name(gguf: bool, layer: Option<usize>, hf: &str, gg: &str) -> Stri
 }
 
 impl<'a> Loader<'a> {
-    pub fn new(device: &'a Device, files: &'a ModelFiles) -> Loader<'a> {
+    /// A loader of one tensor-parallel rank's part of each layer (of all of it, for a model
+    /// on one device).
+    pub fn for_shard(device: &'a Device, files: &'a ModelFiles, shard: Shard) -> Loader<'a> {
         Loader {
             device,
             files,
+            shard,
             used: RefCell::new(BTreeSet::new()),
         }
     }
@@ -89,8 +96,65 @@ impl<'a> Loader<'a> {
         Tensor::from_vec(self.device, t.to_f32(bytes), [len]).map_err(named(&n))
     }
 
-    /// A fused matrix `[Σ rows, cols]` split into consecutive row blocks of `rows`, each
-    /// uploaded in its stored dtype.
+    /// This rank's part of a vector split like the rows of its matrix.
+    fn vector_part(&self, n: String, len: usize) -> Result<Tensor> {
+        let (t, bytes) = self.fetch(&n, &[len])?;
+        let part = self.shard.range(len);
+        let values = t.to_f32(bytes)[part.clone()].to_vec();
+        Tensor::from_vec(self.device, values, [part.len()]).map_err(named(&n))
+    }
+
+    /// This rank's rows of a `[rows, cols]` matrix (Megatron's column split: the rank's
+    /// output features).
+    fn matrix_rows(&self, n: String, shape: [usize; 2]) -> Result<Tensor> {
+        Ok(self.split(n, &[shape[0]], shape[1])?.remove(0))
+    }
+
+    /// This rank's columns of a `[rows, cols]` matrix (Megatron's row split: the rank's input
+    /// features), copied row by row from the file; a packed format must not be cut inside a
+    /// block.
+    fn matrix_cols(&self, n: String, shape: [usize; 2]) -> Result<Tensor> {
+        if self.shard.size == 1 {
+            return self.matrix(n, shape);
+        }
+        let (rows, cols) = (shape[0], shape[1]);
+        let (t, bytes) = self.fetch(&n, &shape)?;
+        let part = self.shard.range(cols);
+        let (unit_cols, unit_bytes) = match t.dtype {
+            StoredDType::Packed(d) => (d.block_len(), d.block_bytes()),
+            other => (1, other.bytes_per_value()),
+        };
+        if !part.start.is_multiple_of(unit_cols) || !part.len().is_multiple_of(unit_cols) {
+            return Err(Error::TpIndivisible {
+                size: self.shard.size,
+                what: format!(
+                    "columns of `{n}` in {} blocks of {unit_cols} (a rank's part must be whole \
+                     blocks)",
+                    t.dtype
+                ),
+                count: cols,
+            });
+        }
+        let row_bytes = t.range.len() / rows.max(1);
+        let (from, to) = (
+            part.start / unit_cols * unit_bytes,
+            part.end / unit_cols * unit_bytes,
+        );
+        let data = &bytes[t.range.clone()];
+        let mut out = Vec::with_capacity(rows * (to - from));
+        for row in data.chunks_exact(row_bytes.max(1)) {
+            out.extend_from_slice(&row[from..to]);
+        }
+        let raw = RawTensor {
+            dtype: t.dtype,
+            shape: vec![rows, part.len()],
+            range: 0..out.len(),
+        };
+        raw.to_device(self.device, &out).map_err(named(&n))
+    }
+
+    /// A fused matrix `[Σ rows, cols]` split into consecutive row blocks of `rows`; of each
+    /// block this rank's part of its rows, uploaded in the stored dtype.
     fn split(&self, n: String, rows: &[usize], cols: usize) -> Result<Vec<Tensor>> {
         let total = rows.iter().sum();
         let (t, bytes) = self.fetch(&n, &[total, cols])?;
@@ -98,13 +162,14 @@ impl<'a> Loader<'a> {
         let mut start = t.range.start;
         rows.iter()
             .map(|&r| {
+                let mine: Range<usize> = self.shard.range(r);
                 let part = RawTensor {
                     dtype: t.dtype,
-                    shape: vec![r, cols],
-                    range: start..start + r * row_bytes,
+                    shape: vec![mine.len(), cols],
+                    range: start + mine.start * row_bytes..start + mine.end * row_bytes,
                 };
                 start += r * row_bytes;
-                part.to_device(self.device, bytes)
+                part.to_device(self.device, bytes).map_err(named(&n))
             })
             .collect()
     }
@@ -128,9 +193,9 @@ impl<'a> Loader<'a> {
             (wq, wk, wv)
         } else {
             (
-                self.matrix(n("self_attn.q_proj.weight", "attn_q.weight"), [q, d])?,
-                self.matrix(n("self_attn.k_proj.weight", "attn_k.weight"), [kv, d])?,
-                self.matrix(n("self_attn.v_proj.weight", "attn_v.weight"), [kv, d])?,
+                self.matrix_rows(n("self_attn.q_proj.weight", "attn_q.weight"), [q, d])?,
+                self.matrix_rows(n("self_attn.k_proj.weight", "attn_k.weight"), [kv, d])?,
+                self.matrix_rows(n("self_attn.v_proj.weight", "attn_v.weight"), [kv, d])?,
             )
         };
         let (gate, up) = if arch.fused_projections() {
@@ -141,15 +206,15 @@ impl<'a> Loader<'a> {
             (gate, up)
         } else {
             (
-                self.matrix(n("mlp.gate_proj.weight", "ffn_gate.weight"), [f, d])?,
-                self.matrix(n("mlp.up_proj.weight", "ffn_up.weight"), [f, d])?,
+                self.matrix_rows(n("mlp.gate_proj.weight", "ffn_gate.weight"), [f, d])?,
+                self.matrix_rows(n("mlp.up_proj.weight", "ffn_up.weight"), [f, d])?,
             )
         };
         let biases = if c.attention_bias {
             Some([
-                self.vector(n("self_attn.q_proj.bias", "attn_q.bias"), q)?,
-                self.vector(n("self_attn.k_proj.bias", "attn_k.bias"), kv)?,
-                self.vector(n("self_attn.v_proj.bias", "attn_v.bias"), kv)?,
+                self.vector_part(n("self_attn.q_proj.bias", "attn_q.bias"), q)?,
+                self.vector_part(n("self_attn.k_proj.bias", "attn_k.bias"), kv)?,
+                self.vector_part(n("self_attn.v_proj.bias", "attn_v.bias"), kv)?,
             ])
         } else {
             None
@@ -173,11 +238,11 @@ impl<'a> Loader<'a> {
             wv,
             biases,
             qk_norms,
-            wo: self.matrix(n("self_attn.o_proj.weight", "attn_output.weight"), [d, q])?,
+            wo: self.matrix_cols(n("self_attn.o_proj.weight", "attn_output.weight"), [d, q])?,
             ffn_norm: self.vector(n("post_attention_layernorm.weight", "ffn_norm.weight"), d)?,
             gate,
             up,
-            down: self.matrix(n("mlp.down_proj.weight", "ffn_down.weight"), [d, f])?,
+            down: self.matrix_cols(n("mlp.down_proj.weight", "ffn_down.weight"), [d, f])?,
         })
     }
 
@@ -222,7 +287,12 @@ pub(crate) fn named(tensor: &str) -> impl FnOnce(Error) -> Error + '_ {
 /// Refuses, before anything is uploaded, weights that need more memory than `device` says it
 /// has ([`Device::memory_available`]): the error says how many layers would fit resident,
 /// for [`Llama::load_streaming`] (`--resident-layers`).
-pub(crate) fn check_fits(device: &Device, files: &ModelFiles, resident: usize) -> Result<()> {
+pub(crate) fn check_fits(
+    device: &Device,
+    files: &ModelFiles,
+    resident: usize,
+    shard: Shard,
+) -> Result<()> {
     let Some(available) = device.memory_available() else {
         return Ok(());
     };
@@ -243,10 +313,15 @@ pub(crate) fn check_fits(device: &Device, files: &ModelFiles, resident: usize) -
             .range(prefix.clone()..)
             .take_while(|(n, _)| n.starts_with(&prefix))
             .map(|(_, (_, t))| device_bytes(t))
-            .sum()
+            .sum::<u64>()
+            .div_ceil(shard.size as u64)
     };
-    // The embedding as f32 and the output projection (at most as large).
-    let base = (c.vocab_size as u64) * (c.hidden_size as u64) * 4 * 2;
+    // The embedding as f32 and the output projection (at most as large), on the first rank.
+    let base = if shard.is_first() {
+        (c.vocab_size as u64) * (c.hidden_size as u64) * 4 * 2
+    } else {
+        0
+    };
     let sizes: Vec<u64> = (0..c.num_hidden_layers.min(resident)).map(layer).collect();
     let total = sizes.iter().fold(base, |t, &s| t.saturating_add(s));
     if total <= available {

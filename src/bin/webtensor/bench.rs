@@ -26,7 +26,7 @@ pub fn bench_model(
     model: &str,
     (prompt_tokens, decode_tokens): (usize, usize),
     activations: ActivationMode,
-    (runs, peers): (usize, &[String]),
+    (runs, peers, tp): (usize, &[String], &[usize]),
     json: bool,
 ) -> Result<(), Error> {
     let backends = bench_backends(backends)?;
@@ -63,14 +63,31 @@ pub fn bench_model(
     let rows = bench::model::run(&open, &backends, tokens, activations, runs, peer, |step| {
         eprintln!("{step}")
     })?;
+    let tp_rows = if tp.is_empty() {
+        Vec::new()
+    } else {
+        bench::parallel::run(&open, &backends, tp, tokens, activations, runs, |step| {
+            eprintln!("{step}")
+        })?
+    };
     if json {
-        let text = serde_json::to_string_pretty(&rows).map_err(|e| Error::Backend {
-            backend: "cli".into(),
-            message: e.to_string(),
-        })?;
+        let value = if tp.is_empty() {
+            serde_json::to_value(&rows)
+        } else {
+            serde_json::to_value(serde_json::json!({ "rows": rows, "tp": tp_rows }))
+        };
+        let text = value
+            .and_then(|v| serde_json::to_string_pretty(&v))
+            .map_err(|e| Error::Backend {
+                backend: "cli".into(),
+                message: e.to_string(),
+            })?;
         println!("{text}");
     } else {
         print!("{}", bench::model::table(model, &rows));
+        if !tp.is_empty() {
+            print!("{}", bench::parallel::table(model, &tp_rows));
+        }
     }
     Ok(())
 }

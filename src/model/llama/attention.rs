@@ -1,0 +1,118 @@
+//! One layer's attention over the KV cache, for the heads of one tensor-parallel rank (all of
+//! them on a single device).
+
+use super::{Layer, Llama, Rank};
+use crate::error::{Error, Result};
+use crate::model::cache::{CachePlan, KvCache};
+use crate::model::linear::linear;
+use crate::model::window;
+use crate::ops;
+use crate::tensor::Tensor;
+
+impl Llama {
+    /// Causal grouped-query attention of one layer for the new rows `h` `[rows, hidden]` of
+    /// every sequence of the batch, each over its cached keys and values plus its own (which
+    /// are appended to its cache), for the heads of `rank`: `[rows, q_dim / tp]`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn attention(
+        &self,
+        (index, rank): (usize, &Rank),
+        layer: &Layer,
+        h: &Tensor,
+        (positions, inv_freq): (&Tensor, &Tensor),
+        seqs: &[(usize, &mut KvCache)],
+        plans: &[CachePlan],
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let rows = h.dims()[0];
+        let (heads, kv, hd) = rank.heads(c);
+        let project = |w: &Tensor, bias: Option<&Tensor>| -> Result<Tensor> {
+            let y = linear(h, w, self.activations)?;
+            match bias {
+                Some(b) => ops::add(&y, b),
+                None => Ok(y),
+            }
+        };
+        let bias = |i: usize| layer.biases.as_ref().map(|b| &b[i]);
+        let q = project(&layer.wq, bias(0))?.reshape([rows, heads, hd])?;
+        let k = project(&layer.wk, bias(1))?.reshape([rows, kv, hd])?;
+        let v = project(&layer.wv, bias(2))?.reshape([rows, kv, hd])?;
+        let (q, k) = match &layer.qk_norms {
+            // Qwen3: an RMS norm over each head before the rotation.
+            Some([qn, kn]) => {
+                let norm = |x: &Tensor, w: &Tensor, n: usize| -> Result<Tensor> {
+                    ops::rms_norm(&x.reshape([rows * n, hd])?, w, c.rms_norm_eps)?
+                        .reshape([rows, n, hd])
+                };
+                (norm(&q, qn, heads)?, norm(&k, kn, kv)?)
+            }
+            None => (q, k),
+        };
+        let q = ops::rope(&q, positions, inv_freq, self.layout)?;
+        let k = ops::rope(&k, positions, inv_freq, self.layout)?;
+        if rank.shard.is_first() {
+            self.emit("q", index, &q);
+            self.emit("k", index, &k);
+            self.emit("v", index, &v);
+        }
+        let single = seqs.len() == 1;
+        let mut out: Option<Tensor> = None;
+        let mut first = 0;
+        for ((t, cache), plan) in seqs.iter().zip(plans) {
+            let t = *t;
+            let rows_of = |x: &Tensor| {
+                if single {
+                    Ok(x.clone())
+                } else {
+                    ops::narrow(x, 0, first, t)
+                }
+            };
+            let (q, k, v) = (rows_of(&q)?, rows_of(&k)?, rows_of(&v)?);
+            let o = self.attend(rank, &q, &k, &v, c.window(index), |k, v| {
+                plan.write_and_read(cache, (rank.shard.rank, index), k, v)
+            })?;
+            out = Some(match out {
+                None => o,
+                Some(prev) => ops::concat(&prev, &o, 0)?,
+            });
+            first += t;
+        }
+        out.ok_or_else(|| Error::invalid("llama", "an empty batch"))
+    }
+
+    /// One sequence's attention: `q` `[t, heads, hd]`, new `k`, `v` `[t, kv_heads, hd]`;
+    /// `cached` stores the new keys and values (`[kv_heads, t, hd]`) and returns all of the
+    /// sequence's (`[kv_heads, n, hd]`); heads are those of `rank`. With a sliding `window`, a query sees itself and the
+    /// `window − 1` keys before it. Returns `[t, q_dim]`.
+    fn attend(
+        &self,
+        rank: &Rank,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        window: Option<usize>,
+        cached: impl FnOnce(&Tensor, &Tensor) -> Result<(Tensor, Tensor)>,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let t = q.dims()[0];
+        let (heads, kv, hd) = rank.heads(c);
+        let group = heads / kv;
+        // Heads of one key/value group are consecutive: [kv, group · t, hd] against [kv, n, hd].
+        let q = ops::transpose(q, 0, 1)?.reshape([kv, group * t, hd])?;
+        let (k, v) = cached(&ops::transpose(k, 0, 1)?, &ops::transpose(v, 0, 1)?)?;
+        let (k, v, mask) = window::keys_in_window(&k, &v, t, window)?;
+        let n = k.dims()[1];
+        // Yarn scales the rotated q and k: the scores by its square.
+        let factor = c.rope.attention_factor().powi(2) / (hd as f64).sqrt();
+        let scores = ops::scale(&ops::matmul_t(&q, &k)?, factor as f32)?;
+        let scores = scores.reshape([heads, t, n])?;
+        let scores = match mask {
+            Some(mask) => ops::add(&scores, &mask)?,
+            None => scores,
+        };
+        // The new queries are the last t of the n keys: softmax_causal's convention.
+        let probs = ops::softmax_causal(&scores)?;
+        let out = ops::matmul(&probs.reshape([kv, group * t, n])?, &v)?;
+        ops::transpose(&out.reshape([heads, t, hd])?, 0, 1)?.reshape([t, heads * hd])
+    }
+}
