@@ -2,6 +2,8 @@
 // benchmarks, all through web/pkg (served at ./pkg/ by `webtensor serve`).
 import init, { createDevice, webgpuUnavailableReason, Model, runBenchmarks, version } from "./pkg/webtensor.js";
 import { drawChart } from "./chart.js";
+import { deleteSelected, refreshCache, showEstimate } from "./models.js";
+import { drawPeers, reportMarkdown } from "./share.js";
 
 const $ = (id) => document.getElementById(id);
 const page = { device: null, model: null, report: null, messages: [] };
@@ -33,7 +35,7 @@ async function startDevice(wanted) {
   const info = device.info();
   const i = info.info;
   if (device.backend === "wgpu") {
-    const adapter = i.device_name || (await browserAdapterName()) || "a WebGPU adapter";
+    const adapter = i.device_name || "a WebGPU adapter";
     status.textContent = `Backend: wgpu on ${adapter} (WebGPU${i.class === "software" ? ", a software adapter" : ""})`;
   } else {
     const gpuReason = fellBack ?? (await webgpuUnavailableReason());
@@ -54,22 +56,13 @@ async function startDevice(wanted) {
   return device;
 }
 
-/// The browser's own description of its WebGPU adapter (wgpu does not get a name there).
-async function browserAdapterName() {
-  try {
-    const info = (await navigator.gpu.requestAdapter())?.info;
-    if (!info) return null;
-    return info.description || [info.vendor, info.architecture].filter(Boolean).join(" ") || null;
-  } catch {
-    return null;
-  }
-}
-
 function progressTo(bar, label) {
   return (phase, done, total) => {
     bar.max = total > 0 ? total : 1;
     bar.value = total > 0 ? done : 0;
-    label.textContent = total > 0 && phase !== "upload" && phase !== "parse"
+    const names = { cache: "from the cache", download: "download", read: "read", parse: "parse", upload: "upload to the device" };
+    phase = names[phase] ?? phase;
+    label.textContent = total > 0 && phase !== "upload to the device" && phase !== "parse"
       ? `${phase}: ${(done / 1e6).toFixed(1)} / ${(total / 1e6).toFixed(1)} MB`
       : `${phase}…`;
   };
@@ -87,6 +80,12 @@ async function loadModel() {
       const file = $("gguf-file").files[0];
       if (!file) throw new Error("pick a .gguf file first");
       page.model = await Model.fromFiles(page.device, [file], progress);
+    } else if (source === "url" || source === "cache") {
+      const url = source === "url" ? $("model-url").value.trim() : $("cached-models").value;
+      if (!url) throw new Error(source === "url" ? "enter the URL of a .gguf file first" : "no cached model: load one by URL first");
+      if (source === "url") await showEstimate(page.device, url);
+      page.model = await Model.fromUrl(page.device, url, progress);
+      await refreshCache();
     } else if (source === "folder") {
       const files = $("folder-files").files;
       if (!files.length) throw new Error("pick a folder with config.json, tokenizer.json and *.safetensors first");
@@ -102,6 +101,7 @@ async function loadModel() {
     chat.checked = chat.checked && !chat.disabled;
     page.messages = [];
     $("new-chat").hidden = !chat.checked;
+    $("chat-box").hidden = !chat.checked;
     $("generate").disabled = false;
     setState("ready");
   } catch (e) {
@@ -140,7 +140,9 @@ async function generate() {
       // One turn: the conversation so far plus this message, through the model's template.
       page.messages.push({ role: "user", content: prompt });
       out.textContent = transcript(page.messages) + "\n\nassistant: ";
-      result = await page.model.chat(page.messages, options, onToken);
+      const system = $("system-prompt").value.trim();
+      const turns = system ? [{ role: "system", content: system }, ...page.messages] : page.messages;
+      result = await page.model.chat(turns, options, onToken);
       page.messages.push({ role: "assistant", content: result.text.trim() });
       $("prompt").value = "";
     } else {
@@ -168,6 +170,7 @@ function newChat() {
   page.messages = [];
   $("output").textContent = "";
   $("new-chat").hidden = !$("chat-mode").checked;
+  $("chat-box").hidden = !$("chat-mode").checked;
 }
 
 async function runBench() {
@@ -184,16 +187,51 @@ async function runBench() {
       bar.value = done;
       status.textContent = label;
     });
-    window.benchReport = page.report;
+    showReport(page.report);
     status.textContent = `${page.report.rows.length} rows`;
-    drawChart($("bench-chart"), page.report);
-    $("bench-download").disabled = false;
     document.body.dataset.bench = "done";
   } catch (e) {
     showError(status, e);
     document.body.dataset.bench = "error";
   } finally {
     $("bench-run").disabled = false;
+  }
+}
+
+/// Draws a report (run here or loaded from a file): the chart, its peers, and the buttons.
+function showReport(report) {
+  page.report = report;
+  window.benchReport = report;
+  drawChart($("bench-chart"), report);
+  drawPeers($("bench-peers"), report);
+  $("bench-download").disabled = false;
+  $("bench-copy").disabled = false;
+}
+
+/// Loads a report.json (from `webtensor bench --json`, `--report`, or this page).
+async function loadReport(e) {
+  const status = $("bench-status");
+  status.classList.remove("error");
+  const file = e.target.files[0];
+  if (!file) return;
+  try {
+    const report = JSON.parse(await file.text());
+    showReport(report);
+    status.textContent = `${file.name}: ${report.rows.length} rows, ${report.peers?.length ?? 0} peers`;
+    document.body.dataset.bench = "done";
+  } catch (err) {
+    showError(status, err);
+  }
+}
+
+async function copyMarkdown() {
+  const text = reportMarkdown(page.report);
+  window.benchMarkdown = text;
+  try {
+    await navigator.clipboard.writeText(text);
+    $("bench-status").textContent = "Copied the table as Markdown.";
+  } catch (err) {
+    $("bench-status").textContent = `Could not copy (${err.message}); the Markdown is in window.benchMarkdown.`;
   }
 }
 
@@ -207,7 +245,10 @@ function download() {
 }
 
 function showTab(name) {
-  for (const t of document.querySelectorAll(".tab")) t.classList.toggle("active", t.dataset.tab === name);
+  for (const t of document.querySelectorAll(".tab")) {
+    t.classList.toggle("active", t.dataset.tab === name);
+    t.setAttribute("aria-selected", String(t.dataset.tab === name));
+  }
   $("tab-generate").hidden = name !== "generate";
   $("tab-bench").hidden = name !== "bench";
 }
@@ -229,6 +270,14 @@ async function main() {
   $("new-chat").addEventListener("click", newChat);
   $("bench-run").addEventListener("click", runBench);
   $("bench-download").addEventListener("click", download);
+  $("bench-copy").addEventListener("click", copyMarkdown);
+  $("bench-load").addEventListener("change", loadReport);
+  $("delete-cached").addEventListener("click", deleteSelected);
+  // Picking a file, URL or cached model selects its source.
+  for (const [id, source] of [["gguf-file", "gguf"], ["folder-files", "folder"], ["model-url", "url"], ["cached-models", "cache"]]) {
+    $(id).addEventListener("input", () => (document.querySelector(`input[name=source][value=${source}]`).checked = true));
+  }
+  await refreshCache();
   for (const t of document.querySelectorAll(".tab")) t.addEventListener("click", () => showTab(t.dataset.tab));
   await loadModel();
 }

@@ -188,6 +188,18 @@ impl<'a> Cursor<'a> {
 
 /// Parses a GGUF file held in `bytes` (memory-mapped or read); `path` names it in errors.
 pub fn parse(path: &str, bytes: &[u8]) -> Result<Gguf> {
+    parse_prefix(path, bytes, bytes.len())
+}
+
+/// Parses the header (metadata and tensor infos) of a GGUF file of `file_len` bytes from its
+/// first bytes, `prefix`: what a page needs to size a model before downloading it. The
+/// tensors' ranges are checked against `file_len` and point into the whole file, not into
+/// `prefix`. A prefix that ends inside the header is an error (read more of the file).
+pub fn parse_header(path: &str, prefix: &[u8], file_len: usize) -> Result<Gguf> {
+    parse_prefix(path, prefix, file_len)
+}
+
+fn parse_prefix(path: &str, bytes: &[u8], file_len: usize) -> Result<Gguf> {
     let mut c = Cursor { path, bytes, at: 0 };
     if c.take(4, "the magic")? != MAGIC {
         return Err(Error::model_file(path, "not a GGUF file (no GGUF magic)"));
@@ -252,7 +264,7 @@ pub fn parse(path: &str, bytes: &[u8]) -> Result<Gguf> {
         infos.push((name, dims, kind, offset));
     }
     let data_start = c.at.div_ceil(alignment) * alignment;
-    let data_len = bytes.len().saturating_sub(data_start) as u64;
+    let data_len = file_len.saturating_sub(data_start) as u64;
     // llama.cpp's rule: tensors lie in the data section in the order of their infos, each at
     // the end of the one before rounded up to the alignment. So the bytes of every tensor are
     // exactly what its type and shape say; a type that does not describe its bytes (f32 data
@@ -439,6 +451,22 @@ mod tests {
         assert_eq!(g.metadata["llama.block_count"].as_u64(), Some(2));
         assert_eq!(g.tensors["w"].shape, vec![2, 3]);
         assert_eq!(&bytes[g.tensors["q"].range.clone()], &[2u8; 34][..]);
+    }
+
+    #[test]
+    fn the_header_alone_gives_every_tensor_of_the_whole_file() {
+        let bytes = sample();
+        let whole = parse("t.gguf", &bytes).unwrap();
+        let data_start = whole.tensors["w"].range.start;
+        let header = parse_header("t.gguf", &bytes[..data_start], bytes.len()).unwrap();
+        assert_eq!(header.tensors.len(), 2);
+        for (name, t) in &whole.tensors {
+            assert_eq!(header.tensors[name].range, t.range, "{name}");
+            assert_eq!(header.tensors[name].shape, t.shape, "{name}");
+        }
+        // A prefix that ends inside the tensor infos, or a file shorter than its tensors.
+        assert!(parse_header("t.gguf", &bytes[..data_start - 9], bytes.len()).is_err());
+        assert!(parse_header("t.gguf", &bytes[..data_start], bytes.len() - 1).is_err());
     }
 
     #[test]

@@ -63,6 +63,16 @@ pub(crate) async fn fetch_cached(
     Ok(bytes)
 }
 
+/// Whether the cache holds `url`.
+pub(crate) async fn contains(url: &str) -> Result<bool, JsValue> {
+    match open().await? {
+        Some(cache) => Ok(JsFuture::from(cache.match_with_str(url))
+            .await?
+            .is_instance_of::<Response>()),
+        None => Ok(false),
+    }
+}
+
 /// `fetch(url)`, refused with the HTTP status when it is not 2xx.
 pub(crate) async fn fetch(url: &str) -> Result<Response, JsValue> {
     let fetch: Function = Reflect::get(&js_sys::global(), &JsValue::from_str("fetch"))?

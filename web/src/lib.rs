@@ -22,12 +22,15 @@
 //!   generation with a stop control.
 //! * [`cache`]: models fetched by URL kept in Cache Storage: `cachedModels`,
 //!   `deleteCachedModel`.
+//! * [`estimate`]: the memory a GGUF model needs, from its header, before the download
+//!   (`estimateModel`; `Model.fromUrl` refuses what does not fit with `ModelTooLargeError`).
 //! * [`bench`]: the op benchmarks of `webtensor bench`, with the same JSON report.
 
 pub mod bench;
 pub mod cache;
 pub mod device;
 mod error;
+pub mod estimate;
 mod load;
 pub mod model;
 pub mod ops;

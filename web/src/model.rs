@@ -22,10 +22,10 @@ use webtensor::model::{
     SequenceInput, Tokenizer,
 };
 
-use crate::cache;
 use crate::device::Device;
 use crate::error::{js, js_error, to_js_object};
 use crate::load::{read_file, report};
+use crate::{cache, estimate};
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &'static str = r#"
@@ -211,7 +211,9 @@ impl Model {
 
     /// A model from the URL of a GGUF file: from the browser's cache when an earlier load put
     /// it there (progress phase "cache"), else fetched (phase "download") and kept in the
-    /// cache for the next visit (see `cachedModels`, `deleteCachedModel`).
+    /// cache for the next visit (see `cachedModels`, `deleteCachedModel`). Before a
+    /// download the model is sized from its header (`estimateModel`) and refused with a
+    /// `ModelTooLargeError` when the device or the page cannot hold it.
     #[wasm_bindgen(js_name = fromUrl)]
     pub async fn from_url(
         device: &Device,
@@ -220,6 +222,10 @@ impl Model {
             Function,
         >,
     ) -> Result<Model, JsValue> {
+        if !cache::contains(&url).await? {
+            // Refuse a model too large for this device or page before downloading it.
+            estimate::check_fits(device, &url).await?;
+        }
         let bytes = cache::fetch_cached(&url, progress.as_ref()).await?;
         let model = Model::from_gguf(device, bytes, &url, progress.as_ref()).await;
         if model.is_err() {

@@ -20,9 +20,12 @@ test("a model fetched by URL is cached: the second visit loads it without a down
   const browser = await launch({ webgpu: false });
   const { page } = browser;
   try {
+    // Whole-file requests (downloads), apart from the Range requests that size a model first.
     let downloads = 0;
+    let headers = 0;
     await page.route("**/tests/models/tiny.gguf", (route) => {
-      downloads += 1;
+      if (route.request().headers().range) headers += 1;
+      else downloads += 1;
       return route.fulfill({ status: 200, contentType: "application/octet-stream", body: readFileSync(FIXTURE) });
     });
     const load = () =>
@@ -38,6 +41,7 @@ test("a model fetched by URL is cached: the second visit loads it without a down
     await page.goto(`${server.url}tests/blank.html`);
     const first = await load();
     assert.equal(downloads, 1);
+    assert.equal(headers, 1, "the model was not sized before the download");
     assert.deepEqual(first.phases, ["download", "parse", "upload"]);
     assert.equal(first.cached.length, 1);
     assert.match(first.cached[0].url, /\/tests\/models\/tiny\.gguf$/);
@@ -47,6 +51,7 @@ test("a model fetched by URL is cached: the second visit loads it without a down
     await page.reload();
     const second = await load();
     assert.equal(downloads, 1, "the second visit downloaded the model again");
+    assert.equal(headers, 1);
     assert.deepEqual(second.phases, ["cache", "parse", "upload"]);
     assert.equal(second.text, first.text);
 
@@ -69,6 +74,79 @@ test("a model fetched by URL is cached: the second visit loads it without a down
     });
     assert.match(notModel.error, /config\.json/);
     assert.deepEqual(notModel.cached.filter((u) => u.endsWith("config.json")), []);
+  } catch (e) {
+    console.error(browser.logs.join("\n"));
+    throw e;
+  } finally {
+    await browser.close();
+  }
+});
+
+/// A GGUF header (version 3, no metadata) declaring one f32 tensor of `shape` (row-major).
+function ggufHeader(name, shape) {
+  const parts = [];
+  const u32 = (v) => { const b = Buffer.alloc(4); b.writeUInt32LE(v); parts.push(b); };
+  const u64 = (v) => { const b = Buffer.alloc(8); b.writeBigUInt64LE(BigInt(v)); parts.push(b); };
+  parts.push(Buffer.from("GGUF"));
+  u32(3);
+  u64(1);
+  u64(0);
+  u64(name.length);
+  parts.push(Buffer.from(name));
+  u32(shape.length);
+  for (const d of [...shape].reverse()) u64(d);
+  u32(0);
+  u64(0);
+  const header = Buffer.concat(parts);
+  const padded = Buffer.concat([header, Buffer.alloc((32 - (header.length % 32)) % 32)]);
+  return { bytes: padded, fileLen: padded.length + shape.reduce((a, b) => a * b, 1) * 4 };
+}
+
+test("a model too large for the page is refused with a typed error before its download", { timeout: 300_000 }, async () => {
+  const browser = await launch({ webgpu: false });
+  const { page } = browser;
+  try {
+    // A 2.7 GB embedding table (5.4 GB of page memory on the cpu backend, beyond wasm32's
+    // 4 GiB): its header alone, answered to the Range request, with the
+    // whole file's size in Content-Range; any other request is a download.
+    const huge = ggufHeader("token_embd.weight", [131072, 5120]);
+    let downloads = 0;
+    await page.route("**/tests/models/huge.gguf", (route) => {
+      if (!route.request().headers().range) {
+        downloads += 1;
+        return route.fulfill({ status: 500, body: "" });
+      }
+      return route.fulfill({
+        status: 206,
+        contentType: "application/octet-stream",
+        headers: { "Content-Range": `bytes 0-${huge.bytes.length - 1}/${huge.fileLen}` },
+        body: huge.bytes,
+      });
+    });
+    await page.route("**/tests/models/tiny.gguf", (route) => route.fulfill({ status: 200, body: readFileSync(FIXTURE) }));
+    await page.goto(`${server.url}tests/blank.html`);
+    const r = await page.evaluate(async () => {
+      const wt = await import("/pkg/webtensor.js");
+      await wt.default();
+      const dev = await wt.createDevice("cpu");
+      const tiny = await wt.estimateModel(dev, "/tests/models/tiny.gguf");
+      const refused = await wt.Model.fromUrl(dev, "/tests/models/huge.gguf").then(
+        () => null,
+        (e) => ({ name: e.name, message: e.message, estimate: e.estimate }),
+      );
+      return { tiny, refused };
+    });
+    assert.equal(r.tiny.fits, true, r.tiny.reason);
+    assert.equal(r.tiny.fileBytes, statSync(FIXTURE).size);
+    assert.ok(r.tiny.deviceBytes > 0 && r.tiny.largestTensor, JSON.stringify(r.tiny));
+    assert.ok(r.refused, "the huge model loaded");
+    assert.equal(r.refused.name, "ModelTooLargeError", r.refused.message);
+    assert.match(r.refused.message, /page memory/);
+    assert.equal(r.refused.estimate.fits, false);
+    assert.equal(r.refused.estimate.fileBytes, huge.fileLen);
+    assert.equal(r.refused.estimate.largestTensor, "token_embd.weight");
+    assert.equal(r.refused.estimate.largestTensorBytes, 131072 * 5120 * 4);
+    assert.equal(downloads, 0, "the model was downloaded before it was refused");
   } catch (e) {
     console.error(browser.logs.join("\n"));
     throw e;
