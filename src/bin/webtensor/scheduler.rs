@@ -259,6 +259,7 @@ fn step(llama: &Llama, tokenizer: &Tokenizer, running: &mut Vec<Running>) -> Res
             cache: &mut r.cache,
         })
         .collect();
+    log::debug!("step: {} sequences, {end} rows", batch.len());
     let logits = llama.forward_batch(&mut batch)?;
     drop(batch);
     let n = last_rows.len();
