@@ -1,5 +1,6 @@
 //! Integer dot products for quantized weights: int8 × int8 blocks of 32 with per-block
-//! scales (AVX2 `maddubs`, as llama.cpp does), exact int8 sums, and the AND + popcount dot
+//! scales (AVX2 `maddubs`, as llama.cpp does; `repack.rs` has the VNNI kernels), exact int8
+//! sums, and the AND + popcount dot
 //! of ternary bit-planes. Runtime dispatch on [`SimdLevel`] like `simd.rs`; other targets run
 //! plain loops that the compiler vectorises.
 
@@ -52,9 +53,7 @@ pub fn dot_q_rows(
     match level {
         #[cfg(target_arch = "x86_64")]
         SimdLevel::Avx2 | SimdLevel::Avx512 if x86::has_f16c() && matches!(acts, 1 | 2) => {
-            // VNNI is an AVX-512 extension: the avx2 level (WEBTENSOR_CPU_SIMD=avx2) runs and
-            // tests the maddubs path on the same machine.
-            let vnni = level == SimdLevel::Avx512 && x86::has_vnni();
+            // Where AVX512-VNNI is present the repacked kernels (`repack.rs`) run instead.
             let q4 = format == DType::Q4_0;
             let args = x86::RowArgs {
                 aq,
@@ -66,19 +65,15 @@ pub fn dot_q_rows(
                 n,
                 out,
             };
-            // SAFETY: AVX2, FMA and F16C (and VNNI where chosen) were detected at run time;
-            // `n` rows of `row_bytes` ≥ `blocks · size` bytes lie in `rows`, each activation
-            // row covers `blocks` blocks and `out` holds `acts · n` values.
+            // SAFETY: AVX2, FMA and F16C were detected at run time; `n` rows of
+            // `row_bytes` ≥ `blocks · size` bytes lie in `rows`, each activation row covers
+            // `blocks` blocks and `out` holds `acts · n` values.
             unsafe {
-                match (vnni, q4, acts) {
-                    (true, true, 1) => x86::dot_q_rows_vnni::<true, 1>(args),
-                    (true, true, _) => x86::dot_q_rows_vnni::<true, 2>(args),
-                    (true, false, 1) => x86::dot_q_rows_vnni::<false, 1>(args),
-                    (true, false, _) => x86::dot_q_rows_vnni::<false, 2>(args),
-                    (false, true, 1) => x86::dot_q_rows_avx2::<true, 1>(args),
-                    (false, true, _) => x86::dot_q_rows_avx2::<true, 2>(args),
-                    (false, false, 1) => x86::dot_q_rows_avx2::<false, 1>(args),
-                    (false, false, _) => x86::dot_q_rows_avx2::<false, 2>(args),
+                match (q4, acts) {
+                    (true, 1) => x86::dot_q_rows_avx2::<true, 1>(args),
+                    (true, _) => x86::dot_q_rows_avx2::<true, 2>(args),
+                    (false, 1) => x86::dot_q_rows_avx2::<false, 1>(args),
+                    (false, _) => x86::dot_q_rows_avx2::<false, 2>(args),
                 }
             }
         }
@@ -207,12 +202,6 @@ mod x86 {
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
     }
 
-    /// Whether AVX512-VNNI (with AVX512VL for 256-bit registers) is present.
-    pub(super) fn has_vnni() -> bool {
-        std::arch::is_x86_feature_detected!("avx512vnni")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-    }
-
     /// The arguments of the row kernels (see [`super::dot_q_rows`]): `A` activation rows
     /// of `chunks` blocks each, `n` weight rows from `rows`, `A · n` outputs.
     pub(super) struct RowArgs<'a> {
@@ -230,26 +219,15 @@ mod x86 {
     /// AVX2, FMA and F16C must be present; see [`rows_kernel`].
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dot_q_rows_avx2<const Q4: bool, const A: usize>(args: RowArgs<'_>) {
-        rows_kernel::<Q4, false, A>(args)
-    }
-
-    /// # Safety
-    /// As [`dot_q_rows_avx2`], and AVX512-VNNI with AVX512VL must be present.
-    #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-    pub(super) unsafe fn dot_q_rows_vnni<const Q4: bool, const A: usize>(args: RowArgs<'_>) {
-        rows_kernel::<Q4, true, A>(args)
+        rows_kernel::<Q4, A>(args)
     }
 
     /// `Σ_i u[i] · s[i]` in 8 i32 lanes (4 neighbouring products per lane) for unsigned `u`
-    /// and signed `s` bytes: one `vpdpbusd` with VNNI, `maddubs` + `madd` without (exact here:
-    /// no pair of products reaches the i16 limit, |u| ≤ 128 and |s| ≤ 127 or |u| ≤ 15).
+    /// and signed `s` bytes by `maddubs` + `madd` (exact here: no pair of products reaches
+    /// the i16 limit, |u| ≤ 128 and |s| ≤ 127 or |u| ≤ 15).
     #[inline(always)]
-    unsafe fn dot_us<const VNNI: bool>(u: __m256i, s: __m256i) -> __m256i {
-        if VNNI {
-            _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
-        } else {
-            _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
-        }
+    unsafe fn dot_us(u: __m256i, s: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
     }
 
     /// The weight rows of `args` in groups of four that share each activation load (a short
@@ -266,7 +244,7 @@ mod x86 {
     /// `row_bytes` bytes, each with `blocks` blocks; `aq` holds `A · 32 · chunks` values and
     /// `ad` `A · chunks` scales with `blocks ≤ chunks`; `out` holds `A · n` values.
     #[inline(always)]
-    unsafe fn rows_kernel<const Q4: bool, const VNNI: bool, const A: usize>(args: RowArgs<'_>) {
+    unsafe fn rows_kernel<const Q4: bool, const A: usize>(args: RowArgs<'_>) {
         let RowArgs {
             aq,
             ad,
@@ -292,7 +270,7 @@ mod x86 {
                 // Q4_0: 8 · Σ a; Q8_0: |a|.
                 let shared: [__m256i; A] = std::array::from_fn(|i| {
                     if Q4 {
-                        dot_us::<VNNI>(eights, va[i])
+                        dot_us(eights, va[i])
                     } else {
                         _mm256_sign_epi8(va[i], va[i])
                     }
@@ -313,9 +291,9 @@ mod x86 {
                     };
                     for i in 0..A {
                         let sums = if Q4 {
-                            _mm256_sub_epi32(dot_us::<VNNI>(values, va[i]), shared[i])
+                            _mm256_sub_epi32(dot_us(values, va[i]), shared[i])
                         } else {
-                            dot_us::<VNNI>(shared[i], _mm256_sign_epi8(values, va[i]))
+                            dot_us(shared[i], _mm256_sign_epi8(values, va[i]))
                         };
                         let s = _mm256_set1_ps(da[i] * dw);
                         acc[i][w] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), s, acc[i][w]);

@@ -11,6 +11,7 @@ mod kernels;
 mod matmul;
 mod parallel;
 mod quant;
+mod repack;
 mod sample;
 mod scan;
 pub mod simd;
@@ -34,6 +35,8 @@ pub const SIMD_ENV: &str = "WEBTENSOR_CPU_SIMD";
 #[derive(Debug, Clone)]
 pub struct CpuBackend {
     simd: SimdLevel,
+    /// Interleaved copies of the `Q4_0`/`Q8_0` weights multiplied so far (shared by clones).
+    repacked: Arc<repack::RepackCache>,
 }
 
 impl Default for CpuBackend {
@@ -59,12 +62,16 @@ impl CpuBackend {
 
     /// A backend on the given SIMD level, or the best available one if this CPU lacks it.
     pub fn with_simd(level: SimdLevel) -> Self {
-        if level.is_supported() {
-            CpuBackend { simd: level }
+        let simd = if level.is_supported() {
+            level
         } else {
             let best = SimdLevel::detect();
             log::warn!("this CPU cannot run {level}; the cpu backend uses {best}");
-            CpuBackend { simd: best }
+            best
+        };
+        CpuBackend {
+            simd,
+            repacked: Arc::default(),
         }
     }
 
@@ -216,10 +223,16 @@ impl Backend for CpuBackend {
                     _ => input.f32(0)?,
                 };
                 let w = input.bytes(1, *format)?;
+                let repacked = match (activations, inputs[1]) {
+                    (Activations::Q8_0, Storage::Host(weight)) => {
+                        self.repacked.get(self.simd, weight, (*format, w), *n, *k)
+                    }
+                    _ => None,
+                };
                 HostData::F32(quant::qmatmul(
                     self.simd,
                     a,
-                    w,
+                    (w, repacked.as_deref()),
                     *format,
                     *activations,
                     *m,

@@ -7,6 +7,7 @@
 
 use super::int_dot::{dot_i8, dot_q8, dot_q_rows, BitSliced};
 use super::parallel::{for_each_row, map_tasks};
+use super::repack::{Repacked, GROUP};
 use super::simd::{dot4, SimdLevel};
 use crate::backend::Activations;
 use crate::quant::{self, ternary};
@@ -93,12 +94,13 @@ fn decode_int(format: DType, w: &[u8], k: usize, j: usize, q: &mut [i8], d: &mut
     }
 }
 
-/// `QMatmul`: `a` `[m, k]` (already f32), `w` packed `[n, k]`.
+/// `QMatmul`: `a` `[m, k]` (already f32), `w` packed `[n, k]`, or its interleaved copy
+/// `repacked` where the repacked kernels run (then `act` must be `Q8_0`).
 #[allow(clippy::too_many_arguments)]
 pub fn qmatmul(
     level: SimdLevel,
     a: &[f32],
-    w: &[u8],
+    (w, repacked): (&[u8], Option<&Repacked>),
     format: DType,
     act: Activations,
     m: usize,
@@ -106,6 +108,11 @@ pub fn qmatmul(
     k: usize,
 ) -> Vec<f32> {
     let prepared = prepare(a, act, k);
+    if let (Some(rep), PreparedActivations::Int { q, d }) = (repacked, &prepared) {
+        if act == Activations::Q8_0 && rep.rows() == n {
+            return repacked_product(rep, (q, d), m, n, k);
+        }
+    }
     // Columns `j0..j0 + width` of every row into `tile` (`[m, width]`).
     let column_block = |j0: usize, tile: &mut [f32]| {
         let width = tile.len() / m;
@@ -179,6 +186,58 @@ pub fn qmatmul(
     for (blk, tile) in tiles.iter().enumerate() {
         let j0 = blk * COLUMN_BLOCK;
         let width = (n - j0).min(COLUMN_BLOCK);
+        for i in 0..m {
+            out[i * n + j0..i * n + j0 + width].copy_from_slice(&tile[i * width..(i + 1) * width]);
+        }
+    }
+    out
+}
+
+/// `a · wᵀ` with `Q8_0` activations `(q, d)` (`m` rows of `k`) and the repacked weight:
+/// decode splits the output row across threads by groups of rows, written in place;
+/// prefill gives each task a block of columns and runs four activation rows at a time.
+fn repacked_product(
+    rep: &Repacked,
+    (q, d): (&[i8], &[f32]),
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Vec<f32> {
+    let blocks = k / 32;
+    let sums: Vec<i32> = q
+        .chunks_exact(32)
+        .map(|b| b.iter().map(|&v| v as i32).sum())
+        .collect();
+    let mut out = vec![0f32; m * n];
+    if m == 1 {
+        let per_task = DECODE_COLUMN_BLOCK / GROUP;
+        for_each_row(&mut out, DECODE_COLUMN_BLOCK, k / 8, |blk, tile| {
+            rep.product::<1>((q, d, &sums), blk * per_task..(blk + 1) * per_task, tile, 0)
+        });
+        return out;
+    }
+    let per_task = COLUMN_BLOCK / GROUP;
+    let tiles = map_tasks(n.div_ceil(COLUMN_BLOCK), m * n * k / 8, |blk| {
+        let width = (n - blk * COLUMN_BLOCK).min(COLUMN_BLOCK);
+        let groups = blk * per_task..(blk + 1) * per_task;
+        let mut tile = vec![0f32; m * width];
+        let mut i = 0;
+        while i < m {
+            let acts = (&q[i * k..], &d[i * blocks..], &sums[i * blocks..]);
+            let out = &mut tile[i * width..];
+            if m - i >= 4 {
+                rep.product::<4>(acts, groups.clone(), out, width);
+                i += 4;
+            } else {
+                rep.product::<1>(acts, groups.clone(), out, width);
+                i += 1;
+            }
+        }
+        tile
+    });
+    for (blk, tile) in tiles.iter().enumerate() {
+        let j0 = blk * COLUMN_BLOCK;
+        let width = tile.len() / m;
         for i in 0..m {
             out[i * n + j0..i * n + j0 + width].copy_from_slice(&tile[i * width..(i + 1) * width]);
         }
