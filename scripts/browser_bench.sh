@@ -4,7 +4,7 @@
 # runs, printed as a Markdown table of min / median / max tokens/s (web/bench/chromium.mjs).
 # A benchmark, not a test: scripts/test.sh does not run it; run it on a quiet machine.
 #
-#   scripts/browser_bench.sh                 # SmolLM-135M-shape Q4_0, 3 runs of 16 tokens
+#   scripts/browser_bench.sh                 # SmolLM-135M-shape Q4_0, 3 runs of 8 tokens
 #   BENCH_RUNS=5 BENCH_TOKENS=32 scripts/browser_bench.sh
 #   BENCH_PATHS=wgpu,cpu,wllama,wllama-cpu WLLAMA_THREADS=1 scripts/browser_bench.sh
 #   BENCH_MODEL=other.gguf BENCH_JSON=target/browser-bench.json scripts/browser_bench.sh

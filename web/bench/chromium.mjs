@@ -10,7 +10,9 @@
 //
 // Settings (environment): BENCH_MODEL (the GGUF), BENCH_RUNS (≥ 3), BENCH_TOKENS (tokens
 // generated per run), BENCH_PROMPT_WORDS (prompt length), BENCH_PATHS (comma-separated subset
-// of wgpu,cpu,wllama,wllama-cpu), WLLAMA_THREADS, BENCH_JSON (also write the figures there).
+// of wgpu,cpu,wllama,wllama-cpu), WLLAMA_THREADS, BENCH_TIMEOUT_S (the longest one generation
+// may take before the bench gives up, printing the page's last log lines), BENCH_JSON (also
+// write the figures there).
 // A benchmark, not a test: nothing here asserts a speed.
 import { readFileSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
@@ -21,10 +23,13 @@ const HERE = path.dirname(fileURLToPath(import.meta.url));
 const env = process.env;
 const MODEL = path.resolve(env.BENCH_MODEL || path.join(HERE, "../../target/models/smollm-q4_0.gguf"));
 const RUNS = Number(env.BENCH_RUNS || 3);
-const TOKENS = Number(env.BENCH_TOKENS || 16);
-const PROMPT_WORDS = Number(env.BENCH_PROMPT_WORDS || 24);
+const TOKENS = Number(env.BENCH_TOKENS || 8);
+const PROMPT_WORDS = Number(env.BENCH_PROMPT_WORDS || 16);
 const PATHS = (env.BENCH_PATHS || "wgpu,cpu,wllama").split(",").map((s) => s.trim()).filter(Boolean);
-const WLLAMA_THREADS = Number(env.WLLAMA_THREADS || 2);
+// One thread, as webtensor's wasm cpu backend has. (With 2, wllama 3.8.1 hung in its first
+// generation on a loaded 2-core machine.)
+const WLLAMA_THREADS = Number(env.WLLAMA_THREADS || 1);
+const TIMEOUT_S = Number(env.BENCH_TIMEOUT_S || 900);
 const KNOWN = ["wgpu", "cpu", "wllama", "wllama-cpu"];
 
 for (const p of PATHS) {
@@ -97,8 +102,8 @@ try {
           out.paths[p] = { loadSecs: (performance.now() - t0) / 1000, info };
         } else {
           const { Wllama } = await import("/bench/wllama/esm/index.js");
-          const lines = [];
-          const keep = (level) => (...a) => lines.push(`${level}: ${a.join(" ")}`);
+          const lines = g.logs;
+          const keep = (level) => (...a) => lines.push(`${p} ${level}: ${a.join(" ")}`);
           const logger = { debug: keep("debug"), log: keep("log"), warn: keep("warn"), error: keep("error") };
           const w = new Wllama({ default: "/bench/wllama/esm/wasm/wllama.wasm" }, { logger });
           const params = { n_ctx: 512, n_threads: threads };
@@ -106,7 +111,7 @@ try {
           await w.loadModel([blob], params);
           g.wllama[p] = w;
           // What llama.cpp said about devices and offloading: whether WebGPU engaged.
-          const device = lines.filter((l) => /webgpu|offload|using device|gpu/i.test(l)).slice(0, 12);
+          const device = lines.filter((l) => l.startsWith(`${p} `) && /webgpu|offload|device|buffer size/i.test(l)).slice(0, 12);
           out.paths[p] = {
             loadSecs: (performance.now() - t0) / 1000,
             threads: w.getNumThreads(),
@@ -124,8 +129,15 @@ try {
   // One generation on path `p`: prompt and decode tokens per second as the path itself
   // measures them (webtensor: prompt through the first token, then the tokens after it;
   // llama.cpp: its prompt and predicted timings), plus the wall time around the call.
-  const generate = (p, maxTokens) =>
-    page.evaluate(
+  const generate = (p, maxTokens) => {
+    let timer;
+    const late = new Promise((_, reject) => {
+      timer = setTimeout(async () => {
+        const tail = await page.evaluate(() => globalThis.bench.logs.slice(-30)).catch(() => []);
+        reject(new Error(`${p}: one generation took over ${TIMEOUT_S} s (BENCH_TIMEOUT_S); last log lines:\n${tail.join("\n")}`));
+      }, TIMEOUT_S * 1000);
+    });
+    const run = page.evaluate(
       async ({ p, prompt, maxTokens }) => {
         const g = globalThis.bench;
         const t0 = performance.now();
@@ -158,10 +170,17 @@ try {
       },
       { p, prompt: PROMPT, maxTokens },
     );
+    return Promise.race([run, late]).finally(() => clearTimeout(timer));
+  };
 
   console.error(`browser_bench: ${MODEL} · ${RUNS} runs of ${TOKENS} tokens after a ${PROMPT_WORDS}-word prompt`);
   for (const p of PATHS) {
-    console.error(`browser_bench: ${p} loaded in ${setup.paths[p].loadSecs.toFixed(1)} s; warming up`);
+    const s = setup.paths[p];
+    console.error(`browser_bench: ${p} loaded in ${s.loadSecs.toFixed(1)} s; warming up`);
+    if (s.device) {
+      console.error(`browser_bench: ${p}: ${s.threads} thread(s), WebGPU in the page: ${s.webgpuInBrowser}; llama.cpp says:`);
+      for (const line of s.device) console.error(`    ${line}`);
+    }
     await generate(p, 2);
   }
   const runs = Object.fromEntries(PATHS.map((p) => [p, []]));
