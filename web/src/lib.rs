@@ -19,16 +19,19 @@
 //! * [`tensor`]: `Tensor` and its async readback.
 //! * [`ops`]: the op set as functions over tensors.
 //! * [`model`]: loading a Llama model (bytes, `File`s, a URL, the built-in one) and streaming
-//!   generation with a stop control.
+//!   generation (a callback, or `for await`) with a stop control and `AbortSignal`s.
+//! * [`worker`]: `createWorkerModel`, the same model API running in a Web Worker.
 //! * [`bench`]: the op benchmarks of `webtensor bench`, with the same JSON report.
 
 pub mod bench;
 pub mod device;
 mod error;
+mod generation;
 mod load;
 pub mod model;
 pub mod ops;
 pub mod tensor;
+pub mod worker;
 
 pub use device::{create_device, Device};
 pub use model::Model;
