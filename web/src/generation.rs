@@ -6,7 +6,6 @@
 //! `AbortSignal`) is seen.
 
 use std::cell::Cell;
-use std::future::Future;
 use std::rc::Rc;
 
 use js_sys::{Function, Promise, Reflect};
@@ -87,12 +86,10 @@ impl Observer for PageObserver {
             .push(piece, stats.generated_tokens as f64, rate);
     }
 
-    fn checkpoint(&mut self, _: Checkpoint) -> impl Future<Output = bool> {
-        async move {
-            // Let the page repaint and take a click on "stop" (the cpu backend never yields
-            // on its own).
-            pause().await;
-            self.stop.get() || check_signal(&self.signal).is_err()
-        }
+    async fn checkpoint(&mut self, _: Checkpoint) -> bool {
+        // Let the page repaint and take a click on "stop" (the cpu backend never yields on
+        // its own).
+        pause().await;
+        self.stop.get() || check_signal(&self.signal).is_err()
     }
 }

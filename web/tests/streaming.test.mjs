@@ -1,7 +1,8 @@
 // The browser's generation API: `for await` over Model.generate, AbortSignals that stop a
 // generation during a long prompt (answered within a chunk, counted in prompt tokens) and
-// cancel a load, and createWorkerModel running the same loop in a Web Worker. On the cpu
-// backend (wasm), which is where a long prompt takes seconds. Run with the other browser tests.
+// cancel a load, and createWorkerModel running the same loop in a Web Worker (the demo's way).
+// On the cpu backend (wasm), which is where a long prompt takes seconds. Run with the other
+// browser tests (scripts/test.sh: npm test in web/tests).
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { launch, startServer } from "./harness.mjs";
@@ -161,4 +162,27 @@ test("createWorkerModel loads and generates in a Web Worker with the same API", 
   assert.ok(r.stopped);
   assert.match(r.badOptions, /temperature/);
   assert.match(r.loadAborted, /^AbortError/);
+});
+
+test("the demo loads and generates in a Web Worker", { timeout: 300_000 }, async () => {
+  const browser = await launch({ webgpu: false });
+  try {
+    const { page } = browser;
+    await page.goto(server.url);
+    await page.waitForSelector("body[data-state=ready]", { timeout: 180_000 });
+    const workers = page.workers().map((w) => w.url());
+    assert.ok(workers.some((u) => /\/worker\.js$/.test(u)), `workers: ${workers.join(", ")}`);
+    // Stop reaches the generation in the worker.
+    await page.fill("#max-tokens", "1000");
+    await page.click("#generate");
+    await page.waitForFunction(() => /tokens/.test(document.getElementById("gen-stats").textContent));
+    await page.click("#stop");
+    await page.waitForSelector("body[data-state=done]", { timeout: 120_000 });
+    assert.match(await page.textContent("#gen-stats"), /\(stopped\)/);
+  } catch (e) {
+    console.error(browser.logs.join("\n"));
+    throw e;
+  } finally {
+    await browser.close();
+  }
 });
