@@ -1,6 +1,7 @@
 // The demo page: picks a device, loads a model, streams generated text, and runs the op
-// benchmarks, all through web/pkg (served at ./pkg/ by `webtensor serve`).
-import init, { createDevice, webgpuUnavailableReason, Model, runBenchmarks, version } from "./pkg/webtensor.js";
+// benchmarks, all through web/pkg (served at ./pkg/ by `webtensor serve`). The model loads and
+// generates in a Web Worker (createWorkerModel), so the page never freezes while it works.
+import init, { createDevice, createWorkerModel, webgpuUnavailableReason, runBenchmarks, version } from "./pkg/webtensor.js";
 import { drawChart } from "./chart.js";
 import { deleteSelected, refreshCache, showEstimate } from "./models.js";
 import { drawPeers, reportMarkdown } from "./share.js";
@@ -76,23 +77,25 @@ async function loadModel() {
   const source = document.querySelector("input[name=source]:checked").value;
   const progress = progressTo($("load-progress"), status);
   try {
+    let from = { builtin: true };
     if (source === "gguf") {
       const file = $("gguf-file").files[0];
       if (!file) throw new Error("pick a .gguf file first");
-      page.model = await Model.fromFiles(page.device, [file], progress);
+      from = { files: [file] };
     } else if (source === "url" || source === "cache") {
       const url = source === "url" ? $("model-url").value.trim() : $("cached-models").value;
       if (!url) throw new Error(source === "url" ? "enter the URL of a .gguf file first" : "no cached model: load one by URL first");
       if (source === "url") await showEstimate(page.device, url);
-      page.model = await Model.fromUrl(page.device, url, progress);
-      await refreshCache();
+      from = { url };
     } else if (source === "folder") {
       const files = $("folder-files").files;
       if (!files.length) throw new Error("pick a folder with config.json, tokenizer.json and *.safetensors first");
-      page.model = await Model.fromFiles(page.device, files, progress);
-    } else {
-      page.model = await Model.builtin(page.device, progress);
+      from = { files: [...files] };
     }
+    page.model?.terminate();
+    page.model = null;
+    page.model = await createWorkerModel({ backend: page.device.backend, source: from, progress });
+    if (from.url) await refreshCache();
     const c = page.model.config();
     status.textContent = `${page.model.name}: ${c.num_hidden_layers} layers, hidden ${c.hidden_size}, vocabulary ${c.vocab_size}, on ${page.device.backend}`;
     // Chat mode needs the model's chat template.

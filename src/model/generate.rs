@@ -1,13 +1,17 @@
 //! Text generation: tokenize a prompt, run the model, sample, and stream the decoded text.
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::future::Future;
 
-use super::{ChatMessage, ChatOptions, KvCache, Llama, Sampler, Sampling, Tokenizer};
+use super::{
+    ChatMessage, ChatOptions, KvCache, Llama, Sampler, Sampling, SequenceInput, Tokenizer,
+};
+use crate::bench::clock::now_secs;
+use crate::device::Device;
 use crate::error::{Error, Result};
 
-/// Decode steps recorded per submit (one readback of their ids) by `generate` and the model
-/// benchmark.
+/// Decode steps recorded per submit (one readback of their ids) on a GPU, by the generation
+/// loop and the model benchmark.
 pub const MULTI_STEP: usize = 8;
 
 /// What a generation did and how fast.
@@ -15,7 +19,12 @@ pub const MULTI_STEP: usize = 8;
 pub struct GenerationStats {
     /// Tokens of the prompt (with the beginning-of-sequence token).
     pub prompt_tokens: usize,
-    /// Tokens generated.
+    /// Tokens of the prompt run through the model: all of them, unless the generation was
+    /// stopped during the prompt.
+    pub prompt_tokens_run: usize,
+    /// Tokens drawn, the end-of-sequence token that ended the generation included: it was
+    /// drawn like any other and cost a decode step (llama.cpp and transformers count it too),
+    /// and `max_tokens` bounds the tokens drawn, so a generation never draws more than it.
     pub generated_tokens: usize,
     /// Seconds to process the prompt and pick the first token.
     pub prompt_secs: f64,
@@ -23,6 +32,8 @@ pub struct GenerationStats {
     pub decode_secs: f64,
     /// Whether generation stopped at an end-of-sequence or end-of-turn token.
     pub stopped_at_eos: bool,
+    /// Whether the caller stopped it ([`Observer::checkpoint`] answered true).
+    pub stopped: bool,
 }
 
 impl GenerationStats {
@@ -37,10 +48,99 @@ impl GenerationStats {
     }
 }
 
-/// How many decode steps to record in the next submit when `wanted` tokens are still to
-/// come: [`MULTI_STEP`], or fewer when fewer are wanted or `cache` has less room (0: stop).
-pub fn next_steps(cache: &KvCache, wanted: usize) -> usize {
-    MULTI_STEP.min(wanted).min(cache.capacity() - cache.len())
+/// How a generation splits its work, and so how often it shows a token and can be stopped.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Pacing {
+    /// Decode steps recorded per submit, their ids read back once: [`MULTI_STEP`] on a GPU,
+    /// where a readback costs a round trip; 1 on the host backends, where it costs nothing and
+    /// several steps would only hold back tokens the user could already read.
+    pub steps_per_submit: usize,
+    /// How the prompt is split into forward passes.
+    pub prompt: PromptChunks,
+}
+
+/// How the prompt is split into forward passes; between two, the loop reaches a
+/// [`Checkpoint::Prompt`] where it can be stopped.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PromptChunks {
+    /// One pass (the fastest; nothing can stop it midway).
+    Whole,
+    /// Passes of this many tokens (at least 1).
+    Tokens(usize),
+    /// Passes sized from the speed measured so far to take about this many seconds each, so
+    /// a stop request is answered within about that: the browser's choice, where a long prompt
+    /// on the wasm cpu path takes tens of seconds.
+    Seconds(f64),
+}
+
+/// The first chunk of [`PromptChunks::Seconds`], before any speed is known.
+const FIRST_TIMED_CHUNK: usize = 4;
+/// The largest chunk of [`PromptChunks::Seconds`].
+const MAX_TIMED_CHUNK: usize = 512;
+
+impl Pacing {
+    /// The pacing for a model on `device`: decode steps per submit from the backend (see
+    /// [`Pacing::steps_per_submit`]), the prompt split as `prompt` says.
+    pub fn for_device(device: &Device, prompt: PromptChunks) -> Pacing {
+        let host = matches!(device.backend_name(), "cpu" | "reference");
+        Pacing {
+            steps_per_submit: if host { 1 } else { MULTI_STEP },
+            prompt,
+        }
+    }
+
+    /// The size of the next prompt chunk with `left` tokens left, after `done` tokens took
+    /// `secs` seconds.
+    fn chunk(&self, left: usize, done: usize, secs: f64) -> usize {
+        let size = match self.prompt {
+            PromptChunks::Whole => left,
+            PromptChunks::Tokens(n) => n.max(1),
+            PromptChunks::Seconds(_) if done == 0 || secs <= 0.0 => FIRST_TIMED_CHUNK,
+            PromptChunks::Seconds(target) => {
+                let per_token = secs / done as f64;
+                ((target / per_token) as usize).clamp(1, MAX_TIMED_CHUNK)
+            }
+        };
+        size.min(left)
+    }
+}
+
+/// Where the generation loop offers its caller to stop it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Checkpoint {
+    /// After a prompt chunk.
+    Prompt {
+        /// Prompt tokens run so far.
+        done: usize,
+        /// Tokens of the whole prompt.
+        total: usize,
+    },
+    /// After a token was drawn and its text (if complete) handed over.
+    Token,
+}
+
+/// What the generation loop reports to, and asks of, its caller.
+pub trait Observer {
+    /// Each piece of text as soon as it is complete (never half a character; may be empty
+    /// when a token holds only part of one), with the statistics so far.
+    fn text(&mut self, piece: &str, stats: &GenerationStats);
+
+    /// Called at every [`Checkpoint`]: a chance to yield to an event loop (the browser
+    /// repaints and takes clicks there). Answers whether to stop now.
+    fn checkpoint(&mut self, at: Checkpoint) -> impl Future<Output = bool>;
+}
+
+/// An [`Observer`] that hands each piece of text to a closure and never stops.
+pub struct TextSink<F: FnMut(&str)>(pub F);
+
+impl<F: FnMut(&str)> Observer for TextSink<F> {
+    fn text(&mut self, piece: &str, _: &GenerationStats) {
+        (self.0)(piece)
+    }
+
+    fn checkpoint(&mut self, _: Checkpoint) -> impl Future<Output = bool> {
+        std::future::ready(false)
+    }
 }
 
 /// The ids a generation starts from and a cache with room for them and `max_tokens` more:
@@ -123,11 +223,9 @@ pub fn prepare(
 }
 
 /// Generates up to `max_tokens` tokens after `prompt`, calling `on_text` with each piece of
-/// text as soon as it is complete (never half a character). The prompt runs in one forward
-/// pass and each new token in one more, over a [`KvCache`](super::KvCache). Tokens are
-/// drawn on the device, and decoding runs several steps per submit with the ids kept on the
-/// device ([`Llama::decode`]), so only ids are read back. Stops early at an end-of-sequence
-/// or end-of-turn token ([`Tokenizer::is_stop`]) or when the context is full.
+/// text as soon as it is complete (never half a character): [`run_async`] with the prompt in
+/// one pass, run to its end on this thread.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn generate(
     model: &Llama,
     tokenizer: &Tokenizer,
@@ -137,12 +235,18 @@ pub fn generate(
     on_text: impl FnMut(&str),
 ) -> Result<GenerationStats> {
     let (ids, cache) = prepare(model, tokenizer, prompt, max_tokens)?;
-    run(model, tokenizer, ids, cache, max_tokens, sampling, on_text)
+    let pacing = Pacing::for_device(model.device(), PromptChunks::Whole);
+    let mut sink = TextSink(on_text);
+    let run = run_async(
+        model, tokenizer, ids, cache, max_tokens, sampling, pacing, &mut sink,
+    );
+    pollster::block_on(run)
 }
 
 /// The assistant's next turn in a conversation: `messages` rendered with the model's chat
 /// template (with the generation prompt), then generated as [`generate`] does, stopping at
 /// the end of the turn.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn generate_chat(
     model: &Llama,
     tokenizer: &Tokenizer,
@@ -153,7 +257,12 @@ pub fn generate_chat(
 ) -> Result<GenerationStats> {
     let rendered = chat_prompt(tokenizer, messages)?;
     let (ids, cache) = prepare_prompt(model, tokenizer, &rendered, true, max_tokens)?;
-    run(model, tokenizer, ids, cache, max_tokens, sampling, on_text)
+    let pacing = Pacing::for_device(model.device(), PromptChunks::Whole);
+    let mut sink = TextSink(on_text);
+    let run = run_async(
+        model, tokenizer, ids, cache, max_tokens, sampling, pacing, &mut sink,
+    );
+    pollster::block_on(run)
 }
 
 /// `messages` rendered with the model's chat template, ending with the prompt of the
@@ -171,46 +280,100 @@ pub fn is_stop(model: &Llama, tokenizer: &Tokenizer, id: u32) -> bool {
     tokenizer.is_stop(id) || Some(id) == model.config.eos_token_id
 }
 
-fn run(
+/// The generation loop, the same natively ([`generate`] runs it with `pollster::block_on`)
+/// and in the browser (awaited on the page's event loop): the prompt `ids` (from
+/// [`prepare_prompt`], with its `cache`) in chunks as `pacing` says, the first token drawn
+/// from its last row, then up to `max_tokens − 1` more, `pacing.steps_per_submit` decode steps
+/// per submit with the ids kept on the device ([`Llama::decode_on_device`]) and only they read
+/// back. Each piece of text goes to `observer` as soon as it is complete, and the loop stops
+/// at an end-of-sequence or end-of-turn token ([`is_stop`]), when the context is full, or when
+/// `observer` asks at a [`Checkpoint`].
+#[allow(clippy::too_many_arguments)]
+pub async fn run_async(
     model: &Llama,
     tokenizer: &Tokenizer,
     ids: Vec<u32>,
     mut cache: KvCache,
     max_tokens: usize,
     sampling: Sampling,
-    mut on_text: impl FnMut(&str),
+    pacing: Pacing,
+    observer: &mut impl Observer,
 ) -> Result<GenerationStats> {
+    let total = ids.len();
     let mut stats = GenerationStats {
-        prompt_tokens: ids.len(),
+        prompt_tokens: total,
         ..Default::default()
     };
     let mut sampler = Sampler::new(sampling);
     let mut decoder = tokenizer.stream();
-    // The prompt in one forward pass.
-    let start = Instant::now();
-    let mut queue = VecDeque::from([model.sample_next(&ids, &mut cache, &mut sampler)?]);
-    stats.prompt_secs = start.elapsed().as_secs_f64();
-    let decode_start = Instant::now();
+    let start = now_secs();
+    // Every chunk but the last only fills the cache; a stop request is answered between them.
+    let mut done = 0;
+    loop {
+        let chunk = pacing.chunk(total - done, done, now_secs() - start);
+        if done + chunk == total {
+            break;
+        }
+        model.prefill(&ids[done..done + chunk], &mut cache)?;
+        // On a GPU the chunk was only recorded: wait for it, so that the next chunk's size
+        // is measured and a stop is answered while the prompt runs.
+        model.device().synchronize_async().await?;
+        done += chunk;
+        stats.prompt_tokens_run = done;
+        if observer
+            .checkpoint(Checkpoint::Prompt { done, total })
+            .await
+        {
+            stats.stopped = true;
+            stats.prompt_secs = now_secs() - start;
+            return Ok(stats);
+        }
+    }
+    let mut batch = [SequenceInput {
+        tokens: &ids[done..],
+        cache: &mut cache,
+    }];
+    let first = model.next_tokens_on_device(&mut batch, &mut sampler)?;
+    let mut queue: VecDeque<u32> = first.to_vec_async::<u32>().await?.into();
+    stats.prompt_tokens_run = total;
+    let decode_start = now_secs();
+    stats.prompt_secs = decode_start - start;
     let mut last = 0;
     while stats.generated_tokens < max_tokens {
         let Some(next) = queue.pop_front() else {
-            // Refill: several steps per submit on the device.
-            let steps = next_steps(&cache, max_tokens - stats.generated_tokens);
+            let room = cache.capacity() - cache.len();
+            let steps = pacing
+                .steps_per_submit
+                .max(1)
+                .min(max_tokens - stats.generated_tokens)
+                .min(room);
             if steps == 0 {
                 break;
             }
-            queue.extend(model.decode(last, &mut cache, steps, &mut sampler)?);
+            let ids = model.decode_on_device(last, &mut cache, steps, &mut sampler)?;
+            queue.extend(ids.to_vec_async::<u32>().await?);
             continue;
         };
         stats.generated_tokens += 1;
+        stats.decode_secs = now_secs() - decode_start;
         if is_stop(model, tokenizer, next) {
             stats.stopped_at_eos = true;
             break;
         }
-        on_text(&decoder.push(next));
+        observer.text(&decoder.push(next), &stats);
+        if observer.checkpoint(Checkpoint::Token).await {
+            stats.stopped = true;
+            break;
+        }
         last = next;
     }
-    stats.decode_secs = decode_start.elapsed().as_secs_f64();
-    on_text(&decoder.finish());
+    stats.decode_secs = now_secs() - decode_start;
+    let tail = decoder.finish();
+    if !tail.is_empty() {
+        observer.text(&tail, &stats);
+    }
     Ok(stats)
 }
+
+#[cfg(test)]
+mod tests;

@@ -419,6 +419,29 @@ impl Llama {
         self.run(&ids, positions, &mut seqs)
     }
 
+    /// Runs `tokens` into `cache` without computing logits: a part of a prompt that is
+    /// followed by more of it (the generation loop runs long prompts in chunks, so that a
+    /// stop request is answered between them). Recorded, not waited for, on a GPU.
+    pub fn prefill(&self, tokens: &[u32], cache: &mut KvCache) -> Result<()> {
+        self.check_cache(cache)?;
+        cache.check_room(tokens.len())?;
+        self.check_ids(tokens)?;
+        if tokens.is_empty() {
+            return Err(Error::invalid("llama", "a sequence has no tokens to run"));
+        }
+        let device = self.embed.device();
+        let positions: Vec<u32> =
+            (cache.len() as u32..(cache.len() + tokens.len()) as u32).collect();
+        let ids = Tensor::from_slice(device, tokens, [tokens.len()])?;
+        self.hidden_states(&ids, positions, &mut [(tokens.len(), cache)])?;
+        Ok(())
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        self.embed.device()
+    }
+
     /// Decodes `steps` tokens after `first` (the last token so far, not yet in `cache`),
     /// drawing each on the device with `sampler`'s parameters and numbers
     /// ([`ops::sample`]): each step's token stays on the device and feeds the next step's
@@ -518,8 +541,24 @@ impl Llama {
     }
 
     /// The forward pass over `ids` (on rank 0's device) at `positions`, for sequences of the
-    /// given lengths with their caches, in order.
+    /// given lengths with their caches, in order: the logits of every row.
     fn run(
+        &self,
+        ids: &Tensor,
+        positions: Vec<u32>,
+        seqs: &mut [(usize, &mut KvCache)],
+    ) -> Result<Tensor> {
+        let x = self.hidden_states(ids, positions, seqs)?;
+        let x = ops::rms_norm(&x, &self.norm, self.config.rms_norm_eps)?;
+        self.emit("final_norm", 0, &x);
+        let logits = linear(&x, &self.lm_head, self.activations)?;
+        self.emit("logits", 0, &logits);
+        Ok(logits)
+    }
+
+    /// [`Llama::run`] up to the last layer's residual stream, without the final norm and the
+    /// LM head: what a prompt chunk that samples nothing needs (it fills the caches).
+    fn hidden_states(
         &self,
         ids: &Tensor,
         positions: Vec<u32>,
@@ -576,11 +615,7 @@ impl Llama {
         for ((_, cache), plan) in seqs.iter_mut().zip(&plans) {
             cache.advance_to(plan);
         }
-        let x = ops::rms_norm(&xs[0], &self.norm, eps)?;
-        self.emit("final_norm", 0, &x);
-        let logits = linear(&x, &self.lm_head, self.activations)?;
-        self.emit("logits", 0, &logits);
-        Ok(logits)
+        Ok(xs.swap_remove(0))
     }
 
     /// The rotary frequencies of a pass at `positions` on `rank`'s device: the model's

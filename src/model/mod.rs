@@ -26,7 +26,9 @@ pub use cache::{CacheLayout, KvCache, KvPool};
 pub use chat::{ChatMessage, ChatOptions};
 pub use config::LlamaConfig;
 pub use files::{FileBytes, ModelFiles};
-pub use generate::{generate, generate_chat, GenerationStats};
+pub use generate::GenerationStats;
+#[cfg(not(target_arch = "wasm32"))]
+pub use generate::{generate, generate_chat};
 pub use linear::ActivationMode;
 pub use llama::{Hook, Llama, SequenceInput, HOOK_NAMES};
 pub use parallel::{Collective, CollectiveStats, HostCollective, TpConfig};

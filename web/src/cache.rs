@@ -37,25 +37,27 @@ async fn open() -> Result<Option<Cache>, JsValue> {
 }
 
 /// The bytes at `url`: from the cache when it holds them (progress phase "cache"), else
-/// fetched (phase "download") and stored in the cache as they stream in.
+/// fetched (phase "download") and stored in the cache as they stream in. Aborting `signal`
+/// (an `AbortSignal` or `undefined`) cancels the download or the read.
 pub(crate) async fn fetch_cached(
     url: &str,
     progress: Option<&Function>,
+    signal: &JsValue,
 ) -> Result<Vec<u8>, JsValue> {
     let cache = open().await?;
     if let Some(cache) = &cache {
         let hit = JsFuture::from(cache.match_with_str(url)).await?;
         if let Ok(response) = hit.dyn_into::<Response>() {
-            return read_body(response, url, "cache", progress).await;
+            return read_body(response, url, "cache", progress, signal).await;
         }
     }
-    let response = fetch(url).await?;
+    let response = fetch(url, signal).await?;
     let Some(cache) = cache else {
-        return read_body(response, url, "download", progress).await;
+        return read_body(response, url, "download", progress, signal).await;
     };
     // The cache reads its own copy of the stream while this one is read into memory.
     let stored = JsFuture::from(cache.put_with_str(url, &response.clone()?));
-    let bytes = read_body(response, url, "download", progress).await?;
+    let bytes = read_body(response, url, "download", progress, signal).await?;
     if let Err(e) = stored.await {
         // A full disk or quota loses the cache entry, not the model.
         web_sys::console::warn_2(&JsValue::from_str("webtensor: not cached:"), &e);
@@ -73,13 +75,18 @@ pub(crate) async fn contains(url: &str) -> Result<bool, JsValue> {
     }
 }
 
-/// `fetch(url)`, refused with the HTTP status when it is not 2xx.
-pub(crate) async fn fetch(url: &str) -> Result<Response, JsValue> {
+/// `fetch(url)`, refused with the HTTP status when it is not 2xx; aborting `signal` (an
+/// `AbortSignal` or `undefined`) cancels it.
+pub(crate) async fn fetch(url: &str, signal: &JsValue) -> Result<Response, JsValue> {
     let fetch: Function = Reflect::get(&js_sys::global(), &JsValue::from_str("fetch"))?
         .dyn_into()
         .map_err(|_| js_error("this environment has no fetch()"))?;
+    let init = js_sys::Object::new();
+    if !signal.is_undefined() && !signal.is_null() {
+        Reflect::set(&init, &JsValue::from_str("signal"), signal)?;
+    }
     let promise: js_sys::Promise = fetch
-        .call1(&JsValue::NULL, &JsValue::from_str(url))?
+        .call2(&JsValue::NULL, &JsValue::from_str(url), &init)?
         .dyn_into()?;
     let response: Response = JsFuture::from(promise).await?.dyn_into()?;
     if !response.ok() {

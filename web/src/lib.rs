@@ -19,7 +19,8 @@
 //! * [`tensor`]: `Tensor` and its async readback.
 //! * [`ops`]: the op set as functions over tensors.
 //! * [`model`]: loading a Llama model (bytes, `File`s, a URL, the built-in one) and streaming
-//!   generation with a stop control.
+//!   generation (a callback, or `for await`) with a stop control and `AbortSignal`s.
+//! * [`worker`]: `createWorkerModel`, the same model API running in a Web Worker.
 //! * [`cache`]: models fetched by URL kept in Cache Storage: `cachedModels`,
 //!   `deleteCachedModel`.
 //! * [`estimate`]: the memory a GGUF model needs, from its header, before the download
@@ -31,10 +32,12 @@ pub mod cache;
 pub mod device;
 mod error;
 pub mod estimate;
+mod generation;
 mod load;
 pub mod model;
 pub mod ops;
 pub mod tensor;
+pub mod worker;
 
 pub use device::{create_device, Device};
 pub use model::Model;

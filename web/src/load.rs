@@ -7,6 +7,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{File, ReadableStreamDefaultReader, Response};
 
 use crate::error::js_error;
+use crate::generation::check_signal;
 
 /// Bytes read per `File` chunk.
 const FILE_CHUNK: f64 = (16 << 20) as f64;
@@ -25,15 +26,18 @@ pub(crate) fn report(progress: Option<&Function>, phase: &str, done: f64, total:
 }
 
 /// The whole contents of `file`, read in chunks; `progress("read", bytes so far, size)`.
+/// Aborting `signal` (an `AbortSignal` or `undefined`) rejects with its reason.
 pub(crate) async fn read_file(
     file: &File,
     progress: Option<&Function>,
+    signal: &JsValue,
 ) -> Result<Vec<u8>, JsValue> {
     let size = file.size();
     let mut out = Vec::with_capacity(size as usize);
     let mut at = 0.0;
     report(progress, "read", 0.0, size);
     while at < size {
+        check_signal(signal)?;
         let end = (at + FILE_CHUNK).min(size);
         let chunk = file.slice_with_f64_and_f64(at, end)?;
         let buffer = JsFuture::from(chunk.array_buffer()).await?;
@@ -45,12 +49,14 @@ pub(crate) async fn read_file(
 }
 
 /// The body of `response` (from `url`), read as it streams in; `progress(phase, bytes so far,
-/// Content-Length or 0 when unknown)`.
+/// Content-Length or 0 when unknown)`. Aborting `signal` (an `AbortSignal` or `undefined`)
+/// stops the reading with its reason.
 pub(crate) async fn read_body(
     response: Response,
     url: &str,
     phase: &str,
     progress: Option<&Function>,
+    signal: &JsValue,
 ) -> Result<Vec<u8>, JsValue> {
     let total = response
         .headers()
@@ -64,6 +70,7 @@ pub(crate) async fn read_body(
     let mut out = Vec::with_capacity(total as usize);
     report(progress, phase, 0.0, total);
     loop {
+        check_signal(signal)?;
         let chunk = JsFuture::from(reader.read())
             .await
             .map_err(|e| js_error(format!("reading {url} failed: {}", describe(&e))))?;

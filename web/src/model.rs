@@ -1,34 +1,41 @@
-//! Llama models in the browser: loading from bytes, `File`s, a URL or the built-in model, and
-//! generating text as a stream of pieces with a stop control, from a prompt (`generate`) or a
-//! conversation rendered with the model's chat template (`chat`).
+//! Llama models in the browser: loading from bytes, `File`s, a URL or the built-in model
+//! (each cancellable with an `AbortSignal`), and generating text from a prompt (`generate`) or
+//! a conversation rendered with the model's chat template (`chat`).
 //!
-//! Generation uses the library's engine as it is: `generate::prepare` tokenizes the prompt
-//! and sizes the cache, tokens are drawn on the device (`Llama::next_tokens_on_device` for
-//! the prompt, then `Llama::decode_on_device` for `generate::MULTI_STEP` tokens per submit,
-//! each fed to the next step without leaving the GPU), and only their ids are read back,
-//! asynchronously: one readback per eight tokens instead of a map of the logits per token,
-//! which costs milliseconds in a browser.
+//! Generation is the library's own loop, `generate::run_async`, awaited on the page's event
+//! loop: the prompt in chunks sized to about a quarter second each, then on the cpu backend
+//! one token per step, each shown as soon as it is drawn, and on WebGPU
+//! `generate::MULTI_STEP` steps per submit with only their ids read back. Between steps the
+//! loop yields to the page ([`PageObserver`]), so Stop is answered within a chunk or a token.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 
 use js_sys::Function;
-use std::collections::VecDeque;
 use wasm_bindgen::prelude::*;
-use webtensor::bench::clock::{now_secs, pause};
+use wasm_bindgen_futures::future_to_promise;
+use webtensor::bench::clock::pause;
 
-use webtensor::model::generate;
-use webtensor::model::{
-    builtin, ChatMessage, ChatOptions, FileBytes, Llama, ModelFiles, Sampler, Sampling,
-    SequenceInput, Tokenizer,
-};
+use webtensor::model::generate::{self, Pacing, PromptChunks};
+use webtensor::model::{builtin, ChatMessage, FileBytes, Llama, ModelFiles, Sampling, Tokenizer};
 
 use crate::device::Device;
 use crate::error::{js, js_error, to_js_object};
+use crate::generation::{check_signal, signal_of, Generation, PageObserver};
 use crate::load::{read_file, report};
 use crate::{cache, estimate};
 
+/// Seconds a prompt chunk takes at most (about): how soon Stop is answered during a prompt.
+const PROMPT_CHUNK_SECS: f64 = 0.25;
+
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &'static str = r#"
+/** The options that are not plain data (merged with the generated `GenerateOptions`). */
+export interface GenerateOptions {
+  /** Aborting it ends the generation after its current step, as `Model.stop()` does. */
+  signal?: AbortSignal;
+}
+
 /** Called while loading: `phase` is "read", "download", "parse" or "upload". */
 export type ProgressCallback = (phase: string, done: number, total: number) => void;
 
@@ -39,14 +46,21 @@ export type TokenCallback = (piece: string, generated: number, tokensPerSec: num
 /// A loaded model with its tokenizer, ready to generate.
 #[wasm_bindgen]
 pub struct Model {
+    inner: Rc<Inner>,
+}
+
+/// What a [`Model`] holds; shared with its running generation.
+struct Inner {
     llama: Llama,
     tokenizer: Tokenizer,
     name: String,
-    stop: Cell<bool>,
+    /// The stop flag of the current generation.
+    stop: RefCell<Rc<Cell<bool>>>,
     busy: Cell<bool>,
 }
 
-/// Sampling and length of one generation; every field is optional.
+/// Sampling and length of one generation; every field is optional. (`signal`, an
+/// `AbortSignal`, is read apart: see [`GenerateOptions::from_js`].)
 #[derive(serde::Deserialize, tsify::Tsify)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct GenerateOptions {
@@ -61,6 +75,9 @@ pub struct GenerateOptions {
     top_p: f32,
     /// Seed of the random choices (default 0).
     seed: u64,
+    /// Prompt tokens per forward pass; between two, the generation can be stopped. Default:
+    /// sized from the speed measured so far to take about a quarter second each.
+    prompt_chunk: Option<usize>,
 }
 
 impl Default for GenerateOptions {
@@ -71,6 +88,7 @@ impl Default for GenerateOptions {
             top_k: 0,
             top_p: 1.0,
             seed: 0,
+            prompt_chunk: None,
         }
     }
 }
@@ -80,7 +98,10 @@ impl GenerateOptions {
         if value.is_undefined() || value.is_null() {
             return Ok(Self::default());
         }
-        let text: String = js_sys::JSON::stringify(value)?.into();
+        // The signal is read apart (signal_of); the rest is plain data.
+        let data = js_sys::Object::assign(&js_sys::Object::new(), value.unchecked_ref());
+        js_sys::Reflect::delete_property(&data, &JsValue::from_str("signal"))?;
+        let text: String = js_sys::JSON::stringify(&data)?.into();
         let o: Self = serde_json::from_str(&text)
             .map_err(|e| js_error(format!("generate: bad options: {e}")))?;
         if !(o.temperature >= 0.0 && o.temperature.is_finite()) {
@@ -94,6 +115,9 @@ impl GenerateOptions {
         if o.max_tokens == 0 {
             return Err(js_error("generate: maxTokens must be at least 1"));
         }
+        if o.prompt_chunk == Some(0) {
+            return Err(js_error("generate: promptChunk must be at least 1"));
+        }
         Ok(o)
     }
 }
@@ -104,7 +128,9 @@ impl GenerateOptions {
 pub struct GenerationStats {
     /// Tokens of the prompt (after the chat template, for `chat`).
     prompt_tokens: usize,
-    /// Tokens generated.
+    /// Prompt tokens run: all of them unless the generation was stopped during the prompt.
+    prompt_tokens_run: usize,
+    /// Tokens drawn, with the end-of-sequence token that ended the generation.
     generated_tokens: usize,
     /// Seconds of the prompt pass, up to the first generated token.
     prompt_secs: f64,
@@ -114,7 +140,7 @@ pub struct GenerationStats {
     tokens_per_sec: f64,
     /// Whether the model's end-of-sequence or end-of-turn token ended it.
     stopped_at_eos: bool,
-    /// Whether `Model.stop()` ended it.
+    /// Whether `Model.stop()`, `generation.stop()` or the options' `signal` ended it.
     stopped: bool,
     /// The generated text.
     text: String,
@@ -138,10 +164,12 @@ impl Model {
         #[wasm_bindgen(unchecked_optional_param_type = "ProgressCallback | null")] progress: Option<
             Function,
         >,
+        #[wasm_bindgen(unchecked_optional_param_type = "AbortSignal | null")] signal: JsValue,
     ) -> Result<Model, JsValue> {
+        check_signal(&signal)?;
         report(progress.as_ref(), "parse", 0.0, 1.0);
         let files = js(builtin::files())?;
-        Model::place(device, files, builtin::NAME, progress.as_ref()).await
+        Model::place(device, files, builtin::NAME, progress.as_ref(), &signal).await
     }
 
     /// A model from the bytes of a GGUF file.
@@ -153,14 +181,17 @@ impl Model {
         #[wasm_bindgen(unchecked_optional_param_type = "ProgressCallback | null")] progress: Option<
             Function,
         >,
+        #[wasm_bindgen(unchecked_optional_param_type = "AbortSignal | null")] signal: JsValue,
     ) -> Result<Model, JsValue> {
-        Model::from_gguf(device, bytes, &name, progress.as_ref()).await
+        check_signal(&signal)?;
+        Model::from_gguf(device, bytes, &name, progress.as_ref(), &signal).await
     }
 
     /// A model from files the user picked: one `.gguf` file, or a Hugging Face folder's
     /// `config.json`, `tokenizer.json` and `*.safetensors`, with `tokenizer_config.json`
     /// (or `chat_template.jinja`) for chat and `generation_config.json` (e.g. from
-    /// `<input type=file webkitdirectory>`). Progress reports the bytes read.
+    /// `<input type=file webkitdirectory>`). Progress reports the bytes read; aborting
+    /// `signal` rejects with its reason.
     #[wasm_bindgen(js_name = fromFiles)]
     pub async fn from_files(
         device: &Device,
@@ -168,7 +199,9 @@ impl Model {
         #[wasm_bindgen(unchecked_optional_param_type = "ProgressCallback | null")] progress: Option<
             Function,
         >,
+        #[wasm_bindgen(unchecked_optional_param_type = "AbortSignal | null")] signal: JsValue,
     ) -> Result<Model, JsValue> {
+        check_signal(&signal)?;
         let progress = progress.as_ref();
         let files: Vec<web_sys::File> = js_sys::Array::from(&files)
             .iter()
@@ -182,8 +215,8 @@ impl Model {
                 .collect()
         };
         if let Some(gguf) = with_suffix(".gguf").first() {
-            let bytes = read_file(gguf, progress).await?;
-            return Model::from_gguf(device, bytes, &gguf.name(), progress).await;
+            let bytes = read_file(gguf, progress, &signal).await?;
+            return Model::from_gguf(device, bytes, &gguf.name(), progress, &signal).await;
         }
         let config = read_text(&files, "config.json").await?.ok_or_else(|| {
             js_error("fromFiles: pick a .gguf file, or a folder with config.json and *.safetensors")
@@ -196,7 +229,8 @@ impl Model {
         }
         let mut parts = Vec::new();
         for f in shards {
-            parts.push((f.name(), FileBytes::Owned(read_file(f, progress).await?)));
+            let bytes = read_file(f, progress, &signal).await?;
+            parts.push((f.name(), FileBytes::Owned(bytes)));
         }
         report(progress, "parse", 0.0, 1.0);
         let mut model_files = js(ModelFiles::from_parts(&config, parts, tokenizer.as_deref()))?;
@@ -206,14 +240,15 @@ impl Model {
         if let Some(generation) = read_text(&files, "generation_config.json").await? {
             js(model_files.add_generation_config(&generation))?;
         }
-        Model::place(device, model_files, "model folder", progress).await
+        Model::place(device, model_files, "model folder", progress, &signal).await
     }
 
     /// A model from the URL of a GGUF file: from the browser's cache when an earlier load put
     /// it there (progress phase "cache"), else fetched (phase "download") and kept in the
     /// cache for the next visit (see `cachedModels`, `deleteCachedModel`). Before a
     /// download the model is sized from its header (`estimateModel`) and refused with a
-    /// `ModelTooLargeError` when the device or the page cannot hold it.
+    /// `ModelTooLargeError` when the device or the page cannot hold it. Aborting `signal`
+    /// cancels the download and rejects with its reason.
     #[wasm_bindgen(js_name = fromUrl)]
     pub async fn from_url(
         device: &Device,
@@ -221,13 +256,15 @@ impl Model {
         #[wasm_bindgen(unchecked_optional_param_type = "ProgressCallback | null")] progress: Option<
             Function,
         >,
+        #[wasm_bindgen(unchecked_optional_param_type = "AbortSignal | null")] signal: JsValue,
     ) -> Result<Model, JsValue> {
+        check_signal(&signal)?;
         if !cache::contains(&url).await? {
             // Refuse a model too large for this device or page before downloading it.
             estimate::check_fits(device, &url).await?;
         }
-        let bytes = cache::fetch_cached(&url, progress.as_ref()).await?;
-        let model = Model::from_gguf(device, bytes, &url, progress.as_ref()).await;
+        let bytes = cache::fetch_cached(&url, progress.as_ref(), &signal).await?;
+        let model = Model::from_gguf(device, bytes, &url, progress.as_ref(), &signal).await;
         if model.is_err() {
             // Keep no bytes that are not a model this device can load.
             cache::forget(&url).await?;
@@ -238,27 +275,30 @@ impl Model {
     /// The model's name (file name, URL, or the built-in model's).
     #[wasm_bindgen(getter)]
     pub fn name(&self) -> String {
-        self.name.clone()
+        self.inner.name.clone()
     }
 
     /// The model's hyper-parameters (`config.json`'s fields).
     pub fn config(&self) -> Result<JsValue, JsValue> {
-        to_js_object(&self.llama.config)
+        to_js_object(&self.inner.llama.config)
     }
 
     /// The model's chat template (Jinja), or `undefined` when it has none (then `chat` is
     /// refused; use `generate`).
     #[wasm_bindgen(getter, js_name = chatTemplate)]
     pub fn chat_template(&self) -> Option<String> {
-        self.tokenizer.chat_template().map(str::to_string)
+        self.inner.tokenizer.chat_template().map(str::to_string)
     }
 
-    /// Generates up to `options.maxTokens` tokens after `prompt`, calling `onToken` with each
-    /// piece of text as it is decoded, and resolves with the statistics and the whole text.
-    /// Ends early at the model's end-of-sequence or end-of-turn token, when the context is
-    /// full, or when [`Model::stop`] is called. One generation at a time per model.
-    #[wasm_bindgen(unchecked_return_type = "GenerationStats")]
-    pub async fn generate(
+    /// Generates up to `options.maxTokens` tokens after `prompt`. The answer is a
+    /// `Generation`: `await` it for the statistics and the whole text, or iterate it
+    /// (`for await (const piece of model.generate(prompt))`) for the pieces as they are
+    /// decoded; `onToken`, when given, is called with every token's piece too. Ends early at
+    /// the model's end-of-sequence or end-of-turn token, when the context is full, or when
+    /// stopped (`Model.stop()`, `generation.stop()`, leaving the loop, `options.signal`).
+    /// One generation at a time per model.
+    #[wasm_bindgen(unchecked_return_type = "Generation")]
+    pub fn generate(
         &self,
         prompt: String,
         #[wasm_bindgen(unchecked_optional_param_type = "GenerateOptions | null")] options: JsValue,
@@ -267,27 +307,16 @@ impl Model {
             unchecked_optional_param_type = "TokenCallback | null"
         )]
         on_token: Option<Function>,
-    ) -> Result<JsValue, JsValue> {
-        let options = GenerateOptions::from_js(&options)?;
-        if self.busy.replace(true) {
-            return Err(js_error(
-                "generate: this model is already generating; stop it or wait for it",
-            ));
-        }
-        let _guard = BusyGuard(&self.busy);
-        self.stop.set(false);
-        let stats = self
-            .run(&prompt, false, &options, on_token.as_ref())
-            .await?;
-        to_js_object(&stats)
+    ) -> Generation {
+        self.start("generate", options, on_token, move |_| Ok((prompt, false)))
     }
 
     /// The assistant's next turn in a conversation: `messages` (`{role, content}` objects)
     /// rendered with the model's chat template, then generated as `generate` does, ending at
     /// the end of the turn. Add the reply (`stats.text`) to `messages` as an "assistant"
     /// message for the next turn.
-    #[wasm_bindgen(unchecked_return_type = "GenerationStats")]
-    pub async fn chat(
+    #[wasm_bindgen(unchecked_return_type = "Generation")]
+    pub fn chat(
         &self,
         #[wasm_bindgen(unchecked_param_type = "ChatMessage[]")] messages: JsValue,
         #[wasm_bindgen(unchecked_optional_param_type = "GenerateOptions | null")] options: JsValue,
@@ -296,40 +325,31 @@ impl Model {
             unchecked_optional_param_type = "TokenCallback | null"
         )]
         on_token: Option<Function>,
-    ) -> Result<JsValue, JsValue> {
-        let options = GenerateOptions::from_js(&options)?;
-        let text: String = js_sys::JSON::stringify(&messages)?.into();
-        let messages: Vec<ChatMessage> = serde_json::from_str(&text).map_err(|e| {
-            js_error(format!(
-                "chat: messages must be an array of {{role, content}} strings: {e}"
+    ) -> Generation {
+        let text = js_sys::JSON::stringify(&messages).map(String::from);
+        self.start("chat", options, on_token, move |inner| {
+            let messages: Vec<ChatMessage> = serde_json::from_str(&text?).map_err(|e| {
+                js_error(format!(
+                    "chat: messages must be an array of {{role, content}} strings: {e}"
+                ))
+            })?;
+            Ok((
+                js(generate::chat_prompt(&inner.tokenizer, &messages))?,
+                true,
             ))
-        })?;
-        let chat = ChatOptions {
-            add_generation_prompt: true,
-            now: None,
-        };
-        let prompt = js(self.tokenizer.render_chat(&messages, &chat))?;
-        if self.busy.replace(true) {
-            return Err(js_error(
-                "chat: this model is already generating; stop it or wait for it",
-            ));
-        }
-        let _guard = BusyGuard(&self.busy);
-        self.stop.set(false);
-        let stats = self.run(&prompt, true, &options, on_token.as_ref()).await?;
-        to_js_object(&stats)
+        })
     }
 
-    /// Asks a running generation to end after its current token.
+    /// Asks a running generation to end after its current step.
     pub fn stop(&self) {
-        self.stop.set(true);
+        self.inner.stop.borrow().set(true);
     }
 }
 
 /// The text of the file called `name` among `files`, if there is one.
 async fn read_text(files: &[web_sys::File], name: &str) -> Result<Option<String>, JsValue> {
     match files.iter().find(|f| f.name() == name) {
-        Some(f) => String::from_utf8(read_file(f, None).await?)
+        Some(f) => String::from_utf8(read_file(f, None, &JsValue::UNDEFINED).await?)
             .map(Some)
             .map_err(|_| js_error(format!("{name} is not UTF-8 text"))),
         None => Ok(None),
@@ -342,18 +362,20 @@ impl Model {
         bytes: Vec<u8>,
         name: &str,
         progress: Option<&Function>,
+        signal: &JsValue,
     ) -> Result<Model, JsValue> {
         report(progress, "parse", 0.0, 1.0);
         let files = js(ModelFiles::from_gguf(name, FileBytes::Owned(bytes)))?;
-        Model::place(device, files, name, progress).await
+        Model::place(device, files, name, progress, signal).await
     }
 
-    /// Uploads the weights to the device.
+    /// Uploads the weights to the device (the last chance for `signal` to cancel the load).
     async fn place(
         device: &Device,
         files: ModelFiles,
         name: &str,
         progress: Option<&Function>,
+        signal: &JsValue,
     ) -> Result<Model, JsValue> {
         let tokenizer = files.tokenizer.clone().ok_or_else(|| {
             js_error(format!(
@@ -363,113 +385,113 @@ impl Model {
         report(progress, "upload", 0.0, 1.0);
         // Let the page show the phase before the (synchronous) upload.
         pause().await;
+        check_signal(signal)?;
         let llama = js(Llama::load(&device.inner, files))?;
         report(progress, "upload", 1.0, 1.0);
         Ok(Model {
-            llama,
-            tokenizer,
-            name: name.to_string(),
-            stop: Cell::new(false),
-            busy: Cell::new(false),
+            inner: Rc::new(Inner {
+                llama,
+                tokenizer,
+                name: name.to_string(),
+                stop: RefCell::new(Rc::new(Cell::new(false))),
+                busy: Cell::new(false),
+            }),
         })
     }
 
+    /// Starts a generation after the prompt that `prompt` makes (a rendered chat template
+    /// when it says so) and answers its `Generation` at once; bad options and other failures
+    /// reject it.
+    fn start(
+        &self,
+        what: &'static str,
+        options: JsValue,
+        on_token: Option<Function>,
+        prompt: impl FnOnce(&Inner) -> Result<(String, bool), JsValue>,
+    ) -> Generation {
+        let inner = self.inner.clone();
+        let generation = Generation::new(on_token);
+        let stop = Rc::new(Cell::new(false));
+        let prepared = GenerateOptions::from_js(&options).and_then(|o| {
+            let signal = signal_of(&options)?;
+            Ok((o, signal, prompt(&inner)?))
+        });
+        let observer_generation: Generation = JsValue::clone(&generation).unchecked_into();
+        let run_stop = stop.clone();
+        let run = async move {
+            let (options, signal, (prompt, chat)) = prepared?;
+            // An already aborted signal rejects, as `fetch` does; a later abort stops.
+            check_signal(&signal)?;
+            if inner.busy.replace(true) {
+                return Err(js_error(format!(
+                    "{what}: this model is already generating; stop it or wait for it"
+                )));
+            }
+            let _guard = BusyGuard(&inner.busy);
+            *inner.stop.borrow_mut() = run_stop.clone();
+            let mut observer = PageObserver {
+                generation: observer_generation,
+                stop: run_stop,
+                signal,
+                text: String::new(),
+            };
+            let stats = inner.run(&prompt, chat, &options, &mut observer).await?;
+            to_js_object(&stats)
+        };
+        let stop_now = Closure::<dyn FnMut()>::new(move || stop.set(true)).into_js_value();
+        generation.settle(future_to_promise(run), &stop_now);
+        generation
+    }
+}
+
+impl Inner {
     /// Generates after `prompt` (a rendered chat template when `chat`).
     async fn run(
         &self,
         prompt: &str,
         chat: bool,
         options: &GenerateOptions,
-        on_token: Option<&Function>,
+        observer: &mut PageObserver,
     ) -> Result<GenerationStats, JsValue> {
-        let (ids, mut cache) = js(generate::prepare_prompt(
+        let (ids, cache) = js(generate::prepare_prompt(
             &self.llama,
             &self.tokenizer,
             prompt,
             chat,
             options.max_tokens,
         ))?;
-        let mut sampler = Sampler::new(Sampling {
+        let sampling = Sampling {
             temperature: options.temperature,
             top_k: options.top_k,
             top_p: options.top_p,
             seed: options.seed,
-        });
-        let mut decoder = self.tokenizer.stream();
-        let mut stats = GenerationStats {
-            prompt_tokens: ids.len(),
-            generated_tokens: 0,
-            prompt_secs: 0.0,
-            decode_secs: 0.0,
-            tokens_per_sec: 0.0,
-            stopped_at_eos: false,
-            stopped: false,
-            text: String::new(),
         };
-        let start = now_secs();
-        let first = js(self.llama.next_tokens_on_device(
-            &mut [SequenceInput {
-                tokens: &ids,
-                cache: &mut cache,
-            }],
-            &mut sampler,
-        ))?;
-        let mut queue: VecDeque<u32> = js(first.to_vec_async::<u32>().await)?.into();
-        let decode_start = now_secs();
-        stats.prompt_secs = decode_start - start;
-        let emit = |piece: &str, stats: &mut GenerationStats| {
-            stats.text.push_str(piece);
-            if let Some(f) = on_token {
-                let _ = f.call3(
-                    &JsValue::NULL,
-                    &JsValue::from_str(piece),
-                    &JsValue::from(stats.generated_tokens as f64),
-                    &JsValue::from(stats.tokens_per_sec),
-                );
-            }
+        let chunks = match options.prompt_chunk {
+            Some(n) => PromptChunks::Tokens(n),
+            None => PromptChunks::Seconds(PROMPT_CHUNK_SECS),
         };
-        let mut last = 0;
-        loop {
-            let Some(next) = queue.pop_front() else {
-                // Refill: several steps recorded into one submit, their ids read back once.
-                let steps =
-                    generate::next_steps(&cache, options.max_tokens - stats.generated_tokens);
-                if steps == 0 {
-                    break;
-                }
-                let ids = js(self
-                    .llama
-                    .decode_on_device(last, &mut cache, steps, &mut sampler))?;
-                queue.extend(js(ids.to_vec_async::<u32>().await)?);
-                continue;
-            };
-            if generate::is_stop(&self.llama, &self.tokenizer, next) {
-                stats.stopped_at_eos = true;
-                break;
-            }
-            stats.generated_tokens += 1;
-            stats.decode_secs = now_secs() - decode_start;
-            stats.tokens_per_sec =
-                stats.generated_tokens.saturating_sub(1) as f64 / stats.decode_secs.max(1e-9);
-            let piece = decoder.push(next);
-            emit(&piece, &mut stats);
-            // Let the page repaint and take a click on "stop" (the cpu backend never yields
-            // on its own).
-            pause().await;
-            if self.stop.get() {
-                stats.stopped = true;
-                break;
-            }
-            if stats.generated_tokens >= options.max_tokens {
-                break;
-            }
-            last = next;
-        }
-        stats.decode_secs = now_secs() - decode_start;
-        let tail = decoder.finish();
-        if !tail.is_empty() {
-            emit(&tail, &mut stats);
-        }
-        Ok(stats)
+        let pacing = Pacing::for_device(self.llama.device(), chunks);
+        let s = js(generate::run_async(
+            &self.llama,
+            &self.tokenizer,
+            ids,
+            cache,
+            options.max_tokens,
+            sampling,
+            pacing,
+            observer,
+        )
+        .await)?;
+        Ok(GenerationStats {
+            prompt_tokens: s.prompt_tokens,
+            prompt_tokens_run: s.prompt_tokens_run,
+            generated_tokens: s.generated_tokens,
+            prompt_secs: s.prompt_secs,
+            decode_secs: s.decode_secs,
+            tokens_per_sec: s.decode_tokens_per_sec(),
+            stopped_at_eos: s.stopped_at_eos,
+            stopped: s.stopped,
+            text: std::mem::take(&mut observer.text),
+        })
     }
 }
