@@ -197,7 +197,7 @@ impl RepackCache {
         k: usize,
     ) -> Option<Arc<Repacked>> {
         let fits = matches!(format, DType::Q4_0 | DType::Q8_0)
-            && k % 32 == 0
+            && k.is_multiple_of(32)
             && n > 0
             && w.len() >= n * format.row_bytes(k);
         if !fits || !supported(level) {
@@ -259,21 +259,21 @@ mod x86 {
                     let packed = _mm256_loadu_si256(v.add(32 * t) as *const __m256i);
                     let lo = _mm256_and_si256(packed, low);
                     let hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
-                    for i in 0..A {
+                    for (i, s) in s.iter_mut().enumerate() {
                         let a = a32.add(i * 8 * blocks + 8 * c);
                         let al = _mm256_set1_epi32(a.add(t).read_unaligned());
                         let ah = _mm256_set1_epi32(a.add(4 + t).read_unaligned());
-                        s[i][0] = _mm256_dpbusd_epi32(s[i][0], lo, al);
-                        s[i][1] = _mm256_dpbusd_epi32(s[i][1], hi, ah);
+                        s[0] = _mm256_dpbusd_epi32(s[0], lo, al);
+                        s[1] = _mm256_dpbusd_epi32(s[1], hi, ah);
                     }
                 }
             } else {
                 for t in 0..8 {
                     let values = _mm256_loadu_si256(v.add(32 * t) as *const __m256i);
-                    for i in 0..A {
+                    for (i, s) in s.iter_mut().enumerate() {
                         let a = a32.add(i * 8 * blocks + 8 * c);
                         let at = _mm256_set1_epi32(a.add(t).read_unaligned());
-                        s[i][t % 2] = _mm256_dpbusd_epi32(s[i][t % 2], values, at);
+                        s[t % 2] = _mm256_dpbusd_epi32(s[t % 2], values, at);
                     }
                 }
             }
