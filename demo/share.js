@@ -33,7 +33,7 @@ export function drawPeers(container, report) {
   const caption = table.createCaption();
   caption.textContent = "Against peers timed on the same machine (above 1×: webtensor is faster)";
   const head = table.createTHead().insertRow();
-  for (const h of ["peer", "op", "case", "webtensor", "webtensor value", "peer value", "speedup"]) {
+  for (const h of ["peer", "op", "case", "webtensor", "webtensor (µs, or tokens/s)", "peer (same unit)", "speedup"]) {
     const th = document.createElement("th");
     th.scope = "col";
     th.textContent = h;

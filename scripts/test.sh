@@ -2,7 +2,8 @@
 # Runs webtensor's checks: formatting, clippy, and every test (the conformance matrix on cpu
 # and on wgpu, where wgpu must find an adapter: Mesa's lavapipe on machines without a GPU),
 # then the cpu rows of the matrix once per forced SIMD path, then the browser: web/pkg built and
-# tested in headless Chromium with WebGPU through SwiftShader (a missing adapter fails).
+# tested in headless Chromium with WebGPU through SwiftShader (a missing adapter fails), the npm
+# package in a throwaway Vite app, and the .d.ts checked by tsc.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -68,13 +68,22 @@ pub struct MemoryEstimate {
 /// the file (a `Range` request), without downloading the rest.
 #[wasm_bindgen(js_name = estimateModel, unchecked_return_type = "MemoryEstimate")]
 pub async fn estimate_model(device: &Device, url: String) -> Result<JsValue, JsValue> {
-    to_js_object(&estimate(device, &url).await?)
+    let estimate = estimate(device, &url).await?.ok_or_else(|| {
+        js_error(format!(
+            "{url}: the server tells no file size (no Content-Range or Content-Length), so \
+             the model cannot be sized before the download"
+        ))
+    })?;
+    to_js_object(&estimate)
 }
 
 /// Rejects with a `ModelTooLargeError` (carrying the estimate) when the model at `url` does
-/// not fit `device` or the page.
+/// not fit `device` or the page. A server that tells no file size leaves the model unsized:
+/// then the load goes ahead (the library checks again what it can once the file is here).
 pub(crate) async fn check_fits(device: &Device, url: &str) -> Result<(), JsValue> {
-    let e = estimate(device, url).await?;
+    let Some(e) = estimate(device, url).await? else {
+        return Ok(());
+    };
     let Some(reason) = &e.reason else {
         return Ok(());
     };
@@ -84,15 +93,18 @@ pub(crate) async fn check_fits(device: &Device, url: &str) -> Result<(), JsValue
     Err(error.into())
 }
 
-async fn estimate(device: &Device, url: &str) -> Result<MemoryEstimate, JsValue> {
+/// The estimate, or `None` when the server tells no file size.
+async fn estimate(device: &Device, url: &str) -> Result<Option<MemoryEstimate>, JsValue> {
     let mut want = FIRST_PREFIX;
     let gguf = loop {
-        let (prefix, file_len) = fetch_prefix(url, want).await?;
+        let Some((prefix, file_len)) = fetch_prefix(url, want).await? else {
+            return Ok(None);
+        };
         if prefix.get(..4) != Some(b"GGUF".as_slice()) {
             return Err(js_error(format!("{url}: not a GGUF file (no GGUF magic)")));
         }
         let Ok(file_len) = usize::try_from(file_len) else {
-            return Ok(beyond_address_space(file_len));
+            return Ok(Some(beyond_address_space(file_len)));
         };
         match gguf::parse_header(url, &prefix, file_len) {
             Ok(g) => break (g, file_len),
@@ -167,7 +179,7 @@ async fn estimate(device: &Device, url: &str) -> Result<MemoryEstimate, JsValue>
     } else {
         None
     };
-    Ok(MemoryEstimate {
+    Ok(Some(MemoryEstimate {
         file_bytes: file_len as f64,
         device_bytes: device_bytes as f64,
         page_bytes: page_bytes as f64,
@@ -178,7 +190,7 @@ async fn estimate(device: &Device, url: &str) -> Result<MemoryEstimate, JsValue>
         page_memory,
         fits: reason.is_none(),
         reason,
-    })
+    }))
 }
 
 /// The estimate of a file larger than wasm32 can address at all.
@@ -228,8 +240,8 @@ fn page_memory_left() -> f64 {
 
 /// The first `want` bytes of `url` (fewer when the file is shorter) and the file's length,
 /// by a `Range` request; a server that ignores the range sends the whole file, of which only
-/// the first bytes are read.
-async fn fetch_prefix(url: &str, want: usize) -> Result<(Vec<u8>, u64), JsValue> {
+/// the first bytes are read. `None` when the server tells no length.
+async fn fetch_prefix(url: &str, want: usize) -> Result<Option<(Vec<u8>, u64)>, JsValue> {
     let fetch: Function = Reflect::get(&js_sys::global(), &"fetch".into())?
         .dyn_into()
         .map_err(|_| js_error("this environment has no fetch()"))?;
@@ -258,13 +270,10 @@ async fn fetch_prefix(url: &str, want: usize) -> Result<(Vec<u8>, u64), JsValue>
         header("content-range").and_then(|r| r.rsplit('/').next()?.parse::<u64>().ok())
     } else {
         header("content-length").and_then(|l| l.parse::<u64>().ok())
-    }
-    .ok_or_else(|| {
-        js_error(format!(
-            "{url}: the server tells no file size (no Content-Range or Content-Length), so \
-             the model cannot be sized before the download"
-        ))
-    })?;
+    };
+    let Some(file_len) = file_len else {
+        return Ok(None);
+    };
     let mut out = Vec::new();
     if let Some(body) = response.body() {
         let reader: ReadableStreamDefaultReader = body.get_reader().dyn_into()?;
@@ -280,5 +289,5 @@ async fn fetch_prefix(url: &str, want: usize) -> Result<(Vec<u8>, u64), JsValue>
         let _ = reader.cancel();
     }
     out.truncate(want);
-    Ok((out, file_len))
+    Ok(Some((out, file_len)))
 }

@@ -9,6 +9,12 @@ import init, {
   runBenchmarks,
   peerRatios,
   version,
+  cachedModels,
+  deleteCachedModel,
+  estimateModel,
+  type CachedModel,
+  type MemoryEstimate,
+  type ModelTooLargeError,
   type BenchReport,
   type ChatMessage,
   type DeviceInfo,
@@ -51,5 +57,14 @@ export async function useTheApi(): Promise<string> {
   // @ts-expect-error: an unknown benchmark option
   await runBenchmarks({ repeats: 3 });
 
-  return `${version()} ${adapter} ${simd} ${y.length} ${n} ${eos} ${reply.text} ${device0} ${median} ${speedup}`;
+  const cached: CachedModel[] = await cachedModels();
+  const removed: boolean = await deleteCachedModel(cached[0].url);
+  const estimate: MemoryEstimate = await estimateModel(device, "/model.gguf");
+  const fits: boolean = estimate.fits && estimate.deviceBytes < estimate.fileBytes * 2;
+  const refused = (e: unknown): number | undefined =>
+    e instanceof Error && e.name === "ModelTooLargeError" ? (e as ModelTooLargeError).estimate.pageBytes : undefined;
+  // @ts-expect-error: sizes are camelCase
+  void estimate.file_bytes;
+
+  return `${removed} ${fits} ${refused} ${version()} ${adapter} ${simd} ${y.length} ${n} ${eos} ${reply.text} ${device0} ${median} ${speedup}`;
 }
