@@ -28,7 +28,7 @@ pub use config::LlamaConfig;
 pub use files::{FileBytes, ModelFiles};
 pub use generate::{generate, generate_chat, GenerationStats};
 pub use linear::ActivationMode;
-pub use llama::{Hook, Llama, SequenceInput, HOOK_NAMES};
+pub use llama::{Hook, HookPoint, Llama, SequenceInput};
 pub use parallel::{Collective, CollectiveStats, HostCollective, TpConfig};
 pub use rope::{Rope, RopeScaling};
 pub use sampler::{Sampler, Sampling};

@@ -11,13 +11,11 @@ mod kernels;
 mod matmul;
 mod parallel;
 mod quant;
-mod sample;
 mod scan;
 pub mod simd;
 
 use std::sync::Arc;
 
-pub(crate) use sample::sample_row;
 pub use simd::SimdLevel;
 
 use super::{
@@ -186,7 +184,7 @@ impl Backend for CpuBackend {
             },
             OpSpec::Argmax { cols, .. } => HostData::U32(kernels::argmax(input.f32(0)?, *cols)),
             OpSpec::Sample { vocab, params, .. } => {
-                HostData::U32(sample::sample(input.f32(0)?, input.f32(1)?, *vocab, params))
+                HostData::U32(params.sample(input.f32(0)?, input.f32(1)?, *vocab))
             }
             OpSpec::ScatterRows { .. } => {
                 return Err(crate::Error::backend(
