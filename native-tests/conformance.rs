@@ -15,7 +15,7 @@ use common::{assert_close, reference, rng, tensor, uniform};
 use webtensor::ops::{self, Activations, RopeLayout, SampleParams};
 use webtensor::{DType, Device, Tensor};
 
-/// Tolerance of elementwise ops, norms, softmax and rope (DESIGN.md).
+/// Tolerance of elementwise ops, norms, softmax and rope (docs/DESIGN.md, Tolerances).
 const TOL: f64 = 1e-5;
 
 type UnaryFn = fn(&Tensor) -> webtensor::Result<Tensor>;
@@ -589,7 +589,7 @@ fn packed_weight(d: &Device, w: &[f32], n: usize, k: usize, format: DType) -> Te
 /// Products with packed weights against the reference on the dequantized weights, for every
 /// format and activation mode, decode (m = 1) and prefill shapes, m beyond one row tile, n
 /// across several column blocks.
-/// Tolerance: matmul's 1e-5·√k (DESIGN.md).
+/// Tolerance: matmul's 1e-5·√k (docs/DESIGN.md, Tolerances).
 fn qmatmul(dev: &Device) {
     let mut r = rng(41);
     for (m, n, k) in [

@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use common::{assert_close, reference, rng, uniform};
 use webtensor::model::gguf::{self, GgufValue};
 use webtensor::model::weights::StoredDType;
-use webtensor::model::{CacheLayout, KvCache, KvPool, Llama, ModelFiles, SequenceInput};
+use webtensor::model::{CacheLayout, HookPoint, KvCache, KvPool, Llama, ModelFiles, SequenceInput};
 use webtensor::{DType, Device, Error, Tensor};
 
-/// DESIGN.md: engine logits within 1e-3 of the reference forward.
+/// docs/DESIGN.md, Tolerances: engine logits within 1e-3 of the reference forward.
 const TOL: f64 = 1e-3;
 
 #[derive(Clone, Copy)]
@@ -435,16 +435,15 @@ fn debug_hooks_see_the_chosen_intermediates() {
     let mut model = Llama::load(&reference(), ModelFiles::open(&dir).unwrap()).unwrap();
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let sink = seen.clone();
-    model
-        .set_hook(
-            &["q", "residual", "logits"],
-            Box::new(move |name, layer, t| {
-                sink.lock()
-                    .unwrap()
-                    .push((name.to_string(), layer, t.dims().to_vec()));
-            }),
-        )
-        .unwrap();
+    let points = ["q", "residual", "logits"].map(|n| HookPoint::parse(n).unwrap());
+    model.set_hook(
+        &points,
+        Box::new(move |point, layer, t| {
+            sink.lock()
+                .unwrap()
+                .push((point.name().to_string(), layer, t.dims().to_vec()));
+        }),
+    );
     let logits: Vec<f32> = model.logits(&TOKENS).unwrap().to_vec().unwrap();
     let seen = seen.lock().unwrap().clone();
     let t = TOKENS.len();
@@ -461,7 +460,7 @@ fn debug_hooks_see_the_chosen_intermediates() {
     assert_eq!(seen, expected);
     assert_eq!(logits.len(), t * GQA.vocab);
     assert!(matches!(
-        model.set_hook(&["nope"], Box::new(|_, _, _| {})),
+        HookPoint::parse("nope"),
         Err(Error::InvalidArgument { .. })
     ));
 }

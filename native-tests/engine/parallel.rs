@@ -250,3 +250,36 @@ fn sizes_and_devices_that_do_not_fit_are_typed_errors() {
         Err(Error::InvalidArgument { .. })
     ));
 }
+
+#[test]
+fn the_bench_reports_decode_speed_and_all_reduce_time_per_tp_size() {
+    use webtensor::model::ActivationMode;
+    let dir = hf_folder(SPLIT, "tp-bench");
+    let open = || ModelFiles::open(&dir);
+    let rows = webtensor::bench::parallel::run(
+        &open,
+        &[BackendKind::Cpu],
+        &[1, 2, 4],
+        (4, 3),
+        ActivationMode::F32,
+        1,
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(rows.iter().map(|r| r.tp).collect::<Vec<_>>(), [1, 2, 4]);
+    for r in &rows {
+        assert!(r.checked, "tp {} logits: {}", r.tp, r.max_abs_error);
+        assert!(r.decode_tokens_per_s.is_some_and(|v| v > 0.0));
+        // Per decoded token: one broadcast and two all-reduces per layer, none on one device.
+        let calls = if r.tp == 1 {
+            0.0
+        } else {
+            1.0 + 2.0 * SPLIT.layers as f64
+        };
+        assert_eq!(r.collective_calls_per_token, Some(calls), "tp {}", r.tp);
+        assert!(r.all_reduce_ms_per_token.is_some());
+    }
+    let table = webtensor::bench::parallel::table("split", &rows);
+    assert!(table.contains("reduce ms/tok"), "{table}");
+    assert_eq!(table.lines().count(), 2 + rows.len(), "{table}");
+}

@@ -7,6 +7,10 @@
 
 use std::fmt;
 
+mod inputs;
+mod sample;
+pub use inputs::InputSpec;
+
 use crate::tensor::DType;
 
 /// An elementwise op on one f32 input.

@@ -39,7 +39,8 @@ pub struct ModelBenchRow {
     pub prompt_tokens_per_s: Option<f64>,
     /// Every timed sample of prompt tokens per second, in run order.
     pub prompt_samples: Vec<f64>,
-    /// Tokens decoded one at a time (greedy, argmax on the device, one id read back each).
+    /// Tokens decoded (greedy, drawn on the device, `MULTI_STEP` steps per submit and one
+    /// readback of their ids).
     pub decode_tokens: usize,
     /// Decode tokens per second (the median sample).
     pub decode_tokens_per_s: Option<f64>,

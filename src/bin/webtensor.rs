@@ -81,7 +81,7 @@ enum Command {
         /// With --model: prompt tokens processed in one pass.
         #[arg(long, default_value_t = 64)]
         prompt_tokens: usize,
-        /// With --model: tokens decoded one at a time.
+        /// With --model: tokens decoded (several steps per submit, as `generate` does).
         #[arg(long, default_value_t = 32)]
         decode_tokens: usize,
         /// With --model: activations of the linear layers: `int` (q8_0 for q8_0/q4_0

@@ -7,6 +7,9 @@
 //! size 1, through the same code.
 
 mod attention;
+mod hook;
+
+pub use hook::{Hook, HookPoint};
 
 use std::borrow::Cow;
 
@@ -22,30 +25,6 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ops;
 use crate::tensor::Tensor;
-
-/// A debug hook: called with (hook name, layer index, tensor) for the hooked intermediates.
-pub type Hook = Box<dyn Fn(&str, usize, &Tensor) + Send + Sync>;
-
-/// The intermediate tensors a [`Hook`] can see, in forward order. Per layer: `attn_norm`,
-/// `q`, `k`, `v` (after rotary embedding, `[t, heads, head_dim]`), `attention` (before the
-/// output projection), `attn_out`, `ffn_norm`, `ffn_out`, `residual` (the layer's output).
-/// Once per pass, with layer index 0: `embedding`, `final_norm`, `logits`. On a model split
-/// over several devices, `attn_norm`, `q`, `k`, `v`, `attention` and `ffn_norm` are rank 0's
-/// (its heads); the others are whole.
-pub const HOOK_NAMES: [&str; 12] = [
-    "embedding",
-    "attn_norm",
-    "q",
-    "k",
-    "v",
-    "attention",
-    "attn_out",
-    "ffn_norm",
-    "ffn_out",
-    "residual",
-    "final_norm",
-    "logits",
-];
 
 /// A loaded model on a device.
 pub struct Llama {
@@ -63,8 +42,8 @@ pub struct Llama {
     embed: Tensor,
     norm: Tensor,
     lm_head: Tensor,
-    /// The debug hook and the names it wants; `None` costs one check per tensor.
-    hook: Option<(Vec<&'static str>, Hook)>,
+    /// The debug hook and the points it wants; `None` costs one check per tensor.
+    hook: Option<(Vec<HookPoint>, Hook)>,
     /// The files, kept (memory-mapped) when some layers are streamed from them.
     files: Option<ModelFiles>,
     /// How the linear layers treat their activations.
@@ -301,25 +280,11 @@ impl Llama {
         Ok(Cow::Owned(loader.layer(i)?))
     }
 
-    /// Calls `hook` with each intermediate tensor named in `names` (see [`HOOK_NAMES`]) on
-    /// every forward pass, replacing any earlier hook. Reading a tensor in the hook (to_vec)
-    /// waits for the device; hooks are for debugging.
-    pub fn set_hook(&mut self, names: &[&str], hook: Hook) -> Result<()> {
-        let mut wanted = Vec::new();
-        for name in names {
-            let known = HOOK_NAMES.iter().find(|n| *n == name).ok_or_else(|| {
-                Error::invalid(
-                    "set_hook",
-                    format!(
-                        "no hook point `{name}`; the points are {}",
-                        HOOK_NAMES.join(", ")
-                    ),
-                )
-            })?;
-            wanted.push(*known);
-        }
-        self.hook = Some((wanted, hook));
-        Ok(())
+    /// Calls `hook` with each intermediate tensor of `points` on every forward pass,
+    /// replacing any earlier hook. Reading a tensor in the hook (to_vec) waits for the device;
+    /// hooks are for debugging. [`HookPoint::parse`] reads points by name.
+    pub fn set_hook(&mut self, points: &[HookPoint], hook: Hook) {
+        self.hook = Some((points.to_vec(), hook));
     }
 
     /// Removes the debug hook.
@@ -327,10 +292,10 @@ impl Llama {
         self.hook = None;
     }
 
-    fn emit(&self, name: &str, layer: usize, t: &Tensor) {
-        if let Some((names, hook)) = &self.hook {
-            if names.contains(&name) {
-                hook(name, layer, t);
+    fn emit(&self, point: HookPoint, layer: usize, t: &Tensor) {
+        if let Some((points, hook)) = &self.hook {
+            if points.contains(&point) {
+                hook(point, layer, t);
             }
         }
     }
@@ -550,9 +515,9 @@ impl Llama {
     ) -> Result<Tensor> {
         let x = self.hidden_states(ids, positions, seqs)?;
         let x = ops::rms_norm(&x, &self.norm, self.config.rms_norm_eps)?;
-        self.emit("final_norm", 0, &x);
+        self.emit(HookPoint::FinalNorm, 0, &x);
         let logits = linear(&x, &self.lm_head, self.activations)?;
-        self.emit("logits", 0, &logits);
+        self.emit(HookPoint::Logits, 0, &logits);
         Ok(logits)
     }
 
@@ -576,7 +541,7 @@ impl Llama {
             .collect::<Result<Vec<_>>>()?;
         let eps = c.rms_norm_eps;
         let x = ops::embedding(&self.embed, ids)?;
-        self.emit("embedding", 0, &x);
+        self.emit(HookPoint::Embedding, 0, &x);
         // The residual stream, one copy per rank.
         let mut xs = self.collective.broadcast(&x)?;
         for i in 0..c.num_hidden_layers {
@@ -587,19 +552,19 @@ impl Llama {
                 let rope = (&positions[r.shard.rank], tables[r.shard.rank].as_ref());
                 let attn = self.attention((i, r), layer, &h, rope, seqs, &plans)?;
                 if first {
-                    self.emit("attn_norm", i, &h);
-                    self.emit("attention", i, &attn);
+                    self.emit(HookPoint::AttnNorm, i, &h);
+                    self.emit(HookPoint::Attention, i, &attn);
                 }
                 linear(&attn, &layer.wo, self.activations)
             })?;
             let attn_out = self.collective.all_reduce_sum(&partial)?;
-            self.emit("attn_out", i, &attn_out[0]);
+            self.emit(HookPoint::AttnOut, i, &attn_out[0]);
             xs = self.each_rank(|r| ops::add(&xs[r.shard.rank], &attn_out[r.shard.rank]))?;
             let partial = self.each_rank(|r| {
                 let layer = &layers[r.shard.rank];
                 let h = ops::rms_norm(&xs[r.shard.rank], &layer.ffn_norm, eps)?;
                 if r.shard.is_first() {
-                    self.emit("ffn_norm", i, &h);
+                    self.emit(HookPoint::FfnNorm, i, &h);
                 }
                 let act = ops::swiglu(
                     &linear(&h, &layer.gate, self.activations)?,
@@ -608,9 +573,9 @@ impl Llama {
                 linear(&act, &layer.down, self.activations)
             })?;
             let ffn_out = self.collective.all_reduce_sum(&partial)?;
-            self.emit("ffn_out", i, &ffn_out[0]);
+            self.emit(HookPoint::FfnOut, i, &ffn_out[0]);
             xs = self.each_rank(|r| ops::add(&xs[r.shard.rank], &ffn_out[r.shard.rank]))?;
-            self.emit("residual", i, &xs[0]);
+            self.emit(HookPoint::Residual, i, &xs[0]);
         }
         for ((_, cache), plan) in seqs.iter_mut().zip(&plans) {
             cache.advance_to(plan);

@@ -30,7 +30,7 @@ pub use generate::GenerationStats;
 #[cfg(not(target_arch = "wasm32"))]
 pub use generate::{generate, generate_chat};
 pub use linear::ActivationMode;
-pub use llama::{Hook, Llama, SequenceInput, HOOK_NAMES};
+pub use llama::{Hook, HookPoint, Llama, SequenceInput};
 pub use parallel::{Collective, CollectiveStats, HostCollective, TpConfig};
 pub use rope::{Rope, RopeScaling};
 pub use sampler::{Sampler, Sampling};

@@ -87,7 +87,7 @@ impl Sampler {
     /// defines. NaN logits are never chosen.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
         let u = self.next_unit();
-        crate::backend::cpu::sample_row(logits, &self.params(), u)
+        self.params().sample_row(logits, u)
     }
 }
 

@@ -52,6 +52,7 @@ pub(crate) fn dispatch(
 ) -> Result<Tensor> {
     let device = inputs[0].device();
     expect_same_device(op_name, device, &inputs[1..])?;
+    check_inputs(&spec, inputs)?;
     let backend = device.backend_for(spec.kind(), inputs[0].dtype()).clone();
     let moved = inputs
         .iter()
@@ -83,6 +84,7 @@ pub(crate) fn dispatch_in_place(
     inputs: &[&Tensor],
 ) -> Result<()> {
     expect_same_device(op_name, target.device(), inputs)?;
+    check_inputs(&spec, inputs)?;
     let backend = target.backend().clone();
     let moved = inputs
         .iter()
@@ -90,6 +92,16 @@ pub(crate) fn dispatch_in_place(
         .collect::<Result<Vec<_>>>()?;
     let storages: Vec<_> = moved.iter().map(|t| t.storage()).collect();
     backend.write_into(&spec, target.storage_for_write()?, &storages)
+}
+
+/// Fails unless the tensors are the inputs `spec` reads ([`OpSpec::inputs`]): checked here
+/// once, so no backend checks dtypes or lengths again.
+fn check_inputs(spec: &OpSpec, inputs: &[&Tensor]) -> Result<()> {
+    let found: Vec<_> = inputs
+        .iter()
+        .map(|t| (t.dtype(), t.shape().numel()))
+        .collect();
+    spec.check_inputs(&found)
 }
 
 /// Fails unless every tensor of `others` lives on `device`.

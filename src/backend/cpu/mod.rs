@@ -12,13 +12,11 @@ mod matmul;
 mod parallel;
 mod quant;
 mod repack;
-mod sample;
 mod scan;
 pub mod simd;
 
 use std::sync::Arc;
 
-pub(crate) use sample::sample_row;
 pub use simd::SimdLevel;
 
 use super::{
@@ -193,7 +191,7 @@ impl Backend for CpuBackend {
             },
             OpSpec::Argmax { cols, .. } => HostData::U32(kernels::argmax(input.f32(0)?, *cols)),
             OpSpec::Sample { vocab, params, .. } => {
-                HostData::U32(sample::sample(input.f32(0)?, input.f32(1)?, *vocab, params))
+                HostData::U32(params.sample(input.f32(0)?, input.f32(1)?, *vocab))
             }
             OpSpec::ScatterRows { .. } => {
                 return Err(crate::Error::backend(

@@ -361,7 +361,7 @@ fn host(h: &HostData) -> Storage {
     Storage::Host(Arc::new(h.clone()))
 }
 
-/// DESIGN.md's tolerance: 1e-5, times sqrt(k) for products of k terms.
+/// The tolerance of docs/DESIGN.md: 1e-5, times sqrt(k) for products of k terms.
 fn tolerance(spec: &OpSpec) -> f32 {
     match spec {
         OpSpec::Matmul(m) => 1e-5 * (m.k as f32).sqrt(),

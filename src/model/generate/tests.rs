@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::model::builtin;
+use crate::model::HookPoint;
 
 fn model() -> (Llama, Tokenizer) {
     let llama = Llama::load(&Device::cpu(), builtin::files().unwrap()).unwrap();
@@ -146,7 +147,7 @@ impl Recorder {
         let counter = passes.clone();
         model
             .set_hook(
-                &["embedding"],
+                &[HookPoint::Embedding],
                 Box::new(move |_, _, _| {
                     counter.fetch_add(1, Ordering::SeqCst);
                 }),

@@ -1,7 +1,7 @@
 //! One layer's attention over the KV cache, for the heads of one tensor-parallel rank (all of
 //! them on a single device).
 
-use super::{Layer, Llama, Rank};
+use super::{HookPoint, Layer, Llama, Rank};
 use crate::error::{Error, Result};
 use crate::model::cache::{CachePlan, KvCache};
 use crate::model::linear::linear;
@@ -51,9 +51,9 @@ impl Llama {
         let q = ops::rope(&q, positions, inv_freq, self.layout)?;
         let k = ops::rope(&k, positions, inv_freq, self.layout)?;
         if rank.shard.is_first() {
-            self.emit("q", index, &q);
-            self.emit("k", index, &k);
-            self.emit("v", index, &v);
+            self.emit(HookPoint::Q, index, &q);
+            self.emit(HookPoint::K, index, &k);
+            self.emit(HookPoint::V, index, &v);
         }
         let single = seqs.len() == 1;
         let mut out: Option<Tensor> = None;

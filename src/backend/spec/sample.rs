@@ -1,8 +1,8 @@
-//! [`OpSpec::Sample`](crate::backend::OpSpec::Sample) on the cpu: the definition of
-//! [`SampleParams`], with partial selection where the reference sorts the whole row. The host
-//! sampler of the model engine uses it too.
+//! [`OpSpec::Sample`](crate::backend::OpSpec::Sample) on the host, beside the definition of
+//! [`SampleParams`]: partial selection where the reference sorts the whole row. The cpu
+//! backend and the model engine's host sampler use it.
 
-use crate::backend::SampleParams;
+use super::SampleParams;
 
 /// Candidates of a row: (value, index) of every non-NaN entry.
 type Candidate = (f32, u32);
@@ -12,16 +12,22 @@ fn descending(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
     b.0.total_cmp(&a.0).then(a.1.cmp(&b.1))
 }
 
-/// One token per row of `x` (rows of `vocab`), drawn with the row's number of `uniform`.
-pub fn sample(x: &[f32], uniform: &[f32], vocab: usize, params: &SampleParams) -> Vec<u32> {
-    x.chunks(vocab.max(1))
-        .zip(uniform)
-        .map(|(row, &u)| sample_row(row, params, u))
-        .collect()
+impl SampleParams {
+    /// One token per row of `x` (rows of `vocab`), drawn with the row's number of `uniform`.
+    pub fn sample(&self, x: &[f32], uniform: &[f32], vocab: usize) -> Vec<u32> {
+        x.chunks(vocab.max(1))
+            .zip(uniform)
+            .map(|(row, &u)| sample_row(row, self, u))
+            .collect()
+    }
+
+    /// One row of `Sample`: the token drawn from `x` with the number `u`.
+    pub fn sample_row(&self, x: &[f32], u: f32) -> u32 {
+        sample_row(x, self, u)
+    }
 }
 
-/// One row of `Sample`.
-pub(crate) fn sample_row(x: &[f32], params: &SampleParams, u: f32) -> u32 {
+fn sample_row(x: &[f32], params: &SampleParams, u: f32) -> u32 {
     let mut best: Option<Candidate> = None;
     for (i, &v) in x.iter().enumerate() {
         if !v.is_nan() && best.is_none_or(|(b, _)| v > b) {
