@@ -145,14 +145,12 @@ impl Recorder {
     fn new(model: &mut Llama, stop_at: usize) -> Recorder {
         let passes = Arc::new(AtomicUsize::new(0));
         let counter = passes.clone();
-        model
-            .set_hook(
-                &[HookPoint::Embedding],
-                Box::new(move |_, _, _| {
-                    counter.fetch_add(1, Ordering::SeqCst);
-                }),
-            )
-            .unwrap();
+        model.set_hook(
+            &[HookPoint::Embedding],
+            Box::new(move |_, _, _| {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }),
+        );
         Recorder {
             passes,
             passes_at_text: Vec::new(),
