@@ -63,9 +63,12 @@ function progressTo(bar, label) {
     bar.value = total > 0 ? done : 0;
     const names = { cache: "from the cache", download: "download", read: "read", parse: "parse", upload: "upload to the device" };
     phase = names[phase] ?? phase;
-    label.textContent = total > 0 && phase !== "upload to the device" && phase !== "parse"
-      ? `${phase}: ${(done / 1e6).toFixed(1)} / ${(total / 1e6).toFixed(1)} MB`
-      : `${phase}…`;
+    // The upload counts layers (and the output head) placed on the device, the others bytes.
+    label.textContent = phase === "upload to the device"
+      ? (total > 1 ? `${phase}: ${done} / ${total}` : `${phase}…`)
+      : total > 0 && phase !== "parse"
+        ? `${phase}: ${(done / 1e6).toFixed(1)} / ${(total / 1e6).toFixed(1)} MB`
+        : `${phase}…`;
   };
 }
 

@@ -830,3 +830,18 @@ fn streamed_layers_give_the_same_logits() {
         }
     }
 }
+
+#[test]
+fn loading_reports_each_layer_then_the_unsplit_tensors() {
+    let files = webtensor::model::builtin::files().unwrap();
+    let layers = files.config.num_hidden_layers;
+    let mut seen = Vec::new();
+    let model = Llama::load_with_progress(&reference(), files, &mut |done, total| {
+        seen.push((done, total))
+    })
+    .unwrap();
+    let steps = layers + 1;
+    let expected: Vec<(usize, usize)> = (1..=steps).map(|done| (done, steps)).collect();
+    assert_eq!(seen, expected);
+    assert_eq!(model.config.num_hidden_layers, layers);
+}

@@ -425,6 +425,27 @@ fn serve_command(
     serve::run(dir, port, api)
 }
 
+/// Places `files` whole on `device`, with a progress bar of the layers on a terminal: a large
+/// model's upload takes from seconds to minutes.
+fn load_with_bar(device: &Device, files: ModelFiles) -> Result<Llama, Error> {
+    use std::io::IsTerminal;
+    let bar = if std::io::stderr().is_terminal() {
+        indicatif::ProgressBar::new(0)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("loading {bar:30} {pos}/{len}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let model = Llama::load_with_progress(device, files, &mut |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    });
+    bar.finish_and_clear();
+    model
+}
+
 /// Opens the model (or the built-in one) on the chosen device.
 fn load(args: &ModelArgs) -> Result<(Llama, String), Error> {
     let device = match &args.backend {
@@ -439,6 +460,7 @@ fn load(args: &ModelArgs) -> Result<(Llama, String), Error> {
         None => (model::builtin::files()?, model::builtin::NAME.to_string()),
     };
     let mut model = match (args.tp, args.resident_layers) {
+        (1, None) => load_with_bar(&device, files)?,
         (1, resident) => Llama::load_streaming(&device, files, resident.unwrap_or(usize::MAX))?,
         (_, Some(_)) => {
             return Err(Error::InvalidArgument {

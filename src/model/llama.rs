@@ -90,6 +90,18 @@ impl Llama {
         Llama::load_streaming(device, files, usize::MAX)
     }
 
+    /// [`Llama::load`] that calls `progress(steps done, steps in all)` as the weights reach
+    /// the device: once per decoder layer, and once more when the embedding, final norm and
+    /// output head are placed too. The upload is synchronous, so this is how a progress bar
+    /// (or a Web Worker's progress messages) follows it.
+    pub fn load_with_progress(
+        device: &Device,
+        files: ModelFiles,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Llama> {
+        Llama::load_ranks(std::slice::from_ref(device), files, usize::MAX, progress)
+    }
+
     /// Like [`Llama::load`], but keeps only the first `resident_layers` decoder layers on the
     /// device; the others are uploaded from the (memory-mapped) files for each forward pass
     /// and released after it, so a model larger than the device's memory still runs, slowly.
@@ -98,7 +110,12 @@ impl Llama {
         files: ModelFiles,
         resident_layers: usize,
     ) -> Result<Llama> {
-        Llama::load_ranks(std::slice::from_ref(device), files, resident_layers)
+        Llama::load_ranks(
+            std::slice::from_ref(device),
+            files,
+            resident_layers,
+            &mut |_, _| {},
+        )
     }
 
     /// Splits the model over `devices` (`tp.size` of them, rank `r` on `devices[r]`),
@@ -129,12 +146,18 @@ impl Llama {
                     .into(),
             });
         }
-        Llama::load_ranks(devices, files, usize::MAX)
+        Llama::load_ranks(devices, files, usize::MAX, &mut |_, _| {})
     }
 
     /// Loads rank `r`'s part of the weights onto `devices[r]`, the first `resident_layers`
-    /// layers resident, the others streamed per pass.
-    fn load_ranks(devices: &[Device], files: ModelFiles, resident_layers: usize) -> Result<Llama> {
+    /// layers resident, the others streamed per pass; `progress` as in
+    /// [`Llama::load_with_progress`].
+    fn load_ranks(
+        devices: &[Device],
+        files: ModelFiles,
+        resident_layers: usize,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Llama> {
         let size = devices.len();
         let shards: Vec<Shard> = (0..size).map(|rank| Shard { rank, size }).collect();
         for (device, &shard) in devices.iter().zip(&shards) {
@@ -144,6 +167,9 @@ impl Llama {
         // Rank 0's loader also reads the unsplit tensors; its reads are checked for leftovers.
         let loader = Loader::for_shard(device, &files, shards[0]);
         let c = &files.config;
+        // One step per layer of every rank, and one for the unsplit tensors.
+        let steps = size.saturating_mul(c.num_hidden_layers).saturating_add(1);
+        let mut done = 0;
         let embed_name = name(
             files.is_gguf,
             None,
@@ -175,6 +201,8 @@ impl Llama {
                     drop(loader.layer(i)?);
                     None
                 });
+                done += 1;
+                progress(done, steps);
             }
             let hd = c.head_dim();
             let inv_freq = Tensor::from_vec(
@@ -211,6 +239,7 @@ impl Llama {
         // llama.cpp's rope scaling tensor, read into the config's rope settings.
         loader.mark_used("rope_freqs.weight");
         loader.check_all_used()?;
+        progress(steps, steps);
         let streamed = ranks[0].layers.iter().any(Option::is_none);
         Ok(Llama {
             config: files.config.clone(),

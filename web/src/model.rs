@@ -386,8 +386,12 @@ impl Model {
         // Let the page show the phase before the (synchronous) upload.
         pause().await;
         check_signal(signal)?;
-        let llama = js(Llama::load(&device.inner, files))?;
-        report(progress, "upload", 1.0, 1.0);
+        // Per layer: in a Web Worker each report reaches the page while the upload runs.
+        let llama = js(Llama::load_with_progress(
+            &device.inner,
+            files,
+            &mut |done, total| report(progress, "upload", done as f64, total as f64),
+        ))?;
         Ok(Model {
             inner: Rc::new(Inner {
                 llama,

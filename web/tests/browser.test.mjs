@@ -65,13 +65,19 @@ test("models load from a picked folder and from URLs, with typed errors", { time
         files.push(new File([blob], name));
       }
       const phases = new Set();
-      const folder = await wt.Model.fromFiles(dev, files, (phase) => phases.add(phase));
+      const uploads = [];
+      const folder = await wt.Model.fromFiles(dev, files, (phase, done, total) => {
+        phases.add(phase);
+        if (phase === "upload") uploads.push([done, total]);
+      });
       const fromFolder = await folder.generate("And God said", greedy);
       const rejected = async (p) => p.then(() => "resolved", (e) => (e instanceof Error ? e.message : `not an Error: ${e}`));
       return {
         builtin: builtin.text,
         folder: fromFolder.text,
         phases: [...phases],
+        uploads,
+        layers: folder.config().num_hidden_layers,
         missing: await rejected(wt.Model.fromUrl(dev, "/tests/tiny-kjv/nothing.gguf")),
         notGguf: await rejected(wt.Model.fromUrl(dev, "/tests/tiny-kjv/model.safetensors")),
         badOptions: await rejected(folder.generate("x", { temperature: -1 })),
@@ -81,6 +87,9 @@ test("models load from a picked folder and from URLs, with typed errors", { time
     assert.ok(r.builtin.length > 20, r.builtin);
     assert.equal(r.folder, r.builtin, "the folder and the built-in model generate the same greedy text");
     assert.deepEqual(r.phases.sort(), ["parse", "read", "upload"]);
+    // The upload reports every layer as it reaches the device, then the output head.
+    const steps = r.layers + 1;
+    assert.deepEqual(r.uploads.filter(([done]) => done > 0), Array.from({ length: steps }, (_, i) => [i + 1, steps]));
     assert.match(r.missing, /HTTP 404/);
     assert.match(r.notGguf, /tiny-kjv\/model\.safetensors/);
     assert.match(r.badOptions, /temperature/);
