@@ -5,7 +5,9 @@
 // browser tests (scripts/test.sh: npm test in web/tests).
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { launch, startServer } from "./harness.mjs";
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import { ROOT, launch, startServer } from "./harness.mjs";
 
 let server;
 before(async () => {
@@ -13,10 +15,16 @@ before(async () => {
 });
 after(() => server?.stop());
 
+/// A small GGUF the page can fetch at /tests/models/abort.gguf (a load to cancel).
+const GGUF = path.join(ROOT, "native-tests/fixtures/gguf/llama31.q8_0.gguf");
+
 /// Runs `fn` in a blank test page (cross-origin isolated) and returns its result.
 async function inPage(fn, arg) {
   const browser = await launch({ webgpu: false });
   try {
+    await browser.page.route("**/tests/models/abort.gguf", (route) =>
+      route.fulfill({ status: 200, contentType: "application/octet-stream", body: readFileSync(GGUF) }),
+    );
     await browser.page.goto(`${server.url}tests/blank.html`);
     return await browser.page.evaluate(fn, arg);
   } catch (e) {
@@ -72,7 +80,7 @@ test("for await streams the pieces, and an AbortSignal stops a long prompt at th
       urlAborted: await rejected(
         (() => {
           const c = new AbortController();
-          const p = wt.Model.fromUrl(dev, "/tests/tiny-kjv/model.safetensors", (phase) => phase === "download" && c.abort(), c.signal);
+          const p = wt.Model.fromUrl(dev, "/tests/models/abort.gguf", (phase) => phase === "download" && c.abort(), c.signal);
           return p;
         })(),
       ),
