@@ -229,19 +229,12 @@ impl Tokenizer {
                     .rev()
                     .map(|(i, p)| (p.as_str(), i as u32))
                     .collect();
-                let mut ranks = HashMap::new();
-                for (rank, m) in array_any(meta("tokenizer.ggml.merges")).enumerate() {
-                    let (a, b) = m
-                        .as_str()
+                let merges = array_any(meta("tokenizer.ggml.merges")).map(|m| {
+                    m.as_str()
                         .and_then(|s| s.split_once(' '))
-                        .ok_or_else(|| bad(format!("merge {m:?} is not two pieces")))?;
-                    let merged = format!("{a}{b}");
-                    if let (Some(&x), Some(&y), Some(&z)) =
-                        (ids.get(a), ids.get(b), ids.get(merged.as_str()))
-                    {
-                        ranks.entry((x, y)).or_insert((rank as u32, z));
-                    }
-                }
+                        .ok_or_else(|| bad(format!("merge {m:?} is not two pieces")))
+                });
+                let merges = Merges::ranked(merges, &ids, &bad)?;
                 let default_bos = ignore_merges;
                 Parts {
                     pieces,
@@ -249,7 +242,7 @@ impl Tokenizer {
                     encoding: Encoding::ByteLevel,
                     normalizers: Vec::new(),
                     pre,
-                    merges: Merges::Ranked(ranks),
+                    merges,
                     ignore_merges,
                     byte_fallback: false,
                     unk,
