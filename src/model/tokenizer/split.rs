@@ -381,6 +381,22 @@ mod tests {
         .unwrap()
     }
 
+    /// Compiled patterns are reused, and files naming ever new patterns cannot grow the
+    /// cache past its bound (other tests compile patterns too, in parallel).
+    #[test]
+    fn compiled_patterns_are_kept_within_a_bound() {
+        regex(GPT2_PATTERN, "test").unwrap();
+        let kept = |p: &str| COMPILED.lock().unwrap().iter().any(|(q, _)| q == p);
+        assert!(kept(GPT2_PATTERN) || COMPILED.lock().unwrap().len() == CACHED_PATTERNS);
+        for i in 0..2 * CACHED_PATTERNS {
+            let p = format!("x{{{i}}}");
+            let re = regex(&p, "test").unwrap();
+            assert!(re.is_match(&"x".repeat(i)).unwrap());
+        }
+        assert!(COMPILED.lock().unwrap().len() <= CACHED_PATTERNS);
+        assert!(regex("(", "test").is_err());
+    }
+
     #[test]
     fn splits_like_gpt2() {
         assert_eq!(
