@@ -17,6 +17,16 @@ pub enum Merges {
     Scored(Vec<f32>),
 }
 
+/// Each piece's id by its text (the first id where a text repeats), for [`Merges::ranked`].
+pub fn piece_ids(pieces: &[String]) -> HashMap<&str, u32> {
+    pieces
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, p)| (p.as_str(), i as u32))
+        .collect()
+}
+
 /// An order-preserving u32 for an f32 (NaN aside).
 fn sortable(x: f32) -> u32 {
     let b = x.to_bits();

@@ -2,9 +2,7 @@
 //! `llama` (SentencePiece, merged by score) or `gpt2` (byte-level BPE, merged by rank, split
 //! by the patterns of `tokenizer.ggml.pre`).
 
-use std::collections::HashMap;
-
-use super::bpe::Merges;
+use super::bpe::{piece_ids, Merges};
 use super::split::{self, Behavior, Normalizer, PreStep, GPT2_PATTERN};
 use super::{AddedToken, Encoding, Parts, PieceKind, Tokenizer};
 use crate::error::{Error, Result};
@@ -223,12 +221,7 @@ impl Tokenizer {
                     add_prefix_space: false,
                     regex: None,
                 });
-                let ids: HashMap<&str, u32> = pieces
-                    .iter()
-                    .enumerate()
-                    .rev()
-                    .map(|(i, p)| (p.as_str(), i as u32))
-                    .collect();
+                let ids = piece_ids(&pieces);
                 let merges = array_any(meta("tokenizer.ggml.merges")).map(|m| {
                     m.as_str()
                         .and_then(|s| s.split_once(' '))

@@ -1,11 +1,9 @@
 //! Reading a Hugging Face `tokenizer.json` (BPE models). Every field that changes the ids is
 //! read; a type or option webtensor does not implement is an error that names it.
 
-use std::collections::HashMap;
-
 use serde_json::Value;
 
-use super::bpe::Merges;
+use super::bpe::{piece_ids, Merges};
 use super::split::{self, Behavior, Normalizer, PreStep, Prepend};
 use super::{AddedToken, Encoding, Parts, PieceKind, Tokenizer};
 use crate::error::{Error, Result};
@@ -380,12 +378,7 @@ impl Tokenizer {
             pieces.pop();
             kinds.pop();
         }
-        let ids: HashMap<&str, u32> = pieces
-            .iter()
-            .enumerate()
-            .rev()
-            .map(|(i, p)| (p.as_str(), i as u32))
-            .collect();
+        let ids = piece_ids(&pieces);
         // "a b" strings, or ["a", "b"] pairs in newer files.
         let merges = model["merges"]
             .as_array()
