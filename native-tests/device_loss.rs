@@ -44,7 +44,7 @@ fn a_lost_device_gives_device_lost_errors_not_panics() {
         let outcome = catch_unwind(AssertUnwindSafe(step))
             .unwrap_or_else(|_| panic!("{what} after the device was lost panics"));
         match outcome {
-            Err(Error::DeviceLost { .. }) => {}
+            Err(e @ Error::DeviceLost { .. }) => eprintln!("{what}: {e}"),
             Err(e) => panic!("{what}: expected DeviceLost, got: {e}"),
             Ok(()) => panic!("{what} succeeded on a lost device"),
         }
