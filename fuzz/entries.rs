@@ -70,7 +70,8 @@ pub fn tokenizer(data: &[u8]) {
     }
 }
 
-/// Arbitrary text through the built-in model's tokenizer: encode, decode, streamed decode.
+/// Arbitrary text through the built-in model's tokenizer: encode, then decode (which runs the
+/// streaming decoder over every id).
 pub fn encode(data: &[u8]) {
     static BUILTIN: OnceLock<Option<Tokenizer>> = OnceLock::new();
     let tokenizer = BUILTIN.get_or_init(|| {
@@ -82,11 +83,6 @@ pub fn encode(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let Ok(ids) = t.encode(&text) else { return };
     let _ = t.decode(&ids);
-    let mut stream = t.stream();
-    for &id in &ids {
-        let _ = stream.push(id);
-    }
-    let _ = stream.finish();
 }
 
 /// What `webtensor serve` does with the bytes a client sends before it touches the file

@@ -350,50 +350,17 @@ fn bench_report_writes_json_and_html_and_merges_with_peers() {
 /// the served folders.
 #[test]
 fn serve_answers_with_isolation_headers_and_refuses_traversal() {
-    use std::io::{BufRead, BufReader, Read, Write};
-    use std::net::TcpStream;
-    use std::process::Stdio;
-
-    let root = std::env::temp_dir().join(format!("webtensor-serve-{}", std::process::id()));
-    std::fs::create_dir_all(root.join("demo")).unwrap();
-    std::fs::create_dir_all(root.join("web/pkg")).unwrap();
-    std::fs::write(root.join("demo/index.html"), "<!doctype html>hello").unwrap();
-    std::fs::write(root.join("web/pkg/webtensor_bg.wasm"), b"\0asm").unwrap();
-    std::fs::write(root.join("web/pkg/webtensor.js"), "export {}").unwrap();
-    std::fs::write(root.join("secret.txt"), "do not serve").unwrap();
-
-    let mut child = Command::new(env!("CARGO_BIN_EXE_webtensor"))
-        .args(["serve", "--port", "0", "--dir"])
-        .arg(&root)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("serve starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|s| s.split('/').next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_string();
-    let get = |path: &str| {
-        let mut s = TcpStream::connect(&addr).unwrap();
-        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        let mut answer = String::new();
-        s.read_to_string(&mut answer).unwrap();
-        answer
-    };
+    let server = common::serve::start("cli");
+    std::fs::write(server.root.join("web/pkg/webtensor_bg.wasm"), b"\0asm").unwrap();
+    std::fs::write(server.root.join("secret.txt"), "do not serve").unwrap();
+    let get = |path: &str| server.ask(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
     let index = get("/");
     let wasm = get("/pkg/webtensor_bg.wasm");
     let js = get("/pkg/webtensor.js?v=1");
     let up = get("/../secret.txt");
     let encoded = get("/pkg/%2e%2e/%2e%2e/secret.txt");
     let missing = get("/nothing.html");
-    child.kill().ok();
-    child.wait().ok();
-    std::fs::remove_dir_all(&root).ok();
+    drop(server);
 
     assert!(index.starts_with("HTTP/1.1 200"), "{index}");
     assert!(index.contains("Content-Type: text/html"), "{index}");

@@ -3,117 +3,17 @@
 //! client that never finishes its request. The server must answer each with a complete HTTP
 //! response (or close), keep a bounded number of threads, and go on serving.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use common::serve::{start, start_with};
 
 /// Threads the server may have: its pool (8), the accept loop, and a few the runtime keeps.
 const MAX_THREADS: usize = 16;
-
-/// A served throwaway checkout and the server process; killed and removed on drop.
-struct Server {
-    child: Child,
-    addr: String,
-    root: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.child.kill().ok();
-        self.child.wait().ok();
-        std::fs::remove_dir_all(&self.root).ok();
-    }
-}
-
-fn start(tag: &str) -> Server {
-    start_with(tag, None)
-}
-
-/// The server, with its file-handle limit lowered to `max_files` (through `sh -c ulimit`).
-fn start_with(tag: &str, max_files: Option<u32>) -> Server {
-    let root = std::env::temp_dir().join(format!("webtensor-serve-{tag}-{}", std::process::id()));
-    std::fs::remove_dir_all(&root).ok();
-    std::fs::create_dir_all(root.join("demo")).unwrap();
-    std::fs::create_dir_all(root.join("web/pkg")).unwrap();
-    std::fs::write(root.join("demo/index.html"), "<!doctype html>hello").unwrap();
-    std::fs::write(root.join("web/pkg/webtensor.js"), "export {}").unwrap();
-    let mut command = match max_files {
-        None => Command::new(env!("CARGO_BIN_EXE_webtensor")),
-        Some(n) => {
-            let mut c = Command::new("sh");
-            c.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\"")])
-                .arg(env!("CARGO_BIN_EXE_webtensor"));
-            c
-        }
-    };
-    let mut child = command
-        .args(["serve", "--port", "0", "--dir"])
-        .arg(&root)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("serve starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|s| s.split('/').next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_string();
-    Server { child, addr, root }
-}
-
-impl Server {
-    fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(&self.addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        s
-    }
-
-    /// Sends `request` and reads the whole answer (the server closes after it).
-    fn ask(&self, request: &[u8]) -> String {
-        let mut s = self.connect();
-        // The server may answer and close before reading everything (a head too large).
-        let _ = s.write_all(request);
-        let mut answer = Vec::new();
-        let _ = s.read_to_end(&mut answer);
-        String::from_utf8_lossy(&answer).into_owned()
-    }
-
-    fn threads(&self) -> usize {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("Threads:"))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or(0)
-    }
-
-    /// CPU time the server has used, in clock ticks (Linux; 0 elsewhere).
-    fn cpu_ticks(&self) -> u64 {
-        let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        // Fields after the command name (which may hold spaces): utime and stime are 14, 15.
-        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let field = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        field(11) + field(12)
-    }
-
-    fn alive(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
-}
 
 /// The body an answer declares with Content-Length, checked to be exactly what follows the
 /// head.

@@ -6,6 +6,8 @@ import json
 import struct
 from pathlib import Path
 
+from gguf_raw import gguf
+
 root = Path(__file__).resolve().parent.parent
 corpus = root / "fuzz" / "corpus"
 
@@ -14,38 +16,6 @@ def put(target, name, data):
     d = corpus / target
     d.mkdir(parents=True, exist_ok=True)
     (d / f"seed-{name}").write_bytes(data if isinstance(data, bytes) else data.encode())
-
-
-def gguf(meta, tensors, alignment=32):
-    """A GGUF v3 file: meta as (key, type, value), tensors as (name, ggml type, dims, bytes)."""
-    def s(x):
-        b = x.encode()
-        return struct.pack("<Q", len(b)) + b
-
-    def value(t, v):
-        fmt = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
-               10: "<Q", 11: "<q", 12: "<d"}
-        if t == 8:
-            return s(v)
-        if t == 9:
-            item, items = v
-            return struct.pack("<IQ", item, len(items)) + b"".join(value(item, x) for x in items)
-        return struct.pack(fmt[t], v)
-
-    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(meta))
-    for k, t, v in meta:
-        out += s(k) + struct.pack("<I", t) + value(t, v)
-    offset, offsets = 0, []
-    for name, kind, dims, data in tensors:
-        out += s(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in reversed(dims))
-        out += struct.pack("<IQ", kind, offset)
-        offsets.append(offset)
-        offset = (offset + len(data) + alignment - 1) // alignment * alignment
-    out += b"\0" * (-len(out) % alignment)
-    start = len(out)
-    for (_, _, _, data), off in zip(tensors, offsets):
-        out += b"\0" * (start + off - len(out)) + data
-    return out
 
 
 f32 = lambda n: b"".join(struct.pack("<f", (i % 7) / 7 - 0.5) for i in range(n))

@@ -210,6 +210,15 @@ impl Device {
         Ok(())
     }
 
+    /// Loses the primary backend's device now, as a driver reset would (wgpu's
+    /// `Device::destroy`): every later op on it returns [`Error::DeviceLost`]. Only for tests
+    /// of that path; the backend is shared by the whole process, so every `Device` using it is
+    /// lost too. Host backends have nothing to lose and ignore it.
+    #[doc(hidden)]
+    pub fn lose_for_testing(&self) {
+        self.primary().lose_device();
+    }
+
     /// Whether two handles are the same device.
     pub fn same(&self, other: &Device) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)

@@ -1,6 +1,7 @@
 //! Shared helpers for the integration tests: backend selection, seeded data, tolerances.
 #![allow(dead_code)]
 
+pub mod serve;
 pub mod tiny;
 
 use rand::{rngs::StdRng, Rng, SeedableRng};

@@ -316,6 +316,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
         None
     }
 
+    /// Loses the device behind this backend now, as a driver reset or a removed GPU would:
+    /// every later op on it fails with [`crate::Error::DeviceLost`]. Backends without a device
+    /// to lose do nothing. Only for testing that loss is a typed error, never a panic
+    /// (`native-tests/device_loss.rs`): the backend is shared by the whole process.
+    fn lose_device(&self) {}
+
     /// [`Backend::download`] without blocking: the form the browser needs, where a GPU
     /// readback completes from the event loop. Host backends answer at once.
     fn download_async<'a>(&'a self, storage: &'a Storage) -> BackendFuture<'a, HostData> {

@@ -35,7 +35,8 @@ impl ErrorSink {
     }
 
     /// The errors collected since the last call: the gravest kind and every message joined,
-    /// or `None` when there were none.
+    /// or `None` when there were none. A loss is kept: a lost device stays lost, so every
+    /// later call reports it again.
     pub(crate) fn take_fault(&self) -> Option<(GpuFault, String)> {
         let mut list = self.0.lock().ok()?;
         let fault = list.iter().map(|(f, _)| *f).max()?;
@@ -44,7 +45,7 @@ impl ErrorSink {
             .map(|(_, m)| m.as_str())
             .collect::<Vec<_>>()
             .join("; ");
-        list.clear();
+        list.retain(|(f, _)| *f == GpuFault::Lost);
         Some((fault, joined))
     }
 
@@ -189,10 +190,14 @@ impl GpuContext {
             sink.push(fault, e.to_string())
         }));
         let sink = errors.clone();
+        // The backend lives as long as the process and never destroys its device itself, so
+        // `Destroyed` also means lost (`Backend::lose_device` in the tests).
         device.set_device_lost_callback(move |reason, message| {
-            if reason != wgpu::DeviceLostReason::Destroyed {
-                sink.push(GpuFault::Lost, format!("device lost: {message}"));
-            }
+            let message = match reason {
+                wgpu::DeviceLostReason::Destroyed => format!("device destroyed {message}"),
+                wgpu::DeviceLostReason::Unknown => format!("device lost: {message}"),
+            };
+            sink.push(GpuFault::Lost, message.trim_end().to_string());
         });
         let mut limits = device.limits();
         if let Ok(v) = std::env::var(MAX_BINDING_ENV) {

@@ -204,9 +204,15 @@ impl WgpuBackend {
             .pool
             .create_mapped(self.pool.size_class(bytes.len() as u64));
         if !bytes.is_empty() {
-            let mut view = buffer.slice(..).get_mapped_range_mut().map_err(|e| {
-                Error::backend("wgpu", format!("{op}: mapping a new buffer failed: {e}"))
-            })?;
+            let mut view = match buffer.slice(..).get_mapped_range_mut() {
+                Ok(view) => view,
+                // A lost device makes every new buffer invalid: say that, not the symptom.
+                Err(e) => {
+                    self.check_errors()?;
+                    let message = format!("{op}: mapping a new buffer failed: {e}");
+                    return Err(Error::backend("wgpu", message));
+                }
+            };
             view.slice(..bytes.len()).copy_from_slice(bytes);
         }
         buffer.unmap();
@@ -396,6 +402,10 @@ impl Backend for WgpuBackend {
 
     fn synchronize(&self) -> Result<()> {
         self.submit_and_wait()
+    }
+
+    fn lose_device(&self) {
+        self.ctx.device.destroy();
     }
 
     fn download_async<'a>(&'a self, storage: &'a Storage) -> BackendFuture<'a, HostData> {

@@ -5,6 +5,8 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
+use crate::error::{Error, Result};
+
 /// How adjacent pieces merge.
 #[derive(Clone, Debug)]
 pub enum Merges {
@@ -13,6 +15,16 @@ pub enum Merges {
     /// By the score of the merged piece (higher first), as SentencePiece vocabularies give
     /// them; the merged piece is looked up by its text.
     Scored(Vec<f32>),
+}
+
+/// Each piece's id by its text (the first id where a text repeats), for [`Merges::ranked`].
+pub fn piece_ids(pieces: &[String]) -> HashMap<&str, u32> {
+    pieces
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, p)| (p.as_str(), i as u32))
+        .collect()
 }
 
 /// An order-preserving u32 for an f32 (NaN aside).
@@ -26,6 +38,43 @@ fn sortable(x: f32) -> u32 {
 }
 
 impl Merges {
+    /// The merges of a merge list (`tokenizer.json`'s `merges`, GGUF's `tokenizer.ggml.merges`),
+    /// ranked by position: each `(a, b)` pair becomes `(id a, id b) → (rank, id ab)`; `ids`
+    /// finds a piece's id by its text.
+    ///
+    /// A merge naming a piece that is not in the vocabulary (`a`, `b` or `ab`) is an error that
+    /// names it, as Hugging Face `tokenizers` makes it (llama.cpp would merge such a pair and
+    /// then spell the unknown result in bytes, so skipping it would also differ from llama.cpp).
+    /// A pair listed twice is an error too: `tokenizers` keeps the last rank and llama.cpp the
+    /// first, so either choice would silently disagree with one of them.
+    pub fn ranked<'a>(
+        merges: impl IntoIterator<Item = Result<(&'a str, &'a str)>>,
+        ids: &HashMap<&str, u32>,
+        bad: &dyn Fn(String) -> Error,
+    ) -> Result<Merges> {
+        let mut ranks = HashMap::new();
+        for (rank, merge) in merges.into_iter().enumerate() {
+            let (a, b) = merge?;
+            let merged = format!("{a}{b}");
+            let id = |piece: &str| {
+                ids.get(piece).copied().ok_or_else(|| {
+                    bad(format!(
+                        "merge {rank} \"{a} {b}\" names the piece {piece:?}, which is not in the \
+                         vocabulary"
+                    ))
+                })
+            };
+            let (x, y, z) = (id(a)?, id(b)?, id(&merged)?);
+            let rank = u32::try_from(rank).map_err(|_| bad("over 2^32 merges".into()))?;
+            if let Some((first, _)) = ranks.insert((x, y), (rank, z)) {
+                return Err(bad(format!(
+                    "merge {rank} \"{a} {b}\" repeats merge {first}; a pair may be listed once"
+                )));
+            }
+        }
+        Ok(Merges::Ranked(ranks))
+    }
+
     /// The priority (lower merges first) and result of merging `a` with `b`; `lookup` finds a
     /// piece's id by its text, `pieces` gives the text of an id.
     fn rule(

@@ -2,9 +2,7 @@
 //! `llama` (SentencePiece, merged by score) or `gpt2` (byte-level BPE, merged by rank, split
 //! by the patterns of `tokenizer.ggml.pre`).
 
-use std::collections::HashMap;
-
-use super::bpe::Merges;
+use super::bpe::{piece_ids, Merges};
 use super::split::{self, Behavior, Normalizer, PreStep, GPT2_PATTERN};
 use super::{AddedToken, Encoding, Parts, PieceKind, Tokenizer};
 use crate::error::{Error, Result};
@@ -223,25 +221,13 @@ impl Tokenizer {
                     add_prefix_space: false,
                     regex: None,
                 });
-                let ids: HashMap<&str, u32> = pieces
-                    .iter()
-                    .enumerate()
-                    .rev()
-                    .map(|(i, p)| (p.as_str(), i as u32))
-                    .collect();
-                let mut ranks = HashMap::new();
-                for (rank, m) in array_any(meta("tokenizer.ggml.merges")).enumerate() {
-                    let (a, b) = m
-                        .as_str()
+                let ids = piece_ids(&pieces);
+                let merges = array_any(meta("tokenizer.ggml.merges")).map(|m| {
+                    m.as_str()
                         .and_then(|s| s.split_once(' '))
-                        .ok_or_else(|| bad(format!("merge {m:?} is not two pieces")))?;
-                    let merged = format!("{a}{b}");
-                    if let (Some(&x), Some(&y), Some(&z)) =
-                        (ids.get(a), ids.get(b), ids.get(merged.as_str()))
-                    {
-                        ranks.entry((x, y)).or_insert((rank as u32, z));
-                    }
-                }
+                        .ok_or_else(|| bad(format!("merge {m:?} is not two pieces")))
+                });
+                let merges = Merges::ranked(merges, &ids, &bad)?;
                 let default_bos = ignore_merges;
                 Parts {
                     pieces,
@@ -249,7 +235,7 @@ impl Tokenizer {
                     encoding: Encoding::ByteLevel,
                     normalizers: Vec::new(),
                     pre,
-                    merges: Merges::Ranked(ranks),
+                    merges,
                     ignore_merges,
                     byte_fallback: false,
                     unk,

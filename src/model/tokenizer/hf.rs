@@ -1,11 +1,9 @@
 //! Reading a Hugging Face `tokenizer.json` (BPE models). Every field that changes the ids is
 //! read; a type or option webtensor does not implement is an error that names it.
 
-use std::collections::HashMap;
-
 use serde_json::Value;
 
-use super::bpe::Merges;
+use super::bpe::{piece_ids, Merges};
 use super::split::{self, Behavior, Normalizer, PreStep, Prepend};
 use super::{AddedToken, Encoding, Parts, PieceKind, Tokenizer};
 use crate::error::{Error, Result};
@@ -380,37 +378,23 @@ impl Tokenizer {
             pieces.pop();
             kinds.pop();
         }
-        let ids: HashMap<&str, u32> = pieces
-            .iter()
-            .enumerate()
-            .rev()
-            .map(|(i, p)| (p.as_str(), i as u32))
-            .collect();
-        let mut ranks = HashMap::new();
-        for (rank, m) in model["merges"].as_array().into_iter().flatten().enumerate() {
-            // "a b" strings, or ["a", "b"] pairs in newer files.
-            let (a, b) = match m {
+        let ids = piece_ids(&pieces);
+        // "a b" strings, or ["a", "b"] pairs in newer files.
+        let merges = model["merges"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| match m {
                 Value::String(s) => s
                     .split_once(' ')
-                    .ok_or_else(|| bad(format!("merge {s:?} is not two pieces")))?,
+                    .ok_or_else(|| bad(format!("merge {s:?} is not two pieces"))),
                 Value::Array(p) if p.len() == 2 => match (p[0].as_str(), p[1].as_str()) {
-                    (Some(a), Some(b)) => (a, b),
-                    _ => return Err(bad(format!("merge {m} is not two pieces"))),
+                    (Some(a), Some(b)) => Ok((a, b)),
+                    _ => Err(bad(format!("merge {m} is not two pieces"))),
                 },
-                other => return Err(bad(format!("merge {other} is not two pieces"))),
-            };
-            let merged = format!("{a}{b}");
-            match (ids.get(a), ids.get(b), ids.get(merged.as_str())) {
-                (Some(&x), Some(&y), Some(&z)) => {
-                    ranks.entry((x, y)).or_insert((rank as u32, z));
-                }
-                _ => {
-                    return Err(bad(format!(
-                        "merge \"{a} {b}\" names a piece not in the vocab"
-                    )))
-                }
-            }
-        }
+                other => Err(bad(format!("merge {other} is not two pieces"))),
+            });
+        let merges = Merges::ranked(merges, &ids, &bad)?;
         let unk = match model["unk_token"].as_str() {
             None => None,
             Some(u) => Some(
@@ -452,7 +436,7 @@ impl Tokenizer {
             encoding,
             normalizers: normalizer_list,
             pre,
-            merges: Merges::Ranked(ranks),
+            merges,
             ignore_merges: flag(model, "ignore_merges", false),
             byte_fallback: flag(model, "byte_fallback", false),
             unk,

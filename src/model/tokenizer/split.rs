@@ -2,6 +2,8 @@
 //! steps that cut a text into the pieces BPE merges within (`pre_tokenizer`, or the regex
 //! list llama.cpp keeps per `tokenizer.ggml.pre`).
 
+use std::sync::Mutex;
+
 use fancy_regex::Regex;
 use unicode_normalization::UnicodeNormalization;
 
@@ -14,14 +16,36 @@ pub const SPACE_MARK: char = '▁';
 pub const GPT2_PATTERN: &str =
     r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
 
-/// Compiles one of the patterns a tokenizer file names; `what` says where it came from.
+/// Patterns compiled so far, kept for the next tokenizer that names them: compiling GPT-2's
+/// pattern (Unicode classes, several delegate automata) costs far more than reading a small
+/// vocabulary. At most [`CACHED_PATTERNS`] are kept, so files naming ever new patterns cannot
+/// grow it.
+static COMPILED: Mutex<Vec<(String, Regex)>> = Mutex::new(Vec::new());
+const CACHED_PATTERNS: usize = 32;
+
+/// Compiles one of the patterns a tokenizer file names (or reuses it, compiled before);
+/// `what` says where it came from.
 pub fn regex(pattern: &str, what: &str) -> Result<Regex> {
-    Regex::new(pattern).map_err(|e| {
+    let cached = |list: &Vec<(String, Regex)>| {
+        list.iter()
+            .find(|(p, _)| p == pattern)
+            .map(|(_, re)| re.clone())
+    };
+    if let Some(re) = COMPILED.lock().ok().and_then(|list| cached(&list)) {
+        return Ok(re);
+    }
+    let re = Regex::new(pattern).map_err(|e| {
         Error::invalid(
             "tokenizer",
             format!("{what}: the pattern {pattern:?} does not compile: {e}"),
         )
-    })
+    })?;
+    if let Ok(mut list) = COMPILED.lock() {
+        if list.len() < CACHED_PATTERNS && cached(&list).is_none() {
+            list.push((pattern.to_string(), re.clone()));
+        }
+    }
+    Ok(re)
 }
 
 /// One normalization step, applied to each stretch of text between added tokens.
@@ -355,6 +379,22 @@ mod tests {
             text,
         )
         .unwrap()
+    }
+
+    /// Compiled patterns are reused, and files naming ever new patterns cannot grow the
+    /// cache past its bound (other tests compile patterns too, in parallel).
+    #[test]
+    fn compiled_patterns_are_kept_within_a_bound() {
+        regex(GPT2_PATTERN, "test").unwrap();
+        let kept = |p: &str| COMPILED.lock().unwrap().iter().any(|(q, _)| q == p);
+        assert!(kept(GPT2_PATTERN) || COMPILED.lock().unwrap().len() == CACHED_PATTERNS);
+        for i in 0..2 * CACHED_PATTERNS {
+            let p = format!("x{{{i}}}");
+            let re = regex(&p, "test").unwrap();
+            assert!(re.is_match(&"x".repeat(i)).unwrap());
+        }
+        assert!(COMPILED.lock().unwrap().len() <= CACHED_PATTERNS);
+        assert!(regex("(", "test").is_err());
     }
 
     #[test]

@@ -248,3 +248,43 @@ fn gguf_flags_and_bad_metadata() {
     .unwrap_err();
     assert!(err.to_string().contains("\"jais-9\""), "{err}");
 }
+
+/// Both readers build their merge ranks with `Merges::ranked`: a merge naming a piece outside
+/// the vocabulary is an error naming the piece (as `tokenizers` refuses it), and so is a pair
+/// listed twice (`tokenizers` keeps the last rank, llama.cpp the first).
+#[test]
+fn merges_naming_missing_pieces_or_repeated_are_errors() {
+    use crate::model::gguf::{GgufArray, GgufValue as V};
+    let vocab = json!({"a": 0, "b": 1, "ab": 2, "c": 3, "bc": 4});
+    for (merges, says) in [
+        (json!(["a b", "x b"]), "the piece \"x\""),
+        (json!(["a b", "a c"]), "the piece \"ac\""),
+        (
+            json!([["b", "c"], ["a", "b"], ["b", "c"]]),
+            "repeats merge 0",
+        ),
+    ] {
+        let j = json!({"model": {"type": "BPE", "vocab": vocab, "merges": merges}});
+        let err = Tokenizer::from_json(&j.to_string(), "t.json").unwrap_err();
+        assert!(err.to_string().contains(says), "{err}");
+    }
+    let gpt2 = |merges: &[&str]| {
+        gguf_vocab(&[
+            ("tokenizer.ggml.model", V::Str("gpt2".into())),
+            ("tokenizer.ggml.pre", V::Str("gpt-2".into())),
+            (
+                "tokenizer.ggml.merges",
+                V::Array(GgufArray::strings(merges.iter().copied())),
+            ),
+        ])
+    };
+    assert!(Tokenizer::from_gguf(&gpt2(&["▁ a"]), "t.gguf").is_ok());
+    for (merges, says) in [
+        (&["▁ a", "a b"][..], "the piece \"b\""),
+        (&["▁ a", "a ▁"][..], "the piece \"a▁\""),
+        (&["▁ a", "▁ a"][..], "repeats merge 0"),
+    ] {
+        let err = Tokenizer::from_gguf(&gpt2(merges), "t.gguf").unwrap_err();
+        assert!(err.to_string().contains(says), "{err}");
+    }
+}
