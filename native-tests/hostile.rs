@@ -401,7 +401,10 @@ fn a_model_larger_than_memory_suggests_resident_layers() {
 /// A weight beyond the wgpu device's largest buffer is an error naming it (lavapipe's limit is
 /// 128 MiB: an f16 embedding of 2^22 + 1 rows of 8 becomes 128 MiB + 32 bytes as f32).
 #[test]
-fn a_weight_beyond_the_device_limit_names_the_tensor() {
+fn a_weight_beyond_one_binding_is_read_in_row_ranges() {
+    // Once refused with `WeightTooLarge`: the wgpu products and gathers now bind such a table
+    // in row ranges (`native-tests/wgpu_split.rs` checks their values); only a tensor beyond
+    // `max_buffer_size` (2 GiB on lavapipe, too large to build here) is still refused.
     let Some(device) = common::wgpu() else { return };
     let limit = device
         .info()
@@ -423,14 +426,11 @@ fn a_weight_beyond_the_device_limit_names_the_tensor() {
         vec![0; rows * HIDDEN * 2],
     );
     let meta = tiny_meta(&[("llama.vocab_size", u(rows as u64))]);
-    let err = load_on(&device, gguf_bytes(&meta, &tensors))
-        .err()
-        .expect("too large");
-    assert!(
-        matches!(&err, Error::WeightTooLarge { tensor, .. } if tensor == "token_embd.weight"),
-        "{err}"
-    );
-    eprintln!("{err}");
+    let model = load_on(&device, gguf_bytes(&meta, &tensors)).unwrap();
+    let last = (rows - 1) as u32;
+    let logits: Vec<f32> = model.logits(&[1, last]).unwrap().to_vec().unwrap();
+    assert_eq!(logits.len(), 2 * rows);
+    assert!(logits.iter().all(|v| v.is_finite()));
 }
 
 fn load_on(device: &Device, bytes: Vec<u8>) -> Result<Llama, Error> {
