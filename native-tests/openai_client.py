@@ -116,6 +116,25 @@ try:
 except openai.NotFoundError as e:
     check(e.status_code == 404, e)
 
+# A full pool's places come back before each answer: MAX_SEQ clients sending requests back to
+# back never meet a 503 (a place used to be freed only after its answer was written).
+def back_to_back(errors):
+    try:
+        for _ in range(5):
+            client.completions.create(model=case["model"], prompt="x", max_tokens=2)
+    except Exception as e:  # noqa: BLE001 - reported below
+        errors.append(e)
+
+
+errors = []
+clients = [threading.Thread(target=back_to_back, args=(errors,))
+           for _ in range(case["max_sequences"])]
+for t in clients:
+    t.start()
+for t in clients:
+    t.join()
+check(not errors, f"back-to-back requests at a full pool failed: {errors[:3]}")
+
 # A full pool: MAX_SEQ long streams hold every sequence; one more request is a 503 at once,
 # and once the streams are dropped (clients gone) their sequences serve again.
 streams = [client.completions.create(model=case["model"], prompt=first["prompt"],

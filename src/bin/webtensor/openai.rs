@@ -167,7 +167,7 @@ impl Api {
         (params, ids): (Params, Vec<u32>),
         out: &mut impl Write,
     ) -> io::Result<()> {
-        let _ticket = match self.scheduler.admit() {
+        let ticket = match self.scheduler.admit() {
             Ok(ticket) => ticket,
             Err(busy) => {
                 let e = ApiError {
@@ -189,6 +189,7 @@ impl Api {
             max_tokens: params.max_tokens.unwrap_or(usize::MAX),
             sampling: params.sampling,
             events,
+            ticket,
         };
         if let Err(e) = self.scheduler.run(job) {
             return refuse(out, &error(Status::InternalError, &e.to_string()));

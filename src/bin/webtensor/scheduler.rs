@@ -34,6 +34,9 @@ pub struct Job {
     pub sampling: Sampling,
     /// Where the engine sends what happens; dropping the receiver cancels the request.
     pub events: Sender<Event>,
+    /// The request's place, given back by the engine before it reports the end: a client that
+    /// sends its next request as soon as it has the answer finds the place free.
+    pub ticket: Ticket,
 }
 
 /// What the engine reports to a request.
@@ -162,6 +165,8 @@ struct Running<'t> {
     generated: usize,
     max_tokens: usize,
     events: Sender<Event>,
+    /// Dropped before [`Event::Done`] is sent (see [`Job::ticket`]).
+    ticket: Option<Ticket>,
 }
 
 /// The engine loop: waits for work when idle, otherwise admits what arrived and runs a step.
@@ -207,6 +212,7 @@ fn start<'t>(job: Job, pool: &webtensor::model::KvPool, tokenizer: &'t Tokenizer
         generated: 0,
         max_tokens: job.max_tokens,
         events: job.events,
+        ticket: Some(job.ticket),
     }
 }
 
@@ -289,7 +295,9 @@ fn step(llama: &Llama, tokenizer: &Tokenizer, running: &mut Vec<Running>) -> Res
             Some(finish) => {
                 let tail = text + &r.decoder.finish();
                 let tokens = r.generated;
-                // The request is over whether or not its client still listens.
+                // The request is over whether or not its client still listens; its place
+                // is free before the client can hear so.
+                drop(r.ticket.take());
                 let _ = r.events.send(Event::Done {
                     tail,
                     finish,
