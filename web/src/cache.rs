@@ -78,15 +78,21 @@ pub(crate) async fn contains(url: &str) -> Result<bool, JsValue> {
 /// `fetch(url)`, refused with the HTTP status when it is not 2xx; aborting `signal` (an
 /// `AbortSignal` or `undefined`) cancels it.
 pub(crate) async fn fetch(url: &str, signal: &JsValue) -> Result<Response, JsValue> {
-    let fetch: Function = Reflect::get(&js_sys::global(), &JsValue::from_str("fetch"))?
-        .dyn_into()
-        .map_err(|_| js_error("this environment has no fetch()"))?;
     let init = js_sys::Object::new();
     if !signal.is_undefined() && !signal.is_null() {
         Reflect::set(&init, &JsValue::from_str("signal"), signal)?;
     }
+    fetch_with(url, &init).await
+}
+
+/// `fetch(url, init)` with the page's (or worker's) `fetch`, refused with the HTTP status when
+/// it is not 2xx: the one place this crate fetches a URL.
+pub(crate) async fn fetch_with(url: &str, init: &js_sys::Object) -> Result<Response, JsValue> {
+    let fetch: Function = Reflect::get(&js_sys::global(), &JsValue::from_str("fetch"))?
+        .dyn_into()
+        .map_err(|_| js_error("this environment has no fetch()"))?;
     let promise: js_sys::Promise = fetch
-        .call2(&JsValue::NULL, &JsValue::from_str(url), &init)?
+        .call2(&JsValue::NULL, &JsValue::from_str(url), init)?
         .dyn_into()?;
     let response: Response = JsFuture::from(promise).await?.dyn_into()?;
     if !response.ok() {

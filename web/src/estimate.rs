@@ -8,10 +8,10 @@
 //! wasm memory, at most 4 GiB for wasm32, with the weights too on the cpu backend; and the
 //! browser's `navigator.deviceMemory` where it tells.
 
-use js_sys::{Function, Object, Reflect, Uint8Array};
+use js_sys::{Object, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
-use web_sys::{ReadableStreamDefaultReader, Response};
+use web_sys::ReadableStreamDefaultReader;
 use webtensor::model::gguf;
 use webtensor::model::weights::StoredDType;
 use webtensor::BackendKind;
@@ -242,9 +242,6 @@ fn page_memory_left() -> f64 {
 /// by a `Range` request; a server that ignores the range sends the whole file, of which only
 /// the first bytes are read. `None` when the server tells no length.
 async fn fetch_prefix(url: &str, want: usize) -> Result<Option<(Vec<u8>, u64)>, JsValue> {
-    let fetch: Function = Reflect::get(&js_sys::global(), &"fetch".into())?
-        .dyn_into()
-        .map_err(|_| js_error("this environment has no fetch()"))?;
     let headers = Object::new();
     Reflect::set(
         &headers,
@@ -253,17 +250,7 @@ async fn fetch_prefix(url: &str, want: usize) -> Result<Option<(Vec<u8>, u64)>, 
     )?;
     let init = Object::new();
     Reflect::set(&init, &"headers".into(), &headers)?;
-    let promise: js_sys::Promise = fetch
-        .call2(&JsValue::NULL, &url.into(), &init)?
-        .dyn_into()?;
-    let response: Response = JsFuture::from(promise).await?.dyn_into()?;
-    if !response.ok() {
-        return Err(js_error(format!(
-            "fetching {url} failed: HTTP {} {}",
-            response.status(),
-            response.status_text()
-        )));
-    }
+    let response = crate::cache::fetch_with(url, &init).await?;
     let header = |name: &str| response.headers().get(name).ok().flatten();
     // "bytes 0-1048575/123456789" on a 206; the Content-Length of the whole file on a 200.
     let file_len = if response.status() == 206 {
