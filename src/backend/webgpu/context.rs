@@ -34,14 +34,17 @@ impl ErrorSink {
         }
     }
 
-    /// The errors collected since the last call: the gravest kind and every message joined,
-    /// or `None` when there were none. A loss is kept: a lost device stays lost, so every
-    /// later call reports it again.
+    /// The errors collected since the last call: the gravest kind and its messages joined,
+    /// or `None` when there were none. Lesser errors are left out of the message: they follow
+    /// from the grave one (a buffer the driver could not back is "invalid" in every later
+    /// bind group). A loss is kept: a lost device stays lost, so every later call reports it
+    /// again.
     pub(crate) fn take_fault(&self) -> Option<(GpuFault, String)> {
         let mut list = self.0.lock().ok()?;
         let fault = list.iter().map(|(f, _)| *f).max()?;
         let joined = list
             .iter()
+            .filter(|(f, _)| *f == fault)
             .map(|(_, m)| m.as_str())
             .collect::<Vec<_>>()
             .join("; ");
@@ -49,7 +52,7 @@ impl ErrorSink {
         Some((fault, joined))
     }
 
-    /// All errors collected since the last call, joined, or `None` when there were none.
+    /// The gravest errors collected since the last call, joined, or `None` when there were none.
     pub(crate) fn take(&self) -> Option<String> {
         self.take_fault().map(|(_, m)| m)
     }
