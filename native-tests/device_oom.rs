@@ -10,17 +10,6 @@ mod common;
 
 use webtensor::{ops, Error, Tensor};
 
-/// The address space this process has mapped now, in bytes (`VmSize` of `/proc/self/status`).
-fn mapped_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmSize:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmSize in /proc/self/status");
-    kib * 1024
-}
-
 /// Caps this process's address space at `bytes` (soft and hard limit alike).
 fn limit_address_space(bytes: u64) {
     let limit = libc::rlimit {
@@ -51,7 +40,8 @@ fn a_driver_out_of_memory_is_a_typed_error_with_advice() {
     // Compile the pipeline and touch the device's pools before the cap.
     assert_eq!(ops::add(&a, &a).unwrap().to_vec::<f32>().unwrap()[0], 0.0);
 
-    limit_address_space(mapped_bytes() + (512 << 20));
+    let mapped = common::proc_status_bytes("VmSize").expect("VmSize in /proc/self/status");
+    limit_address_space(mapped + (512 << 20));
     let mut kept = Vec::new();
     let mut outcome = None;
     for _ in 0..64 {

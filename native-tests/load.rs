@@ -15,15 +15,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Resident memory of this process, in bytes (Linux), or `None`.
 fn rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    Some(kib * 1024)
+    common::proc_status_bytes("VmRSS")
 }
 
 fn model(dev: &Device) -> Llama {

@@ -114,3 +114,17 @@ pub fn assert_close(what: &str, actual: &[f32], expected: &[f32], tol: f64) {
         limit
     );
 }
+
+/// A size line of this process's `/proc/self/status` (`VmRSS`, `VmSize`, ...) in bytes, or
+/// `None` off Linux or when the line is missing.
+pub fn proc_status_bytes(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
