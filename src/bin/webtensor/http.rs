@@ -93,20 +93,7 @@ pub fn read_head(r: &mut impl Read) -> Result<(Vec<u8>, Vec<u8>), ReadError> {
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     loop {
-        let n = match r.read(&mut chunk) {
-            Ok(0) => return Err(ReadError::Closed),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(ReadError::Refuse(Status::RequestTimeout))
-            }
-            Err(e) => return Err(ReadError::Io(e)),
-        };
+        let n = read_some(r, &mut chunk)?;
         // Look for the end from a little before the new bytes (a `\r\n\r\n` split over reads).
         let from = head.len().saturating_sub(3);
         head.extend_from_slice(&chunk[..n]);
@@ -120,6 +107,28 @@ pub fn read_head(r: &mut impl Read) -> Result<(Vec<u8>, Vec<u8>), ReadError> {
         if head.len() > MAX_HEAD {
             return Err(ReadError::Refuse(Status::HeadersTooLarge));
         }
+    }
+}
+
+/// One read of at least one byte into `buf`, retried when interrupted: a closed connection is
+/// [`ReadError::Closed`] and a read timeout [`Status::RequestTimeout`], for the head and the
+/// body alike.
+fn read_some(r: &mut impl Read, buf: &mut [u8]) -> Result<usize, ReadError> {
+    loop {
+        return match r.read(buf) {
+            Ok(0) => Err(ReadError::Closed),
+            Ok(n) => Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(ReadError::Refuse(Status::RequestTimeout))
+            }
+            Err(e) => Err(ReadError::Io(e)),
+        };
     }
 }
 
@@ -189,20 +198,7 @@ pub fn read_body(request: &Request, r: &mut impl Read) -> Result<Vec<u8>, ReadEr
     let mut rest = vec![0u8; missing];
     let mut filled = 0;
     while filled < missing {
-        match r.read(&mut rest[filled..]) {
-            Ok(0) => return Err(ReadError::Closed),
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(ReadError::Refuse(Status::RequestTimeout))
-            }
-            Err(e) => return Err(ReadError::Io(e)),
-        }
+        filled += read_some(r, &mut rest[filled..])?;
     }
     body.extend_from_slice(&rest);
     Ok(body)
