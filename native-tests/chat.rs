@@ -3,6 +3,8 @@
 //! written by scripts/tokenizer_fixtures.py: Llama 3.1/3.2, Qwen2.5, Qwen3, Mistral Nemo,
 //! Gemma 2, Phi-3.5, SmolLM3), and a chat turn through the engine.
 
+mod common;
+
 use webtensor::model::chat::render_template;
 use webtensor::model::{ChatMessage, ChatOptions};
 
@@ -51,23 +53,6 @@ fn templates_render_like_transformers() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The built-in model's files plus a chat template whose turns end with `</s>`.
-fn chat_model_dir() -> std::path::PathBuf {
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-kjv");
-    let dir = std::env::temp_dir().join(format!("webtensor-chat-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
-        std::fs::copy(src.join(f), dir.join(f)).unwrap();
-    }
-    let config = serde_json::json!({
-        "bos_token": "<s>",
-        "eos_token": {"content": "</s>"},
-        "chat_template": "{% for m in messages %}{{ bos_token }}{{ m.role }}: {{ m['content'] | trim }}{{ eos_token }}\n{% endfor %}{% if add_generation_prompt %}{{ bos_token }}assistant:{% endif %}"
-    });
-    std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
-    dir
-}
-
 fn run_cli(args: &[&str], stdin: &str) -> (bool, String, String) {
     use std::io::Write;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_webtensor"))
@@ -94,7 +79,7 @@ fn run_cli(args: &[&str], stdin: &str) -> (bool, String, String) {
 
 #[test]
 fn chat_cli_takes_turns_with_the_template() {
-    let dir = chat_model_dir();
+    let dir = common::chat_model_dir("chat-model");
     let model = dir.to_str().unwrap();
     let files = webtensor::model::ModelFiles::open(&dir).unwrap();
     let tokenizer = files.tokenizer.unwrap();

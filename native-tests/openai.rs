@@ -6,31 +6,16 @@
 //! Without the `openai` module the test prints why and passes, unless
 //! `WEBTENSOR_REQUIRE_OPENAI=1` (set by scripts/test.sh) makes that a failure.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 /// The context the server runs with (the built-in model's own is 256).
 const CTX: usize = 48;
 /// Sequences the server decodes at once.
 const MAX_SEQ: usize = 8;
-
-/// The built-in model's files plus a chat template whose turns end with `</s>`.
-fn chat_model_dir() -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-kjv");
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("openai-chat-model");
-    std::fs::create_dir_all(&dir).unwrap();
-    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
-        std::fs::copy(src.join(f), dir.join(f)).unwrap();
-    }
-    let config = serde_json::json!({
-        "bos_token": "<s>",
-        "eos_token": {"content": "</s>"},
-        "chat_template": "{% for m in messages %}{{ bos_token }}{{ m.role }}: {{ m['content'] | trim }}{{ eos_token }}\n{% endfor %}{% if add_generation_prompt %}{{ bos_token }}assistant:{% endif %}"
-    });
-    std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
-    dir
-}
 
 /// What `webtensor generate` writes greedily: the text after the prompt, and the prompt's
 /// token count from its report.
@@ -80,7 +65,7 @@ fn the_openai_client_gets_batched_completions_equal_to_generate() {
         eprintln!("skipped: {why}");
         return;
     }
-    let model = chat_model_dir();
+    let model = common::chat_model_dir("openai-chat-model");
     let mut completions = Vec::new();
     // Greedy ones, and a sampled one whose seeded numbers must match generate's token by token
     // (its parameters differ from the others', so the batch draws it apart).

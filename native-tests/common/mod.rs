@@ -128,3 +128,21 @@ pub fn proc_status_bytes(field: &str) -> Option<u64> {
         .ok()?;
     Some(kib * 1024)
 }
+
+/// A copy of the built-in model's files plus a chat template whose turns end with `</s>`, in a
+/// folder of the test target's scratch space named `tag` (the chat and OpenAI-server tests).
+pub fn chat_model_dir(tag: &str) -> std::path::PathBuf {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-kjv");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(tag);
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let config = serde_json::json!({
+        "bos_token": "<s>",
+        "eos_token": {"content": "</s>"},
+        "chat_template": "{% for m in messages %}{{ bos_token }}{{ m.role }}: {{ m['content'] | trim }}{{ eos_token }}\n{% endfor %}{% if add_generation_prompt %}{{ bos_token }}assistant:{% endif %}"
+    });
+    std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
+    dir
+}
