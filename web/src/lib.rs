@@ -54,6 +54,19 @@ pub fn start() {
     }));
 }
 
+/// Starts the cpu backend's thread pool of `n` Web Workers (`initThreadPool(n)`, a Promise);
+/// only in the threaded build (`web/pkg/threads/`), which needs a cross-origin isolated page.
+/// Call it once, after `init()` and before the first `createDevice`.
+#[cfg(target_feature = "atomics")]
+pub use wasm_bindgen_rayon::init_thread_pool;
+
+/// Whether this is the threaded build (`web/pkg/threads/`: cpu only, a pool of Web Workers)
+/// rather than the one-thread build (WebGPU and a one-thread cpu backend).
+#[wasm_bindgen]
+pub fn threaded() -> bool {
+    cfg!(target_feature = "atomics")
+}
+
 /// The library's version.
 #[wasm_bindgen]
 pub fn version() -> String {
