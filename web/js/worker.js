@@ -192,7 +192,11 @@ async function serve() {
   post({ type: "ready" });
 }
 
-if (typeof WorkerGlobalScope !== "undefined" && self instanceof WorkerGlobalScope && self.name === WORKER_NAME) {
+// Once per worker: when the worker started from one build's copy of this file loads the other
+// build, that build's copy is evaluated too and must not take over the worker's messages.
+const SERVING = Symbol.for("webtensor.workerServing");
+if (typeof WorkerGlobalScope !== "undefined" && self instanceof WorkerGlobalScope && self.name === WORKER_NAME && !self[SERVING]) {
+  self[SERVING] = true;
   // Messages that arrive while webtensor loads wait in a queue the real handler drains.
   const early = [];
   self.onmessage = (e) => early.push(e);

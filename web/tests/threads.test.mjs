@@ -31,23 +31,27 @@ async function generateOn(pageName, threads) {
         const greedy = { maxTokens: 12, temperature: 0 };
         const sampled = { maxTokens: 12, temperature: 0.9, seed: 7 };
         const texts = [(await model.generate(prompt, greedy)).text, (await model.generate(prompt, sampled)).text];
-        const worker = await wt.createWorkerModel(options);
-        let pieces = 0;
-        const workerGreedy = await worker.generate(prompt, greedy, () => pieces++);
-        const workerTexts = [workerGreedy.text, (await worker.generate(prompt, sampled)).text];
-        const result = {
+        // Worker models started from the build load.js chose and from the one-thread build (the
+        // demo's way): each worker picks its build itself.
+        const oneThread = await import("/pkg/webtensor.js");
+        await oneThread.default();
+        const workers = [];
+        for (const from of [wt, oneThread]) {
+          const worker = await from.createWorkerModel(options);
+          let pieces = 0;
+          const workerGreedy = await worker.generate(prompt, greedy, () => pieces++);
+          const texts = [workerGreedy.text, (await worker.generate(prompt, sampled)).text];
+          workers.push({ threads: worker.deviceInfo.info.threads, texts, pieces, generated: workerGreedy.generatedTokens });
+          worker.terminate();
+        }
+        return {
           isolated: globalThis.crossOriginIsolated,
           build: pickBuild(options),
           threaded: wt.threaded(),
           threads: device.info().info.threads,
-          workerThreads: worker.deviceInfo.info.threads,
           texts,
-          workerTexts,
-          workerPieces: pieces,
-          workerGenerated: workerGreedy.generatedTokens,
+          workers,
         };
-        worker.terminate();
-        return result;
       },
       { prompt: PROMPT, threads },
     );
@@ -68,7 +72,7 @@ test("threads on an isolated page, the one-thread build without isolation: the s
   assert.equal(threaded.build, "threads");
   assert.equal(threaded.threaded, true, "an isolated page with backend cpu loads the threaded build");
   assert.equal(threaded.threads, 2, "the page's pool has the threads asked for");
-  assert.equal(threaded.workerThreads, 2, "the worker model runs the threaded build too");
+  assert.deepEqual(threaded.workers.map((w) => w.threads), [2, 2], "the worker models run the threaded build too");
 
   assert.equal(oneThread.threaded, false, "threads: 1 loads the one-thread build");
   assert.equal(oneThread.threads, 1);
@@ -76,13 +80,16 @@ test("threads on an isolated page, the one-thread build without isolation: the s
   assert.equal(plain.build, "one-thread");
   assert.equal(plain.threaded, false, "without isolation the page falls back to the one-thread build");
   assert.equal(plain.threads, 1);
-  assert.equal(plain.workerThreads, 1, "and so does its worker");
+  assert.deepEqual(plain.workers.map((w) => w.threads), [1, 1], "and so do its workers");
+  assert.deepEqual(oneThread.workers.map((w) => w.threads), [1, 1]);
 
   const reference = oneThread.texts;
   assert.ok(reference[0].length > 0 && reference[0] !== reference[1], JSON.stringify(reference));
   for (const [name, r] of Object.entries({ threaded, oneThread, plain })) {
     assert.deepEqual(r.texts, reference, `${name}: the page's tokens`);
-    assert.deepEqual(r.workerTexts, reference, `${name}: the worker's tokens`);
-    assert.equal(r.workerPieces, r.workerGenerated, `${name}: one piece per token`);
+    for (const [i, w] of r.workers.entries()) {
+      assert.deepEqual(w.texts, reference, `${name}: worker ${i}'s tokens`);
+      assert.equal(w.pieces, w.generated, `${name}: worker ${i}: one piece per token`);
+    }
   }
 });
