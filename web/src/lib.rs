@@ -2,10 +2,11 @@
 //! `web/pkg` (an ES module, `webtensor.js`, with TypeScript definitions).
 //!
 //! The same crate runs here as natively: the `wgpu` backend on the browser's WebGPU (the same
-//! WGSL shaders), the `cpu` backend with wasm simd128 on one thread (wasm threads need a
-//! nightly `build-std` build), and the `reference` backend. Everything that waits for the GPU
-//! returns a `Promise`; every failure rejects with a JavaScript `Error` carrying the library's
-//! message.
+//! WGSL shaders), the `cpu` backend with wasm simd128, and the `reference` backend. It is built
+//! twice: `web/pkg` on one thread with WebGPU, and `web/pkg/threads` (nightly `build-std` with
+//! wasm atomics) cpu-only on a pool of Web Workers for cross-origin isolated pages;
+//! `web/pkg/load.js` picks one. Everything that waits for the GPU returns a `Promise`; every
+//! failure rejects with a JavaScript `Error` carrying the library's message.
 //!
 //! ```js
 //! import init, { createDevice, opSilu } from "./pkg/webtensor.js";
