@@ -4,7 +4,9 @@
 //    sharing the module's memory. Shared memory needs a cross-origin isolated page
 //    (Cross-Origin-Opener-Policy: same-origin, Cross-Origin-Embedder-Policy: require-corp).
 // web/build.sh copies this file to web/pkg/load.js and web/pkg/threads/load.js; either copy
-// finds both builds. createWorkerModel's worker loads through it as well.
+// finds both builds. createWorkerModel's worker loads through it as well, and is the better
+// home for the threaded build: on the page's own thread, which may not block, the caller
+// spin-waits for the pool's work instead of sleeping.
 
 const here = new URL("./", import.meta.url);
 const inThreads = here.pathname.endsWith("/threads/");
