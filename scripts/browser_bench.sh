@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The Chromium speed comparison (issue 12): webtensor on WebGPU, webtensor's wasm cpu backend
-# and wllama (llama.cpp in wasm) generating from one GGUF in one headless Chromium, alternating
-# runs, printed as a Markdown table of min / median / max tokens/s (web/bench/chromium.mjs).
+# The Chromium speed comparison (issues 12, 13): webtensor's wasm cpu backend and wllama
+# (llama.cpp in wasm) at the same thread counts, and webtensor on WebGPU, generating from one
+# GGUF in one headless, cross-origin isolated Chromium page, alternating runs, printed as a
+# Markdown table of min / median / max tokens/s (web/bench/chromium.mjs).
 # A benchmark, not a test: scripts/test.sh does not run it; run it on a quiet machine.
 #
-#   scripts/browser_bench.sh                 # SmolLM-135M-shape Q4_0, 3 runs of 8 tokens
+#   scripts/browser_bench.sh                 # SmolLM-135M-shape Q4_0, cpu:1,wllama:1,cpu:2,wllama:2, 3 runs of 8 tokens
 #   BENCH_RUNS=5 BENCH_TOKENS=32 scripts/browser_bench.sh
-#   BENCH_PATHS=wgpu,cpu,wllama,wllama-cpu WLLAMA_THREADS=1 scripts/browser_bench.sh
+#   BENCH_PATHS=wgpu,cpu:1,wllama-cpu:1 scripts/browser_bench.sh      # paths, N threads after :
 #   BENCH_MODEL=other.gguf BENCH_JSON=target/browser-bench.json scripts/browser_bench.sh
 #
 # Makes what is missing: the model (random weights, SmolLM-135M's shape, with gguf-py through

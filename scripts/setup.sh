@@ -4,7 +4,8 @@
 # Mesa's Vulkan drivers (lavapipe gives a real Vulkan device on the CPU when there is no GPU),
 # the rustfmt/clippy components; for the browser tests Chromium (with chromedriver), Node.js
 # with the tests' npm packages (Playwright's library, driving the system Chromium) and
-# wasm-bindgen-cli at the version in Cargo.lock; for the CUDA kernels without a GPU, NVRTC
+# wasm-bindgen-cli at the version in Cargo.lock, nightly with rust-src for the threaded wasm
+# build; for the CUDA kernels without a GPU, NVRTC
 # from PyPI (to compile them) and g++, numpy and gguf-py (to run them on the CPU).
 # Safe to run again: it skips what is already there.
 set -euo pipefail
@@ -57,7 +58,9 @@ if ! python3 -c "import openai" >/dev/null 2>&1; then
   echo "setup: installing openai (the real client of the API server's test)"
   PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet openai
 fi
-# The browser build: the wasm target (above) and wasm-bindgen-cli matching Cargo.lock.
+# The browser builds: the wasm target (above), wasm-bindgen-cli matching Cargo.lock, and for
+# the threaded build the nightly toolchain with rust-src (its -Z build-std rebuilds std with
+# wasm atomics).
 ./web/build.sh --tools
 # The browser tests' npm packages, exactly as locked.
 (cd web/tests && npm ci --no-audit --no-fund --loglevel=error)

@@ -14,6 +14,8 @@ pub mod cuda;
 pub mod reference;
 pub mod registry;
 pub mod spec;
+/// Not in the threaded wasm build: wgpu's types are `Send`/`Sync` on wasm only without atomics.
+#[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
 pub mod webgpu;
 
 use std::fmt;
@@ -181,6 +183,7 @@ pub enum Storage {
     /// Host memory, used by `cpu` and `reference` (so moving between them is free).
     Host(Arc<HostData>),
     /// A wgpu buffer; returned to its backend's pool when the last handle drops.
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
     Wgpu(webgpu::GpuBuffer),
     /// CUDA device memory (cargo feature `cuda`).
     #[cfg(feature = "cuda")]
@@ -200,6 +203,7 @@ impl Storage {
     pub(crate) fn is_shared(&self) -> bool {
         match self {
             Storage::Host(h) => Arc::strong_count(h) > 1,
+            #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
             Storage::Wgpu(b) => b.is_shared(),
             #[cfg(feature = "cuda")]
             Storage::Cuda(b) => b.is_shared(),

@@ -8,7 +8,9 @@
 
 use std::sync::{Arc, OnceLock};
 
-use super::{cpu::CpuBackend, reference::ReferenceBackend, webgpu::WgpuBackend};
+#[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
+use super::webgpu::WgpuBackend;
+use super::{cpu::CpuBackend, reference::ReferenceBackend};
 use super::{BackendKind, BackendRef};
 
 /// The outcome of starting one backend: the backend, or why it is not available here.
@@ -19,6 +21,11 @@ static CPU: OnceLock<Probe> = OnceLock::new();
 static WGPU: OnceLock<Probe> = OnceLock::new();
 #[cfg(feature = "cuda")]
 static CUDA: OnceLock<Probe> = OnceLock::new();
+
+/// Why the threaded wasm build has no wgpu backend.
+#[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+const THREADED_NO_WGPU: &str = "this is webtensor's threaded wasm build, which is cpu-only \
+     (wgpu's WebGPU objects cannot be shared between threads); load the one-thread build for WebGPU";
 
 /// The process-wide instance of `kind`, started on first use.
 pub fn get(kind: BackendKind) -> Probe {
@@ -39,6 +46,9 @@ pub fn get(kind: BackendKind) -> Probe {
 /// Starts those of `kinds` that need an asynchronous start (wgpu) and are not started yet,
 /// without blocking; afterwards [`get`] answers for them at once. Natively nothing needs it.
 pub async fn start_async(kinds: &[BackendKind]) {
+    #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+    let _ = kinds;
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
     if kinds.contains(&BackendKind::Wgpu) && WGPU.get().is_none() {
         let probe = WgpuBackend::new_async()
             .await
@@ -64,7 +74,10 @@ fn start(kind: BackendKind) -> Probe {
     match kind {
         BackendKind::Reference => Ok(Arc::new(ReferenceBackend)),
         BackendKind::Cpu => Ok(Arc::new(CpuBackend::new())),
+        #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
         BackendKind::Wgpu => WgpuBackend::new().map(|b| Arc::new(b) as BackendRef),
+        #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+        BackendKind::Wgpu => Err(THREADED_NO_WGPU.to_string()),
         #[cfg(feature = "cuda")]
         BackendKind::Cuda => super::cuda::CudaBackend::new().map(|b| Arc::new(b) as BackendRef),
         #[cfg(not(feature = "cuda"))]

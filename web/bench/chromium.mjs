@@ -1,16 +1,21 @@
-// The Chromium speed comparison of issue 12 (run it through scripts/browser_bench.sh): one GGUF
-// in one headless Chromium with WebGPU (SwiftShader without a GPU), generated greedily by
-//   - webtensor on its wgpu backend (WebGPU),
-//   - webtensor on its cpu backend (wasm simd128) in the same page,
-//   - wllama (llama.cpp in wasm, @wllama/wllama from npm), with whatever backend it picks:
-//     its log says whether its WebGPU path engaged, and the table says so.
+// The Chromium speed comparison of issues 12 and 13 (run it through scripts/browser_bench.sh):
+// one GGUF in one headless, cross-origin isolated Chromium page with WebGPU (SwiftShader without
+// a GPU), generated greedily by
+//   - webtensor on its wgpu backend (WebGPU), on the page,
+//   - webtensor on its cpu backend (wasm simd128) at N threads, in a createWorkerModel worker:
+//     N = 1 loads the one-thread build, N > 1 the threaded build (web/pkg/threads, a pool of N
+//     Web Workers),
+//   - wllama (llama.cpp in wasm, @wllama/wllama from npm) at N threads (its own worker), with
+//     whatever backend it picks (its log says whether its WebGPU path engaged), or with
+//     n_gpu_layers 0 (wllama-cpu).
+// A path is a name with an optional thread count: cpu:2, wllama:2 (1 when absent).
 // Every path is loaded once and warmed up with one short generation (shader compilation, JIT),
 // then the paths take turns, run after run, so that a change in the machine's load hits all of
 // them alike. Prints min / median / max of prompt and decode tokens per second as Markdown.
 //
 // Settings (environment): BENCH_MODEL (the GGUF), BENCH_RUNS (≥ 3), BENCH_TOKENS (tokens
-// generated per run), BENCH_PROMPT_WORDS (prompt length), BENCH_PATHS (comma-separated subset
-// of wgpu,cpu,wllama,wllama-cpu), WLLAMA_THREADS, BENCH_TIMEOUT_S (the longest one generation
+// generated per run), BENCH_PROMPT_WORDS (prompt length), BENCH_PATHS (comma-separated paths
+// of wgpu, cpu[:N], wllama[:N], wllama-cpu[:N]), BENCH_TIMEOUT_S (the longest one generation
 // may take before the bench gives up, printing the page's last log lines), BENCH_JSON (also
 // write the figures there).
 // A benchmark, not a test: nothing here asserts a speed.
@@ -25,16 +30,22 @@ const MODEL = path.resolve(env.BENCH_MODEL || path.join(HERE, "../../target/mode
 const RUNS = Number(env.BENCH_RUNS || 3);
 const TOKENS = Number(env.BENCH_TOKENS || 8);
 const PROMPT_WORDS = Number(env.BENCH_PROMPT_WORDS || 16);
-const PATHS = (env.BENCH_PATHS || "wgpu,cpu,wllama").split(",").map((s) => s.trim()).filter(Boolean);
-// One thread, as webtensor's wasm cpu backend has. (With 2, wllama 3.8.1 hung in its first
-// generation on a loaded 2-core machine.)
-const WLLAMA_THREADS = Number(env.WLLAMA_THREADS || 1);
+// webtensor's cpu backend and wllama, each at 1 and 2 threads.
+const PATHS = (env.BENCH_PATHS || "cpu:1,wllama:1,cpu:2,wllama:2").split(",").map((s) => s.trim()).filter(Boolean);
 const TIMEOUT_S = Number(env.BENCH_TIMEOUT_S || 900);
 const KNOWN = ["wgpu", "cpu", "wllama", "wllama-cpu"];
 
-for (const p of PATHS) {
-  if (!KNOWN.includes(p)) throw new Error(`BENCH_PATHS: unknown path "${p}" (known: ${KNOWN.join(", ")})`);
+/// A path's name and thread count ("cpu:2" → { kind: "cpu", threads: 2 }).
+function parsePath(p) {
+  const [kind, n = "1"] = p.split(":");
+  const threads = Number(n);
+  if (!KNOWN.includes(kind)) throw new Error(`BENCH_PATHS: unknown path "${p}" (known: ${KNOWN.join(", ")}, with :N threads)`);
+  if (!Number.isInteger(threads) || threads < 1 || (kind === "wgpu" && threads !== 1)) {
+    throw new Error(`BENCH_PATHS: "${p}" has a bad thread count (a whole number ≥ 1; wgpu takes none)`);
+  }
+  return { kind, threads };
 }
+const SPECS = Object.fromEntries(PATHS.map((p) => [p, parsePath(p)]));
 if (!(RUNS >= 3)) throw new Error("BENCH_RUNS must be at least 3 (min/median/max of alternating runs)");
 if (!(TOKENS >= 2)) throw new Error("BENCH_TOKENS must be at least 2 (decode speed is measured after the first token)");
 statSync(MODEL); // a missing model fails here, naming the path
@@ -79,27 +90,36 @@ try {
   await page.goto(`${server.url}tests/blank.html`);
 
   const setup = await page.evaluate(
-    async ({ paths, threads }) => {
+    async ({ paths, specs }) => {
       const wt = await import("/pkg/webtensor.js");
       await wt.default();
       const g = (globalThis.bench = { models: {}, wllama: {}, logs: [] });
       const out = { isolated: globalThis.crossOriginIsolated, cores: navigator.hardwareConcurrency, paths: {} };
       const blob = await (await fetch("/bench/model.gguf")).blob();
+      const describe = (i) =>
+        [i.device_name, i.driver, i.api, `features: ${i.features.join(" ") || "none"}`, i.reductions, i.threads && `${i.threads} thread(s)`]
+          .filter(Boolean)
+          .join("; ");
       for (const p of paths) {
+        const { kind, threads } = specs[p];
         const t0 = performance.now();
-        if (p === "wgpu" || p === "cpu") {
-          if (p === "wgpu") {
-            const reason = await wt.webgpuUnavailableReason();
-            if (reason) throw new Error(`no WebGPU adapter: ${reason}`);
-          }
-          const dev = await wt.createDevice(p);
-          if (dev.backend !== p) throw new Error(`asked for ${p}, got ${dev.backend}`);
+        if (kind === "wgpu") {
+          const reason = await wt.webgpuUnavailableReason();
+          if (reason) throw new Error(`no WebGPU adapter: ${reason}`);
+          const dev = await wt.createDevice(kind);
+          if (dev.backend !== kind) throw new Error(`asked for ${kind}, got ${dev.backend}`);
           g.models[p] = await wt.Model.fromUrl(dev, "/bench/model.gguf");
-          const i = dev.info().info;
-          const info = [i.device_name, i.driver, i.api, `features: ${i.features.join(" ") || "none"}`, i.reductions]
-            .filter(Boolean)
-            .join("; ");
-          out.paths[p] = { loadSecs: (performance.now() - t0) / 1000, info };
+          out.paths[p] = { loadSecs: (performance.now() - t0) / 1000, info: describe(dev.info().info) };
+        } else if (kind === "cpu") {
+          // In a worker, as wllama runs in its own: the threaded build's calling thread then
+          // waits for its pool instead of spinning on the page's thread.
+          const m = await wt.createWorkerModel({ backend: "cpu", threads, source: { url: "/bench/model.gguf" } });
+          const i = m.deviceInfo.info;
+          if (m.backend !== "cpu" || i.threads !== threads) {
+            throw new Error(`${p}: asked for cpu on ${threads} thread(s), got ${m.backend} on ${i.threads}`);
+          }
+          g.models[p] = m;
+          out.paths[p] = { loadSecs: (performance.now() - t0) / 1000, info: describe(i) };
         } else {
           const { Wllama } = await import("/bench/wllama/esm/index.js");
           const lines = g.logs;
@@ -107,7 +127,7 @@ try {
           const logger = { debug: keep("debug"), log: keep("log"), warn: keep("warn"), error: keep("error") };
           const w = new Wllama({ default: "/bench/wllama/esm/wasm/wllama.wasm" }, { logger });
           const params = { n_ctx: 512, n_threads: threads };
-          if (p === "wllama-cpu") params.n_gpu_layers = 0;
+          if (kind === "wllama-cpu") params.n_gpu_layers = 0;
           await w.loadModel([blob], params);
           g.wllama[p] = w;
           // What llama.cpp said about devices and offloading: whether WebGPU engaged.
@@ -123,7 +143,7 @@ try {
       }
       return out;
     },
-    { paths: PATHS, threads: WLLAMA_THREADS },
+    { paths: PATHS, specs: SPECS },
   );
 
   // One generation on path `p`: prompt and decode tokens per second as the path itself
@@ -198,9 +218,10 @@ try {
     wllama: `wllama ${WLLAMA_VERSION} (default backend)`,
     "wllama-cpu": `wllama ${WLLAMA_VERSION} (n_gpu_layers 0)`,
   };
+  const cpuPath = PATHS.find((p) => SPECS[p].kind === "cpu");
   const lines = [
     `Headless Chromium; webtensor's WebGPU adapter: ${setup.paths.wgpu?.info ?? "(wgpu path not run)"}.`,
-    `crossOriginIsolated ${setup.isolated}; ${setup.cores} cores; webtensor cpu: ${setup.paths.cpu?.info ?? "(not run)"}.`,
+    `crossOriginIsolated ${setup.isolated}; ${setup.cores} cores; webtensor cpu: ${setup.paths[cpuPath]?.info ?? "(not run)"}.`,
     `Model ${path.basename(MODEL)}; greedy; ${TOKENS} tokens after a ${runs[PATHS[0]][0].promptTokens}-token prompt; ${RUNS} alternating runs, min / median / max tokens/s.`,
     "",
     "| path | decode tok/s | prompt tok/s |",
@@ -211,15 +232,24 @@ try {
     const d = stats(runs[p].map((x) => x.decode));
     const q = stats(runs[p].map((x) => x.prompt));
     result.paths[p] = { decode: d, prompt: q, runs: runs[p] };
-    const threads = p.startsWith("wllama") ? `, ${setup.paths[p].threads} thread(s)` : "";
-    lines.push(`| ${label[p]}${threads} | ${cell(d)} | ${cell(q)} |`);
+    const { kind, threads } = SPECS[p];
+    const s = setup.paths[p];
+    const how = kind.startsWith("wllama") ? `, ${s.threads} thread(s)${s.multithread ? "" : " (not multithreaded)"}` : kind === "cpu" ? `, ${threads} thread(s)` : "";
+    lines.push(`| ${label[kind]}${how} | ${cell(d)} | ${cell(q)} |`);
   }
-  for (const p of PATHS.filter((p) => p.startsWith("wllama"))) {
-    lines.push("", `${label[p]}: llama.cpp's device lines:`, ...setup.paths[p].device.map((l) => `    ${l}`));
+  for (const p of PATHS.filter((p) => SPECS[p].kind.startsWith("wllama"))) {
+    lines.push("", `${p}: llama.cpp's device lines:`, ...setup.paths[p].device.map((l) => `    ${l}`));
   }
-  if (runs.wgpu && runs.cpu) {
-    const ratio = stats(runs.wgpu.map((x, i) => x.decode / runs.cpu[i].decode));
-    lines.push("", `webtensor wgpu decode ÷ cpu decode, run by run: ${cell(ratio)}`);
+  // Run-by-run decode ratios of webtensor cpu to wllama at the same thread count.
+  for (const p of PATHS.filter((p) => SPECS[p].kind === "cpu")) {
+    const peer = PATHS.find((q) => SPECS[q].kind.startsWith("wllama") && SPECS[q].threads === SPECS[p].threads);
+    if (!peer) continue;
+    const ratio = stats(runs[p].map((x, i) => x.decode / runs[peer][i].decode));
+    lines.push("", `${p} decode ÷ ${peer} decode, run by run: ${cell(ratio)}`);
+  }
+  if (runs.wgpu && runs["cpu:1"]) {
+    const ratio = stats(runs.wgpu.map((x, i) => x.decode / runs["cpu:1"][i].decode));
+    lines.push("", `webtensor wgpu decode ÷ cpu:1 decode, run by run: ${cell(ratio)}`);
   }
   console.log(lines.join("\n"));
   if (env.BENCH_JSON) writeFileSync(env.BENCH_JSON, JSON.stringify(result, null, 2));

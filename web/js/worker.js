@@ -9,16 +9,18 @@ import { Generation } from "./generation.js";
 const WORKER_NAME = "webtensor-model";
 
 /// Page side: starts the worker and loads a model in it. `options`: `backend` ("wgpu", "cpu",
-/// "reference"; auto when absent), `source` (`{ builtin: true }`, `{ url }`, `{ files }`, or
-/// `{ bytes, name }`), `progress(phase, done, total)`, and `signal` (an AbortSignal that cancels
-/// the load). Resolves with a WorkerModel.
+/// "reference"; auto when absent), `threads` (the cpu backend's threads: on a cross-origin
+/// isolated page with backend "cpu" the worker loads the threaded build, pkg/load.js),
+/// `source` (`{ builtin: true }`, `{ url }`, `{ files }`, or `{ bytes, name }`),
+/// `progress(phase, done, total)`, and `signal` (an AbortSignal that cancels the load).
+/// Resolves with a WorkerModel.
 export async function makeWorkerModel(options = {}) {
-  const { backend, source = { builtin: true }, progress, signal } = options;
+  const { backend, threads, source = { builtin: true }, progress, signal } = options;
   if (signal?.aborted) throw signal.reason;
   const worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module", name: WORKER_NAME });
   const model = new WorkerModel(worker);
   try {
-    const loaded = await model._call({ op: "load", backend, source }, { progress, signal });
+    const loaded = await model._call({ op: "load", backend, threads, source }, { progress, signal });
     Object.assign(model, loaded);
     return model;
   } catch (e) {
@@ -128,8 +130,9 @@ class WorkerModel {
 
 /// Worker side: one device and one model per worker.
 async function serve() {
-  const wt = await import("../../../webtensor.js");
-  await wt.default();
+  // This file sits in <build>/snippets/<crate>/js/; load.js is at the build's root and picks
+  // the threaded build or the one-thread one for each load.
+  const { loadWebtensor } = await import("../../../load.js");
   let model = null;
   const aborts = new Map();
   const post = (m) => self.postMessage(m);
@@ -141,6 +144,7 @@ async function serve() {
     aborts.set(m.id, controller);
     const progress = m.wantProgress ? (phase, done, total) => post({ id: m.id, type: "progress", phase, done, total }) : null;
     try {
+      const wt = await loadWebtensor({ backend: m.backend ?? undefined, threads: m.threads ?? undefined });
       const device = await wt.createDevice(m.backend ?? undefined);
       const s = m.source;
       const signal = controller.signal;
@@ -188,7 +192,11 @@ async function serve() {
   post({ type: "ready" });
 }
 
-if (typeof WorkerGlobalScope !== "undefined" && self instanceof WorkerGlobalScope && self.name === WORKER_NAME) {
+// Once per worker: when the worker started from one build's copy of this file loads the other
+// build, that build's copy is evaluated too and must not take over the worker's messages.
+const SERVING = Symbol.for("webtensor.workerServing");
+if (typeof WorkerGlobalScope !== "undefined" && self instanceof WorkerGlobalScope && self.name === WORKER_NAME && !self[SERVING]) {
+  self[SERVING] = true;
   // Messages that arrive while webtensor loads wait in a queue the real handler drains.
   const early = [];
   self.onmessage = (e) => early.push(e);

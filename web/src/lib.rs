@@ -2,10 +2,11 @@
 //! `web/pkg` (an ES module, `webtensor.js`, with TypeScript definitions).
 //!
 //! The same crate runs here as natively: the `wgpu` backend on the browser's WebGPU (the same
-//! WGSL shaders), the `cpu` backend with wasm simd128 on one thread (wasm threads need a
-//! nightly `build-std` build), and the `reference` backend. Everything that waits for the GPU
-//! returns a `Promise`; every failure rejects with a JavaScript `Error` carrying the library's
-//! message.
+//! WGSL shaders), the `cpu` backend with wasm simd128, and the `reference` backend. It is built
+//! twice: `web/pkg` on one thread with WebGPU, and `web/pkg/threads` (nightly `build-std` with
+//! wasm atomics) cpu-only on a pool of Web Workers for cross-origin isolated pages;
+//! `web/pkg/load.js` picks one. Everything that waits for the GPU returns a `Promise`; every
+//! failure rejects with a JavaScript `Error` carrying the library's message.
 //!
 //! ```js
 //! import init, { createDevice, opSilu } from "./pkg/webtensor.js";
@@ -52,6 +53,19 @@ pub fn start() {
     std::panic::set_hook(Box::new(|info| {
         web_sys::console::error_1(&JsValue::from_str(&format!("webtensor panicked: {info}")));
     }));
+}
+
+/// Starts the cpu backend's thread pool of `n` Web Workers (`initThreadPool(n)`, a Promise);
+/// only in the threaded build (`web/pkg/threads/`), which needs a cross-origin isolated page.
+/// Call it once, after `init()` and before the first `createDevice`.
+#[cfg(target_feature = "atomics")]
+pub use wasm_bindgen_rayon::init_thread_pool;
+
+/// Whether this is the threaded build (`web/pkg/threads/`: cpu only, a pool of Web Workers)
+/// rather than the one-thread build (WebGPU and a one-thread cpu backend).
+#[wasm_bindgen]
+pub fn threaded() -> bool {
+    cfg!(target_feature = "atomics")
 }
 
 /// The library's version.

@@ -10,6 +10,10 @@ const TS_WORKER: &'static str = r#"
 export interface WorkerModelOptions {
   /** "wgpu", "cpu" or "reference"; the best available when absent. */
   backend?: string;
+  /** The cpu backend's threads (default: the cores, at most 8). With backend "cpu" on a
+   * cross-origin isolated page the worker loads the threaded build (pkg/threads/); elsewhere
+   * the one-thread build. */
+  threads?: number;
   /** The model: the built-in one (the default), a GGUF URL, picked files, or GGUF bytes. */
   source?: { builtin: true } | { url: string } | { files: File[] | FileList } | { bytes: ArrayBuffer | Uint8Array; name?: string };
   progress?: ProgressCallback;

@@ -62,7 +62,8 @@ export async function launch({ webgpu }) {
   const logs = [];
   page.on("console", (m) => logs.push(`${m.type()}: ${m.text()}`));
   page.on("pageerror", (e) => logs.push(`pageerror: ${e.message}`));
-  // The test modules (web/tests/*.js) and a blank page, same-origin and isolated like the demo.
+  // The test modules (web/tests/*.js) and a blank page, same-origin and isolated like the demo
+  // (blank.html), or not isolated (plain.html).
   await page.route("**/tests/**", (route) => {
     const name = new URL(route.request().url()).pathname.replace(/^\/tests\//, "");
     const headers = {
@@ -71,6 +72,10 @@ export async function launch({ webgpu }) {
     };
     if (name === "blank.html") {
       return route.fulfill({ status: 200, contentType: "text/html", headers, body: "<!doctype html><title>tests</title>" });
+    }
+    // The same page without the isolation headers: no SharedArrayBuffer, so no wasm threads.
+    if (name === "plain.html") {
+      return route.fulfill({ status: 200, contentType: "text/html", body: "<!doctype html><title>tests, not isolated</title>" });
     }
     // The built-in model's files, as a user's safetensors folder.
     const model = name.match(/^tiny-kjv\/(config\.json|tokenizer\.json|model\.safetensors)$/);

@@ -40,7 +40,7 @@ test("npm pack of web/pkg installs into a Vite app that builds and runs in Chrom
     const [packed] = JSON.parse(execFileSync("npm", ["pack", "--json", "--pack-destination", work], { cwd: PKG, encoding: "utf8" }));
     const files = packed.files.map((f) => f.path).sort();
     t.diagnostic(`${packed.filename}: ${files.join(", ")} (${(packed.size / 1e6).toFixed(1)} MB)`);
-    for (const f of ["package.json", "webtensor.js", "webtensor.d.ts", "webtensor_bg.wasm", "README.md"]) {
+    for (const f of ["package.json", "webtensor.js", "webtensor.d.ts", "webtensor_bg.wasm", "README.md", "load.js", "threads/webtensor.js", "threads/webtensor_bg.wasm"]) {
       assert.ok(files.includes(f), `the tarball lacks ${f}`);
     }
     const manifest = JSON.parse(readFileSync(path.join(PKG, "package.json"), "utf8"));

@@ -1,5 +1,6 @@
-//! Splitting work across threads: rayon on native targets, one thread on wasm32. Kernels call
-//! these helpers so they never carry `cfg`s of their own.
+//! Splitting work across threads: rayon natively and in the threaded wasm build (`+atomics`),
+//! one thread in the one-thread wasm build. Kernels call these helpers so they never carry
+//! `cfg`s of their own.
 
 /// Below this much work (in plain element copies) a kernel runs on the calling thread: waking
 /// the pool's sleeping workers costs tens of microseconds, more than a decode step's small
@@ -50,26 +51,26 @@ pub fn map_tasks<R: Send>(
     if work < MIN_PARALLEL_ELEMENTS || tasks < 2 || threads() < 2 {
         return (0..tasks).map(f).collect();
     }
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
     {
         use rayon::prelude::*;
         (0..tasks).into_par_iter().map(f).collect()
     }
-    #[cfg(target_arch = "wasm32")]
+    #[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
     {
         (0..tasks).map(f).collect()
     }
 }
 
 fn par_chunks<T: Send>(out: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) + Sync + Send) {
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
     {
         use rayon::prelude::*;
         out.par_chunks_mut(chunk)
             .enumerate()
             .for_each(|(i, c)| f(i, c));
     }
-    #[cfg(target_arch = "wasm32")]
+    #[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
     {
         out.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
     }
@@ -77,11 +78,11 @@ fn par_chunks<T: Send>(out: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) 
 
 /// Worker threads available.
 pub fn threads() -> usize {
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
     {
         rayon::current_num_threads()
     }
-    #[cfg(target_arch = "wasm32")]
+    #[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
     {
         1
     }
