@@ -18,8 +18,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{registry, BackendInfo, BackendKind, BackendRef, DeviceClass, OpKind};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::DType;
 
 /// The environment variable that overrides the backend priority list.
 pub const BACKEND_ENV: &str = "WEBTENSOR_BACKEND";

@@ -4,7 +4,8 @@
 //! limits) so callers can react to them, and their messages say what was wrong and what to do.
 //! Nothing in the library panics on user input; a panic is a bug.
 
-use crate::tensor::{DType, Shape};
+use crate::dtype::DType;
+use crate::shape::Shape;
 
 /// Shorthand for `std::result::Result<T, webtensor::Error>`.
 pub type Result<T> = std::result::Result<T, Error>;

@@ -25,8 +25,8 @@ pub use spec::{
     Activations, BinaryOp, MatmulSpec, OpKind, OpSpec, RopeLayout, SampleParams, ScanOp, UnaryOp,
 };
 
+use crate::dtype::DType;
 use crate::error::Result;
-use crate::tensor::DType;
 
 /// A shared handle to a backend.
 pub type BackendRef = Arc<dyn Backend>;

@@ -10,9 +10,9 @@ use super::{
     host_data, Activations, Backend, BackendInfo, BackendKind, BinaryOp, DeviceClass, HostData,
     HostInputs, MatmulSpec, OpSpec, SampleParams, ScanOp, Storage, UnaryOp,
 };
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::quant::{self, ternary};
-use crate::tensor::DType;
 
 /// The scalar oracle backend. Always present.
 #[derive(Debug, Default, Clone, Copy)]

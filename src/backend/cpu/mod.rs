@@ -23,8 +23,8 @@ use super::{
     host_data, Activations, Backend, BackendInfo, BackendKind, DeviceClass, HostData, HostInputs,
     OpSpec, ScanOp, Storage,
 };
+use crate::dtype::DType;
 use crate::error::Result;
-use crate::tensor::DType;
 
 /// The environment variable that forces a SIMD level.
 pub const SIMD_ENV: &str = "WEBTENSOR_CPU_SIMD";

@@ -15,8 +15,8 @@ use crate::backend::{
     Activations, Backend, BinaryOp, HostData, MatmulSpec, OpSpec, RopeLayout, SampleParams, ScanOp,
     Storage, UnaryOp,
 };
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::DType;
 
 /// Host memory standing in for device memory; kernels write it through its address.
 struct EmuBuffer {

@@ -8,8 +8,8 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 use super::{CudaBackend, CudaBuffer};
 use crate::backend::spec::permute_strides;
 use crate::backend::{Activations, BinaryOp, OpSpec, ScanOp, UnaryOp};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::DType;
 
 /// Threads per block of the 1-D and row kernels.
 pub(super) const BLOCK: u32 = 256;

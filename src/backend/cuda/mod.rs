@@ -25,8 +25,8 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr
 use cudarc::nvrtc::Ptx;
 
 use crate::backend::{Backend, BackendInfo, BackendKind, DeviceClass, HostData, OpSpec, Storage};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::DType;
 
 /// Device memory holding `len` storage units of `dtype` (see [`DType::unit_bytes`]),
 /// padded to whole 4-byte words. Cloning shares the allocation; it is freed with the last

@@ -26,8 +26,8 @@ use super::pipelines::{Pipelines, Shader};
 use super::recorder::{Dispatch, Recorder, Window};
 use crate::backend::spec::permute_strides;
 use crate::backend::{BinaryOp, MatmulSpec, OpSpec, UnaryOp};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::DType;
 
 /// Threads per workgroup of the one-dimensional kernels.
 const WG: u64 = 256;

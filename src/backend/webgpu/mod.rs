@@ -47,8 +47,8 @@ use self::recorder::Recorder;
 use crate::backend::{
     Activations, Backend, BackendFuture, BackendInfo, BackendKind, HostData, OpSpec, Storage,
 };
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::DType;
 
 /// The wgpu backend: one adapter and device, shared by every [`crate::Device`] that uses it.
 pub struct WgpuBackend {

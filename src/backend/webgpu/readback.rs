@@ -14,8 +14,8 @@ use super::context::GpuContext;
 use super::pool::GpuBuffer;
 use super::recorder::Recorder;
 use crate::backend::HostData;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::DType;
 
 /// The outcome of a wgpu callback (`map_async`, `on_submitted_work_done`) and the task
 /// waiting for it.

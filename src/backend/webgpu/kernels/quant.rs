@@ -9,8 +9,8 @@
 
 use super::{u32_of, Encoder, Operand, Params, Shader, MATVEC_MAX_M};
 use crate::backend::{Activations, OpSpec};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::DType;
 
 /// Threads per workgroup of the quant kernels.
 const WG: u64 = 64;

@@ -18,8 +18,8 @@ use super::{Encoder, Operand};
 use crate::backend::webgpu::recorder::Window;
 use crate::backend::webgpu::GpuBuffer;
 use crate::backend::{MatmulSpec, OpSpec};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::DType;
 
 /// The operand of `spec` whose rows may be split across bindings: (input index, rows, bytes
 /// per row), for the products against a `[n, k]` weight and the embedding gather.
