@@ -274,7 +274,7 @@ impl Tensor {
                 index_bound: i.index_bound,
             });
         }
-        let backend = self.backend_name();
+        let backend = self.inner.backend.kind();
         Arc::get_mut(&mut self.inner)
             .map(|i| &mut i.storage)
             .ok_or_else(|| Error::backend(backend, "a fresh copy is still shared"))
@@ -317,7 +317,10 @@ impl Tensor {
         }
         let host = self.inner.backend.download(&self.inner.storage)?;
         T::from_host(host).ok_or_else(|| {
-            Error::backend(self.backend_name(), "downloaded data has the wrong dtype")
+            Error::backend(
+                self.inner.backend.kind(),
+                "downloaded data has the wrong dtype",
+            )
         })
     }
 
@@ -339,7 +342,10 @@ impl Tensor {
             .download_async(&self.inner.storage)
             .await?;
         T::from_host(host).ok_or_else(|| {
-            Error::backend(self.backend_name(), "downloaded data has the wrong dtype")
+            Error::backend(
+                self.inner.backend.kind(),
+                "downloaded data has the wrong dtype",
+            )
         })
     }
 
