@@ -18,8 +18,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{registry, BackendInfo, BackendKind, BackendRef, DeviceClass, OpKind};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::DType;
 
 /// The environment variable that overrides the backend priority list.
 pub const BACKEND_ENV: &str = "WEBTENSOR_BACKEND";
@@ -351,7 +351,7 @@ impl DeviceBuilder {
                 Err(reason) => {
                     if i == 0 && self.strict {
                         return Err(Error::BackendUnavailable {
-                            backend: kind.name().into(),
+                            backend: kind,
                             reason,
                         });
                     }
@@ -369,11 +369,7 @@ impl DeviceBuilder {
         ready.extend(demoted);
         if ready.is_empty() {
             return Err(Error::NoBackend {
-                priority: priority
-                    .iter()
-                    .map(|k| k.name())
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                priority: priority.clone(),
                 reasons: failures.join("; "),
             });
         }
@@ -403,7 +399,7 @@ impl DeviceBuilder {
         if !ready.iter().any(|b| b.kind() == BackendKind::Reference) {
             let reference = registry::get(BackendKind::Reference).map_err(|reason| {
                 Error::BackendUnavailable {
-                    backend: "reference".into(),
+                    backend: BackendKind::Reference,
                     reason,
                 }
             })?;

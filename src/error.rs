@@ -4,7 +4,9 @@
 //! limits) so callers can react to them, and their messages say what was wrong and what to do.
 //! Nothing in the library panics on user input; a panic is a bug.
 
-use crate::tensor::{DType, Shape};
+use crate::backend::BackendKind;
+use crate::dtype::DType;
+use crate::shape::Shape;
 
 /// Shorthand for `std::result::Result<T, webtensor::Error>`.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -62,9 +64,10 @@ pub enum Error {
     DeviceMismatch {
         /// The op that received them.
         op: &'static str,
-        /// The first device's primary backend.
+        /// The first device, as its backend chain (`Device(wgpu → cpu)`): a device, not a
+        /// backend, since two devices may share one backend kind.
         first: String,
-        /// The second device's primary backend.
+        /// The second device, as its backend chain.
         second: String,
     },
 
@@ -81,16 +84,19 @@ pub enum Error {
     #[error("backend `{backend}` is not available: {reason}")]
     BackendUnavailable {
         /// The backend asked for.
-        backend: String,
+        backend: BackendKind,
         /// Why it is missing (not compiled in, no adapter, no driver).
         reason: String,
     },
 
     /// No backend in the priority list could be started.
-    #[error("no backend in the priority list [{priority}] is available: {reasons}")]
+    #[error(
+        "no backend in the priority list [{}] is available: {reasons}",
+        kinds_text(priority)
+    )]
     NoBackend {
         /// The priority list that was tried.
-        priority: String,
+        priority: Vec<BackendKind>,
         /// Why each one failed.
         reasons: String,
     },
@@ -104,7 +110,7 @@ pub enum Error {
         /// The op (or "upload") that needed the buffer.
         op: &'static str,
         /// The backend whose limit was hit.
-        backend: String,
+        backend: BackendKind,
         /// The buffer size needed.
         bytes: u64,
         /// Which limit was hit.
@@ -126,8 +132,19 @@ pub enum Error {
     #[error("{backend} backend failure: {message}")]
     Backend {
         /// The failing backend.
-        backend: String,
+        backend: BackendKind,
         /// The message from the driver or runtime.
+        message: String,
+    },
+
+    /// A part of the command-line tool outside every backend failed: writing JSON, the API
+    /// server's engine thread, a peer benchmark script, a bench row that disagreed with the
+    /// reference.
+    #[error("{part}: {message}")]
+    Tool {
+        /// The part that failed (`bench`, `serve`, `llama.cpp peer`, ...).
+        part: &'static str,
+        /// What went wrong.
         message: String,
     },
 
@@ -192,7 +209,7 @@ pub enum Error {
     )]
     DeviceOutOfMemory {
         /// The backend.
-        backend: String,
+        backend: BackendKind,
         /// The driver's message.
         message: String,
     },
@@ -204,7 +221,7 @@ pub enum Error {
     )]
     DeviceLost {
         /// The backend.
-        backend: String,
+        backend: BackendKind,
         /// The driver's message.
         message: String,
     },
@@ -243,7 +260,7 @@ pub enum Error {
         /// The rank.
         rank: usize,
         /// Its device's primary backend.
-        backend: String,
+        backend: BackendKind,
         /// The rank's own error.
         source: Box<Error>,
     },
@@ -258,7 +275,7 @@ pub enum Error {
         /// The tensor's name in the model files.
         tensor: String,
         /// The backend whose limit was hit.
-        backend: String,
+        backend: BackendKind,
         /// The buffer size needed.
         bytes: u64,
         /// Which limit was hit.
@@ -278,6 +295,15 @@ pub enum Error {
 }
 
 /// A byte count for messages: exact, with a binary unit where it helps.
+/// Backend names joined by commas, as a priority list is written.
+fn kinds_text(kinds: &[BackendKind]) -> String {
+    kinds
+        .iter()
+        .map(|k| k.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn bytes_text(bytes: u64) -> String {
     const GIB: u64 = 1 << 30;
     const MIB: u64 = 1 << 20;
@@ -325,10 +351,41 @@ impl Error {
         }
     }
 
-    pub(crate) fn backend(backend: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn backend(backend: BackendKind, message: impl Into<String>) -> Self {
         Error::Backend {
-            backend: backend.into(),
+            backend,
             message: message.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Backend identities are `BackendKind`s now; the messages read as they did when they
+    /// were strings.
+    #[test]
+    fn backend_kinds_display_as_their_names() {
+        let failure = Error::backend(BackendKind::Wgpu, "mapping the readback failed");
+        assert_eq!(
+            failure.to_string(),
+            "wgpu backend failure: mapping the readback failed"
+        );
+        let none = Error::NoBackend {
+            priority: vec![BackendKind::Cuda, BackendKind::Cpu],
+            reasons: "cuda: no driver".into(),
+        };
+        assert_eq!(
+            none.to_string(),
+            "no backend in the priority list [cuda, cpu] is available: cuda: no driver"
+        );
+        let lost = Error::DeviceLost {
+            backend: BackendKind::Cuda,
+            message: "Xid 79".into(),
+        };
+        assert!(lost
+            .to_string()
+            .starts_with("the cuda device was lost (Xid 79)"));
     }
 }

@@ -36,19 +36,23 @@
 pub mod backend;
 pub mod bench;
 pub mod device;
+pub mod dtype;
 pub mod error;
 mod memory;
 pub mod model;
 pub mod ops;
 pub mod quant;
+pub mod shape;
 pub mod tensor;
 
 pub use backend::{BackendInfo, BackendKind, OpKind};
 pub use device::{Device, DeviceBuilder};
+pub use dtype::DType;
 pub use error::{Error, Result};
 /// IEEE binary16, the element type of `DType::F16` tensors (from the `half` crate).
 pub use half::f16;
-pub use tensor::{DType, Element, Shape, Tensor};
+pub use shape::Shape;
+pub use tensor::{Element, Tensor};
 
 /// The README's Rust example runs as a doc test, so it stays true.
 #[cfg(doctest)]

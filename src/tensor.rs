@@ -10,247 +10,11 @@ use std::sync::Arc;
 
 use crate::backend::{BackendRef, HostData, Storage};
 use crate::device::Device;
+/// Re-exported here, where they were defined before they got modules of their own, so
+/// `webtensor::tensor::{DType, Shape}` keep working.
+pub use crate::dtype::DType;
 use crate::error::{Error, Result};
-
-/// Element type of a tensor.
-///
-/// `F32`, `U32` and `I32` are stored as 4-byte words. The other types are *packed*: stored as
-/// raw little-endian bytes exactly as GGUF lays them out, so a model file's tensor bytes are
-/// used as they are. Block formats group the last axis into blocks (32 or 256 values) that
-/// share a scale; a tensor of a block format needs a last dimension divisible by the block
-/// length. See [`crate::quant`] for each layout.
-#[allow(non_camel_case_types)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DType {
-    /// 32-bit IEEE float: activations and weights.
-    F32,
-    /// 32-bit unsigned integer: token ids, positions, argmax results.
-    U32,
-    /// 32-bit signed integer: exact integer dot products.
-    I32,
-    /// 16-bit IEEE float (binary16), 2 bytes per value.
-    F16,
-    /// 8-bit signed integer: quantized activations.
-    I8,
-    /// GGUF `Q8_0`: blocks of 32 values, an f16 scale and 32 `i8` (34 bytes, 8.5 bits/value).
-    Q8_0,
-    /// GGUF `Q4_0`: blocks of 32 values, an f16 scale and 16 bytes of 4-bit values
-    /// (18 bytes, 4.5 bits/value).
-    Q4_0,
-    /// GGUF `TQ1_0`: ternary blocks of 256 values in base-3 packing and an f16 scale
-    /// (54 bytes, 1.6875 bits/value).
-    TQ1_0,
-    /// GGUF `TQ2_0`: ternary blocks of 256 values at 2 bits each and an f16 scale
-    /// (66 bytes, 2.0625 bits/value).
-    TQ2_0,
-    /// Ternary bit-planes: blocks of 256 values as an f32 scale, a "+1" plane and a "−1" plane
-    /// of 8 `u32` words each (68 bytes, 2.125 bits/value); integer dot products are AND plus
-    /// popcount.
-    TernaryPlanes,
-}
-
-impl DType {
-    /// Every dtype.
-    pub const ALL: [DType; 10] = [
-        DType::F32,
-        DType::U32,
-        DType::I32,
-        DType::F16,
-        DType::I8,
-        DType::Q8_0,
-        DType::Q4_0,
-        DType::TQ1_0,
-        DType::TQ2_0,
-        DType::TernaryPlanes,
-    ];
-
-    /// Bytes of one storage unit: an element for the 4-byte types, a byte for packed types.
-    /// Backends count buffer lengths in these units.
-    pub fn unit_bytes(self) -> usize {
-        if self.is_packed() {
-            1
-        } else {
-            4
-        }
-    }
-
-    /// Whether the data is stored as raw bytes (f16, i8 and the block formats).
-    pub fn is_packed(self) -> bool {
-        !matches!(self, DType::F32 | DType::U32 | DType::I32)
-    }
-
-    /// Whether this is a block-quantized weight format (values share a per-block scale).
-    pub fn is_quantized(self) -> bool {
-        self.block_len() > 1
-    }
-
-    /// Whether this is one of the ternary formats (values −1, 0, +1 times a block scale).
-    pub fn is_ternary(self) -> bool {
-        matches!(self, DType::TQ1_0 | DType::TQ2_0 | DType::TernaryPlanes)
-    }
-
-    /// Values per block: 1 for plain types, 32 for `Q8_0`/`Q4_0`, 256 for the ternary formats.
-    pub fn block_len(self) -> usize {
-        match self {
-            DType::Q8_0 | DType::Q4_0 => 32,
-            DType::TQ1_0 | DType::TQ2_0 | DType::TernaryPlanes => 256,
-            _ => 1,
-        }
-    }
-
-    /// Bytes per block (per element for plain types).
-    pub fn block_bytes(self) -> usize {
-        match self {
-            DType::F32 | DType::U32 | DType::I32 => 4,
-            DType::F16 => 2,
-            DType::I8 => 1,
-            DType::Q8_0 => 34,
-            DType::Q4_0 => 18,
-            DType::TQ1_0 => 54,
-            DType::TQ2_0 => 66,
-            DType::TernaryPlanes => 68,
-        }
-    }
-
-    /// Average bits per value, scales included.
-    pub fn bits_per_value(self) -> f64 {
-        (self.block_bytes() * 8) as f64 / self.block_len() as f64
-    }
-
-    /// Bytes of one row of `row_len` values (a whole number of blocks for block formats;
-    /// saturates at `usize::MAX`, a size no buffer has).
-    pub fn row_bytes(self, row_len: usize) -> usize {
-        (row_len / self.block_len()).saturating_mul(self.block_bytes())
-    }
-
-    /// Storage units (see [`DType::unit_bytes`]) of `count` values laid out in rows of
-    /// `row_len`, or `None` when `row_len` is not a whole number of blocks or the byte count
-    /// overflows `usize`.
-    pub fn storage_len(self, count: usize, row_len: usize) -> Option<usize> {
-        let block = self.block_len();
-        if block > 1 && !row_len.is_multiple_of(block) {
-            return None;
-        }
-        let bytes = (count / block).checked_mul(self.block_bytes())?;
-        Some(bytes / self.unit_bytes())
-    }
-
-    /// Parses a name as displayed (`f32`, `q8_0`, `tq2_0`, `ternary_planes`, ...).
-    pub fn parse(name: &str) -> Option<DType> {
-        let wanted = name.trim().to_ascii_lowercase();
-        DType::ALL.into_iter().find(|d| d.name() == wanted)
-    }
-
-    /// The lowercase name.
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::U32 => "u32",
-            DType::I32 => "i32",
-            DType::F16 => "f16",
-            DType::I8 => "i8",
-            DType::Q8_0 => "q8_0",
-            DType::Q4_0 => "q4_0",
-            DType::TQ1_0 => "tq1_0",
-            DType::TQ2_0 => "tq2_0",
-            DType::TernaryPlanes => "ternary_planes",
-        }
-    }
-}
-
-impl serde::Serialize for DType {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
-
-impl fmt::Display for DType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// The dimensions of a tensor, outermost first. A rank-0 shape `[]` holds one element.
-#[derive(Clone, PartialEq, Eq, Hash, Default)]
-pub struct Shape(Vec<usize>);
-
-impl Shape {
-    /// The dimensions.
-    pub fn dims(&self) -> &[usize] {
-        &self.0
-    }
-
-    /// Number of dimensions.
-    pub fn rank(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Number of elements (the product of the dimensions; 1 for rank 0). A product that
-    /// overflows saturates at `usize::MAX`, which no data length matches and no allocation
-    /// grants; [`Shape::checked_numel`] tells the two apart.
-    pub fn numel(&self) -> usize {
-        self.checked_numel().unwrap_or(usize::MAX)
-    }
-
-    /// The number of elements, or `None` when the product overflows `usize`.
-    pub fn checked_numel(&self) -> Option<usize> {
-        self.0.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
-    }
-
-    /// The last dimension, or 1 for a rank-0 shape.
-    pub fn last_dim(&self) -> usize {
-        self.0.last().copied().unwrap_or(1)
-    }
-
-    /// The product of every dimension but the last: the number of rows when a tensor is
-    /// viewed as a matrix over its last axis.
-    pub fn rows(&self) -> usize {
-        match self.0.split_last() {
-            Some((_, lead)) => lead
-                .iter()
-                .try_fold(1usize, |n, &d| n.checked_mul(d))
-                .unwrap_or(usize::MAX),
-            None => 1,
-        }
-    }
-}
-
-impl fmt::Display for Shape {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "[")?;
-        for (i, d) in self.0.iter().enumerate() {
-            if i > 0 {
-                write!(f, ", ")?;
-            }
-            write!(f, "{d}")?;
-        }
-        write!(f, "]")
-    }
-}
-
-impl fmt::Debug for Shape {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-impl<const N: usize> From<[usize; N]> for Shape {
-    fn from(d: [usize; N]) -> Self {
-        Shape(d.to_vec())
-    }
-}
-
-impl From<&[usize]> for Shape {
-    fn from(d: &[usize]) -> Self {
-        Shape(d.to_vec())
-    }
-}
-
-impl From<Vec<usize>> for Shape {
-    fn from(d: Vec<usize>) -> Self {
-        Shape(d)
-    }
-}
+pub use crate::shape::Shape;
 
 /// Element types that can be copied into and out of tensors.
 pub trait Element: Copy + Send + Sync + 'static {
@@ -510,7 +274,7 @@ impl Tensor {
                 index_bound: i.index_bound,
             });
         }
-        let backend = self.backend_name();
+        let backend = self.inner.backend.kind();
         Arc::get_mut(&mut self.inner)
             .map(|i| &mut i.storage)
             .ok_or_else(|| Error::backend(backend, "a fresh copy is still shared"))
@@ -553,7 +317,10 @@ impl Tensor {
         }
         let host = self.inner.backend.download(&self.inner.storage)?;
         T::from_host(host).ok_or_else(|| {
-            Error::backend(self.backend_name(), "downloaded data has the wrong dtype")
+            Error::backend(
+                self.inner.backend.kind(),
+                "downloaded data has the wrong dtype",
+            )
         })
     }
 
@@ -575,7 +342,10 @@ impl Tensor {
             .download_async(&self.inner.storage)
             .await?;
         T::from_host(host).ok_or_else(|| {
-            Error::backend(self.backend_name(), "downloaded data has the wrong dtype")
+            Error::backend(
+                self.inner.backend.kind(),
+                "downloaded data has the wrong dtype",
+            )
         })
     }
 

@@ -11,6 +11,8 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod host;
+mod kind;
 pub mod reference;
 pub mod registry;
 pub mod spec;
@@ -23,12 +25,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+pub use kind::BackendKind;
 pub use spec::{
     Activations, BinaryOp, MatmulSpec, OpKind, OpSpec, RopeLayout, SampleParams, ScanOp, UnaryOp,
 };
 
+use crate::dtype::DType;
 use crate::error::Result;
-use crate::tensor::DType;
 
 /// A shared handle to a backend.
 pub type BackendRef = Arc<dyn Backend>;
@@ -37,42 +40,7 @@ pub type BackendRef = Arc<dyn Backend>;
 /// [`Backend::synchronize_async`]); not `Send`, as the browser's WebGPU objects are not.
 pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + 'a>>;
 
-/// Which backend.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-#[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
-pub enum BackendKind {
-    /// NVIDIA GPUs through CUDA (cargo feature `cuda`).
-    Cuda,
-    /// GPUs through wgpu: Vulkan, Metal, DX12, WebGPU.
-    Wgpu,
-    /// Multi-threaded SIMD CPU code.
-    Cpu,
-    /// Scalar f64-accumulating oracle.
-    Reference,
-}
-
 impl BackendKind {
-    /// Every backend, in the default priority order.
-    pub const ALL: [BackendKind; 4] = [
-        BackendKind::Cuda,
-        BackendKind::Wgpu,
-        BackendKind::Cpu,
-        BackendKind::Reference,
-    ];
-
-    /// The name used in `WEBTENSOR_BACKEND`, `webtensor.toml` and `Device::new`.
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendKind::Cuda => "cuda",
-            BackendKind::Wgpu => "wgpu",
-            BackendKind::Cpu => "cpu",
-            BackendKind::Reference => "reference",
-        }
-    }
-
     /// Parses a backend name (case-insensitive); the error lists the valid names.
     pub fn parse(name: &str) -> Result<BackendKind> {
         let wanted = name.trim().to_ascii_lowercase();
@@ -83,17 +51,6 @@ impl BackendKind {
                 name: name.to_string(),
                 valid: BackendKind::ALL.map(|k| k.name()).join(", "),
             })
-    }
-
-    /// Whether the backend keeps tensors in host memory (`Storage::Host`).
-    pub fn is_host(self) -> bool {
-        matches!(self, BackendKind::Cpu | BackendKind::Reference)
-    }
-}
-
-impl fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 
@@ -342,7 +299,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
 pub(crate) fn host_data(backend: BackendKind, storage: &Storage) -> Result<&HostData> {
     storage
         .as_host()
-        .ok_or_else(|| crate::Error::backend(backend.name(), "storage is not in host memory"))
+        .ok_or_else(|| crate::Error::backend(backend, "storage is not in host memory"))
 }
 
 /// The inputs of one op as host slices, with errors that name the backend and the op.
@@ -393,7 +350,7 @@ impl<'a> HostInputs<'a> {
 
     fn error(&self, i: usize, what: &str) -> crate::Error {
         crate::Error::backend(
-            self.backend.name(),
+            self.backend,
             format!("{}: input {i} is {what}", self.spec.kind().name()),
         )
     }

@@ -3,22 +3,20 @@
 //! This is the oracle. It is written for obviousness, not speed: every other backend is tested
 //! against it, so each op here reads like its definition in [`OpSpec`]'s docs.
 
-use std::sync::Arc;
-
+use super::host::{HostKernels, Plain};
 use super::spec::{permute_strides, rope_pair};
 use super::{
-    host_data, Activations, Backend, BackendInfo, BackendKind, BinaryOp, DeviceClass, HostData,
-    HostInputs, MatmulSpec, OpSpec, SampleParams, ScanOp, Storage, UnaryOp,
+    Activations, BackendInfo, BackendKind, BinaryOp, DeviceClass, MatmulSpec, RopeLayout,
+    SampleParams, ScanOp, Storage, UnaryOp,
 };
-use crate::error::{Error, Result};
+use crate::dtype::DType;
 use crate::quant::{self, ternary};
-use crate::tensor::DType;
 
 /// The scalar oracle backend. Always present.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ReferenceBackend;
 
-impl Backend for ReferenceBackend {
+impl HostKernels for ReferenceBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Reference
     }
@@ -41,197 +39,163 @@ impl Backend for ReferenceBackend {
         }
     }
 
-    fn upload(&self, data: HostData) -> Result<Storage> {
-        Ok(Storage::Host(Arc::new(data)))
+    fn unary(&self, op: UnaryOp, x: &[f32]) -> Vec<f32> {
+        unary(op, x)
     }
 
-    fn download(&self, storage: &Storage) -> Result<HostData> {
-        host_data(BackendKind::Reference, storage).cloned()
+    fn binary(&self, op: BinaryOp, a: &[f32], b: &[f32]) -> Vec<f32> {
+        binary(op, a, b)
     }
 
-    fn copy(&self, x: &Storage, len: usize) -> Result<Storage> {
-        let host = self.download(x)?;
-        Ok(Storage::Host(Arc::new(host.prefix(len))))
+    fn rms_norm(&self, x: &[f32], w: &[f32], cols: usize, eps: f32) -> Vec<f32> {
+        rms_norm(x, w, cols, eps)
     }
 
-    fn write_into(&self, spec: &OpSpec, target: &mut Storage, inputs: &[&Storage]) -> Result<()> {
-        scatter_rows_host(BackendKind::Reference, spec, target, inputs)
+    fn layer_norm(&self, x: &[f32], w: &[f32], b: &[f32], cols: usize, eps: f32) -> Vec<f32> {
+        layer_norm(x, w, b, cols, eps)
     }
 
-    fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage> {
-        let input = HostInputs::new(BackendKind::Reference, spec, inputs);
-        let out = match spec {
-            OpSpec::Unary { op, .. } => HostData::F32(unary(*op, input.f32(0)?)),
-            OpSpec::Binary { op, .. } => HostData::F32(binary(*op, input.f32(0)?, input.f32(1)?)),
-            OpSpec::RmsNorm { cols, eps, .. } => {
-                HostData::F32(rms_norm(input.f32(0)?, input.f32(1)?, *cols, *eps))
+    fn softmax(&self, x: &[f32], cols: usize, causal: Option<usize>) -> Vec<f32> {
+        softmax(x, cols, causal)
+    }
+
+    fn rope(
+        &self,
+        x: &[f32],
+        positions: &[u32],
+        inv_freq: &[f32],
+        heads: usize,
+        head_dim: usize,
+        layout: RopeLayout,
+    ) -> Vec<f32> {
+        rope(x, positions, inv_freq, heads, head_dim, layout)
+    }
+
+    fn matmul(&self, a: &[f32], b: &[f32], m: &MatmulSpec) -> Vec<f32> {
+        matmul(a, b, m)
+    }
+
+    fn embedding(&self, table: &[f32], ids: &[u32], vocab: usize, dim: usize) -> Vec<f32> {
+        embedding(table, ids, vocab, dim)
+    }
+
+    fn permute<T: Plain>(&self, x: &[T], in_shape: &[usize], perm: &[usize]) -> Vec<T> {
+        permute(x, in_shape, perm)
+    }
+
+    fn argmax(&self, x: &[f32], cols: usize) -> Vec<u32> {
+        argmax(x, cols)
+    }
+
+    fn quantize(&self, format: DType, x: &[f32], _cols: usize) -> Vec<u8> {
+        let mut out = vec![0u8; x.len() / format.block_len() * format.block_bytes()];
+        quant::quantize(format, x, &mut out);
+        out
+    }
+
+    fn dequantize(&self, format: DType, bytes: &[u8], _cols: usize) -> Vec<f32> {
+        let mut out = vec![0f32; bytes.len() / format.block_bytes() * format.block_len()];
+        quant::dequantize(format, bytes, &mut out);
+        out
+    }
+
+    fn qmatmul(
+        &self,
+        a: &[f32],
+        w: &[u8],
+        _weight: &Storage,
+        format: DType,
+        act: Activations,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Vec<f32> {
+        let mut dequantized = vec![0f32; n * k];
+        quant::dequantize(format, w, &mut dequantized);
+        qmatmul(a, &dequantized, act, m, n, k)
+    }
+
+    fn concat<T: Plain>(
+        &self,
+        a: &[T],
+        b: &[T],
+        rows: usize,
+        a_cols: usize,
+        b_cols: usize,
+    ) -> Vec<T> {
+        concat(a, b, rows, a_cols, b_cols)
+    }
+
+    fn narrow<T: Plain>(
+        &self,
+        x: &[T],
+        rows: usize,
+        cols: usize,
+        start: usize,
+        len: usize,
+    ) -> Vec<T> {
+        narrow(x, rows, cols, start, len)
+    }
+
+    fn scan(
+        &self,
+        op: ScanOp,
+        (outer, len, inner): (usize, usize, usize),
+        x: &[f32],
+        y: &[f32],
+        h0: &[f32],
+    ) -> Vec<f32> {
+        let view = ScanView { outer, len, inner };
+        match op {
+            ScanOp::Linear => view.linear(x, y, h0),
+            ScanOp::LinearAdjoint => view.adjoint(x, y),
+            ScanOp::LogCumprod => view.log_cumprod(x),
+            ScanOp::LogCumSumExp => view.logcumsumexp(x),
+        }
+    }
+
+    fn scan_grad_a(
+        &self,
+        (outer, len, inner): (usize, usize, usize),
+        g: &[f32],
+        h: &[f32],
+        h0: &[f32],
+    ) -> Vec<f32> {
+        let view = ScanView { outer, len, inner };
+        let mut out = vec![0f32; g.len()];
+        view.each_channel(|c, at| {
+            for t in 0..view.len {
+                let prev = if t == 0 { h0[c] } else { h[at(t - 1)] };
+                out[at(t)] = (g[at(t)] as f64 * prev as f64) as f32;
             }
-            OpSpec::LayerNorm { cols, eps, .. } => HostData::F32(layer_norm(
-                input.f32(0)?,
-                input.f32(1)?,
-                input.f32(2)?,
-                *cols,
-                *eps,
-            )),
-            OpSpec::Softmax { cols, causal, .. } => {
-                HostData::F32(softmax(input.f32(0)?, *cols, *causal))
-            }
-            OpSpec::Rope {
-                heads,
-                head_dim,
-                layout,
-                ..
-            } => HostData::F32(rope(
-                input.f32(0)?,
-                input.u32(1)?,
-                input.f32(2)?,
-                *heads,
-                *head_dim,
-                *layout,
-            )),
-            OpSpec::Matmul(m) => HostData::F32(matmul(input.f32(0)?, input.f32(1)?, m)),
-            OpSpec::Embedding { vocab, dim, .. } => {
-                HostData::F32(embedding(input.f32(0)?, input.u32(1)?, *vocab, *dim))
-            }
-            OpSpec::Permute { in_shape, perm } => match input.data(0)? {
-                HostData::F32(x) => HostData::F32(permute(x, in_shape, perm)),
-                HostData::U32(x) => HostData::U32(permute(x, in_shape, perm)),
-                HostData::Bytes(d, _) => {
-                    return Err(crate::Error::backend(
-                        "reference",
-                        format!("permute of {d}"),
-                    ))
-                }
-            },
-            OpSpec::Argmax { cols, .. } => HostData::U32(argmax(input.f32(0)?, *cols)),
-            OpSpec::Sample { vocab, params, .. } => {
-                let rows = input.f32(0)?.chunks(*vocab);
-                let drawn = rows
-                    .zip(input.f32(1)?)
-                    .map(|(row, &u)| sample_row(row, params, u));
-                HostData::U32(drawn.collect())
-            }
-            OpSpec::ScatterRows { .. } => {
-                return Err(Error::backend(
-                    "reference",
-                    "scatter_rows runs in place (write_into)",
-                ))
-            }
-            OpSpec::Quantize { format, .. } => {
-                let mut out = vec![0u8; spec.output_len()];
-                quant::quantize(*format, input.f32(0)?, &mut out);
-                HostData::Bytes(*format, out)
-            }
-            OpSpec::Dequantize { format, rows, cols } => {
-                let mut out = vec![0f32; rows * cols];
-                quant::dequantize(*format, input.bytes(0, *format)?, &mut out);
-                HostData::F32(out)
-            }
-            OpSpec::QMatmul {
-                format,
-                activations,
-                m,
-                n,
-                k,
-            } => {
-                let a = match activations {
-                    Activations::F16 => {
-                        let bytes = input.bytes(0, DType::F16)?;
-                        let mut a = vec![0f32; bytes.len() / 2];
-                        quant::dequantize(DType::F16, bytes, &mut a);
-                        a
-                    }
-                    _ => input.f32(0)?.to_vec(),
-                };
-                let mut w = vec![0f32; n * k];
-                quant::dequantize(*format, input.bytes(1, *format)?, &mut w);
-                HostData::F32(qmatmul(&a, &w, *activations, *m, *n, *k))
-            }
-            OpSpec::Concat {
-                rows,
-                a_cols,
-                b_cols,
-            } => match (input.data(0)?, input.data(1)?) {
-                (HostData::U32(a), HostData::U32(b)) => {
-                    HostData::U32(concat(a, b, *rows, *a_cols, *b_cols))
-                }
-                _ => HostData::F32(concat(
-                    input.f32(0)?,
-                    input.f32(1)?,
-                    *rows,
-                    *a_cols,
-                    *b_cols,
-                )),
-            },
-            OpSpec::Narrow {
-                rows,
-                cols,
-                start,
-                len,
-            } => match input.data(0)? {
-                HostData::U32(x) => HostData::U32(narrow(x, *rows, *cols, *start, *len)),
-                _ => HostData::F32(narrow(input.f32(0)?, *rows, *cols, *start, *len)),
-            },
-            OpSpec::Scan {
-                op,
-                outer,
-                len,
-                inner,
-            } => {
-                let view = ScanView {
-                    outer: *outer,
-                    len: *len,
-                    inner: *inner,
-                };
-                HostData::F32(match op {
-                    ScanOp::Linear => view.linear(input.f32(0)?, input.f32(1)?, input.f32(2)?),
-                    ScanOp::LinearAdjoint => view.adjoint(input.f32(0)?, input.f32(1)?),
-                    ScanOp::LogCumprod => view.log_cumprod(input.f32(0)?),
-                    ScanOp::LogCumSumExp => view.logcumsumexp(input.f32(0)?),
-                })
-            }
-            OpSpec::ScanGradA { outer, len, inner } => {
-                let (g, h, h0) = (input.f32(0)?, input.f32(1)?, input.f32(2)?);
-                let view = ScanView {
-                    outer: *outer,
-                    len: *len,
-                    inner: *inner,
-                };
-                let mut out = vec![0f32; g.len()];
-                view.each_channel(|c, at| {
-                    for t in 0..view.len {
-                        let prev = if t == 0 { h0[c] } else { h[at(t - 1)] };
-                        out[at(t)] = (g[at(t)] as f64 * prev as f64) as f32;
-                    }
-                });
-                HostData::F32(out)
-            }
-            OpSpec::ScanGradInit { outer, len, inner } => {
-                let (a, g) = (input.f32(0)?, input.f32(1)?);
-                let view = ScanView {
-                    outer: *outer,
-                    len: *len,
-                    inner: *inner,
-                };
-                let mut out = vec![0f32; outer * inner];
-                view.each_channel(|c, at| {
-                    out[c] = (a[at(0)] as f64 * g[at(0)] as f64) as f32;
-                });
-                HostData::F32(out)
-            }
-            OpSpec::TernaryDot { format, m, n, k } => {
-                let dots = ternary_dot(
-                    input.bytes(0, *format)?,
-                    input.bytes(1, DType::I8)?,
-                    *format,
-                    *m,
-                    *n,
-                    *k,
-                );
-                HostData::Bytes(DType::I32, bytemuck::cast_slice(&dots).to_vec())
-            }
-        };
-        Ok(Storage::Host(Arc::new(out)))
+        });
+        out
+    }
+
+    fn scan_grad_init(
+        &self,
+        (outer, len, inner): (usize, usize, usize),
+        a: &[f32],
+        g: &[f32],
+    ) -> Vec<f32> {
+        let view = ScanView { outer, len, inner };
+        let mut out = vec![0f32; outer * inner];
+        view.each_channel(|c, at| {
+            out[c] = (a[at(0)] as f64 * g[at(0)] as f64) as f32;
+        });
+        out
+    }
+
+    fn ternary_dot(
+        &self,
+        w: &[u8],
+        x: &[i8],
+        format: DType,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Vec<i32> {
+        ternary_dot(w, x, format, m, n, k)
     }
 }
 
@@ -489,7 +453,7 @@ fn qmatmul(a: &[f32], w: &[f32], act: Activations, m: usize, n: usize, k: usize)
 }
 
 /// `Σ trit(w[j, :]) · x[i, :]` as exact integers.
-fn ternary_dot(w: &[u8], x: &[u8], format: DType, m: usize, n: usize, k: usize) -> Vec<i32> {
+fn ternary_dot(w: &[u8], x: &[i8], format: DType, m: usize, n: usize, k: usize) -> Vec<i32> {
     let mut trits = vec![0i8; n * k];
     for (b, t) in w
         .chunks_exact(format.block_bytes())
@@ -503,7 +467,7 @@ fn ternary_dot(w: &[u8], x: &[u8], format: DType, m: usize, n: usize, k: usize) 
     for i in 0..m {
         for j in 0..n {
             let acc: i64 = (0..k)
-                .map(|p| trits[j * k + p] as i64 * x[i * k + p] as i8 as i64)
+                .map(|p| trits[j * k + p] as i64 * x[i * k + p] as i64)
                 .sum();
             out[i * n + j] = acc as i32;
         }
@@ -555,50 +519,6 @@ fn argmax(x: &[f32], cols: usize) -> Vec<u32> {
             best as u32
         })
         .collect()
-}
-
-/// [`OpSpec::ScatterRows`] on host storage, for the host backends (`reference`, `cpu`): a copy
-/// of each row to its slot. `target` must not be shared (the op layer makes sure).
-pub(crate) fn scatter_rows_host(
-    backend: BackendKind,
-    spec: &OpSpec,
-    target: &mut Storage,
-    inputs: &[&Storage],
-) -> Result<()> {
-    let OpSpec::ScatterRows { rows, cols, count } = *spec else {
-        return Err(Error::backend(
-            backend.name(),
-            format!("{} is not an in-place op", spec.kind()),
-        ));
-    };
-    let input = HostInputs::new(backend, spec, inputs);
-    let slots = input.u32(1)?;
-    let Storage::Host(host) = target else {
-        return Err(Error::backend(
-            backend.name(),
-            "scatter_rows: the target is not in host memory",
-        ));
-    };
-    fn scatter<T: Copy>(dst: &mut [T], src: &[T], slots: &[u32], rows: usize, cols: usize) {
-        for (i, &slot) in slots.iter().enumerate() {
-            let slot = slot as usize;
-            if slot < rows {
-                dst[slot * cols..(slot + 1) * cols].copy_from_slice(&src[i * cols..(i + 1) * cols]);
-            }
-        }
-    }
-    let slots = &slots[..count];
-    match (Arc::make_mut(host), input.data(0)?) {
-        (HostData::F32(dst), HostData::F32(src)) => scatter(dst, src, slots, rows, cols),
-        (HostData::U32(dst), HostData::U32(src)) => scatter(dst, src, slots, rows, cols),
-        (dst, src) => {
-            return Err(Error::backend(
-                backend.name(),
-                format!("scatter_rows of {} rows into {}", src.dtype(), dst.dtype()),
-            ))
-        }
-    }
-    Ok(())
 }
 
 /// One row of [`OpSpec::Sample`], step by step as [`SampleParams`] defines it: every kept

@@ -11,7 +11,7 @@ mod inputs;
 mod sample;
 pub use inputs::InputSpec;
 
-use crate::tensor::DType;
+use crate::dtype::DType;
 
 /// An elementwise op on one f32 input.
 #[derive(Clone, Copy, Debug, PartialEq)]

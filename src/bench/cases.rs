@@ -4,9 +4,10 @@ use super::Size;
 use crate::backend::Activations;
 use crate::backend::{OpKind, RopeLayout, SampleParams};
 use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::ops;
-use crate::tensor::{DType, Tensor};
+use crate::tensor::Tensor;
 
 /// Inputs of a case, as host data plus shape.
 #[derive(Clone, Debug)]

@@ -23,8 +23,10 @@ pub fn write(report: &BenchReport, dir: &Path) -> Result<()> {
         move |source| Error::Io { path, source }
     };
     std::fs::create_dir_all(dir).map_err(io(dir))?;
-    let json = serde_json::to_string_pretty(report)
-        .map_err(|e| Error::backend("bench", format!("serialising the report: {e}")))?;
+    let json = serde_json::to_string_pretty(report).map_err(|e| Error::Io {
+        path: dir.join("report.json").display().to_string(),
+        source: e.into(),
+    })?;
     let json_path = dir.join("report.json");
     std::fs::write(&json_path, json).map_err(io(&json_path))?;
     let html_path = dir.join("report.html");
@@ -64,7 +66,10 @@ fn backend_colour(label: &str) -> RGBColor {
 
 /// A horizontal bar chart as an SVG string: one bar per (label, value).
 fn bar_chart(title: &str, unit: &str, bars: &[(String, f64)]) -> Result<String> {
-    let draw_err = |e: &dyn std::fmt::Display| Error::backend("bench", format!("chart: {e}"));
+    let draw_err = |e: &dyn std::fmt::Display| Error::Io {
+        path: format!("the chart '{title}'"),
+        source: std::io::Error::other(e.to_string()),
+    };
     let mut svg = String::new();
     {
         let height = 70 + 24 * bars.len().max(1) as u32;

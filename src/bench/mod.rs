@@ -170,7 +170,7 @@ pub async fn run_async(
     }
     for &kind in &config.backends {
         let backend = registry::get(kind).map_err(|reason| crate::Error::BackendUnavailable {
-            backend: kind.name().into(),
+            backend: kind,
             reason,
         })?;
         progress(step, total, &format!("{kind}: ceilings"));

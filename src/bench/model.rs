@@ -119,7 +119,7 @@ pub fn run(
     let mut rows = Vec::new();
     for &kind in backends {
         let backend = registry::get(kind).map_err(|reason| Error::BackendUnavailable {
-            backend: kind.name().into(),
+            backend: kind,
             reason,
         })?;
         progress(&format!("{kind}: ceilings"));

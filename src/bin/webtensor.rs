@@ -550,8 +550,8 @@ fn eval(args: &ModelArgs, tokens: &[u32]) -> Result<(), Error> {
     let rows: Vec<&[f32]> = logits.chunks(llama.config.vocab_size).collect();
     println!(
         "{}",
-        serde_json::to_string(&rows).map_err(|e| Error::Backend {
-            backend: "cli".into(),
+        serde_json::to_string(&rows).map_err(|e| Error::Tool {
+            part: "cli",
             message: e.to_string(),
         })?
     );

@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 
 use super::weights::{RawTensor, StoredDType};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::DType;
 
 mod value;
 

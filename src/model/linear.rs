@@ -11,9 +11,10 @@
 use std::fmt;
 
 use crate::backend::Activations;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops;
-use crate::tensor::{DType, Tensor};
+use crate::tensor::Tensor;
 
 /// How a model's linear layers treat their activations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -215,7 +215,7 @@ impl HostCollective {
 pub(crate) fn shard_failed(rank: usize, device: &Device, source: Error) -> Error {
     Error::ShardFailed {
         rank,
-        backend: device.backend_name().to_string(),
+        backend: device.primary().kind(),
         source: Box::new(source),
     }
 }

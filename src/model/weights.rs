@@ -3,8 +3,9 @@
 use std::ops::Range;
 
 use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::Result;
-use crate::tensor::{DType, Tensor};
+use crate::tensor::Tensor;
 
 /// A dtype as found in a file. BF16 has no device dtype: it is widened to f32 on load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

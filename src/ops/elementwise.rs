@@ -2,8 +2,9 @@
 
 use super::{dispatch, expect_dtype, expect_finite};
 use crate::backend::{BinaryOp, OpSpec, UnaryOp};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::Tensor;
 
 fn unary(name: &'static str, x: &Tensor, op: UnaryOp) -> Result<Tensor> {
     expect_dtype(name, "x", x, DType::F32)?;

@@ -2,8 +2,10 @@
 
 use super::{dispatch, expect_dtype};
 use crate::backend::OpSpec;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Shape, Tensor};
+use crate::shape::Shape;
+use crate::tensor::Tensor;
 
 /// Gathers rows of `table` `[vocab, dim]` at `ids` (u32, any shape); the output has shape
 /// `ids.shape + [dim]`.

@@ -2,8 +2,10 @@
 
 use super::{dispatch, expect_dtype};
 use crate::backend::OpSpec;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Shape, Tensor};
+use crate::shape::Shape;
+use crate::tensor::Tensor;
 
 /// Reorders the axes: output axis `d` is input axis `perm[d]`. The result is a contiguous
 /// copy. Works for f32 and u32 tensors of rank ≤ 6.

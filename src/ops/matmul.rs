@@ -2,8 +2,10 @@
 
 use super::{dispatch, expect_dtype};
 use crate::backend::{Activations, MatmulSpec, OpSpec};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Shape, Tensor};
+use crate::shape::Shape;
+use crate::tensor::Tensor;
 
 /// `a · b` for `a` `[..., m, k]` and `b` `[..., k, n]` (or `[k, n]`, shared by every batch).
 pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {

@@ -34,8 +34,10 @@ pub use softmax::{softmax, softmax_causal};
 pub use crate::backend::{Activations, RopeLayout, SampleParams};
 
 use crate::backend::OpSpec;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Shape, Tensor};
+use crate::shape::Shape;
+use crate::tensor::Tensor;
 
 /// Runs `spec` on `inputs` and returns a tensor of `shape` and `dtype`.
 ///

@@ -2,8 +2,9 @@
 
 use super::{dispatch, expect_dtype, expect_finite, expect_min_rank};
 use crate::backend::OpSpec;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::Tensor;
 
 fn check(op: &'static str, x: &Tensor, params: &[(&'static str, &Tensor)], eps: f32) -> Result<()> {
     expect_dtype(op, "x", x, DType::F32)?;

@@ -3,8 +3,10 @@
 
 use super::{dispatch, expect_dtype, expect_min_rank};
 use crate::backend::{Activations, OpSpec};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{expect_storage_len, DType, Shape, Tensor};
+use crate::shape::Shape;
+use crate::tensor::{expect_storage_len, Tensor};
 
 /// Rounds an f32 tensor to `format` (`F16` or a block format such as `Q8_0`, `Q4_0`,
 /// `TQ1_0`, `TQ2_0`, `TernaryPlanes`), bit for bit as GGUF's reference quantizers do. Block

@@ -2,8 +2,10 @@
 
 use super::{dispatch, expect_dtype, expect_min_rank};
 use crate::backend::OpSpec;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Shape, Tensor};
+use crate::shape::Shape;
+use crate::tensor::Tensor;
 
 /// The index of the largest value along the last axis (u32, shape without the last axis):
 /// the first on ties, the first NaN when a row has one (as numpy does).

@@ -2,8 +2,9 @@
 
 use super::{dispatch, expect_dtype};
 use crate::backend::{OpSpec, RopeLayout};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::Tensor;
 
 /// Rotary position embedding of `x` `[tokens, heads, head_dim]` at `positions` (u32
 /// `[tokens]`) with the rotary frequencies `inv_freq` (f32 `[head_dim/2]`: pair `i` turns by

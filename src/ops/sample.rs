@@ -2,8 +2,10 @@
 
 use super::{dispatch, expect_dtype, expect_min_rank};
 use crate::backend::{OpSpec, SampleParams};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Shape, Tensor};
+use crate::shape::Shape;
+use crate::tensor::Tensor;
 
 /// One token per row of `logits` (f32 `[..., vocab]`), drawn with temperature, top-k and
 /// top-p as [`SampleParams`] defines, using one number in `[0, 1)` per row from `uniform`

@@ -7,8 +7,10 @@
 
 use super::{dispatch, expect_dtype};
 use crate::backend::{OpSpec, ScanOp};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Shape, Tensor};
+use crate::shape::Shape;
+use crate::tensor::Tensor;
 
 /// `(outer, len, inner)` of `x` around `axis`, or an error naming `op`.
 fn view(op: &'static str, x: &Tensor, axis: usize) -> Result<(usize, usize, usize)> {

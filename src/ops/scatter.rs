@@ -4,8 +4,9 @@
 use super::layout::expect_words;
 use super::{dispatch_in_place, expect_dtype, expect_min_rank};
 use crate::backend::OpSpec;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::Tensor;
 
 /// Writes row `i` of `src` over row `slots[i]` of `dst`, in place. `dst` is `[rows, ...]`,
 /// `src` is `[count, ...]` with the same trailing dimensions and dtype (f32 or u32), `slots`

@@ -2,8 +2,9 @@
 
 use super::{dispatch, expect_dtype, expect_min_rank};
 use crate::backend::OpSpec;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::Tensor;
 
 /// Numerically stable softmax over the last axis.
 pub fn softmax(x: &Tensor) -> Result<Tensor> {

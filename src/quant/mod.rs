@@ -28,7 +28,7 @@ use std::sync::OnceLock;
 
 use half::f16;
 
-use crate::tensor::DType;
+use crate::dtype::DType;
 
 /// `x` rounded to f16 (to nearest even), as its bits.
 pub fn f16_bits(x: f32) -> u16 {

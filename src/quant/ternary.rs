@@ -12,7 +12,7 @@
 //!   with an integer vector split into bit-planes is AND plus popcount.
 
 use super::{f16_bits, read_f16};
-use crate::tensor::DType;
+use crate::dtype::DType;
 
 /// Values per ternary block.
 pub const BLOCK: usize = 256;

@@ -5,8 +5,8 @@
 //! plain loops that the compiler vectorises.
 
 use super::simd::SimdLevel;
+use crate::dtype::DType;
 use crate::quant;
-use crate::tensor::DType;
 
 /// `Σ_c (ad[c] · wd[c]) · Σ_{i < 32} aq[32c + i] · wq[32c + i]` over the chunks `c` that all
 /// four slices cover: an int8 dot product with one scale per 32 values on each side.

@@ -19,12 +19,12 @@ use std::sync::Arc;
 
 pub use simd::SimdLevel;
 
+use super::host::{HostKernels, Plain, ScanView};
 use super::{
-    host_data, Activations, Backend, BackendInfo, BackendKind, DeviceClass, HostData, HostInputs,
-    OpSpec, ScanOp, Storage,
+    Activations, BackendInfo, BackendKind, BinaryOp, DeviceClass, HostData, MatmulSpec, RopeLayout,
+    ScanOp, Storage, UnaryOp,
 };
-use crate::error::Result;
-use crate::tensor::DType;
+use crate::dtype::DType;
 
 /// The environment variable that forces a SIMD level.
 pub const SIMD_ENV: &str = "WEBTENSOR_CPU_SIMD";
@@ -95,7 +95,7 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| std::env::consts::ARCH.to_string())
 }
 
-impl Backend for CpuBackend {
+impl HostKernels for CpuBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Cpu
     }
@@ -118,185 +118,135 @@ impl Backend for CpuBackend {
         }
     }
 
-    fn upload(&self, data: HostData) -> Result<Storage> {
-        Ok(Storage::Host(Arc::new(data)))
-    }
-
-    fn download(&self, storage: &Storage) -> Result<HostData> {
-        host_data(BackendKind::Cpu, storage).cloned()
-    }
-
-    fn copy(&self, x: &Storage, len: usize) -> Result<Storage> {
-        let host = host_data(BackendKind::Cpu, x)?;
-        let copied = match host {
+    fn copy(&self, x: &HostData, len: usize) -> HostData {
+        match x {
             HostData::F32(v) => HostData::F32(parallel_copy(&v[..len])),
             HostData::U32(v) => HostData::U32(parallel_copy(&v[..len])),
             HostData::Bytes(d, b) => HostData::Bytes(*d, parallel_copy(&b[..len * d.unit_bytes()])),
-        };
-        Ok(Storage::Host(Arc::new(copied)))
+        }
     }
 
-    fn write_into(&self, spec: &OpSpec, target: &mut Storage, inputs: &[&Storage]) -> Result<()> {
-        super::reference::scatter_rows_host(BackendKind::Cpu, spec, target, inputs)
+    fn unary(&self, op: UnaryOp, x: &[f32]) -> Vec<f32> {
+        kernels::unary(op, x)
     }
 
-    fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage> {
-        let input = HostInputs::new(BackendKind::Cpu, spec, inputs);
-        let out = match spec {
-            OpSpec::Unary { op, .. } => HostData::F32(kernels::unary(*op, input.f32(0)?)),
-            OpSpec::Binary { op, .. } => {
-                HostData::F32(kernels::binary(*op, input.f32(0)?, input.f32(1)?))
+    fn binary(&self, op: BinaryOp, a: &[f32], b: &[f32]) -> Vec<f32> {
+        kernels::binary(op, a, b)
+    }
+
+    fn rms_norm(&self, x: &[f32], w: &[f32], cols: usize, eps: f32) -> Vec<f32> {
+        kernels::rms_norm(x, w, cols, eps)
+    }
+
+    fn layer_norm(&self, x: &[f32], w: &[f32], b: &[f32], cols: usize, eps: f32) -> Vec<f32> {
+        kernels::layer_norm(x, w, b, cols, eps)
+    }
+
+    fn softmax(&self, x: &[f32], cols: usize, causal: Option<usize>) -> Vec<f32> {
+        kernels::softmax(x, cols, causal)
+    }
+
+    fn rope(
+        &self,
+        x: &[f32],
+        positions: &[u32],
+        inv_freq: &[f32],
+        heads: usize,
+        head_dim: usize,
+        layout: RopeLayout,
+    ) -> Vec<f32> {
+        kernels::rope(x, positions, inv_freq, heads, head_dim, layout)
+    }
+
+    fn matmul(&self, a: &[f32], b: &[f32], m: &MatmulSpec) -> Vec<f32> {
+        matmul::matmul(self.simd, a, b, m)
+    }
+
+    fn embedding(&self, table: &[f32], ids: &[u32], vocab: usize, dim: usize) -> Vec<f32> {
+        kernels::embedding(table, ids, vocab, dim)
+    }
+
+    fn permute<T: Plain>(&self, x: &[T], in_shape: &[usize], perm: &[usize]) -> Vec<T> {
+        kernels::permute(x, in_shape, perm)
+    }
+
+    fn argmax(&self, x: &[f32], cols: usize) -> Vec<u32> {
+        kernels::argmax(x, cols)
+    }
+
+    fn quantize(&self, format: DType, x: &[f32], cols: usize) -> Vec<u8> {
+        quant::quantize(format, x, cols)
+    }
+
+    fn dequantize(&self, format: DType, bytes: &[u8], cols: usize) -> Vec<f32> {
+        quant::dequantize(format, bytes, cols)
+    }
+
+    fn qmatmul(
+        &self,
+        a: &[f32],
+        w: &[u8],
+        weight: &Storage,
+        format: DType,
+        act: Activations,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Vec<f32> {
+        let repacked = match (act, weight) {
+            (Activations::Q8_0, Storage::Host(weight)) => {
+                self.repacked.get(self.simd, weight, (format, w), n, k)
             }
-            OpSpec::RmsNorm { cols, eps, .. } => {
-                HostData::F32(kernels::rms_norm(input.f32(0)?, input.f32(1)?, *cols, *eps))
-            }
-            OpSpec::LayerNorm { cols, eps, .. } => HostData::F32(kernels::layer_norm(
-                input.f32(0)?,
-                input.f32(1)?,
-                input.f32(2)?,
-                *cols,
-                *eps,
-            )),
-            OpSpec::Softmax { cols, causal, .. } => {
-                HostData::F32(kernels::softmax(input.f32(0)?, *cols, *causal))
-            }
-            OpSpec::Rope {
-                heads,
-                head_dim,
-                layout,
-                ..
-            } => HostData::F32(kernels::rope(
-                input.f32(0)?,
-                input.u32(1)?,
-                input.f32(2)?,
-                *heads,
-                *head_dim,
-                *layout,
-            )),
-            OpSpec::Matmul(m) => {
-                HostData::F32(matmul::matmul(self.simd, input.f32(0)?, input.f32(1)?, m))
-            }
-            OpSpec::Embedding { vocab, dim, .. } => HostData::F32(kernels::embedding(
-                input.f32(0)?,
-                input.u32(1)?,
-                *vocab,
-                *dim,
-            )),
-            OpSpec::Permute { in_shape, perm } => match input.data(0)? {
-                HostData::F32(x) => HostData::F32(kernels::permute(x, in_shape, perm)),
-                HostData::U32(x) => HostData::U32(kernels::permute(x, in_shape, perm)),
-                HostData::Bytes(d, _) => {
-                    return Err(crate::Error::backend("cpu", format!("permute of {d}")))
-                }
-            },
-            OpSpec::Argmax { cols, .. } => HostData::U32(kernels::argmax(input.f32(0)?, *cols)),
-            OpSpec::Sample { vocab, params, .. } => {
-                HostData::U32(params.sample(input.f32(0)?, input.f32(1)?, *vocab))
-            }
-            OpSpec::ScatterRows { .. } => {
-                return Err(crate::Error::backend(
-                    "cpu",
-                    "scatter_rows runs in place (write_into)",
-                ))
-            }
-            OpSpec::Quantize { format, cols, .. } => {
-                HostData::Bytes(*format, quant::quantize(*format, input.f32(0)?, *cols))
-            }
-            OpSpec::Dequantize { format, cols, .. } => {
-                HostData::F32(quant::dequantize(*format, input.bytes(0, *format)?, *cols))
-            }
-            OpSpec::QMatmul {
-                format,
-                activations,
-                m,
-                n,
-                k,
-            } => {
-                let widened;
-                let a = match activations {
-                    Activations::F16 => {
-                        widened = quant::dequantize(DType::F16, input.bytes(0, DType::F16)?, 1);
-                        &widened[..]
-                    }
-                    _ => input.f32(0)?,
-                };
-                let w = input.bytes(1, *format)?;
-                let repacked = match (activations, inputs[1]) {
-                    (Activations::Q8_0, Storage::Host(weight)) => {
-                        self.repacked.get(self.simd, weight, (*format, w), *n, *k)
-                    }
-                    _ => None,
-                };
-                HostData::F32(quant::qmatmul(
-                    self.simd,
-                    a,
-                    (w, repacked.as_deref()),
-                    *format,
-                    *activations,
-                    *m,
-                    *n,
-                    *k,
-                ))
-            }
-            OpSpec::Concat {
-                rows,
-                a_cols,
-                b_cols,
-            } => match (input.data(0)?, input.data(1)?) {
-                (HostData::U32(a), HostData::U32(b)) => {
-                    HostData::U32(kernels::concat(a, b, *rows, *a_cols, *b_cols))
-                }
-                _ => HostData::F32(kernels::concat(
-                    input.f32(0)?,
-                    input.f32(1)?,
-                    *rows,
-                    *a_cols,
-                    *b_cols,
-                )),
-            },
-            OpSpec::Narrow {
-                cols, start, len, ..
-            } => match input.data(0)? {
-                HostData::U32(x) => HostData::U32(kernels::narrow(x, *cols, *start, *len)),
-                _ => HostData::F32(kernels::narrow(input.f32(0)?, *cols, *start, *len)),
-            },
-            OpSpec::Scan {
-                op,
-                outer,
-                len,
-                inner,
-            } => {
-                let view = (*outer, *len, *inner);
-                HostData::F32(match op {
-                    ScanOp::Linear => {
-                        scan::scan(*op, view, input.f32(0)?, input.f32(1)?, input.f32(2)?)
-                    }
-                    ScanOp::LinearAdjoint => {
-                        scan::scan(*op, view, input.f32(0)?, input.f32(1)?, &[])
-                    }
-                    _ => scan::scan(*op, view, input.f32(0)?, &[], &[]),
-                })
-            }
-            OpSpec::ScanGradA { len, inner, .. } => HostData::F32(kernels::scan_grad_a(
-                input.f32(0)?,
-                input.f32(1)?,
-                input.f32(2)?,
-                *len,
-                *inner,
-            )),
-            OpSpec::ScanGradInit { outer, len, inner } => {
-                let (a, g) = (input.f32(0)?, input.f32(1)?);
-                let at = |c: usize| (c / inner * len) * inner + c % inner;
-                HostData::F32((0..outer * inner).map(|c| a[at(c)] * g[at(c)]).collect())
-            }
-            OpSpec::TernaryDot { format, m, n, k } => {
-                let x: &[i8] = bytemuck::cast_slice(input.bytes(1, DType::I8)?);
-                let dots =
-                    quant::ternary_dot(self.simd, input.bytes(0, *format)?, x, *format, *m, *n, *k);
-                HostData::Bytes(DType::I32, bytemuck::cast_slice(&dots).to_vec())
-            }
+            _ => None,
         };
-        Ok(Storage::Host(Arc::new(out)))
+        quant::qmatmul(self.simd, a, (w, repacked.as_deref()), format, act, m, n, k)
+    }
+
+    fn concat<T: Plain>(
+        &self,
+        a: &[T],
+        b: &[T],
+        rows: usize,
+        a_cols: usize,
+        b_cols: usize,
+    ) -> Vec<T> {
+        kernels::concat(a, b, rows, a_cols, b_cols)
+    }
+
+    fn narrow<T: Plain>(
+        &self,
+        x: &[T],
+        _rows: usize,
+        cols: usize,
+        start: usize,
+        len: usize,
+    ) -> Vec<T> {
+        kernels::narrow(x, cols, start, len)
+    }
+
+    fn scan(&self, op: ScanOp, view: ScanView, x: &[f32], y: &[f32], h0: &[f32]) -> Vec<f32> {
+        scan::scan(op, view, x, y, h0)
+    }
+
+    fn scan_grad_a(&self, (_, len, inner): ScanView, g: &[f32], h: &[f32], h0: &[f32]) -> Vec<f32> {
+        kernels::scan_grad_a(g, h, h0, len, inner)
+    }
+
+    fn scan_grad_init(&self, (outer, len, inner): ScanView, a: &[f32], g: &[f32]) -> Vec<f32> {
+        let at = |c: usize| (c / inner * len) * inner + c % inner;
+        (0..outer * inner).map(|c| a[at(c)] * g[at(c)]).collect()
+    }
+
+    fn ternary_dot(
+        &self,
+        w: &[u8],
+        x: &[i8],
+        format: DType,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Vec<i32> {
+        quant::ternary_dot(self.simd, w, x, format, m, n, k)
     }
 }
 

@@ -10,8 +10,8 @@ use super::parallel::{for_each_row, map_tasks};
 use super::repack::{Repacked, GROUP};
 use super::simd::{dot4, SimdLevel};
 use crate::backend::Activations;
+use crate::dtype::DType;
 use crate::quant::{self, ternary};
-use crate::tensor::DType;
 
 /// Weight rows handled by one task.
 const COLUMN_BLOCK: usize = 64;

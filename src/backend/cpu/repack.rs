@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use super::simd::SimdLevel;
 use crate::backend::HostData;
-use crate::tensor::DType;
+use crate::dtype::DType;
 
 /// Rows per interleaved group.
 pub const GROUP: usize = 8;

@@ -11,12 +11,13 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 
 use super::kernels::{launch, launch_in_place, Arg, Launcher, BLOCK};
 use crate::backend::reference::ReferenceBackend;
+use crate::backend::BackendKind;
 use crate::backend::{
     Activations, Backend, BinaryOp, HostData, MatmulSpec, OpSpec, RopeLayout, SampleParams, ScanOp,
     Storage, UnaryOp,
 };
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::DType;
 
 /// Host memory standing in for device memory; kernels write it through its address.
 struct EmuBuffer {
@@ -113,7 +114,9 @@ impl Launcher for Emulator {
                     .ok()
                     .map(|s| *s)
             })
-            .ok_or_else(|| Error::backend("cuda", format!("no emulated kernel {name}")))?;
+            .ok_or_else(|| {
+                Error::backend(BackendKind::Cuda, format!("no emulated kernel {name}"))
+            })?;
         let mut argv: Vec<*mut c_void> = args
             .iter()
             .map(|a| match a {

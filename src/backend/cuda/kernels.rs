@@ -7,9 +7,10 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::{CudaBackend, CudaBuffer};
 use crate::backend::spec::permute_strides;
+use crate::backend::BackendKind;
 use crate::backend::{Activations, BinaryOp, OpSpec, ScanOp, UnaryOp};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::DType;
 
 /// Threads per block of the 1-D and row kernels.
 pub(super) const BLOCK: u32 = 256;
@@ -29,7 +30,7 @@ pub(super) enum Arg {
 fn size(op: &'static str, v: usize) -> Result<u32> {
     u32::try_from(v).map_err(|_| Error::TensorTooLarge {
         op,
-        backend: "cuda".into(),
+        backend: BackendKind::Cuda,
         bytes: v as u64,
         limit_name: "32-bit kernel size",
         limit: u32::MAX as u64,
@@ -113,10 +114,9 @@ impl Launcher for CudaBackend {
     }
 
     fn run(&self, name: &'static str, grid: (u32, u32, u32), args: &[Arg]) -> Result<()> {
-        let f = self
-            .functions
-            .get(name)
-            .ok_or_else(|| Error::backend("cuda", format!("kernel {name} was not loaded")))?;
+        let f = self.functions.get(name).ok_or_else(|| {
+            Error::backend(BackendKind::Cuda, format!("kernel {name} was not loaded"))
+        })?;
         let mut builder = self.stream.launch_builder(f);
         for a in args {
             match a {
@@ -134,7 +134,7 @@ impl Launcher for CudaBackend {
         // pointer is a live buffer at least as large as the sizes passed say.
         unsafe { builder.launch(cfg) }
             .map(|_| ())
-            .map_err(|e| Error::backend("cuda", format!("launching {name}: {e:?}")))
+            .map_err(|e| Error::backend(BackendKind::Cuda, format!("launching {name}: {e:?}")))
     }
 }
 
@@ -148,12 +148,15 @@ pub(super) fn launch_in_place<L: Launcher>(
     let op = spec.kind().name();
     let OpSpec::ScatterRows { rows, cols, count } = *spec else {
         return Err(Error::backend(
-            "cuda",
+            BackendKind::Cuda,
             format!("{op} is not an in-place op"),
         ));
     };
     let [src, slots] = inputs else {
-        return Err(Error::backend("cuda", "scatter_rows takes src and slots"));
+        return Err(Error::backend(
+            BackendKind::Cuda,
+            "scatter_rows takes src and slots",
+        ));
     };
     if count * cols == 0 {
         return Ok(());
@@ -185,7 +188,7 @@ pub(super) fn launch<L: Launcher>(
         inputs
             .get(i)
             .map(|b| be.ptr(b))
-            .ok_or_else(|| Error::backend("cuda", format!("{op}: input {i} is missing")))
+            .ok_or_else(|| Error::backend(BackendKind::Cuda, format!("{op}: input {i} is missing")))
     };
     let o = Arg::Ptr(be.ptr(out));
     let s = |v: usize| size(op, v).map(Arg::U32);
@@ -284,7 +287,7 @@ pub(super) fn launch<L: Launcher>(
             ],
         ),
         OpSpec::ScatterRows { .. } => Err(Error::backend(
-            "cuda",
+            BackendKind::Cuda,
             "scatter_rows runs in place (write_into)",
         )),
         OpSpec::Argmax { rows, cols } => be.run(

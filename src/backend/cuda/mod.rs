@@ -25,8 +25,8 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr
 use cudarc::nvrtc::Ptx;
 
 use crate::backend::{Backend, BackendInfo, BackendKind, DeviceClass, HostData, OpSpec, Storage};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::DType;
 
 /// Device memory holding `len` storage units of `dtype` (see [`DType::unit_bytes`]),
 /// padded to whole 4-byte words. Cloning shares the allocation; it is freed with the last
@@ -187,7 +187,7 @@ impl CudaBackend {
         if bytes > MAX_BYTES {
             return Err(Error::TensorTooLarge {
                 op,
-                backend: "cuda".into(),
+                backend: BackendKind::Cuda,
                 bytes,
                 limit_name: "32-bit kernel indexing limit",
                 limit: MAX_BYTES,
@@ -197,7 +197,7 @@ impl CudaBackend {
     }
 
     fn driver_error(op: &str, e: impl fmt::Debug) -> Error {
-        Error::backend("cuda", format!("{op}: {e:?}"))
+        Error::backend(BackendKind::Cuda, format!("{op}: {e:?}"))
     }
 
     /// New device memory for `len` units of `dtype`, contents undefined.
@@ -248,7 +248,7 @@ fn cuda_storage<'a>(op: &str, storage: &'a Storage) -> Result<&'a CudaBuffer> {
     match storage {
         Storage::Cuda(b) => Ok(b),
         _ => Err(Error::backend(
-            "cuda",
+            BackendKind::Cuda,
             format!("{op}: an input is not in CUDA memory"),
         )),
     }

@@ -3,8 +3,8 @@
 //! so a backend receives only inputs of the right dtype that are long enough.
 
 use super::{Activations, OpSpec, ScanOp};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::DType;
 
 /// One input an op reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -25,9 +25,10 @@ use super::context::GpuContext;
 use super::pipelines::{Pipelines, Shader};
 use super::recorder::{Dispatch, Recorder, Window};
 use crate::backend::spec::permute_strides;
+use crate::backend::BackendKind;
 use crate::backend::{BinaryOp, MatmulSpec, OpSpec, UnaryOp};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::DType;
 
 /// Threads per workgroup of the one-dimensional kernels.
 const WG: u64 = 256;
@@ -95,7 +96,7 @@ impl Params {
 fn u32_of(op: &'static str, what: &str, v: usize) -> Result<u32> {
     u32::try_from(v).map_err(|_| {
         Error::backend(
-            "wgpu",
+            BackendKind::Wgpu,
             format!("{op}: {what} = {v} does not fit the kernels' 32-bit indices"),
         )
     })
@@ -117,7 +118,7 @@ impl Encoder<'_> {
         let y = groups.div_ceil(max);
         if y > max {
             return Err(Error::backend(
-                "wgpu",
+                BackendKind::Wgpu,
                 format!("{op}: {groups} workgroups exceed a 2-D grid"),
             ));
         }
@@ -641,20 +642,20 @@ fn check_inputs(op: &'static str, spec: &OpSpec, inputs: &[Operand<'_>]) -> Resu
     };
     if inputs.len() < need.len() {
         return Err(Error::backend(
-            "wgpu",
+            BackendKind::Wgpu,
             format!("{op}: needs {} inputs, got {}", need.len(), inputs.len()),
         ));
     }
     for (i, ((dtype, len), input)) in need.iter().zip(inputs).enumerate() {
         if dtype.is_some_and(|d| d != input.dtype) {
             return Err(Error::backend(
-                "wgpu",
+                BackendKind::Wgpu,
                 format!("{op}: input {i} is {:?}", input.dtype),
             ));
         }
         if input.len < *len {
             return Err(Error::backend(
-                "wgpu",
+                BackendKind::Wgpu,
                 format!(
                     "{op}: input {i} has {} elements, the op reads {len}",
                     input.len

@@ -47,8 +47,8 @@ use self::recorder::Recorder;
 use crate::backend::{
     Activations, Backend, BackendFuture, BackendInfo, BackendKind, HostData, OpSpec, Storage,
 };
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::DType;
 
 /// The wgpu backend: one adapter and device, shared by every [`crate::Device`] that uses it.
 pub struct WgpuBackend {
@@ -138,7 +138,7 @@ impl WgpuBackend {
         if bytes > limit {
             return Err(Error::TensorTooLarge {
                 op,
-                backend: "wgpu".into(),
+                backend: BackendKind::Wgpu,
                 bytes,
                 limit_name,
                 limit,
@@ -149,7 +149,7 @@ impl WgpuBackend {
 
     /// Turns errors wgpu reported since the last check into an error.
     fn check_errors(&self) -> Result<()> {
-        let backend = "wgpu".to_string();
+        let backend = BackendKind::Wgpu;
         match self.ctx.errors.take_fault() {
             None => Ok(()),
             Some((GpuFault::Validation, message)) => Err(Error::Backend { backend, message }),
@@ -163,7 +163,7 @@ impl WgpuBackend {
     fn recorder(&self) -> Result<MutexGuard<'_, Recorder>> {
         self.recorder
             .lock()
-            .map_err(|_| Error::backend("wgpu", "the recorder lock was poisoned"))
+            .map_err(|_| Error::backend(BackendKind::Wgpu, "the recorder lock was poisoned"))
     }
 
     /// Fails with [`Error::TensorTooLarge`] when no buffer of `bytes` can be created.
@@ -172,7 +172,7 @@ impl WgpuBackend {
         if bytes > limit {
             return Err(Error::TensorTooLarge {
                 op,
-                backend: "wgpu".into(),
+                backend: BackendKind::Wgpu,
                 bytes,
                 limit_name: "max_buffer_size",
                 limit,
@@ -210,7 +210,7 @@ impl WgpuBackend {
                 Err(e) => {
                     self.check_errors()?;
                     let message = format!("{op}: mapping a new buffer failed: {e}");
-                    return Err(Error::backend("wgpu", message));
+                    return Err(Error::backend(BackendKind::Wgpu, message));
                 }
             };
             view.slice(..bytes.len()).copy_from_slice(bytes);
@@ -226,7 +226,12 @@ impl WgpuBackend {
         self.ctx
             .device
             .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::backend("wgpu", format!("waiting for the device failed: {e}")))?;
+            .map_err(|e| {
+                Error::backend(
+                    BackendKind::Wgpu,
+                    format!("waiting for the device failed: {e}"),
+                )
+            })?;
         self.check_errors()
     }
 
@@ -238,9 +243,18 @@ impl WgpuBackend {
         self.ctx
             .device
             .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::backend("wgpu", format!("waiting for the device failed: {e}")))?;
-        done.await
-            .map_err(|e| Error::backend("wgpu", format!("waiting for the queue failed: {e}")))?;
+            .map_err(|e| {
+                Error::backend(
+                    BackendKind::Wgpu,
+                    format!("waiting for the device failed: {e}"),
+                )
+            })?;
+        done.await.map_err(|e| {
+            Error::backend(
+                BackendKind::Wgpu,
+                format!("waiting for the queue failed: {e}"),
+            )
+        })?;
         self.check_errors()
     }
 
@@ -259,7 +273,12 @@ impl WgpuBackend {
         self.ctx
             .device
             .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::backend("wgpu", format!("waiting for the device failed: {e}")))?;
+            .map_err(|e| {
+                Error::backend(
+                    BackendKind::Wgpu,
+                    format!("waiting for the device failed: {e}"),
+                )
+            })?;
         self.check_errors()?;
         let host = readback.into_host().await?;
         self.check_errors()?;
@@ -272,7 +291,7 @@ fn gpu_storage<'a>(op: &str, storage: &'a Storage) -> Result<&'a GpuBuffer> {
     match storage {
         Storage::Wgpu(b) => Ok(b),
         _ => Err(Error::backend(
-            "wgpu",
+            BackendKind::Wgpu,
             format!("{op}: an input is not in wgpu memory"),
         )),
     }
@@ -306,7 +325,7 @@ impl Backend for WgpuBackend {
         {
             let _ = storage;
             Err(Error::backend(
-                "wgpu",
+                BackendKind::Wgpu,
                 "a blocking readback is impossible in the browser; use the async readback \
                  (Tensor::to_vec_async)",
             ))

@@ -11,6 +11,7 @@ use std::num::NonZeroU64;
 use std::sync::Mutex;
 
 use super::context::{GpuContext, MvShape};
+use crate::backend::BackendKind;
 use crate::error::{Error, Result};
 
 /// Bytes of one parameter block as bound; every WGSL `Params` struct fits in it.
@@ -204,7 +205,7 @@ impl Pipelines {
         inputs: usize,
         format: u32,
     ) -> Result<Kernel> {
-        let poisoned = || Error::backend("wgpu", "a pipeline cache lock was poisoned");
+        let poisoned = || Error::backend(BackendKind::Wgpu, "a pipeline cache lock was poisoned");
         let mut kernels = self.kernels.lock().map_err(|_| poisoned())?;
         if let Some(k) = kernels.get(&(shader, entry, format)) {
             return Ok(k.clone());
@@ -241,7 +242,7 @@ impl Pipelines {
             });
         if let Some(e) = ctx.errors.take() {
             return Err(Error::backend(
-                "wgpu",
+                BackendKind::Wgpu,
                 format!("compiling {}::{entry} failed: {e}", shader.name()),
             ));
         }

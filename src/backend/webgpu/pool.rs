@@ -16,7 +16,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::tensor::DType;
+use crate::dtype::DType;
 
 /// Usage of every pooled buffer: bound as storage, and copied from and to.
 pub(crate) const STORAGE_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE

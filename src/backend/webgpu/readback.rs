@@ -13,9 +13,10 @@ use std::task::{Context, Poll, Waker};
 use super::context::GpuContext;
 use super::pool::GpuBuffer;
 use super::recorder::Recorder;
+use crate::backend::BackendKind;
 use crate::backend::HostData;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::DType;
 
 /// The outcome of a wgpu callback (`map_async`, `on_submitted_work_done`) and the task
 /// waiting for it.
@@ -72,12 +73,19 @@ impl Readback {
             state: self.state.clone(),
         }
         .await;
-        mapped.map_err(|e| Error::backend("wgpu", format!("mapping the readback failed: {e}")))?;
+        mapped.map_err(|e| {
+            Error::backend(
+                BackendKind::Wgpu,
+                format!("mapping the readback failed: {e}"),
+            )
+        })?;
         let host = {
-            let view =
-                self.staging.slice(..).get_mapped_range().map_err(|e| {
-                    Error::backend("wgpu", format!("reading the readback failed: {e}"))
-                })?;
+            let view = self.staging.slice(..).get_mapped_range().map_err(|e| {
+                Error::backend(
+                    BackendKind::Wgpu,
+                    format!("reading the readback failed: {e}"),
+                )
+            })?;
             let data = &view[..self.bytes];
             let words = data.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
             match self.dtype {

@@ -20,8 +20,8 @@ use std::path::PathBuf;
 use super::WgpuBackend;
 use crate::backend::reference::ReferenceBackend;
 use crate::backend::{Activations, Backend, HostData, MatmulSpec, OpSpec, Storage};
+use crate::dtype::DType;
 use crate::error::Result;
-use crate::tensor::DType;
 
 /// `off` skips the self-check (and its cache); `fail` makes every checked variant disagree,
 /// which is how the tests see a demotion on an adapter whose kernels are right.

@@ -78,8 +78,8 @@ pub fn bench_model(
         };
         let text = value
             .and_then(|v| serde_json::to_string_pretty(&v))
-            .map_err(|e| Error::Backend {
-                backend: "cli".into(),
+            .map_err(|e| Error::Tool {
+                part: "cli",
                 message: e.to_string(),
             })?;
         println!("{text}");
@@ -189,8 +189,8 @@ pub fn bench(
     }
     publish(&report, json, dir)?;
     if report.rows.iter().any(|r| !r.checked) {
-        return Err(Error::Backend {
-            backend: "bench".into(),
+        return Err(Error::Tool {
+            part: "bench",
             message: "some rows did not match the reference (marked FAILED above)".into(),
         });
     }

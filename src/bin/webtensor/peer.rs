@@ -22,8 +22,8 @@ fn script() -> PathBuf {
 }
 
 fn failed(message: String) -> Error {
-    Error::Backend {
-        backend: "llama.cpp peer".into(),
+    Error::Tool {
+        part: "llama.cpp peer",
         message,
     }
 }

@@ -116,8 +116,8 @@ impl Scheduler {
         std::thread::Builder::new()
             .name("engine".into())
             .spawn(move || engine(&llama, &pool, &jobs))
-            .map_err(|e| Error::Backend {
-                backend: "serve".into(),
+            .map_err(|e| Error::Tool {
+                part: "serve",
                 message: format!("the engine thread did not start: {e}"),
             })?;
         Ok(Scheduler {
@@ -148,8 +148,8 @@ impl Scheduler {
 
     /// Hands a job to the engine (its [`Ticket`] held by the caller until it is done).
     pub fn run(&self, job: Job) -> Result<(), Error> {
-        self.submit.send(job).map_err(|_| Error::Backend {
-            backend: "serve".into(),
+        self.submit.send(job).map_err(|_| Error::Tool {
+            part: "serve",
             message: "the engine has stopped".into(),
         })
     }

@@ -8,9 +8,10 @@
 //! a third operand, and `qmatmul_int` reads it.
 
 use super::{u32_of, Encoder, Operand, Params, Shader, MATVEC_MAX_M};
+use crate::backend::BackendKind;
 use crate::backend::{Activations, OpSpec};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::DType;
 
 /// Threads per workgroup of the quant kernels.
 const WG: u64 = 64;
@@ -36,7 +37,7 @@ fn format_code(format: DType) -> Result<u32> {
         DType::TernaryPlanes => 6,
         other => {
             return Err(Error::backend(
-                "wgpu",
+                BackendKind::Wgpu,
                 format!("{other} is not a packed weight format"),
             ))
         }
@@ -140,7 +141,10 @@ impl Encoder<'_> {
                     }
                     Activations::Q8_0 | Activations::I8 => {
                         let temp = inputs.get(2).ok_or_else(|| {
-                            Error::backend("wgpu", "qmatmul: missing the activation buffer")
+                            Error::backend(
+                                BackendKind::Wgpu,
+                                "qmatmul: missing the activation buffer",
+                            )
                         })?;
                         let mode = (activations == Activations::I8) as u32;
                         let p = params(op, format, m, n, k, mode)?;
@@ -182,7 +186,7 @@ impl Encoder<'_> {
                 self.run(Shader::Quant, "ternary_dot", &p, out, &[w, x], tiles)
             }
             _ => Err(Error::backend(
-                "wgpu",
+                BackendKind::Wgpu,
                 format!("{op} is not a quantized op"),
             )),
         }

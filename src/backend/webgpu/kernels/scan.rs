@@ -2,6 +2,7 @@
 //! carries across chunks, then each chunk from its carry — and the two gradient kernels.
 
 use super::{u32_of, Encoder, Operand, Params, Shader};
+use crate::backend::BackendKind;
 use crate::backend::{OpSpec, ScanOp};
 use crate::error::{Error, Result};
 
@@ -92,7 +93,7 @@ impl Encoder<'_> {
                     .get(scan_inputs(scan))
                     .map(|o| o.buffer)
                     .ok_or_else(|| {
-                        Error::backend("wgpu", "scan: missing the chunk-state buffer")
+                        Error::backend(BackendKind::Wgpu, "scan: missing the chunk-state buffer")
                     })?;
                 if len <= SERIAL_MAX {
                     let grid = self.grid(op, channels.div_ceil(WG))?;
@@ -116,7 +117,10 @@ impl Encoder<'_> {
                 let raw: Vec<_> = inputs.iter().take(2).map(|o| o.buffer).collect();
                 self.run(Shader::Scan, "scan_grad_init", &p, out, &raw, grid)
             }
-            _ => Err(Error::backend("wgpu", format!("{op} is not a scan"))),
+            _ => Err(Error::backend(
+                BackendKind::Wgpu,
+                format!("{op} is not a scan"),
+            )),
         }
     }
 }

@@ -17,9 +17,10 @@
 use super::{Encoder, Operand};
 use crate::backend::webgpu::recorder::Window;
 use crate::backend::webgpu::GpuBuffer;
+use crate::backend::BackendKind;
 use crate::backend::{MatmulSpec, OpSpec};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::DType;
 
 /// The operand of `spec` whose rows may be split across bindings: (input index, rows, bytes
 /// per row), for the products against a `[n, k]` weight and the embedding gather.
@@ -102,7 +103,7 @@ impl Encoder<'_> {
         if per == 0 {
             return Err(Error::TensorTooLarge {
                 op,
-                backend: "wgpu".into(),
+                backend: BackendKind::Wgpu,
                 bytes: row_bytes * step,
                 limit_name,
                 limit: max,
@@ -154,7 +155,12 @@ impl Encoder<'_> {
             }
             OpSpec::Matmul(ref m) => m.n,
             OpSpec::QMatmul { n, .. } => n,
-            _ => return Err(Error::backend("wgpu", format!("{op}: cannot be split"))),
+            _ => {
+                return Err(Error::backend(
+                    BackendKind::Wgpu,
+                    format!("{op}: cannot be split"),
+                ))
+            }
         };
         let part = match *spec {
             OpSpec::Matmul(ref m) => OpSpec::Matmul(MatmulSpec {
