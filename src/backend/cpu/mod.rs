@@ -10,6 +10,8 @@ mod int_dot;
 mod kernels;
 mod matmul;
 mod parallel;
+#[cfg(not(target_arch = "wasm32"))]
+mod pool;
 mod quant;
 mod repack;
 mod scan;
