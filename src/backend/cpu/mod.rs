@@ -6,6 +6,7 @@
 //! forces a SIMD path (an unsupported one falls back to the best available, with a warning),
 //! so every path can be tested on one machine.
 
+mod act_quant;
 mod int_dot;
 mod kernels;
 mod matmul;

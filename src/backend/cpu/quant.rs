@@ -5,6 +5,7 @@
 //! activations, int8 plus one scale per 32 values for the quantizing modes) and reuse it for
 //! every activation row, so the weights stream from memory once per column block.
 
+use super::act_quant::quantize_i8;
 use super::int_dot::{dot_i8, dot_q8, dot_q_rows, BitSliced};
 use super::parallel::{for_each_row, map_tasks};
 use super::repack::{Repacked, GROUP};
@@ -47,7 +48,7 @@ enum PreparedActivations {
     Int { q: Vec<i8>, d: Vec<f32> },
 }
 
-fn prepare(a: &[f32], act: Activations, k: usize) -> PreparedActivations {
+fn prepare(level: SimdLevel, a: &[f32], act: Activations, k: usize) -> PreparedActivations {
     let per_row_scale = match act {
         Activations::F32 | Activations::F16 => return PreparedActivations::Float(a.to_vec()),
         Activations::Q8_0 => false,
@@ -58,10 +59,10 @@ fn prepare(a: &[f32], act: Activations, k: usize) -> PreparedActivations {
     let mut d = vec![0f32; a.len() / k * chunks];
     for ((x, q), d) in a.chunks(k).zip(q.chunks_mut(k)).zip(d.chunks_mut(chunks)) {
         if per_row_scale {
-            d.fill(quant::quantize_i8(x, q));
+            d.fill(quantize_i8(level, x, q));
         } else {
             for ((x, q), d) in x.chunks(32).zip(q.chunks_mut(32)).zip(d.iter_mut()) {
-                *d = quant::quantize_i8(x, q);
+                *d = quantize_i8(level, x, q);
             }
         }
     }
@@ -107,7 +108,7 @@ pub fn qmatmul(
     n: usize,
     k: usize,
 ) -> Vec<f32> {
-    let prepared = prepare(a, act, k);
+    let prepared = prepare(level, a, act, k);
     if let (Some(rep), PreparedActivations::Int { q, d }) = (repacked, &prepared) {
         if act == Activations::Q8_0 && rep.rows() == n {
             return repacked_product(rep, (q, d), m, n, k);
