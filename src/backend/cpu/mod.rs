@@ -6,10 +6,13 @@
 //! forces a SIMD path (an unsupported one falls back to the best available, with a warning),
 //! so every path can be tested on one machine.
 
+mod act_quant;
 mod int_dot;
 mod kernels;
 mod matmul;
 mod parallel;
+#[cfg(not(target_arch = "wasm32"))]
+mod pool;
 mod quant;
 mod repack;
 mod scan;

@@ -1,12 +1,17 @@
-//! Splitting work across threads: rayon natively and in the threaded wasm build (`+atomics`),
-//! one thread in the one-thread wasm build. Kernels call these helpers so they never carry
-//! `cfg`s of their own.
+//! Splitting work across threads: natively the spinning pool of `pool.rs` (rayon when that
+//! is busy), rayon in the threaded wasm build (`+atomics`), one thread in the one-thread wasm
+//! build. Kernels call these helpers so they never carry `cfg`s of their own.
 
-/// Below this much work (in plain element copies) a kernel runs on the calling thread: waking
-/// the pool's sleeping workers costs tens of microseconds, more than a decode step's small
-/// products take (SmolLM-135M's 576×576 q4_0 matrices decoded slower on two threads than on
-/// one at 16K).
+/// Below this much work (in plain element copies) a kernel runs on the calling thread when it
+/// would go to rayon: waking rayon's sleeping workers costs tens of microseconds, more than a
+/// decode step's small products take (SmolLM-135M's 576×576 q4_0 matrices decoded slower on
+/// two threads than on one at 16K).
 const MIN_PARALLEL_ELEMENTS: usize = 256 * 1024;
+
+/// The same for the spinning pool, whose awake workers take a job in well under a
+/// microsecond: a SmolLM-135M 576×576 product (about 41K) is split, a 576-wide norm is not.
+#[cfg(not(target_arch = "wasm32"))]
+const MIN_POOL_ELEMENTS: usize = 16 * 1024;
 
 /// Work per task when a kernel does fan out: small enough to balance the threads.
 const TASK_ELEMENTS: usize = 16 * 1024;
@@ -24,20 +29,80 @@ pub fn for_each_row<T: Send>(
     }
     let rows = out.len() / row_len;
     let total = out.len().saturating_mul(weight.max(1));
-    if total < MIN_PARALLEL_ELEMENTS || rows < 2 || threads() < 2 {
+    let serial = |out: &mut [T]| {
         out.chunks_mut(row_len)
             .enumerate()
-            .for_each(|(i, row)| f(i, row));
-        return;
+            .for_each(|(i, row)| f(i, row))
+    };
+    if total < min_parallel() || rows < 2 || threads() < 2 {
+        return serial(out);
     }
     // Enough rows per task to amortise scheduling, enough tasks to balance the threads.
     let rows_per_task =
         (TASK_ELEMENTS / (row_len * weight.max(1))).clamp(1, rows.div_ceil(threads() * 4).max(1));
-    par_chunks(out, rows_per_task * row_len, |task, chunk| {
+    let chunk = rows_per_task * row_len;
+    let run_chunk = |task: usize, chunk: &mut [T]| {
         for (j, row) in chunk.chunks_mut(row_len).enumerate() {
             f(task * rows_per_task + j, row);
         }
-    });
+    };
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Some(pool) = super::pool::Pool::global() {
+        let len = out.len();
+        let base = SendPtr(out.as_mut_ptr());
+        let task = |t: usize| {
+            let start = t * chunk;
+            // SAFETY: tasks cover disjoint ranges `start..start + chunk` of `out`, which is
+            // borrowed mutably for the whole call (`try_run` returns when all have run).
+            let part = unsafe {
+                std::slice::from_raw_parts_mut(base.get().add(start), chunk.min(len - start))
+            };
+            run_chunk(t, part);
+        };
+        if pool.try_run(len.div_ceil(chunk), &task) {
+            return;
+        }
+        if total < MIN_PARALLEL_ELEMENTS {
+            return serial(out);
+        }
+    }
+    par_chunks(out, chunk, run_chunk);
+}
+
+/// A pointer handed to the pool's tasks, each of which uses its own part of the data.
+#[cfg(not(target_arch = "wasm32"))]
+struct SendPtr<T>(*mut T);
+
+#[cfg(not(target_arch = "wasm32"))]
+impl<T> Clone for SendPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+#[cfg(not(target_arch = "wasm32"))]
+impl<T> Copy for SendPtr<T> {}
+
+// SAFETY: only used to give each task a disjoint part of one mutably borrowed slice.
+#[cfg(not(target_arch = "wasm32"))]
+unsafe impl<T: Send> Sync for SendPtr<T> {}
+#[cfg(not(target_arch = "wasm32"))]
+unsafe impl<T: Send> Send for SendPtr<T> {}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl<T> SendPtr<T> {
+    /// The pointer (a method, so closures capture the `Sync` wrapper, not the raw field).
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+/// The least work worth splitting: the pool's threshold where it runs, rayon's elsewhere.
+fn min_parallel() -> usize {
+    #[cfg(not(target_arch = "wasm32"))]
+    if super::pool::Pool::global().is_some() {
+        return MIN_POOL_ELEMENTS;
+    }
+    MIN_PARALLEL_ELEMENTS
 }
 
 /// Runs `f(task_index)` for `0..tasks` and collects the results in order. `work` is the
@@ -48,11 +113,27 @@ pub fn map_tasks<R: Send>(
     work: usize,
     f: impl Fn(usize) -> R + Sync + Send,
 ) -> Vec<R> {
-    if work < MIN_PARALLEL_ELEMENTS || tasks < 2 || threads() < 2 {
+    if work < min_parallel() || tasks < 2 || threads() < 2 {
         return (0..tasks).map(f).collect();
     }
     #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
     {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(pool) = super::pool::Pool::global() {
+            let mut results: Vec<Option<R>> = (0..tasks).map(|_| None).collect();
+            let base = SendPtr(results.as_mut_ptr());
+            let task = |t: usize| {
+                let r = f(t);
+                // SAFETY: task `t` alone writes slot `t` of `results`, which outlives the job.
+                unsafe { *base.get().add(t) = Some(r) };
+            };
+            if pool.try_run(tasks, &task) {
+                return results.into_iter().flatten().collect();
+            }
+        }
+        if work < MIN_PARALLEL_ELEMENTS {
+            return (0..tasks).map(f).collect();
+        }
         use rayon::prelude::*;
         (0..tasks).into_par_iter().map(f).collect()
     }

@@ -5,6 +5,7 @@
 //! activations, int8 plus one scale per 32 values for the quantizing modes) and reuse it for
 //! every activation row, so the weights stream from memory once per column block.
 
+use super::act_quant::quantize_i8;
 use super::int_dot::{dot_i8, dot_q8, dot_q_rows, BitSliced};
 use super::parallel::{for_each_row, map_tasks};
 use super::repack::{Repacked, GROUP};
@@ -13,8 +14,17 @@ use crate::backend::Activations;
 use crate::dtype::DType;
 use crate::quant::{self, ternary};
 
-/// Weight rows handled by one task.
+/// Weight rows handled by one task of a product with several activation rows, at most.
 const COLUMN_BLOCK: usize = 64;
+
+/// Weight rows per task of a prefill product: [`COLUMN_BLOCK`], or fewer (a multiple of the
+/// repacked group) so that a narrow matrix still makes four tasks per thread; SmolLM-135M's
+/// 192-row key projection made three tasks of 64, one thread idle a third of the time.
+fn prefill_columns(n: usize) -> usize {
+    n.div_ceil(4 * super::parallel::threads())
+        .next_multiple_of(GROUP)
+        .clamp(GROUP, COLUMN_BLOCK)
+}
 
 /// Weight rows handled by one task of a one-row product (decode): small, so that two threads
 /// get even shares of a few hundred rows.
@@ -47,7 +57,7 @@ enum PreparedActivations {
     Int { q: Vec<i8>, d: Vec<f32> },
 }
 
-fn prepare(a: &[f32], act: Activations, k: usize) -> PreparedActivations {
+fn prepare(level: SimdLevel, a: &[f32], act: Activations, k: usize) -> PreparedActivations {
     let per_row_scale = match act {
         Activations::F32 | Activations::F16 => return PreparedActivations::Float(a.to_vec()),
         Activations::Q8_0 => false,
@@ -58,10 +68,10 @@ fn prepare(a: &[f32], act: Activations, k: usize) -> PreparedActivations {
     let mut d = vec![0f32; a.len() / k * chunks];
     for ((x, q), d) in a.chunks(k).zip(q.chunks_mut(k)).zip(d.chunks_mut(chunks)) {
         if per_row_scale {
-            d.fill(quant::quantize_i8(x, q));
+            d.fill(quantize_i8(level, x, q));
         } else {
             for ((x, q), d) in x.chunks(32).zip(q.chunks_mut(32)).zip(d.iter_mut()) {
-                *d = quant::quantize_i8(x, q);
+                *d = quantize_i8(level, x, q);
             }
         }
     }
@@ -107,7 +117,7 @@ pub fn qmatmul(
     n: usize,
     k: usize,
 ) -> Vec<f32> {
-    let prepared = prepare(a, act, k);
+    let prepared = prepare(level, a, act, k);
     if let (Some(rep), PreparedActivations::Int { q, d }) = (repacked, &prepared) {
         if act == Activations::Q8_0 && rep.rows() == n {
             return repacked_product(rep, (q, d), m, n, k);
@@ -176,16 +186,16 @@ pub fn qmatmul(
         });
         return out;
     }
-    let blocks = n.div_ceil(COLUMN_BLOCK);
-    let tiles = map_tasks(blocks, m * n * k / 8, |blk| {
-        let j0 = blk * COLUMN_BLOCK;
-        let mut tile = vec![0f32; m * (n - j0).min(COLUMN_BLOCK)];
+    let cb = prefill_columns(n);
+    let tiles = map_tasks(n.div_ceil(cb), m * n * k / 8, |blk| {
+        let j0 = blk * cb;
+        let mut tile = vec![0f32; m * (n - j0).min(cb)];
         column_block(j0, &mut tile);
         tile
     });
     for (blk, tile) in tiles.iter().enumerate() {
-        let j0 = blk * COLUMN_BLOCK;
-        let width = (n - j0).min(COLUMN_BLOCK);
+        let j0 = blk * cb;
+        let width = (n - j0).min(cb);
         for i in 0..m {
             out[i * n + j0..i * n + j0 + width].copy_from_slice(&tile[i * width..(i + 1) * width]);
         }
@@ -216,9 +226,10 @@ fn repacked_product(
         });
         return out;
     }
-    let per_task = COLUMN_BLOCK / GROUP;
-    let tiles = map_tasks(n.div_ceil(COLUMN_BLOCK), m * n * k / 8, |blk| {
-        let width = (n - blk * COLUMN_BLOCK).min(COLUMN_BLOCK);
+    let cb = prefill_columns(n);
+    let per_task = cb / GROUP;
+    let tiles = map_tasks(n.div_ceil(cb), m * n * k / 8, |blk| {
+        let width = (n - blk * cb).min(cb);
         let groups = blk * per_task..(blk + 1) * per_task;
         let mut tile = vec![0f32; m * width];
         let mut i = 0;
@@ -236,7 +247,7 @@ fn repacked_product(
         tile
     });
     for (blk, tile) in tiles.iter().enumerate() {
-        let j0 = blk * COLUMN_BLOCK;
+        let j0 = blk * cb;
         let width = tile.len() / m;
         for i in 0..m {
             out[i * n + j0..i * n + j0 + width].copy_from_slice(&tile[i * width..(i + 1) * width]);
