@@ -720,10 +720,17 @@ fn mv_load_x(v0: u32) {
                 // word m·k/4 + a·k/32 + v0/8 (binding 3 seen as vec4s).
                 let w0 = bitcast<vec4<u32>>(xv[(a * k4 + v0) / 4u]);
                 let w1 = bitcast<vec4<u32>>(xv[(a * k4 + v0) / 4u + 1u]);
-                let words = array<u32, 8>(w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w);
-                for (var t = 0u; t < 8u; t = t + 1u) {
-                    mv_x[8u * i + t] = q8_vals(words[t]);
-                }
+                // Written out, not looped over an array of the words: lavapipe keeps such an
+                // array in memory per lane, which made this path ten times slower.
+                let b = 8u * i;
+                mv_x[b] = q8_vals(w0.x);
+                mv_x[b + 1u] = q8_vals(w0.y);
+                mv_x[b + 2u] = q8_vals(w0.z);
+                mv_x[b + 3u] = q8_vals(w0.w);
+                mv_x[b + 4u] = q8_vals(w1.x);
+                mv_x[b + 5u] = q8_vals(w1.y);
+                mv_x[b + 6u] = q8_vals(w1.z);
+                mv_x[b + 7u] = q8_vals(w1.w);
                 let sw = p.m * k4 + a * (p.k / 32u) + v0 / 8u;
                 mv_xs[i] = xv[sw / 4u][sw % 4u];
             } else {
