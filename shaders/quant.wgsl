@@ -215,8 +215,9 @@ fn tq1_trit(base: u32, v: u32) -> i32 {
         at = 48u + (v - 240u) % 4u;
         n = (v - 240u) / 4u;
     }
-    var pow3 = array<u32, 5>(1u, 3u, 9u, 27u, 81u);
-    let t = (byte_at(base + at) * pow3[n]) & 0xffu;
+    // 3^n for n ≤ 4, from a vector rather than a local array (which lavapipe keeps in memory).
+    let pow3 = select(vec4<u32>(1u, 3u, 9u, 27u)[min(n, 3u)], 81u, n == 4u);
+    let t = (byte_at(base + at) * pow3) & 0xffu;
     return i32((t * 3u) >> 8u) - 1;
 }
 
