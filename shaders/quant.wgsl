@@ -850,6 +850,18 @@ fn mv_decode(row: u32, g: u32) -> f32 {
             }
             return f16_to_f32(half_at(o + 64u));
         }
+        case 6u: {
+            // Ternary planes, 68-byte blocks of 256 values: the f32 scale, then 8 words of
+            // "+1" bits and 8 of "−1" bits; group g is bit word g % 8 of each plane.
+            let wb = (row * (p.k / 256u) + g / 8u) * 17u;
+            let plus = vec4<u32>(q[wb + 1u + g % 8u]);
+            let minus = vec4<u32>(q[wb + 9u + g % 8u]);
+            for (var t = 0u; t < 8u; t = t + 1u) {
+                let at = vec4<u32>(0u, 1u, 2u, 3u) + 4u * t;
+                mv_w[t] = vec4<f32>((plus >> at) & vec4<u32>(1u)) - vec4<f32>((minus >> at) & vec4<u32>(1u));
+            }
+            return bitcast<f32>(q[wb]);
+        }
         default: {
             let d = decode_group(row, g);
             for (var t = 0u; t < 8u; t = t + 1u) {
