@@ -602,6 +602,9 @@ fn qmatmul(dev: &Device) {
         (1, 300, 512),
         (3, 130, 512),
         (4, 13, 1280),
+        // Prefill through the row-dot kernel: chunks of four activation rows (the last one
+        // short) times several blocks of weight rows.
+        (6, 300, 512),
     ] {
         let a = uniform(&mut r, m * k, 2.0);
         let w = uniform(&mut r, n * k, 1.0);

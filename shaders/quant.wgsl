@@ -215,8 +215,9 @@ fn tq1_trit(base: u32, v: u32) -> i32 {
         at = 48u + (v - 240u) % 4u;
         n = (v - 240u) / 4u;
     }
-    var pow3 = array<u32, 5>(1u, 3u, 9u, 27u, 81u);
-    let t = (byte_at(base + at) * pow3[n]) & 0xffu;
+    // 3^n for n ≤ 4, from a vector rather than a local array (which lavapipe keeps in memory).
+    let pow3 = select(vec4<u32>(1u, 3u, 9u, 27u)[min(n, 3u)], 81u, n == 4u);
+    let t = (byte_at(base + at) * pow3) & 0xffu;
     return i32((t * 3u) >> 8u) - 1;
 }
 
@@ -666,9 +667,12 @@ fn ternary_dot(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     }
 }
 
-// ---- decode products: one team of lanes per four weight rows (prelude entry `mv`) ---------
+// ---- row-dot products: one team of lanes per four weight rows (prelude entry `mv`) --------
 //
-// f32 activations, m ≤ 4 rows, k % 32 == 0. The format is the pipeline constant MV_FORMAT
+// f32 or int8 activations, any m, k % 32 == 0. The grid is (row blocks of MV_ROWS weight rows)
+// × (chunks of four activation rows): each lane holds 4 weight rows × 4 activation rows of
+// outputs in registers, so a weight group is dequantized once per four activation rows (for
+// prefill as for decode) and every lane has work even when k is short. The format is the pipeline constant MV_FORMAT
 // (the same codes as `p.format`), so each pipeline is compiled for one format and the switch
 // in `mv_decode` folds away (f16, Q8_0, Q4_0 and TQ2_0 decode in place; TQ1_0 and ternary
 // planes through `decode_group`). A lane takes groups of 32 values (one Q4_0/Q8_0 block, an
@@ -684,35 +688,55 @@ override MV_FORMAT: u32 = 3u;
 
 @group(0) @binding(3) var<storage, read> xv: array<vec4<f32>>;
 
+// The workgroup's first activation row (a multiple of 4), set by `mv_first_row`, which every
+// prelude calls before the other `mv_` functions.
+var<private> mv_a0: u32;
+
+// Splits the flat workgroup index into (chunk of activation rows, block of weight rows);
+// returns the block's first weight row, or n for a workgroup past the last chunk.
 fn mv_first_row(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return (wid.y * nwg.x + wid.x) * MV_ROWS;
+    let idx = wid.y * nwg.x + wid.x;
+    let blocks = (p.n + MV_ROWS - 1u) / MV_ROWS;
+    mv_a0 = 4u * (idx / blocks);
+    if (mv_a0 >= p.m) {
+        return p.n;
+    }
+    return (idx % blocks) * MV_ROWS;
 }
 
 // The group's activations, 8 vec4s per activation row, and one weight row's group.
 var<private> mv_x: array<vec4<f32>, 32>;
 var<private> mv_w: array<vec4<f32>, 8>;
 
-// Loads the 8 vec4s from vec4 `v0` of each activation row into `mv_x`.
+// Loads the 8 vec4s from vec4 `v0` of each of the workgroup's activation rows into `mv_x`.
 // With int8 activations (MV_FORMAT ≥ 16: the output of `quantize_acts`) the values are the
 // integers and `mv_xs` holds each row's scale of the group; with f32 activations it is 1.
 fn mv_load_x(v0: u32) {
     let k4 = p.k / 4u;
     for (var i = 0u; i < 4u; i = i + 1u) {
-        if (i < p.m) {
+        let a = mv_a0 + i;
+        if (a < p.m) {
             if (MV_FORMAT >= 16u) {
-                // Eight words of int8 values at word i·k/4 + v0 (v0 = 8·group), the scale at
-                // word m·k/4 + i·k/32 + v0/8 (binding 3 seen as vec4s).
-                let w0 = bitcast<vec4<u32>>(xv[(i * k4 + v0) / 4u]);
-                let w1 = bitcast<vec4<u32>>(xv[(i * k4 + v0) / 4u + 1u]);
-                let words = array<u32, 8>(w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w);
-                for (var t = 0u; t < 8u; t = t + 1u) {
-                    mv_x[8u * i + t] = q8_vals(words[t]);
-                }
-                let sw = p.m * k4 + i * (p.k / 32u) + v0 / 8u;
+                // Eight words of int8 values at word a·k/4 + v0 (v0 = 8·group), the scale at
+                // word m·k/4 + a·k/32 + v0/8 (binding 3 seen as vec4s).
+                let w0 = bitcast<vec4<u32>>(xv[(a * k4 + v0) / 4u]);
+                let w1 = bitcast<vec4<u32>>(xv[(a * k4 + v0) / 4u + 1u]);
+                // Written out, not looped over an array of the words: lavapipe keeps such an
+                // array in memory per lane, which made this path ten times slower.
+                let b = 8u * i;
+                mv_x[b] = q8_vals(w0.x);
+                mv_x[b + 1u] = q8_vals(w0.y);
+                mv_x[b + 2u] = q8_vals(w0.z);
+                mv_x[b + 3u] = q8_vals(w0.w);
+                mv_x[b + 4u] = q8_vals(w1.x);
+                mv_x[b + 5u] = q8_vals(w1.y);
+                mv_x[b + 6u] = q8_vals(w1.z);
+                mv_x[b + 7u] = q8_vals(w1.w);
+                let sw = p.m * k4 + a * (p.k / 32u) + v0 / 8u;
                 mv_xs[i] = xv[sw / 4u][sw % 4u];
             } else {
                 for (var t = 0u; t < 8u; t = t + 1u) {
-                    mv_x[8u * i + t] = xv[i * k4 + v0 + t];
+                    mv_x[8u * i + t] = xv[a * k4 + v0 + t];
                 }
                 mv_xs[i] = 1.0;
             }
@@ -727,7 +751,7 @@ var<private> mv_xs: vec4<f32>;
 fn mv_dot_rows(d: f32) -> vec4<f32> {
     var r = vec4<f32>();
     for (var i = 0u; i < 4u; i = i + 1u) {
-        if (i < p.m) {
+        if (mv_a0 + i < p.m) {
             let b = 8u * i;
             let s = ((dot(mv_x[b], mv_w[0]) + dot(mv_x[b + 1u], mv_w[1]))
                 + (dot(mv_x[b + 2u], mv_w[2]) + dot(mv_x[b + 3u], mv_w[3])))
@@ -826,6 +850,18 @@ fn mv_decode(row: u32, g: u32) -> f32 {
             }
             return f16_to_f32(half_at(o + 64u));
         }
+        case 6u: {
+            // Ternary planes, 68-byte blocks of 256 values: the f32 scale, then 8 words of
+            // "+1" bits and 8 of "−1" bits; group g is bit word g % 8 of each plane.
+            let wb = (row * (p.k / 256u) + g / 8u) * 17u;
+            let plus = vec4<u32>(q[wb + 1u + g % 8u]);
+            let minus = vec4<u32>(q[wb + 9u + g % 8u]);
+            for (var t = 0u; t < 8u; t = t + 1u) {
+                let at = vec4<u32>(0u, 1u, 2u, 3u) + 4u * t;
+                mv_w[t] = vec4<f32>((plus >> at) & vec4<u32>(1u)) - vec4<f32>((minus >> at) & vec4<u32>(1u));
+            }
+            return bitcast<f32>(q[wb]);
+        }
         default: {
             let d = decode_group(row, g);
             for (var t = 0u; t < 8u; t = t + 1u) {
@@ -837,7 +873,7 @@ fn mv_decode(row: u32, g: u32) -> f32 {
 }
 
 // Partial sums of weight rows row0..row0+4 (rows past n repeat the last row; `mv_store` drops
-// them) against the up to four activation rows.
+// them) against the workgroup's up to four activation rows.
 fn mv_partial(wid: vec3<u32>, row0: u32, lane: u32, lanes: u32) -> array<vec4<f32>, 4> {
     var acc: array<vec4<f32>, 4>;
     if (row0 >= p.n) {
@@ -859,8 +895,8 @@ fn mv_store(wid: vec3<u32>, row0: u32, s: array<vec4<f32>, 4>) {
     for (var j = 0u; j < 4u; j = j + 1u) {
         let row = row0 + j;
         if (row < p.n) {
-            for (var i = 0u; i < p.m; i = i + 1u) {
-                out[i * p.n + row] = bitcast<u32>(s[j][i]);
+            for (var i = 0u; i < min(4u, p.m - mv_a0); i = i + 1u) {
+                out[(mv_a0 + i) * p.n + row] = bitcast<u32>(s[j][i]);
             }
         }
     }

@@ -1,8 +1,10 @@
 //! Encoding the quantized ops (`shaders/quant.wgsl`, `shaders/quant_f16.wgsl`).
 //!
-//! Decode products (m ≤ 4; k a multiple of 32 for f32 activations) run the row-dot kernel
-//! `mv` compiled once per format and activation kind; other products run one workgroup per (weight row, 8 activation
-//! rows). With `Q8_0` or `I8`
+//! Products with f32 or int8 activations (k a multiple of 32, within the shape's `max_k`), for
+//! decode and prefill alike, run the row-dot kernel `mv` compiled once per format and
+//! activation kind, over chunks of four activation rows; the others (f16 activations, f16
+//! weights with `shader-f16`, odd k) run one workgroup per (weight row, 8 activation rows).
+//! With `Q8_0` or `I8`
 //! activations the op records two dispatches: `quantize_acts` rounds the activations into a
 //! temporary buffer (int8 words, then one f32 scale per 32 values) that the backend passed as
 //! a third operand, and `qmatmul_int` reads it.
@@ -64,6 +66,13 @@ fn params(
 }
 
 impl Encoder<'_> {
+    /// The grid of the row-dot kernel `mv` in `quant.wgsl`: a workgroup per block of weight
+    /// rows (the prelude's `MV_ROWS`) and chunk of [`MATVEC_MAX_M`] activation rows.
+    fn mv_grid(&self, op: &'static str, m: usize, n: usize) -> Result<[u32; 3]> {
+        let blocks = n.div_ceil(self.ctx.mv_shape().rows_per_workgroup()) as u64;
+        self.grid(op, blocks * m.div_ceil(MATVEC_MAX_M) as u64)
+    }
+
     /// Records a quantize, dequantize, quantized product or ternary dot.
     pub(super) fn quant(
         &mut self,
@@ -114,15 +123,12 @@ impl Encoder<'_> {
                 let tiles = self.grid(op, (n * m.div_ceil(ROWS)) as u64)?;
                 match activations {
                     Activations::F32
-                        if m <= MATVEC_MAX_M
-                            && k.is_multiple_of(32)
-                            && k <= self.ctx.mv_shape().max_k() =>
+                        if k.is_multiple_of(32) && k <= self.ctx.mv_shape().max_k() =>
                     {
-                        // Decode: the row-dot kernel specialised for the format.
+                        // The row-dot kernel specialised for the format.
                         let code = format_code(format)?;
                         let p = params(op, format, m, n, k, 0)?;
-                        let rows = self.ctx.mv_shape().rows_per_workgroup();
-                        let grid = self.grid(op, n.div_ceil(rows) as u64)?;
+                        let grid = self.mv_grid(op, m, n)?;
                         self.run_format(Shader::Quant, ("mv", code), &p, out, &[w, a], grid)
                     }
                     Activations::F32 | Activations::F16 => {
@@ -150,12 +156,10 @@ impl Encoder<'_> {
                         let p = params(op, format, m, n, k, mode)?;
                         let rows = self.grid(op, m as u64)?;
                         self.run(Shader::Quant, "quantize_acts", &p, temp.buffer, &[a], rows)?;
-                        let shape = self.ctx.mv_shape();
-                        if m <= MATVEC_MAX_M && k <= shape.max_k() {
-                            // Decode: the row-dot kernel reading the int8 activations.
+                        if k <= self.ctx.mv_shape().max_k() {
+                            // The row-dot kernel reading the int8 activations.
                             let code = INT_ACTIVATIONS + format_code(format)?;
-                            let grid =
-                                self.grid(op, n.div_ceil(shape.rows_per_workgroup()) as u64)?;
+                            let grid = self.mv_grid(op, m, n)?;
                             let inputs = [w, temp.buffer];
                             return self.run_format(
                                 Shader::Quant,
