@@ -11,6 +11,7 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub(crate) mod kernel_consts;
 pub mod reference;
 pub mod registry;
 pub mod spec;

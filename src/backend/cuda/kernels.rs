@@ -6,6 +6,7 @@
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::{CudaBackend, CudaBuffer};
+use crate::backend::kernel_consts::format_code;
 use crate::backend::spec::permute_strides;
 use crate::backend::{Activations, BinaryOp, OpSpec, ScanOp, UnaryOp};
 use crate::error::{Error, Result};
@@ -33,24 +34,6 @@ fn size(op: &'static str, v: usize) -> Result<u32> {
         bytes: v as u64,
         limit_name: "32-bit kernel size",
         limit: u32::MAX as u64,
-    })
-}
-
-/// The kernels' code for a packed format.
-fn format_code(op: &'static str, format: DType) -> Result<u32> {
-    Ok(match format {
-        DType::F16 => 0,
-        DType::Q8_0 => 1,
-        DType::Q4_0 => 2,
-        DType::TQ1_0 => 3,
-        DType::TQ2_0 => 4,
-        DType::TernaryPlanes => 5,
-        other => {
-            return Err(Error::invalid(
-                op,
-                format!("{other} is not a packed format"),
-            ))
-        }
     })
 }
 

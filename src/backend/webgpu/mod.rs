@@ -35,6 +35,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use context::{F16_ENV, ROW_TEAMS_ENV, SUBGROUPS_ENV};
+pub use pipelines::compose_module;
 pub use pool::GpuBuffer;
 pub use selfcheck::SELFCHECK_ENV;
 

@@ -8,14 +8,13 @@
 //! a third operand, and `qmatmul_int` reads it.
 
 use super::{u32_of, Encoder, Operand, Params, Shader, MATVEC_MAX_M};
+use crate::backend::kernel_consts::{self, INT_ACTIVATIONS};
 use crate::backend::{Activations, OpSpec};
 use crate::error::{Error, Result};
 use crate::tensor::DType;
 
 /// Threads per workgroup of the quant kernels.
 const WG: u64 = 64;
-/// Added to a format's code in `MV_FORMAT` for int8 activations.
-const INT_ACTIVATIONS: u32 = 16;
 
 /// Activation rows per workgroup of the product kernels.
 const ROWS: usize = 8;
@@ -25,22 +24,9 @@ pub(in crate::backend::webgpu) fn int_activation_words(m: usize, k: usize) -> us
     m * k / 4 + m * k / 32
 }
 
-/// The shader's code for a packed format.
+/// The shader's code for a packed format (`FMT_*` of the constants prelude).
 fn format_code(format: DType) -> Result<u32> {
-    Ok(match format {
-        DType::F16 => 1,
-        DType::Q8_0 => 2,
-        DType::Q4_0 => 3,
-        DType::TQ1_0 => 4,
-        DType::TQ2_0 => 5,
-        DType::TernaryPlanes => 6,
-        other => {
-            return Err(Error::backend(
-                "wgpu",
-                format!("{other} is not a packed weight format"),
-            ))
-        }
-    })
+    kernel_consts::format_code("wgpu quant", format)
 }
 
 fn params(
