@@ -22,6 +22,10 @@ pub(super) use scan::scan_temp_len;
 pub(super) use split::split_operand;
 
 use super::context::GpuContext;
+use super::params::{
+    ArgmaxParams, ConcatParams, ElementwiseParams, EmbeddingParams, KernelParams, MatmulParams,
+    MatvecParams, NormParams, PermuteParams, RopeParams, SampleParams, SoftmaxParams,
+};
 use super::pipelines::{Pipelines, Shader};
 use super::recorder::{Dispatch, Recorder, Window};
 use crate::backend::spec::permute_strides;
@@ -70,27 +74,6 @@ pub(crate) struct Encoder<'a> {
     pub(crate) windows: Vec<Window>,
 }
 
-/// A kernel parameter block being filled, as 32-bit words (WGSL's uniform layout for structs
-/// of u32/f32 and `array<vec4<u32>, N>` is plain consecutive words).
-#[derive(Default)]
-struct Params(Vec<u32>);
-
-impl Params {
-    fn u(mut self, v: u32) -> Self {
-        self.0.push(v);
-        self
-    }
-
-    fn f(mut self, v: f32) -> Self {
-        self.0.push(v.to_bits());
-        self
-    }
-
-    fn bytes(&self) -> Vec<u8> {
-        self.0.iter().flat_map(|w| w.to_le_bytes()).collect()
-    }
-}
-
 /// `v` as u32, or an error naming the op: every size a kernel sees must fit 32 bits.
 fn u32_of(op: &'static str, what: &str, v: usize) -> Result<u32> {
     u32::try_from(v).map_err(|_| {
@@ -128,7 +111,7 @@ impl Encoder<'_> {
         &mut self,
         shader: Shader,
         entry: &'static str,
-        params: &Params,
+        params: &impl KernelParams,
         out: &wgpu::Buffer,
         inputs: &[&wgpu::Buffer],
         groups: [u32; 3],
@@ -138,25 +121,29 @@ impl Encoder<'_> {
 
     /// [`Self::run`] for a kernel specialised by the pipeline constant `MV_FORMAT` (the
     /// entry's second part; 0 leaves the constant at its default).
-    fn run_format(
+    fn run_format<P: KernelParams>(
         &mut self,
         shader: Shader,
         (entry, format): (&'static str, u32),
-        params: &Params,
+        params: &P,
         out: &wgpu::Buffer,
         inputs: &[&wgpu::Buffer],
         groups: [u32; 3],
     ) -> Result<()> {
+        debug_assert!(
+            P::SHADERS.contains(&shader),
+            "{shader:?} given another shader's Params"
+        );
         let kernel = self
             .pipelines
             .kernel(self.ctx, shader, entry, inputs.len(), format)?;
-        let bytes = params.bytes();
+        let bytes = bytemuck::bytes_of(params);
         self.recorder.dispatch(
             self.ctx,
             self.pipelines,
             Dispatch {
                 kernel: &kernel,
-                params: &bytes,
+                params: bytes,
                 output: out,
                 inputs,
                 groups,
@@ -189,11 +176,12 @@ impl Encoder<'_> {
                     UnaryOp::GeluErf => ("gelu_erf", 0.0),
                     UnaryOp::Scale(s) => ("scale", *s),
                 };
-                let p = Params::default()
-                    .u(u32_of(op, "len", *len)?)
-                    .u(1)
-                    .f(factor)
-                    .u(0);
+                let p = ElementwiseParams {
+                    len: u32_of(op, "len", *len)?,
+                    rhs_len: 1,
+                    factor,
+                    ..Default::default()
+                };
                 let grid = self.grid(op, (*len as u64).div_ceil(WG))?;
                 self.run(Shader::Elementwise, entry, &p, out, &raw[..1], grid)
             }
@@ -207,21 +195,22 @@ impl Encoder<'_> {
                     BinaryOp::Mul => "mul",
                     BinaryOp::SwiGlu => "swiglu",
                 };
-                let p = Params::default()
-                    .u(u32_of(op, "len", *len)?)
-                    .u(u32_of(op, "rhs_len", *rhs_len)?)
-                    .f(0.0)
-                    .u(0);
+                let p = ElementwiseParams {
+                    len: u32_of(op, "len", *len)?,
+                    rhs_len: u32_of(op, "rhs_len", *rhs_len)?,
+                    ..Default::default()
+                };
                 let grid = self.grid(op, (*len as u64).div_ceil(WG))?;
                 self.run(Shader::Elementwise, entry, &p, out, &raw[..2], grid)
             }
             OpSpec::RmsNorm { rows, cols, eps } | OpSpec::LayerNorm { rows, cols, eps } => {
                 let layer = matches!(spec, OpSpec::LayerNorm { .. });
-                let p = Params::default()
-                    .u(u32_of(op, "rows", *rows)?)
-                    .u(u32_of(op, "cols", *cols)?)
-                    .f(*eps)
-                    .u(0);
+                let p = NormParams {
+                    rows: u32_of(op, "rows", *rows)?,
+                    cols: u32_of(op, "cols", *cols)?,
+                    eps: *eps,
+                    ..Default::default()
+                };
                 let grid = self.grid(op, *rows as u64)?;
                 let (entry, n) = if layer {
                     ("layer_norm", 3)
@@ -241,11 +230,12 @@ impl Encoder<'_> {
                     Some(q) => *q,
                     None => 0,
                 };
-                let p = Params::default()
-                    .u(u32_of(op, "rows", *rows)?)
-                    .u(u32_of(op, "cols", *cols)?)
-                    .u(u32_of(op, "causal", q)?)
-                    .u(0);
+                let p = SoftmaxParams {
+                    rows: u32_of(op, "rows", *rows)?,
+                    cols: u32_of(op, "cols", *cols)?,
+                    causal_q: u32_of(op, "causal", q)?,
+                    ..Default::default()
+                };
                 if *cols <= SOFTMAX_SHORT_COLS {
                     let grid = self.grid(op, (*rows as u64).div_ceil(64))?;
                     self.run(Shader::Softmax, "softmax_short", &p, out, &raw[..1], grid)
@@ -268,11 +258,12 @@ impl Encoder<'_> {
                     ));
                 }
                 let interleaved = matches!(layout, crate::backend::RopeLayout::Interleaved);
-                let p = Params::default()
-                    .u(u32_of(op, "rows", *rows)?)
-                    .u(u32_of(op, "heads", *heads)?)
-                    .u(u32_of(op, "head_dim", *head_dim)?)
-                    .u(interleaved as u32);
+                let p = RopeParams {
+                    rows: u32_of(op, "rows", *rows)?,
+                    heads: u32_of(op, "heads", *heads)?,
+                    head_dim: u32_of(op, "head_dim", *head_dim)?,
+                    interleaved: interleaved as u32,
+                };
                 let pairs = (*rows as u64) * (*heads as u64) * (*head_dim as u64 / 2);
                 u32_of(op, "pairs", pairs as usize)?;
                 let grid = self.grid(op, pairs.div_ceil(WG))?;
@@ -291,20 +282,14 @@ impl Encoder<'_> {
                 }
                 let (out_shape, strides) = permute_strides(in_shape, perm);
                 let len: usize = out_shape.iter().product();
-                let mut p = Params::default()
-                    .u(u32_of(op, "len", len)?)
-                    .u(in_shape.len() as u32)
-                    .u(0)
-                    .u(0);
+                let mut p = PermuteParams {
+                    len: u32_of(op, "len", len)?,
+                    rank: in_shape.len() as u32,
+                    ..Default::default()
+                };
                 for d in 0..8 {
-                    p = p.u(u32_of(
-                        op,
-                        "dimension",
-                        out_shape.get(d).copied().unwrap_or(1),
-                    )?);
-                }
-                for d in 0..8 {
-                    p = p.u(u32_of(op, "stride", strides.get(d).copied().unwrap_or(0))?);
+                    p.shape[d] = u32_of(op, "dimension", out_shape.get(d).copied().unwrap_or(1))?;
+                    p.strides[d] = u32_of(op, "stride", strides.get(d).copied().unwrap_or(0))?;
                 }
                 let grid = self.grid(op, (len as u64).div_ceil(WG))?;
                 self.run(Shader::Permute, "permute", &p, out, &raw[..1], grid)
@@ -322,11 +307,12 @@ impl Encoder<'_> {
                 b_cols,
             } => {
                 let len = rows * (a_cols + b_cols);
-                let p = Params::default()
-                    .u(u32_of(op, "len", len)?)
-                    .u(u32_of(op, "a_cols", *a_cols)?)
-                    .u(u32_of(op, "b_cols", *b_cols)?)
-                    .u(0);
+                let p = ConcatParams {
+                    len: u32_of(op, "len", len)?,
+                    a_cols: u32_of(op, "a_cols", *a_cols)?,
+                    b_cols: u32_of(op, "b_cols", *b_cols)?,
+                    width: 0,
+                };
                 let grid = self.grid(op, (len as u64).div_ceil(WG))?;
                 self.run(Shader::Concat, "concat", &p, out, &raw[..2], grid)
             }
@@ -337,21 +323,23 @@ impl Encoder<'_> {
                 len,
             } => {
                 let total = rows * len;
-                let p = Params::default()
-                    .u(u32_of(op, "len", total)?)
-                    .u(u32_of(op, "cols", *cols)?)
-                    .u(u32_of(op, "start", *start)?)
-                    .u(u32_of(op, "width", *len)?);
+                let p = ConcatParams {
+                    len: u32_of(op, "len", total)?,
+                    a_cols: u32_of(op, "cols", *cols)?,
+                    b_cols: u32_of(op, "start", *start)?,
+                    width: u32_of(op, "width", *len)?,
+                };
                 let grid = self.grid(op, (total as u64).div_ceil(WG))?;
                 self.run(Shader::Concat, "narrow", &p, out, &raw[..1], grid)
             }
             OpSpec::ScatterRows { rows, cols, count } => {
                 let len = count * cols;
-                let p = Params::default()
-                    .u(u32_of(op, "len", len)?)
-                    .u(u32_of(op, "cols", *cols)?)
-                    .u(u32_of(op, "rows", *rows)?)
-                    .u(0);
+                let p = ConcatParams {
+                    len: u32_of(op, "len", len)?,
+                    a_cols: u32_of(op, "cols", *cols)?,
+                    b_cols: u32_of(op, "rows", *rows)?,
+                    width: 0,
+                };
                 u32_of(op, "rows·cols", rows * cols)?;
                 let grid = self.grid(op, (len as u64).div_ceil(WG))?;
                 self.run(Shader::Concat, "scatter_rows", &p, out, &raw[..2], grid)
@@ -361,25 +349,25 @@ impl Encoder<'_> {
                 vocab,
                 params,
             } => {
-                let p = Params::default()
-                    .u(u32_of(op, "rows", *rows)?)
-                    .u(u32_of(op, "vocab", *vocab)?)
-                    .f(params.temperature)
-                    .u(params.top_k)
-                    .f(params.top_p)
-                    .u(params.is_greedy() as u32)
-                    .u(0)
-                    .u(0);
+                let p = SampleParams {
+                    rows: u32_of(op, "rows", *rows)?,
+                    vocab: u32_of(op, "vocab", *vocab)?,
+                    temperature: params.temperature,
+                    top_k: params.top_k,
+                    top_p: params.top_p,
+                    greedy: params.is_greedy() as u32,
+                    ..Default::default()
+                };
                 u32_of(op, "rows·vocab", rows * vocab)?;
                 let grid = self.grid(op, *rows as u64)?;
                 self.run(Shader::Sample, "sample", &p, out, &raw[..2], grid)
             }
             OpSpec::Argmax { rows, cols } => {
-                let p = Params::default()
-                    .u(u32_of(op, "rows", *rows)?)
-                    .u(u32_of(op, "cols", *cols)?)
-                    .u(0)
-                    .u(0);
+                let p = ArgmaxParams {
+                    rows: u32_of(op, "rows", *rows)?,
+                    cols: u32_of(op, "cols", *cols)?,
+                    ..Default::default()
+                };
                 if *cols <= ARGMAX_SHORT_COLS {
                     let grid = self.grid(op, (*rows as u64).div_ceil(WG))?;
                     self.run(Shader::Argmax, "argmax_short", &p, out, &raw[..1], grid)
@@ -401,15 +389,14 @@ impl Encoder<'_> {
         out: &wgpu::Buffer,
         inputs: &[Operand<'_>],
     ) -> Result<()> {
-        let p = Params::default()
-            .u(u32_of(op, "vocab", vocab)?)
-            .u(u32_of(op, "dim", dim)?)
-            .u(u32_of(op, "count", count)?)
-            .u(u32_of(op, "first", first)?)
-            .u(u32_of(op, "rows", rows)?)
-            .u(0)
-            .u(0)
-            .u(0);
+        let p = EmbeddingParams {
+            vocab: u32_of(op, "vocab", vocab)?,
+            dim: u32_of(op, "dim", dim)?,
+            count: u32_of(op, "count", count)?,
+            first: u32_of(op, "first", first)?,
+            rows: u32_of(op, "rows", rows)?,
+            ..Default::default()
+        };
         let total = (dim as u64) * (count as u64);
         u32_of(op, "count·dim", total as usize)?;
         let grid = self.grid(op, total.div_ceil(WG))?;
@@ -448,15 +435,15 @@ impl Encoder<'_> {
             let col_groups = m.n.div_ceil(cols_per_group);
             for b0 in (0..m.batch).step_by(max as usize) {
                 for g0 in (0..col_groups).step_by(max as usize) {
-                    let p = Params::default()
-                        .u(mm)
-                        .u(n)
-                        .u(k)
-                        .u(rhs_stride as u32)
-                        .u(g0 as u32)
-                        .u(b0 as u32)
-                        .u(0)
-                        .u(0);
+                    let p = MatvecParams {
+                        m: mm,
+                        n,
+                        k,
+                        rhs_stride: rhs_stride as u32,
+                        col_group0: g0 as u32,
+                        batch0: b0 as u32,
+                        ..Default::default()
+                    };
                     let groups = [
                         (col_groups - g0).min(max as usize) as u32,
                         (m.batch - b0).min(max as usize) as u32,
@@ -480,15 +467,16 @@ impl Encoder<'_> {
         for b0 in (0..m.batch).step_by(step) {
             for y0 in (0..tiles_y).step_by(step) {
                 for x0 in (0..tiles_x).step_by(step) {
-                    let p = Params::default()
-                        .u(mm)
-                        .u(n)
-                        .u(k)
-                        .u(m.rhs_transposed as u32)
-                        .u(rhs_stride as u32)
-                        .u(x0 as u32)
-                        .u(y0 as u32)
-                        .u(b0 as u32);
+                    let p = MatmulParams {
+                        m: mm,
+                        n,
+                        k,
+                        rhs_transposed: m.rhs_transposed as u32,
+                        rhs_stride: rhs_stride as u32,
+                        tile_x0: x0 as u32,
+                        tile_y0: y0 as u32,
+                        batch0: b0 as u32,
+                    };
                     let groups = [
                         (tiles_x - x0).min(step) as u32,
                         (tiles_y - y0).min(step) as u32,

@@ -25,6 +25,7 @@
 mod browser;
 mod context;
 mod kernels;
+mod params;
 mod pipelines;
 mod pool;
 mod readback;

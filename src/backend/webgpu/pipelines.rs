@@ -49,7 +49,7 @@ fn reduce_prelude(shape: MvShape) -> &'static str {
 }
 
 impl Shader {
-    const ALL: [Shader; 14] = [
+    pub(crate) const ALL: [Shader; 14] = [
         Shader::Elementwise,
         Shader::Norm,
         Shader::Softmax,
@@ -66,17 +66,22 @@ impl Shader {
         Shader::Sample,
     ];
 
-    /// The module's WGSL (see [`compose_module`]), with the reduction prelude for the shaders
-    /// that use one.
+    /// The module's WGSL for the adapter's matvec shape (see [`Shader::composed`]).
     fn module_source(self, ctx: &GpuContext) -> String {
+        self.composed(ctx.mv_shape())
+    }
+
+    /// The module's WGSL (see [`compose_module`]), with the reduction prelude of `shape` for
+    /// the shaders that use one.
+    pub(crate) fn composed(self, shape: MvShape) -> String {
         let reduce = match self {
-            Shader::Matvec | Shader::Quant => Some(reduce_prelude(ctx.mv_shape())),
+            Shader::Matvec | Shader::Quant => Some(reduce_prelude(shape)),
             _ => None,
         };
         compose_module(self.source(), reduce)
     }
 
-    fn source(self) -> &'static str {
+    pub(crate) fn source(self) -> &'static str {
         match self {
             Shader::Elementwise => include_str!("../../../shaders/elementwise.wgsl"),
             Shader::Norm => include_str!("../../../shaders/norm.wgsl"),

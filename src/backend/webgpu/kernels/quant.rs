@@ -7,8 +7,9 @@
 //! temporary buffer (int8 words, then one f32 scale per 32 values) that the backend passed as
 //! a third operand, and `qmatmul_int` reads it.
 
-use super::{u32_of, Encoder, Operand, Params, Shader, MATVEC_MAX_M};
+use super::{u32_of, Encoder, Operand, Shader, MATVEC_MAX_M};
 use crate::backend::kernel_consts::{self, INT_ACTIVATIONS};
+use crate::backend::webgpu::params::QuantParams;
 use crate::backend::{Activations, OpSpec};
 use crate::error::{Error, Result};
 use crate::tensor::DType;
@@ -36,16 +37,15 @@ fn params(
     n: usize,
     k: usize,
     mode: u32,
-) -> Result<Params> {
-    Ok(Params::default()
-        .u(format_code(format)?)
-        .u(u32_of(op, "rows", m)?)
-        .u(u32_of(op, "n", n)?)
-        .u(u32_of(op, "k", k)?)
-        .u(mode)
-        .u(0)
-        .u(0)
-        .u(0))
+) -> Result<QuantParams> {
+    Ok(QuantParams {
+        format: format_code(format)?,
+        m: u32_of(op, "rows", m)?,
+        n: u32_of(op, "n", n)?,
+        k: u32_of(op, "k", k)?,
+        mode,
+        ..Default::default()
+    })
 }
 
 impl Encoder<'_> {
