@@ -1,5 +1,8 @@
-//! One encode function per op family: check the inputs against the spec, fill the kernel's
-//! parameter block, choose the kernel and the grid, and record the dispatch.
+//! `encode`: each `OpSpec` routed to its op family's module, which fills the kernel's
+//! parameter block, chooses the kernel and the grid, and records the dispatch. The modules
+//! mirror the shader files: `elementwise.rs`, `rows.rs` (norm, softmax, rope, argmax),
+//! `movement.rs` (permute, concat), `sample.rs`, `quant.rs`, `scan.rs`; the matrix products
+//! and the embedding gather stay here, beside the split of oversized bindings (`split.rs`).
 //!
 //! Grids: WebGPU caps each grid dimension at `max_compute_workgroups_per_dimension` (65535 by
 //! default). One-dimensional work (elementwise, one workgroup per row) uses a two-dimensional
@@ -13,7 +16,11 @@
 //! 64–256 threads), so on lavapipe rows of up to about 5M elements and matrix products with k
 //! up to about 1M are exact; hardware drivers have no such limit.
 
+mod elementwise;
+mod movement;
 mod quant;
+mod rows;
+mod sample;
 mod scan;
 mod split;
 
@@ -22,14 +29,10 @@ pub(super) use scan::scan_temp_len;
 pub(super) use split::split_operand;
 
 use super::context::GpuContext;
-use super::params::{
-    ArgmaxParams, ConcatParams, ElementwiseParams, EmbeddingParams, KernelParams, MatmulParams,
-    MatvecParams, NormParams, PermuteParams, RopeParams, SampleParams, SoftmaxParams,
-};
+use super::params::{EmbeddingParams, KernelParams, MatmulParams, MatvecParams};
 use super::pipelines::{Pipelines, Shader};
 use super::recorder::{Dispatch, Recorder, Window};
-use crate::backend::spec::permute_strides;
-use crate::backend::{BinaryOp, MatmulSpec, OpSpec, UnaryOp};
+use crate::backend::{MatmulSpec, OpSpec};
 use crate::error::{Error, Result};
 use crate::tensor::DType;
 
@@ -169,131 +172,20 @@ impl Encoder<'_> {
         }
         let raw: Vec<&wgpu::Buffer> = inputs.iter().map(|o| o.buffer).collect();
         match spec {
-            OpSpec::Unary { op: f, len } => {
-                let (entry, factor) = match f {
-                    UnaryOp::Silu => ("silu", 0.0),
-                    UnaryOp::GeluTanh => ("gelu_tanh", 0.0),
-                    UnaryOp::GeluErf => ("gelu_erf", 0.0),
-                    UnaryOp::Scale(s) => ("scale", *s),
-                };
-                let p = ElementwiseParams {
-                    len: u32_of(op, "len", *len)?,
-                    rhs_len: 1,
-                    factor,
-                    ..Default::default()
-                };
-                let grid = self.grid(op, (*len as u64).div_ceil(WG))?;
-                self.run(Shader::Elementwise, entry, &p, out, &raw[..1], grid)
-            }
-            OpSpec::Binary {
-                op: f,
-                len,
-                rhs_len,
-            } => {
-                let entry = match f {
-                    BinaryOp::Add => "add",
-                    BinaryOp::Mul => "mul",
-                    BinaryOp::SwiGlu => "swiglu",
-                };
-                let p = ElementwiseParams {
-                    len: u32_of(op, "len", *len)?,
-                    rhs_len: u32_of(op, "rhs_len", *rhs_len)?,
-                    ..Default::default()
-                };
-                let grid = self.grid(op, (*len as u64).div_ceil(WG))?;
-                self.run(Shader::Elementwise, entry, &p, out, &raw[..2], grid)
-            }
-            OpSpec::RmsNorm { rows, cols, eps } | OpSpec::LayerNorm { rows, cols, eps } => {
-                let layer = matches!(spec, OpSpec::LayerNorm { .. });
-                let p = NormParams {
-                    rows: u32_of(op, "rows", *rows)?,
-                    cols: u32_of(op, "cols", *cols)?,
-                    eps: *eps,
-                    ..Default::default()
-                };
-                let grid = self.grid(op, *rows as u64)?;
-                let (entry, n) = if layer {
-                    ("layer_norm", 3)
-                } else {
-                    ("rms_norm", 2)
-                };
-                self.run(Shader::Norm, entry, &p, out, &raw[..n], grid)
-            }
-            OpSpec::Softmax { rows, cols, causal } => {
-                let q = match causal {
-                    Some(q) if *q == 0 || q > cols => {
-                        return Err(Error::invalid(
-                            "softmax",
-                            format!("causal queries {q} must be in 1..={cols}"),
-                        ))
-                    }
-                    Some(q) => *q,
-                    None => 0,
-                };
-                let p = SoftmaxParams {
-                    rows: u32_of(op, "rows", *rows)?,
-                    cols: u32_of(op, "cols", *cols)?,
-                    causal_q: u32_of(op, "causal", q)?,
-                    ..Default::default()
-                };
-                if *cols <= SOFTMAX_SHORT_COLS {
-                    let grid = self.grid(op, (*rows as u64).div_ceil(64))?;
-                    self.run(Shader::Softmax, "softmax_short", &p, out, &raw[..1], grid)
-                } else {
-                    let grid = self.grid(op, *rows as u64)?;
-                    self.run(Shader::Softmax, "softmax", &p, out, &raw[..1], grid)
-                }
-            }
-            OpSpec::Rope {
-                rows,
-                heads,
-                head_dim,
-                layout,
-                ..
-            } => {
-                if !head_dim.is_multiple_of(2) {
-                    return Err(Error::invalid(
-                        "rope",
-                        format!("head_dim {head_dim} must be even"),
-                    ));
-                }
-                let interleaved = matches!(layout, crate::backend::RopeLayout::Interleaved);
-                let p = RopeParams {
-                    rows: u32_of(op, "rows", *rows)?,
-                    heads: u32_of(op, "heads", *heads)?,
-                    head_dim: u32_of(op, "head_dim", *head_dim)?,
-                    interleaved: interleaved as u32,
-                };
-                let pairs = (*rows as u64) * (*heads as u64) * (*head_dim as u64 / 2);
-                u32_of(op, "pairs", pairs as usize)?;
-                let grid = self.grid(op, pairs.div_ceil(WG))?;
-                self.run(Shader::Rope, "rope", &p, out, &raw[..3], grid)
-            }
+            OpSpec::Unary { .. } | OpSpec::Binary { .. } => self.elementwise(spec, out, &raw),
+            OpSpec::RmsNorm { .. }
+            | OpSpec::LayerNorm { .. }
+            | OpSpec::Softmax { .. }
+            | OpSpec::Rope { .. }
+            | OpSpec::Argmax { .. } => self.rows(spec, out, &raw),
             OpSpec::Matmul(m) => self.matmul(m, out, inputs),
             OpSpec::Embedding { vocab, dim, count } => {
                 self.embedding(op, (*vocab, *dim, *count), (0, *vocab), out, inputs)
             }
-            OpSpec::Permute { in_shape, perm } => {
-                if in_shape.len() > OpSpec::MAX_PERMUTE_RANK || perm.len() != in_shape.len() {
-                    return Err(Error::invalid(
-                        "permute",
-                        format!("rank {} with permutation {perm:?}", in_shape.len()),
-                    ));
-                }
-                let (out_shape, strides) = permute_strides(in_shape, perm);
-                let len: usize = out_shape.iter().product();
-                let mut p = PermuteParams {
-                    len: u32_of(op, "len", len)?,
-                    rank: in_shape.len() as u32,
-                    ..Default::default()
-                };
-                for d in 0..8 {
-                    p.shape[d] = u32_of(op, "dimension", out_shape.get(d).copied().unwrap_or(1))?;
-                    p.strides[d] = u32_of(op, "stride", strides.get(d).copied().unwrap_or(0))?;
-                }
-                let grid = self.grid(op, (len as u64).div_ceil(WG))?;
-                self.run(Shader::Permute, "permute", &p, out, &raw[..1], grid)
-            }
+            OpSpec::Permute { .. }
+            | OpSpec::Concat { .. }
+            | OpSpec::Narrow { .. }
+            | OpSpec::ScatterRows { .. } => self.movement(spec, out, &raw),
             OpSpec::Quantize { .. }
             | OpSpec::Dequantize { .. }
             | OpSpec::QMatmul { .. }
@@ -301,81 +193,7 @@ impl Encoder<'_> {
             OpSpec::Scan { .. } | OpSpec::ScanGradA { .. } | OpSpec::ScanGradInit { .. } => {
                 self.scan(spec, out, inputs)
             }
-            OpSpec::Concat {
-                rows,
-                a_cols,
-                b_cols,
-            } => {
-                let len = rows * (a_cols + b_cols);
-                let p = ConcatParams {
-                    len: u32_of(op, "len", len)?,
-                    a_cols: u32_of(op, "a_cols", *a_cols)?,
-                    b_cols: u32_of(op, "b_cols", *b_cols)?,
-                    width: 0,
-                };
-                let grid = self.grid(op, (len as u64).div_ceil(WG))?;
-                self.run(Shader::Concat, "concat", &p, out, &raw[..2], grid)
-            }
-            OpSpec::Narrow {
-                rows,
-                cols,
-                start,
-                len,
-            } => {
-                let total = rows * len;
-                let p = ConcatParams {
-                    len: u32_of(op, "len", total)?,
-                    a_cols: u32_of(op, "cols", *cols)?,
-                    b_cols: u32_of(op, "start", *start)?,
-                    width: u32_of(op, "width", *len)?,
-                };
-                let grid = self.grid(op, (total as u64).div_ceil(WG))?;
-                self.run(Shader::Concat, "narrow", &p, out, &raw[..1], grid)
-            }
-            OpSpec::ScatterRows { rows, cols, count } => {
-                let len = count * cols;
-                let p = ConcatParams {
-                    len: u32_of(op, "len", len)?,
-                    a_cols: u32_of(op, "cols", *cols)?,
-                    b_cols: u32_of(op, "rows", *rows)?,
-                    width: 0,
-                };
-                u32_of(op, "rows·cols", rows * cols)?;
-                let grid = self.grid(op, (len as u64).div_ceil(WG))?;
-                self.run(Shader::Concat, "scatter_rows", &p, out, &raw[..2], grid)
-            }
-            OpSpec::Sample {
-                rows,
-                vocab,
-                params,
-            } => {
-                let p = SampleParams {
-                    rows: u32_of(op, "rows", *rows)?,
-                    vocab: u32_of(op, "vocab", *vocab)?,
-                    temperature: params.temperature,
-                    top_k: params.top_k,
-                    top_p: params.top_p,
-                    greedy: params.is_greedy() as u32,
-                    ..Default::default()
-                };
-                u32_of(op, "rows·vocab", rows * vocab)?;
-                let grid = self.grid(op, *rows as u64)?;
-                self.run(Shader::Sample, "sample", &p, out, &raw[..2], grid)
-            }
-            OpSpec::Argmax { rows, cols } => {
-                let p = ArgmaxParams {
-                    rows: u32_of(op, "rows", *rows)?,
-                    cols: u32_of(op, "cols", *cols)?,
-                    ..Default::default()
-                };
-                if *cols <= ARGMAX_SHORT_COLS {
-                    let grid = self.grid(op, (*rows as u64).div_ceil(WG))?;
-                    self.run(Shader::Argmax, "argmax_short", &p, out, &raw[..1], grid)
-                } else {
-                    let grid = self.grid(op, *rows as u64)?;
-                    self.run(Shader::Argmax, "argmax", &p, out, &raw[..1], grid)
-                }
-            }
+            OpSpec::Sample { .. } => self.sample(spec, out, &raw),
         }
     }
 
