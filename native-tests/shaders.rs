@@ -1,7 +1,10 @@
 //! Every WGSL file in shaders/ parses and validates with naga, so a shader error fails
-//! `cargo test` even on machines without a GPU.
+//! `cargo test` even on machines without a GPU. Each is checked as the backend composes it
+//! (`compose_module`: after the constants prelude `shaders/generated/formats.wgsl`).
 
 use std::path::Path;
+
+use webtensor::backend::webgpu::compose_module;
 
 /// Parses and validates one WGSL module; panics with naga's message naming `name`.
 fn validate(name: &str, source: &str) -> naga::Module {
@@ -42,7 +45,8 @@ fn every_shader_validates() {
         if path.extension().and_then(|e| e.to_str()) != Some("wgsl") {
             continue;
         }
-        let source = std::fs::read_to_string(&path).expect("readable shader");
+        let file = std::fs::read_to_string(&path).expect("readable shader");
+        let source = compose_module(&file, None);
         let name = path.display().to_string();
         // A shader marked `@prelude(reduce)` is compiled after each prelude (the backend picks
         // one by the adapter's subgroups); each composition must validate.
@@ -52,7 +56,7 @@ fn every_shader_validates() {
                 .map(|(pname, prelude)| {
                     validate(
                         &format!("{pname} + {name}"),
-                        &format!("{prelude}\n{source}"),
+                        &compose_module(&file, Some(prelude)),
                     )
                 })
                 .collect()

@@ -14,7 +14,7 @@
 // are done on the bits (round to nearest even).
 
 struct Params {
-    format: u32,   // 1 f16, 2 q8_0, 3 q4_0, 4 tq1_0, 5 tq2_0, 6 ternary planes
+    format: u32,   // FMT_* of shaders/generated/formats.wgsl
     m: u32,        // rows of the input (products: activation rows)
     n: u32,        // products: weight rows (output columns)
     k: u32,        // values per row
@@ -34,7 +34,9 @@ const WG: u32 = 64u;
 const ROWS: u32 = 8u;
 
 var<private> gi: array<i32, 32>;
-var<private> packed: array<u32, 34>;
+// Two blocks of the largest format, in words.
+const PACKED_WORDS: u32 = 2u * TERNARY_PLANES_BLOCK_BYTES / 4u;
+var<private> packed: array<u32, PACKED_WORDS>;
 var<workgroup> partial: array<f32, 512>;
 var<workgroup> ipartial: array<i32, 512>;
 var<workgroup> shared_max: array<f32, 64>;
@@ -180,20 +182,23 @@ fn q8_scale(amax: f32) -> vec2<f32> {
 
 fn block_len() -> u32 {
     switch p.format {
-        case 1u: { return 1u; }
-        case 2u, 3u: { return 32u; }
-        default: { return 256u; }
+        case FMT_F16: { return F16_BLOCK_LEN; }
+        case FMT_Q8_0: { return Q8_0_BLOCK_LEN; }
+        case FMT_Q4_0: { return Q4_0_BLOCK_LEN; }
+        case FMT_TQ1_0: { return TQ1_0_BLOCK_LEN; }
+        case FMT_TQ2_0: { return TQ2_0_BLOCK_LEN; }
+        default: { return TERNARY_PLANES_BLOCK_LEN; }
     }
 }
 
 fn block_bytes() -> u32 {
     switch p.format {
-        case 1u: { return 2u; }
-        case 2u: { return 34u; }
-        case 3u: { return 18u; }
-        case 4u: { return 54u; }
-        case 5u: { return 66u; }
-        default: { return 68u; }
+        case FMT_F16: { return F16_BLOCK_BYTES; }
+        case FMT_Q8_0: { return Q8_0_BLOCK_BYTES; }
+        case FMT_Q4_0: { return Q4_0_BLOCK_BYTES; }
+        case FMT_TQ1_0: { return TQ1_0_BLOCK_BYTES; }
+        case FMT_TQ2_0: { return TQ2_0_BLOCK_BYTES; }
+        default: { return TERNARY_PLANES_BLOCK_BYTES; }
     }
 }
 
@@ -225,8 +230,8 @@ fn tq1_trit(base: u32, v: u32) -> i32 {
 fn decode_group(row: u32, g: u32) -> f32 {
     let rb = row * row_bytes();
     switch p.format {
-        case 2u: {
-            let base = rb + 34u * g;
+        case FMT_Q8_0: {
+            let base = rb + Q8_0_BLOCK_BYTES * g;
             for (var t = 0u; t < 8u; t = t + 1u) {
                 let w = word_at(base + 2u + 4u * t);
                 gi[4u * t] = sbyte(w, 0u);
@@ -236,8 +241,8 @@ fn decode_group(row: u32, g: u32) -> f32 {
             }
             return f16_to_f32(half_at(base));
         }
-        case 3u: {
-            let base = rb + 18u * g;
+        case FMT_Q4_0: {
+            let base = rb + Q4_0_BLOCK_BYTES * g;
             for (var t = 0u; t < 4u; t = t + 1u) {
                 let w = word_at(base + 2u + 4u * t);
                 for (var j = 0u; j < 4u; j = j + 1u) {
@@ -248,16 +253,16 @@ fn decode_group(row: u32, g: u32) -> f32 {
             }
             return f16_to_f32(half_at(base));
         }
-        case 4u: {
-            let base = rb + 54u * (g / 8u);
+        case FMT_TQ1_0: {
+            let base = rb + TQ1_0_BLOCK_BYTES * (g / 8u);
             let first = 32u * (g % 8u);
             for (var i = 0u; i < 32u; i = i + 1u) {
                 gi[i] = tq1_trit(base, first + i);
             }
             return f16_to_f32(half_at(base + 52u));
         }
-        case 5u: {
-            let base = rb + 66u * (g / 8u);
+        case FMT_TQ2_0: {
+            let base = rb + TQ2_0_BLOCK_BYTES * (g / 8u);
             let sub = g % 8u;
             let shift = 2u * (sub % 4u);
             for (var t = 0u; t < 8u; t = t + 1u) {
@@ -269,7 +274,7 @@ fn decode_group(row: u32, g: u32) -> f32 {
             return f16_to_f32(half_at(base + 64u));
         }
         default: {
-            let wb = (rb + 68u * (g / 8u)) / 4u;
+            let wb = (rb + TERNARY_PLANES_BLOCK_BYTES * (g / 8u)) / 4u;
             let plus = q[wb + 1u + g % 8u];
             let minus = q[wb + 9u + g % 8u];
             for (var i = 0u; i < 32u; i = i + 1u) {
@@ -303,10 +308,10 @@ fn trit1(i: u32, id: f32) -> u32 {
 // Encodes the block whose first value is input[v0] at byte `o` of `packed`.
 fn encode_block(v0: u32, o: u32) {
     switch p.format {
-        case 1u: {
+        case FMT_F16: {
             put_half(o, f32_to_f16(input(v0)));
         }
-        case 2u: {
+        case FMT_Q8_0: {
             var amax = 0.0;
             for (var i = 0u; i < 32u; i = i + 1u) {
                 amax = max(amax, abs(input(v0 + i)));
@@ -317,7 +322,7 @@ fn encode_block(v0: u32, o: u32) {
                 put_byte(o + 2u + i, u32(i32(round_away(input(v0 + i) * s.y))));
             }
         }
-        case 3u: {
+        case FMT_Q4_0: {
             var amax = 0.0;
             var mx = 0.0;
             for (var i = 0u; i < 32u; i = i + 1u) {
@@ -358,7 +363,7 @@ fn encode_block(v0: u32, o: u32) {
 
 fn encode_ternary(v0: u32, o: u32, d: f32, id: f32) {
     switch p.format {
-        case 4u: {
+        case FMT_TQ1_0: {
             for (var m = 0u; m < 48u; m = m + 1u) {
                 var t = 0u;
                 for (var n = 0u; n < 5u; n = n + 1u) {
@@ -379,7 +384,7 @@ fn encode_ternary(v0: u32, o: u32, d: f32, id: f32) {
             }
             put_half(o + 52u, f32_to_f16(d));
         }
-        case 5u: {
+        case FMT_TQ2_0: {
             for (var c = 0u; c < 2u; c = c + 1u) {
                 for (var m = 0u; m < 32u; m = m + 1u) {
                     var t = 0u;
@@ -422,7 +427,7 @@ fn quantize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     if (pair * 2u >= blocks) {
         return;
     }
-    for (var i = 0u; i < 34u; i = i + 1u) {
+    for (var i = 0u; i < PACKED_WORDS; i = i + 1u) {
         packed[i] = 0u;
     }
     let count = min(2u, blocks - pair * 2u);
@@ -450,7 +455,7 @@ fn dequantize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     let row = t / groups;
     let g = t % groups;
     let first = row * p.k + 32u * g;
-    if (p.format == 1u) {
+    if (p.format == FMT_F16) {
         let end = min(32u, p.k - 32u * g);
         for (var i = 0u; i < end; i = i + 1u) {
             out[first + i] = bitcast<u32>(f16_to_f32(half_at(2u * (first + i))));
@@ -578,7 +583,7 @@ fn qmatmul_float(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
     var acc = array<f32, 8>(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
     let groups = (k + 31u) / 32u;
     for (var g = lid; g < groups; g = g + WG) {
-        if (p.format == 1u) {
+        if (p.format == FMT_F16) {
             // f16 weights, unpacked from u32 words.
             let end = min(32u, k - 32u * g);
             for (var i = 0u; i < end; i = i + 1u) {
@@ -683,8 +688,8 @@ fn ternary_dot(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 //
 // Bindings as above; the activations are read through `xv` (binding 3 as vec4<f32>).
 
-// The weight format's code, plus 16 for int8 activations.
-override MV_FORMAT: u32 = 3u;
+// The weight format's code (FMT_*), plus FMT_INT_ACTIVATIONS for int8 activations.
+override MV_FORMAT: u32 = FMT_Q4_0;
 
 @group(0) @binding(3) var<storage, read> xv: array<vec4<f32>>;
 
@@ -716,7 +721,7 @@ fn mv_load_x(v0: u32) {
     for (var i = 0u; i < 4u; i = i + 1u) {
         let a = mv_a0 + i;
         if (a < p.m) {
-            if (MV_FORMAT >= 16u) {
+            if (MV_FORMAT >= FMT_INT_ACTIVATIONS) {
                 // Eight words of int8 values at word a·k/4 + v0 (v0 = 8·group), the scale at
                 // word m·k/4 + a·k/32 + v0/8 (binding 3 seen as vec4s).
                 let w0 = bitcast<vec4<u32>>(xv[(a * k4 + v0) / 4u]);
@@ -810,24 +815,24 @@ fn quant_word(t: u32, odd: bool) -> u32 {
 
 // Dequantizes values 32g.. of weight row `row` into `mv_w`; returns the scale.
 fn mv_decode(row: u32, g: u32) -> f32 {
-    switch MV_FORMAT % 16u {
-        case 1u: {
+    switch MV_FORMAT % FMT_INT_ACTIVATIONS {
+        case FMT_F16: {
             let b = (row * p.k + 32u * g) / 2u;
             for (var t = 0u; t < 8u; t = t + 1u) {
                 mv_w[t] = vec4<f32>(unpack2x16float(q[b + 2u * t]), unpack2x16float(q[b + 2u * t + 1u]));
             }
             return 1.0;
         }
-        case 2u: {
-            let o = (row * (p.k / 32u) + g) * 34u;
+        case FMT_Q8_0: {
+            let o = (row * (p.k / 32u) + g) * Q8_0_BLOCK_BYTES;
             let d = load_block(o, 9u);
             for (var t = 0u; t < 8u; t = t + 1u) {
                 mv_w[t] = q8_vals(quant_word(t, (o & 2u) != 0u));
             }
             return d;
         }
-        case 3u: {
-            let o = (row * (p.k / 32u) + g) * 18u;
+        case FMT_Q4_0: {
+            let o = (row * (p.k / 32u) + g) * Q4_0_BLOCK_BYTES;
             let d = load_block(o, 5u);
             for (var t = 0u; t < 4u; t = t + 1u) {
                 let w = quant_word(t, (o & 2u) != 0u);
@@ -836,10 +841,10 @@ fn mv_decode(row: u32, g: u32) -> f32 {
             }
             return d;
         }
-        case 5u: {
+        case FMT_TQ2_0: {
             // TQ2_0 blocks of 66 bytes: 64 bytes of 2-bit trits, then the f16 scale. Group g
             // is sub-block g % 8: bytes 32·(sub / 4).. at bit shift 2·(sub % 4).
-            let o = (row * (p.k / 256u) + g / 8u) * 66u;
+            let o = (row * (p.k / 256u) + g / 8u) * TQ2_0_BLOCK_BYTES;
             let sub = g % 8u;
             let qo = o + 32u * (sub / 4u);
             load_words(qo);
@@ -850,10 +855,10 @@ fn mv_decode(row: u32, g: u32) -> f32 {
             }
             return f16_to_f32(half_at(o + 64u));
         }
-        case 6u: {
+        case FMT_TERNARY_PLANES: {
             // Ternary planes, 68-byte blocks of 256 values: the f32 scale, then 8 words of
             // "+1" bits and 8 of "−1" bits; group g is bit word g % 8 of each plane.
-            let wb = (row * (p.k / 256u) + g / 8u) * 17u;
+            let wb = (row * (p.k / 256u) + g / 8u) * (TERNARY_PLANES_BLOCK_BYTES / 4u);
             let plus = vec4<u32>(q[wb + 1u + g % 8u]);
             let minus = vec4<u32>(q[wb + 9u + g % 8u]);
             for (var t = 0u; t < 8u; t = t + 1u) {

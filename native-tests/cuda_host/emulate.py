@@ -29,8 +29,8 @@ FAILURES = []
 
 
 def build(name, tmp):
-    """Compiles common.cu + name with launch wrappers; returns the loaded library."""
-    common = open(os.path.join(KERNELS, "common.cu")).read()
+    """Compiles formats.cuh + common.cu + name with launch wrappers; returns the loaded library."""
+    common = open(os.path.join(KERNELS, "formats.cuh")).read() + open(os.path.join(KERNELS, "common.cu")).read()
     body = open(os.path.join(KERNELS, name)).read()
     wrappers = []
     for kname, params in re.findall(r'extern "C" __global__ void (\w+)\(([^)]*)\)', body, re.S):
@@ -224,7 +224,9 @@ def matmul(lib):
         check(f"matmul b{batch} {m}x{n}x{k} transposed={trans} shared={shared}", out, want, tol=1e-5 * np.sqrt(k))
 
 
-FORMATS = {"F16": 0, "Q8_0": 1, "Q4_0": 2, "TQ1_0": 3, "TQ2_0": 4}
+# The kernels' format codes, from the generated prelude (src/backend/kernel_consts.rs).
+CODES = dict(re.findall(r"FMT_(\w+) = (\d+)u;", open(os.path.join(KERNELS, "formats.cuh")).read()))
+FORMATS = {name: int(CODES[name]) for name in ["F16", "Q8_0", "Q4_0", "TQ1_0", "TQ2_0"]}
 
 
 def quant(lib):
@@ -258,9 +260,9 @@ def quant(lib):
     inv = np.float32(1) / amax
     trits = np.clip(np.sign(blk * inv) * np.floor(np.abs(blk * inv) + np.float32(0.5)), -1, 1)
     packed = np.zeros(4 * 68, np.uint8)
-    launch(lib, "quantize", blocks(4), [ptr(packed), ptr(x), u32(5), u32(4)])
+    launch(lib, "quantize", blocks(4), [ptr(packed), ptr(x), u32(int(CODES["TERNARY_PLANES"])), u32(4)])
     deq = np.zeros(x.size, np.float32)
-    launch(lib, "dequantize", blocks(x.size), [ptr(deq), ptr(packed), u32(5), u32(x.size)])
+    launch(lib, "dequantize", blocks(x.size), [ptr(deq), ptr(packed), u32(int(CODES["TERNARY_PLANES"])), u32(x.size)])
     check("quantize+dequantize TernaryPlanes", deq, (trits * amax).astype(np.float32).reshape(-1), exact=True)
     # Activations rounded to int8 per block of 32 (Q8_0 mode): d · q as gguf's Q8_0.
     a = uniform(2, 64, scale=3)

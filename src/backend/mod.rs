@@ -12,6 +12,7 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod host;
+pub(crate) mod kernel_consts;
 mod kind;
 pub mod reference;
 pub mod registry;

@@ -5,17 +5,16 @@
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
-use super::{CudaBackend, CudaBuffer};
-use crate::backend::spec::permute_strides;
-use crate::backend::BackendKind;
-use crate::backend::{Activations, BinaryOp, OpSpec, ScanOp, UnaryOp};
+use super::{launch, CudaBackend, CudaBuffer};
+pub(super) use crate::backend::kernel_consts::format_code;
+use crate::backend::{BackendKind, OpSpec};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
 /// Threads per block of the 1-D and row kernels.
 pub(super) const BLOCK: u32 = 256;
 /// Outputs per block of the warp-per-output kernels (`BLOCK / 32`).
-const WARPS: u32 = BLOCK / 32;
+pub(super) const WARPS: u32 = BLOCK / 32;
 
 /// One kernel argument.
 pub(super) enum Arg {
@@ -27,7 +26,7 @@ pub(super) enum Arg {
 }
 
 /// A size as the kernels take it, or an error for one past 32 bits.
-fn size(op: &'static str, v: usize) -> Result<u32> {
+pub(super) fn size(op: &'static str, v: usize) -> Result<u32> {
     u32::try_from(v).map_err(|_| Error::TensorTooLarge {
         op,
         backend: BackendKind::Cuda,
@@ -37,27 +36,9 @@ fn size(op: &'static str, v: usize) -> Result<u32> {
     })
 }
 
-/// The kernels' code for a packed format.
-fn format_code(op: &'static str, format: DType) -> Result<u32> {
-    Ok(match format {
-        DType::F16 => 0,
-        DType::Q8_0 => 1,
-        DType::Q4_0 => 2,
-        DType::TQ1_0 => 3,
-        DType::TQ2_0 => 4,
-        DType::TernaryPlanes => 5,
-        other => {
-            return Err(Error::invalid(
-                op,
-                format!("{other} is not a packed format"),
-            ))
-        }
-    })
-}
-
 /// Blocks of `BLOCK` threads covering `n` threads (at least one: a grid of none is a launch
 /// error, and every kernel checks its bounds).
-fn blocks_for(n: u64) -> u32 {
+pub(super) fn blocks_for(n: u64) -> u32 {
     n.div_ceil(BLOCK as u64).clamp(1, u32::MAX as u64) as u32
 }
 
@@ -138,6 +119,36 @@ impl Launcher for CudaBackend {
     }
 }
 
+/// One launch's context: the device, the op's name, its output and inputs.
+pub(super) struct Call<'a, L: Launcher> {
+    pub(super) be: &'a L,
+    pub(super) op: &'static str,
+    out: &'a L::Buffer,
+    pub(super) inputs: &'a [&'a L::Buffer],
+}
+
+impl<L: Launcher> Call<'_, L> {
+    /// The device address of input `i`, or an error naming the op.
+    pub(super) fn input(&self, i: usize) -> Result<u64> {
+        self.inputs.get(i).map(|b| self.be.ptr(b)).ok_or_else(|| {
+            Error::backend(
+                BackendKind::Cuda,
+                format!("{}: input {i} is missing", self.op),
+            )
+        })
+    }
+
+    /// The output's address as an argument.
+    pub(super) fn out(&self) -> Arg {
+        Arg::Ptr(self.be.ptr(self.out))
+    }
+
+    /// A size as a kernel argument.
+    pub(super) fn size(&self, v: usize) -> Result<Arg> {
+        size(self.op, v).map(Arg::U32)
+    }
+}
+
 /// Records the in-place `spec` ([`OpSpec::ScatterRows`]) changing `target`.
 pub(super) fn launch_in_place<L: Launcher>(
     be: &L,
@@ -184,14 +195,12 @@ pub(super) fn launch<L: Launcher>(
     inputs: &[&L::Buffer],
 ) -> Result<()> {
     let op = spec.kind().name();
-    let input = |i: usize| -> Result<u64> {
-        inputs
-            .get(i)
-            .map(|b| be.ptr(b))
-            .ok_or_else(|| Error::backend(BackendKind::Cuda, format!("{op}: input {i} is missing")))
+    let c = Call {
+        be,
+        op,
+        out,
+        inputs,
     };
-    let o = Arg::Ptr(be.ptr(out));
-    let s = |v: usize| size(op, v).map(Arg::U32);
     if matches!(
         spec,
         OpSpec::Permute { .. } | OpSpec::Concat { .. } | OpSpec::Narrow { .. }
@@ -199,368 +208,27 @@ pub(super) fn launch<L: Launcher>(
         check_words(be, op, inputs)?;
     }
     match spec {
-        OpSpec::Unary { op: u, len } => {
-            let (code, factor) = match u {
-                UnaryOp::Silu => (0, 0.0),
-                UnaryOp::GeluTanh => (1, 0.0),
-                UnaryOp::GeluErf => (2, 0.0),
-                UnaryOp::Scale(f) => (3, *f),
-            };
-            be.run_1d(
-                "unary_f32",
-                *len as u64,
-                &[
-                    o,
-                    Arg::Ptr(input(0)?),
-                    s(*len)?,
-                    Arg::U32(code),
-                    Arg::F32(factor),
-                ],
-            )
+        OpSpec::Unary { .. } | OpSpec::Binary { .. } => launch::elementwise::launch(&c, spec),
+        OpSpec::RmsNorm { .. } | OpSpec::LayerNorm { .. } | OpSpec::Softmax { .. } => {
+            launch::norm::launch(&c, spec)
         }
-        OpSpec::Binary {
-            op: b,
-            len,
-            rhs_len,
-        } => {
-            let code = match b {
-                BinaryOp::Add => 0,
-                BinaryOp::Mul => 1,
-                BinaryOp::SwiGlu => 2,
-            };
-            be.run_1d(
-                "binary_f32",
-                *len as u64,
-                &[
-                    o,
-                    Arg::Ptr(input(0)?),
-                    Arg::Ptr(input(1)?),
-                    s(*len)?,
-                    s((*rhs_len).max(1))?,
-                    Arg::U32(code),
-                ],
-            )
-        }
-        OpSpec::RmsNorm { rows, cols, eps } => be.run(
-            "rms_norm_f32",
-            (size(op, *rows)?, 1, 1),
-            &[
-                o,
-                Arg::Ptr(input(0)?),
-                Arg::Ptr(input(1)?),
-                s(*cols)?,
-                Arg::F32(*eps),
-            ],
-        ),
-        OpSpec::LayerNorm { rows, cols, eps } => be.run(
-            "layer_norm_f32",
-            (size(op, *rows)?, 1, 1),
-            &[
-                o,
-                Arg::Ptr(input(0)?),
-                Arg::Ptr(input(1)?),
-                Arg::Ptr(input(2)?),
-                s(*cols)?,
-                Arg::F32(*eps),
-            ],
-        ),
-        OpSpec::Softmax { rows, cols, causal } => be.run(
-            "softmax_f32",
-            (size(op, *rows)?, 1, 1),
-            &[o, Arg::Ptr(input(0)?), s(*cols)?, s(causal.unwrap_or(0))?],
-        ),
-        OpSpec::Sample {
-            rows,
-            vocab,
-            params,
-        } => be.run(
-            "sample_f32",
-            (size(op, *rows)?, 1, 1),
-            &[
-                o,
-                Arg::Ptr(input(0)?),
-                Arg::Ptr(input(1)?),
-                s(*vocab)?,
-                Arg::F32(params.temperature),
-                Arg::U32(params.top_k),
-                Arg::F32(params.top_p),
-            ],
-        ),
+        OpSpec::Sample { .. } => launch::sample::launch(&c, spec),
         OpSpec::ScatterRows { .. } => Err(Error::backend(
             BackendKind::Cuda,
             "scatter_rows runs in place (write_into)",
         )),
-        OpSpec::Argmax { rows, cols } => be.run(
-            "argmax_f32",
-            (size(op, *rows)?, 1, 1),
-            &[o, Arg::Ptr(input(0)?), s(*cols)?],
-        ),
-        OpSpec::Rope {
-            rows,
-            heads,
-            head_dim,
-            layout,
-        } => be.run_1d(
-            "rope_f32",
-            (rows * heads * (head_dim / 2)) as u64,
-            &[
-                o,
-                Arg::Ptr(input(0)?),
-                Arg::Ptr(input(1)?),
-                Arg::Ptr(input(2)?),
-                s(*rows)?,
-                s(*heads)?,
-                s(*head_dim)?,
-                Arg::U32(matches!(layout, crate::backend::RopeLayout::Interleaved) as u32),
-            ],
-        ),
-        OpSpec::Matmul(m) => {
-            let rhs_stride = if m.rhs_batched { (m.n * m.k) as u64 } else { 0 };
-            let batch = size(op, m.batch)?;
-            if batch > 65_535 {
-                return Err(Error::invalid(
-                    op,
-                    format!("the cuda backend runs at most 65535 batched products, not {batch}"),
-                ));
-            }
-            if m.m == 1 {
-                be.run(
-                    "matvec_f32",
-                    (size(op, m.n.div_ceil(WARPS as usize))?, batch, 1),
-                    &[
-                        o,
-                        Arg::Ptr(input(0)?),
-                        Arg::Ptr(input(1)?),
-                        s(m.n)?,
-                        s(m.k)?,
-                        Arg::U32(m.rhs_transposed as u32),
-                        Arg::U64(rhs_stride),
-                    ],
-                )
-            } else {
-                be.run(
-                    "matmul_f32",
-                    (
-                        size(op, m.n.div_ceil(64))?,
-                        size(op, m.m.div_ceil(64))?,
-                        batch,
-                    ),
-                    &[
-                        o,
-                        Arg::Ptr(input(0)?),
-                        Arg::Ptr(input(1)?),
-                        s(m.m)?,
-                        s(m.n)?,
-                        s(m.k)?,
-                        Arg::U32(m.rhs_transposed as u32),
-                        Arg::U64(rhs_stride),
-                    ],
-                )
-            }
+        OpSpec::Argmax { .. } | OpSpec::Rope { .. } => launch::norm::launch(&c, spec),
+        OpSpec::Matmul(_) => launch::matmul::launch(&c, spec),
+        OpSpec::Embedding { .. }
+        | OpSpec::Permute { .. }
+        | OpSpec::Concat { .. }
+        | OpSpec::Narrow { .. } => launch::elementwise::launch(&c, spec),
+        OpSpec::Quantize { .. }
+        | OpSpec::Dequantize { .. }
+        | OpSpec::QMatmul { .. }
+        | OpSpec::TernaryDot { .. } => launch::quant::launch(&c, spec),
+        OpSpec::Scan { .. } | OpSpec::ScanGradA { .. } | OpSpec::ScanGradInit { .. } => {
+            launch::scan::launch(&c, spec)
         }
-        OpSpec::Embedding { vocab, dim, count } => be.run_1d(
-            "embedding_f32",
-            (dim * count) as u64,
-            &[
-                o,
-                Arg::Ptr(input(0)?),
-                Arg::Ptr(input(1)?),
-                s(*vocab)?,
-                s(*dim)?,
-                s(*count)?,
-            ],
-        ),
-        OpSpec::Permute { in_shape, perm } => {
-            let (out_shape, strides) = permute_strides(in_shape, perm);
-            if out_shape.len() > OpSpec::MAX_PERMUTE_RANK {
-                return Err(Error::invalid(op, "rank above the permute limit"));
-            }
-            // Right-align into rank 6: leading axes of size 1.
-            let pad = OpSpec::MAX_PERMUTE_RANK - out_shape.len();
-            let mut args = vec![o, Arg::Ptr(input(0)?), s(spec.output_len())?];
-            for d in 0..OpSpec::MAX_PERMUTE_RANK {
-                args.push(s(if d < pad { 1 } else { out_shape[d - pad] })?);
-            }
-            for d in 0..OpSpec::MAX_PERMUTE_RANK {
-                args.push(s(if d < pad { 0 } else { strides[d - pad] })?);
-            }
-            be.run_1d("permute_u32", spec.output_len() as u64, &args)
-        }
-        OpSpec::Concat {
-            rows,
-            a_cols,
-            b_cols,
-        } => be.run_1d(
-            "concat_u32",
-            spec.output_len() as u64,
-            &[
-                o,
-                Arg::Ptr(input(0)?),
-                Arg::Ptr(input(1)?),
-                s(*rows)?,
-                s(*a_cols)?,
-                s(*b_cols)?,
-            ],
-        ),
-        OpSpec::Narrow {
-            rows,
-            cols,
-            start,
-            len,
-        } => be.run_1d(
-            "narrow_u32",
-            spec.output_len() as u64,
-            &[
-                o,
-                Arg::Ptr(input(0)?),
-                s(*rows)?,
-                s(*cols)?,
-                s(*start)?,
-                s(*len)?,
-            ],
-        ),
-        OpSpec::Quantize { format, rows, cols } => {
-            let blocks = rows * cols / format.block_len();
-            be.run_1d(
-                "quantize",
-                blocks as u64,
-                &[
-                    o,
-                    Arg::Ptr(input(0)?),
-                    Arg::U32(format_code(op, *format)?),
-                    s(blocks)?,
-                ],
-            )
-        }
-        OpSpec::Dequantize { format, rows, cols } => be.run_1d(
-            "dequantize",
-            (rows * cols) as u64,
-            &[
-                o,
-                Arg::Ptr(input(0)?),
-                Arg::U32(format_code(op, *format)?),
-                s(rows * cols)?,
-            ],
-        ),
-        OpSpec::QMatmul {
-            format,
-            activations,
-            m,
-            n,
-            k,
-        } => {
-            // The activations as f32: the input itself, or widened / rounded first.
-            let (mode, block) = match activations {
-                Activations::F32 => (0, 0),
-                Activations::F16 => (1, 1),
-                Activations::Q8_0 => (2, 32),
-                Activations::I8 => (3, *k),
-            };
-            let scratch;
-            let act = if mode == 0 {
-                input(0)?
-            } else {
-                scratch = be.scratch(op, m * k, DType::F32)?;
-                let threads = if mode == 1 {
-                    m * k
-                } else {
-                    (m * k) / block.max(1)
-                };
-                be.run_1d(
-                    "qmatmul_act",
-                    threads as u64,
-                    &[
-                        Arg::Ptr(be.ptr(&scratch)),
-                        Arg::Ptr(input(0)?),
-                        Arg::U32(mode),
-                        s(m * k)?,
-                        s(block)?,
-                    ],
-                )?;
-                be.ptr(&scratch)
-            };
-            be.run(
-                "qmatmul",
-                (size(op, (m * n).div_ceil(WARPS as usize))?, 1, 1),
-                &[
-                    o,
-                    Arg::Ptr(act),
-                    Arg::Ptr(input(1)?),
-                    Arg::U32(format_code(op, *format)?),
-                    s(*m)?,
-                    s(*n)?,
-                    s(*k)?,
-                ],
-            )
-        }
-        OpSpec::TernaryDot { format, m, n, k } => be.run(
-            "ternary_dot",
-            (size(op, (m * n).div_ceil(WARPS as usize))?, 1, 1),
-            &[
-                o,
-                Arg::Ptr(input(0)?),
-                Arg::Ptr(input(1)?),
-                Arg::U32(format_code(op, *format)?),
-                s(*m)?,
-                s(*n)?,
-                s(*k)?,
-            ],
-        ),
-        OpSpec::Scan {
-            op: scan,
-            outer,
-            len,
-            inner,
-        } => {
-            let code = match scan {
-                ScanOp::Linear => 0,
-                ScanOp::LinearAdjoint => 1,
-                ScanOp::LogCumprod => 2,
-                ScanOp::LogCumSumExp => 3,
-            };
-            // Unused inputs are passed as the first one; the kernel does not read them.
-            let x0 = input(0)?;
-            let x1 = inputs.get(1).map_or(x0, |b| be.ptr(b));
-            let x2 = inputs.get(2).map_or(x0, |b| be.ptr(b));
-            be.run_1d(
-                "scan_f32",
-                (outer * inner) as u64,
-                &[
-                    o,
-                    Arg::Ptr(x0),
-                    Arg::Ptr(x1),
-                    Arg::Ptr(x2),
-                    Arg::U32(code),
-                    s(outer * inner)?,
-                    s(*len)?,
-                    s(*inner)?,
-                ],
-            )
-        }
-        OpSpec::ScanGradA { outer, len, inner } => be.run_1d(
-            "scan_grad_a",
-            spec.output_len() as u64,
-            &[
-                o,
-                Arg::Ptr(input(0)?),
-                Arg::Ptr(input(1)?),
-                Arg::Ptr(input(2)?),
-                s(outer * len * inner)?,
-                s(*len)?,
-                s(*inner)?,
-            ],
-        ),
-        OpSpec::ScanGradInit { outer, len, inner } => be.run_1d(
-            "scan_grad_init",
-            (outer * inner) as u64,
-            &[
-                o,
-                Arg::Ptr(input(0)?),
-                Arg::Ptr(input(1)?),
-                s(outer * inner)?,
-                s(*len)?,
-                s(*inner)?,
-            ],
-        ),
     }
 }

@@ -15,6 +15,7 @@
 #[cfg(test)]
 mod emulated;
 mod kernels;
+mod launch;
 pub mod sources;
 
 use std::collections::HashMap;

@@ -1,12 +1,15 @@
 //! The CUDA C kernel sources (`kernels/*.cu`) and their compilation by NVRTC.
 //!
-//! Each source is compiled as `kernels/common.cu` followed by the file itself, so kernels
-//! share helpers without NVRTC include paths (and without any CUDA header: the sources use
+//! Each source is compiled as the constants prelude `kernels/formats.cuh` (generated from
+//! `src/backend/kernel_consts.rs`), `kernels/common.cu`, then the file itself, so kernels
+//! share constants and helpers without NVRTC include paths (and without any CUDA header: the sources use
 //! only NVRTC's built-in device functions). The backend compiles every source once when it
 //! starts, for the device's architecture; `native-tests/cuda_kernels.rs` compiles them all
 //! with a real NVRTC where no GPU exists, so a kernel that does not compile fails CI.
 
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions};
+
+use crate::backend::kernel_consts::CUDA_PRELUDE;
 
 /// The helpers prepended to every source.
 const COMMON: &str = include_str!("kernels/common.cu");
@@ -23,9 +26,12 @@ pub struct KernelSource {
 }
 
 impl KernelSource {
-    /// The full text NVRTC compiles: the common prelude, then the file.
+    /// The full text NVRTC compiles: the constants and common preludes, then the file.
     pub fn text(&self) -> String {
-        format!("{COMMON}\n// ---- {} ----\n{}", self.name, self.body)
+        format!(
+            "{CUDA_PRELUDE}\n{COMMON}\n// ---- {} ----\n{}",
+            self.name, self.body
+        )
     }
 }
 

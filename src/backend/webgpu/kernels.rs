@@ -1,5 +1,8 @@
-//! One encode function per op family: check the inputs against the spec, fill the kernel's
-//! parameter block, choose the kernel and the grid, and record the dispatch.
+//! `encode`: each `OpSpec` routed to its op family's module, which fills the kernel's
+//! parameter block, chooses the kernel and the grid, and records the dispatch. The modules
+//! mirror the shader files: `elementwise.rs`, `rows.rs` (norm, softmax, rope, argmax),
+//! `movement.rs` (permute, concat), `sample.rs`, `quant.rs`, `scan.rs`; the matrix products
+//! and the embedding gather stay here, beside the split of oversized bindings (`split.rs`).
 //!
 //! Grids: WebGPU caps each grid dimension at `max_compute_workgroups_per_dimension` (65535 by
 //! default). One-dimensional work (elementwise, one workgroup per row) uses a two-dimensional
@@ -13,7 +16,11 @@
 //! 64–256 threads), so on lavapipe rows of up to about 5M elements and matrix products with k
 //! up to about 1M are exact; hardware drivers have no such limit.
 
+mod elementwise;
+mod movement;
 mod quant;
+mod rows;
+mod sample;
 mod scan;
 mod split;
 
@@ -22,11 +29,11 @@ pub(super) use scan::scan_temp_len;
 pub(super) use split::split_operand;
 
 use super::context::GpuContext;
+use super::params::{EmbeddingParams, KernelParams, MatmulParams, MatvecParams};
 use super::pipelines::{Pipelines, Shader};
 use super::recorder::{Dispatch, Recorder, Window};
-use crate::backend::spec::permute_strides;
 use crate::backend::BackendKind;
-use crate::backend::{BinaryOp, MatmulSpec, OpSpec, UnaryOp};
+use crate::backend::{MatmulSpec, OpSpec};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -71,27 +78,6 @@ pub(crate) struct Encoder<'a> {
     pub(crate) windows: Vec<Window>,
 }
 
-/// A kernel parameter block being filled, as 32-bit words (WGSL's uniform layout for structs
-/// of u32/f32 and `array<vec4<u32>, N>` is plain consecutive words).
-#[derive(Default)]
-struct Params(Vec<u32>);
-
-impl Params {
-    fn u(mut self, v: u32) -> Self {
-        self.0.push(v);
-        self
-    }
-
-    fn f(mut self, v: f32) -> Self {
-        self.0.push(v.to_bits());
-        self
-    }
-
-    fn bytes(&self) -> Vec<u8> {
-        self.0.iter().flat_map(|w| w.to_le_bytes()).collect()
-    }
-}
-
 /// `v` as u32, or an error naming the op: every size a kernel sees must fit 32 bits.
 fn u32_of(op: &'static str, what: &str, v: usize) -> Result<u32> {
     u32::try_from(v).map_err(|_| {
@@ -129,7 +115,7 @@ impl Encoder<'_> {
         &mut self,
         shader: Shader,
         entry: &'static str,
-        params: &Params,
+        params: &impl KernelParams,
         out: &wgpu::Buffer,
         inputs: &[&wgpu::Buffer],
         groups: [u32; 3],
@@ -139,25 +125,29 @@ impl Encoder<'_> {
 
     /// [`Self::run`] for a kernel specialised by the pipeline constant `MV_FORMAT` (the
     /// entry's second part; 0 leaves the constant at its default).
-    fn run_format(
+    fn run_format<P: KernelParams>(
         &mut self,
         shader: Shader,
         (entry, format): (&'static str, u32),
-        params: &Params,
+        params: &P,
         out: &wgpu::Buffer,
         inputs: &[&wgpu::Buffer],
         groups: [u32; 3],
     ) -> Result<()> {
+        debug_assert!(
+            P::SHADERS.contains(&shader),
+            "{shader:?} given another shader's Params"
+        );
         let kernel = self
             .pipelines
             .kernel(self.ctx, shader, entry, inputs.len(), format)?;
-        let bytes = params.bytes();
+        let bytes = bytemuck::bytes_of(params);
         self.recorder.dispatch(
             self.ctx,
             self.pipelines,
             Dispatch {
                 kernel: &kernel,
-                params: &bytes,
+                params: bytes,
                 output: out,
                 inputs,
                 groups,
@@ -175,7 +165,6 @@ impl Encoder<'_> {
         inputs: &[Operand<'_>],
     ) -> Result<()> {
         let op = spec.kind().name();
-        check_inputs(op, spec, inputs)?;
         if let Some(split) = split::split_operand(spec) {
             if self.bound_size(inputs[split.0].buffer) > self.ctx.max_binding().0 {
                 return self.split_rows(spec, out, inputs, split);
@@ -183,133 +172,20 @@ impl Encoder<'_> {
         }
         let raw: Vec<&wgpu::Buffer> = inputs.iter().map(|o| o.buffer).collect();
         match spec {
-            OpSpec::Unary { op: f, len } => {
-                let (entry, factor) = match f {
-                    UnaryOp::Silu => ("silu", 0.0),
-                    UnaryOp::GeluTanh => ("gelu_tanh", 0.0),
-                    UnaryOp::GeluErf => ("gelu_erf", 0.0),
-                    UnaryOp::Scale(s) => ("scale", *s),
-                };
-                let p = Params::default()
-                    .u(u32_of(op, "len", *len)?)
-                    .u(1)
-                    .f(factor)
-                    .u(0);
-                let grid = self.grid(op, (*len as u64).div_ceil(WG))?;
-                self.run(Shader::Elementwise, entry, &p, out, &raw[..1], grid)
-            }
-            OpSpec::Binary {
-                op: f,
-                len,
-                rhs_len,
-            } => {
-                let entry = match f {
-                    BinaryOp::Add => "add",
-                    BinaryOp::Mul => "mul",
-                    BinaryOp::SwiGlu => "swiglu",
-                };
-                let p = Params::default()
-                    .u(u32_of(op, "len", *len)?)
-                    .u(u32_of(op, "rhs_len", *rhs_len)?)
-                    .f(0.0)
-                    .u(0);
-                let grid = self.grid(op, (*len as u64).div_ceil(WG))?;
-                self.run(Shader::Elementwise, entry, &p, out, &raw[..2], grid)
-            }
-            OpSpec::RmsNorm { rows, cols, eps } | OpSpec::LayerNorm { rows, cols, eps } => {
-                let layer = matches!(spec, OpSpec::LayerNorm { .. });
-                let p = Params::default()
-                    .u(u32_of(op, "rows", *rows)?)
-                    .u(u32_of(op, "cols", *cols)?)
-                    .f(*eps)
-                    .u(0);
-                let grid = self.grid(op, *rows as u64)?;
-                let (entry, n) = if layer {
-                    ("layer_norm", 3)
-                } else {
-                    ("rms_norm", 2)
-                };
-                self.run(Shader::Norm, entry, &p, out, &raw[..n], grid)
-            }
-            OpSpec::Softmax { rows, cols, causal } => {
-                let q = match causal {
-                    Some(q) if *q == 0 || q > cols => {
-                        return Err(Error::invalid(
-                            "softmax",
-                            format!("causal queries {q} must be in 1..={cols}"),
-                        ))
-                    }
-                    Some(q) => *q,
-                    None => 0,
-                };
-                let p = Params::default()
-                    .u(u32_of(op, "rows", *rows)?)
-                    .u(u32_of(op, "cols", *cols)?)
-                    .u(u32_of(op, "causal", q)?)
-                    .u(0);
-                if *cols <= SOFTMAX_SHORT_COLS {
-                    let grid = self.grid(op, (*rows as u64).div_ceil(64))?;
-                    self.run(Shader::Softmax, "softmax_short", &p, out, &raw[..1], grid)
-                } else {
-                    let grid = self.grid(op, *rows as u64)?;
-                    self.run(Shader::Softmax, "softmax", &p, out, &raw[..1], grid)
-                }
-            }
-            OpSpec::Rope {
-                rows,
-                heads,
-                head_dim,
-                layout,
-                ..
-            } => {
-                if !head_dim.is_multiple_of(2) {
-                    return Err(Error::invalid(
-                        "rope",
-                        format!("head_dim {head_dim} must be even"),
-                    ));
-                }
-                let interleaved = matches!(layout, crate::backend::RopeLayout::Interleaved);
-                let p = Params::default()
-                    .u(u32_of(op, "rows", *rows)?)
-                    .u(u32_of(op, "heads", *heads)?)
-                    .u(u32_of(op, "head_dim", *head_dim)?)
-                    .u(interleaved as u32);
-                let pairs = (*rows as u64) * (*heads as u64) * (*head_dim as u64 / 2);
-                u32_of(op, "pairs", pairs as usize)?;
-                let grid = self.grid(op, pairs.div_ceil(WG))?;
-                self.run(Shader::Rope, "rope", &p, out, &raw[..3], grid)
-            }
+            OpSpec::Unary { .. } | OpSpec::Binary { .. } => self.elementwise(spec, out, &raw),
+            OpSpec::RmsNorm { .. }
+            | OpSpec::LayerNorm { .. }
+            | OpSpec::Softmax { .. }
+            | OpSpec::Rope { .. }
+            | OpSpec::Argmax { .. } => self.rows(spec, out, &raw),
             OpSpec::Matmul(m) => self.matmul(m, out, inputs),
             OpSpec::Embedding { vocab, dim, count } => {
                 self.embedding(op, (*vocab, *dim, *count), (0, *vocab), out, inputs)
             }
-            OpSpec::Permute { in_shape, perm } => {
-                if in_shape.len() > OpSpec::MAX_PERMUTE_RANK || perm.len() != in_shape.len() {
-                    return Err(Error::invalid(
-                        "permute",
-                        format!("rank {} with permutation {perm:?}", in_shape.len()),
-                    ));
-                }
-                let (out_shape, strides) = permute_strides(in_shape, perm);
-                let len: usize = out_shape.iter().product();
-                let mut p = Params::default()
-                    .u(u32_of(op, "len", len)?)
-                    .u(in_shape.len() as u32)
-                    .u(0)
-                    .u(0);
-                for d in 0..8 {
-                    p = p.u(u32_of(
-                        op,
-                        "dimension",
-                        out_shape.get(d).copied().unwrap_or(1),
-                    )?);
-                }
-                for d in 0..8 {
-                    p = p.u(u32_of(op, "stride", strides.get(d).copied().unwrap_or(0))?);
-                }
-                let grid = self.grid(op, (len as u64).div_ceil(WG))?;
-                self.run(Shader::Permute, "permute", &p, out, &raw[..1], grid)
-            }
+            OpSpec::Permute { .. }
+            | OpSpec::Concat { .. }
+            | OpSpec::Narrow { .. }
+            | OpSpec::ScatterRows { .. } => self.movement(spec, out, &raw),
             OpSpec::Quantize { .. }
             | OpSpec::Dequantize { .. }
             | OpSpec::QMatmul { .. }
@@ -317,78 +193,7 @@ impl Encoder<'_> {
             OpSpec::Scan { .. } | OpSpec::ScanGradA { .. } | OpSpec::ScanGradInit { .. } => {
                 self.scan(spec, out, inputs)
             }
-            OpSpec::Concat {
-                rows,
-                a_cols,
-                b_cols,
-            } => {
-                let len = rows * (a_cols + b_cols);
-                let p = Params::default()
-                    .u(u32_of(op, "len", len)?)
-                    .u(u32_of(op, "a_cols", *a_cols)?)
-                    .u(u32_of(op, "b_cols", *b_cols)?)
-                    .u(0);
-                let grid = self.grid(op, (len as u64).div_ceil(WG))?;
-                self.run(Shader::Concat, "concat", &p, out, &raw[..2], grid)
-            }
-            OpSpec::Narrow {
-                rows,
-                cols,
-                start,
-                len,
-            } => {
-                let total = rows * len;
-                let p = Params::default()
-                    .u(u32_of(op, "len", total)?)
-                    .u(u32_of(op, "cols", *cols)?)
-                    .u(u32_of(op, "start", *start)?)
-                    .u(u32_of(op, "width", *len)?);
-                let grid = self.grid(op, (total as u64).div_ceil(WG))?;
-                self.run(Shader::Concat, "narrow", &p, out, &raw[..1], grid)
-            }
-            OpSpec::ScatterRows { rows, cols, count } => {
-                let len = count * cols;
-                let p = Params::default()
-                    .u(u32_of(op, "len", len)?)
-                    .u(u32_of(op, "cols", *cols)?)
-                    .u(u32_of(op, "rows", *rows)?)
-                    .u(0);
-                u32_of(op, "rows·cols", rows * cols)?;
-                let grid = self.grid(op, (len as u64).div_ceil(WG))?;
-                self.run(Shader::Concat, "scatter_rows", &p, out, &raw[..2], grid)
-            }
-            OpSpec::Sample {
-                rows,
-                vocab,
-                params,
-            } => {
-                let p = Params::default()
-                    .u(u32_of(op, "rows", *rows)?)
-                    .u(u32_of(op, "vocab", *vocab)?)
-                    .f(params.temperature)
-                    .u(params.top_k)
-                    .f(params.top_p)
-                    .u(params.is_greedy() as u32)
-                    .u(0)
-                    .u(0);
-                u32_of(op, "rows·vocab", rows * vocab)?;
-                let grid = self.grid(op, *rows as u64)?;
-                self.run(Shader::Sample, "sample", &p, out, &raw[..2], grid)
-            }
-            OpSpec::Argmax { rows, cols } => {
-                let p = Params::default()
-                    .u(u32_of(op, "rows", *rows)?)
-                    .u(u32_of(op, "cols", *cols)?)
-                    .u(0)
-                    .u(0);
-                if *cols <= ARGMAX_SHORT_COLS {
-                    let grid = self.grid(op, (*rows as u64).div_ceil(WG))?;
-                    self.run(Shader::Argmax, "argmax_short", &p, out, &raw[..1], grid)
-                } else {
-                    let grid = self.grid(op, *rows as u64)?;
-                    self.run(Shader::Argmax, "argmax", &p, out, &raw[..1], grid)
-                }
-            }
+            OpSpec::Sample { .. } => self.sample(spec, out, &raw),
         }
     }
 
@@ -402,15 +207,14 @@ impl Encoder<'_> {
         out: &wgpu::Buffer,
         inputs: &[Operand<'_>],
     ) -> Result<()> {
-        let p = Params::default()
-            .u(u32_of(op, "vocab", vocab)?)
-            .u(u32_of(op, "dim", dim)?)
-            .u(u32_of(op, "count", count)?)
-            .u(u32_of(op, "first", first)?)
-            .u(u32_of(op, "rows", rows)?)
-            .u(0)
-            .u(0)
-            .u(0);
+        let p = EmbeddingParams {
+            vocab: u32_of(op, "vocab", vocab)?,
+            dim: u32_of(op, "dim", dim)?,
+            count: u32_of(op, "count", count)?,
+            first: u32_of(op, "first", first)?,
+            rows: u32_of(op, "rows", rows)?,
+            ..Default::default()
+        };
         let total = (dim as u64) * (count as u64);
         u32_of(op, "count·dim", total as usize)?;
         let grid = self.grid(op, total.div_ceil(WG))?;
@@ -449,15 +253,15 @@ impl Encoder<'_> {
             let col_groups = m.n.div_ceil(cols_per_group);
             for b0 in (0..m.batch).step_by(max as usize) {
                 for g0 in (0..col_groups).step_by(max as usize) {
-                    let p = Params::default()
-                        .u(mm)
-                        .u(n)
-                        .u(k)
-                        .u(rhs_stride as u32)
-                        .u(g0 as u32)
-                        .u(b0 as u32)
-                        .u(0)
-                        .u(0);
+                    let p = MatvecParams {
+                        m: mm,
+                        n,
+                        k,
+                        rhs_stride: rhs_stride as u32,
+                        col_group0: g0 as u32,
+                        batch0: b0 as u32,
+                        ..Default::default()
+                    };
                     let groups = [
                         (col_groups - g0).min(max as usize) as u32,
                         (m.batch - b0).min(max as usize) as u32,
@@ -481,15 +285,16 @@ impl Encoder<'_> {
         for b0 in (0..m.batch).step_by(step) {
             for y0 in (0..tiles_y).step_by(step) {
                 for x0 in (0..tiles_x).step_by(step) {
-                    let p = Params::default()
-                        .u(mm)
-                        .u(n)
-                        .u(k)
-                        .u(m.rhs_transposed as u32)
-                        .u(rhs_stride as u32)
-                        .u(x0 as u32)
-                        .u(y0 as u32)
-                        .u(b0 as u32);
+                    let p = MatmulParams {
+                        m: mm,
+                        n,
+                        k,
+                        rhs_transposed: m.rhs_transposed as u32,
+                        rhs_stride: rhs_stride as u32,
+                        tile_x0: x0 as u32,
+                        tile_y0: y0 as u32,
+                        batch0: b0 as u32,
+                    };
                     let groups = [
                         (tiles_x - x0).min(step) as u32,
                         (tiles_y - y0).min(step) as u32,
@@ -508,160 +313,4 @@ impl Encoder<'_> {
         }
         Ok(())
     }
-}
-
-/// Storage units of `count` values of `format` in rows of `row_len`, or an error when the rows
-/// are not whole blocks.
-fn packed_len(op: &'static str, format: DType, count: usize, row_len: usize) -> Result<usize> {
-    format.storage_len(count, row_len).ok_or_else(|| {
-        Error::invalid(
-            op,
-            format!("rows of {row_len} values are not whole {format} blocks"),
-        )
-    })
-}
-
-/// The inputs an op needs: how many, their dtypes and their least lengths. The op layer has
-/// checked shapes already; this keeps a wrong call from reading past a buffer.
-fn check_inputs(op: &'static str, spec: &OpSpec, inputs: &[Operand<'_>]) -> Result<()> {
-    use DType::{F32, U32};
-    let need: Vec<(Option<DType>, usize)> = match spec {
-        OpSpec::Unary { len, .. } => vec![(Some(F32), *len)],
-        OpSpec::Binary { len, rhs_len, .. } => {
-            if *rhs_len == 0 || len % rhs_len != 0 {
-                return Err(Error::invalid(
-                    op,
-                    format!("rhs_len {rhs_len} must divide len {len}"),
-                ));
-            }
-            vec![(Some(F32), *len), (Some(F32), *rhs_len)]
-        }
-        OpSpec::RmsNorm { rows, cols, .. } => vec![(Some(F32), rows * cols), (Some(F32), *cols)],
-        OpSpec::LayerNorm { rows, cols, .. } => {
-            vec![
-                (Some(F32), rows * cols),
-                (Some(F32), *cols),
-                (Some(F32), *cols),
-            ]
-        }
-        OpSpec::Softmax { rows, cols, .. } => vec![(Some(F32), rows * cols)],
-        OpSpec::Rope {
-            rows,
-            heads,
-            head_dim,
-            ..
-        } => vec![
-            (Some(F32), rows * heads * head_dim),
-            (Some(U32), *rows),
-            (Some(F32), head_dim / 2),
-        ],
-        OpSpec::Matmul(m) => {
-            let rhs_mats = if m.rhs_batched { m.batch } else { 1 };
-            vec![
-                (Some(F32), m.batch * m.m * m.k),
-                (Some(F32), rhs_mats * m.n * m.k),
-            ]
-        }
-        OpSpec::Embedding { vocab, dim, count } => {
-            vec![(Some(F32), vocab * dim), (Some(U32), *count)]
-        }
-        OpSpec::Permute { in_shape, .. } => vec![(None, in_shape.iter().product())],
-        OpSpec::Quantize { rows, cols, .. } => vec![(Some(F32), rows * cols)],
-        OpSpec::Dequantize { format, rows, cols } => {
-            vec![(Some(*format), packed_len(op, *format, rows * cols, *cols)?)]
-        }
-        OpSpec::QMatmul {
-            format,
-            activations,
-            m,
-            n,
-            k,
-        } => {
-            let a = if *activations == crate::backend::Activations::F16 {
-                (Some(DType::F16), 2 * m * k)
-            } else {
-                (Some(F32), m * k)
-            };
-            vec![a, (Some(*format), packed_len(op, *format, n * k, *k)?)]
-        }
-        OpSpec::TernaryDot { format, m, n, k } => vec![
-            (Some(*format), packed_len(op, *format, n * k, *k)?),
-            (Some(DType::I8), m * k),
-        ],
-        OpSpec::Scan {
-            op,
-            outer,
-            len,
-            inner,
-        } => {
-            let n = outer * len * inner;
-            match op {
-                crate::backend::ScanOp::Linear => {
-                    vec![(Some(F32), n), (Some(F32), n), (Some(F32), outer * inner)]
-                }
-                crate::backend::ScanOp::LinearAdjoint => vec![(Some(F32), n), (Some(F32), n)],
-                _ => vec![(Some(F32), n)],
-            }
-        }
-        OpSpec::ScanGradA { outer, len, inner } => vec![
-            (Some(F32), outer * len * inner),
-            (Some(F32), outer * len * inner),
-            (Some(F32), outer * inner),
-        ],
-        OpSpec::Concat {
-            rows,
-            a_cols,
-            b_cols,
-        } => vec![(None, rows * a_cols), (None, rows * b_cols)],
-        OpSpec::Narrow {
-            rows,
-            cols,
-            start,
-            len,
-        } => {
-            if start + len > *cols {
-                return Err(Error::invalid(
-                    op,
-                    format!("columns {start}..{} exceed the width {cols}", start + len),
-                ));
-            }
-            vec![(None, rows * cols)]
-        }
-        OpSpec::ScanGradInit { outer, len, inner } => vec![
-            (Some(F32), outer * len * inner),
-            (Some(F32), outer * len * inner),
-        ],
-        OpSpec::Argmax { rows, cols } => {
-            if *cols == 0 {
-                return Err(Error::invalid(op, "argmax needs at least one column"));
-            }
-            vec![(Some(F32), rows * cols)]
-        }
-        OpSpec::ScatterRows { cols, count, .. } => vec![(None, count * cols), (Some(U32), *count)],
-        OpSpec::Sample { rows, vocab, .. } => vec![(Some(F32), rows * vocab), (Some(F32), *rows)],
-    };
-    if inputs.len() < need.len() {
-        return Err(Error::backend(
-            BackendKind::Wgpu,
-            format!("{op}: needs {} inputs, got {}", need.len(), inputs.len()),
-        ));
-    }
-    for (i, ((dtype, len), input)) in need.iter().zip(inputs).enumerate() {
-        if dtype.is_some_and(|d| d != input.dtype) {
-            return Err(Error::backend(
-                BackendKind::Wgpu,
-                format!("{op}: input {i} is {:?}", input.dtype),
-            ));
-        }
-        if input.len < *len {
-            return Err(Error::backend(
-                BackendKind::Wgpu,
-                format!(
-                    "{op}: input {i} has {} elements, the op reads {len}",
-                    input.len
-                ),
-            ));
-        }
-    }
-    Ok(())
 }

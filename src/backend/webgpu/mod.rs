@@ -25,6 +25,7 @@
 mod browser;
 mod context;
 mod kernels;
+mod params;
 mod pipelines;
 mod pool;
 mod readback;
@@ -35,6 +36,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use context::{F16_ENV, ROW_TEAMS_ENV, SUBGROUPS_ENV};
+pub use pipelines::compose_module;
 pub use pool::GpuBuffer;
 pub use selfcheck::SELFCHECK_ENV;
 

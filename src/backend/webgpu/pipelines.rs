@@ -11,6 +11,7 @@ use std::num::NonZeroU64;
 use std::sync::Mutex;
 
 use super::context::{GpuContext, MvShape};
+use crate::backend::kernel_consts::WGSL_PRELUDE;
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
 
@@ -49,7 +50,7 @@ fn reduce_prelude(shape: MvShape) -> &'static str {
 }
 
 impl Shader {
-    const ALL: [Shader; 14] = [
+    pub(crate) const ALL: [Shader; 14] = [
         Shader::Elementwise,
         Shader::Norm,
         Shader::Softmax,
@@ -66,17 +67,22 @@ impl Shader {
         Shader::Sample,
     ];
 
-    /// The module's WGSL: the file, after the reduction prelude for the shaders that use one.
+    /// The module's WGSL for the adapter's matvec shape (see [`Shader::composed`]).
     fn module_source(self, ctx: &GpuContext) -> String {
-        match self {
-            Shader::Matvec | Shader::Quant => {
-                format!("{}\n{}", reduce_prelude(ctx.mv_shape()), self.source())
-            }
-            _ => self.source().to_string(),
-        }
+        self.composed(ctx.mv_shape())
     }
 
-    fn source(self) -> &'static str {
+    /// The module's WGSL (see [`compose_module`]), with the reduction prelude of `shape` for
+    /// the shaders that use one.
+    pub(crate) fn composed(self, shape: MvShape) -> String {
+        let reduce = match self {
+            Shader::Matvec | Shader::Quant => Some(reduce_prelude(shape)),
+            _ => None,
+        };
+        compose_module(self.source(), reduce)
+    }
+
+    pub(crate) fn source(self) -> &'static str {
         match self {
             Shader::Elementwise => include_str!("../../../shaders/elementwise.wgsl"),
             Shader::Norm => include_str!("../../../shaders/norm.wgsl"),
@@ -115,11 +121,36 @@ impl Shader {
     }
 }
 
+/// The WGSL compiled for a shader file: its `enable` directives (which WGSL wants before any
+/// declaration), the constants prelude `shaders/generated/formats.wgsl`, the reduction
+/// prelude `reduce` if any, then the rest of the file. Public for `native-tests/shaders.rs`,
+/// which validates every file as the backend composes it.
+#[doc(hidden)]
+pub fn compose_module(file: &str, reduce: Option<&str>) -> String {
+    let (enables, rest): (Vec<&str>, Vec<&str>) = file
+        .lines()
+        .partition(|l| l.trim_start().starts_with("enable "));
+    let mut out = String::new();
+    for line in enables {
+        out.push_str(line);
+        out.push('\n');
+    }
+    out.push_str(WGSL_PRELUDE);
+    if let Some(reduce) = reduce {
+        out.push('\n');
+        out.push_str(reduce);
+    }
+    out.push('\n');
+    out.push_str(&rest.join("\n"));
+    out
+}
+
 /// A hash of every shader source and prelude: a self-check verdict cached on disk holds only
 /// for the kernels it checked.
 pub(crate) fn sources_fingerprint() -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
+    WGSL_PRELUDE.hash(&mut h);
     for shader in Shader::ALL {
         shader.source().hash(&mut h);
     }

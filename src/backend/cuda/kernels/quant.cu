@@ -1,7 +1,8 @@
 // Block formats (src/quant): OpSpec::Quantize, Dequantize, QMatmul, TernaryDot.
 //
-// Format codes: 0 F16, 1 Q8_0, 2 Q4_0, 3 TQ1_0, 4 TQ2_0, 5 TernaryPlanes. Blocks are read and
-// written byte by byte (a Q8_0 block is 34 bytes, so blocks are not word-aligned).
+// Format codes and block sizes: FMT_* and *_BLOCK_* of formats.cuh (generated from
+// src/backend/kernel_consts.rs). Blocks are read and written byte by byte (Q8_0 and Q4_0
+// blocks are not word-aligned).
 //
 // Quantization is bit-exact with GGUF's reference quantizers: every product, sum and quotient
 // that the reference rounds separately is an explicit __fmul_rn/__fadd_rn/__fdiv_rn, which
@@ -9,17 +10,24 @@
 // nearest even, on the bits).
 
 __device__ __forceinline__ u32 wt_block_len(u32 fmt) {
-    return fmt == 0u ? 1u : (fmt <= 2u ? 32u : 256u);
+    switch (fmt) {
+        case FMT_F16: return F16_BLOCK_LEN;
+        case FMT_Q8_0: return Q8_0_BLOCK_LEN;
+        case FMT_Q4_0: return Q4_0_BLOCK_LEN;
+        case FMT_TQ1_0: return TQ1_0_BLOCK_LEN;
+        case FMT_TQ2_0: return TQ2_0_BLOCK_LEN;
+        default: return TERNARY_PLANES_BLOCK_LEN;
+    }
 }
 
 __device__ __forceinline__ u32 wt_block_bytes(u32 fmt) {
     switch (fmt) {
-        case 0: return 2u;
-        case 1: return 34u;
-        case 2: return 18u;
-        case 3: return 54u;
-        case 4: return 66u;
-        default: return 68u;
+        case FMT_F16: return F16_BLOCK_BYTES;
+        case FMT_Q8_0: return Q8_0_BLOCK_BYTES;
+        case FMT_Q4_0: return Q4_0_BLOCK_BYTES;
+        case FMT_TQ1_0: return TQ1_0_BLOCK_BYTES;
+        case FMT_TQ2_0: return TQ2_0_BLOCK_BYTES;
+        default: return TERNARY_PLANES_BLOCK_BYTES;
     }
 }
 
@@ -37,16 +45,16 @@ __device__ __forceinline__ int wt_tq1_trit(u8 byte, u32 n) {
 // The integer value `v` (0 ≤ v < block length) of the block at `p`; the value is d · q.
 __device__ int wt_block_int(u32 fmt, const u8* p, u32 v) {
     switch (fmt) {
-        case 1: return (int)(i8)p[2 + v];
-        case 2: {
+        case FMT_Q8_0: return (int)(i8)p[2 + v];
+        case FMT_Q4_0: {
             u8 b = p[2 + (v & 15u)];
             return v < 16u ? (int)(b & 15u) - 8 : (int)(b >> 4) - 8;
         }
-        case 3:
+        case FMT_TQ1_0:
             if (v < 160u) return wt_tq1_trit(p[v % 32u], v / 32u);
             if (v < 240u) return wt_tq1_trit(p[32u + (v - 160u) % 16u], (v - 160u) / 16u);
             return wt_tq1_trit(p[48u + (v - 240u) % 4u], (v - 240u) / 4u);
-        case 4: {
+        case FMT_TQ2_0: {
             u32 c = v / 128u, l = (v % 128u) / 32u, m = v % 32u;
             return (int)((p[32u * c + m] >> (2u * l)) & 3u) - 1;
         }
@@ -62,17 +70,17 @@ __device__ int wt_block_int(u32 fmt, const u8* p, u32 v) {
 // The scale d of the block at `p` (not for F16).
 __device__ float wt_block_scale(u32 fmt, const u8* p) {
     switch (fmt) {
-        case 1:
-        case 2: return wt_read_f16(p);
-        case 3: return wt_read_f16(p + 52);
-        case 4: return wt_read_f16(p + 64);
+        case FMT_Q8_0:
+        case FMT_Q4_0: return wt_read_f16(p);
+        case FMT_TQ1_0: return wt_read_f16(p + 52);
+        case FMT_TQ2_0: return wt_read_f16(p + 64);
         default: return __uint_as_float(wt_read_u32(p));
     }
 }
 
 // Value `v` of a row of `fmt` data starting at `row`, as dequantize defines it (d · q in f32).
 __device__ __forceinline__ float wt_row_value(u32 fmt, const u8* row, u32 v) {
-    if (fmt == 0u) return wt_read_f16(row + 2u * v);
+    if (fmt == FMT_F16) return wt_read_f16(row + 2u * v);
     u32 len = wt_block_len(fmt);
     const u8* p = row + (u64)(v / len) * wt_block_bytes(fmt);
     return __fmul_rn((float)wt_block_int(fmt, p, v % len), wt_block_scale(fmt, p));
@@ -91,11 +99,11 @@ extern "C" __global__ void quantize(u8* out, const float* x, u32 fmt, u32 blocks
     u32 len = wt_block_len(fmt);
     const float* xb = x + b * len;
     u8* o = out + b * wt_block_bytes(fmt);
-    if (fmt == 0u) {
+    if (fmt == FMT_F16) {
         wt_write_f16(o, xb[0]);
         return;
     }
-    if (fmt == 1u) {
+    if (fmt == FMT_Q8_0) {
         float amax = 0.0f;
         for (u32 i = 0; i < 32u; ++i) amax = fmaxf(amax, fabsf(xb[i]));
         float d = __fdiv_rn(amax, 127.0f);
@@ -106,7 +114,7 @@ extern "C" __global__ void quantize(u8* out, const float* x, u32 fmt, u32 blocks
         }
         return;
     }
-    if (fmt == 2u) {
+    if (fmt == FMT_Q4_0) {
         float amax = 0.0f, max = 0.0f;
         for (u32 i = 0; i < 32u; ++i) {
             float a = fabsf(xb[i]);
@@ -130,7 +138,7 @@ extern "C" __global__ void quantize(u8* out, const float* x, u32 fmt, u32 blocks
     for (u32 i = 0; i < 256u; ++i) amax = fmaxf(amax, fabsf(xb[i]));
     float id = amax != 0.0f ? __fdiv_rn(1.0f, amax) : 0.0f;
 #define WT_TRIT(v) wt_sat_int(roundf(__fmul_rn(xb[(v)], id)), -128, 127)
-    if (fmt == 4u) {
+    if (fmt == FMT_TQ2_0) {
         for (u32 c = 0; c < 2u; ++c) {
             for (u32 m = 0; m < 32u; ++m) {
                 u32 q = 0;
@@ -139,7 +147,7 @@ extern "C" __global__ void quantize(u8* out, const float* x, u32 fmt, u32 blocks
             }
         }
         wt_write_f16(o + 64, amax);
-    } else if (fmt == 3u) {
+    } else if (fmt == FMT_TQ1_0) {
         // ⌈q · 256 / 243⌉ of the base-3 number q formed by the trits (first most significant).
         for (u32 m = 0; m < 32u; ++m) {
             u32 q = 0;
@@ -183,7 +191,7 @@ extern "C" __global__ void dequantize(float* out, const u8* x, u32 fmt, u32 len)
     if (i >= len) return;
     u32 blen = wt_block_len(fmt);
     const u8* p = x + (i / blen) * wt_block_bytes(fmt);
-    out[i] = fmt == 0u ? wt_read_f16(x + 2u * i)
+    out[i] = fmt == FMT_F16 ? wt_read_f16(x + 2u * i)
                        : __fmul_rn((float)wt_block_int(fmt, p, (u32)(i % blen)), wt_block_scale(fmt, p));
 }
 

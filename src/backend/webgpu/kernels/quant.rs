@@ -9,7 +9,9 @@
 //! temporary buffer (int8 words, then one f32 scale per 32 values) that the backend passed as
 //! a third operand, and `qmatmul_int` reads it.
 
-use super::{u32_of, Encoder, Operand, Params, Shader, MATVEC_MAX_M};
+use super::{u32_of, Encoder, Operand, Shader, MATVEC_MAX_M};
+use crate::backend::kernel_consts::{self, INT_ACTIVATIONS};
+use crate::backend::webgpu::params::QuantParams;
 use crate::backend::BackendKind;
 use crate::backend::{Activations, OpSpec};
 use crate::dtype::DType;
@@ -17,8 +19,6 @@ use crate::error::{Error, Result};
 
 /// Threads per workgroup of the quant kernels.
 const WG: u64 = 64;
-/// Added to a format's code in `MV_FORMAT` for int8 activations.
-const INT_ACTIVATIONS: u32 = 16;
 
 /// Activation rows per workgroup of the product kernels.
 const ROWS: usize = 8;
@@ -28,22 +28,9 @@ pub(in crate::backend::webgpu) fn int_activation_words(m: usize, k: usize) -> us
     m * k / 4 + m * k / 32
 }
 
-/// The shader's code for a packed format.
+/// The shader's code for a packed format (`FMT_*` of the constants prelude).
 fn format_code(format: DType) -> Result<u32> {
-    Ok(match format {
-        DType::F16 => 1,
-        DType::Q8_0 => 2,
-        DType::Q4_0 => 3,
-        DType::TQ1_0 => 4,
-        DType::TQ2_0 => 5,
-        DType::TernaryPlanes => 6,
-        other => {
-            return Err(Error::backend(
-                BackendKind::Wgpu,
-                format!("{other} is not a packed weight format"),
-            ))
-        }
-    })
+    kernel_consts::format_code("wgpu quant", format)
 }
 
 fn params(
@@ -53,16 +40,15 @@ fn params(
     n: usize,
     k: usize,
     mode: u32,
-) -> Result<Params> {
-    Ok(Params::default()
-        .u(format_code(format)?)
-        .u(u32_of(op, "rows", m)?)
-        .u(u32_of(op, "n", n)?)
-        .u(u32_of(op, "k", k)?)
-        .u(mode)
-        .u(0)
-        .u(0)
-        .u(0))
+) -> Result<QuantParams> {
+    Ok(QuantParams {
+        format: format_code(format)?,
+        m: u32_of(op, "rows", m)?,
+        n: u32_of(op, "n", n)?,
+        k: u32_of(op, "k", k)?,
+        mode,
+        ..Default::default()
+    })
 }
 
 impl Encoder<'_> {

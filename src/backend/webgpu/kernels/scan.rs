@@ -1,7 +1,8 @@
 //! Encoding the scans (`shaders/scan.wgsl`): three dispatches per scan — chunk totals, the
 //! carries across chunks, then each chunk from its carry — and the two gradient kernels.
 
-use super::{u32_of, Encoder, Operand, Params, Shader};
+use super::{u32_of, Encoder, Operand, Shader};
+use crate::backend::webgpu::params::ScanParams;
 use crate::backend::BackendKind;
 use crate::backend::{OpSpec, ScanOp};
 use crate::error::{Error, Result};
@@ -48,17 +49,16 @@ impl Encoder<'_> {
         inputs: &[Operand<'_>],
     ) -> Result<()> {
         let op = spec.kind().name();
-        let params = |code: u32, outer: usize, len: usize, inner: usize| -> Result<Params> {
+        let params = |code: u32, outer: usize, len: usize, inner: usize| -> Result<ScanParams> {
             u32_of(op, "elements", outer * len * inner)?;
-            Ok(Params::default()
-                .u(code)
-                .u(u32_of(op, "outer", outer)?)
-                .u(u32_of(op, "len", len)?)
-                .u(u32_of(op, "inner", inner)?)
-                .u(u32_of(op, "chunks", len.div_ceil(CHUNK))?)
-                .u(0)
-                .u(0)
-                .u(0))
+            Ok(ScanParams {
+                op: code,
+                outer: u32_of(op, "outer", outer)?,
+                len: u32_of(op, "len", len)?,
+                inner: u32_of(op, "inner", inner)?,
+                chunks: u32_of(op, "chunks", len.div_ceil(CHUNK))?,
+                ..Default::default()
+            })
         };
         match *spec {
             OpSpec::Scan {

@@ -1,0 +1,21 @@
+// Generated from src/backend/kernel_consts.rs by its tests (WEBTENSOR_BLESS=1 rewrites it): do not edit.
+// Packed formats: FMT_* codes (one numbering for WGSL and CUDA), block values and bytes.
+const FMT_F16: u32 = 1u;
+const F16_BLOCK_LEN: u32 = 1u;
+const F16_BLOCK_BYTES: u32 = 2u;
+const FMT_Q8_0: u32 = 2u;
+const Q8_0_BLOCK_LEN: u32 = 32u;
+const Q8_0_BLOCK_BYTES: u32 = 34u;
+const FMT_Q4_0: u32 = 3u;
+const Q4_0_BLOCK_LEN: u32 = 32u;
+const Q4_0_BLOCK_BYTES: u32 = 18u;
+const FMT_TQ1_0: u32 = 4u;
+const TQ1_0_BLOCK_LEN: u32 = 256u;
+const TQ1_0_BLOCK_BYTES: u32 = 54u;
+const FMT_TQ2_0: u32 = 5u;
+const TQ2_0_BLOCK_LEN: u32 = 256u;
+const TQ2_0_BLOCK_BYTES: u32 = 66u;
+const FMT_TERNARY_PLANES: u32 = 6u;
+const TERNARY_PLANES_BLOCK_LEN: u32 = 256u;
+const TERNARY_PLANES_BLOCK_BYTES: u32 = 68u;
+const FMT_INT_ACTIVATIONS: u32 = 16u;

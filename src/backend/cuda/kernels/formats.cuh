@@ -1,0 +1,21 @@
+// Generated from src/backend/kernel_consts.rs by its tests (WEBTENSOR_BLESS=1 rewrites it): do not edit.
+// Packed formats: FMT_* codes (one numbering for WGSL and CUDA), block values and bytes.
+static constexpr unsigned int FMT_F16 = 1u;
+static constexpr unsigned int F16_BLOCK_LEN = 1u;
+static constexpr unsigned int F16_BLOCK_BYTES = 2u;
+static constexpr unsigned int FMT_Q8_0 = 2u;
+static constexpr unsigned int Q8_0_BLOCK_LEN = 32u;
+static constexpr unsigned int Q8_0_BLOCK_BYTES = 34u;
+static constexpr unsigned int FMT_Q4_0 = 3u;
+static constexpr unsigned int Q4_0_BLOCK_LEN = 32u;
+static constexpr unsigned int Q4_0_BLOCK_BYTES = 18u;
+static constexpr unsigned int FMT_TQ1_0 = 4u;
+static constexpr unsigned int TQ1_0_BLOCK_LEN = 256u;
+static constexpr unsigned int TQ1_0_BLOCK_BYTES = 54u;
+static constexpr unsigned int FMT_TQ2_0 = 5u;
+static constexpr unsigned int TQ2_0_BLOCK_LEN = 256u;
+static constexpr unsigned int TQ2_0_BLOCK_BYTES = 66u;
+static constexpr unsigned int FMT_TERNARY_PLANES = 6u;
+static constexpr unsigned int TERNARY_PLANES_BLOCK_LEN = 256u;
+static constexpr unsigned int TERNARY_PLANES_BLOCK_BYTES = 68u;
+static constexpr unsigned int FMT_INT_ACTIVATIONS = 16u;
