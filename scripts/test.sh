@@ -18,6 +18,8 @@ export WEBTENSOR_REQUIRE_OPENAI=1
 
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
+# The module graph keeps its layers: the largest import circle is the wgpu backend's own files.
+python3 scripts/import_circles.py --max 9
 cargo test
 
 # The matrix's cpu rows again on each SIMD path this machine has (unsupported ones fall back).

@@ -143,6 +143,15 @@ fn gelu_erf(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
 }
 
 @compute @workgroup_size(256)
+fn sigmoid(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+    let i = linear_index(wid, nwg, lid);
+    if (i < p.len) {
+        out[i] = 1.0 / (1.0 + exp(-a[i]));
+    }
+}
+
+@compute @workgroup_size(256)
 fn scale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) lid: u32) {
     let i = linear_index(wid, nwg, lid);

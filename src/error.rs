@@ -4,7 +4,7 @@
 //! limits) so callers can react to them, and their messages say what was wrong and what to do.
 //! Nothing in the library panics on user input; a panic is a bug.
 
-use crate::backend::BackendKind;
+use crate::backend::kind::BackendKind;
 use crate::dtype::DType;
 use crate::shape::Shape;
 

@@ -13,7 +13,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod host;
 pub(crate) mod kernel_consts;
-mod kind;
+pub(crate) mod kind;
 pub mod reference;
 pub mod registry;
 pub mod spec;

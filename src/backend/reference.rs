@@ -214,6 +214,7 @@ fn unary(op: UnaryOp, x: &[f32]) -> Vec<f32> {
                     0.5 * v * (1.0 + (c * (v + 0.044715 * v * v * v)).tanh())
                 }
                 UnaryOp::GeluErf => 0.5 * v * (1.0 + libm::erf(v / std::f64::consts::SQRT_2)),
+                UnaryOp::Sigmoid => sigmoid(v),
                 UnaryOp::Scale(s) => v * s as f64,
             };
             y as f32

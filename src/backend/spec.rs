@@ -22,6 +22,8 @@ pub enum UnaryOp {
     GeluTanh,
     /// GELU, exact: `0.5·x·(1 + erf(x/√2))`.
     GeluErf,
+    /// The logistic function `1 / (1 + e^(−x))`, for sigmoid gates.
+    Sigmoid,
     /// `x · factor`.
     Scale(f32),
 }
@@ -415,6 +417,10 @@ impl OpSpec {
                 ..
             } => OpKind::GeluErf,
             OpSpec::Unary {
+                op: UnaryOp::Sigmoid,
+                ..
+            } => OpKind::Sigmoid,
+            OpSpec::Unary {
                 op: UnaryOp::Scale(_),
                 ..
             } => OpKind::Scale,
@@ -535,6 +541,8 @@ pub enum OpKind {
     GeluTanh,
     /// GELU, exact erf form.
     GeluErf,
+    /// The logistic sigmoid.
+    Sigmoid,
     /// silu(a)·b.
     SwiGlu,
     /// RMS normalisation.
@@ -581,13 +589,14 @@ pub enum OpKind {
 
 impl OpKind {
     /// Every op family.
-    pub const ALL: [OpKind; 27] = [
+    pub const ALL: [OpKind; 28] = [
         OpKind::Add,
         OpKind::Mul,
         OpKind::Scale,
         OpKind::Silu,
         OpKind::GeluTanh,
         OpKind::GeluErf,
+        OpKind::Sigmoid,
         OpKind::SwiGlu,
         OpKind::RmsNorm,
         OpKind::LayerNorm,
@@ -620,6 +629,7 @@ impl OpKind {
             OpKind::Silu => "silu",
             OpKind::GeluTanh => "gelu_tanh",
             OpKind::GeluErf => "gelu_erf",
+            OpKind::Sigmoid => "sigmoid",
             OpKind::SwiGlu => "swiglu",
             OpKind::RmsNorm => "rms_norm",
             OpKind::LayerNorm => "layer_norm",

@@ -82,3 +82,8 @@ pub fn gelu(x: &Tensor) -> Result<Tensor> {
 pub fn gelu_erf(x: &Tensor) -> Result<Tensor> {
     unary("gelu_erf", x, UnaryOp::GeluErf)
 }
+
+/// The logistic sigmoid `1 / (1 + e^(−x))`, each value in `[0, 1]` (gates, scores).
+pub fn sigmoid(x: &Tensor) -> Result<Tensor> {
+    unary("sigmoid", x, UnaryOp::Sigmoid)
+}

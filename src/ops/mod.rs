@@ -18,7 +18,7 @@ mod scan;
 mod scatter;
 mod softmax;
 
-pub use elementwise::{add, gelu, gelu_erf, mul, scale, silu, swiglu};
+pub use elementwise::{add, gelu, gelu_erf, mul, scale, sigmoid, silu, swiglu};
 pub use embedding::embedding;
 pub use layout::{concat, narrow, permute, transpose};
 pub use matmul::{matmul, matmul_t};

@@ -55,6 +55,12 @@ pub fn gelu_erf(x: &Tensor) -> Result<Tensor, JsValue> {
     wrap(ops::gelu_erf(&x.inner))
 }
 
+/// The logistic sigmoid `1 / (1 + e^(−x))`.
+#[wasm_bindgen(js_name = opSigmoid)]
+pub fn sigmoid(x: &Tensor) -> Result<Tensor, JsValue> {
+    wrap(ops::sigmoid(&x.inner))
+}
+
 /// RMS norm of each row of `x`, times `weight` (the last dimension).
 #[wasm_bindgen(js_name = opRmsNorm)]
 pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f32) -> Result<Tensor, JsValue> {

@@ -74,13 +74,13 @@ export async function run(backend) {
   let u = rng(1);
   for (const len of LENGTHS) {
     const x = u(len, 8), y = u(len, 4);
-    const unary = { silu: wt.opSilu, gelu: wt.opGelu, gelu_erf: wt.opGeluErf, scale: (t) => wt.opScale(t, -0.37) };
+    const unary = { silu: wt.opSilu, gelu: wt.opGelu, gelu_erf: wt.opGeluErf, sigmoid: wt.opSigmoid, scale: (t) => wt.opScale(t, -0.37) };
     for (const [name, f] of Object.entries(unary)) await compare(`${name} len ${len}`, TOL, (d) => f(T(d, x, [len])));
     const binary = { add: wt.opAdd, mul: wt.opMul, swiglu: wt.opSwiglu };
     for (const [name, f] of Object.entries(binary)) await compare(`${name} len ${len}`, TOL, (d) => f(T(d, x, [len]), T(d, y, [len])));
   }
   const big = new Float32Array([-200, -90, -30, 30, 90, 200]);
-  for (const f of [wt.opSilu, wt.opGelu, wt.opGeluErf]) await compare(`${f.name} big`, TOL, (d) => f(T(d, big, [6])));
+  for (const f of [wt.opSilu, wt.opGelu, wt.opGeluErf, wt.opSigmoid]) await compare(`${f.name} big`, TOL, (d) => f(T(d, big, [6])));
   for (const [rows, cols] of [[5, 3], [7, 257], [2, 4097]]) {
     const a = u(rows * cols, 2), b = u(cols, 2);
     await compare(`add broadcast ${rows}x${cols}`, TOL, (d) => wt.opAdd(T(d, a, [rows, cols]), T(d, b, [cols])));

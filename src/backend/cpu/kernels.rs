@@ -20,6 +20,7 @@ pub fn unary(op: UnaryOp, x: &[f32]) -> Vec<f32> {
                 0.5 * v * (1.0 + (C * (v + 0.044715 * v * v * v)).tanh())
             }
             UnaryOp::GeluErf => 0.5 * v * (1.0 + libm::erff(v * std::f32::consts::FRAC_1_SQRT_2)),
+            UnaryOp::Sigmoid => sigmoid(v),
             UnaryOp::Scale(s) => v * s,
         }
     };

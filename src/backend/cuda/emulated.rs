@@ -155,6 +155,7 @@ fn cases() -> Vec<(OpSpec, Vec<HostData>)> {
         UnaryOp::Silu,
         UnaryOp::GeluTanh,
         UnaryOp::GeluErf,
+        UnaryOp::Sigmoid,
         UnaryOp::Scale(-0.37),
     ] {
         c.push((

@@ -5,7 +5,7 @@ __device__ __forceinline__ float wt_sigmoid(float x) {
     return 1.0f / (1.0f + expf(-x));
 }
 
-// op: 0 silu, 1 gelu (tanh), 2 gelu (erf), 3 scale by `factor`.
+// op: 0 silu, 1 gelu (tanh), 2 gelu (erf), 3 scale by `factor`, 4 sigmoid.
 extern "C" __global__ void unary_f32(float* out, const float* x, u32 len, u32 op, float factor) {
     u64 i = wt_gid();
     if (i >= len) return;
@@ -19,6 +19,7 @@ extern "C" __global__ void unary_f32(float* out, const float* x, u32 len, u32 op
             break;
         }
         case 2: y = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f)); break;
+        case 4: y = wt_sigmoid(v); break;
         default: y = v * factor; break;
     }
     out[i] = y;

@@ -15,6 +15,7 @@ pub(in crate::backend::cuda) fn launch<L: Launcher>(c: &Call<'_, L>, spec: &OpSp
                 UnaryOp::Silu => (0, 0.0),
                 UnaryOp::GeluTanh => (1, 0.0),
                 UnaryOp::GeluErf => (2, 0.0),
+                UnaryOp::Sigmoid => (4, 0.0),
                 UnaryOp::Scale(f) => (3, *f),
             };
             be.run_1d(

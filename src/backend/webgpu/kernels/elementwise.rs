@@ -21,6 +21,7 @@ impl Encoder<'_> {
                     UnaryOp::Silu => ("silu", 0.0),
                     UnaryOp::GeluTanh => ("gelu_tanh", 0.0),
                     UnaryOp::GeluErf => ("gelu_erf", 0.0),
+                    UnaryOp::Sigmoid => ("sigmoid", 0.0),
                     UnaryOp::Scale(s) => ("scale", *s),
                 };
                 let p = ElementwiseParams {
