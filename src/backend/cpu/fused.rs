@@ -1,15 +1,45 @@
 //! The cpu kernels of the fused decode ops: the products through the backend's own product
-//! kernels (packed weights, repacked copies, integer activations), their epilogue (SiLU gate,
+//! kernels (packed weights, repacked copies, integer activations quantized once for gate and
+//! up), their epilogue (SiLU gate,
 //! residual) applied to the product's output in place, and attention that reads the KV pool's
 //! rows through the row list, one task per query head, with no copy of the keys.
 
+use super::quant::{self, PreparedActivations};
 use super::{matmul, parallel, simd, CpuBackend};
-use crate::backend::host::{HostKernels, Weight};
-use crate::backend::{AttentionSpec, LinearSpec, MatmulSpec};
+use crate::backend::host::Weight;
+use crate::backend::{Activations, AttentionSpec, LinearSpec, MatmulSpec, Storage};
+use crate::dtype::DType;
 
 impl CpuBackend {
-    /// `act(a) · wᵀ` `[m, n]` with the kernel the unfused op would use.
-    fn product(&self, a: &[f32], w: Weight<'_>, l: &LinearSpec) -> Vec<f32> {
+    /// `act(a) · wᵀ` `[m, n]` for a packed weight, with the activations prepared once by
+    /// the caller: the repacked copy of the weight where the repacked kernels run.
+    pub(super) fn packed_product(
+        &self,
+        prepared: &PreparedActivations,
+        (w, weight): (&[u8], &Storage),
+        format: DType,
+        act: Activations,
+        (m, n, k): (usize, usize, usize),
+    ) -> Vec<f32> {
+        let repacked = match (act, weight) {
+            (Activations::Q8_0, Storage::Host(weight)) => {
+                self.repacked.get(self.simd, weight, (format, w), n, k)
+            }
+            _ => None,
+        };
+        let w = (w, repacked.as_deref());
+        quant::qmatmul_prepared(self.simd, prepared, w, format, act, (m, n, k))
+    }
+
+    /// `act(a) · wᵀ` `[m, n]` with the kernel the unfused op would use; packed weights take
+    /// the activations `prepared` once for every product of `a`.
+    fn product(
+        &self,
+        a: &[f32],
+        prepared: &PreparedActivations,
+        w: Weight<'_>,
+        l: &LinearSpec,
+    ) -> Vec<f32> {
         match w {
             Weight::F32(w) => {
                 let spec = MatmulSpec {
@@ -22,9 +52,22 @@ impl CpuBackend {
                 };
                 matmul::matmul(self.simd, a, w, &spec)
             }
-            Weight::Packed(bytes, storage) => {
-                self.qmatmul(a, bytes, storage, l.format, l.activations, l.m, l.n, l.k)
-            }
+            Weight::Packed(bytes, storage) => self.packed_product(
+                prepared,
+                (bytes, storage),
+                l.format,
+                l.activations,
+                (l.m, l.n, l.k),
+            ),
+        }
+    }
+
+    /// The activations of a fused product, prepared once (nothing to prepare for f32
+    /// weights).
+    fn prepare(&self, a: &[f32], w: Weight<'_>, l: &LinearSpec) -> PreparedActivations {
+        match w {
+            Weight::F32(_) => PreparedActivations::Float(Vec::new()),
+            Weight::Packed(..) => quant::prepare(self.simd, a, l.activations, l.k),
         }
     }
 
@@ -35,8 +78,9 @@ impl CpuBackend {
         (gate, up): (Weight<'_>, Weight<'_>),
         l: &LinearSpec,
     ) -> Vec<f32> {
-        let mut g = self.product(a, gate, l);
-        let u = self.product(a, up, l);
+        let prepared = self.prepare(a, gate, l);
+        let mut g = self.product(a, &prepared, gate, l);
+        let u = self.product(a, &prepared, up, l);
         for (g, u) in g.iter_mut().zip(&u) {
             *g = *g / (1.0 + (-*g).exp()) * u;
         }
@@ -52,7 +96,8 @@ impl CpuBackend {
         residual: &[f32],
         l: &LinearSpec,
     ) -> Vec<f32> {
-        let mut y = self.product(a, w, l);
+        let prepared = self.prepare(a, w, l);
+        let mut y = self.product(a, &prepared, w, l);
         for (y, r) in y.iter_mut().zip(residual) {
             *y += r;
         }

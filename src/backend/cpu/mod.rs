@@ -197,13 +197,8 @@ impl HostKernels for CpuBackend {
         n: usize,
         k: usize,
     ) -> Vec<f32> {
-        let repacked = match (act, weight) {
-            (Activations::Q8_0, Storage::Host(weight)) => {
-                self.repacked.get(self.simd, weight, (format, w), n, k)
-            }
-            _ => None,
-        };
-        quant::qmatmul(self.simd, a, (w, repacked.as_deref()), format, act, m, n, k)
+        let prepared = quant::prepare(self.simd, a, act, k);
+        self.packed_product(&prepared, (w, weight), format, act, (m, n, k))
     }
 
     fn swiglu_linear(

@@ -52,12 +52,18 @@ pub fn dequantize(format: DType, bytes: &[u8], cols: usize) -> Vec<f32> {
 }
 
 /// Activations prepared for the product: f32 values, or int8 values with one scale per 32.
-enum PreparedActivations {
+/// Prepared once, they serve several products of the same input (gate and up).
+pub(super) enum PreparedActivations {
     Float(Vec<f32>),
     Int { q: Vec<i8>, d: Vec<f32> },
 }
 
-fn prepare(level: SimdLevel, a: &[f32], act: Activations, k: usize) -> PreparedActivations {
+pub(super) fn prepare(
+    level: SimdLevel,
+    a: &[f32],
+    act: Activations,
+    k: usize,
+) -> PreparedActivations {
     let per_row_scale = match act {
         Activations::F32 | Activations::F16 => return PreparedActivations::Float(a.to_vec()),
         Activations::Q8_0 => false,
@@ -104,21 +110,18 @@ fn decode_int(format: DType, w: &[u8], k: usize, j: usize, q: &mut [i8], d: &mut
     }
 }
 
-/// `QMatmul`: `a` `[m, k]` (already f32), `w` packed `[n, k]`, or its interleaved copy
-/// `repacked` where the repacked kernels run (then `act` must be `Q8_0`).
-#[allow(clippy::too_many_arguments)]
-pub fn qmatmul(
+/// `QMatmul`: the activations already [`prepare`]d from `a` `[m, k]` (f32), `w` packed
+/// `[n, k]`, or its interleaved copy `repacked` where the repacked kernels run (then `act`
+/// must be `Q8_0`).
+pub(super) fn qmatmul_prepared(
     level: SimdLevel,
-    a: &[f32],
+    prepared: &PreparedActivations,
     (w, repacked): (&[u8], Option<&Repacked>),
     format: DType,
     act: Activations,
-    m: usize,
-    n: usize,
-    k: usize,
+    (m, n, k): (usize, usize, usize),
 ) -> Vec<f32> {
-    let prepared = prepare(level, a, act, k);
-    if let (Some(rep), PreparedActivations::Int { q, d }) = (repacked, &prepared) {
+    if let (Some(rep), PreparedActivations::Int { q, d }) = (repacked, prepared) {
         if act == Activations::Q8_0 && rep.rows() == n {
             return repacked_product(rep, (q, d), m, n, k);
         }
@@ -127,7 +130,7 @@ pub fn qmatmul(
     let column_block = |j0: usize, tile: &mut [f32]| {
         let width = tile.len() / m;
         let j1 = j0 + width;
-        match &prepared {
+        match prepared {
             PreparedActivations::Float(a) => {
                 let mut rows = vec![0f32; 4 * k];
                 for j in (j0..j1).step_by(4) {
