@@ -250,8 +250,16 @@ fn attention_composed(
     } else {
         (k, v)
     };
+    // `[a, b, hd]` as `[b, a, hd]`: a reshape when either is 1 (one query), else a copy.
+    let swap = |x: &Tensor, a: usize, b: usize| -> Result<Tensor> {
+        if a == 1 || b == 1 {
+            x.reshape([b, a, hd])
+        } else {
+            ops::transpose(&x.reshape([a, b, hd])?, 0, 1)
+        }
+    };
     // Heads of one key/value group are consecutive: [kv, group · t, hd] against [kv, n, hd].
-    let q = ops::transpose(&q.reshape([t, s.heads, hd])?, 0, 1)?.reshape([kv, group * t, hd])?;
+    let q = swap(q, t, s.heads)?.reshape([kv, group * t, hd])?;
     let scores = ops::scale(&ops::matmul_t(&q, &k)?, s.scale)?.reshape([s.heads, t, kept])?;
     let scores = match window_mask(s, start, kept) {
         Some(mask) => ops::add(&scores, &Tensor::from_vec(q.device(), mask, [t, kept])?)?,
@@ -259,7 +267,7 @@ fn attention_composed(
     };
     let probs = ops::softmax_causal(&scores)?;
     let out = ops::matmul(&probs.reshape([kv, group * t, kept])?, &v)?;
-    ops::transpose(&out.reshape([s.heads, t, hd])?, 0, 1)?.reshape([t, s.heads * hd])
+    swap(&out, s.heads, t)?.reshape([t, s.heads * hd])
 }
 
 /// The additive mask `[t, kept]` (0 or [`HIDDEN`]) over keys `start..n` that hides from each
