@@ -288,3 +288,62 @@ fn window_mask(s: &AttentionSpec, start: usize, kept: usize) -> Option<Vec<f32>>
     }
     Some(mask)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Device;
+
+    fn zeros(d: &Device, shape: &[usize]) -> Tensor {
+        Tensor::zeros(d, Shape::from(shape.to_vec())).unwrap()
+    }
+
+    #[test]
+    fn linear_arguments_that_do_not_fit_are_typed_errors() {
+        let d = Device::reference();
+        let x = zeros(&d, &[2, 32]);
+        let w = zeros(&d, &[3, 32]);
+        let q8 = ops::quantize(&w, DType::Q8_0).unwrap();
+        // Weights of different dtypes or shapes.
+        assert!(swiglu_linear(&x, &w, &q8, Activations::F32).is_err());
+        assert!(swiglu_linear(&x, &w, &zeros(&d, &[4, 32]), Activations::F32).is_err());
+        // Integer activations need block weights; f16 activations are not a fused mode.
+        assert!(swiglu_linear(&x, &w, &w, Activations::Q8_0).is_err());
+        assert!(swiglu_linear(&x, &q8, &q8, Activations::F16).is_err());
+        // k mismatch, and a residual of the wrong shape.
+        assert!(linear_residual(
+            &zeros(&d, &[2, 31]),
+            &w,
+            &zeros(&d, &[2, 3]),
+            Activations::F32
+        )
+        .is_err());
+        assert!(linear_residual(&x, &w, &zeros(&d, &[2, 4]), Activations::F32).is_err());
+        assert!(linear_residual(&x, &q8, &zeros(&d, &[2, 3]), Activations::Q8_0).is_ok());
+        assert!(swiglu_linear(&x, &q8, &q8, Activations::Q8_0).is_ok());
+    }
+
+    #[test]
+    fn attention_arguments_that_do_not_fit_are_typed_errors() {
+        let d = Device::reference();
+        let pool = zeros(&d, &[8, 4]);
+        let rows = |kv: usize, n: usize| Tensor::from_vec(&d, vec![0u32; kv * n], [kv, n]).unwrap();
+        let q = |t: usize, heads: usize| zeros(&d, &[t, heads * 4]);
+        let run = |q: &Tensor, rows: &Tensor, heads: usize, window: Option<usize>| {
+            paged_attention(q, (&pool, &pool), rows, heads, 0.5, window)
+        };
+        assert!(run(&q(2, 4), &rows(2, 3), 4, None).is_ok());
+        // More new queries than keys; kv heads not dividing heads; an empty window.
+        assert!(run(&q(4, 4), &rows(2, 3), 4, None).is_err());
+        assert!(run(&q(1, 3), &rows(2, 3), 3, None).is_err());
+        assert!(run(&q(1, 4), &rows(2, 3), 4, Some(0)).is_err());
+        // q not [t, heads · head_dim]; rows not u32; a scale that is not finite.
+        assert!(run(&q(1, 4), &rows(2, 3), 3, None).is_err());
+        let float_rows = zeros(&d, &[2, 3]);
+        assert!(run(&q(1, 4), &float_rows, 4, None).is_err());
+        assert!(paged_attention(&q(1, 4), (&pool, &pool), &rows(2, 3), 4, f32::NAN, None).is_err());
+        // Pools of different shapes.
+        let other = zeros(&d, &[8, 5]);
+        assert!(paged_attention(&q(1, 4), (&pool, &other), &rows(2, 3), 4, 0.5, None).is_err());
+    }
+}
