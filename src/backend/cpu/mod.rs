@@ -7,6 +7,7 @@
 //! so every path can be tested on one machine.
 
 mod act_quant;
+mod gemm;
 mod int_dot;
 mod kernels;
 mod matmul;
