@@ -19,6 +19,9 @@ const LARGE: usize = 128 * 1024;
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 static BYTES: AtomicUsize = AtomicUsize::new(0);
 static LARGE_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// Allocations by size class: entry `i` counts sizes in `2^(i-1)+1 ..= 2^i` (the last, all
+/// larger ones).
+static BY_SIZE: [AtomicUsize; 40] = [const { AtomicUsize::new(0) }; 40];
 
 struct Counting;
 
@@ -47,6 +50,11 @@ fn note(size: usize) {
     if size >= LARGE {
         LARGE_COUNT.fetch_add(1, Relaxed);
     }
+    BY_SIZE[(size.next_power_of_two().trailing_zeros() as usize).min(39)].fetch_add(1, Relaxed);
+}
+
+fn by_size() -> Vec<usize> {
+    BY_SIZE.iter().map(|c| c.load(Relaxed)).collect()
 }
 
 #[global_allocator]
@@ -66,12 +74,22 @@ fn per_step(model: &Llama, steps: usize) -> [usize; 3] {
     let mut cache = model.new_cache(64).unwrap();
     model.forward(&[1, 2, 3, 4], &mut cache).unwrap();
     model.forward(&[5], &mut cache).unwrap();
+    let sizes_before = by_size();
     let before = counts();
     for t in 0..steps as u32 {
         // The logits tensor is dropped inside the window, as a caller's would be.
         drop(model.forward(&[6 + t], &mut cache).unwrap());
     }
     let after = counts();
+    for (i, (a, b)) in by_size().iter().zip(sizes_before).enumerate() {
+        if a > &b {
+            println!(
+                "  sizes up to {:>9} bytes: {:>6} per step",
+                1usize << i,
+                (a - b) / steps
+            );
+        }
+    }
     [0, 1, 2].map(|i| (after[i] - before[i]) / steps)
 }
 
