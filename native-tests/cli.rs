@@ -266,6 +266,51 @@ fn run_ok(args: &[&str]) {
 }
 
 #[test]
+fn bench_peers_without_a_file_times_numpy_on_the_rows_just_timed() {
+    let args = [
+        "bench",
+        "--backend",
+        "cpu",
+        "--op",
+        "silu",
+        "--runs",
+        "1",
+        "--peers",
+    ];
+    let v = json(&webtensor(&[&args[..], &["--json"]].concat()));
+    let rows = v["rows"].as_array().unwrap();
+    let peers = v["peers"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    for r in rows {
+        let twin = peers
+            .iter()
+            .find(|p| p["case"] == r["case"] && p["shape"] == r["shape"]);
+        let p = twin.unwrap_or_else(|| panic!("no numpy peer for {r} in {peers:?}"));
+        assert!(p["peer"].as_str().unwrap().starts_with("numpy"), "{p}");
+        assert_eq!(p["op"], "silu", "{p}");
+        assert!(p["median_us"].as_f64().unwrap() > 0.0, "{p}");
+    }
+    // The text table puts each peer next to its row with the speedup.
+    let out = webtensor(&args);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let (_, peer_part) = text
+        .split_once("peers on the same machine")
+        .unwrap_or_else(|| panic!("no peer table: {text}"));
+    let lines: Vec<_> = peer_part
+        .lines()
+        .filter(|l| l.starts_with("silu"))
+        .collect();
+    assert_eq!(lines.len(), rows.len(), "{text}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("numpy") && l.ends_with('×')),
+        "{text}"
+    );
+}
+
+#[test]
 fn bench_report_writes_json_and_html_and_merges_with_peers() {
     let dir = scratch("bench_report");
     let (a, b, merged) = (dir.join("a"), dir.join("b"), dir.join("merged"));

@@ -218,6 +218,12 @@ fn matmul(dev: &Device) {
         (3, 4, 19, 1028),
         (2, 4, 7, 0),
         (1, 0, 5, 3),
+        // The packed GEMM's edges: rows not a multiple of any micro-kernel's (4, 6, 12),
+        // columns past one 256-wide task block with a short 16-wide panel, depth past two
+        // 256-deep slices with a short last one; then exact multiples of all of them.
+        (1, 13, 300, 600),
+        (2, 25, 33, 257),
+        (1, 24, 512, 512),
     ];
     for (batch, m, n, k) in shapes {
         let a = uniform(&mut r, batch * m * k, 1.0);

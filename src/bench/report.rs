@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use super::merge::peer_ratios;
 use super::BenchReport;
 
 fn opt(v: Option<f64>, precision: usize) -> String {
@@ -12,7 +13,8 @@ fn pct(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{:.1}%", v * 100.0))
 }
 
-/// The report as text: the machine and ceilings, then one row per op, case and backend.
+/// The report as text: the machine and ceilings, one row per op, case and backend, then
+/// each peer (numpy, llama.cpp) next to the webtensor row it mirrors.
 pub fn table(report: &BenchReport) -> String {
     let mut out = String::new();
     for b in &report.backends {
@@ -82,6 +84,61 @@ pub fn table(report: &BenchReport) -> String {
             } else {
                 let _ = write!(s, "{}{cell}  ", " ".repeat(pad));
             }
+        }
+        s.trim_end().to_string()
+    };
+    let _ = writeln!(out, "{}", line(&header.map(String::from)));
+    for r in &rows {
+        let _ = writeln!(out, "{}", line(r));
+    }
+    out += &peer_table(report);
+    out
+}
+
+/// The peers next to webtensor (empty when the report has none): speedup is the peer's time
+/// over webtensor's (above 1: webtensor is faster), tokens/s over tokens/s for `decode`.
+fn peer_table(report: &BenchReport) -> String {
+    let ratios = peer_ratios(report);
+    if ratios.is_empty() {
+        return String::new();
+    }
+    let mut out =
+        String::from("\npeers on the same machine (speedup = peer time / webtensor time):\n");
+    let header = [
+        "op",
+        "case",
+        "shape",
+        "webtensor",
+        "peer",
+        "µs or tok/s",
+        "peer's",
+        "speedup",
+    ];
+    let rows: Vec<[String; 8]> = ratios
+        .iter()
+        .map(|r| {
+            [
+                r.peer.op.clone(),
+                r.peer.case.clone(),
+                r.peer.shape.clone(),
+                r.webtensor.clone(),
+                r.peer.peer.clone(),
+                format!("{:.1}", r.webtensor_value),
+                format!("{:.1}", r.peer_value),
+                format!("{:.2}×", r.speedup),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(|h| h.chars().count());
+    for r in &rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut s = String::new();
+        for (cell, w) in cells.iter().zip(widths) {
+            let _ = write!(s, "{cell}{}  ", " ".repeat(w - cell.chars().count()));
         }
         s.trim_end().to_string()
     };

@@ -3,7 +3,7 @@
 //! ```text
 //! webtensor info [--json]
 //! webtensor bench [--backend B]... [--op OP]... [--size small|medium] [--runs N] [--json]
-//!                 [--report DIR] [--peers peers.json]
+//!                 [--report DIR] [--peers [peers.json]]
 //! webtensor bench --merge a.json b.json ... [--peers peers.json]... --report DIR
 //! webtensor generate [--model PATH] [--prompt TEXT] [--chat [--system TEXT]] [--backend B]
 //!                    [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
@@ -99,8 +99,9 @@ enum Command {
         #[arg(long, value_name = "FILE", num_args = 1..)]
         merge: Vec<String>,
         /// Peer timings from benches/peers.py to compare against (numpy, llama.cpp); repeatable.
-        /// With --model and no FILE: time llama.cpp (llama-cpp-python) on the same GGUF after
-        /// each of our samples (--runs of them) and print the ratio.
+        /// With no FILE: time the peer now and print the ratio: for op rows, numpy on the
+        /// same shapes right after our rows; with --model, llama.cpp (llama-cpp-python) on
+        /// the same GGUF after each of our samples (--runs of them).
         #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "")]
         peers: Vec<String>,
         /// Threads of the cpu backend (default: one per logical core).

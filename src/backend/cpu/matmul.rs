@@ -1,6 +1,9 @@
-//! Matrix products on the cpu: `a·bᵀ` by SIMD dot products over cache-sized column blocks,
-//! `a·b` by SIMD axpy over row panels.
+//! Matrix products on the cpu. From [`GEMM_MIN_ROWS`] rows of `a` (prefill, batched
+//! attention) both `a·b` and `a·bᵀ` run the packed GEMM of `gemm.rs`; below it (decode's
+//! vector-by-matrix products) `a·bᵀ` runs SIMD dot products over cache-sized column blocks and
+//! `a·b` SIMD axpy over the output row, which read `b` once without packing it.
 
+use super::gemm::{gemm, RhsLayout};
 use super::parallel::{for_each_row, map_tasks};
 use super::simd::{axpy, dot4, SimdLevel};
 use crate::backend::MatmulSpec;
@@ -9,9 +12,9 @@ use crate::backend::MatmulSpec;
 /// every row of `a` passes over them.
 const COLUMN_BLOCK: usize = 64;
 
-/// From this many rows of `a`, `a·b` first transposes `b` (one pass over it) and runs the
-/// faster `a·bᵀ` kernel; below it the axpy kernel reads `b` fewer times in total.
-const PACK_MIN_ROWS: usize = 8;
+/// From this many rows of `a` the packed GEMM pays for packing `b`: each packed value then
+/// meets at least this many rows.
+const GEMM_MIN_ROWS: usize = 8;
 
 /// `out[b] = a[b] · op(rhs[b])` as [`MatmulSpec`] defines it.
 pub fn matmul(level: SimdLevel, a: &[f32], rhs: &[f32], m: &MatmulSpec) -> Vec<f32> {
@@ -21,11 +24,15 @@ pub fn matmul(level: SimdLevel, a: &[f32], rhs: &[f32], m: &MatmulSpec) -> Vec<f
         let a_mat = &a[b * m.m * m.k..(b + 1) * m.m * m.k];
         let r_mat = &rhs[b * rhs_stride..b * rhs_stride + m.n * m.k];
         let out_mat = &mut out[b * m.m * m.n..(b + 1) * m.m * m.n];
-        if m.rhs_transposed {
+        if m.m >= GEMM_MIN_ROWS {
+            let layout = if m.rhs_transposed {
+                RhsLayout::Transposed
+            } else {
+                RhsLayout::Plain
+            };
+            gemm(level, a_mat, r_mat, layout, out_mat, m.m, m.n, m.k);
+        } else if m.rhs_transposed {
             a_bt(level, a_mat, r_mat, out_mat, m.m, m.n, m.k);
-        } else if m.m >= PACK_MIN_ROWS {
-            let packed = transpose(r_mat, m.k, m.n);
-            a_bt(level, a_mat, &packed, out_mat, m.m, m.n, m.k);
         } else {
             a_b(level, a_mat, r_mat, out_mat, m.n, m.k);
         }
@@ -80,15 +87,4 @@ fn a_b(level: SimdLevel, a: &[f32], b: &[f32], out: &mut [f32], n: usize, k: usi
             axpy(level, a[i * k + p], &b[p * n..(p + 1) * n], row);
         }
     });
-}
-
-/// `b[k, n]` → `bᵀ[n, k]`, parallel over output rows.
-fn transpose(b: &[f32], k: usize, n: usize) -> Vec<f32> {
-    let mut out = vec![0f32; k * n];
-    for_each_row(&mut out, k, 1, |j, row| {
-        for (p, v) in row.iter_mut().enumerate() {
-            *v = b[p * n + j];
-        }
-    });
-    out
 }

@@ -8,6 +8,7 @@
 
 mod act_quant;
 mod fused;
+mod gemm;
 mod int_dot;
 mod kernels;
 mod matmul;

@@ -29,66 +29,84 @@ pub fn for_each_row<T: Send>(
     }
     let rows = out.len() / row_len;
     let total = out.len().saturating_mul(weight.max(1));
-    let serial = |out: &mut [T]| {
-        out.chunks_mut(row_len)
-            .enumerate()
-            .for_each(|(i, row)| f(i, row))
-    };
-    if total < min_parallel() || rows < 2 || threads() < 2 {
-        return serial(out);
-    }
     // Enough rows per task to amortise scheduling, enough tasks to balance the threads.
     let rows_per_task =
         (TASK_ELEMENTS / (row_len * weight.max(1))).clamp(1, rows.div_ceil(threads() * 4).max(1));
     let chunk = rows_per_task * row_len;
-    let run_chunk = |task: usize, chunk: &mut [T]| {
-        for (j, row) in chunk.chunks_mut(row_len).enumerate() {
-            f(task * rows_per_task + j, row);
-        }
-    };
-    #[cfg(not(target_arch = "wasm32"))]
-    if let Some(pool) = super::pool::Pool::global() {
-        let len = out.len();
-        let base = SendPtr(out.as_mut_ptr());
-        let task = |t: usize| {
-            let start = t * chunk;
-            // SAFETY: tasks cover disjoint ranges `start..start + chunk` of `out`, which is
-            // borrowed mutably for the whole call (`try_run` returns when all have run).
-            let part = unsafe {
-                std::slice::from_raw_parts_mut(base.get().add(start), chunk.min(len - start))
-            };
-            run_chunk(t, part);
+    let len = out.len();
+    let base = SendPtr(out.as_mut_ptr());
+    run_split(len.div_ceil(chunk), total, |t| {
+        let start = t * chunk;
+        // SAFETY: tasks cover disjoint ranges `start..start + chunk` of `out`, which is
+        // borrowed mutably for the whole call (`run_split` returns when all have run).
+        let part = unsafe {
+            std::slice::from_raw_parts_mut(base.get().add(start), chunk.min(len - start))
         };
-        if pool.try_run(len.div_ceil(chunk), &task) {
-            return;
+        for (j, row) in part.chunks_mut(row_len).enumerate() {
+            f(t * rows_per_task + j, row);
         }
-        if total < MIN_PARALLEL_ELEMENTS {
-            return serial(out);
-        }
-    }
-    par_chunks(out, chunk, run_chunk);
+    });
 }
 
-/// A pointer handed to the pool's tasks, each of which uses its own part of the data.
-#[cfg(not(target_arch = "wasm32"))]
+/// Runs `f(task_index)` for `0..tasks` and collects the results in order. `work` is the
+/// whole job's cost in plain element copies (see [`run_split`]).
+pub fn map_tasks<R: Send>(
+    tasks: usize,
+    work: usize,
+    f: impl Fn(usize) -> R + Sync + Send,
+) -> Vec<R> {
+    let mut results: Vec<Option<R>> = (0..tasks).map(|_| None).collect();
+    let base = SendPtr(results.as_mut_ptr());
+    run_split(tasks, work, |t| {
+        let r = f(t);
+        // SAFETY: task `t` alone writes slot `t` of `results`, which outlives the job.
+        unsafe { *base.get().add(t) = Some(r) };
+    });
+    results.into_iter().flatten().collect()
+}
+
+/// The one place that decides where `f(0..tasks)` runs, every task exactly once: on the
+/// calling thread when `work` (the job's cost in plain element copies) is below
+/// [`min_parallel`] or there is one thread; else on the spinning pool; when the pool is busy
+/// (a second caller, a nested call), on rayon from [`MIN_PARALLEL_ELEMENTS`] and on the
+/// calling thread below it.
+fn run_split(tasks: usize, work: usize, f: impl Fn(usize) + Sync + Send) {
+    let serial = || (0..tasks).for_each(&f);
+    if work < min_parallel() || tasks < 2 || threads() < 2 {
+        return serial();
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Some(pool) = super::pool::Pool::global() {
+        if pool.try_run(tasks, &f) {
+            return;
+        }
+    }
+    if work < MIN_PARALLEL_ELEMENTS {
+        return serial();
+    }
+    #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
+    {
+        use rayon::prelude::*;
+        (0..tasks).into_par_iter().for_each(f);
+    }
+    #[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
+    serial();
+}
+
+/// A pointer handed to tasks, each of which uses its own part of the data.
 struct SendPtr<T>(*mut T);
 
-#[cfg(not(target_arch = "wasm32"))]
 impl<T> Clone for SendPtr<T> {
     fn clone(&self) -> Self {
         *self
     }
 }
-#[cfg(not(target_arch = "wasm32"))]
 impl<T> Copy for SendPtr<T> {}
 
 // SAFETY: only used to give each task a disjoint part of one mutably borrowed slice.
-#[cfg(not(target_arch = "wasm32"))]
 unsafe impl<T: Send> Sync for SendPtr<T> {}
-#[cfg(not(target_arch = "wasm32"))]
 unsafe impl<T: Send> Send for SendPtr<T> {}
 
-#[cfg(not(target_arch = "wasm32"))]
 impl<T> SendPtr<T> {
     /// The pointer (a method, so closures capture the `Sync` wrapper, not the raw field).
     fn get(self) -> *mut T {
@@ -103,58 +121,6 @@ fn min_parallel() -> usize {
         return MIN_POOL_ELEMENTS;
     }
     MIN_PARALLEL_ELEMENTS
-}
-
-/// Runs `f(task_index)` for `0..tasks` and collects the results in order. `work` is the
-/// whole job's cost in plain element copies: below [`MIN_PARALLEL_ELEMENTS`] it runs on the
-/// calling thread, where a fan-out to the pool would cost more than it saves.
-pub fn map_tasks<R: Send>(
-    tasks: usize,
-    work: usize,
-    f: impl Fn(usize) -> R + Sync + Send,
-) -> Vec<R> {
-    if work < min_parallel() || tasks < 2 || threads() < 2 {
-        return (0..tasks).map(f).collect();
-    }
-    #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
-    {
-        #[cfg(not(target_arch = "wasm32"))]
-        if let Some(pool) = super::pool::Pool::global() {
-            let mut results: Vec<Option<R>> = (0..tasks).map(|_| None).collect();
-            let base = SendPtr(results.as_mut_ptr());
-            let task = |t: usize| {
-                let r = f(t);
-                // SAFETY: task `t` alone writes slot `t` of `results`, which outlives the job.
-                unsafe { *base.get().add(t) = Some(r) };
-            };
-            if pool.try_run(tasks, &task) {
-                return results.into_iter().flatten().collect();
-            }
-        }
-        if work < MIN_PARALLEL_ELEMENTS {
-            return (0..tasks).map(f).collect();
-        }
-        use rayon::prelude::*;
-        (0..tasks).into_par_iter().map(f).collect()
-    }
-    #[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
-    {
-        (0..tasks).map(f).collect()
-    }
-}
-
-fn par_chunks<T: Send>(out: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) + Sync + Send) {
-    #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
-    {
-        use rayon::prelude::*;
-        out.par_chunks_mut(chunk)
-            .enumerate()
-            .for_each(|(i, c)| f(i, c));
-    }
-    #[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
-    {
-        out.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
-    }
 }
 
 /// Worker threads available.

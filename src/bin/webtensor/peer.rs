@@ -1,10 +1,14 @@
-//! `bench --model PATH --peers`: llama.cpp timed on the same GGUF between webtensor's own
-//! samples, through `benches/peers.py --llama-cpp-sample` (llama-cpp-python).
+//! Peers timed in the same run as webtensor, through `benches/peers.py`:
+//! - `bench --model PATH --peers`: llama.cpp on the same GGUF between webtensor's own samples
+//!   (`--llama-cpp-sample`, llama-cpp-python);
+//! - `bench --peers` (op rows): numpy on the exact shapes of the rows just timed (`--report`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use webtensor::bench::merge::{load_peers, PeerRow};
 use webtensor::bench::model::PeerSample;
+use webtensor::bench::BenchReport;
 use webtensor::Error;
 
 /// The peers script: `$WEBTENSOR_PEERS_PY`, else this checkout's `benches/peers.py`, else
@@ -26,6 +30,41 @@ fn failed(message: String) -> Error {
         part: "llama.cpp peer",
         message,
     }
+}
+
+/// numpy timed on every row of `report` that `benches/peers.py` mirrors (matmul a·b and a·bᵀ,
+/// rms_norm, causal softmax, silu), right after webtensor's own timings in the same run.
+pub fn numpy(report: &BenchReport) -> Result<Vec<PeerRow>, Error> {
+    let failed = |message: String| Error::Tool {
+        part: "numpy peer",
+        message,
+    };
+    let dir = std::env::temp_dir().join(format!("webtensor-numpy-peer-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| failed(format!("{}: {e}", dir.display())))?;
+    let (rows, peers) = (dir.join("report.json"), dir.join("peers.json"));
+    let text = serde_json::to_string(report).map_err(|e| failed(e.to_string()))?;
+    std::fs::write(&rows, text).map_err(|e| failed(format!("{}: {e}", rows.display())))?;
+    let out = Command::new("python3")
+        .arg(script())
+        .arg("--report")
+        .arg(&rows)
+        .arg("-o")
+        .arg(&peers)
+        .output()
+        .map_err(|e| failed(format!("could not run python3 {}: {e}", script().display())))?;
+    let result = if out.status.success() {
+        load_peers(&peers.to_string_lossy())
+    } else {
+        Err(failed(format!(
+            "{} failed ({}): {}",
+            script().display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    };
+    // Best effort: a leftover temporary folder is harmless.
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }
 
 /// One llama.cpp sample on `model` (a .gguf file) with `threads` threads.
