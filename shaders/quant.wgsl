@@ -709,19 +709,101 @@ fn mv_first_row(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return (idx % blocks) * MV_ROWS;
 }
 
+// ---- int8 activations rounded inside the product (MV_FORMAT has FMT_QUANTIZE_ACTIVATIONS) --
+//
+// For decode the separate `quantize_acts` dispatch costs as much as the product, so the `mv`
+// kernel can take the f32 activations (binding 3) and round its up-to-four rows itself, into
+// workgroup memory, before the product: the same arithmetic as `quantize_acts` (Q8_0: a scale
+// per 32 values; mode 1: one per row), so the result is bit-equal to the two dispatches. Each
+// workgroup rounds its own rows; the weight rows are what is split across workgroups, so the
+// rounding is repeated per workgroup, which costs about 1/MV_ROWS of the product.
+
+// The largest k rounded in the kernel (kernels/quant.rs `MVQ_MAX_K`): 4 rows × k int8 values
+// and 4 × k/32 scales take 9 KiB of workgroup memory, which leaves room for the prelude's
+// reduction within WebGPU's 16 KiB.
+const MVQ_MAX_K: u32 = 2048u;
+var<workgroup> mvq_vals: array<u32, MVQ_MAX_K>;
+var<workgroup> mvq_scales: array<f32, 256>;
+var<workgroup> mvq_max: array<f32, 64>;
+
+// Rounds the workgroup's activation rows (mv_a0.., set by `mv_first_row`) into `mvq_vals`
+// (row i's int8 values at words i·k/4..) and `mvq_scales` (row i's scales at i·k/32..).
+fn mv_prepare(lid: u32) {
+    if ((MV_FORMAT & FMT_QUANTIZE_ACTIVATIONS) == 0u) {
+        return;
+    }
+    let k4 = p.k / 4u;
+    let groups = p.k / 32u;
+    let rows = select(0u, min(4u, p.m - mv_a0), mv_a0 < p.m);
+    if (p.mode == 1u) {
+        // One scale per row: 16 threads per row find its largest magnitude.
+        let r = lid / 16u;
+        var mx = 0.0;
+        if (r < rows) {
+            for (var i = lid % 16u; i < k4; i = i + 16u) {
+                let v = abs(xv[(mv_a0 + r) * k4 + i]);
+                mx = max(mx, max(max(v.x, v.y), max(v.z, v.w)));
+            }
+        }
+        mvq_max[lid] = mx;
+        workgroupBarrier();
+    }
+    for (var j = lid; j < rows * groups; j = j + 64u) {
+        let r = j / groups;
+        let g = j % groups;
+        let v0 = (mv_a0 + r) * k4 + 8u * g;
+        var amax = 0.0;
+        if (p.mode == 1u) {
+            for (var t = 0u; t < 16u; t = t + 1u) {
+                amax = max(amax, mvq_max[16u * r + t]);
+            }
+        } else {
+            for (var t = 0u; t < 8u; t = t + 1u) {
+                let v = abs(xv[v0 + t]);
+                amax = max(amax, max(max(v.x, v.y), max(v.z, v.w)));
+            }
+        }
+        let s = q8_scale(amax);
+        for (var t = 0u; t < 8u; t = t + 1u) {
+            let v = xv[v0 + t];
+            let q = vec4<i32>(
+                i32(round_away(v.x * s.y)), i32(round_away(v.y * s.y)),
+                i32(round_away(v.z * s.y)), i32(round_away(v.w * s.y)));
+            let b = bitcast<vec4<u32>>(q) & vec4<u32>(0xffu);
+            mvq_vals[r * k4 + 8u * g + t] = b.x | (b.y << 8u) | (b.z << 16u) | (b.w << 24u);
+        }
+        mvq_scales[r * groups + g] = s.x;
+    }
+    workgroupBarrier();
+}
+
 // The group's activations, 8 vec4s per activation row, and one weight row's group.
 var<private> mv_x: array<vec4<f32>, 32>;
 var<private> mv_w: array<vec4<f32>, 8>;
 
 // Loads the 8 vec4s from vec4 `v0` of each of the workgroup's activation rows into `mv_x`.
-// With int8 activations (MV_FORMAT ≥ 16: the output of `quantize_acts`) the values are the
-// integers and `mv_xs` holds each row's scale of the group; with f32 activations it is 1.
+// With int8 activations (FMT_INT_ACTIVATIONS: the output of `quantize_acts`, or of
+// `mv_prepare` with FMT_QUANTIZE_ACTIVATIONS) the values are the integers and `mv_xs` holds
+// each row's scale of the group; with f32 activations it is 1.
 fn mv_load_x(v0: u32) {
     let k4 = p.k / 4u;
     for (var i = 0u; i < 4u; i = i + 1u) {
         let a = mv_a0 + i;
         if (a < p.m) {
-            if (MV_FORMAT >= FMT_INT_ACTIVATIONS) {
+            if ((MV_FORMAT & FMT_QUANTIZE_ACTIVATIONS) != 0u) {
+                // Rounded by `mv_prepare`: row i's words at i·k/4 + v0.
+                let w = i * k4 + v0;
+                let b = 8u * i;
+                mv_x[b] = q8_vals(mvq_vals[w]);
+                mv_x[b + 1u] = q8_vals(mvq_vals[w + 1u]);
+                mv_x[b + 2u] = q8_vals(mvq_vals[w + 2u]);
+                mv_x[b + 3u] = q8_vals(mvq_vals[w + 3u]);
+                mv_x[b + 4u] = q8_vals(mvq_vals[w + 4u]);
+                mv_x[b + 5u] = q8_vals(mvq_vals[w + 5u]);
+                mv_x[b + 6u] = q8_vals(mvq_vals[w + 6u]);
+                mv_x[b + 7u] = q8_vals(mvq_vals[w + 7u]);
+                mv_xs[i] = mvq_scales[i * (p.k / 32u) + v0 / 8u];
+            } else if ((MV_FORMAT & FMT_INT_ACTIVATIONS) != 0u) {
                 // Eight words of int8 values at word a·k/4 + v0 (v0 = 8·group), the scale at
                 // word m·k/4 + a·k/32 + v0/8 (binding 3 seen as vec4s).
                 let w0 = bitcast<vec4<u32>>(xv[(a * k4 + v0) / 4u]);

@@ -375,7 +375,10 @@ impl Backend for WgpuBackend {
                 m,
                 k,
                 ..
-            } => Some(self.alloc(op, kernels::int_activation_words(*m, *k), DType::U32)?),
+            } => match kernels::int_activation_words(*m, *k) {
+                Some(words) => Some(self.alloc(op, words, DType::U32)?),
+                None => None,
+            },
             OpSpec::Scan {
                 outer, len, inner, ..
             } => Some(self.alloc(op, kernels::scan_temp_len(outer * inner, *len), DType::F32)?),

@@ -5,12 +5,14 @@
 //! activation kind, over chunks of four activation rows; the others (f16 activations, f16
 //! weights with `shader-f16`, odd k) run one workgroup per (weight row, 8 activation rows).
 //! With `Q8_0` or `I8`
-//! activations the op records two dispatches: `quantize_acts` rounds the activations into a
-//! temporary buffer (int8 words, then one f32 scale per 32 values) that the backend passed as
-//! a third operand, and `qmatmul_int` reads it.
+//! activations and few rows (decode: m ≤ [`MATVEC_MAX_M`], k ≤ [`MVQ_MAX_K`]) the `mv` kernel
+//! rounds the activations itself, in workgroup memory, so the product is one dispatch. Otherwise
+//! the op records two: `quantize_acts` rounds the activations into a temporary buffer (int8
+//! words, then one f32 scale per 32 values) that the backend passed as a third operand, and
+//! `mv` or `qmatmul_int` reads it.
 
 use super::{u32_of, Encoder, Operand, Shader, MATVEC_MAX_M};
-use crate::backend::kernel_consts::{self, INT_ACTIVATIONS};
+use crate::backend::kernel_consts::{self, INT_ACTIVATIONS, QUANTIZE_ACTIVATIONS};
 use crate::backend::webgpu::params::QuantParams;
 use crate::backend::BackendKind;
 use crate::backend::{Activations, OpSpec};
@@ -23,9 +25,20 @@ const WG: u64 = 64;
 /// Activation rows per workgroup of the product kernels.
 const ROWS: usize = 8;
 
-/// Words of the temporary buffer holding `m × k` quantized activations.
-pub(in crate::backend::webgpu) fn int_activation_words(m: usize, k: usize) -> usize {
-    m * k / 4 + m * k / 32
+/// The largest k whose int8 activations the `mv` kernel rounds in workgroup memory
+/// (`MVQ_MAX_K` of `quant.wgsl`).
+const MVQ_MAX_K: usize = 2048;
+
+/// Whether an int8-activation product of `m × k` activations rounds them inside the `mv`
+/// kernel (one dispatch, no temporary buffer).
+fn quantizes_in_kernel(m: usize, k: usize) -> bool {
+    m <= MATVEC_MAX_M && k <= MVQ_MAX_K
+}
+
+/// Words of the temporary buffer holding `m × k` quantized activations for an int8-activation
+/// product, or `None` when the product rounds them in its own kernel.
+pub(in crate::backend::webgpu) fn int_activation_words(m: usize, k: usize) -> Option<usize> {
+    (!quantizes_in_kernel(m, k)).then_some(m * k / 4 + m * k / 32)
 }
 
 /// The shader's code for a packed format (`FMT_*` of the constants prelude).
@@ -130,6 +143,14 @@ impl Encoder<'_> {
                         } else {
                             self.run(Shader::Quant, "qmatmul_float", &p, out, &[w, a], tiles)
                         }
+                    }
+                    Activations::Q8_0 | Activations::I8 if quantizes_in_kernel(m, k) => {
+                        // The row-dot kernel rounding the f32 activations itself.
+                        let mode = (activations == Activations::I8) as u32;
+                        let p = params(op, format, m, n, k, mode)?;
+                        let code = QUANTIZE_ACTIVATIONS + INT_ACTIVATIONS + format_code(format)?;
+                        let grid = self.mv_grid(op, m, n)?;
+                        self.run_format(Shader::Quant, ("mv", code), &p, out, &[w, a], grid)
                     }
                     Activations::Q8_0 | Activations::I8 => {
                         let temp = inputs.get(2).ok_or_else(|| {
