@@ -220,9 +220,7 @@ fn tq1_trit(base: u32, v: u32) -> i32 {
         at = 48u + (v - 240u) % 4u;
         n = (v - 240u) / 4u;
     }
-    // 3^n for n ≤ 4, from a vector rather than a local array (which lavapipe keeps in memory).
-    let pow3 = select(vec4<u32>(1u, 3u, 9u, 27u)[min(n, 3u)], 81u, n == 4u);
-    let t = (byte_at(base + at) * pow3) & 0xffu;
+    let t = (byte_at(base + at) * pow3(n)) & 0xffu;
     return i32((t * 3u) >> 8u) - 1;
 }
 
@@ -677,18 +675,18 @@ fn ternary_dot(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 // f32 or int8 activations, any m, k % 32 == 0. The grid is (row blocks of MV_ROWS weight rows)
 // × (chunks of four activation rows): each lane holds 4 weight rows × 4 activation rows of
 // outputs in registers, so a weight group is dequantized once per four activation rows (for
-// prefill as for decode) and every lane has work even when k is short. The format is the pipeline constant MV_FORMAT
-// (the same codes as `p.format`), so each pipeline is compiled for one format and the switch
-// in `mv_decode` folds away (f16, Q8_0, Q4_0 and TQ2_0 decode in place; TQ1_0 and ternary
-// planes through `decode_group`). A lane takes groups of 32 values (one Q4_0/Q8_0 block, an
-// eighth of a ternary block, 16 words of f16): it loads the activations of the group once (8 vec4s per
-// activation row) and uses them for all four weight rows of its team, each group dequantized
-// in registers as 8 vec4s (whole u32 words: a Q4_0/Q8_0 block starts on a word or two bytes
-// into one: blocks are 34 and 18 bytes).
+// prefill as for decode) and every lane has work even when k is short. The format is the
+// pipeline constant MV_FORMAT (the same codes as `p.format`), so each pipeline is compiled for
+// one format and the switch in `mv_decode` folds away. A lane takes groups of 32 values (one
+// Q4_0/Q8_0 block, an eighth of a ternary block, 16 words of f16): it loads the activations of
+// the group once (8 vec4s per activation row) and uses them for all four weight rows of its
+// team, each group dequantized in registers as 8 vec4s, four values from each u32 word (a
+// Q4_0/Q8_0 block starts on a word or two bytes into one: blocks are 34 and 18 bytes).
 //
 // Bindings as above; the activations are read through `xv` (binding 3 as vec4<f32>).
 
-// The weight format's code (FMT_*), plus FMT_INT_ACTIVATIONS for int8 activations.
+// The weight format's code (FMT_*), plus FMT_INT_ACTIVATIONS for int8 activations, plus
+// FMT_QUANTIZE_ACTIVATIONS when `mv_prepare` rounds them from f32.
 override MV_FORMAT: u32 = FMT_Q4_0;
 
 @group(0) @binding(3) var<storage, read> xv: array<vec4<f32>>;
@@ -850,6 +848,18 @@ fn mv_dot_rows(d: f32) -> vec4<f32> {
     return r;
 }
 
+// 3^n for n ≤ 4, from a vector rather than a local array (which lavapipe keeps in memory).
+fn pow3(n: u32) -> u32 {
+    return select(vec4<u32>(1u, 3u, 9u, 27u)[min(n, 3u)], 81u, n == 4u);
+}
+
+// The four trits at power `p3` of the TQ1_0 bytes of a word, as values −1, 0, 1.
+fn tq1_vals(w: u32, p3: u32) -> vec4<f32> {
+    let b = (vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
+    let t = (b * p3) & vec4<u32>(0xffu);
+    return vec4<f32>((t * 3u) >> vec4<u32>(8u)) - 1.0;
+}
+
 // Nibbles of a Q4_0 quant word as values: low nibbles (shift 0) or high (shift 4), minus 8.
 fn q4_vals(w: u32, shift: u32) -> vec4<f32> {
     let n = (vec4<u32>(w) >> (vec4<u32>(0u, 8u, 16u, 24u) + shift)) & vec4<u32>(15u);
@@ -937,7 +947,46 @@ fn mv_decode(row: u32, g: u32) -> f32 {
             }
             return f16_to_f32(half_at(o + 64u));
         }
-        case FMT_TERNARY_PLANES: {
+        case FMT_TQ1_0: {
+            // TQ1_0 blocks of 54 bytes: bytes 0..32 hold five trits each (values 0..160, the
+            // n-th trit of byte i is value 32n + i), bytes 32..48 five each (values 160..240,
+            // 160 + 16n + i), bytes 48..52 four each (values 240..256, 240 + 4n + i), then the
+            // f16 scale. A trit is the top base-3 digit of byte · 3^n (mod 256), so a word of
+            // four bytes gives four values at once; group g is values 32·(g % 8)..
+            let o = (row * (p.k / 256u) + g / 8u) * TQ1_0_BLOCK_BYTES;
+            let sub = g % 8u;
+            if (sub < 5u) {
+                // Trit `sub` of bytes 0..32.
+                load_words(o);
+                let p3 = pow3(sub);
+                for (var t = 0u; t < 8u; t = t + 1u) {
+                    mv_w[t] = tq1_vals(shifted_word(t, o), p3);
+                }
+            } else {
+                // Bytes 32..52: only the words holding them (the last block may end the buffer).
+                let qo = o + 32u;
+                let b = qo / 4u;
+                let words = select(5u, 6u, (qo & 2u) != 0u);
+                for (var t = 0u; t < 6u; t = t + 1u) {
+                    if (t < words) {
+                        mv_words[t] = q[b + t];
+                    }
+                }
+                // Groups 5 and 6: trits 2(sub − 5) and the next of bytes 32..48. Group 7: trit
+                // 4 of bytes 32..48, then the four trits of bytes 48..52.
+                let n = 2u * (sub - 5u);
+                for (var t = 0u; t < 4u; t = t + 1u) {
+                    mv_w[t] = tq1_vals(shifted_word(t, qo), pow3(n));
+                    if (sub < 7u) {
+                        mv_w[t + 4u] = tq1_vals(shifted_word(t, qo), pow3(n + 1u));
+                    } else {
+                        mv_w[t + 4u] = tq1_vals(shifted_word(4u, qo), pow3(t));
+                    }
+                }
+            }
+            return f16_to_f32(half_at(o + 52u));
+        }
+        default: {
             // Ternary planes, 68-byte blocks of 256 values: the f32 scale, then 8 words of
             // "+1" bits and 8 of "−1" bits; group g is bit word g % 8 of each plane.
             let wb = (row * (p.k / 256u) + g / 8u) * (TERNARY_PLANES_BLOCK_BYTES / 4u);
@@ -948,13 +997,6 @@ fn mv_decode(row: u32, g: u32) -> f32 {
                 mv_w[t] = vec4<f32>((plus >> at) & vec4<u32>(1u)) - vec4<f32>((minus >> at) & vec4<u32>(1u));
             }
             return bitcast<f32>(q[wb]);
-        }
-        default: {
-            let d = decode_group(row, g);
-            for (var t = 0u; t < 8u; t = t + 1u) {
-                mv_w[t] = vec4<f32>(f32(gi[4u * t]), f32(gi[4u * t + 1u]), f32(gi[4u * t + 2u]), f32(gi[4u * t + 3u]));
-            }
-            return d;
         }
     }
 }
