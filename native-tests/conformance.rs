@@ -10,8 +10,11 @@
 //! Set `WEBTENSOR_CPU_SIMD=scalar|avx2|avx512` to run the cpu rows on one SIMD path.
 
 mod common;
+#[path = "conformance/fused.rs"]
+mod fused;
 
 use common::{assert_close, reference, rng, tensor, uniform};
+use fused::{linear_residual, paged_attention, swiglu_linear};
 use webtensor::ops::{self, Activations, RopeLayout, SampleParams};
 use webtensor::{DType, Device, Tensor};
 
@@ -1311,4 +1314,7 @@ matrix!(
     copies_of_ids,
     scatter_rows,
     sample,
+    swiglu_linear,
+    linear_residual,
+    paged_attention,
 );

@@ -224,6 +224,14 @@ impl Device {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
+    /// Whether the primary backend runs `op` for inputs of `dtype` itself (implements it and
+    /// does not have it disabled). Ops with a composition into other ops ([`OpKind::FUSED`])
+    /// use that composition when it does not, rather than moving to another backend.
+    pub(crate) fn primary_runs(&self, op: OpKind, dtype: DType) -> bool {
+        let primary = self.primary();
+        primary.supports(op, dtype) && !self.inner.disabled.contains(&(primary.kind(), op))
+    }
+
     /// The backend that runs `op` for inputs of `dtype`: the first of the chain that
     /// implements it and does not have it disabled. Records a fallback when that is not the
     /// primary.

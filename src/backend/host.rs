@@ -15,8 +15,8 @@
 use std::sync::Arc;
 
 use super::{
-    host_data, Activations, Backend, BackendInfo, BackendKind, BinaryOp, HostData, HostInputs,
-    MatmulSpec, OpSpec, RopeLayout, ScanOp, Storage, UnaryOp,
+    host_data, Activations, AttentionSpec, Backend, BackendInfo, BackendKind, BinaryOp, HostData,
+    HostInputs, LinearSpec, MatmulSpec, OpSpec, RopeLayout, ScanOp, Storage, UnaryOp,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -29,6 +29,16 @@ impl Plain for u32 {}
 /// A scan's view `(outer, len, inner)`: `outer` independent groups of `len` steps over
 /// `inner` channels.
 pub type ScanView = (usize, usize, usize);
+
+/// A linear layer's weight as a fused op's kernel reads it.
+#[derive(Clone, Copy)]
+pub enum Weight<'a> {
+    /// f32 values `[n, k]`.
+    F32(&'a [f32]),
+    /// Packed bytes of the spec's format, and the storage they come from (for a backend that
+    /// caches a repacked copy per weight).
+    Packed(&'a [u8], &'a Storage),
+}
 
 /// The kernels of a host backend, one per op, over host slices in the layout [`OpSpec`]
 /// documents. Each returns the op's whole output.
@@ -89,6 +99,30 @@ pub trait HostKernels: std::fmt::Debug + Send + Sync + 'static {
         m: usize,
         n: usize,
         k: usize,
+    ) -> Vec<f32>;
+    /// [`OpSpec::SwigluLinear`].
+    fn swiglu_linear(
+        &self,
+        a: &[f32],
+        gate: Weight<'_>,
+        up: Weight<'_>,
+        l: &LinearSpec,
+    ) -> Vec<f32>;
+    /// [`OpSpec::LinearResidual`].
+    fn linear_residual(
+        &self,
+        a: &[f32],
+        w: Weight<'_>,
+        residual: &[f32],
+        l: &LinearSpec,
+    ) -> Vec<f32>;
+    /// [`OpSpec::PagedAttention`].
+    fn paged_attention(
+        &self,
+        q: &[f32],
+        pools: (&[f32], &[f32]),
+        rows: &[u32],
+        spec: &AttentionSpec,
     ) -> Vec<f32>;
     /// [`OpSpec::Concat`].
     fn concat<T: Plain>(
@@ -286,6 +320,37 @@ fn execute<K: HostKernels>(k: &K, spec: &OpSpec, inputs: &[&Storage]) -> Result<
             let dots = k.ternary_dot(input.bytes(0, *format)?, x, *format, *m, *n, *depth);
             HostData::Bytes(DType::I32, bytemuck::cast_slice(&dots).to_vec())
         }
+        OpSpec::SwigluLinear(l) => HostData::F32(k.swiglu_linear(
+            input.f32(0)?,
+            weight(&input, inputs, 1, l.format)?,
+            weight(&input, inputs, 2, l.format)?,
+            l,
+        )),
+        OpSpec::LinearResidual(l) => HostData::F32(k.linear_residual(
+            input.f32(0)?,
+            weight(&input, inputs, 1, l.format)?,
+            input.f32(2)?,
+            l,
+        )),
+        OpSpec::PagedAttention(a) => HostData::F32(k.paged_attention(
+            input.f32(0)?,
+            (input.f32(1)?, input.f32(2)?),
+            input.u32(3)?,
+            a,
+        )),
+    })
+}
+
+/// Input `i`, a weight of `format`, as [`Weight`].
+fn weight<'a>(
+    input: &HostInputs<'a>,
+    inputs: &[&'a Storage],
+    i: usize,
+    format: DType,
+) -> Result<Weight<'a>> {
+    Ok(match format {
+        DType::F32 => Weight::F32(input.f32(i)?),
+        _ => Weight::Packed(input.bytes(i, format)?, inputs[i]),
     })
 }
 

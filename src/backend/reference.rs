@@ -3,11 +3,13 @@
 //! This is the oracle. It is written for obviousness, not speed: every other backend is tested
 //! against it, so each op here reads like its definition in [`OpSpec`]'s docs.
 
-use super::host::{HostKernels, Plain};
+mod fused;
+
+use super::host::{HostKernels, Plain, Weight};
 use super::spec::{permute_strides, rope_pair};
 use super::{
-    Activations, BackendInfo, BackendKind, BinaryOp, DeviceClass, MatmulSpec, RopeLayout,
-    SampleParams, ScanOp, Storage, UnaryOp,
+    Activations, AttentionSpec, BackendInfo, BackendKind, BinaryOp, DeviceClass, LinearSpec,
+    MatmulSpec, RopeLayout, SampleParams, ScanOp, Storage, UnaryOp,
 };
 use crate::dtype::DType;
 use crate::quant::{self, ternary};
@@ -113,6 +115,36 @@ impl HostKernels for ReferenceBackend {
         let mut dequantized = vec![0f32; n * k];
         quant::dequantize(format, w, &mut dequantized);
         qmatmul(a, &dequantized, act, m, n, k)
+    }
+
+    fn swiglu_linear(
+        &self,
+        a: &[f32],
+        gate: Weight<'_>,
+        up: Weight<'_>,
+        l: &LinearSpec,
+    ) -> Vec<f32> {
+        fused::swiglu_linear(a, gate, up, l)
+    }
+
+    fn linear_residual(
+        &self,
+        a: &[f32],
+        w: Weight<'_>,
+        residual: &[f32],
+        l: &LinearSpec,
+    ) -> Vec<f32> {
+        fused::linear_residual(a, w, residual, l)
+    }
+
+    fn paged_attention(
+        &self,
+        q: &[f32],
+        pools: (&[f32], &[f32]),
+        rows: &[u32],
+        spec: &AttentionSpec,
+    ) -> Vec<f32> {
+        fused::paged_attention(q, pools, rows, spec)
     }
 
     fn concat<T: Plain>(

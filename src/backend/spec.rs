@@ -7,8 +7,10 @@
 
 use std::fmt;
 
+mod fused;
 mod inputs;
 mod sample;
+pub use fused::{AttentionSpec, LinearSpec};
 pub use inputs::InputSpec;
 
 use crate::dtype::DType;
@@ -388,6 +390,28 @@ pub enum OpSpec {
         /// Temperature, top-k, top-p.
         params: SampleParams,
     },
+    /// Inputs: `a` f32 `[m, k]`, `gate` and `up` of `format` `[n, k]` (f32, f16 or a block
+    /// format). Output f32 `[m, n]`: `silu(g) · u` with `g = act(a) · gateᵀ` and
+    /// `u = act(a) · upᵀ`, each sum as [`OpSpec::QMatmul`] (or [`OpSpec::Matmul`] for f32
+    /// weights) defines it, `act` applied once for both. This is what `matmul_t`/`qmatmul_t`
+    /// twice then `swiglu` give, up to the f32 rounding of `g` and `u`: the product tolerance
+    /// of docs/DESIGN.md (1e-5·√k).
+    SwigluLinear(LinearSpec),
+    /// Inputs: `a` f32 `[m, k]`, `w` of `format` `[n, k]`, `residual` f32 `[m, n]`. Output f32
+    /// `[m, n]`: `residual + act(a) · wᵀ` (the product as in [`OpSpec::SwigluLinear`]); the
+    /// product then `add`, up to the f32 rounding of the product (tolerance 1e-5·√k).
+    LinearResidual(LinearSpec),
+    /// Inputs: `q` f32 `[t, heads · head_dim]` (already rotated), `keys` and `values` f32
+    /// `[pool_rows, head_dim]` (a KV pool's tensors, read in place), `rows` u32
+    /// `[kv_heads, n]`: the pool row of key `j` of key/value head `g` (a row `≥ pool_rows`
+    /// reads as NaN). Output f32 `[t, heads · head_dim]`: for query `i` and head `h`
+    /// (key/value head `g = h / (heads / kv_heads)`),
+    /// `Σ_j p_j · values[rows[g, j]]` with `p = softmax_j(scale · q[i, h] · keys[rows[g, j]])`
+    /// over the keys [`AttentionSpec::visible`] gives (the new queries are the last `t` of
+    /// the `n` keys, `softmax_causal`'s convention); hidden keys weigh exactly 0. The same as
+    /// gathering the keys, `matmul_t`, `scale`, the window mask, `softmax_causal` and
+    /// `matmul`, within the product tolerance (1e-5·√n·scale).
+    PagedAttention(AttentionSpec),
     /// Inputs: `x` f32 `[rows, cols]` with `cols ≥ 1`. Output u32 `[rows]`: the index of the
     /// largest value; the first one on ties; the first NaN if the row has a NaN.
     Argmax {
@@ -450,6 +474,9 @@ impl OpSpec {
             OpSpec::Narrow { .. } => OpKind::Narrow,
             OpSpec::ScatterRows { .. } => OpKind::ScatterRows,
             OpSpec::Sample { .. } => OpKind::Sample,
+            OpSpec::SwigluLinear(_) => OpKind::SwigluLinear,
+            OpSpec::LinearResidual(_) => OpKind::LinearResidual,
+            OpSpec::PagedAttention(_) => OpKind::PagedAttention,
             OpSpec::Scan {
                 op: ScanOp::Linear, ..
             } => OpKind::LinearScan,
@@ -518,6 +545,8 @@ impl OpSpec {
                 b_cols,
             } => rows * (a_cols + b_cols),
             OpSpec::Narrow { rows, len, .. } => rows * len,
+            OpSpec::SwigluLinear(l) | OpSpec::LinearResidual(l) => l.m * l.n,
+            OpSpec::PagedAttention(a) => a.t * a.heads * a.head_dim,
         }
     }
 }
@@ -585,11 +614,17 @@ pub enum OpKind {
     ScatterRows,
     /// Drawing a token from logits: temperature, top-k, top-p.
     Sample,
+    /// gate·up·SiLU of a feed-forward block as one product.
+    SwigluLinear,
+    /// A linear layer's product with the residual added.
+    LinearResidual,
+    /// Attention over a paged KV cache, read in place.
+    PagedAttention,
 }
 
 impl OpKind {
     /// Every op family.
-    pub const ALL: [OpKind; 28] = [
+    pub const ALL: [OpKind; 31] = [
         OpKind::Add,
         OpKind::Mul,
         OpKind::Scale,
@@ -618,6 +653,9 @@ impl OpKind {
         OpKind::Narrow,
         OpKind::ScatterRows,
         OpKind::Sample,
+        OpKind::SwigluLinear,
+        OpKind::LinearResidual,
+        OpKind::PagedAttention,
     ];
 
     /// The snake_case name.
@@ -651,8 +689,19 @@ impl OpKind {
             OpKind::Narrow => "narrow",
             OpKind::ScatterRows => "scatter_rows",
             OpKind::Sample => "sample",
+            OpKind::SwigluLinear => "swiglu_linear",
+            OpKind::LinearResidual => "linear_residual",
+            OpKind::PagedAttention => "paged_attention",
         }
     }
+
+    /// The fused decode ops: [`crate::ops`] runs each as a composition of other ops on a
+    /// backend without its kernel, instead of falling back to another backend.
+    pub const FUSED: [OpKind; 3] = [
+        OpKind::SwigluLinear,
+        OpKind::LinearResidual,
+        OpKind::PagedAttention,
+    ];
 
     /// Parses a name as printed by [`OpKind::name`].
     pub fn parse(name: &str) -> Option<OpKind> {

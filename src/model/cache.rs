@@ -6,8 +6,8 @@
 //! slots are cut into blocks of `block_size` tokens. Each sequence has a [`KvCache`]: a block
 //! table mapping its positions to slots (`slot(p) = table[p / block_size] · block_size +
 //! p % block_size`). New keys and values are written at their slots with
-//! [`ops::scatter_rows`]; attention reads a sequence's keys with one [`ops::narrow`] when its
-//! blocks are consecutive and one gather ([`ops::embedding`]) otherwise.
+//! [`ops::scatter_rows`]; attention ([`ops::paged_attention`]) reads a sequence's keys and
+//! values in place through the list of its pool rows.
 //!
 //! Two layouts ([`CacheLayout`]): *static* gives each of `max_batch` sequences one block of
 //! `max_len` tokens; *paged* hands out small blocks from a memory budget as sequences grow
@@ -363,17 +363,10 @@ pub(crate) struct CachePlan {
     /// Per rank: rows of the pool tensors the new tokens' keys are written to, head-major
     /// (`[kv_heads · t]`), on the rank's device.
     write_rows: Vec<Tensor>,
-    read: Read,
+    /// Per rank: the pool rows of all the sequence's keys after the pass, `[kv_heads, len]`.
+    read_rows: Vec<Tensor>,
     /// Tokens held after the pass.
     len: usize,
-}
-
-/// How attention reads a sequence's keys and values.
-enum Read {
-    /// Its slots are consecutive from this one: a slice of each head's rows.
-    Contiguous(usize),
-    /// Scattered blocks: these rows, head-major (`[kv_heads · len]`), per rank.
-    Gather(Vec<Tensor>),
 }
 
 impl CachePlan {
@@ -389,53 +382,38 @@ impl CachePlan {
                 .map(|(h, p)| (h * slots + cache.slot(bs, p)) as u32)
                 .collect()
         };
-        let on_each = |rows: Vec<u32>| -> Result<Vec<Tensor>> {
-            let n = rows.len();
+        let on_each = |rows: Vec<u32>, shape: &[usize]| -> Result<Vec<Tensor>> {
             devices
                 .iter()
-                .map(|d| Tensor::from_slice(d, &rows, [n]))
+                .map(|d| Tensor::from_slice(d, &rows, shape))
                 .collect()
         };
-        let write_rows = on_each(head_major(cache.len..len))?;
-        let consecutive = cache.table.windows(2).all(|w| w[1] == w[0] + 1);
-        let read = match cache.table.first() {
-            Some(&first) if consecutive => Read::Contiguous(first * bs),
-            _ => Read::Gather(on_each(head_major(0..len))?),
-        };
         Ok(CachePlan {
-            write_rows,
-            read,
+            write_rows: on_each(head_major(cache.len..len), &[heads * t])?,
+            read_rows: on_each(head_major(0..len), &[heads, len])?,
             len,
         })
     }
 
     /// Writes one layer's new keys and values of tensor-parallel rank `rank` (its heads,
-    /// `[kv_heads, t, head_dim]` each) and returns all the sequence's keys and values of that
-    /// layer and rank, `[kv_heads, len, head_dim]` each.
-    pub(crate) fn write_and_read(
+    /// `[kv_heads, t, head_dim]` each) into the pool and returns `attend(keys, values, rows)`:
+    /// attention over that layer's and rank's pool tensors (`[kv_heads · slots, head_dim]`),
+    /// read in place through `rows`, the pool rows of all the sequence's keys
+    /// (`[kv_heads, len]`).
+    pub(crate) fn write_and_attend(
         &self,
         cache: &KvCache,
         (rank, layer): (usize, usize),
-        k: &Tensor,
-        v: &Tensor,
-    ) -> Result<(Tensor, Tensor)> {
+        (k, v): (&Tensor, &Tensor),
+        attend: impl FnOnce((&Tensor, &Tensor), &Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
         let mut pool = cache.pool.lock()?;
-        let (heads, hd, slots) = (pool.kv_heads, pool.head_dim, pool.slots());
+        let hd = pool.head_dim;
         let write_rows = &self.write_rows[rank];
         let rows = write_rows.dims()[0];
         let [keys, values] = &mut pool.ranks[rank][layer];
         ops::scatter_rows(keys, write_rows, &k.reshape([rows, hd])?)?;
         ops::scatter_rows(values, write_rows, &v.reshape([rows, hd])?)?;
-        let read = |all: &Tensor| -> Result<Tensor> {
-            match &self.read {
-                Read::Contiguous(start) => {
-                    ops::narrow(&all.reshape([heads, slots, hd])?, 1, *start, self.len)
-                }
-                Read::Gather(rows) => {
-                    ops::embedding(all, &rows[rank])?.reshape([heads, self.len, hd])
-                }
-            }
-        };
-        Ok((read(keys)?, read(values)?))
+        attend((keys, values), &self.read_rows[rank])
     }
 }

@@ -321,6 +321,39 @@ impl Llama {
         self.hook = None;
     }
 
+    /// Whether the hook wants `point`.
+    fn wants(&self, point: HookPoint) -> bool {
+        self.hook
+            .as_ref()
+            .is_some_and(|(points, _)| points.contains(&point))
+    }
+
+    /// `x · wᵀ`, plus `residual` folded into the same op when given.
+    fn project(&self, x: &Tensor, w: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
+        match residual {
+            Some(r) => ops::linear_residual(x, w, r, self.activations.for_weight(w.dtype())),
+            None => linear(x, w, self.activations),
+        }
+    }
+
+    /// The residual stream after a block whose per-rank outputs are `partial`: those
+    /// themselves when [`Llama::project`] folded the residual in, otherwise their all-reduced
+    /// sum (shown to the hook at `point`) added to `xs`.
+    fn residual(
+        &self,
+        xs: Vec<Tensor>,
+        partial: Vec<Tensor>,
+        folded: bool,
+        (point, layer): (HookPoint, usize),
+    ) -> Result<Vec<Tensor>> {
+        if folded {
+            return Ok(partial);
+        }
+        let out = self.collective.all_reduce_sum(&partial)?;
+        self.emit(point, layer, &out[0]);
+        self.each_rank(|r| ops::add(&xs[r.shard.rank], &out[r.shard.rank]))
+    }
+
     fn emit(&self, point: HookPoint, layer: usize, t: &Tensor) {
         if let Some((points, hook)) = &self.hook {
             if points.contains(&point) {
@@ -573,6 +606,12 @@ impl Llama {
         self.emit(HookPoint::Embedding, 0, &x);
         // The residual stream, one copy per rank.
         let mut xs = self.collective.broadcast(&x)?;
+        // The residual adds fold into the projections before them on a single rank (with
+        // several, the add must follow the all-reduce of the partial sums), unless a hook
+        // wants the projection's output alone.
+        let single = self.ranks.len() == 1;
+        let fold_attn = single && !self.wants(HookPoint::AttnOut);
+        let fold_ffn = single && !self.wants(HookPoint::FfnOut);
         for i in 0..c.num_hidden_layers {
             let layers = self.each_rank(|r| self.layer(r, i))?;
             let partial = self.each_rank(|r| {
@@ -584,26 +623,20 @@ impl Llama {
                     self.emit(HookPoint::AttnNorm, i, &h);
                     self.emit(HookPoint::Attention, i, &attn);
                 }
-                linear(&attn, &layer.wo, self.activations)
+                self.project(&attn, &layer.wo, fold_attn.then_some(&xs[0]))
             })?;
-            let attn_out = self.collective.all_reduce_sum(&partial)?;
-            self.emit(HookPoint::AttnOut, i, &attn_out[0]);
-            xs = self.each_rank(|r| ops::add(&xs[r.shard.rank], &attn_out[r.shard.rank]))?;
+            xs = self.residual(xs, partial, fold_attn, (HookPoint::AttnOut, i))?;
             let partial = self.each_rank(|r| {
                 let layer = &layers[r.shard.rank];
                 let h = ops::rms_norm(&xs[r.shard.rank], &layer.ffn_norm, eps)?;
                 if r.shard.is_first() {
                     self.emit(HookPoint::FfnNorm, i, &h);
                 }
-                let act = ops::swiglu(
-                    &linear(&h, &layer.gate, self.activations)?,
-                    &linear(&h, &layer.up, self.activations)?,
-                )?;
-                linear(&act, &layer.down, self.activations)
+                let act = self.activations.for_weight(layer.gate.dtype());
+                let act = ops::swiglu_linear(&h, &layer.gate, &layer.up, act)?;
+                self.project(&act, &layer.down, fold_ffn.then_some(&xs[0]))
             })?;
-            let ffn_out = self.collective.all_reduce_sum(&partial)?;
-            self.emit(HookPoint::FfnOut, i, &ffn_out[0]);
-            xs = self.each_rank(|r| ops::add(&xs[r.shard.rank], &ffn_out[r.shard.rank]))?;
+            xs = self.residual(xs, partial, fold_ffn, (HookPoint::FfnOut, i))?;
             self.emit(HookPoint::Residual, i, &xs[0]);
         }
         for ((_, cache), plan) in seqs.iter_mut().zip(&plans) {

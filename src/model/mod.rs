@@ -19,7 +19,6 @@ pub mod safetensors;
 pub mod sampler;
 pub mod tokenizer;
 pub mod weights;
-mod window;
 
 pub use arch::Architecture;
 pub use cache::{CacheLayout, KvCache, KvPool};

@@ -7,6 +7,7 @@
 
 mod elementwise;
 mod embedding;
+mod fused;
 mod layout;
 mod matmul;
 mod norm;
@@ -20,6 +21,7 @@ mod softmax;
 
 pub use elementwise::{add, gelu, gelu_erf, mul, scale, sigmoid, silu, swiglu};
 pub use embedding::embedding;
+pub use fused::{linear_residual, paged_attention, swiglu_linear};
 pub use layout::{concat, narrow, permute, transpose};
 pub use matmul::{matmul, matmul_t};
 pub use norm::{layer_norm, rms_norm};

@@ -7,6 +7,7 @@
 //! so every path can be tested on one machine.
 
 mod act_quant;
+mod fused;
 mod int_dot;
 mod kernels;
 mod matmul;
@@ -22,10 +23,10 @@ use std::sync::Arc;
 
 pub use simd::SimdLevel;
 
-use super::host::{HostKernels, Plain, ScanView};
+use super::host::{HostKernels, Plain, ScanView, Weight};
 use super::{
-    Activations, BackendInfo, BackendKind, BinaryOp, DeviceClass, HostData, MatmulSpec, RopeLayout,
-    ScanOp, Storage, UnaryOp,
+    Activations, AttentionSpec, BackendInfo, BackendKind, BinaryOp, DeviceClass, HostData,
+    LinearSpec, MatmulSpec, RopeLayout, ScanOp, Storage, UnaryOp,
 };
 use crate::dtype::DType;
 
@@ -203,6 +204,36 @@ impl HostKernels for CpuBackend {
             _ => None,
         };
         quant::qmatmul(self.simd, a, (w, repacked.as_deref()), format, act, m, n, k)
+    }
+
+    fn swiglu_linear(
+        &self,
+        a: &[f32],
+        gate: Weight<'_>,
+        up: Weight<'_>,
+        l: &LinearSpec,
+    ) -> Vec<f32> {
+        self.swiglu_linear_kernel(a, (gate, up), l)
+    }
+
+    fn linear_residual(
+        &self,
+        a: &[f32],
+        w: Weight<'_>,
+        residual: &[f32],
+        l: &LinearSpec,
+    ) -> Vec<f32> {
+        self.linear_residual_kernel(a, w, residual, l)
+    }
+
+    fn paged_attention(
+        &self,
+        q: &[f32],
+        pools: (&[f32], &[f32]),
+        rows: &[u32],
+        spec: &AttentionSpec,
+    ) -> Vec<f32> {
+        fused::paged_attention(self.simd, q, pools, rows, spec)
     }
 
     fn concat<T: Plain>(

@@ -230,5 +230,11 @@ pub(super) fn launch<L: Launcher>(
         OpSpec::Scan { .. } | OpSpec::ScanGradA { .. } | OpSpec::ScanGradInit { .. } => {
             launch::scan::launch(&c, spec)
         }
+        OpSpec::SwigluLinear(_) | OpSpec::LinearResidual(_) | OpSpec::PagedAttention(_) => {
+            Err(Error::backend(
+                BackendKind::Cuda,
+                format!("no {op} kernel yet; ops composes it"),
+            ))
+        }
     }
 }

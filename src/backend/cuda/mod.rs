@@ -25,7 +25,9 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr};
 use cudarc::nvrtc::Ptx;
 
-use crate::backend::{Backend, BackendInfo, BackendKind, DeviceClass, HostData, OpSpec, Storage};
+use crate::backend::{
+    Backend, BackendInfo, BackendKind, DeviceClass, HostData, OpKind, OpSpec, Storage,
+};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -171,7 +173,7 @@ impl CudaBackend {
             ],
             threads: None,
             simd: None,
-            missing_ops: vec![],
+            missing_ops: OpKind::FUSED.to_vec(),
             f16_path: "f16 storage widened to f32 in the kernels".into(),
             reductions: String::new(),
         };
@@ -258,6 +260,11 @@ fn cuda_storage<'a>(op: &str, storage: &'a Storage) -> Result<&'a CudaBuffer> {
 impl Backend for CudaBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Cuda
+    }
+
+    /// No kernels yet for the fused decode ops: `ops` composes them from other ops here.
+    fn supports(&self, op: OpKind, _dtype: DType) -> bool {
+        !OpKind::FUSED.contains(&op)
     }
 
     fn info(&self) -> BackendInfo {

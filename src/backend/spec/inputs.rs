@@ -142,6 +142,38 @@ impl OpSpec {
             }
             OpSpec::ScatterRows { cols, count, .. } => vec![any(count * cols), of(U32, *count)],
             OpSpec::Sample { rows, vocab, .. } => vec![of(F32, rows * vocab), of(F32, *rows)],
+            OpSpec::SwigluLinear(l) => vec![
+                of(F32, l.m * l.k),
+                of(l.format, l.weight_len()),
+                of(l.format, l.weight_len()),
+            ],
+            OpSpec::LinearResidual(l) => vec![
+                of(F32, l.m * l.k),
+                of(l.format, l.weight_len()),
+                of(F32, l.m * l.n),
+            ],
+            OpSpec::PagedAttention(a) => {
+                if a.t > a.n || a.kv_heads == 0 || a.heads % a.kv_heads != 0 {
+                    return Err(Error::invalid(
+                        op,
+                        format!(
+                            "needs t ≤ n and kv_heads dividing heads (t {}, n {}, heads {}, \
+                             kv_heads {})",
+                            a.t, a.n, a.heads, a.kv_heads
+                        ),
+                    ));
+                }
+                if a.window == Some(0) {
+                    return Err(Error::invalid(op, "a window of 0 keys hides everything"));
+                }
+                let pool = a.pool_rows * a.head_dim;
+                vec![
+                    of(F32, a.t * a.heads * a.head_dim),
+                    of(F32, pool),
+                    of(F32, pool),
+                    of(U32, a.kv_heads * a.n),
+                ]
+            }
         })
     }
 

@@ -194,6 +194,12 @@ impl Encoder<'_> {
                 self.scan(spec, out, inputs)
             }
             OpSpec::Sample { .. } => self.sample(spec, out, &raw),
+            OpSpec::SwigluLinear(_) | OpSpec::LinearResidual(_) | OpSpec::PagedAttention(_) => {
+                Err(Error::backend(
+                    BackendKind::Wgpu,
+                    format!("no {op} kernel yet; ops composes it from other ops"),
+                ))
+            }
         }
     }
 

@@ -47,7 +47,8 @@ use self::pool::BufferPool;
 use self::readback::Readback;
 use self::recorder::Recorder;
 use crate::backend::{
-    Activations, Backend, BackendFuture, BackendInfo, BackendKind, HostData, OpSpec, Storage,
+    Activations, Backend, BackendFuture, BackendInfo, BackendKind, HostData, OpKind, OpSpec,
+    Storage,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -302,6 +303,11 @@ fn gpu_storage<'a>(op: &str, storage: &'a Storage) -> Result<&'a GpuBuffer> {
 impl Backend for WgpuBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Wgpu
+    }
+
+    /// No kernels yet for the fused decode ops: `ops` composes them from other ops here.
+    fn supports(&self, op: OpKind, _dtype: DType) -> bool {
+        !OpKind::FUSED.contains(&op)
     }
 
     fn info(&self) -> BackendInfo {

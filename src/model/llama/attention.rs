@@ -5,7 +5,6 @@ use super::{HookPoint, Layer, Llama, Rank};
 use crate::error::{Error, Result};
 use crate::model::cache::{CachePlan, KvCache};
 use crate::model::linear::linear;
-use crate::model::window;
 use crate::ops;
 use crate::tensor::Tensor;
 
@@ -55,6 +54,8 @@ impl Llama {
             self.emit(HookPoint::K, index, &k);
             self.emit(HookPoint::V, index, &v);
         }
+        // Yarn scales the rotated q and k: the scores by its square.
+        let factor = (c.rope.attention_factor().powi(2) / (hd as f64).sqrt()) as f32;
         let single = seqs.len() == 1;
         let mut out: Option<Tensor> = None;
         let mut first = 0;
@@ -68,9 +69,18 @@ impl Llama {
                 }
             };
             let (q, k, v) = (rows_of(&q)?, rows_of(&k)?, rows_of(&v)?);
-            let o = self.attend(rank, &q, &k, &v, c.window(index), |k, v| {
-                plan.write_and_read(cache, (rank.shard.rank, index), k, v)
-            })?;
+            // k, v `[t, kv, hd]` in the pool's head-major order `[kv, t, hd]` (one token's
+            // are already in it).
+            let heads_first = |x: &Tensor| match t {
+                1 => x.reshape([kv, 1, hd]),
+                _ => ops::transpose(x, 0, 1),
+            };
+            let (k, v) = (heads_first(&k)?, heads_first(&v)?);
+            let q = q.reshape([t, heads * hd])?;
+            let o =
+                plan.write_and_attend(cache, (rank.shard.rank, index), (&k, &v), |pool, rows| {
+                    ops::paged_attention(&q, pool, rows, heads, factor, c.window(index))
+                })?;
             out = Some(match out {
                 None => o,
                 Some(prev) => ops::concat(&prev, &o, 0)?,
@@ -78,41 +88,5 @@ impl Llama {
             first += t;
         }
         out.ok_or_else(|| Error::invalid("llama", "an empty batch"))
-    }
-
-    /// One sequence's attention: `q` `[t, heads, hd]`, new `k`, `v` `[t, kv_heads, hd]`;
-    /// `cached` stores the new keys and values (`[kv_heads, t, hd]`) and returns all of the
-    /// sequence's (`[kv_heads, n, hd]`); heads are those of `rank`. With a sliding `window`, a query sees itself and the
-    /// `window − 1` keys before it. Returns `[t, q_dim]`.
-    fn attend(
-        &self,
-        rank: &Rank,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        window: Option<usize>,
-        cached: impl FnOnce(&Tensor, &Tensor) -> Result<(Tensor, Tensor)>,
-    ) -> Result<Tensor> {
-        let c = &self.config;
-        let t = q.dims()[0];
-        let (heads, kv, hd) = rank.heads(c);
-        let group = heads / kv;
-        // Heads of one key/value group are consecutive: [kv, group · t, hd] against [kv, n, hd].
-        let q = ops::transpose(q, 0, 1)?.reshape([kv, group * t, hd])?;
-        let (k, v) = cached(&ops::transpose(k, 0, 1)?, &ops::transpose(v, 0, 1)?)?;
-        let (k, v, mask) = window::keys_in_window(&k, &v, t, window)?;
-        let n = k.dims()[1];
-        // Yarn scales the rotated q and k: the scores by its square.
-        let factor = c.rope.attention_factor().powi(2) / (hd as f64).sqrt();
-        let scores = ops::scale(&ops::matmul_t(&q, &k)?, factor as f32)?;
-        let scores = scores.reshape([heads, t, n])?;
-        let scores = match mask {
-            Some(mask) => ops::add(&scores, &mask)?,
-            None => scores,
-        };
-        // The new queries are the last t of the n keys: softmax_causal's convention.
-        let probs = ops::softmax_causal(&scores)?;
-        let out = ops::matmul(&probs.reshape([kv, group * t, n])?, &v)?;
-        ops::transpose(&out.reshape([heads, t, hd])?, 0, 1)?.reshape([t, heads * hd])
     }
 }

@@ -1,0 +1,162 @@
+//! Conformance rows of the fused decode ops (`swiglu_linear`, `linear_residual`,
+//! `paged_attention`): each on the device under test against the reference backend's kernel,
+//! and that kernel against the unfused ops it stands for (the composition a backend without
+//! the kernel runs, forced on the reference by disabling the op there).
+
+use super::common::{assert_close, reference, rng, tensor, uniform};
+use super::{compare, packed_weight, TOL};
+use webtensor::ops::{self, Activations};
+use webtensor::{BackendKind, DType, Device, OpKind, Tensor};
+
+/// The reference backend with `op` disabled: the fused op runs as its composition there.
+fn composed(op: OpKind) -> Device {
+    Device::builder()
+        .priority(vec![BackendKind::Reference])
+        .disable_op(BackendKind::Reference, op)
+        .build()
+        .unwrap()
+}
+
+/// A weight of `format` on `d`; f32 stays f32.
+fn weight(d: &Device, w: &[f32], n: usize, k: usize, format: DType) -> Tensor {
+    if format == DType::F32 {
+        tensor(d, w, &[n, k])
+    } else {
+        packed_weight(d, w, n, k, format)
+    }
+}
+
+/// Weight formats with the activation modes the engine pairs with each.
+fn formats() -> Vec<(DType, Activations)> {
+    let mut out = vec![
+        (DType::F32, Activations::F32),
+        (DType::F16, Activations::F32),
+    ];
+    for f in [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::TQ1_0,
+        DType::TQ2_0,
+        DType::TernaryPlanes,
+    ] {
+        out.extend([Activations::F32, Activations::Q8_0, Activations::I8].map(|a| (f, a)));
+    }
+    out
+}
+
+/// Asserts the fused op on the device, on the reference and composed from unfused ops agree.
+fn three_ways(what: &str, dev: &Device, op: OpKind, tol: f64, f: impl Fn(&Device) -> Tensor) {
+    compare(what, dev, tol, &f);
+    let fused: Vec<f32> = f(&reference()).to_vec().unwrap();
+    let parts: Vec<f32> = f(&composed(op)).to_vec().unwrap();
+    assert_close(
+        &format!("{what}: reference kernel vs unfused ops"),
+        &fused,
+        &parts,
+        tol,
+    );
+}
+
+const LINEAR_SHAPES: [(usize, usize, usize); 4] =
+    [(1, 5, 256), (3, 33, 512), (1, 300, 512), (4, 13, 1280)];
+
+/// gate·up·SiLU in one op, every weight dtype and activation mode, decode and prefill rows.
+/// Tolerance: twice the product's 1e-5·√k, each output being a product of two sums.
+pub fn swiglu_linear(dev: &Device) {
+    let mut r = rng(61);
+    for (m, n, k) in LINEAR_SHAPES {
+        let x = uniform(&mut r, m * k, 2.0);
+        let (g, u) = (uniform(&mut r, n * k, 1.0), uniform(&mut r, n * k, 1.0));
+        for (format, act) in formats() {
+            let what = format!("swiglu_linear {format} {act:?} {m}x{n}x{k}");
+            three_ways(
+                &what,
+                dev,
+                OpKind::SwigluLinear,
+                2.0 * TOL * (k as f64).sqrt(),
+                |d| {
+                    ops::swiglu_linear(
+                        &tensor(d, &x, &[m, k]),
+                        &weight(d, &g, n, k, format),
+                        &weight(d, &u, n, k, format),
+                        act,
+                    )
+                    .unwrap()
+                },
+            );
+        }
+    }
+}
+
+/// A product with the residual added, every weight dtype and activation mode.
+/// Tolerance: the product's 1e-5·√k.
+pub fn linear_residual(dev: &Device) {
+    let mut r = rng(62);
+    for (m, n, k) in LINEAR_SHAPES {
+        let x = uniform(&mut r, m * k, 2.0);
+        let w = uniform(&mut r, n * k, 1.0);
+        let res = uniform(&mut r, m * n, 3.0);
+        for (format, act) in formats() {
+            let what = format!("linear_residual {format} {act:?} {m}x{n}x{k}");
+            three_ways(
+                &what,
+                dev,
+                OpKind::LinearResidual,
+                TOL * (k as f64).sqrt(),
+                |d| {
+                    ops::linear_residual(
+                        &tensor(d, &x, &[m, k]),
+                        &weight(d, &w, n, k, format),
+                        &tensor(d, &res, &[m, n]),
+                        act,
+                    )
+                    .unwrap()
+                },
+            );
+        }
+    }
+}
+
+/// Attention over a pool whose sequence rows are scattered (a shuffled slot list): GQA group
+/// sizes 1, 2 and 3, one and several new queries, with and without sliding windows shorter
+/// and longer than the sequence. Tolerance: the product's 1e-5·√n.
+pub fn paged_attention(dev: &Device) {
+    let mut r = rng(63);
+    let (slots, hd) = (48, 16);
+    for (heads, kv) in [(4, 2), (3, 1), (2, 2)] {
+        let pool_rows = kv * slots;
+        let keys = uniform(&mut r, pool_rows * hd, 1.0);
+        let values = uniform(&mut r, pool_rows * hd, 1.0);
+        for (t, n) in [(1, 1), (1, 29), (3, 7), (5, 40), (7, 7)] {
+            // The sequence's slots, scattered (7 is prime to 48) and distinct; rows head-major.
+            let seq: Vec<u32> = (0..n).map(|j| ((j * 7 + 5) % slots) as u32).collect();
+            let rows: Vec<u32> = (0..kv)
+                .flat_map(|g| seq.iter().map(move |&s| (g * slots) as u32 + s))
+                .collect();
+            let q = uniform(&mut r, t * heads * hd, 2.0);
+            for window in [None, Some(1), Some(4), Some(64)] {
+                let what = format!("paged_attention {heads}/{kv} heads t={t} n={n} {window:?}");
+                three_ways(
+                    &what,
+                    dev,
+                    OpKind::PagedAttention,
+                    TOL * (n as f64).sqrt(),
+                    |d| {
+                        ops::paged_attention(
+                            &tensor(d, &q, &[t, heads * hd]),
+                            (
+                                &tensor(d, &keys, &[pool_rows, hd]),
+                                &tensor(d, &values, &[pool_rows, hd]),
+                            ),
+                            &tensor(d, &rows, &[kv, n]),
+                            heads,
+                            0.25,
+                            window,
+                        )
+                        .unwrap()
+                    },
+                );
+            }
+        }
+    }
+}

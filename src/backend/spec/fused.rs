@@ -1,0 +1,68 @@
+//! Sizes of the fused decode ops ([`OpSpec::SwigluLinear`], [`OpSpec::LinearResidual`],
+//! [`OpSpec::PagedAttention`]): each does in one op what the engine did with several, so a
+//! backend with a kernel for it reads its inputs once and writes one output.
+//!
+//! [`OpSpec::SwigluLinear`]: super::OpSpec::SwigluLinear
+//! [`OpSpec::LinearResidual`]: super::OpSpec::LinearResidual
+//! [`OpSpec::PagedAttention`]: super::OpSpec::PagedAttention
+
+use super::Activations;
+use crate::dtype::DType;
+
+/// A linear layer's product `act(a) · wᵀ` inside a fused op: `a` f32 `[m, k]`, each weight
+/// of `format` `[n, k]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinearSpec {
+    /// Weight format: `F32`, `F16` or a block format.
+    pub format: DType,
+    /// Treatment of the activations ([`Activations::F32`] for `F32` and `F16` weights; the
+    /// integer modes for block formats only; never [`Activations::F16`]).
+    pub activations: Activations,
+    /// Rows of `a` and of the output.
+    pub m: usize,
+    /// Rows of each weight: columns of the output.
+    pub n: usize,
+    /// The contracted dimension.
+    pub k: usize,
+}
+
+impl LinearSpec {
+    /// Elements of one weight.
+    pub fn weight_len(&self) -> usize {
+        self.n * self.k
+    }
+}
+
+/// Sizes of causal grouped-query attention over keys and values read in place from a paged
+/// cache pool.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionSpec {
+    /// New queries (the last `t` positions of the sequence).
+    pub t: usize,
+    /// Keys the sequence has, the new ones included (`t ≤ n`).
+    pub n: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (divides `heads`; query head `h` reads key/value head
+    /// `h / (heads / kv_heads)`).
+    pub kv_heads: usize,
+    /// Elements per head.
+    pub head_dim: usize,
+    /// Rows of each pool tensor (`[pool_rows, head_dim]`).
+    pub pool_rows: usize,
+    /// Multiplies every score `q · k` before the softmax.
+    pub scale: f32,
+    /// Sliding window: query at position `p` sees keys at `p − window < j ≤ p`; `None` for
+    /// full causal attention.
+    pub window: Option<usize>,
+}
+
+impl AttentionSpec {
+    /// The first and one-past-last key query `i` (`0 ≤ i < t`) sees: its causal prefix,
+    /// cut to its window.
+    pub fn visible(&self, i: usize) -> (usize, usize) {
+        let end = self.n - self.t + i + 1;
+        let start = self.window.map_or(0, |w| end.saturating_sub(w));
+        (start, end)
+    }
+}

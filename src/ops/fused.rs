@@ -1,0 +1,282 @@
+//! The fused decode ops: a feed-forward block's gate·up·SiLU as one product, a product with
+//! the residual added, and attention over a paged KV cache read in place. On a backend with
+//! their kernels each is one op; elsewhere (see [`crate::backend::OpKind::FUSED`]) each runs
+//! as the composition of existing ops written once here, on the same backend.
+
+use super::{dispatch, expect_dtype, expect_finite};
+use crate::backend::{Activations, AttentionSpec, LinearSpec, OpKind, OpSpec};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ops;
+use crate::shape::Shape;
+use crate::tensor::Tensor;
+
+/// A score no query may attend: after the softmax's max is subtracted its exponential is
+/// exactly 0 in f32, and unlike −∞ it never meets another infinity.
+const HIDDEN: f32 = -1e30;
+
+/// `silu(x · gateᵀ) ⊙ (x · upᵀ)` for activations `x` `[..., k]` and two weights `[n, k]` of
+/// the same dtype (f32, f16 or a block format): f32 `[..., n]`, a SwiGLU feed-forward block's
+/// input to its down projection. `activations` is how `x` enters both products, rounded once
+/// for the two: [`Activations::F32`] for any weight, `Q8_0` or `I8` for block formats.
+/// Equals `swiglu(linear(x, gate), linear(x, up))` up to the f32 rounding of the two products
+/// ([`OpSpec::SwigluLinear`]).
+pub fn swiglu_linear(
+    x: &Tensor,
+    gate: &Tensor,
+    up: &Tensor,
+    activations: Activations,
+) -> Result<Tensor> {
+    const OP: &str = "swiglu_linear";
+    if gate.dtype() != up.dtype() || gate.shape() != up.shape() {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "`gate` and `up` must have the same dtype and shape ({} and {})",
+                gate.dtype(),
+                up.dtype()
+            ),
+            &[gate.shape(), up.shape()],
+        ));
+    }
+    let (l, out_shape) = linear_spec(OP, x, gate, activations)?;
+    if !x.device().primary_runs(OpKind::SwigluLinear, x.dtype()) || l.k == 0 {
+        return ops::swiglu(
+            &product(x, gate, activations)?,
+            &product(x, up, activations)?,
+        );
+    }
+    dispatch(
+        OP,
+        OpSpec::SwigluLinear(l),
+        &[x, gate, up],
+        out_shape,
+        DType::F32,
+        None,
+    )
+}
+
+/// `residual + x · wᵀ` for activations `x` `[..., k]`, a weight `w` `[n, k]` (f32, f16 or a
+/// block format) and `residual` f32 of the output's shape `[..., n]`: a projection followed
+/// by its residual connection, as a new tensor. `activations` as in [`swiglu_linear`].
+/// Equals `add(residual, linear(x, w))` up to the f32 rounding of the product
+/// ([`OpSpec::LinearResidual`]).
+pub fn linear_residual(
+    x: &Tensor,
+    w: &Tensor,
+    residual: &Tensor,
+    activations: Activations,
+) -> Result<Tensor> {
+    const OP: &str = "linear_residual";
+    let (l, out_shape) = linear_spec(OP, x, w, activations)?;
+    expect_dtype(OP, "residual", residual, DType::F32)?;
+    if residual.shape() != &out_shape {
+        return Err(Error::shape(
+            OP,
+            "`residual` must have the product's shape [..., n]",
+            &[x.shape(), w.shape(), residual.shape()],
+        ));
+    }
+    if !x.device().primary_runs(OpKind::LinearResidual, x.dtype()) || l.k == 0 {
+        return ops::add(residual, &product(x, w, activations)?);
+    }
+    dispatch(
+        OP,
+        OpSpec::LinearResidual(l),
+        &[x, w, residual],
+        out_shape,
+        DType::F32,
+        None,
+    )
+}
+
+/// The unfused product `x · wᵀ`: what the fused ops equal, and their composition.
+fn product(x: &Tensor, w: &Tensor, activations: Activations) -> Result<Tensor> {
+    match activations {
+        Activations::F32 => ops::matmul_t(x, w),
+        act => ops::qmatmul_t(x, w, act),
+    }
+}
+
+/// Checks `x` `[..., k]` against a weight `w` `[n, k]` and `activations`; the spec and the
+/// output shape `[..., n]`.
+fn linear_spec(
+    op: &'static str,
+    x: &Tensor,
+    w: &Tensor,
+    activations: Activations,
+) -> Result<(LinearSpec, Shape)> {
+    expect_dtype(op, "x", x, DType::F32)?;
+    let format = w.dtype();
+    if !(format == DType::F32 || format == DType::F16 || format.is_quantized()) {
+        return Err(Error::invalid(
+            op,
+            format!("the weight must be f32, f16 or a block format, not {format}"),
+        ));
+    }
+    let fits = match activations {
+        Activations::F32 => true,
+        Activations::F16 => false,
+        Activations::Q8_0 | Activations::I8 => format.is_quantized(),
+    };
+    if !fits {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "{activations:?} activations do not go with {format} weights: use f32 \
+                 activations, or q8_0 / i8 ones with block-quantized weights"
+            ),
+        ));
+    }
+    if x.shape().rank() < 1 || w.shape().rank() != 2 || x.shape().last_dim() != w.dims()[1] {
+        return Err(Error::shape(
+            op,
+            "`x` must be [..., k] and the weight one [n, k] matrix",
+            &[x.shape(), w.shape()],
+        ));
+    }
+    let (n, k) = (w.dims()[0], w.dims()[1]);
+    if format.is_quantized() && !k.is_multiple_of(format.block_len()) {
+        return Err(Error::shape(
+            op,
+            format!(
+                "k must be a multiple of {format}'s block of {}",
+                format.block_len()
+            ),
+            &[x.shape(), w.shape()],
+        ));
+    }
+    let mut out_dims = x.dims()[..x.shape().rank() - 1].to_vec();
+    out_dims.push(n);
+    let spec = LinearSpec {
+        format,
+        activations,
+        m: x.shape().rows(),
+        n,
+        k,
+    };
+    Ok((spec, Shape::from(out_dims)))
+}
+
+/// Causal grouped-query attention of `t` new queries over a sequence's `n` keys and values,
+/// read in place from a KV pool: `q` f32 `[t, heads · head_dim]` (already rotated), `keys`
+/// and `values` f32 `[pool_rows, head_dim]` (a pool's tensors), `rows` u32 `[kv_heads, n]`
+/// (the pool row of each key of each key/value head, in sequence order). Query `i` is the
+/// sequence's position `n − t + i` and sees the keys up to it (`softmax_causal`'s
+/// convention), only the last `window` of them with a sliding window. Scores are
+/// `scale · q·k`. Output f32 `[t, heads · head_dim]`; see [`OpSpec::PagedAttention`].
+pub fn paged_attention(
+    q: &Tensor,
+    (keys, values): (&Tensor, &Tensor),
+    rows: &Tensor,
+    heads: usize,
+    scale: f32,
+    window: Option<usize>,
+) -> Result<Tensor> {
+    const OP: &str = "paged_attention";
+    expect_dtype(OP, "q", q, DType::F32)?;
+    expect_dtype(OP, "keys", keys, DType::F32)?;
+    expect_dtype(OP, "values", values, DType::F32)?;
+    expect_dtype(OP, "rows", rows, DType::U32)?;
+    expect_finite(OP, "scale", scale)?;
+    let shapes = [q.shape(), keys.shape(), values.shape(), rows.shape()];
+    if keys.shape().rank() != 2 || keys.shape() != values.shape() || rows.shape().rank() != 2 {
+        return Err(Error::shape(
+            OP,
+            "`keys` and `values` must be one [pool_rows, head_dim] shape, `rows` [kv_heads, n]",
+            &shapes,
+        ));
+    }
+    let (pool_rows, head_dim) = (keys.dims()[0], keys.dims()[1]);
+    let (kv_heads, n) = (rows.dims()[0], rows.dims()[1]);
+    if q.shape().rank() != 2 || heads == 0 || q.dims()[1] != heads * head_dim {
+        return Err(Error::shape(
+            OP,
+            format!("`q` must be [t, heads · head_dim] = [t, {heads} · {head_dim}]"),
+            &shapes,
+        ));
+    }
+    let spec = AttentionSpec {
+        t: q.dims()[0],
+        n,
+        heads,
+        kv_heads,
+        head_dim,
+        pool_rows,
+        scale,
+        window,
+    };
+    // The sizes the op cannot mean (t > n, kv_heads not dividing heads, an empty window).
+    OpSpec::PagedAttention(spec).inputs()?;
+    let out_shape = Shape::from([spec.t, heads * head_dim]);
+    if spec.t == 0 || head_dim == 0 {
+        return Tensor::zeros(q.device(), out_shape);
+    }
+    if !q.device().primary_runs(OpKind::PagedAttention, DType::F32) {
+        return attention_composed(q, (keys, values), rows, &spec);
+    }
+    dispatch(
+        OP,
+        OpSpec::PagedAttention(spec),
+        &[q, keys, values, rows],
+        out_shape,
+        DType::F32,
+        None,
+    )
+}
+
+/// [`paged_attention`] from existing ops: the keys and values gathered
+/// (`embedding`), only the window's tail of them kept, `matmul_t`, `scale`, an additive mask
+/// when queries of one pass see different windows, `softmax_causal`, `matmul`.
+fn attention_composed(
+    q: &Tensor,
+    (keys, values): (&Tensor, &Tensor),
+    rows: &Tensor,
+    s: &AttentionSpec,
+) -> Result<Tensor> {
+    let (t, hd, kv) = (s.t, s.head_dim, s.kv_heads);
+    let group = s.heads / kv;
+    let flat = rows.reshape([kv * s.n])?;
+    let gather = |pool: &Tensor| ops::embedding(pool, &flat)?.reshape([kv, s.n, hd]);
+    let (k, v) = (gather(keys)?, gather(values)?);
+    // Query i sees keys from visible(i).0 on; the first query's window starts earliest.
+    let start = s.visible(0).0;
+    let kept = s.n - start;
+    let (k, v) = if start > 0 {
+        (
+            ops::narrow(&k, 1, start, kept)?,
+            ops::narrow(&v, 1, start, kept)?,
+        )
+    } else {
+        (k, v)
+    };
+    // Heads of one key/value group are consecutive: [kv, group · t, hd] against [kv, n, hd].
+    let q = ops::transpose(&q.reshape([t, s.heads, hd])?, 0, 1)?.reshape([kv, group * t, hd])?;
+    let scores = ops::scale(&ops::matmul_t(&q, &k)?, s.scale)?.reshape([s.heads, t, kept])?;
+    let scores = match window_mask(s, start, kept) {
+        Some(mask) => ops::add(&scores, &Tensor::from_vec(q.device(), mask, [t, kept])?)?,
+        None => scores,
+    };
+    let probs = ops::softmax_causal(&scores)?;
+    let out = ops::matmul(&probs.reshape([kv, group * t, kept])?, &v)?;
+    ops::transpose(&out.reshape([s.heads, t, hd])?, 0, 1)?.reshape([t, s.heads * hd])
+}
+
+/// The additive mask `[t, kept]` (0 or [`HIDDEN`]) over keys `start..n` that hides from each
+/// query the keys before its window; `None` when no kept key is hidden from any query (the
+/// causal part is the softmax's).
+fn window_mask(s: &AttentionSpec, start: usize, kept: usize) -> Option<Vec<f32>> {
+    if (0..s.t).all(|i| s.visible(i).0 <= start) {
+        return None;
+    }
+    let mut mask = vec![0f32; s.t * kept];
+    for (i, row) in mask.chunks_mut(kept).enumerate() {
+        let first = s.visible(i).0;
+        for (j, m) in row.iter_mut().enumerate() {
+            if start + j < first {
+                *m = HIDDEN;
+            }
+        }
+    }
+    Some(mask)
+}
