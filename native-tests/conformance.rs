@@ -615,6 +615,10 @@ fn qmatmul(dev: &Device) {
         // Prefill through the row-dot kernel: chunks of four activation rows (the last one
         // short) times several blocks of weight rows.
         (6, 300, 512),
+        // Int8 activations rounded inside the decode kernel up to its largest k, then by
+        // the separate dispatch past it.
+        (2, 40, 2048),
+        (1, 40, 2560),
     ] {
         let a = uniform(&mut r, m * k, 2.0);
         let w = uniform(&mut r, n * k, 1.0);

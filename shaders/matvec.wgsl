@@ -93,6 +93,9 @@ fn mv_first_row(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return (wid.x + p.col_group0) * MV_ROWS;
 }
 
+// Nothing to prepare: the f32 operands are read as they are.
+fn mv_prepare(lid: u32) {}
+
 // Partial sums of columns col0..col0+4 (rhs rows; those past n repeat the last one and
 // `mv_store` drops them) against the up to four rows of a: each a vec4 is loaded once for
 // the four columns.

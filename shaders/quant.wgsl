@@ -20,7 +20,7 @@ struct Params {
     k: u32,        // values per row
     mode: u32,     // qmatmul_float: 0 f32, 1 f16 activations; quantize_acts: 0 q8_0, 1 per row
     zero: u32,     // always 0; keeps a product from being fused into a following add
-    _pad0: u32,
+    residual: u32, // products: 1 adds `res` (binding 4, f32 [m, n]) to the result
     _pad1: u32,
 }
 
@@ -28,6 +28,8 @@ struct Params {
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;
 @group(0) @binding(2) var<storage, read> q: array<u32>;
 @group(0) @binding(3) var<storage, read> x: array<u32>;
+// The residual a product adds (`mv` with p.residual = 1, `add_residual`).
+@group(0) @binding(4) var<storage, read> res: array<f32>;
 
 const WG: u32 = 64u;
 // Activation rows per workgroup of the product kernels.
@@ -220,9 +222,7 @@ fn tq1_trit(base: u32, v: u32) -> i32 {
         at = 48u + (v - 240u) % 4u;
         n = (v - 240u) / 4u;
     }
-    // 3^n for n ≤ 4, from a vector rather than a local array (which lavapipe keeps in memory).
-    let pow3 = select(vec4<u32>(1u, 3u, 9u, 27u)[min(n, 3u)], 81u, n == 4u);
-    let t = (byte_at(base + at) * pow3) & 0xffu;
+    let t = (byte_at(base + at) * pow3(n)) & 0xffu;
     return i32((t * 3u) >> 8u) - 1;
 }
 
@@ -519,6 +519,17 @@ fn quantize_acts(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
 
 // ---- products -----------------------------------------------------------------------------
 
+// out[i] = res[i] + out[i] for i < m·n: the residual added after a product kernel without the
+// epilogue (`linear_residual` off the `mv` path).
+@compute @workgroup_size(64)
+fn add_residual(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.y * nwg.x + wid.x) * WG + lid;
+    if (i < p.m * p.n) {
+        out[i] = bitcast<u32>(res[i] + bitcast<f32>(out[i]));
+    }
+}
+
 // Activation value i (flat index) as f32: f32 words, or f16 halves unpacked from u32 words.
 fn activation(i: u32) -> f32 {
     if (p.mode == 1u) {
@@ -677,18 +688,18 @@ fn ternary_dot(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 // f32 or int8 activations, any m, k % 32 == 0. The grid is (row blocks of MV_ROWS weight rows)
 // × (chunks of four activation rows): each lane holds 4 weight rows × 4 activation rows of
 // outputs in registers, so a weight group is dequantized once per four activation rows (for
-// prefill as for decode) and every lane has work even when k is short. The format is the pipeline constant MV_FORMAT
-// (the same codes as `p.format`), so each pipeline is compiled for one format and the switch
-// in `mv_decode` folds away (f16, Q8_0, Q4_0 and TQ2_0 decode in place; TQ1_0 and ternary
-// planes through `decode_group`). A lane takes groups of 32 values (one Q4_0/Q8_0 block, an
-// eighth of a ternary block, 16 words of f16): it loads the activations of the group once (8 vec4s per
-// activation row) and uses them for all four weight rows of its team, each group dequantized
-// in registers as 8 vec4s (whole u32 words: a Q4_0/Q8_0 block starts on a word or two bytes
-// into one: blocks are 34 and 18 bytes).
+// prefill as for decode) and every lane has work even when k is short. The format is the
+// pipeline constant MV_FORMAT (the same codes as `p.format`), so each pipeline is compiled for
+// one format and the switch in `mv_decode` folds away. A lane takes groups of 32 values (one
+// Q4_0/Q8_0 block, an eighth of a ternary block, 16 words of f16): it loads the activations of
+// the group once (8 vec4s per activation row) and uses them for all four weight rows of its
+// team, each group dequantized in registers as 8 vec4s, four values from each u32 word (a
+// Q4_0/Q8_0 block starts on a word or two bytes into one: blocks are 34 and 18 bytes).
 //
 // Bindings as above; the activations are read through `xv` (binding 3 as vec4<f32>).
 
-// The weight format's code (FMT_*), plus FMT_INT_ACTIVATIONS for int8 activations.
+// The weight format's code (FMT_*), plus FMT_INT_ACTIVATIONS for int8 activations, plus
+// FMT_QUANTIZE_ACTIVATIONS when `mv_prepare` rounds them from f32.
 override MV_FORMAT: u32 = FMT_Q4_0;
 
 @group(0) @binding(3) var<storage, read> xv: array<vec4<f32>>;
@@ -709,19 +720,101 @@ fn mv_first_row(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return (idx % blocks) * MV_ROWS;
 }
 
+// ---- int8 activations rounded inside the product (MV_FORMAT has FMT_QUANTIZE_ACTIVATIONS) --
+//
+// For decode the separate `quantize_acts` dispatch costs as much as the product, so the `mv`
+// kernel can take the f32 activations (binding 3) and round its up-to-four rows itself, into
+// workgroup memory, before the product: the same arithmetic as `quantize_acts` (Q8_0: a scale
+// per 32 values; mode 1: one per row), so the result is bit-equal to the two dispatches. Each
+// workgroup rounds its own rows; the weight rows are what is split across workgroups, so the
+// rounding is repeated per workgroup, which costs about 1/MV_ROWS of the product.
+
+// The largest k rounded in the kernel (kernels/quant.rs `MVQ_MAX_K`): 4 rows × k int8 values
+// and 4 × k/32 scales take 9 KiB of workgroup memory, which leaves room for the prelude's
+// reduction within WebGPU's 16 KiB.
+const MVQ_MAX_K: u32 = 2048u;
+var<workgroup> mvq_vals: array<u32, MVQ_MAX_K>;
+var<workgroup> mvq_scales: array<f32, 256>;
+var<workgroup> mvq_max: array<f32, 64>;
+
+// Rounds the workgroup's activation rows (mv_a0.., set by `mv_first_row`) into `mvq_vals`
+// (row i's int8 values at words i·k/4..) and `mvq_scales` (row i's scales at i·k/32..).
+fn mv_prepare(lid: u32) {
+    if ((MV_FORMAT & FMT_QUANTIZE_ACTIVATIONS) == 0u) {
+        return;
+    }
+    let k4 = p.k / 4u;
+    let groups = p.k / 32u;
+    let rows = select(0u, min(4u, p.m - mv_a0), mv_a0 < p.m);
+    if (p.mode == 1u) {
+        // One scale per row: 16 threads per row find its largest magnitude.
+        let r = lid / 16u;
+        var mx = 0.0;
+        if (r < rows) {
+            for (var i = lid % 16u; i < k4; i = i + 16u) {
+                let v = abs(xv[(mv_a0 + r) * k4 + i]);
+                mx = max(mx, max(max(v.x, v.y), max(v.z, v.w)));
+            }
+        }
+        mvq_max[lid] = mx;
+        workgroupBarrier();
+    }
+    for (var j = lid; j < rows * groups; j = j + 64u) {
+        let r = j / groups;
+        let g = j % groups;
+        let v0 = (mv_a0 + r) * k4 + 8u * g;
+        var amax = 0.0;
+        if (p.mode == 1u) {
+            for (var t = 0u; t < 16u; t = t + 1u) {
+                amax = max(amax, mvq_max[16u * r + t]);
+            }
+        } else {
+            for (var t = 0u; t < 8u; t = t + 1u) {
+                let v = abs(xv[v0 + t]);
+                amax = max(amax, max(max(v.x, v.y), max(v.z, v.w)));
+            }
+        }
+        let s = q8_scale(amax);
+        for (var t = 0u; t < 8u; t = t + 1u) {
+            let v = xv[v0 + t];
+            let q = vec4<i32>(
+                i32(round_away(v.x * s.y)), i32(round_away(v.y * s.y)),
+                i32(round_away(v.z * s.y)), i32(round_away(v.w * s.y)));
+            let b = bitcast<vec4<u32>>(q) & vec4<u32>(0xffu);
+            mvq_vals[r * k4 + 8u * g + t] = b.x | (b.y << 8u) | (b.z << 16u) | (b.w << 24u);
+        }
+        mvq_scales[r * groups + g] = s.x;
+    }
+    workgroupBarrier();
+}
+
 // The group's activations, 8 vec4s per activation row, and one weight row's group.
 var<private> mv_x: array<vec4<f32>, 32>;
 var<private> mv_w: array<vec4<f32>, 8>;
 
 // Loads the 8 vec4s from vec4 `v0` of each of the workgroup's activation rows into `mv_x`.
-// With int8 activations (MV_FORMAT ≥ 16: the output of `quantize_acts`) the values are the
-// integers and `mv_xs` holds each row's scale of the group; with f32 activations it is 1.
+// With int8 activations (FMT_INT_ACTIVATIONS: the output of `quantize_acts`, or of
+// `mv_prepare` with FMT_QUANTIZE_ACTIVATIONS) the values are the integers and `mv_xs` holds
+// each row's scale of the group; with f32 activations it is 1.
 fn mv_load_x(v0: u32) {
     let k4 = p.k / 4u;
     for (var i = 0u; i < 4u; i = i + 1u) {
         let a = mv_a0 + i;
         if (a < p.m) {
-            if (MV_FORMAT >= FMT_INT_ACTIVATIONS) {
+            if ((MV_FORMAT & FMT_QUANTIZE_ACTIVATIONS) != 0u) {
+                // Rounded by `mv_prepare`: row i's words at i·k/4 + v0.
+                let w = i * k4 + v0;
+                let b = 8u * i;
+                mv_x[b] = q8_vals(mvq_vals[w]);
+                mv_x[b + 1u] = q8_vals(mvq_vals[w + 1u]);
+                mv_x[b + 2u] = q8_vals(mvq_vals[w + 2u]);
+                mv_x[b + 3u] = q8_vals(mvq_vals[w + 3u]);
+                mv_x[b + 4u] = q8_vals(mvq_vals[w + 4u]);
+                mv_x[b + 5u] = q8_vals(mvq_vals[w + 5u]);
+                mv_x[b + 6u] = q8_vals(mvq_vals[w + 6u]);
+                mv_x[b + 7u] = q8_vals(mvq_vals[w + 7u]);
+                mv_xs[i] = mvq_scales[i * (p.k / 32u) + v0 / 8u];
+            } else if ((MV_FORMAT & FMT_INT_ACTIVATIONS) != 0u) {
                 // Eight words of int8 values at word a·k/4 + v0 (v0 = 8·group), the scale at
                 // word m·k/4 + a·k/32 + v0/8 (binding 3 seen as vec4s).
                 let w0 = bitcast<vec4<u32>>(xv[(a * k4 + v0) / 4u]);
@@ -766,6 +859,18 @@ fn mv_dot_rows(d: f32) -> vec4<f32> {
         }
     }
     return r;
+}
+
+// 3^n for n ≤ 4, from a vector rather than a local array (which lavapipe keeps in memory).
+fn pow3(n: u32) -> u32 {
+    return select(vec4<u32>(1u, 3u, 9u, 27u)[min(n, 3u)], 81u, n == 4u);
+}
+
+// The four trits at power `p3` of the TQ1_0 bytes of a word, as values −1, 0, 1.
+fn tq1_vals(w: u32, p3: u32) -> vec4<f32> {
+    let b = (vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
+    let t = (b * p3) & vec4<u32>(0xffu);
+    return vec4<f32>((t * 3u) >> vec4<u32>(8u)) - 1.0;
 }
 
 // Nibbles of a Q4_0 quant word as values: low nibbles (shift 0) or high (shift 4), minus 8.
@@ -855,7 +960,46 @@ fn mv_decode(row: u32, g: u32) -> f32 {
             }
             return f16_to_f32(half_at(o + 64u));
         }
-        case FMT_TERNARY_PLANES: {
+        case FMT_TQ1_0: {
+            // TQ1_0 blocks of 54 bytes: bytes 0..32 hold five trits each (values 0..160, the
+            // n-th trit of byte i is value 32n + i), bytes 32..48 five each (values 160..240,
+            // 160 + 16n + i), bytes 48..52 four each (values 240..256, 240 + 4n + i), then the
+            // f16 scale. A trit is the top base-3 digit of byte · 3^n (mod 256), so a word of
+            // four bytes gives four values at once; group g is values 32·(g % 8)..
+            let o = (row * (p.k / 256u) + g / 8u) * TQ1_0_BLOCK_BYTES;
+            let sub = g % 8u;
+            if (sub < 5u) {
+                // Trit `sub` of bytes 0..32.
+                load_words(o);
+                let p3 = pow3(sub);
+                for (var t = 0u; t < 8u; t = t + 1u) {
+                    mv_w[t] = tq1_vals(shifted_word(t, o), p3);
+                }
+            } else {
+                // Bytes 32..52: only the words holding them (the last block may end the buffer).
+                let qo = o + 32u;
+                let b = qo / 4u;
+                let words = select(5u, 6u, (qo & 2u) != 0u);
+                for (var t = 0u; t < 6u; t = t + 1u) {
+                    if (t < words) {
+                        mv_words[t] = q[b + t];
+                    }
+                }
+                // Groups 5 and 6: trits 2(sub − 5) and the next of bytes 32..48. Group 7: trit
+                // 4 of bytes 32..48, then the four trits of bytes 48..52.
+                let n = 2u * (sub - 5u);
+                for (var t = 0u; t < 4u; t = t + 1u) {
+                    mv_w[t] = tq1_vals(shifted_word(t, qo), pow3(n));
+                    if (sub < 7u) {
+                        mv_w[t + 4u] = tq1_vals(shifted_word(t, qo), pow3(n + 1u));
+                    } else {
+                        mv_w[t + 4u] = tq1_vals(shifted_word(4u, qo), pow3(t));
+                    }
+                }
+            }
+            return f16_to_f32(half_at(o + 52u));
+        }
+        default: {
             // Ternary planes, 68-byte blocks of 256 values: the f32 scale, then 8 words of
             // "+1" bits and 8 of "−1" bits; group g is bit word g % 8 of each plane.
             let wb = (row * (p.k / 256u) + g / 8u) * (TERNARY_PLANES_BLOCK_BYTES / 4u);
@@ -866,13 +1010,6 @@ fn mv_decode(row: u32, g: u32) -> f32 {
                 mv_w[t] = vec4<f32>((plus >> at) & vec4<u32>(1u)) - vec4<f32>((minus >> at) & vec4<u32>(1u));
             }
             return bitcast<f32>(q[wb]);
-        }
-        default: {
-            let d = decode_group(row, g);
-            for (var t = 0u; t < 8u; t = t + 1u) {
-                mv_w[t] = vec4<f32>(f32(gi[4u * t]), f32(gi[4u * t + 1u]), f32(gi[4u * t + 2u]), f32(gi[4u * t + 3u]));
-            }
-            return d;
         }
     }
 }
@@ -901,7 +1038,13 @@ fn mv_store(wid: vec3<u32>, row0: u32, s: array<vec4<f32>, 4>) {
         let row = row0 + j;
         if (row < p.n) {
             for (var i = 0u; i < min(4u, p.m - mv_a0); i = i + 1u) {
-                out[(mv_a0 + i) * p.n + row] = bitcast<u32>(s[j][i]);
+                let o = (mv_a0 + i) * p.n + row;
+                var v = s[j][i];
+                if (p.residual == 1u) {
+                    // The residual connection as the product's epilogue, rounded as `add`.
+                    v = res[o] + v;
+                }
+                out[o] = bitcast<u32>(v);
             }
         }
     }

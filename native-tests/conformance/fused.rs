@@ -57,8 +57,15 @@ fn three_ways(what: &str, dev: &Device, op: OpKind, tol: f64, f: impl Fn(&Device
     );
 }
 
-const LINEAR_SHAPES: [(usize, usize, usize); 4] =
-    [(1, 5, 256), (3, 33, 512), (1, 300, 512), (4, 13, 1280)];
+const LINEAR_SHAPES: [(usize, usize, usize); 5] = [
+    (1, 5, 256),
+    (3, 33, 512),
+    (1, 300, 512),
+    (4, 13, 1280),
+    // Past wgpu's in-kernel rounding of int8 activations (m > 4, k > 2048): a separate
+    // rounding dispatch, then the product with its epilogue.
+    (6, 20, 2560),
+];
 
 /// gate·up·SiLU in one op, every weight dtype and activation mode, decode and prefill rows.
 /// Tolerance: twice the product's 1e-5·√k, each output being a product of two sums.

@@ -16,5 +16,6 @@ const MV_ROWS: u32 = 256u;
 fn mv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
       @builtin(local_invocation_index) lid: u32) {
     let row0 = mv_first_row(wid, nwg) + 4u * lid;
+    mv_prepare(lid);
     mv_store(wid, row0, mv_partial(wid, row0, 0u, 1u));
 }

@@ -15,8 +15,10 @@ const MV_ROWS: u32 = 32u;
 @compute @workgroup_size(64)
 fn mv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
       @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) size: u32,
-      @builtin(subgroup_id) sg: u32, @builtin(num_subgroups) groups: u32) {
+      @builtin(subgroup_id) sg: u32, @builtin(num_subgroups) groups: u32,
+      @builtin(local_invocation_index) lid: u32) {
     let first = mv_first_row(wid, nwg);
+    mv_prepare(lid);
     let lanes = min(size, 64u);
     for (var t = 4u * sg; t < MV_ROWS; t = t + 4u * groups) {
         let part = mv_partial(wid, first + t, lane, lanes);

@@ -6,6 +6,9 @@
 //
 // The including shader defines:
 //   fn mv_first_row(wid, nwg) -> u32           first output row of the workgroup
+//   fn mv_prepare(lid)                         work the whole workgroup does first (after
+//       mv_first_row, from uniform control flow: it may hold barriers), such as rounding
+//       the activations into workgroup memory
 //   fn mv_partial(wid, row0, lane, lanes) -> array<vec4<f32>, 4>
 //       this lane's partial sums for output rows row0..row0+4 (one vec4 each: up to four
 //       activation rows), the lane striding over the rows' work by `lanes`; a team loads
@@ -25,6 +28,7 @@ fn mv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<
       @builtin(local_invocation_index) lid: u32) {
     let lane = lid % 8u;
     let row0 = mv_first_row(wid, nwg) + 4u * (lid / 8u);
+    mv_prepare(lid);
     mv_red[lid] = mv_partial(wid, row0, lane, 8u);
     workgroupBarrier();
     if (lane == 0u) {

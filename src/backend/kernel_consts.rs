@@ -63,6 +63,10 @@ pub(crate) const PACKED_FORMATS: [PackedFormat; 6] = [
 /// Added to a weight format's code in the wgpu `MV_FORMAT` constant for int8 activations.
 pub(crate) const INT_ACTIVATIONS: u32 = 16;
 
+/// Added with [`INT_ACTIVATIONS`] when the wgpu `mv` kernel rounds the f32 activations to
+/// int8 itself, in workgroup memory, instead of reading them from a separate dispatch.
+pub(crate) const QUANTIZE_ACTIVATIONS: u32 = 32;
+
 /// The kernels' code for a packed format; `backend` names who asked, for the error.
 pub(crate) fn format_code(op: &'static str, format: DType) -> Result<u32> {
     PACKED_FORMATS
@@ -96,6 +100,7 @@ mod tests {
             ));
         }
         out.push(("FMT_INT_ACTIVATIONS".into(), INT_ACTIVATIONS));
+        out.push(("FMT_QUANTIZE_ACTIVATIONS".into(), QUANTIZE_ACTIVATIONS));
         out
     }
 

@@ -8,7 +8,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::selfcheck::Verdict;
-use crate::backend::{BackendInfo, BackendKind, DeviceClass, OpKind};
+use crate::backend::{BackendInfo, BackendKind, DeviceClass};
 
 /// What kind of error wgpu reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -318,7 +318,7 @@ impl GpuContext {
             limits,
             threads: None,
             simd: None,
-            missing_ops: OpKind::FUSED.to_vec(),
+            missing_ops: super::kernels::UNFUSED.to_vec(),
             f16_path: with_note(
                 if self.native_f16 {
                     "shader-f16 (native f16 storage)".into()

@@ -17,6 +17,7 @@
 //! up to about 1M are exact; hardware drivers have no such limit.
 
 mod elementwise;
+mod fused;
 mod movement;
 mod quant;
 mod rows;
@@ -24,6 +25,7 @@ mod sample;
 mod scan;
 mod split;
 
+pub(super) use fused::UNFUSED;
 pub(super) use quant::int_activation_words;
 pub(super) use scan::scan_temp_len;
 pub(super) use split::split_operand;
@@ -194,12 +196,11 @@ impl Encoder<'_> {
                 self.scan(spec, out, inputs)
             }
             OpSpec::Sample { .. } => self.sample(spec, out, &raw),
-            OpSpec::SwigluLinear(_) | OpSpec::LinearResidual(_) | OpSpec::PagedAttention(_) => {
-                Err(Error::backend(
-                    BackendKind::Wgpu,
-                    format!("no {op} kernel yet; ops composes it from other ops"),
-                ))
-            }
+            OpSpec::LinearResidual(l) => self.linear_residual(l, out, inputs),
+            OpSpec::SwigluLinear(_) | OpSpec::PagedAttention(_) => Err(Error::backend(
+                BackendKind::Wgpu,
+                format!("no {op} kernel yet; ops composes it from other ops"),
+            )),
         }
     }
 

@@ -305,9 +305,9 @@ impl Backend for WgpuBackend {
         BackendKind::Wgpu
     }
 
-    /// No kernels yet for the fused decode ops: `ops` composes them from other ops here.
+    /// No kernels yet for some fused decode ops: `ops` composes them from other ops here.
     fn supports(&self, op: OpKind, _dtype: DType) -> bool {
-        !OpKind::FUSED.contains(&op)
+        !kernels::UNFUSED.contains(&op)
     }
 
     fn info(&self) -> BackendInfo {
@@ -381,7 +381,18 @@ impl Backend for WgpuBackend {
                 m,
                 k,
                 ..
-            } => Some(self.alloc(op, kernels::int_activation_words(*m, *k), DType::U32)?),
+            } => match kernels::int_activation_words(*m, *k) {
+                Some(words) => Some(self.alloc(op, words, DType::U32)?),
+                None => None,
+            },
+            OpSpec::LinearResidual(l)
+                if matches!(l.activations, Activations::Q8_0 | Activations::I8) =>
+            {
+                match kernels::int_activation_words(l.m, l.k) {
+                    Some(words) => Some(self.alloc(op, words, DType::U32)?),
+                    None => None,
+                }
+            }
             OpSpec::Scan {
                 outer, len, inner, ..
             } => Some(self.alloc(op, kernels::scan_temp_len(outer * inner, *len), DType::F32)?),

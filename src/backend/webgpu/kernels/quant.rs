@@ -5,12 +5,14 @@
 //! activation kind, over chunks of four activation rows; the others (f16 activations, f16
 //! weights with `shader-f16`, odd k) run one workgroup per (weight row, 8 activation rows).
 //! With `Q8_0` or `I8`
-//! activations the op records two dispatches: `quantize_acts` rounds the activations into a
-//! temporary buffer (int8 words, then one f32 scale per 32 values) that the backend passed as
-//! a third operand, and `qmatmul_int` reads it.
+//! activations and few rows (decode: m ≤ [`MATVEC_MAX_M`], k ≤ [`MVQ_MAX_K`]) the `mv` kernel
+//! rounds the activations itself, in workgroup memory, so the product is one dispatch. Otherwise
+//! the op records two: `quantize_acts` rounds the activations into a temporary buffer (int8
+//! words, then one f32 scale per 32 values) that the backend passed as a third operand, and
+//! `mv` or `qmatmul_int` reads it.
 
 use super::{u32_of, Encoder, Operand, Shader, MATVEC_MAX_M};
-use crate::backend::kernel_consts::{self, INT_ACTIVATIONS};
+use crate::backend::kernel_consts::{self, INT_ACTIVATIONS, QUANTIZE_ACTIVATIONS};
 use crate::backend::webgpu::params::QuantParams;
 use crate::backend::BackendKind;
 use crate::backend::{Activations, OpSpec};
@@ -23,9 +25,20 @@ const WG: u64 = 64;
 /// Activation rows per workgroup of the product kernels.
 const ROWS: usize = 8;
 
-/// Words of the temporary buffer holding `m × k` quantized activations.
-pub(in crate::backend::webgpu) fn int_activation_words(m: usize, k: usize) -> usize {
-    m * k / 4 + m * k / 32
+/// The largest k whose int8 activations the `mv` kernel rounds in workgroup memory
+/// (`MVQ_MAX_K` of `quant.wgsl`).
+const MVQ_MAX_K: usize = 2048;
+
+/// Whether an int8-activation product of `m × k` activations rounds them inside the `mv`
+/// kernel (one dispatch, no temporary buffer).
+fn quantizes_in_kernel(m: usize, k: usize) -> bool {
+    m <= MATVEC_MAX_M && k <= MVQ_MAX_K
+}
+
+/// Words of the temporary buffer holding `m × k` quantized activations for an int8-activation
+/// product, or `None` when the product rounds them in its own kernel.
+pub(in crate::backend::webgpu) fn int_activation_words(m: usize, k: usize) -> Option<usize> {
+    (!quantizes_in_kernel(m, k)).then_some(m * k / 4 + m * k / 32)
 }
 
 /// The shader's code for a packed format (`FMT_*` of the constants prelude).
@@ -103,69 +116,21 @@ impl Encoder<'_> {
                 n,
                 k,
             } => {
-                u32_of(op, "m·k", m * k)?;
-                u32_of(op, "m·n", m * n)?;
-                let (a, w) = (inputs[0].buffer, inputs[1].buffer);
-                let tiles = self.grid(op, (n * m.div_ceil(ROWS)) as u64)?;
-                match activations {
-                    Activations::F32
-                        if k.is_multiple_of(32) && k <= self.ctx.mv_shape().max_k() =>
-                    {
-                        // The row-dot kernel specialised for the format.
-                        let code = format_code(format)?;
-                        let p = params(op, format, m, n, k, 0)?;
-                        let grid = self.mv_grid(op, m, n)?;
-                        self.run_format(Shader::Quant, ("mv", code), &p, out, &[w, a], grid)
-                    }
-                    Activations::F32 | Activations::F16 => {
-                        let mode = (activations == Activations::F16) as u32;
-                        let p = params(op, format, m, n, k, mode)?;
-                        if format == DType::F16 && self.ctx.native_f16 {
-                            let entry = if mode == 1 {
-                                "qmatmul_f16_f16a"
-                            } else {
-                                "qmatmul_f16"
-                            };
-                            self.run(Shader::QuantF16, entry, &p, out, &[w, a], tiles)
-                        } else {
-                            self.run(Shader::Quant, "qmatmul_float", &p, out, &[w, a], tiles)
-                        }
-                    }
-                    Activations::Q8_0 | Activations::I8 => {
-                        let temp = inputs.get(2).ok_or_else(|| {
-                            Error::backend(
-                                BackendKind::Wgpu,
-                                "qmatmul: missing the activation buffer",
-                            )
-                        })?;
-                        let mode = (activations == Activations::I8) as u32;
-                        let p = params(op, format, m, n, k, mode)?;
-                        let rows = self.grid(op, m as u64)?;
-                        self.run(Shader::Quant, "quantize_acts", &p, temp.buffer, &[a], rows)?;
-                        if k <= self.ctx.mv_shape().max_k() {
-                            // The row-dot kernel reading the int8 activations.
-                            let code = INT_ACTIVATIONS + format_code(format)?;
-                            let grid = self.mv_grid(op, m, n)?;
-                            let inputs = [w, temp.buffer];
-                            return self.run_format(
-                                Shader::Quant,
-                                ("mv", code),
-                                &p,
-                                out,
-                                &inputs,
-                                grid,
-                            );
-                        }
-                        self.run(
-                            Shader::Quant,
-                            "qmatmul_int",
-                            &p,
-                            out,
-                            &[w, temp.buffer],
-                            tiles,
-                        )
-                    }
-                }
+                let temp = inputs.get(2).map(|t| t.buffer);
+                let product = Product {
+                    format,
+                    activations,
+                    m,
+                    n,
+                    k,
+                };
+                self.qmatmul(
+                    product,
+                    out,
+                    [inputs[0].buffer, inputs[1].buffer],
+                    temp,
+                    None,
+                )
             }
             OpSpec::TernaryDot { format, m, n, k } => {
                 u32_of(op, "m·k", m * k)?;
@@ -180,5 +145,114 @@ impl Encoder<'_> {
                 format!("{op} is not a quantized op"),
             )),
         }
+    }
+}
+
+/// The sizes of a product with packed weights (an [`OpSpec::QMatmul`], or the product inside
+/// a fused op).
+#[derive(Clone, Copy)]
+pub(super) struct Product {
+    pub format: DType,
+    pub activations: Activations,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+}
+
+impl Encoder<'_> {
+    /// Records `out = act(a) · wᵀ` (plus `residual` when given) for packed weights `w`; `temp`
+    /// is the int8-activation buffer the backend allocated when [`int_activation_words`] asked
+    /// for one. The `mv` kernel adds the residual as its epilogue; the other kernels are
+    /// followed by `add_residual`.
+    pub(super) fn qmatmul(
+        &mut self,
+        pr: Product,
+        out: &wgpu::Buffer,
+        [a, w]: [&wgpu::Buffer; 2],
+        temp: Option<&wgpu::Buffer>,
+        residual: Option<&wgpu::Buffer>,
+    ) -> Result<()> {
+        const OP: &str = "qmatmul";
+        let Product {
+            format,
+            activations,
+            m,
+            n,
+            k,
+        } = pr;
+        u32_of(OP, "m·k", m * k)?;
+        u32_of(OP, "m·n", m * n)?;
+        let tiles = self.grid(OP, (n * m.div_ceil(ROWS)) as u64)?;
+        // The `mv` kernel binds three operands: the residual, or an operand again, unread.
+        let mode = matches!(activations, Activations::F16 | Activations::I8) as u32;
+        let mut p = params(OP, format, m, n, k, mode)?;
+        let mv_grid = self.mv_grid(OP, m, n)?;
+        let fits_mv = k <= self.ctx.mv_shape().max_k();
+        match activations {
+            Activations::F32 if k.is_multiple_of(32) && fits_mv => {
+                // The row-dot kernel specialised for the format.
+                p.residual = residual.is_some() as u32;
+                let code = format_code(format)?;
+                let inputs = [w, a, residual.unwrap_or(a)];
+                return self.run_format(Shader::Quant, ("mv", code), &p, out, &inputs, mv_grid);
+            }
+            Activations::F32 | Activations::F16 => {
+                if format == DType::F16 && self.ctx.native_f16 {
+                    let entry = if mode == 1 {
+                        "qmatmul_f16_f16a"
+                    } else {
+                        "qmatmul_f16"
+                    };
+                    self.run(Shader::QuantF16, entry, &p, out, &[w, a], tiles)?;
+                } else {
+                    self.run(Shader::Quant, "qmatmul_float", &p, out, &[w, a], tiles)?;
+                }
+            }
+            Activations::Q8_0 | Activations::I8 if quantizes_in_kernel(m, k) => {
+                // The row-dot kernel rounding the f32 activations itself.
+                p.residual = residual.is_some() as u32;
+                let code = QUANTIZE_ACTIVATIONS + INT_ACTIVATIONS + format_code(format)?;
+                let inputs = [w, a, residual.unwrap_or(a)];
+                return self.run_format(Shader::Quant, ("mv", code), &p, out, &inputs, mv_grid);
+            }
+            Activations::Q8_0 | Activations::I8 => {
+                let temp = temp.ok_or_else(|| {
+                    Error::backend(BackendKind::Wgpu, "qmatmul: missing the activation buffer")
+                })?;
+                let rows = self.grid(OP, m as u64)?;
+                self.run(Shader::Quant, "quantize_acts", &p, temp, &[a], rows)?;
+                if fits_mv {
+                    // The row-dot kernel reading the int8 activations.
+                    p.residual = residual.is_some() as u32;
+                    let code = INT_ACTIVATIONS + format_code(format)?;
+                    let inputs = [w, temp, residual.unwrap_or(temp)];
+                    return self.run_format(Shader::Quant, ("mv", code), &p, out, &inputs, mv_grid);
+                }
+                self.run(Shader::Quant, "qmatmul_int", &p, out, &[w, temp], tiles)?;
+            }
+        }
+        match residual {
+            Some(r) => self.add_residual(m, n, out, r),
+            None => Ok(()),
+        }
+    }
+
+    /// `out += residual` over `m × n` values, after a product kernel without the epilogue.
+    pub(super) fn add_residual(
+        &mut self,
+        m: usize,
+        n: usize,
+        out: &wgpu::Buffer,
+        residual: &wgpu::Buffer,
+    ) -> Result<()> {
+        const OP: &str = "add_residual";
+        let p = QuantParams {
+            m: u32_of(OP, "rows", m)?,
+            n: u32_of(OP, "n", n)?,
+            ..Default::default()
+        };
+        let grid = self.grid(OP, ((m * n) as u64).div_ceil(WG))?;
+        let inputs = [residual, residual, residual];
+        self.run(Shader::Quant, "add_residual", &p, out, &inputs, grid)
     }
 }
