@@ -1,10 +1,11 @@
 //! Matrix products on the cpu. From [`GEMM_MIN_ROWS`] rows of `a` (prefill, batched
 //! attention) both `a·b` and `a·bᵀ` run the packed GEMM of `gemm.rs`; below it (decode's
 //! vector-by-matrix products) `a·bᵀ` runs SIMD dot products over cache-sized column blocks and
-//! `a·b` SIMD axpy over the output row, which read `b` once without packing it.
+//! `a·b` SIMD axpy over cache-sized slices of the output row, which read `b` once without
+//! packing it.
 
 use super::gemm::{gemm, RhsLayout};
-use super::parallel::{for_each_row, map_tasks};
+use super::parallel::map_tasks;
 use super::simd::{axpy, dot4, SimdLevel};
 use crate::backend::MatmulSpec;
 
@@ -34,7 +35,7 @@ pub fn matmul(level: SimdLevel, a: &[f32], rhs: &[f32], m: &MatmulSpec) -> Vec<f
         } else if m.rhs_transposed {
             a_bt(level, a_mat, r_mat, out_mat, m.m, m.n, m.k);
         } else {
-            a_b(level, a_mat, r_mat, out_mat, m.n, m.k);
+            a_b(level, a_mat, r_mat, out_mat, m.m, m.n, m.k);
         }
     }
     out
@@ -80,11 +81,26 @@ fn a_bt(level: SimdLevel, a: &[f32], b: &[f32], out: &mut [f32], m: usize, n: us
     }
 }
 
-/// `out[m, n] = a[m, k] · b[k, n]`: each output row accumulates `a[i, p] · b[p, :]`.
-fn a_b(level: SimdLevel, a: &[f32], b: &[f32], out: &mut [f32], n: usize, k: usize) {
-    for_each_row(out, n, 2 * k, |i, row| {
+/// Output columns of one `a·b` task: the slice of the output row it accumulates (4 KiB of f32)
+/// stays in L1 while all `k` rows of `b` pass over it.
+const AXPY_COLUMNS: usize = 1024;
+
+/// `out[m, n] = a[m, k] · b[k, n]`: each task accumulates `a[i, p] · b[p, j0..j1]` over every
+/// `p` into one row's column slice, so a single row (decode) still splits across threads.
+fn a_b(level: SimdLevel, a: &[f32], b: &[f32], out: &mut [f32], m: usize, n: usize, k: usize) {
+    let slices = n.div_ceil(AXPY_COLUMNS);
+    // One axpy element is about one element copy of `b` and a fused multiply-add.
+    let tiles = map_tasks(m * slices, m * n * k, |task| {
+        let (i, j0) = (task / slices, (task % slices) * AXPY_COLUMNS);
+        let j1 = (j0 + AXPY_COLUMNS).min(n);
+        let mut tile = vec![0f32; j1 - j0];
         for p in 0..k {
-            axpy(level, a[i * k + p], &b[p * n..(p + 1) * n], row);
+            axpy(level, a[i * k + p], &b[p * n + j0..p * n + j1], &mut tile);
         }
+        tile
     });
+    for (task, tile) in tiles.iter().enumerate() {
+        let (i, j0) = (task / slices, (task % slices) * AXPY_COLUMNS);
+        out[i * n + j0..i * n + j0 + tile.len()].copy_from_slice(tile);
+    }
 }
