@@ -68,29 +68,8 @@ pub fn table(report: &BenchReport) -> String {
             ]
         })
         .collect();
-    let mut widths = header.map(|h| h.chars().count());
-    for r in &rows {
-        for (w, cell) in widths.iter_mut().zip(r) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: &[String]| {
-        let mut s = String::new();
-        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-            let pad = w - cell.chars().count();
-            // Text columns left-aligned, numbers right-aligned.
-            if i < 4 || i == 10 {
-                let _ = write!(s, "{cell}{}  ", " ".repeat(pad));
-            } else {
-                let _ = write!(s, "{}{cell}  ", " ".repeat(pad));
-            }
-        }
-        s.trim_end().to_string()
-    };
-    let _ = writeln!(out, "{}", line(&header.map(String::from)));
-    for r in &rows {
-        let _ = writeln!(out, "{}", line(r));
-    }
+    // Text columns left-aligned, numbers right-aligned.
+    out += &aligned_table(header, &rows, |i| !(i < 4 || i == 10));
     out += &peer_table(report);
     out
 }
@@ -129,21 +108,38 @@ fn peer_table(report: &BenchReport) -> String {
             ]
         })
         .collect();
+    out += &aligned_table(header, &rows, |_| false);
+    out
+}
+
+/// `header` and `rows` as text columns padded to their widest cell, two spaces apart; the
+/// columns where `right_aligned(i)` holds are padded on the left.
+fn aligned_table<const N: usize>(
+    header: [&str; N],
+    rows: &[[String; N]],
+    right_aligned: impl Fn(usize) -> bool,
+) -> String {
     let mut widths = header.map(|h| h.chars().count());
-    for r in &rows {
+    for r in rows {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
         }
     }
     let line = |cells: &[String]| {
         let mut s = String::new();
-        for (cell, w) in cells.iter().zip(widths) {
-            let _ = write!(s, "{cell}{}  ", " ".repeat(w - cell.chars().count()));
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            let pad = " ".repeat(w - cell.chars().count());
+            if right_aligned(i) {
+                let _ = write!(s, "{pad}{cell}  ");
+            } else {
+                let _ = write!(s, "{cell}{pad}  ");
+            }
         }
         s.trim_end().to_string()
     };
+    let mut out = String::new();
     let _ = writeln!(out, "{}", line(&header.map(String::from)));
-    for r in &rows {
+    for r in rows {
         let _ = writeln!(out, "{}", line(r));
     }
     out
