@@ -7,7 +7,7 @@
 use super::quant::{self, PreparedActivations};
 use super::{matmul, parallel, simd, CpuBackend};
 use crate::backend::host::Weight;
-use crate::backend::{Activations, AttentionSpec, LinearSpec, MatmulSpec, Storage};
+use crate::backend::{Activations, AttentionSpec, LinearSpec, Storage};
 use crate::dtype::DType;
 
 impl CpuBackend {
@@ -42,14 +42,7 @@ impl CpuBackend {
     ) -> Vec<f32> {
         match w {
             Weight::F32(w) => {
-                let spec = MatmulSpec {
-                    batch: 1,
-                    m: l.m,
-                    n: l.n,
-                    k: l.k,
-                    rhs_transposed: true,
-                    rhs_batched: false,
-                };
+                let spec = l.f32_product();
                 matmul::matmul(self.simd, a, w, &spec)
             }
             Weight::Packed(bytes, storage) => self.packed_product(

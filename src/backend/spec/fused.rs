@@ -6,7 +6,7 @@
 //! [`OpSpec::LinearResidual`]: super::OpSpec::LinearResidual
 //! [`OpSpec::PagedAttention`]: super::OpSpec::PagedAttention
 
-use super::Activations;
+use super::{Activations, MatmulSpec};
 use crate::dtype::DType;
 
 /// A linear layer's product `act(a) · wᵀ` inside a fused op: `a` f32 `[m, k]`, each weight
@@ -30,6 +30,18 @@ impl LinearSpec {
     /// Elements of one weight.
     pub fn weight_len(&self) -> usize {
         self.n * self.k
+    }
+
+    /// The product `x · Wᵀ` for an `F32` weight, as the plain matmul it is.
+    pub fn f32_product(&self) -> MatmulSpec {
+        MatmulSpec {
+            batch: 1,
+            m: self.m,
+            n: self.n,
+            k: self.k,
+            rhs_transposed: true,
+            rhs_batched: false,
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 
 use super::quant::Product;
 use super::{Encoder, Operand};
-use crate::backend::{LinearSpec, MatmulSpec, OpKind, OpSpec};
+use crate::backend::{LinearSpec, OpKind, OpSpec};
 use crate::dtype::DType;
 use crate::error::Result;
 
@@ -25,14 +25,7 @@ impl Encoder<'_> {
     ) -> Result<()> {
         let (a, w, residual) = (inputs[0].buffer, inputs[1].buffer, inputs[2].buffer);
         if l.format == DType::F32 {
-            let spec = OpSpec::Matmul(MatmulSpec {
-                batch: 1,
-                m: l.m,
-                n: l.n,
-                k: l.k,
-                rhs_transposed: true,
-                rhs_batched: false,
-            });
+            let spec = OpSpec::Matmul(l.f32_product());
             self.encode(&spec, out, &inputs[..2])?;
             return self.add_residual(l.m, l.n, out, residual);
         }
