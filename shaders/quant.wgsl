@@ -788,77 +788,64 @@ fn mv_prepare(lid: u32) {
     workgroupBarrier();
 }
 
-// The group's activations, 8 vec4s per activation row, and one weight row's group.
-var<private> mv_x: array<vec4<f32>, 32>;
-var<private> mv_w: array<vec4<f32>, 8>;
+// Everything below keeps its values in named locals and struct fields, never in arrays: a
+// CPU adapter (SwiftShader, lavapipe) keeps a local or private array in memory per lane, and
+// indexing one in a loop made these kernels several times slower there. Struct fields are
+// always named, so the compilers keep them in registers.
 
-// Loads the 8 vec4s from vec4 `v0` of each of the workgroup's activation rows into `mv_x`.
-// With int8 activations (FMT_INT_ACTIVATIONS: the output of `quantize_acts`, or of
-// `mv_prepare` with FMT_QUANTIZE_ACTIVATIONS) the values are the integers and `mv_xs` holds
-// each row's scale of the group; with f32 activations it is 1.
-fn mv_load_x(v0: u32) {
-    let k4 = p.k / 4u;
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        let a = mv_a0 + i;
-        if (a < p.m) {
-            if ((MV_FORMAT & FMT_QUANTIZE_ACTIVATIONS) != 0u) {
-                // Rounded by `mv_prepare`: row i's words at i·k/4 + v0.
-                let w = i * k4 + v0;
-                let b = 8u * i;
-                mv_x[b] = q8_vals(mvq_vals[w]);
-                mv_x[b + 1u] = q8_vals(mvq_vals[w + 1u]);
-                mv_x[b + 2u] = q8_vals(mvq_vals[w + 2u]);
-                mv_x[b + 3u] = q8_vals(mvq_vals[w + 3u]);
-                mv_x[b + 4u] = q8_vals(mvq_vals[w + 4u]);
-                mv_x[b + 5u] = q8_vals(mvq_vals[w + 5u]);
-                mv_x[b + 6u] = q8_vals(mvq_vals[w + 6u]);
-                mv_x[b + 7u] = q8_vals(mvq_vals[w + 7u]);
-                mv_xs[i] = mvq_scales[i * (p.k / 32u) + v0 / 8u];
-            } else if ((MV_FORMAT & FMT_INT_ACTIVATIONS) != 0u) {
-                // Eight words of int8 values at word a·k/4 + v0 (v0 = 8·group), the scale at
-                // word m·k/4 + a·k/32 + v0/8 (binding 3 seen as vec4s).
-                let w0 = bitcast<vec4<u32>>(xv[(a * k4 + v0) / 4u]);
-                let w1 = bitcast<vec4<u32>>(xv[(a * k4 + v0) / 4u + 1u]);
-                // Written out, not looped over an array of the words: lavapipe keeps such an
-                // array in memory per lane, which made this path ten times slower.
-                let b = 8u * i;
-                mv_x[b] = q8_vals(w0.x);
-                mv_x[b + 1u] = q8_vals(w0.y);
-                mv_x[b + 2u] = q8_vals(w0.z);
-                mv_x[b + 3u] = q8_vals(w0.w);
-                mv_x[b + 4u] = q8_vals(w1.x);
-                mv_x[b + 5u] = q8_vals(w1.y);
-                mv_x[b + 6u] = q8_vals(w1.z);
-                mv_x[b + 7u] = q8_vals(w1.w);
-                let sw = p.m * k4 + a * (p.k / 32u) + v0 / 8u;
-                mv_xs[i] = xv[sw / 4u][sw % 4u];
-            } else {
-                for (var t = 0u; t < 8u; t = t + 1u) {
-                    mv_x[8u * i + t] = xv[a * k4 + v0 + t];
-                }
-                mv_xs[i] = 1.0;
-            }
-        }
-    }
+// 32 consecutive values of a row (one Q4_0/Q8_0 block, an eighth of a ternary block), four per
+// vector, and the scale they are multiplied by (a block's d; for int8 activations the group's
+// scale; 1 for f32 activations).
+struct Group {
+    v0: vec4<f32>,
+    v1: vec4<f32>,
+    v2: vec4<f32>,
+    v3: vec4<f32>,
+    v4: vec4<f32>,
+    v5: vec4<f32>,
+    v6: vec4<f32>,
+    v7: vec4<f32>,
+    scale: f32,
 }
 
-var<private> mv_xs: vec4<f32>;
+// (x · w) · (x.scale · w.scale): with int8 activations the dot is exact, then scaled by the
+// product of the scales, as the reference computes it.
+fn group_dot(x: Group, w: Group) -> f32 {
+    let s = ((dot(x.v0, w.v0) + dot(x.v1, w.v1)) + (dot(x.v2, w.v2) + dot(x.v3, w.v3)))
+        + ((dot(x.v4, w.v4) + dot(x.v5, w.v5)) + (dot(x.v6, w.v6) + dot(x.v7, w.v7)));
+    return s * (x.scale * w.scale);
+}
 
-// (x[i] · w) · (xs[i] · d) for each activation row i: with int8 activations the dot is
-// exact, then scaled by the product of the scales, as the reference computes it.
-fn mv_dot_rows(d: f32) -> vec4<f32> {
-    var r = vec4<f32>();
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        if (mv_a0 + i < p.m) {
-            let b = 8u * i;
-            let s = ((dot(mv_x[b], mv_w[0]) + dot(mv_x[b + 1u], mv_w[1]))
-                + (dot(mv_x[b + 2u], mv_w[2]) + dot(mv_x[b + 3u], mv_w[3])))
-                + ((dot(mv_x[b + 4u], mv_w[4]) + dot(mv_x[b + 5u], mv_w[5]))
-                + (dot(mv_x[b + 6u], mv_w[6]) + dot(mv_x[b + 7u], mv_w[7])));
-            r[i] = s * (mv_xs[i] * d);
-        }
+// The signed bytes of eight words (32 int8 values) as a group with scale `scale`.
+fn q8_group(a: vec4<u32>, b: vec4<u32>, scale: f32) -> Group {
+    return Group(q8_vals(a.x), q8_vals(a.y), q8_vals(a.z), q8_vals(a.w),
+                 q8_vals(b.x), q8_vals(b.y), q8_vals(b.z), q8_vals(b.w), scale);
+}
+
+// The group of the 8 vec4s from vec4 `v0` of the workgroup's activation row `i` (mv_a0 + i,
+// which the caller checks is below m). With int8 activations (FMT_INT_ACTIVATIONS: the
+// output of `quantize_acts`, or of `mv_prepare` with FMT_QUANTIZE_ACTIVATIONS) the values are
+// the integers and the scale is the row's scale of the group.
+fn mv_load_x(i: u32, v0: u32) -> Group {
+    let k4 = p.k / 4u;
+    let a = mv_a0 + i;
+    if ((MV_FORMAT & FMT_QUANTIZE_ACTIVATIONS) != 0u) {
+        // Rounded by `mv_prepare`: row i's words at i·k/4 + v0.
+        let w = i * k4 + v0;
+        return q8_group(
+            vec4<u32>(mvq_vals[w], mvq_vals[w + 1u], mvq_vals[w + 2u], mvq_vals[w + 3u]),
+            vec4<u32>(mvq_vals[w + 4u], mvq_vals[w + 5u], mvq_vals[w + 6u], mvq_vals[w + 7u]),
+            mvq_scales[i * (p.k / 32u) + v0 / 8u]);
     }
-    return r;
+    if ((MV_FORMAT & FMT_INT_ACTIVATIONS) != 0u) {
+        // Eight words of int8 values at word a·k/4 + v0 (v0 = 8·group), the scale at word
+        // m·k/4 + a·k/32 + v0/8 (binding 3 seen as vec4s).
+        let w = (a * k4 + v0) / 4u;
+        let sw = p.m * k4 + a * (p.k / 32u) + v0 / 8u;
+        return q8_group(bitcast<vec4<u32>>(xv[w]), bitcast<vec4<u32>>(xv[w + 1u]), xv[sw / 4u][sw % 4u]);
+    }
+    let b = a * k4 + v0;
+    return Group(xv[b], xv[b + 1u], xv[b + 2u], xv[b + 3u], xv[b + 4u], xv[b + 5u], xv[b + 6u], xv[b + 7u], 1.0);
 }
 
 // 3^n for n ≤ 4, from a vector rather than a local array (which lavapipe keeps in memory).
@@ -873,6 +860,11 @@ fn tq1_vals(w: u32, p3: u32) -> vec4<f32> {
     return vec4<f32>((t * 3u) >> vec4<u32>(8u)) - 1.0;
 }
 
+// The 2-bit TQ2_0 trits at bit `shift` of each byte of a word, as values −1, 0, 1.
+fn tq2_vals(w: u32, shift: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(w) >> (vec4<u32>(0u, 8u, 16u, 24u) + shift)) & vec4<u32>(3u)) - 1.0;
+}
+
 // Nibbles of a Q4_0 quant word as values: low nibbles (shift 0) or high (shift 4), minus 8.
 fn q4_vals(w: u32, shift: u32) -> vec4<f32> {
     let n = (vec4<u32>(w) >> (vec4<u32>(0u, 8u, 16u, 24u) + shift)) & vec4<u32>(15u);
@@ -884,67 +876,75 @@ fn q8_vals(w: u32) -> vec4<f32> {
     return vec4<f32>((vec4<i32>(bitcast<i32>(w)) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
 }
 
-// The words of a Q4_0 (5) or Q8_0 (9) block at byte offset o: a block starts on a word or two
-// bytes into one (blocks are 18 and 34 bytes), and either way covers exactly these words.
-var<private> mv_words: array<u32, 9>;
-
-// Loads the block at byte offset `o` into `mv_words`; returns its scale. Quant word t is then
-// `quant_word(t, odd)`.
-fn load_block(o: u32, words: u32) -> f32 {
-    let b = o / 4u;
-    for (var t = 0u; t < 9u; t = t + 1u) {
-        if (t < words) {
-            mv_words[t] = q[b + t];
-        }
-    }
-    return f16_to_f32(select(mv_words[0] & 0xffffu, mv_words[0] >> 16u, (o & 2u) != 0u));
+// Four halves from word `i` of `q` on.
+fn f16_vals(i: u32) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(q[i]), unpack2x16float(q[i + 1u]));
 }
 
-// Loads the 9 words holding bytes o..o+32 for any even o; `shifted_word(t, o)` is then the
-// word of bytes o + 4t...
-fn load_words(o: u32) {
-    let b = o / 4u;
-    for (var t = 0u; t < 9u; t = t + 1u) {
-        mv_words[t] = q[b + t];
-    }
+// Values 4t..4t+4 of a ternary-planes group from its "+1" and "−1" bit words.
+fn plane_vals(plus: u32, minus: u32, t: u32) -> vec4<f32> {
+    let at = vec4<u32>(0u, 1u, 2u, 3u) + 4u * t;
+    return vec4<f32>((vec4<u32>(plus) >> at) & vec4<u32>(1u)) - vec4<f32>((vec4<u32>(minus) >> at) & vec4<u32>(1u));
 }
 
-fn shifted_word(t: u32, o: u32) -> u32 {
-    return select(mv_words[t], (mv_words[t] >> 16u) | (mv_words[t + 1u] << 16u), (o & 2u) != 0u);
+// A Q4_0/Q8_0 block (18 and 34 bytes) starts on a word or two bytes into one (`odd`). Its f16
+// scale is the first half of its first word `w0`...
+fn block_scale(w0: u32, odd: bool) -> f32 {
+    return f16_to_f32(select(w0 & 0xffffu, w0 >> 16u, odd));
 }
 
-// Quant word t (bytes 2 + 4t.. of the block) of the block in `mv_words`.
-fn quant_word(t: u32, odd: bool) -> u32 {
-    return select((mv_words[t] >> 16u) | (mv_words[t + 1u] << 16u), mv_words[t + 1u], odd);
+// ...and its quant word t (bytes 2 + 4t..) comes from the block's words t (`lo`) and t + 1.
+fn quant_word(lo: u32, hi: u32, odd: bool) -> u32 {
+    return select((lo >> 16u) | (hi << 16u), hi, odd);
 }
 
-// Dequantizes values 32g.. of weight row `row` into `mv_w`; returns the scale.
-fn mv_decode(row: u32, g: u32) -> f32 {
+// The word of four bytes at an even offset, from the words holding it: `lo` and the next
+// (`odd`: the offset is two bytes into `lo`).
+fn shifted_word(lo: u32, hi: u32, odd: bool) -> u32 {
+    return select(lo, (lo >> 16u) | (hi << 16u), odd);
+}
+
+// Values 32g.. of weight row `row`, dequantized (the scale apart).
+fn mv_decode(row: u32, g: u32) -> Group {
     switch MV_FORMAT % FMT_INT_ACTIVATIONS {
         case FMT_F16: {
             let b = (row * p.k + 32u * g) / 2u;
-            for (var t = 0u; t < 8u; t = t + 1u) {
-                mv_w[t] = vec4<f32>(unpack2x16float(q[b + 2u * t]), unpack2x16float(q[b + 2u * t + 1u]));
-            }
-            return 1.0;
+            return Group(f16_vals(b), f16_vals(b + 2u), f16_vals(b + 4u), f16_vals(b + 6u),
+                         f16_vals(b + 8u), f16_vals(b + 10u), f16_vals(b + 12u), f16_vals(b + 14u), 1.0);
         }
         case FMT_Q8_0: {
             let o = (row * (p.k / 32u) + g) * Q8_0_BLOCK_BYTES;
-            let d = load_block(o, 9u);
-            for (var t = 0u; t < 8u; t = t + 1u) {
-                mv_w[t] = q8_vals(quant_word(t, (o & 2u) != 0u));
-            }
-            return d;
+            let b = o / 4u;
+            let odd = (o & 2u) != 0u;
+            // The nine words the block covers, wherever it starts.
+            let u0 = q[b];
+            let u1 = q[b + 1u];
+            let u2 = q[b + 2u];
+            let u3 = q[b + 3u];
+            let u4 = q[b + 4u];
+            let u5 = q[b + 5u];
+            let u6 = q[b + 6u];
+            let u7 = q[b + 7u];
+            let u8 = q[b + 8u];
+            return Group(q8_vals(quant_word(u0, u1, odd)), q8_vals(quant_word(u1, u2, odd)),
+                         q8_vals(quant_word(u2, u3, odd)), q8_vals(quant_word(u3, u4, odd)),
+                         q8_vals(quant_word(u4, u5, odd)), q8_vals(quant_word(u5, u6, odd)),
+                         q8_vals(quant_word(u6, u7, odd)), q8_vals(quant_word(u7, u8, odd)),
+                         block_scale(u0, odd));
         }
         case FMT_Q4_0: {
             let o = (row * (p.k / 32u) + g) * Q4_0_BLOCK_BYTES;
-            let d = load_block(o, 5u);
-            for (var t = 0u; t < 4u; t = t + 1u) {
-                let w = quant_word(t, (o & 2u) != 0u);
-                mv_w[t] = q4_vals(w, 0u);
-                mv_w[t + 4u] = q4_vals(w, 4u);
-            }
-            return d;
+            let b = o / 4u;
+            let odd = (o & 2u) != 0u;
+            // The five words the block covers.
+            let u0 = q[b];
+            let t0 = quant_word(u0, q[b + 1u], odd);
+            let t1 = quant_word(q[b + 1u], q[b + 2u], odd);
+            let t2 = quant_word(q[b + 2u], q[b + 3u], odd);
+            let t3 = quant_word(q[b + 3u], q[b + 4u], odd);
+            return Group(q4_vals(t0, 0u), q4_vals(t1, 0u), q4_vals(t2, 0u), q4_vals(t3, 0u),
+                         q4_vals(t0, 4u), q4_vals(t1, 4u), q4_vals(t2, 4u), q4_vals(t3, 4u),
+                         block_scale(u0, odd));
         }
         case FMT_TQ2_0: {
             // TQ2_0 blocks of 66 bytes: 64 bytes of 2-bit trits, then the f16 scale. Group g
@@ -952,13 +952,24 @@ fn mv_decode(row: u32, g: u32) -> f32 {
             let o = (row * (p.k / 256u) + g / 8u) * TQ2_0_BLOCK_BYTES;
             let sub = g % 8u;
             let qo = o + 32u * (sub / 4u);
-            load_words(qo);
-            let shift = vec4<u32>(0u, 8u, 16u, 24u) + 2u * (sub % 4u);
-            for (var t = 0u; t < 8u; t = t + 1u) {
-                let w = shifted_word(t, qo);
-                mv_w[t] = vec4<f32>((vec4<u32>(w) >> shift) & vec4<u32>(3u)) - 1.0;
-            }
-            return f16_to_f32(half_at(o + 64u));
+            let b = qo / 4u;
+            let odd = (qo & 2u) != 0u;
+            let shift = 2u * (sub % 4u);
+            // The nine words holding bytes qo..qo + 32.
+            let u0 = q[b];
+            let u1 = q[b + 1u];
+            let u2 = q[b + 2u];
+            let u3 = q[b + 3u];
+            let u4 = q[b + 4u];
+            let u5 = q[b + 5u];
+            let u6 = q[b + 6u];
+            let u7 = q[b + 7u];
+            let u8 = q[b + 8u];
+            return Group(tq2_vals(shifted_word(u0, u1, odd), shift), tq2_vals(shifted_word(u1, u2, odd), shift),
+                         tq2_vals(shifted_word(u2, u3, odd), shift), tq2_vals(shifted_word(u3, u4, odd), shift),
+                         tq2_vals(shifted_word(u4, u5, odd), shift), tq2_vals(shifted_word(u5, u6, odd), shift),
+                         tq2_vals(shifted_word(u6, u7, odd), shift), tq2_vals(shifted_word(u7, u8, odd), shift),
+                         f16_to_f32(half_at(o + 64u)));
         }
         case FMT_TQ1_0: {
             // TQ1_0 blocks of 54 bytes: bytes 0..32 hold five trits each (values 0..160, the
@@ -968,69 +979,122 @@ fn mv_decode(row: u32, g: u32) -> f32 {
             // four bytes gives four values at once; group g is values 32·(g % 8)..
             let o = (row * (p.k / 256u) + g / 8u) * TQ1_0_BLOCK_BYTES;
             let sub = g % 8u;
+            let d = f16_to_f32(half_at(o + 52u));
             if (sub < 5u) {
-                // Trit `sub` of bytes 0..32.
-                load_words(o);
+                // Trit `sub` of bytes 0..32: the nine words holding them.
+                let b = o / 4u;
+                let odd = (o & 2u) != 0u;
                 let p3 = pow3(sub);
-                for (var t = 0u; t < 8u; t = t + 1u) {
-                    mv_w[t] = tq1_vals(shifted_word(t, o), p3);
-                }
-            } else {
-                // Bytes 32..52: only the words holding them (the last block may end the buffer).
-                let qo = o + 32u;
-                let b = qo / 4u;
-                let words = select(5u, 6u, (qo & 2u) != 0u);
-                for (var t = 0u; t < 6u; t = t + 1u) {
-                    if (t < words) {
-                        mv_words[t] = q[b + t];
-                    }
-                }
-                // Groups 5 and 6: trits 2(sub − 5) and the next of bytes 32..48. Group 7: trit
-                // 4 of bytes 32..48, then the four trits of bytes 48..52.
-                let n = 2u * (sub - 5u);
-                for (var t = 0u; t < 4u; t = t + 1u) {
-                    mv_w[t] = tq1_vals(shifted_word(t, qo), pow3(n));
-                    if (sub < 7u) {
-                        mv_w[t + 4u] = tq1_vals(shifted_word(t, qo), pow3(n + 1u));
-                    } else {
-                        mv_w[t + 4u] = tq1_vals(shifted_word(4u, qo), pow3(t));
-                    }
-                }
+                let u0 = q[b];
+                let u1 = q[b + 1u];
+                let u2 = q[b + 2u];
+                let u3 = q[b + 3u];
+                let u4 = q[b + 4u];
+                let u5 = q[b + 5u];
+                let u6 = q[b + 6u];
+                let u7 = q[b + 7u];
+                let u8 = q[b + 8u];
+                return Group(tq1_vals(shifted_word(u0, u1, odd), p3), tq1_vals(shifted_word(u1, u2, odd), p3),
+                             tq1_vals(shifted_word(u2, u3, odd), p3), tq1_vals(shifted_word(u3, u4, odd), p3),
+                             tq1_vals(shifted_word(u4, u5, odd), p3), tq1_vals(shifted_word(u5, u6, odd), p3),
+                             tq1_vals(shifted_word(u6, u7, odd), p3), tq1_vals(shifted_word(u7, u8, odd), p3), d);
             }
-            return f16_to_f32(half_at(o + 52u));
+            // Bytes 32..52: only the words holding them (the last block may end the buffer).
+            let qo = o + 32u;
+            let b = qo / 4u;
+            let odd = (qo & 2u) != 0u;
+            var u5 = 0u;
+            if (odd) {
+                u5 = q[b + 5u];
+            }
+            let s0 = shifted_word(q[b], q[b + 1u], odd);
+            let s1 = shifted_word(q[b + 1u], q[b + 2u], odd);
+            let s2 = shifted_word(q[b + 2u], q[b + 3u], odd);
+            let s3 = shifted_word(q[b + 3u], q[b + 4u], odd);
+            // Groups 5 and 6: trits 2(sub − 5) and the next of bytes 32..48. Group 7: trit 4 of
+            // bytes 32..48, then the four trits of bytes 48..52.
+            let pa = pow3(2u * (sub - 5u));
+            if (sub < 7u) {
+                let pb = pow3(2u * (sub - 5u) + 1u);
+                return Group(tq1_vals(s0, pa), tq1_vals(s1, pa), tq1_vals(s2, pa), tq1_vals(s3, pa),
+                             tq1_vals(s0, pb), tq1_vals(s1, pb), tq1_vals(s2, pb), tq1_vals(s3, pb), d);
+            }
+            let s4 = shifted_word(q[b + 4u], u5, odd);
+            return Group(tq1_vals(s0, pa), tq1_vals(s1, pa), tq1_vals(s2, pa), tq1_vals(s3, pa),
+                         tq1_vals(s4, 1u), tq1_vals(s4, 3u), tq1_vals(s4, 9u), tq1_vals(s4, 27u), d);
         }
         default: {
             // Ternary planes, 68-byte blocks of 256 values: the f32 scale, then 8 words of
             // "+1" bits and 8 of "−1" bits; group g is bit word g % 8 of each plane.
             let wb = (row * (p.k / 256u) + g / 8u) * (TERNARY_PLANES_BLOCK_BYTES / 4u);
-            let plus = vec4<u32>(q[wb + 1u + g % 8u]);
-            let minus = vec4<u32>(q[wb + 9u + g % 8u]);
-            for (var t = 0u; t < 8u; t = t + 1u) {
-                let at = vec4<u32>(0u, 1u, 2u, 3u) + 4u * t;
-                mv_w[t] = vec4<f32>((plus >> at) & vec4<u32>(1u)) - vec4<f32>((minus >> at) & vec4<u32>(1u));
-            }
-            return bitcast<f32>(q[wb]);
+            let plus = q[wb + 1u + g % 8u];
+            let minus = q[wb + 9u + g % 8u];
+            return Group(plane_vals(plus, minus, 0u), plane_vals(plus, minus, 1u),
+                         plane_vals(plus, minus, 2u), plane_vals(plus, minus, 3u),
+                         plane_vals(plus, minus, 4u), plane_vals(plus, minus, 5u),
+                         plane_vals(plus, minus, 6u), plane_vals(plus, minus, 7u), bitcast<f32>(q[wb]));
         }
     }
+}
+
+// The dots of weight group `w` with the workgroup's activation groups x0..x3 (the first
+// `rows` of them real), one per vector component.
+fn rows_dot(x0: Group, x1: Group, x2: Group, x3: Group, w: Group, rows: u32) -> vec4<f32> {
+    var r = vec4<f32>(group_dot(x0, w), group_dot(x1, w), 0.0, 0.0);
+    if (rows > 2u) {
+        r.z = group_dot(x2, w);
+    }
+    if (rows > 3u) {
+        r.w = group_dot(x3, w);
+    }
+    return r;
 }
 
 // Partial sums of weight rows row0..row0+4 (rows past n repeat the last row; `mv_store` drops
 // them) against the workgroup's up to four activation rows.
 fn mv_partial(wid: vec3<u32>, row0: u32, lane: u32, lanes: u32) -> array<vec4<f32>, 4> {
-    var acc: array<vec4<f32>, 4>;
+    var acc0 = vec4<f32>();
+    var acc1 = vec4<f32>();
+    var acc2 = vec4<f32>();
+    var acc3 = vec4<f32>();
     if (row0 >= p.n) {
-        return acc;
+        return array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
     }
     let last = p.n - 1u;
+    let row1 = min(row0 + 1u, last);
+    let row2 = min(row0 + 2u, last);
+    let row3 = min(row0 + 3u, last);
     let groups = p.k / 32u;
-    for (var g = lane; g < groups; g = g + lanes) {
-        mv_load_x(8u * g);
-        for (var j = 0u; j < 4u; j = j + 1u) {
-            let d = mv_decode(min(row0 + j, last), g);
-            acc[j] = acc[j] + mv_dot_rows(d);
+    // At least one: `mv_first_row` gives n (handled above) when mv_a0 is past m.
+    let rows = min(4u, p.m - mv_a0);
+    if (rows == 1u) {
+        // Decode: one activation row.
+        for (var g = lane; g < groups; g = g + lanes) {
+            let x = mv_load_x(0u, 8u * g);
+            acc0.x = acc0.x + group_dot(x, mv_decode(row0, g));
+            acc1.x = acc1.x + group_dot(x, mv_decode(row1, g));
+            acc2.x = acc2.x + group_dot(x, mv_decode(row2, g));
+            acc3.x = acc3.x + group_dot(x, mv_decode(row3, g));
         }
+        return array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
     }
-    return acc;
+    for (var g = lane; g < groups; g = g + lanes) {
+        let x0 = mv_load_x(0u, 8u * g);
+        let x1 = mv_load_x(1u, 8u * g);
+        var x2 = Group();
+        var x3 = Group();
+        if (rows > 2u) {
+            x2 = mv_load_x(2u, 8u * g);
+        }
+        if (rows > 3u) {
+            x3 = mv_load_x(3u, 8u * g);
+        }
+        acc0 = acc0 + rows_dot(x0, x1, x2, x3, mv_decode(row0, g), rows);
+        acc1 = acc1 + rows_dot(x0, x1, x2, x3, mv_decode(row1, g), rows);
+        acc2 = acc2 + rows_dot(x0, x1, x2, x3, mv_decode(row2, g), rows);
+        acc3 = acc3 + rows_dot(x0, x1, x2, x3, mv_decode(row3, g), rows);
+    }
+    return array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
 }
 
 fn mv_store(wid: vec3<u32>, row0: u32, s: array<vec4<f32>, 4>) {
