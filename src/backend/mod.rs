@@ -12,6 +12,8 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod host;
+/// The GPU kernels' shared constants: not in the threaded wasm build, which has no GPU backend.
+#[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
 pub(crate) mod kernel_consts;
 pub(crate) mod kind;
 pub mod reference;

@@ -2,7 +2,7 @@
 // cpu backend loads the threaded build (a pool of Web Workers), on a page without isolation the
 // one-thread build; both, on the page and in createWorkerModel's worker, must generate the same
 // tokens as the one-thread build. The prompt is long enough that the prefill's products are
-// split across the pool (parallel.rs fans out above 256K element-copies).
+// split across the pool (parallel.rs fans out above 16K element-copies).
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { launch, startServer } from "./harness.mjs";

@@ -13,7 +13,7 @@ mod int_dot;
 mod kernels;
 mod matmul;
 mod parallel;
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
 mod pool;
 mod quant;
 mod repack;

@@ -1,5 +1,5 @@
-//! Splitting work across threads: natively the spinning pool of `pool.rs` (rayon when that
-//! is busy), rayon in the threaded wasm build (`+atomics`), one thread in the one-thread wasm
+//! Splitting work across threads: the spinning pool of `pool.rs` natively and in the threaded
+//! wasm build (`+atomics`), rayon when that pool is busy, one thread in the one-thread wasm
 //! build. Kernels call these helpers so they never carry `cfg`s of their own.
 
 /// Below this much work (in plain element copies) a kernel runs on the calling thread when it
@@ -10,7 +10,7 @@ const MIN_PARALLEL_ELEMENTS: usize = 256 * 1024;
 
 /// The same for the spinning pool, whose awake workers take a job in well under a
 /// microsecond: a SmolLM-135M 576×576 product (about 41K) is split, a 576-wide norm is not.
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
 const MIN_POOL_ELEMENTS: usize = 16 * 1024;
 
 /// Work per task when a kernel does fan out: small enough to balance the threads.
@@ -71,26 +71,22 @@ pub fn map_tasks<R: Send>(
 /// (a second caller, a nested call), on rayon from [`MIN_PARALLEL_ELEMENTS`] and on the
 /// calling thread below it.
 fn run_split(tasks: usize, work: usize, f: impl Fn(usize) + Sync + Send) {
-    let serial = || (0..tasks).for_each(&f);
     if work < min_parallel() || tasks < 2 || threads() < 2 {
-        return serial();
-    }
-    #[cfg(not(target_arch = "wasm32"))]
-    if let Some(pool) = super::pool::Pool::global() {
-        if pool.try_run(tasks, &f) {
-            return;
-        }
-    }
-    if work < MIN_PARALLEL_ELEMENTS {
-        return serial();
+        return (0..tasks).for_each(f);
     }
     #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
     {
-        use rayon::prelude::*;
-        (0..tasks).into_par_iter().for_each(f);
+        if let Some(pool) = super::pool::Pool::global() {
+            if pool.try_run(tasks, &f) {
+                return;
+            }
+        }
+        if work >= MIN_PARALLEL_ELEMENTS {
+            use rayon::prelude::*;
+            return (0..tasks).into_par_iter().for_each(f);
+        }
     }
-    #[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
-    serial();
+    (0..tasks).for_each(f)
 }
 
 /// A pointer handed to tasks, each of which uses its own part of the data.
@@ -116,7 +112,7 @@ impl<T> SendPtr<T> {
 
 /// The least work worth splitting: the pool's threshold where it runs, rayon's elsewhere.
 fn min_parallel() -> usize {
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
     if super::pool::Pool::global().is_some() {
         return MIN_POOL_ELEMENTS;
     }

@@ -9,15 +9,26 @@
 //!
 //! One job at a time: a caller that finds the pool busy (another thread's job, or a kernel
 //! called from inside a task) is told so and runs its work another way.
+//!
+//! The same pool runs in the threaded wasm build, whose workers are Web Workers: there its
+//! workers are long-lived jobs on rayon's pool (wasm-bindgen-rayon's workers; std cannot spawn
+//! threads in wasm), and idle polling is counted in polls, as std has no clock there. The
+//! caller never sleeps (it spins, and takes the lock only with `try_lock`), so it may be a
+//! page's own thread, where `Atomics.wait` is not allowed.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Condvar, Mutex, OnceLock};
-use std::time::{Duration, Instant};
 
 /// How long an idle worker keeps polling for the next job before it parks: longer than the
 /// gaps between a decode step's products, short enough not to hold a core between requests.
-const SPIN: Duration = Duration::from_micros(500);
+#[cfg(not(target_arch = "wasm32"))]
+const SPIN: std::time::Duration = std::time::Duration::from_micros(500);
+
+/// `SPIN` in wasm, as a poll count: a poll (one atomic load) takes a few nanoseconds, so
+/// this is about a millisecond or less.
+#[cfg(target_arch = "wasm32")]
+const SPIN_POLLS: u32 = 1 << 18;
 
 /// Polls of a waiting loop before it starts yielding its core at each poll: on a machine with
 /// more runnable threads than cores, the thread it waits for may need that core.
@@ -68,7 +79,8 @@ pub struct Pool {
 
 impl Pool {
     /// The process's pool, started on first use with one worker fewer than rayon's threads
-    /// (the caller is the last thread); `None` with one thread.
+    /// (the caller is the last thread; in wasm one of rayon's workers stays free for rayon's
+    /// own jobs); `None` with one thread.
     pub fn global() -> Option<&'static Pool> {
         static POOL: OnceLock<Option<Pool>> = OnceLock::new();
         POOL.get_or_init(|| Pool::start(rayon::current_num_threads().saturating_sub(1)))
@@ -88,10 +100,7 @@ impl Pool {
             wake: Condvar::new(),
         }));
         for i in 0..workers {
-            std::thread::Builder::new()
-                .name(format!("webtensor-cpu-{i}"))
-                .spawn(move || worker(shared))
-                .ok()?;
+            spawn_worker(i, shared)?;
         }
         Some(Pool {
             shared,
@@ -124,7 +133,16 @@ impl Pool {
             .store(&job as *const Job<'_> as *mut Job<'static>, SeqCst);
         s.generation.fetch_add(1, SeqCst);
         if s.sleepers.load(SeqCst) > 0 {
-            let _guard = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+            // `try_lock` in a spin, not `lock`: a contended `lock` sleeps, which a page's
+            // own thread may not do in wasm. A worker holds the lock only while it parks.
+            let mut polls = 0u32;
+            let _guard = loop {
+                match s.lock.try_lock() {
+                    Ok(guard) => break guard,
+                    Err(std::sync::TryLockError::Poisoned(e)) => break e.into_inner(),
+                    Err(std::sync::TryLockError::WouldBlock) => pause(&mut polls),
+                }
+            };
             s.wake.notify_all();
         }
         let mine = catch_unwind(AssertUnwindSafe(|| job.claim_tasks()));
@@ -154,6 +172,23 @@ fn pause(polls: &mut u32) {
     }
 }
 
+/// Starts worker `i`: an OS thread natively.
+#[cfg(not(target_arch = "wasm32"))]
+fn spawn_worker(i: usize, shared: &'static Shared) -> Option<()> {
+    std::thread::Builder::new()
+        .name(format!("webtensor-cpu-{i}"))
+        .spawn(move || worker(shared))
+        .ok()
+        .map(drop)
+}
+
+/// Starts worker `i`: in wasm a job that never ends on one of rayon's Web Workers.
+#[cfg(target_arch = "wasm32")]
+fn spawn_worker(_i: usize, shared: &'static Shared) -> Option<()> {
+    rayon::spawn(move || worker(shared));
+    Some(())
+}
+
 fn worker(s: &'static Shared) {
     let mut seen = 0u64;
     loop {
@@ -175,7 +210,7 @@ fn worker(s: &'static Shared) {
 
 /// Polls for [`SPIN`], then parks, until the generation differs from `seen`; returns it.
 fn wait_for_job(s: &Shared, seen: u64) -> u64 {
-    let start = Instant::now();
+    let spin = SpinClock::start();
     let mut polls = 0u32;
     loop {
         let g = s.generation.load(SeqCst);
@@ -183,7 +218,7 @@ fn wait_for_job(s: &Shared, seen: u64) -> u64 {
             return g;
         }
         pause(&mut polls);
-        if polls.is_multiple_of(64) && start.elapsed() > SPIN {
+        if polls.is_multiple_of(64) && spin.spent(polls) {
             break;
         }
     }
@@ -198,6 +233,37 @@ fn wait_for_job(s: &Shared, seen: u64) -> u64 {
             return g;
         }
         guard = s.wake.wait(guard).unwrap_or_else(|e| e.into_inner());
+    }
+}
+
+/// Whether an idle worker has polled for its [`SPIN`]: natively by the clock.
+#[cfg(not(target_arch = "wasm32"))]
+struct SpinClock(std::time::Instant);
+
+#[cfg(not(target_arch = "wasm32"))]
+impl SpinClock {
+    fn start() -> Self {
+        SpinClock(std::time::Instant::now())
+    }
+
+    fn spent(&self, _polls: u32) -> bool {
+        self.0.elapsed() > SPIN
+    }
+}
+
+/// Whether an idle worker has polled for its spin: in wasm, where std has no clock, by the
+/// poll count ([`SPIN_POLLS`]).
+#[cfg(target_arch = "wasm32")]
+struct SpinClock;
+
+#[cfg(target_arch = "wasm32")]
+impl SpinClock {
+    fn start() -> Self {
+        SpinClock
+    }
+
+    fn spent(&self, polls: u32) -> bool {
+        polls >= SPIN_POLLS
     }
 }
 
