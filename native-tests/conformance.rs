@@ -226,6 +226,12 @@ fn matmul(dev: &Device) {
         (1, 24, 512, 512),
         // Decode's a·b splits each output row into 1024-column slices; the last one short.
         (2, 3, 2500, 40),
+        // Decode's a·b adds four rows of `b` at a time (a depth not a multiple of four leaves
+        // single rows), splits a deep product into depth slices whose partial sums are added
+        // (the last slice short), and leaves vector tails at 7 rows and 258 columns.
+        (1, 1, 1030, 37),
+        (1, 5, 131, 11001),
+        (2, 7, 258, 23),
     ];
     for (batch, m, n, k) in shapes {
         let a = uniform(&mut r, batch * m * k, 1.0);
