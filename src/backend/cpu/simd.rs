@@ -256,18 +256,30 @@ pub(super) mod x86 {
     pub(super) unsafe fn dot4_avx512(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
         let n = a.len();
         assert!(b.iter().all(|r| r.len() >= n));
-        let mut acc = [_mm512_setzero_ps(); 4];
+        // Two accumulators per row, so eight independent FMA chains hide the FMA latency.
+        let mut acc = [[_mm512_setzero_ps(); 4]; 2];
         let mut i = 0;
-        while i + 16 <= n {
+        while i + 32 <= n {
+            let va = [0, 16].map(|h| _mm512_loadu_ps(a.as_ptr().add(i + h)));
+            for r in 0..4 {
+                for h in 0..2 {
+                    let vb = _mm512_loadu_ps(b[r].as_ptr().add(i + 16 * h));
+                    acc[h][r] = _mm512_fmadd_ps(va[h], vb, acc[h][r]);
+                }
+            }
+            i += 32;
+        }
+        if i + 16 <= n {
             let va = _mm512_loadu_ps(a.as_ptr().add(i));
             for r in 0..4 {
-                acc[r] = _mm512_fmadd_ps(va, _mm512_loadu_ps(b[r].as_ptr().add(i)), acc[r]);
+                acc[0][r] = _mm512_fmadd_ps(va, _mm512_loadu_ps(b[r].as_ptr().add(i)), acc[0][r]);
             }
             i += 16;
         }
         let mut out = [0f32; 4];
         for r in 0..4 {
-            out[r] = _mm512_reduce_add_ps(acc[r]) + (i..n).map(|j| a[j] * b[r][j]).sum::<f32>();
+            let sum = _mm512_add_ps(acc[0][r], acc[1][r]);
+            out[r] = _mm512_reduce_add_ps(sum) + (i..n).map(|j| a[j] * b[r][j]).sum::<f32>();
         }
         out
     }
