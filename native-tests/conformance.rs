@@ -218,14 +218,21 @@ fn matmul(dev: &Device) {
         (3, 4, 19, 1028),
         (2, 4, 7, 0),
         (1, 0, 5, 3),
-        // The packed GEMM's edges: rows not a multiple of any micro-kernel's (4, 6, 12),
-        // columns past one 256-wide task block with a short 16-wide panel, depth past two
-        // 256-deep slices with a short last one; then exact multiples of all of them.
+        // The packed GEMM's edges: rows not a multiple of any micro-kernel's (4, 6, 8, 12),
+        // columns past one task block with a short 16-wide panel (8 columns of it transposed in
+        // registers, 4 one by one), depth past the 64- and 512-deep slices with a short last
+        // one; then exact multiples of all of them.
         (1, 13, 300, 600),
         (2, 25, 33, 257),
         (1, 24, 512, 512),
         // Decode's a·b splits each output row into 1024-column slices; the last one short.
         (2, 3, 2500, 40),
+        // Decode's a·b adds four rows of `b` at a time (a depth not a multiple of four leaves
+        // single rows), splits a deep product into depth slices whose partial sums are added
+        // (the last slice short), and leaves vector tails at 7 rows and 258 columns.
+        (1, 1, 1030, 37),
+        (1, 5, 131, 11001),
+        (2, 7, 258, 23),
     ];
     for (batch, m, n, k) in shapes {
         let a = uniform(&mut r, batch * m * k, 1.0);

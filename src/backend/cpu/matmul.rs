@@ -5,8 +5,8 @@
 //! packing it.
 
 use super::gemm::{gemm, RhsLayout};
-use super::parallel::map_tasks;
-use super::simd::{axpy, dot4, SimdLevel};
+use super::parallel::{map_tasks, threads};
+use super::simd::{axpy, axpy4, dot4, SimdLevel};
 use crate::backend::MatmulSpec;
 
 /// Columns of `bᵀ` handled by one task: `COLUMN_BLOCK · k` floats of `b` stay in L2 while
@@ -81,26 +81,60 @@ fn a_bt(level: SimdLevel, a: &[f32], b: &[f32], out: &mut [f32], m: usize, n: us
     }
 }
 
-/// Output columns of one `a·b` task: the slice of the output row it accumulates (4 KiB of f32)
-/// stays in L1 while all `k` rows of `b` pass over it.
+/// Output columns of one `a·b` task: its slice of every output row (4 KiB of f32 per row)
+/// stays in L1 while the rows of `b` pass over it.
 const AXPY_COLUMNS: usize = 1024;
 
-/// `out[m, n] = a[m, k] · b[k, n]`: each task accumulates `a[i, p] · b[p, j0..j1]` over every
-/// `p` into one row's column slice, so a single row (decode) still splits across threads.
+/// The shallowest depth slice of `a·b` worth a task of its own: its partial sums cost one
+/// more pass over the output slice.
+const MIN_AXPY_DEPTH: usize = 256;
+
+/// `out[m, n] = a[m, k] · b[k, n]`, reading `b` once without packing it. Tasks own a slice of
+/// at most [`AXPY_COLUMNS`] columns and a slice of the depth, so that even one row (decode)
+/// splits across threads; each task adds four rows of `b` at a time into its slice of every
+/// output row ([`axpy4`]), and the depth slices' partial sums are added at the end.
 fn a_b(level: SimdLevel, a: &[f32], b: &[f32], out: &mut [f32], m: usize, n: usize, k: usize) {
     let slices = n.div_ceil(AXPY_COLUMNS);
+    // Enough tasks to balance the threads, none shallower than MIN_AXPY_DEPTH.
+    let wanted = (threads() * 4).div_ceil(slices.max(1));
+    let depth_parts = wanted.min(k / MIN_AXPY_DEPTH).max(1);
+    let depth = k.div_ceil(depth_parts).next_multiple_of(4).max(4);
+    let depth_parts = k.div_ceil(depth).max(1);
     // One axpy element is about one element copy of `b` and a fused multiply-add.
-    let tiles = map_tasks(m * slices, m * n * k, |task| {
-        let (i, j0) = (task / slices, (task % slices) * AXPY_COLUMNS);
-        let j1 = (j0 + AXPY_COLUMNS).min(n);
-        let mut tile = vec![0f32; j1 - j0];
-        for p in 0..k {
-            axpy(level, a[i * k + p], &b[p * n + j0..p * n + j1], &mut tile);
+    let tiles = map_tasks(slices * depth_parts, m * n * k, |task| {
+        let (j0, p0) = (
+            (task / depth_parts) * AXPY_COLUMNS,
+            (task % depth_parts) * depth,
+        );
+        let (width, p1) = (AXPY_COLUMNS.min(n - j0), (p0 + depth).min(k));
+        let mut tile = vec![0f32; m * width];
+        let b_row = |p: usize| &b[p * n + j0..p * n + j0 + width];
+        let mut p = p0;
+        while p + 4 <= p1 {
+            let rows = [b_row(p), b_row(p + 1), b_row(p + 2), b_row(p + 3)];
+            for (i, dst) in tile.chunks_exact_mut(width).enumerate() {
+                let alpha = [0, 1, 2, 3].map(|t| a[i * k + p + t]);
+                axpy4(level, alpha, rows, dst);
+            }
+            p += 4;
+        }
+        for p in p..p1 {
+            for (i, dst) in tile.chunks_exact_mut(width).enumerate() {
+                axpy(level, a[i * k + p], b_row(p), dst);
+            }
         }
         tile
     });
     for (task, tile) in tiles.iter().enumerate() {
-        let (i, j0) = (task / slices, (task % slices) * AXPY_COLUMNS);
-        out[i * n + j0..i * n + j0 + tile.len()].copy_from_slice(tile);
+        let j0 = (task / depth_parts) * AXPY_COLUMNS;
+        let width = AXPY_COLUMNS.min(n - j0);
+        for (i, src) in tile.chunks_exact(width).enumerate() {
+            let dst = &mut out[i * n + j0..i * n + j0 + width];
+            if task % depth_parts == 0 {
+                dst.copy_from_slice(src);
+            } else {
+                dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
+            }
+        }
     }
 }

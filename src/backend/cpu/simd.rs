@@ -160,6 +160,33 @@ pub fn axpy(level: SimdLevel, alpha: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
+/// `y[j] += a[0]·x[0][j] + a[1]·x[1][j] + a[2]·x[2][j] + a[3]·x[3][j]` over `y`'s length (every
+/// `x[r]` at least as long): the inner loop of decode's `a·b`, which loads and stores each
+/// element of `y` once per four rows of `b` instead of once per row.
+pub fn axpy4(level: SimdLevel, a: [f32; 4], x: [&[f32]; 4], y: &mut [f32]) {
+    assert!(x.iter().all(|r| r.len() >= y.len()));
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the backend only selects Avx512 after runtime detection confirmed it; the
+        // lengths were checked above.
+        SimdLevel::Avx512 => unsafe { x86::axpy4_avx512(a, x, y) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, for AVX2+FMA.
+        SimdLevel::Avx2 => unsafe { x86::axpy4_avx2(a, x, y) },
+        _ => axpy4_portable(a, x, y),
+    }
+}
+
+/// [`axpy4`] in plain Rust, written so compilers vectorise it (NEON, wasm `simd128`): a plain
+/// multiply and add, since `mul_add` is a library call where the target has no FMA.
+fn axpy4_portable(a: [f32; 4], x: [&[f32]; 4], y: &mut [f32]) {
+    let n = y.len();
+    let (x0, x1, x2, x3) = (&x[0][..n], &x[1][..n], &x[2][..n], &x[3][..n]);
+    for j in 0..n {
+        y[j] += a[0] * x0[j] + a[1] * x1[j] + a[2] * x2[j] + a[3] * x3[j];
+    }
+}
+
 fn dot4_scalar(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
     // Eight partial sums per output keep rounding error growth close to the vector paths'.
     let mut acc = [[0f32; 8]; 4];
@@ -229,18 +256,30 @@ pub(super) mod x86 {
     pub(super) unsafe fn dot4_avx512(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
         let n = a.len();
         assert!(b.iter().all(|r| r.len() >= n));
-        let mut acc = [_mm512_setzero_ps(); 4];
+        // Two accumulators per row, so eight independent FMA chains hide the FMA latency.
+        let mut acc = [[_mm512_setzero_ps(); 4]; 2];
         let mut i = 0;
-        while i + 16 <= n {
+        while i + 32 <= n {
+            let va = [0, 16].map(|h| _mm512_loadu_ps(a.as_ptr().add(i + h)));
+            for r in 0..4 {
+                for h in 0..2 {
+                    let vb = _mm512_loadu_ps(b[r].as_ptr().add(i + 16 * h));
+                    acc[h][r] = _mm512_fmadd_ps(va[h], vb, acc[h][r]);
+                }
+            }
+            i += 32;
+        }
+        if i + 16 <= n {
             let va = _mm512_loadu_ps(a.as_ptr().add(i));
             for r in 0..4 {
-                acc[r] = _mm512_fmadd_ps(va, _mm512_loadu_ps(b[r].as_ptr().add(i)), acc[r]);
+                acc[0][r] = _mm512_fmadd_ps(va, _mm512_loadu_ps(b[r].as_ptr().add(i)), acc[0][r]);
             }
             i += 16;
         }
         let mut out = [0f32; 4];
         for r in 0..4 {
-            out[r] = _mm512_reduce_add_ps(acc[r]) + (i..n).map(|j| a[j] * b[r][j]).sum::<f32>();
+            let sum = _mm512_add_ps(acc[0][r], acc[1][r]);
+            out[r] = _mm512_reduce_add_ps(sum) + (i..n).map(|j| a[j] * b[r][j]).sum::<f32>();
         }
         out
     }
@@ -260,6 +299,53 @@ pub(super) mod x86 {
         }
         for j in i..n {
             y[j] = alpha.mul_add(x[j], y[j]);
+        }
+    }
+
+    /// # Safety
+    /// The CPU must support AVX2 and FMA; every `x[r]` must be at least as long as `y`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn axpy4_avx2(a: [f32; 4], x: [&[f32]; 4], y: &mut [f32]) {
+        let n = y.len();
+        let va = a.map(|v| _mm256_set1_ps(v));
+        let mut j = 0;
+        while j + 8 <= n {
+            let mut acc = _mm256_loadu_ps(y.as_ptr().add(j));
+            for r in 0..4 {
+                acc = _mm256_fmadd_ps(va[r], _mm256_loadu_ps(x[r].as_ptr().add(j)), acc);
+            }
+            _mm256_storeu_ps(y.as_mut_ptr().add(j), acc);
+            j += 8;
+        }
+        for t in j..n {
+            y[t] = (0..4).fold(y[t], |acc, r| a[r].mul_add(x[r][t], acc));
+        }
+    }
+
+    /// # Safety
+    /// The CPU must support AVX-512F; every `x[r]` must be at least as long as `y`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn axpy4_avx512(a: [f32; 4], x: [&[f32]; 4], y: &mut [f32]) {
+        let n = y.len();
+        let va = a.map(|v| _mm512_set1_ps(v));
+        let mut j = 0;
+        while j + 16 <= n {
+            let mut acc = _mm512_loadu_ps(y.as_ptr().add(j));
+            for r in 0..4 {
+                acc = _mm512_fmadd_ps(va[r], _mm512_loadu_ps(x[r].as_ptr().add(j)), acc);
+            }
+            _mm512_storeu_ps(y.as_mut_ptr().add(j), acc);
+            j += 16;
+        }
+        if j < n {
+            // The tail as one masked vector: lanes past `n` are neither loaded nor stored.
+            let mask: __mmask16 = (1u16 << (n - j)) - 1;
+            let mut acc = _mm512_maskz_loadu_ps(mask, y.as_ptr().add(j));
+            for r in 0..4 {
+                let vx = _mm512_maskz_loadu_ps(mask, x[r].as_ptr().add(j));
+                acc = _mm512_fmadd_ps(va[r], vx, acc);
+            }
+            _mm512_mask_storeu_ps(y.as_mut_ptr().add(j), mask, acc);
         }
     }
 }
