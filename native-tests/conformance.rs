@@ -218,10 +218,9 @@ fn matmul(dev: &Device) {
         (3, 4, 19, 1028),
         (2, 4, 7, 0),
         (1, 0, 5, 3),
-        // The packed GEMM's edges: rows not a multiple of any micro-kernel's (4, 6, 8, 12),
-        // columns past one task block with a short 16-wide panel (8 columns of it transposed in
-        // registers, 4 one by one), depth past the 64- and 512-deep slices with a short last
-        // one; then exact multiples of all of them.
+        // The packed GEMM's edges: rows not a multiple of any micro-kernel's (4, 6, 12),
+        // columns past one 256-wide task block with a short 16-wide panel, depth past two
+        // 256-deep slices with a short last one; then exact multiples of all of them.
         (1, 13, 300, 600),
         (2, 25, 33, 257),
         (1, 24, 512, 512),
