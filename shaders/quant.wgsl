@@ -907,6 +907,24 @@ fn shifted_word(lo: u32, hi: u32, odd: bool) -> u32 {
     return select(lo, (lo >> 16u) | (hi << 16u), odd);
 }
 
+// Nine consecutive words of `q` from word `b`: all the words a run of 32 bytes starting on an
+// even byte can touch.
+struct Words9 {
+    w0: u32,
+    w1: u32,
+    w2: u32,
+    w3: u32,
+    w4: u32,
+    w5: u32,
+    w6: u32,
+    w7: u32,
+    w8: u32,
+}
+
+fn words9(b: u32) -> Words9 {
+    return Words9(q[b], q[b + 1u], q[b + 2u], q[b + 3u], q[b + 4u], q[b + 5u], q[b + 6u], q[b + 7u], q[b + 8u]);
+}
+
 // Values 32g.. of weight row `row`, dequantized (the scale apart).
 fn mv_decode(row: u32, g: u32) -> Group {
     switch MV_FORMAT % FMT_INT_ACTIVATIONS {
@@ -920,20 +938,12 @@ fn mv_decode(row: u32, g: u32) -> Group {
             let b = o / 4u;
             let odd = (o & 2u) != 0u;
             // The nine words the block covers, wherever it starts.
-            let u0 = q[b];
-            let u1 = q[b + 1u];
-            let u2 = q[b + 2u];
-            let u3 = q[b + 3u];
-            let u4 = q[b + 4u];
-            let u5 = q[b + 5u];
-            let u6 = q[b + 6u];
-            let u7 = q[b + 7u];
-            let u8 = q[b + 8u];
-            return Group(q8_vals(quant_word(u0, u1, odd)), q8_vals(quant_word(u1, u2, odd)),
-                         q8_vals(quant_word(u2, u3, odd)), q8_vals(quant_word(u3, u4, odd)),
-                         q8_vals(quant_word(u4, u5, odd)), q8_vals(quant_word(u5, u6, odd)),
-                         q8_vals(quant_word(u6, u7, odd)), q8_vals(quant_word(u7, u8, odd)),
-                         block_scale(u0, odd));
+            let u = words9(b);
+            return Group(q8_vals(quant_word(u.w0, u.w1, odd)), q8_vals(quant_word(u.w1, u.w2, odd)),
+                         q8_vals(quant_word(u.w2, u.w3, odd)), q8_vals(quant_word(u.w3, u.w4, odd)),
+                         q8_vals(quant_word(u.w4, u.w5, odd)), q8_vals(quant_word(u.w5, u.w6, odd)),
+                         q8_vals(quant_word(u.w6, u.w7, odd)), q8_vals(quant_word(u.w7, u.w8, odd)),
+                         block_scale(u.w0, odd));
         }
         case FMT_Q4_0: {
             let o = (row * (p.k / 32u) + g) * Q4_0_BLOCK_BYTES;
@@ -959,19 +969,11 @@ fn mv_decode(row: u32, g: u32) -> Group {
             let odd = (qo & 2u) != 0u;
             let shift = 2u * (sub % 4u);
             // The nine words holding bytes qo..qo + 32.
-            let u0 = q[b];
-            let u1 = q[b + 1u];
-            let u2 = q[b + 2u];
-            let u3 = q[b + 3u];
-            let u4 = q[b + 4u];
-            let u5 = q[b + 5u];
-            let u6 = q[b + 6u];
-            let u7 = q[b + 7u];
-            let u8 = q[b + 8u];
-            return Group(tq2_vals(shifted_word(u0, u1, odd), shift), tq2_vals(shifted_word(u1, u2, odd), shift),
-                         tq2_vals(shifted_word(u2, u3, odd), shift), tq2_vals(shifted_word(u3, u4, odd), shift),
-                         tq2_vals(shifted_word(u4, u5, odd), shift), tq2_vals(shifted_word(u5, u6, odd), shift),
-                         tq2_vals(shifted_word(u6, u7, odd), shift), tq2_vals(shifted_word(u7, u8, odd), shift),
+            let u = words9(b);
+            return Group(tq2_vals(shifted_word(u.w0, u.w1, odd), shift), tq2_vals(shifted_word(u.w1, u.w2, odd), shift),
+                         tq2_vals(shifted_word(u.w2, u.w3, odd), shift), tq2_vals(shifted_word(u.w3, u.w4, odd), shift),
+                         tq2_vals(shifted_word(u.w4, u.w5, odd), shift), tq2_vals(shifted_word(u.w5, u.w6, odd), shift),
+                         tq2_vals(shifted_word(u.w6, u.w7, odd), shift), tq2_vals(shifted_word(u.w7, u.w8, odd), shift),
                          f16_to_f32(half_at(o + 64u)));
         }
         case FMT_TQ1_0: {
@@ -988,19 +990,11 @@ fn mv_decode(row: u32, g: u32) -> Group {
                 let b = o / 4u;
                 let odd = (o & 2u) != 0u;
                 let p3 = pow3(sub);
-                let u0 = q[b];
-                let u1 = q[b + 1u];
-                let u2 = q[b + 2u];
-                let u3 = q[b + 3u];
-                let u4 = q[b + 4u];
-                let u5 = q[b + 5u];
-                let u6 = q[b + 6u];
-                let u7 = q[b + 7u];
-                let u8 = q[b + 8u];
-                return Group(tq1_vals(shifted_word(u0, u1, odd), p3), tq1_vals(shifted_word(u1, u2, odd), p3),
-                             tq1_vals(shifted_word(u2, u3, odd), p3), tq1_vals(shifted_word(u3, u4, odd), p3),
-                             tq1_vals(shifted_word(u4, u5, odd), p3), tq1_vals(shifted_word(u5, u6, odd), p3),
-                             tq1_vals(shifted_word(u6, u7, odd), p3), tq1_vals(shifted_word(u7, u8, odd), p3), d);
+                let u = words9(b);
+                return Group(tq1_vals(shifted_word(u.w0, u.w1, odd), p3), tq1_vals(shifted_word(u.w1, u.w2, odd), p3),
+                             tq1_vals(shifted_word(u.w2, u.w3, odd), p3), tq1_vals(shifted_word(u.w3, u.w4, odd), p3),
+                             tq1_vals(shifted_word(u.w4, u.w5, odd), p3), tq1_vals(shifted_word(u.w5, u.w6, odd), p3),
+                             tq1_vals(shifted_word(u.w6, u.w7, odd), p3), tq1_vals(shifted_word(u.w7, u.w8, odd), p3), d);
             }
             // Bytes 32..52: only the words holding them (the last block may end the buffer).
             let qo = o + 32u;
