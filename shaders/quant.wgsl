@@ -949,12 +949,16 @@ fn mv_decode(row: u32, g: u32) -> Group {
             let o = (row * (p.k / 32u) + g) * Q4_0_BLOCK_BYTES;
             let b = o / 4u;
             let odd = (o & 2u) != 0u;
-            // The five words the block covers.
+            // The five words the block covers, each read once.
             let u0 = q[b];
-            let t0 = quant_word(u0, q[b + 1u], odd);
-            let t1 = quant_word(q[b + 1u], q[b + 2u], odd);
-            let t2 = quant_word(q[b + 2u], q[b + 3u], odd);
-            let t3 = quant_word(q[b + 3u], q[b + 4u], odd);
+            let u1 = q[b + 1u];
+            let u2 = q[b + 2u];
+            let u3 = q[b + 3u];
+            let u4 = q[b + 4u];
+            let t0 = quant_word(u0, u1, odd);
+            let t1 = quant_word(u1, u2, odd);
+            let t2 = quant_word(u2, u3, odd);
+            let t3 = quant_word(u3, u4, odd);
             return Group(q4_vals(t0, 0u), q4_vals(t1, 0u), q4_vals(t2, 0u), q4_vals(t3, 0u),
                          q4_vals(t0, 4u), q4_vals(t1, 4u), q4_vals(t2, 4u), q4_vals(t3, 4u),
                          block_scale(u0, odd));
@@ -1004,10 +1008,14 @@ fn mv_decode(row: u32, g: u32) -> Group {
             if (odd) {
                 u5 = q[b + 5u];
             }
-            let s0 = shifted_word(q[b], q[b + 1u], odd);
-            let s1 = shifted_word(q[b + 1u], q[b + 2u], odd);
-            let s2 = shifted_word(q[b + 2u], q[b + 3u], odd);
-            let s3 = shifted_word(q[b + 3u], q[b + 4u], odd);
+            let u1 = q[b + 1u];
+            let u2 = q[b + 2u];
+            let u3 = q[b + 3u];
+            let u4 = q[b + 4u];
+            let s0 = shifted_word(q[b], u1, odd);
+            let s1 = shifted_word(u1, u2, odd);
+            let s2 = shifted_word(u2, u3, odd);
+            let s3 = shifted_word(u3, u4, odd);
             // Groups 5 and 6: trits 2(sub − 5) and the next of bytes 32..48. Group 7: trit 4 of
             // bytes 32..48, then the four trits of bytes 48..52.
             let pa = pow3(2u * (sub - 5u));
@@ -1016,7 +1024,7 @@ fn mv_decode(row: u32, g: u32) -> Group {
                 return Group(tq1_vals(s0, pa), tq1_vals(s1, pa), tq1_vals(s2, pa), tq1_vals(s3, pa),
                              tq1_vals(s0, pb), tq1_vals(s1, pb), tq1_vals(s2, pb), tq1_vals(s3, pb), d);
             }
-            let s4 = shifted_word(q[b + 4u], u5, odd);
+            let s4 = shifted_word(u4, u5, odd);
             return Group(tq1_vals(s0, pa), tq1_vals(s1, pa), tq1_vals(s2, pa), tq1_vals(s3, pa),
                          tq1_vals(s4, 1u), tq1_vals(s4, 3u), tq1_vals(s4, 9u), tq1_vals(s4, 27u), d);
         }
