@@ -219,11 +219,14 @@ fn matmul(dev: &Device) {
         (2, 4, 7, 0),
         (1, 0, 5, 3),
         // The packed GEMM's edges: rows not a multiple of any micro-kernel's (4, 6, 12),
-        // columns past one 256-wide task block with a short 16-wide panel, depth past two
-        // 256-deep slices with a short last one; then exact multiples of all of them.
+        // columns past one 256-wide task block with a short panel (panels are 16 or 32
+        // wide), depth past two 256-deep slices with a short last one not a multiple of the
+        // 16-deep transposes; then exact multiples of all of them; then a last block of 16
+        // columns, short of a 32-wide panel, one 16-deep transpose deep.
         (1, 13, 300, 600),
         (2, 25, 33, 257),
         (1, 24, 512, 512),
+        (1, 12, 48, 16),
         // Decode's a·b splits each output row into 1024-column slices; the last one short.
         (2, 3, 2500, 40),
         // Decode's a·b adds four rows of `b` at a time (a depth not a multiple of four leaves

@@ -3,22 +3,22 @@
 //!
 //! - `a` is packed once into panels of `mr` rows, `k` deep, element `(r, p)` at `p·mr + r`;
 //! - each task owns a block of at most [`NC`] output columns and, for each [`KC`]-deep slice
-//!   of `k`, packs that block of `op(b)` into panels of [`NR`] columns (`(p, c)` at
-//!   `p·NR + c`, a few hundred KiB that stay in L2), then runs a micro-kernel that keeps an
-//!   `mr × NR` tile of the output in registers for every pair of panels.
+//!   of `k`, packs that block of `op(b)` into panels of `NR` columns (`(p, c)` at
+//!   `p·NR + c`, a few hundred KiB that stay in L2, in a buffer each thread keeps), then for
+//!   every pair of panels runs a micro-kernel that keeps an `mr × NR` tile of the output in
+//!   registers and stores (first slice) or adds (later slices) it straight into `out`.
 //!
-//! Only the packing of `b` knows whether `b` is `[k, n]` or `[n, k]`; the micro-kernel and
-//! everything else are shared. Short last panels are padded with zeros, so `m`, `n` and `k`
-//! need not be multiples of anything.
+//! The AVX-512 kernel is 12 × 32 (two vectors per row, so two loads of `b` feed 24 FMAs);
+//! AVX2 and the portable kernel are 6 × 16 and 4 × 16. Only the packing of `b` knows whether
+//! `b` is `[k, n]` or `[n, k]`; at the AVX-512 level it packs `[n, k]` with 16 × 16
+//! in-register transposes. Short last panels are padded with zeros and edge tiles go through
+//! a small buffer, so `m`, `n` and `k` need not be multiples of anything.
 
-use super::parallel::{for_each_row, map_tasks};
+use super::parallel::{for_each_row, map_tasks, threads};
 use super::simd::SimdLevel;
 
-/// Output columns per micro-kernel tile (two AVX2 vectors, one AVX-512 vector).
-const NR: usize = 16;
-
-/// Depth of one packed slice: an `mr × KC` panel of `a` stays in L1 while it meets every
-/// panel of `b`.
+/// Depth of one packed slice: a `KC × NR` panel of `b` (32 KiB at most) stays in L1 while
+/// every panel of `a` meets it.
 const KC: usize = 256;
 
 /// Most output columns one task owns: its packed `KC × NC` block of `b` (256 KiB) stays in L2.
@@ -26,6 +26,14 @@ const NC: usize = 256;
 
 /// The largest `mr` any micro-kernel uses.
 const MAX_MR: usize = 12;
+
+/// The largest `nr` (output columns per tile) any micro-kernel uses.
+const MAX_NR: usize = 32;
+
+/// How many rows of a plain `b` ahead of the one being packed the packing prefetches: the
+/// rows of a block lie `n` floats apart, too far for the hardware prefetcher to follow.
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_ROWS: usize = 16;
 
 /// How the right-hand matrix is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,20 +44,13 @@ pub enum RhsLayout {
     Transposed,
 }
 
-/// A micro-kernel: `c[r·NR + j] = Σ_p a[p·mr + r] · b[p·NR + j]` over the `kc` steps the two
-/// panels hold (`a.len() = kc·mr`, `b.len() = kc·NR`).
-type MicroKernel = fn(&[f32], &[f32], &mut [f32; MAX_MR * NR]);
-
-/// The micro-kernel for `level` and its row count `mr`.
-fn micro_kernel(level: SimdLevel) -> (MicroKernel, usize) {
-    match level {
-        #[cfg(target_arch = "x86_64")]
-        SimdLevel::Avx512 => (x86::kernel_avx512, 12),
-        #[cfg(target_arch = "x86_64")]
-        SimdLevel::Avx2 => (x86::kernel_avx2, 6),
-        _ => (kernel_portable, 4),
-    }
-}
+/// A micro-kernel with an `mr × NR` tile: `c[r·ldc + j] (+)= Σ_p a[p·mr + r] · b[p·NR + j]`
+/// over the `kc` steps the two panels hold (`a.len() = kc·mr`, `b.len() = kc·NR`), adding to
+/// `c` when `accumulate`.
+///
+/// # Safety
+/// `c` must point at `mr` rows of `NR` writable floats, `ldc` apart.
+type MicroKernel = unsafe fn(&[f32], &[f32], *mut f32, usize, bool);
 
 /// `out[m, n] = a[m, k] · op(b)` (`out` is overwritten).
 #[allow(clippy::too_many_arguments)]
@@ -66,110 +67,226 @@ pub fn gemm(
     if m == 0 || n == 0 {
         return;
     }
-    let (kernel, mr) = micro_kernel(level);
+    if k == 0 {
+        out.fill(0.0);
+        return;
+    }
+    let shape = Shape {
+        a,
+        b,
+        layout,
+        m,
+        n,
+        k,
+    };
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx512 => blocked::<32>(shape, x86::kernel_avx512, 12, out, true),
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => blocked::<16>(shape, x86::kernel_avx2, 6, out, false),
+        _ => blocked::<16>(shape, kernel_portable, 4, out, false),
+    }
+}
+
+/// The operands of one product.
+#[derive(Clone, Copy)]
+struct Shape<'a> {
+    a: &'a [f32],
+    b: &'a [f32],
+    layout: RhsLayout,
+    m: usize,
+    n: usize,
+    k: usize,
+}
+
+/// The blocked product with an `mr × NR` micro-kernel; `avx512` packs transposed `b` with
+/// AVX-512 transposes.
+fn blocked<const NR: usize>(
+    shape: Shape,
+    kernel: MicroKernel,
+    mr: usize,
+    out: &mut [f32],
+    avx512: bool,
+) {
+    let Shape { a, m, n, k, .. } = shape;
     let a_panels = m.div_ceil(mr);
     let mut packed_a = vec![0f32; a_panels * mr * k];
-    if k > 0 {
-        for_each_row(&mut packed_a, mr * k, 1, |panel, dst| {
-            for r in 0..mr.min(m - panel * mr) {
-                let row = &a[(panel * mr + r) * k..(panel * mr + r + 1) * k];
-                for (p, &v) in row.iter().enumerate() {
-                    dst[p * mr + r] = v;
-                }
+    for_each_row(&mut packed_a, mr * k, 1, |panel, dst| {
+        for r in 0..mr.min(m - panel * mr) {
+            let row = &a[(panel * mr + r) * k..(panel * mr + r + 1) * k];
+            for (p, &v) in row.iter().enumerate() {
+                dst[p * mr + r] = v;
             }
-        });
-    }
+        }
+    });
     // Column blocks: at most NC wide, and enough of them to balance the threads.
-    let nc = n
-        .div_ceil(super::parallel::threads() * 4)
-        .next_multiple_of(NR)
-        .clamp(NR, NC);
+    let nc = n.div_ceil(threads() * 4).next_multiple_of(NR).clamp(NR, NC);
     let blocks = n.div_ceil(nc);
+    let out_ptr = OutPtr(out.as_mut_ptr());
     // A product of k costs about k/8 element copies (8-wide FMA).
-    let tiles = map_tasks(blocks, m * n * k / 8, |blk| {
+    map_tasks(blocks, m * n * k / 8, |blk| {
         let j0 = blk * nc;
         let width = nc.min(n - j0);
         let b_panels = width.div_ceil(NR);
-        let mut packed_b = vec![0f32; b_panels * NR * KC.min(k)];
-        let mut tile = vec![0f32; m * width];
-        let mut c = [0f32; MAX_MR * NR];
-        for p0 in (0..k).step_by(KC) {
-            let kc = KC.min(k - p0);
-            pack_b(b, layout, n, k, j0, width, p0, kc, &mut packed_b);
-            for ip in 0..a_panels {
-                let a_panel = &packed_a[ip * mr * k + p0 * mr..ip * mr * k + (p0 + kc) * mr];
-                let rows = mr.min(m - ip * mr);
+        PACKED_B.with_borrow_mut(|packed_b| {
+            packed_b.resize(b_panels * NR * KC.min(k), 0.0);
+            let mut edge = [0f32; MAX_MR * MAX_NR];
+            for p0 in (0..k).step_by(KC) {
+                let kc = KC.min(k - p0);
+                pack_b::<NR>(shape, j0, width, p0, kc, avx512, packed_b);
+                let accumulate = p0 > 0;
                 for jp in 0..b_panels {
-                    kernel(a_panel, &packed_b[jp * NR * kc..(jp + 1) * NR * kc], &mut c);
+                    let b_panel = &packed_b[jp * NR * kc..(jp + 1) * NR * kc];
                     let cols = NR.min(width - jp * NR);
-                    for r in 0..rows {
-                        let dst = &mut tile[(ip * mr + r) * width + jp * NR..][..cols];
-                        for (d, &s) in dst.iter_mut().zip(&c[r * NR..r * NR + cols]) {
-                            *d += s;
+                    for ip in 0..a_panels {
+                        let a_panel =
+                            &packed_a[ip * mr * k + p0 * mr..ip * mr * k + (p0 + kc) * mr];
+                        let rows = mr.min(m - ip * mr);
+                        let corner = (ip * mr) * n + j0 + jp * NR;
+                        if rows == mr && cols == NR {
+                            // SAFETY: the full mr × NR tile at `corner` lies inside `out`
+                            // (rows and columns checked just above), and only this task
+                            // writes columns j0..j0 + width.
+                            unsafe {
+                                kernel(a_panel, b_panel, out_ptr.get().add(corner), n, accumulate)
+                            };
+                        } else {
+                            // SAFETY: `edge` holds MAX_MR ≥ mr rows of NR ≤ MAX_NR floats.
+                            unsafe { kernel(a_panel, b_panel, edge.as_mut_ptr(), NR, false) };
+                            for r in 0..rows {
+                                // SAFETY: row r's first `cols` columns at `corner` lie inside
+                                // `out` and belong to this task, as above.
+                                let dst = unsafe {
+                                    std::slice::from_raw_parts_mut(
+                                        out_ptr.get().add(corner + r * n),
+                                        cols,
+                                    )
+                                };
+                                let src = &edge[r * NR..r * NR + cols];
+                                if accumulate {
+                                    dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
+                                } else {
+                                    dst.copy_from_slice(src);
+                                }
+                            }
                         }
                     }
                 }
             }
-        }
-        tile
+        });
     });
-    for (blk, tile) in tiles.iter().enumerate() {
-        let j0 = blk * nc;
-        let width = nc.min(n - j0);
-        for i in 0..m {
-            out[i * n + j0..i * n + j0 + width].copy_from_slice(&tile[i * width..(i + 1) * width]);
-        }
+}
+
+thread_local! {
+    /// Each thread's packed block of `op(b)`, kept between calls so a GEMM allocates (and the
+    /// kernel zeroes) no fresh pages for it.
+    static PACKED_B: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `out`'s base pointer handed to the tasks, each of which writes its own columns.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: tasks write disjoint column blocks of the one mutably borrowed output.
+unsafe impl Sync for OutPtr {}
+unsafe impl Send for OutPtr {}
+impl OutPtr {
+    fn get(self) -> *mut f32 {
+        self.0
     }
 }
 
 /// Packs columns `j0..j0 + width` and depths `p0..p0 + kc` of `op(b)` into `NR`-wide panels
 /// (`(p, c)` of panel `jp` at `jp·NR·kc + p·NR + c`), zeros past the last column.
-#[allow(clippy::too_many_arguments)]
-fn pack_b(
-    b: &[f32],
-    layout: RhsLayout,
-    n: usize,
-    k: usize,
+fn pack_b<const NR: usize>(
+    shape: Shape,
     j0: usize,
     width: usize,
     p0: usize,
     kc: usize,
+    avx512: bool,
     dst: &mut [f32],
 ) {
-    for (jp, panel) in dst
-        .chunks_exact_mut(NR * kc)
-        .take(width.div_ceil(NR))
-        .enumerate()
-    {
-        let cols = NR.min(width - jp * NR);
-        let j = j0 + jp * NR;
-        match layout {
-            RhsLayout::Plain => {
-                for (p, d) in panel.chunks_exact_mut(NR).enumerate() {
-                    let src = &b[(p0 + p) * n + j..][..cols];
-                    d[..cols].copy_from_slice(src);
-                    d[cols..].fill(0.0);
+    let Shape {
+        b, layout, n, k, ..
+    } = shape;
+    let panels = width.div_ceil(NR);
+    if layout == RhsLayout::Plain {
+        // Row by row of `b`, so each depth reads one contiguous run of `width` floats.
+        for p in 0..kc {
+            let row = &b[(p0 + p) * n + j0..][..width];
+            #[cfg(target_arch = "x86_64")]
+            if let Some(ahead) = b.get((p0 + p + PREFETCH_ROWS) * n + j0..) {
+                for line in ahead[..width.min(ahead.len())].chunks(16) {
+                    // SAFETY: a prefetch hint of memory inside `b`; it reads nothing.
+                    unsafe {
+                        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                            line.as_ptr().cast(),
+                        )
+                    };
                 }
             }
-            RhsLayout::Transposed => {
-                if cols < NR {
-                    panel.fill(0.0);
-                }
-                for c in 0..cols {
-                    let src = &b[(j + c) * k + p0..][..kc];
-                    for (p, &v) in src.iter().enumerate() {
-                        panel[p * NR + c] = v;
+            for jp in 0..panels {
+                let d = &mut dst[jp * NR * kc + p * NR..][..NR];
+                match row[jp * NR..].first_chunk::<NR>() {
+                    Some(src) => *<&mut [f32; NR]>::try_from(d).expect("NR floats") = *src,
+                    None => {
+                        let cols = width - jp * NR;
+                        d[..cols].copy_from_slice(&row[jp * NR..]);
+                        d[cols..].fill(0.0);
                     }
                 }
+            }
+        }
+        return;
+    }
+    for (jp, panel) in dst.chunks_exact_mut(NR * kc).take(panels).enumerate() {
+        let cols = NR.min(width - jp * NR);
+        let j = j0 + jp * NR;
+        // Depths `..done` of a full panel are packed by SIMD transposes, the rest below.
+        let done = if cols == NR && avx512 {
+            transposed_simd::<NR>(&b[j * k + p0..], k, kc, panel)
+        } else {
+            0
+        };
+        if cols < NR {
+            panel.fill(0.0);
+        }
+        for c in 0..cols {
+            let src = &b[(j + c) * k + p0..][..kc];
+            for (p, &v) in src.iter().enumerate().skip(done) {
+                panel[p * NR + c] = v;
             }
         }
     }
 }
 
+/// Packs a full `NR`-wide panel of a transposed `b` (`src[c·k ..]` is column `c` at the
+/// slice's first depth) with the AVX-512 transposes, 16 columns at a time, and returns how
+/// many depths it packed (the caller packs the rest). Only `pack_b`'s `avx512` calls reach it.
+fn transposed_simd<const NR: usize>(src: &[f32], k: usize, kc: usize, panel: &mut [f32]) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut done = 0;
+        for half in (0..NR).step_by(16) {
+            done = x86::pack_transposed_avx512(&src[half * k..], k, kc, NR, &mut panel[half..]);
+        }
+        done
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (src, k, kc, panel);
+        unreachable!("the AVX-512 packing runs only on x86-64")
+    }
+}
+
 /// The micro-kernel in plain Rust (4 × 16), which compilers vectorise where they can: the
 /// scalar level, NEON and wasm `simd128`. It defines what the x86 kernels must agree with.
-fn kernel_portable(a: &[f32], b: &[f32], c: &mut [f32; MAX_MR * NR]) {
+///
+/// # Safety
+/// As [`MicroKernel`], with `mr = 4`.
+unsafe fn kernel_portable(a: &[f32], b: &[f32], c: *mut f32, ldc: usize, accumulate: bool) {
     const MR: usize = 4;
+    const NR: usize = 16;
     let mut acc = [[0f32; NR]; MR];
     for (ap, bp) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
         for r in 0..MR {
@@ -179,26 +296,36 @@ fn kernel_portable(a: &[f32], b: &[f32], c: &mut [f32; MAX_MR * NR]) {
         }
     }
     for (r, row) in acc.iter().enumerate() {
-        c[r * NR..(r + 1) * NR].copy_from_slice(row);
+        // SAFETY: the caller gives MR rows of NR floats, `ldc` apart.
+        let dst = unsafe { std::slice::from_raw_parts_mut(c.add(r * ldc), NR) };
+        if accumulate {
+            dst.iter_mut().zip(row).for_each(|(d, s)| *d += s);
+        } else {
+            dst.copy_from_slice(row);
+        }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{MAX_MR, NR};
     use std::arch::x86_64::*;
 
     /// 6 × 16 with AVX2+FMA: twelve accumulators, two loads of `b` and six broadcasts of `a`
     /// per step.
-    pub(super) fn kernel_avx2(a: &[f32], b: &[f32], c: &mut [f32; MAX_MR * NR]) {
-        // SAFETY: `micro_kernel` selects this only at the Avx2 level, which runtime detection
-        // (or `WEBTENSOR_CPU_SIMD`, checked against it) confirmed.
-        unsafe { avx2(a, b, c) }
-    }
-
+    ///
+    /// # Safety
+    /// As [`super::MicroKernel`] with `mr = 6`, at the Avx2 level (which runtime detection, or
+    /// `WEBTENSOR_CPU_SIMD` checked against it, confirmed).
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn avx2(a: &[f32], b: &[f32], c: &mut [f32; MAX_MR * NR]) {
+    pub(super) unsafe fn kernel_avx2(
+        a: &[f32],
+        b: &[f32],
+        c: *mut f32,
+        ldc: usize,
+        accumulate: bool,
+    ) {
         const MR: usize = 6;
+        const NR: usize = 16;
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         for (ap, bp) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
             // SAFETY: `bp` holds NR = 16 floats.
@@ -215,35 +342,128 @@ mod x86 {
             }
         }
         for (r, pair) in acc.iter().enumerate() {
-            // SAFETY: row r of `c` holds NR = 16 floats (r < 6 ≤ MAX_MR).
+            // SAFETY: row r of `c` holds NR = 16 floats (the caller's contract).
             unsafe {
-                _mm256_storeu_ps(c.as_mut_ptr().add(r * NR), pair[0]);
-                _mm256_storeu_ps(c.as_mut_ptr().add(r * NR + 8), pair[1]);
+                let row = c.add(r * ldc);
+                let (mut lo, mut hi) = (pair[0], pair[1]);
+                if accumulate {
+                    lo = _mm256_add_ps(lo, _mm256_loadu_ps(row));
+                    hi = _mm256_add_ps(hi, _mm256_loadu_ps(row.add(8)));
+                }
+                _mm256_storeu_ps(row, lo);
+                _mm256_storeu_ps(row.add(8), hi);
             }
         }
     }
 
-    /// 12 × 16 with AVX-512F: twelve accumulators, one load of `b` and twelve broadcasts of
-    /// `a` per step.
-    pub(super) fn kernel_avx512(a: &[f32], b: &[f32], c: &mut [f32; MAX_MR * NR]) {
-        // SAFETY: as `kernel_avx2`, at the Avx512 level.
-        unsafe { avx512(a, b, c) }
+    /// 12 × 32 with AVX-512F: 24 accumulators, two loads of `b` and twelve broadcasts of `a`
+    /// per step.
+    ///
+    /// # Safety
+    /// As [`super::MicroKernel`] with `mr = 12`, `NR = 32`, at the Avx512 level.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn kernel_avx512(
+        a: &[f32],
+        b: &[f32],
+        c: *mut f32,
+        ldc: usize,
+        accumulate: bool,
+    ) {
+        const MR: usize = 12;
+        const NR: usize = 32;
+        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+        for (ap, bp) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
+            // SAFETY: `bp` holds NR = 32 floats.
+            let (b0, b1) = unsafe {
+                (
+                    _mm512_loadu_ps(bp.as_ptr()),
+                    _mm512_loadu_ps(bp.as_ptr().add(16)),
+                )
+            };
+            for r in 0..MR {
+                let av = _mm512_set1_ps(ap[r]);
+                acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+                acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+            }
+        }
+        for (r, pair) in acc.iter().enumerate() {
+            // SAFETY: row r of `c` holds NR = 32 floats (the caller's contract).
+            unsafe {
+                let row = c.add(r * ldc);
+                let (mut lo, mut hi) = (pair[0], pair[1]);
+                if accumulate {
+                    lo = _mm512_add_ps(lo, _mm512_loadu_ps(row));
+                    hi = _mm512_add_ps(hi, _mm512_loadu_ps(row.add(16)));
+                }
+                _mm512_storeu_ps(row, lo);
+                _mm512_storeu_ps(row.add(16), hi);
+            }
+        }
+    }
+
+    /// Packs 16 rows of `b` (`src[c·k ..]`, the block's first depth at offset 0) into 16
+    /// columns of a panel whose depths lie `nr` apart, 16 depths at a time with in-register
+    /// 16 × 16 transposes. Returns how many depths it packed (a multiple of 16); the caller
+    /// packs the rest.
+    pub(super) fn pack_transposed_avx512(
+        src: &[f32],
+        k: usize,
+        kc: usize,
+        nr: usize,
+        panel: &mut [f32],
+    ) -> usize {
+        let whole = kc / 16 * 16;
+        assert!(
+            whole == 0 || (src.len() >= 15 * k + whole && panel.len() >= (whole - 1) * nr + 16)
+        );
+        // SAFETY: bounds asserted just above; `pack_b` calls this only at the Avx512 level.
+        unsafe { transposed_avx512(src, k, whole, nr, panel) };
+        whole
     }
 
     #[target_feature(enable = "avx512f")]
-    unsafe fn avx512(a: &[f32], b: &[f32], c: &mut [f32; MAX_MR * NR]) {
-        const MR: usize = 12;
-        let mut acc = [_mm512_setzero_ps(); MR];
-        for (ap, bp) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
-            // SAFETY: `bp` holds NR = 16 floats.
-            let bv = unsafe { _mm512_loadu_ps(bp.as_ptr()) };
-            for r in 0..MR {
-                acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(ap[r]), bv, acc[r]);
+    unsafe fn transposed_avx512(src: &[f32], k: usize, whole: usize, nr: usize, panel: &mut [f32]) {
+        for p in (0..whole).step_by(16) {
+            // SAFETY (all loads and stores): row c < 16 reads src[c·k + p ..][..16] and depth
+            // d < 16 writes panel[(p + d)·nr ..][..16], inside the asserted bounds.
+            let r: [__m512; 16] =
+                std::array::from_fn(|c| unsafe { _mm512_loadu_ps(src.as_ptr().add(c * k + p)) });
+            let t: [__m512; 16] = std::array::from_fn(|i| {
+                let (x, y) = (r[i & !1], r[i | 1]);
+                if i % 2 == 0 {
+                    _mm512_unpacklo_ps(x, y)
+                } else {
+                    _mm512_unpackhi_ps(x, y)
+                }
+            });
+            // u[4i + q], lane L: column 4L + q of rows 4i..4i + 4.
+            let u: [__m512; 16] = std::array::from_fn(|idx| {
+                let (i, q) = (idx / 4, idx % 4);
+                let (x, y) = (
+                    _mm512_castps_pd(t[4 * i + q / 2]),
+                    _mm512_castps_pd(t[4 * i + 2 + q / 2]),
+                );
+                _mm512_castpd_ps(if q % 2 == 0 {
+                    _mm512_unpacklo_pd(x, y)
+                } else {
+                    _mm512_unpackhi_pd(x, y)
+                })
+            });
+            for q in 0..4 {
+                let v0 = _mm512_shuffle_f32x4::<0x88>(u[q], u[4 + q]);
+                let v1 = _mm512_shuffle_f32x4::<0xDD>(u[q], u[4 + q]);
+                let w0 = _mm512_shuffle_f32x4::<0x88>(u[8 + q], u[12 + q]);
+                let w1 = _mm512_shuffle_f32x4::<0xDD>(u[8 + q], u[12 + q]);
+                let cols = [
+                    (q, _mm512_shuffle_f32x4::<0x88>(v0, w0)),
+                    (8 + q, _mm512_shuffle_f32x4::<0xDD>(v0, w0)),
+                    (4 + q, _mm512_shuffle_f32x4::<0x88>(v1, w1)),
+                    (12 + q, _mm512_shuffle_f32x4::<0xDD>(v1, w1)),
+                ];
+                for (d, v) in cols {
+                    unsafe { _mm512_storeu_ps(panel.as_mut_ptr().add((p + d) * nr), v) };
+                }
             }
-        }
-        for (r, v) in acc.iter().enumerate() {
-            // SAFETY: row r of `c` holds NR = 16 floats (r < 12 = MAX_MR).
-            unsafe { _mm512_storeu_ps(c.as_mut_ptr().add(r * NR), *v) };
         }
     }
 }
