@@ -84,6 +84,16 @@ pub fn llama_cpp(
         .args(["--decode-tokens", &decode_tokens.to_string()])
         .output()
         .map_err(|e| failed(format!("could not run python3 {}: {e}", script().display())))?;
+    if !out.status.success() {
+        // A crash inside llama.cpp (e.g. an AMX build where the VM does not enable AMX: see
+        // the README) leaves no JSON; say how the process ended instead.
+        return Err(failed(format!(
+            "the llama.cpp sample ({} --llama-cpp-sample) ended with {}: {}",
+            script().display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
     let text = String::from_utf8_lossy(&out.stdout);
     let json: serde_json::Value = serde_json::from_str(text.trim()).map_err(|e| {
         failed(format!(
