@@ -14,7 +14,7 @@
 //! in-register transposes. Short last panels are padded with zeros and edge tiles go through
 //! a small buffer, so `m`, `n` and `k` need not be multiples of anything.
 
-use super::parallel::{for_each_row, map_tasks, threads};
+use super::parallel::{for_each_row, map_tasks, threads, SendPtr};
 use super::simd::SimdLevel;
 
 /// Depth of one packed slice: a `KC × NR` panel of `b` (32 KiB at most) stays in L1 while
@@ -52,6 +52,11 @@ pub enum RhsLayout {
 /// `c` must point at `mr` rows of `NR` writable floats, `ldc` apart.
 type MicroKernel = unsafe fn(&[f32], &[f32], *mut f32, usize, bool);
 
+/// Packs 16 columns of a transposed `b` (`src[c·k ..]` is column `c` at the slice's first
+/// depth, `kc` depths) into a panel whose depths lie `nr` apart with SIMD transposes, and
+/// returns how many depths it packed (a multiple of 16; `pack_b` packs the rest).
+type Transposer = fn(src: &[f32], k: usize, kc: usize, nr: usize, panel: &mut [f32]) -> usize;
+
 /// `out[m, n] = a[m, k] · op(b)` (`out` is overwritten).
 #[allow(clippy::too_many_arguments)]
 pub fn gemm(
@@ -81,10 +86,16 @@ pub fn gemm(
     };
     match level {
         #[cfg(target_arch = "x86_64")]
-        SimdLevel::Avx512 => blocked::<32>(shape, x86::kernel_avx512, 12, out, true),
+        SimdLevel::Avx512 => blocked::<32>(
+            shape,
+            x86::kernel_avx512,
+            12,
+            Some(x86::pack_transposed_avx512),
+            out,
+        ),
         #[cfg(target_arch = "x86_64")]
-        SimdLevel::Avx2 => blocked::<16>(shape, x86::kernel_avx2, 6, out, false),
-        _ => blocked::<16>(shape, kernel_portable, 4, out, false),
+        SimdLevel::Avx2 => blocked::<16>(shape, x86::kernel_avx2, 6, None, out),
+        _ => blocked::<16>(shape, kernel_portable, 4, None, out),
     }
 }
 
@@ -99,14 +110,14 @@ struct Shape<'a> {
     k: usize,
 }
 
-/// The blocked product with an `mr × NR` micro-kernel; `avx512` packs transposed `b` with
-/// AVX-512 transposes.
+/// The blocked product with an `mr × NR` micro-kernel; `transposer`, where the level has one,
+/// packs full panels of a transposed `b`.
 fn blocked<const NR: usize>(
     shape: Shape,
     kernel: MicroKernel,
     mr: usize,
+    transposer: Option<Transposer>,
     out: &mut [f32],
-    avx512: bool,
 ) {
     let Shape { a, m, n, k, .. } = shape;
     let a_panels = m.div_ceil(mr);
@@ -122,7 +133,7 @@ fn blocked<const NR: usize>(
     // Column blocks: at most NC wide, and enough of them to balance the threads.
     let nc = n.div_ceil(threads() * 4).next_multiple_of(NR).clamp(NR, NC);
     let blocks = n.div_ceil(nc);
-    let out_ptr = OutPtr(out.as_mut_ptr());
+    let out_ptr = SendPtr(out.as_mut_ptr());
     // A product of k costs about k/8 element copies (8-wide FMA).
     map_tasks(blocks, m * n * k / 8, |blk| {
         let j0 = blk * nc;
@@ -133,7 +144,7 @@ fn blocked<const NR: usize>(
             let mut edge = [0f32; MAX_MR * MAX_NR];
             for p0 in (0..k).step_by(KC) {
                 let kc = KC.min(k - p0);
-                pack_b::<NR>(shape, j0, width, p0, kc, avx512, packed_b);
+                pack_b::<NR>(shape, j0, width, p0, kc, transposer, packed_b);
                 let accumulate = p0 > 0;
                 for jp in 0..b_panels {
                     let b_panel = &packed_b[jp * NR * kc..(jp + 1) * NR * kc];
@@ -162,12 +173,7 @@ fn blocked<const NR: usize>(
                                         cols,
                                     )
                                 };
-                                let src = &edge[r * NR..r * NR + cols];
-                                if accumulate {
-                                    dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
-                                } else {
-                                    dst.copy_from_slice(src);
-                                }
+                                store_row(dst, &edge[r * NR..r * NR + cols], accumulate);
                             }
                         }
                     }
@@ -183,15 +189,12 @@ thread_local! {
     static PACKED_B: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// `out`'s base pointer handed to the tasks, each of which writes its own columns.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: tasks write disjoint column blocks of the one mutably borrowed output.
-unsafe impl Sync for OutPtr {}
-unsafe impl Send for OutPtr {}
-impl OutPtr {
-    fn get(self) -> *mut f32 {
-        self.0
+/// Stores `src` into `dst` (the first depth slice) or adds it (the later ones).
+fn store_row(dst: &mut [f32], src: &[f32], accumulate: bool) {
+    if accumulate {
+        dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
+    } else {
+        dst.copy_from_slice(src);
     }
 }
 
@@ -203,7 +206,7 @@ fn pack_b<const NR: usize>(
     width: usize,
     p0: usize,
     kc: usize,
-    avx512: bool,
+    transposer: Option<Transposer>,
     dst: &mut [f32],
 ) {
     let Shape {
@@ -242,12 +245,14 @@ fn pack_b<const NR: usize>(
     for (jp, panel) in dst.chunks_exact_mut(NR * kc).take(panels).enumerate() {
         let cols = NR.min(width - jp * NR);
         let j = j0 + jp * NR;
-        // Depths `..done` of a full panel are packed by SIMD transposes, the rest below.
-        let done = if cols == NR && avx512 {
-            transposed_simd::<NR>(&b[j * k + p0..], k, kc, panel)
-        } else {
-            0
-        };
+        // Depths `..done` of a full panel are packed by SIMD transposes, 16 columns at a
+        // time; the rest below.
+        let mut done = 0;
+        if let (Some(transpose), true) = (transposer, cols == NR) {
+            for half in (0..NR).step_by(16) {
+                done = transpose(&b[(j + half) * k + p0..], k, kc, NR, &mut panel[half..]);
+            }
+        }
         if cols < NR {
             panel.fill(0.0);
         }
@@ -257,25 +262,6 @@ fn pack_b<const NR: usize>(
                 panel[p * NR + c] = v;
             }
         }
-    }
-}
-
-/// Packs a full `NR`-wide panel of a transposed `b` (`src[c·k ..]` is column `c` at the
-/// slice's first depth) with the AVX-512 transposes, 16 columns at a time, and returns how
-/// many depths it packed (the caller packs the rest). Only `pack_b`'s `avx512` calls reach it.
-fn transposed_simd<const NR: usize>(src: &[f32], k: usize, kc: usize, panel: &mut [f32]) -> usize {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let mut done = 0;
-        for half in (0..NR).step_by(16) {
-            done = x86::pack_transposed_avx512(&src[half * k..], k, kc, NR, &mut panel[half..]);
-        }
-        done
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (src, k, kc, panel);
-        unreachable!("the AVX-512 packing runs only on x86-64")
     }
 }
 
@@ -298,11 +284,7 @@ unsafe fn kernel_portable(a: &[f32], b: &[f32], c: *mut f32, ldc: usize, accumul
     for (r, row) in acc.iter().enumerate() {
         // SAFETY: the caller gives MR rows of NR floats, `ldc` apart.
         let dst = unsafe { std::slice::from_raw_parts_mut(c.add(r * ldc), NR) };
-        if accumulate {
-            dst.iter_mut().zip(row).for_each(|(d, s)| *d += s);
-        } else {
-            dst.copy_from_slice(row);
-        }
+        store_row(dst, row, accumulate);
     }
 }
 
@@ -401,10 +383,8 @@ mod x86 {
         }
     }
 
-    /// Packs 16 rows of `b` (`src[c·k ..]`, the block's first depth at offset 0) into 16
-    /// columns of a panel whose depths lie `nr` apart, 16 depths at a time with in-register
-    /// 16 × 16 transposes. Returns how many depths it packed (a multiple of 16); the caller
-    /// packs the rest.
+    /// The [`super::Transposer`] of the Avx512 level: 16 depths at a time with in-register
+    /// 16 × 16 transposes.
     pub(super) fn pack_transposed_avx512(
         src: &[f32],
         k: usize,
@@ -416,7 +396,7 @@ mod x86 {
         assert!(
             whole == 0 || (src.len() >= 15 * k + whole && panel.len() >= (whole - 1) * nr + 16)
         );
-        // SAFETY: bounds asserted just above; `pack_b` calls this only at the Avx512 level.
+        // SAFETY: bounds asserted just above; `gemm` hands this out only at the Avx512 level.
         unsafe { transposed_avx512(src, k, whole, nr, panel) };
         whole
     }

@@ -90,7 +90,7 @@ fn run_split(tasks: usize, work: usize, f: impl Fn(usize) + Sync + Send) {
 }
 
 /// A pointer handed to tasks, each of which uses its own part of the data.
-struct SendPtr<T>(*mut T);
+pub(super) struct SendPtr<T>(pub(super) *mut T);
 
 impl<T> Clone for SendPtr<T> {
     fn clone(&self) -> Self {
@@ -105,7 +105,7 @@ unsafe impl<T: Send> Send for SendPtr<T> {}
 
 impl<T> SendPtr<T> {
     /// The pointer (a method, so closures capture the `Sync` wrapper, not the raw field).
-    fn get(self) -> *mut T {
+    pub(super) fn get(self) -> *mut T {
         self.0
     }
 }
