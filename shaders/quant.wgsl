@@ -20,7 +20,7 @@ struct Params {
     k: u32,        // values per row
     mode: u32,     // qmatmul_float: 0 f32, 1 f16 activations; quantize_acts: 0 q8_0, 1 per row
     zero: u32,     // always 0; keeps a product from being fused into a following add
-    residual: u32, // products: 1 adds `res` (binding 4, f32 [m, n]) to the result
+    epilogue: u32, // products: 1 adds `res` (binding 4, f32 [m, n]), 2 multiplies by silu(res)
     _pad1: u32,
 }
 
@@ -28,7 +28,8 @@ struct Params {
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;
 @group(0) @binding(2) var<storage, read> q: array<u32>;
 @group(0) @binding(3) var<storage, read> x: array<u32>;
-// The residual a product adds (`mv` with p.residual = 1, `add_residual`).
+// The second operand of a product's epilogue (`mv` with p.epilogue > 0, `epilogue`): the
+// residual it adds, or the gate product whose SiLU it multiplies.
 @group(0) @binding(4) var<storage, read> res: array<f32>;
 
 const WG: u32 = 64u;
@@ -519,15 +520,29 @@ fn quantize_acts(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
 
 // ---- products -----------------------------------------------------------------------------
 
-// out[i] = res[i] + out[i] for i < m·n: the residual added after a product kernel without the
-// epilogue (`linear_residual` off the `mv` path).
+// A product's epilogue (see `finish`) applied to `out` after a product kernel without it
+// (`linear_residual` and `swiglu_linear` off the `mv` path), for i < m·n.
 @compute @workgroup_size(64)
-fn add_residual(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-                @builtin(local_invocation_index) lid: u32) {
+fn epilogue(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
     let i = (wid.y * nwg.x + wid.x) * WG + lid;
     if (i < p.m * p.n) {
-        out[i] = bitcast<u32>(res[i] + bitcast<f32>(out[i]));
+        out[i] = bitcast<u32>(finish(i, bitcast<f32>(out[i])));
     }
+}
+
+// Product value `v` at output index `o` after the epilogue p.epilogue: 1 the residual
+// connection (rounded as `add`), 2 SwiGLU's silu(gate) · up with `v` the up product (rounded
+// as `swiglu`); 0 leaves it.
+fn finish(o: u32, v: f32) -> f32 {
+    if (p.epilogue == 1u) {
+        return res[o] + v;
+    }
+    if (p.epilogue == 2u) {
+        let g = res[o];
+        return g / (1.0 + exp(-g)) * v;
+    }
+    return v;
 }
 
 // Activation value i (flat index) as f32: f32 words, or f16 halves unpacked from u32 words.
@@ -1108,12 +1123,7 @@ fn mv_store(wid: vec3<u32>, row0: u32, s: array<vec4<f32>, 4>) {
         if (row < p.n) {
             for (var i = 0u; i < min(4u, p.m - mv_a0); i = i + 1u) {
                 let o = (mv_a0 + i) * p.n + row;
-                var v = s[j][i];
-                if (p.residual == 1u) {
-                    // The residual connection as the product's epilogue, rounded as `add`.
-                    v = res[o] + v;
-                }
-                out[o] = bitcast<u32>(v);
+                out[o] = bitcast<u32>(finish(o, s[j][i]));
             }
         }
     }

@@ -14,7 +14,7 @@ struct Params {
     k: u32,
     mode: u32,
     zero: u32,
-    residual: u32,
+    epilogue: u32,
     _pad1: u32,
 }
 

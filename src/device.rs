@@ -17,7 +17,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use crate::backend::{registry, BackendInfo, BackendKind, BackendRef, DeviceClass, OpKind};
+use crate::backend::{registry, BackendInfo, BackendKind, BackendRef, DeviceClass, OpKind, OpSpec};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -224,12 +224,16 @@ impl Device {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    /// Whether the primary backend runs `op` for inputs of `dtype` itself (implements it and
-    /// does not have it disabled). Ops with a composition into other ops ([`OpKind::FUSED`])
-    /// use that composition when it does not, rather than moving to another backend.
-    pub(crate) fn primary_runs(&self, op: OpKind, dtype: DType) -> bool {
+    /// Whether the primary backend runs the fused op `spec` for inputs of `dtype` itself:
+    /// implements it, does not have it disabled, and does not prefer the composition at its
+    /// sizes. Ops with a composition into other ops ([`OpKind::FUSED`]) use that composition
+    /// when it does not, rather than moving to another backend.
+    pub(crate) fn primary_fuses(&self, spec: &OpSpec, dtype: DType) -> bool {
         let primary = self.primary();
-        primary.supports(op, dtype) && !self.inner.disabled.contains(&(primary.kind(), op))
+        let op = spec.kind();
+        primary.supports(op, dtype)
+            && !self.inner.disabled.contains(&(primary.kind(), op))
+            && !primary.prefers_composition(spec)
     }
 
     /// The backend that runs `op` for inputs of `dtype`: the first of the chain that

@@ -165,5 +165,39 @@ pub fn paged_attention(dev: &Device) {
                 );
             }
         }
+    } // Long sequences (several of the wgpu kernel's 64-key chunks, its online softmax
+      // rescaling them) and heads wider than its 256-wide slice and not a multiple of 4.
+    for (heads, kv, hd, t, n) in [(4, 2, 72, 2, 150), (2, 1, 262, 1, 70)] {
+        let slots = n + 11;
+        let pool_rows = kv * slots;
+        let keys = uniform(&mut r, pool_rows * hd, 1.0);
+        let values = uniform(&mut r, pool_rows * hd, 1.0);
+        let rows: Vec<u32> = (0..kv * n)
+            .map(|i| ((i / n) * slots + (i % n * 13 + 3) % slots) as u32)
+            .collect();
+        let q = uniform(&mut r, t * heads * hd, 0.5);
+        for window in [None, Some(100)] {
+            let what = format!("paged_attention {heads}/{kv} heads hd={hd} t={t} n={n} {window:?}");
+            three_ways(
+                &what,
+                dev,
+                OpKind::PagedAttention,
+                TOL * (n as f64).sqrt(),
+                |d| {
+                    ops::paged_attention(
+                        &tensor(d, &q, &[t, heads * hd]),
+                        (
+                            &tensor(d, &keys, &[pool_rows, hd]),
+                            &tensor(d, &values, &[pool_rows, hd]),
+                        ),
+                        &tensor(d, &rows, &[kv, n]),
+                        heads,
+                        0.125,
+                        window,
+                    )
+                    .unwrap()
+                },
+            );
+        }
     }
 }

@@ -235,6 +235,14 @@ pub trait Backend: Send + Sync + fmt::Debug {
         true
     }
 
+    /// Whether this backend, which implements the fused op `spec`, would rather run it as
+    /// its composition of other ops at these sizes, where its kernel is the slower of the
+    /// two (see [`OpKind::FUSED`]).
+    fn prefers_composition(&self, spec: &OpSpec) -> bool {
+        let _ = spec;
+        false
+    }
+
     /// Copies host data into a new storage of this backend.
     fn upload(&self, data: HostData) -> Result<Storage>;
 

@@ -4,7 +4,7 @@
 //! as the composition of existing ops written once here, on the same backend.
 
 use super::{dispatch, expect_dtype, expect_finite};
-use crate::backend::{Activations, AttentionSpec, LinearSpec, OpKind, OpSpec};
+use crate::backend::{Activations, AttentionSpec, LinearSpec, OpSpec};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops;
@@ -40,7 +40,11 @@ pub fn swiglu_linear(
         ));
     }
     let (l, out_shape) = linear_spec(OP, x, gate, activations)?;
-    if !x.device().primary_runs(OpKind::SwigluLinear, x.dtype()) || l.k == 0 {
+    if !x
+        .device()
+        .primary_fuses(&OpSpec::SwigluLinear(l), x.dtype())
+        || l.k == 0
+    {
         return ops::swiglu(
             &product(x, gate, activations)?,
             &product(x, up, activations)?,
@@ -77,7 +81,11 @@ pub fn linear_residual(
             &[x.shape(), w.shape(), residual.shape()],
         ));
     }
-    if !x.device().primary_runs(OpKind::LinearResidual, x.dtype()) || l.k == 0 {
+    if !x
+        .device()
+        .primary_fuses(&OpSpec::LinearResidual(l), x.dtype())
+        || l.k == 0
+    {
         return ops::add(residual, &product(x, w, activations)?);
     }
     dispatch(
@@ -212,7 +220,10 @@ pub fn paged_attention(
     if spec.t == 0 || head_dim == 0 {
         return Tensor::zeros(q.device(), out_shape);
     }
-    if !q.device().primary_runs(OpKind::PagedAttention, DType::F32) {
+    if !q
+        .device()
+        .primary_fuses(&OpSpec::PagedAttention(spec), DType::F32)
+    {
         return attention_composed(q, (keys, values), rows, &spec);
     }
     dispatch(

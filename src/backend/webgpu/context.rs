@@ -318,7 +318,7 @@ impl GpuContext {
             limits,
             threads: None,
             simd: None,
-            missing_ops: super::kernels::UNFUSED.to_vec(),
+            missing_ops: vec![],
             f16_path: with_note(
                 if self.native_f16 {
                     "shader-f16 (native f16 storage)".into()

@@ -25,7 +25,6 @@ mod sample;
 mod scan;
 mod split;
 
-pub(super) use fused::UNFUSED;
 pub(super) use quant::int_activation_words;
 pub(super) use scan::scan_temp_len;
 pub(super) use split::split_operand;
@@ -197,10 +196,8 @@ impl Encoder<'_> {
             }
             OpSpec::Sample { .. } => self.sample(spec, out, &raw),
             OpSpec::LinearResidual(l) => self.linear_residual(l, out, inputs),
-            OpSpec::SwigluLinear(_) | OpSpec::PagedAttention(_) => Err(Error::backend(
-                BackendKind::Wgpu,
-                format!("no {op} kernel yet; ops composes it from other ops"),
-            )),
+            OpSpec::SwigluLinear(l) => self.swiglu_linear(l, out, inputs),
+            OpSpec::PagedAttention(s) => self.paged_attention(s, out, inputs),
         }
     }
 

@@ -94,7 +94,7 @@ params!(
     /// `quant.wgsl` and `quant_f16.wgsl`; `format` is a `FMT_*` code, `zero` always 0,
     /// `residual` 1 when the `mv` product adds its residual operand.
     QuantParams for [Quant, QuantF16] {
-        format: u32, m: u32, n: u32, k: u32, mode: u32, zero: u32, residual: u32, _pad1: u32,
+        format: u32, m: u32, n: u32, k: u32, mode: u32, zero: u32, epilogue: u32, _pad1: u32,
     }
 );
 params!(
@@ -114,6 +114,13 @@ params!(
     SampleParams for [Sample] {
         rows: u32, vocab: u32, temperature: f32, top_k: u32, top_p: f32, greedy: u32,
         _pad0: u32, _pad1: u32,
+    }
+);
+params!(
+    /// `attention.wgsl`: attention over a paged KV pool; `window` 0 means full causal.
+    AttentionParams for [Attention] {
+        t: u32, n: u32, heads: u32, kv_heads: u32, head_dim: u32, pool_rows: u32, scale: f32,
+        window: u32,
     }
 );
 
@@ -145,6 +152,7 @@ mod tests {
             ScanParams::layout(),
             ConcatParams::layout(),
             SampleParams::layout(),
+            AttentionParams::layout(),
         ]
     }
 

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 pub(crate) const PARAMS_BYTES: u64 = 256;
 
 /// The most inputs an op binds.
-pub(crate) const MAX_INPUTS: usize = 3;
+pub(crate) const MAX_INPUTS: usize = 4;
 
 /// One `.wgsl` file of `shaders/`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -38,6 +38,7 @@ pub(crate) enum Shader {
     Scan,
     Concat,
     Sample,
+    Attention,
 }
 
 /// The prelude of the shaders marked `@prelude(reduce)`: the entry `mv` for a shape.
@@ -50,7 +51,7 @@ fn reduce_prelude(shape: MvShape) -> &'static str {
 }
 
 impl Shader {
-    pub(crate) const ALL: [Shader; 14] = [
+    pub(crate) const ALL: [Shader; 15] = [
         Shader::Elementwise,
         Shader::Norm,
         Shader::Softmax,
@@ -65,6 +66,7 @@ impl Shader {
         Shader::Scan,
         Shader::Concat,
         Shader::Sample,
+        Shader::Attention,
     ];
 
     /// The module's WGSL for the adapter's matvec shape (see [`Shader::composed`]).
@@ -98,6 +100,7 @@ impl Shader {
             Shader::Scan => include_str!("../../../shaders/scan.wgsl"),
             Shader::Concat => include_str!("../../../shaders/concat.wgsl"),
             Shader::Sample => include_str!("../../../shaders/sample.wgsl"),
+            Shader::Attention => include_str!("../../../shaders/attention.wgsl"),
         }
     }
 
@@ -117,6 +120,7 @@ impl Shader {
             Shader::Scan => "scan.wgsl",
             Shader::Concat => "concat.wgsl",
             Shader::Sample => "sample.wgsl",
+            Shader::Attention => "attention.wgsl",
         }
     }
 }

@@ -1,18 +1,22 @@
-//! Encoding the fused decode ops that have wgpu kernels. [`OpSpec::LinearResidual`]: the
-//! product with packed weights adds the residual as the `mv` kernel's epilogue, so a decode
-//! projection and its residual connection are one dispatch; off that kernel (f32 weights,
-//! long rows) the product is followed by `add_residual`. The other fused ops
-//! ([`UNFUSED`]) are composed from other ops by `ops`.
+//! Encoding the fused decode ops.
+//! - [`OpSpec::LinearResidual`]: the product with packed weights adds the residual as the
+//!   `mv` kernel's epilogue, so a decode projection and its residual connection are one
+//!   dispatch.
+//! - [`OpSpec::SwigluLinear`]: the gate product into a temporary buffer, then the up product
+//!   whose `mv` epilogue multiplies it by SiLU of the gate: two dispatches where the unfused
+//!   ops took three.
+//!
+//! Off the `mv` kernel (f32 weights, long rows) the products are followed by the `epilogue`
+//! kernel.
+//! - [`OpSpec::PagedAttention`]: `attention.wgsl`, one workgroup per (query, head) reading
+//!   the pool rows in place, one dispatch.
 
-use super::quant::Product;
-use super::{Encoder, Operand};
-use crate::backend::{LinearSpec, OpKind, OpSpec};
+use super::quant::{Epilogue, Product};
+use super::{u32_of, Encoder, Operand, Shader};
+use crate::backend::webgpu::params::AttentionParams;
+use crate::backend::{AttentionSpec, LinearSpec, OpSpec};
 use crate::dtype::DType;
 use crate::error::Result;
-
-/// The fused ops without a wgpu kernel yet: `ops` composes them here from other ops.
-pub(in crate::backend::webgpu) const UNFUSED: [OpKind; 2] =
-    [OpKind::SwigluLinear, OpKind::PagedAttention];
 
 impl Encoder<'_> {
     /// Records `out = residual + act(a) · wᵀ`; `inputs` are `a`, `w`, `residual` and, when
@@ -23,11 +27,38 @@ impl Encoder<'_> {
         out: &wgpu::Buffer,
         inputs: &[Operand<'_>],
     ) -> Result<()> {
-        let (a, w, residual) = (inputs[0].buffer, inputs[1].buffer, inputs[2].buffer);
+        let residual = Epilogue::Residual(inputs[2].buffer);
+        self.linear(l, out, inputs, inputs.get(3), residual)
+    }
+
+    /// Records `out = silu(act(a) · gateᵀ) ⊙ (act(a) · upᵀ)`; `inputs` are `a`, `gate`, `up`,
+    /// the backend's f32 `[m, n]` buffer for the gate product and, when the backend allocated
+    /// it, the int8-activation buffer.
+    pub(super) fn swiglu_linear(
+        &mut self,
+        l: &LinearSpec,
+        out: &wgpu::Buffer,
+        inputs: &[Operand<'_>],
+    ) -> Result<()> {
+        let (a, gate, up, gate_out) = (inputs[0], inputs[1], inputs[2], inputs[3]);
+        let temp = inputs.get(4);
+        self.linear(l, gate_out.buffer, &[a, gate], temp, Epilogue::None)?;
+        self.linear(l, out, &[a, up], temp, Epilogue::SiluGate(gate_out.buffer))
+    }
+
+    /// `out = act(a) · wᵀ` then `epilogue`, for `inputs` `a` and `w` of `l`'s format.
+    fn linear(
+        &mut self,
+        l: &LinearSpec,
+        out: &wgpu::Buffer,
+        inputs: &[Operand<'_>],
+        temp: Option<&Operand<'_>>,
+        epilogue: Epilogue<'_>,
+    ) -> Result<()> {
         if l.format == DType::F32 {
             let spec = OpSpec::Matmul(l.f32_product());
             self.encode(&spec, out, &inputs[..2])?;
-            return self.add_residual(l.m, l.n, out, residual);
+            return self.epilogue(l.m, l.n, out, epilogue);
         }
         let product = Product {
             format: l.format,
@@ -36,7 +67,34 @@ impl Encoder<'_> {
             n: l.n,
             k: l.k,
         };
-        let temp = inputs.get(3).map(|t| t.buffer);
-        self.qmatmul(product, out, [a, w], temp, Some(residual))
+        let operands = [inputs[0].buffer, inputs[1].buffer];
+        self.qmatmul(product, out, operands, temp.map(|t| t.buffer), epilogue)
+    }
+
+    /// Records attention over the pool for `inputs` `q`, `keys`, `values`, `rows`.
+    pub(super) fn paged_attention(
+        &mut self,
+        s: &AttentionSpec,
+        out: &wgpu::Buffer,
+        inputs: &[Operand<'_>],
+    ) -> Result<()> {
+        const OP: &str = "paged_attention";
+        u32_of(OP, "q values", s.t * s.heads * s.head_dim)?;
+        u32_of(OP, "pool values", s.pool_rows * s.head_dim)?;
+        u32_of(OP, "rows", s.kv_heads * s.n)?;
+        let p = AttentionParams {
+            t: u32_of(OP, "t", s.t)?,
+            n: u32_of(OP, "n", s.n)?,
+            heads: u32_of(OP, "heads", s.heads)?,
+            kv_heads: u32_of(OP, "kv_heads", s.kv_heads)?,
+            head_dim: u32_of(OP, "head_dim", s.head_dim)?,
+            pool_rows: u32_of(OP, "pool_rows", s.pool_rows)?,
+            scale: s.scale,
+            // A window of n keys or more hides nothing.
+            window: s.window.map_or(0, |w| w.min(s.n) as u32),
+        };
+        let grid = self.grid(OP, (s.t * s.heads) as u64)?;
+        let raw: Vec<&wgpu::Buffer> = inputs.iter().map(|o| o.buffer).collect();
+        self.run(Shader::Attention, "paged_attention", &p, out, &raw, grid)
     }
 }

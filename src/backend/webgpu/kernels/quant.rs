@@ -129,7 +129,7 @@ impl Encoder<'_> {
                     out,
                     [inputs[0].buffer, inputs[1].buffer],
                     temp,
-                    None,
+                    Epilogue::None,
                 )
             }
             OpSpec::TernaryDot { format, m, n, k } => {
@@ -159,18 +159,50 @@ pub(super) struct Product {
     pub k: usize,
 }
 
+/// What a product does to its f32 `[m, n]` result before storing it: the `mv` kernel applies
+/// it in place, other product kernels are followed by the `epilogue` kernel.
+#[derive(Clone, Copy)]
+pub(super) enum Epilogue<'a> {
+    /// Stores the product as it is.
+    None,
+    /// Adds this residual (`linear_residual`).
+    Residual(&'a wgpu::Buffer),
+    /// Multiplies SiLU of this gate product by the product, the up projection
+    /// (`swiglu_linear`).
+    SiluGate(&'a wgpu::Buffer),
+}
+
+impl<'a> Epilogue<'a> {
+    /// `Params::epilogue` of `quant.wgsl`.
+    fn code(self) -> u32 {
+        match self {
+            Epilogue::None => 0,
+            Epilogue::Residual(_) => 1,
+            Epilogue::SiluGate(_) => 2,
+        }
+    }
+
+    /// The buffer the epilogue reads, or `fallback` (bound but unread) when it reads none.
+    fn operand(self, fallback: &'a wgpu::Buffer) -> &'a wgpu::Buffer {
+        match self {
+            Epilogue::None => fallback,
+            Epilogue::Residual(b) | Epilogue::SiluGate(b) => b,
+        }
+    }
+}
+
 impl Encoder<'_> {
-    /// Records `out = act(a) · wᵀ` (plus `residual` when given) for packed weights `w`; `temp`
-    /// is the int8-activation buffer the backend allocated when [`int_activation_words`] asked
-    /// for one. The `mv` kernel adds the residual as its epilogue; the other kernels are
-    /// followed by `add_residual`.
+    /// Records `out = act(a) · wᵀ`, then `epilogue`, for packed weights `w`; `temp` is the
+    /// int8-activation buffer the backend allocated when [`int_activation_words`] asked for
+    /// one. The `mv` kernel applies the epilogue as it stores; the other kernels are followed
+    /// by the `epilogue` kernel.
     pub(super) fn qmatmul(
         &mut self,
         pr: Product,
         out: &wgpu::Buffer,
         [a, w]: [&wgpu::Buffer; 2],
         temp: Option<&wgpu::Buffer>,
-        residual: Option<&wgpu::Buffer>,
+        epilogue: Epilogue<'_>,
     ) -> Result<()> {
         const OP: &str = "qmatmul";
         let Product {
@@ -183,18 +215,23 @@ impl Encoder<'_> {
         u32_of(OP, "m·k", m * k)?;
         u32_of(OP, "m·n", m * n)?;
         let tiles = self.grid(OP, (n * m.div_ceil(ROWS)) as u64)?;
-        // The `mv` kernel binds three operands: the residual, or an operand again, unread.
         let mode = matches!(activations, Activations::F16 | Activations::I8) as u32;
-        let mut p = params(OP, format, m, n, k, mode)?;
+        // Only the `mv` kernel reads `epilogue`.
+        let p = QuantParams {
+            epilogue: epilogue.code(),
+            ..params(OP, format, m, n, k, mode)?
+        };
         let mv_grid = self.mv_grid(OP, m, n)?;
         let fits_mv = k <= self.ctx.mv_shape().max_k();
+        // The `mv` kernel binds three operands: the epilogue's, or an operand again, unread.
+        let mv = |enc: &mut Self, code: u32, x: &wgpu::Buffer| {
+            let inputs = [w, x, epilogue.operand(x)];
+            enc.run_format(Shader::Quant, ("mv", code), &p, out, &inputs, mv_grid)
+        };
         match activations {
             Activations::F32 if k.is_multiple_of(32) && fits_mv => {
                 // The row-dot kernel specialised for the format.
-                p.residual = residual.is_some() as u32;
-                let code = format_code(format)?;
-                let inputs = [w, a, residual.unwrap_or(a)];
-                return self.run_format(Shader::Quant, ("mv", code), &p, out, &inputs, mv_grid);
+                return mv(self, format_code(format)?, a);
             }
             Activations::F32 | Activations::F16 => {
                 if format == DType::F16 && self.ctx.native_f16 {
@@ -210,10 +247,8 @@ impl Encoder<'_> {
             }
             Activations::Q8_0 | Activations::I8 if quantizes_in_kernel(m, k) => {
                 // The row-dot kernel rounding the f32 activations itself.
-                p.residual = residual.is_some() as u32;
                 let code = QUANTIZE_ACTIVATIONS + INT_ACTIVATIONS + format_code(format)?;
-                let inputs = [w, a, residual.unwrap_or(a)];
-                return self.run_format(Shader::Quant, ("mv", code), &p, out, &inputs, mv_grid);
+                return mv(self, code, a);
             }
             Activations::Q8_0 | Activations::I8 => {
                 let temp = temp.ok_or_else(|| {
@@ -223,36 +258,35 @@ impl Encoder<'_> {
                 self.run(Shader::Quant, "quantize_acts", &p, temp, &[a], rows)?;
                 if fits_mv {
                     // The row-dot kernel reading the int8 activations.
-                    p.residual = residual.is_some() as u32;
-                    let code = INT_ACTIVATIONS + format_code(format)?;
-                    let inputs = [w, temp, residual.unwrap_or(temp)];
-                    return self.run_format(Shader::Quant, ("mv", code), &p, out, &inputs, mv_grid);
+                    return mv(self, INT_ACTIVATIONS + format_code(format)?, temp);
                 }
                 self.run(Shader::Quant, "qmatmul_int", &p, out, &[w, temp], tiles)?;
             }
         }
-        match residual {
-            Some(r) => self.add_residual(m, n, out, r),
-            None => Ok(()),
-        }
+        self.epilogue(m, n, out, epilogue)
     }
 
-    /// `out += residual` over `m × n` values, after a product kernel without the epilogue.
-    pub(super) fn add_residual(
+    /// Applies `epilogue` to the `m × n` values of `out`, after a product kernel without it.
+    pub(super) fn epilogue(
         &mut self,
         m: usize,
         n: usize,
         out: &wgpu::Buffer,
-        residual: &wgpu::Buffer,
+        epilogue: Epilogue<'_>,
     ) -> Result<()> {
-        const OP: &str = "add_residual";
+        const OP: &str = "epilogue";
+        if let Epilogue::None = epilogue {
+            return Ok(());
+        }
         let p = QuantParams {
             m: u32_of(OP, "rows", m)?,
             n: u32_of(OP, "n", n)?,
+            epilogue: epilogue.code(),
             ..Default::default()
         };
         let grid = self.grid(OP, ((m * n) as u64).div_ceil(WG))?;
-        let inputs = [residual, residual, residual];
-        self.run(Shader::Quant, "add_residual", &p, out, &inputs, grid)
+        let operand = epilogue.operand(out);
+        let inputs = [operand, operand, operand];
+        self.run(Shader::Quant, "epilogue", &p, out, &inputs, grid)
     }
 }
