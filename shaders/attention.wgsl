@@ -37,8 +37,9 @@ struct Params {
 const WG: u32 = 64u;
 // Output dimensions a workgroup accumulates per pass: two per thread.
 const SLICE: u32 = 2u * WG;
-// Below every finite score: the running maximum before the first key.
-const LOWEST: f32 = -3.4028235e38;
+// Below every score a model produces: the running maximum before the first key (the most
+// negative f32 itself is refused by Tint, which checks the literal before rounding).
+const LOWEST: f32 = -1.0e38;
 
 // The chunk's scores, then their exponentials; the chunk's pool rows.
 var<workgroup> weights: array<f32, WG>;
