@@ -1,4 +1,5 @@
-// Matrix-vector products for small m (decode: m = 1..4 rows per batch).
+// Matrix-vector products for small m (decode: m = 1..4 rows per batch), and on CPU adapters
+// `mv` for any m, four rows of a at a time.
 //
 // The tiled kernel would waste 60 of its 64 tile rows here, so these kernels spread the k axis
 // over threads instead and read each rhs element once for all m rows.
@@ -34,7 +35,9 @@ struct Params {
     rhs_stride: u32,
     col_group0: u32,
     batch0: u32,
-    _pad0: u32,
+    // `mv` only: chunks of four rows of a per batch (grid y runs over batch · chunks + chunk,
+    // so on CPU adapters a product of any m is a row of four-row matvecs); 1 elsewhere.
+    chunks: u32,
     _pad1: u32,
 }
 
@@ -87,7 +90,14 @@ fn finish_t(x: u32, y: u32, col: u32, batch: u32) {
 // ---- mv: rhs [n, k] with k % 4 == 0, through the row-team prelude (shaders/reduce/) ----
 // Each team of lanes owns four output columns (rows of rhs); its lanes stride over the rows'
 // vec4s and the prelude sums the lanes. The workgroup covers MV_ROWS columns; grid x =
-// column groups, y = batch.
+// column groups, y = (batch, chunk of four rows of a) as batch · chunks + chunk.
+
+// The batch, first row of a and number of rows (1 to 4) of the workgroup's chunk.
+fn mv_chunk(wid: vec3<u32>) -> vec3<u32> {
+    let slot = wid.y + p.batch0;
+    let r0 = 4u * (slot % p.chunks);
+    return vec3<u32>(slot / p.chunks, r0, min(4u, p.m - r0));
+}
 
 fn mv_first_row(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return (wid.x + p.col_group0) * MV_ROWS;
@@ -108,7 +118,8 @@ fn mv_partial(wid: vec3<u32>, col0: u32, lane: u32, lanes: u32) -> array<vec4<f3
     if (col0 >= p.n) {
         return array<vec4<f32>, 4>(s0, s1, s2, s3);
     }
-    let batch = wid.y + p.batch0;
+    let chunk = mv_chunk(wid);
+    let batch = chunk.x;
     let k4 = p.k / 4u;
     let last = p.n - 1u;
     let base = batch * p.rhs_stride / 4u;
@@ -116,8 +127,8 @@ fn mv_partial(wid: vec3<u32>, col0: u32, lane: u32, lanes: u32) -> array<vec4<f3
     let w1 = base + min(col0 + 1u, last) * k4;
     let w2 = base + min(col0 + 2u, last) * k4;
     let w3 = base + min(col0 + 3u, last) * k4;
-    let a0 = batch * p.m * k4;
-    let m = p.m;
+    let a0 = (batch * p.m + chunk.y) * k4;
+    let m = chunk.z;
     if (m == 1u) {
         // Decode: one activation row, no per-step row checks.
         for (var q = lane; q < k4; q = q + lanes) {
@@ -163,12 +174,12 @@ fn mv_partial(wid: vec3<u32>, col0: u32, lane: u32, lanes: u32) -> array<vec4<f3
 }
 
 fn mv_store(wid: vec3<u32>, col0: u32, s: array<vec4<f32>, 4>) {
-    let batch = wid.y + p.batch0;
+    let chunk = mv_chunk(wid);
     for (var j = 0u; j < 4u; j = j + 1u) {
         let col = col0 + j;
         if (col < p.n) {
-            for (var mi = 0u; mi < p.m; mi = mi + 1u) {
-                out[(batch * p.m + mi) * p.n + col] = s[j][mi];
+            for (var mi = 0u; mi < chunk.z; mi = mi + 1u) {
+                out[(chunk.x * p.m + chunk.y + mi) * p.n + col] = s[j][mi];
             }
         }
     }

@@ -29,7 +29,7 @@ pub(super) use quant::int_activation_words;
 pub(super) use scan::scan_temp_len;
 pub(super) use split::split_operand;
 
-use super::context::GpuContext;
+use super::context::{GpuContext, MvShape};
 use super::params::{EmbeddingParams, KernelParams, MatmulParams, MatvecParams};
 use super::pipelines::{Pipelines, Shader};
 use super::recorder::{Dispatch, Recorder, Window};
@@ -226,7 +226,8 @@ impl Encoder<'_> {
         self.run(Shader::Embedding, "embedding", &p, out, &raw, grid)
     }
 
-    /// Matrix products: the matvec kernels for m ≤ 4, the tiled kernel otherwise.
+    /// Matrix products: the matvec kernels for m ≤ 4 (and `mv` for any m on CPU adapters), the
+    /// tiled kernel otherwise.
     fn matmul(&mut self, m: &MatmulSpec, out: &wgpu::Buffer, inputs: &[Operand<'_>]) -> Result<()> {
         let op = "matmul";
         let (a, rhs) = (inputs[0], inputs[1]);
@@ -243,19 +244,27 @@ impl Encoder<'_> {
         let vec4_bindable = self.bound_size(a.buffer).is_multiple_of(16)
             && self.bound_size(rhs.buffer).is_multiple_of(16);
         let shape = self.ctx.mv_shape();
-        if m.m <= MATVEC_MAX_M && vec4_bindable {
-            let (entry, cols_per_group) = match (
-                m.rhs_transposed,
-                m.k.is_multiple_of(4) && m.k <= shape.max_k(),
-                m.n.is_multiple_of(4),
-            ) {
-                (true, true, _) => ("mv", shape.rows_per_workgroup()),
-                (true, false, _) => ("matvec_t_scalar", 4),
-                (false, _, true) => ("matvec_kn_vec4", 256),
-                (false, _, false) => ("matvec_kn", 64),
+        let mv_fits = m.rhs_transposed && m.k.is_multiple_of(4) && m.k <= shape.max_k();
+        // On CPU adapters the tiled kernel's workgroup-memory staging and barriers cost more
+        // than reading `rhs` once per four rows of `a`: `mv` takes products of any m there.
+        let chunked = shape == MvShape::Lanes && mv_fits && vec4_bindable;
+        if (m.m <= MATVEC_MAX_M && vec4_bindable) || chunked {
+            let (entry, cols_per_group) = match (mv_fits, m.rhs_transposed, m.n.is_multiple_of(4)) {
+                (true, _, _) => ("mv", shape.rows_per_workgroup()),
+                (false, true, _) => ("matvec_t_scalar", 4),
+                (false, false, true) => ("matvec_kn_vec4", 256),
+                (false, false, false) => ("matvec_kn", 64),
             };
+            // Grid y: every batch's chunks of four rows of `a` (one chunk below five rows).
+            let chunks = if entry == "mv" {
+                m.m.div_ceil(MATVEC_MAX_M).max(1)
+            } else {
+                1
+            };
+            let slots = m.batch * chunks;
+            u32_of(op, "batch · row chunks", slots)?;
             let col_groups = m.n.div_ceil(cols_per_group);
-            for b0 in (0..m.batch).step_by(max as usize) {
+            for b0 in (0..slots).step_by(max as usize) {
                 for g0 in (0..col_groups).step_by(max as usize) {
                     let p = MatvecParams {
                         m: mm,
@@ -264,11 +273,12 @@ impl Encoder<'_> {
                         rhs_stride: rhs_stride as u32,
                         col_group0: g0 as u32,
                         batch0: b0 as u32,
+                        chunks: chunks as u32,
                         ..Default::default()
                     };
                     let groups = [
                         (col_groups - g0).min(max as usize) as u32,
-                        (m.batch - b0).min(max as usize) as u32,
+                        (slots - b0).min(max as usize) as u32,
                         1,
                     ];
                     self.run(

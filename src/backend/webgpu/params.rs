@@ -67,9 +67,10 @@ params!(
     }
 );
 params!(
-    /// `matvec.wgsl`: f32 products of m ≤ 4 rows.
+    /// `matvec.wgsl`: f32 products of m ≤ 4 rows (any m for `mv` on CPU adapters, in `chunks`
+    /// of four rows).
     MatvecParams for [Matvec] {
-        m: u32, n: u32, k: u32, rhs_stride: u32, col_group0: u32, batch0: u32, _pad0: u32,
+        m: u32, n: u32, k: u32, rhs_stride: u32, col_group0: u32, batch0: u32, chunks: u32,
         _pad1: u32,
     }
 );
