@@ -2,8 +2,8 @@
 //! limit forced down to 32 KiB (`WEBTENSOR_WGPU_MAX_BINDING`), weights and embedding tables
 //! far larger than that are read one row range per binding, and every product and gather
 //! against them matches the reference backend, as does a model whose embedding and tied LM
-//! head are larger than one binding. Ops that cannot be split still refuse such a tensor with
-//! a typed error.
+//! head are larger than one binding; the fused decode ops with such a weight or KV pool run
+//! their composition. Ops that cannot be split still refuse such a tensor with a typed error.
 //!
 //! The limit is read when the wgpu backend starts, once per process, so this binary holds one
 //! test that sets it before anything starts a backend.
@@ -72,6 +72,47 @@ fn products(gpu: &Device) {
             }
         }
     }
+}
+
+/// The fused decode ops with a weight or KV pool larger than one binding: the backend runs
+/// their composition, whose products and gathers read it in row ranges.
+fn fused(gpu: &Device) {
+    let rf = reference();
+    let mut r = rng(21);
+    let k = 64;
+    let x = uniform(&mut r, 2 * k, 1.0);
+    let (g, u) = (uniform(&mut r, N * k, 1.0), uniform(&mut r, N * k, 1.0));
+    let res = uniform(&mut r, 2 * N, 1.0);
+    let swiglu = |dev: &Device| {
+        let w = |v: &[f32]| tensor(dev, v, &[N, k]);
+        let x = tensor(dev, &x, &[2, k]);
+        vec_of(&ops::swiglu_linear(&x, &w(&g), &w(&u), Activations::F32).unwrap())
+    };
+    assert_close("swiglu_linear", &swiglu(gpu), &swiglu(&rf), 1e-4);
+    let residual = |dev: &Device| {
+        let (x, w) = (tensor(dev, &x, &[2, k]), tensor(dev, &g, &[N, k]));
+        let res = tensor(dev, &res, &[2, N]);
+        vec_of(&ops::linear_residual(&x, &w, &res, Activations::F32).unwrap())
+    };
+    assert_close("linear_residual", &residual(gpu), &residual(&rf), 1e-4);
+    // A pool of N rows of 64 values (384 KB), the sequence's rows spread over it.
+    let (keys, values) = (uniform(&mut r, N * k, 1.0), uniform(&mut r, N * k, 1.0));
+    let rows: Vec<u32> = (0..40u32).map(|j| (j * 37 + 11) % N as u32).collect();
+    let q = uniform(&mut r, 2 * k, 1.0);
+    let attend = |dev: &Device| {
+        let pool = |v: &[f32]| tensor(dev, v, &[N, k]);
+        let rows = tensor(dev, &rows, &[1, 40]);
+        let out = ops::paged_attention(
+            &tensor(dev, &q, &[1, 2 * k]),
+            (&pool(&keys), &pool(&values)),
+            &rows,
+            2,
+            0.125,
+            None,
+        );
+        vec_of(&out.unwrap())
+    };
+    assert_close("paged_attention", &attend(gpu), &attend(&rf), 1e-4);
 }
 
 /// An embedding gather from a table of twelve bindings, with ids in every range, at both ends
@@ -159,6 +200,7 @@ fn tensors_beyond_one_binding_are_read_in_row_ranges() {
     assert_eq!(limit, Some(CAP), "the binding limit was not forced down");
 
     products(&gpu);
+    fused(&gpu);
     gather(&gpu);
     model(&gpu);
 

@@ -337,11 +337,25 @@ impl Backend for WgpuBackend {
         BackendKind::Wgpu
     }
 
-    /// Attention for more than a decode step's few queries: one workgroup per (query, head)
-    /// reads every key once per query, and the gathered keys' tiled products were faster on
-    /// lavapipe (prompt 57–60 against 41–46 tok/s on a SmolLM-135M-shape model).
+    /// The fused kernels bind their weights and pools whole, so a larger one than a binding
+    /// goes through the composition, whose products and gathers read it in row ranges
+    /// (`kernels/split.rs`). Attention for more than a decode step's few queries composes
+    /// too: the kernel's one workgroup per (query, head) reads every key once per query, and
+    /// the gathered keys' tiled products were faster on lavapipe (prompt 57–60 against
+    /// 41–46 tok/s on a SmolLM-135M-shape model).
     fn prefers_composition(&self, spec: &OpSpec) -> bool {
-        matches!(spec, OpSpec::PagedAttention(a) if a.t > kernels::MATVEC_MAX_M)
+        let binding = self.ctx.max_binding().0;
+        let over = |bytes: Option<usize>| bytes.is_none_or(|b| b as u64 > binding);
+        match *spec {
+            OpSpec::PagedAttention(a) => {
+                a.t > kernels::MATVEC_MAX_M || over(a.pool_rows.checked_mul(a.head_dim * 4))
+            }
+            OpSpec::SwigluLinear(l) | OpSpec::LinearResidual(l) => {
+                let units = l.format.storage_len(l.weight_len(), l.k);
+                over(units.and_then(|u| u.checked_mul(l.format.unit_bytes())))
+            }
+            _ => false,
+        }
     }
 
     fn info(&self) -> BackendInfo {
