@@ -485,6 +485,40 @@ fn the_wgpu_self_check_runs_once_per_adapter_and_demotes_a_disagreeing_variant()
     let Some(first) = wgpu_info(&env) else {
         return;
     };
+    // The verdict was written per adapter: the next start reads it instead of checking.
+    let second = wgpu_info(&env).unwrap();
+    // A variant that disagrees with the reference (planted) falls back to its portable twin.
+    let planted = wgpu_info(&[
+        env[0],
+        env[1],
+        ("WEBTENSOR_WGPU_SELFCHECK", std::path::Path::new("fail")),
+    ])
+    .unwrap();
+    // Every native platform has `dot4I8Packed` (naga writes it out where the device lacks the
+    // instruction), so its products are always checked here.
+    let dot4 = |v: &serde_json::Value| {
+        let features = v["features"].as_array().unwrap();
+        let found = features.iter().filter_map(|f| f.as_str());
+        found
+            .into_iter()
+            .find(|f| f.starts_with("dot4I8Packed"))
+            .map(str::to_string)
+    };
+    assert_eq!(
+        dot4(&first).as_deref(),
+        Some("dot4I8Packed; self-check passed"),
+        "{first}"
+    );
+    assert_eq!(
+        dot4(&second).as_deref(),
+        Some("dot4I8Packed; self-check passed (cached)"),
+        "{second}"
+    );
+    let d = dot4(&planted).unwrap_or_default();
+    assert!(
+        d.starts_with("dot4I8Packed; demoted by the self-check: qmatmul q4_0 × Q8_0"),
+        "{d}"
+    );
     if !first["features"]
         .as_array()
         .unwrap()
@@ -500,19 +534,10 @@ fn the_wgpu_self_check_runs_once_per_adapter_and_demotes_a_disagreeing_variant()
         r.starts_with("subgroupAdd") && r.ends_with("self-check passed"),
         "{r}"
     );
-    // The verdict was written per adapter: the next start reads it instead of checking.
-    let second = wgpu_info(&env).unwrap();
     assert!(
         reductions(&second).ends_with("self-check passed (cached)"),
         "{second}"
     );
-    // A variant that disagrees with the reference (planted) falls back to workgroup memory.
-    let planted = wgpu_info(&[
-        env[0],
-        env[1],
-        ("WEBTENSOR_WGPU_SELFCHECK", std::path::Path::new("fail")),
-    ])
-    .unwrap();
     let r = reductions(&planted);
     assert!(
         r.starts_with("workgroup memory; demoted by the self-check: matmul_t"),

@@ -19,10 +19,10 @@ fn validate(name: &str, source: &str) -> naga::Module {
     module
 }
 
-/// The reduction preludes of shaders/reduce/, as (file name, source).
-fn preludes(dir: &Path) -> Vec<(String, String)> {
-    let mut found: Vec<(String, String)> = std::fs::read_dir(dir.join("reduce"))
-        .expect("shaders/reduce/ exists")
+/// The preludes in `shaders/<kind>/`, as (file name, source).
+fn preludes(dir: &Path, kind: &str) -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = std::fs::read_dir(dir.join(kind))
+        .unwrap_or_else(|e| panic!("shaders/{kind}/: {e}"))
         .map(|e| e.expect("readable entry").path())
         .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("wgsl"))
         .map(|p| {
@@ -34,11 +34,23 @@ fn preludes(dir: &Path) -> Vec<(String, String)> {
     found
 }
 
+/// The choices for one `@prelude(kind)` line: each prelude of the kind when `source` asks
+/// for it, else none.
+fn choices(source: &str, kind: &str, all: &[(String, String)]) -> Vec<Option<(String, String)>> {
+    if source.contains(&format!("// @prelude({kind})")) {
+        all.iter().cloned().map(Some).collect()
+    } else {
+        vec![None]
+    }
+}
+
 #[test]
 fn every_shader_validates() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
-    let preludes = preludes(&dir);
-    assert_eq!(preludes.len(), 3, "lanes, subgroup and workgroup preludes");
+    let reduce = preludes(&dir, "reduce");
+    assert_eq!(reduce.len(), 3, "lanes, subgroup and workgroup preludes");
+    let dot4 = preludes(&dir, "dot4");
+    assert_eq!(dot4.len(), 2, "builtin and portable idot4 preludes");
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).expect("shaders/ exists") {
         let path = entry.expect("readable entry").path();
@@ -46,23 +58,21 @@ fn every_shader_validates() {
             continue;
         }
         let file = std::fs::read_to_string(&path).expect("readable shader");
-        let source = compose_module(&file, None);
         let name = path.display().to_string();
-        // A shader marked `@prelude(reduce)` is compiled after each prelude (the backend picks
-        // one by the adapter's subgroups); each composition must validate.
-        let modules: Vec<naga::Module> = if source.contains("// @prelude(reduce)") {
-            preludes
-                .iter()
-                .map(|(pname, prelude)| {
-                    validate(
-                        &format!("{pname} + {name}"),
-                        &compose_module(&file, Some(prelude)),
-                    )
-                })
-                .collect()
-        } else {
-            vec![validate(&name, &source)]
-        };
+        // A shader marked `@prelude(reduce)` is compiled after each reduction prelude (the
+        // backend picks one by the adapter's subgroups), one marked `@prelude(dot4)` after
+        // each `idot4` prelude (picked by the platform's WGSL features); each composition
+        // must validate.
+        let mut modules = Vec::new();
+        for r in choices(&file, "reduce", &reduce) {
+            for d in choices(&file, "dot4", &dot4) {
+                let chosen: Vec<&(String, String)> = r.iter().chain(d.iter()).collect();
+                let names: Vec<&str> = chosen.iter().map(|(n, _)| n.as_str()).collect();
+                let sources: Vec<&str> = chosen.iter().map(|(_, s)| s.as_str()).collect();
+                let what = format!("{} + {name}", names.join(" + "));
+                modules.push(validate(&what, &compose_module(&file, &sources)));
+            }
+        }
         for module in modules {
             assert!(
                 module

@@ -32,11 +32,16 @@ done
 echo "== wgpu f16 products with WEBTENSOR_WGPU_F16=off (unpack2x16float path)"
 WEBTENSOR_WGPU_F16=off cargo test --test conformance wgpu::qmatmul
 
+# The int8-activation decode products with `idot4` written out, for platforms without WGSL's
+# dot4I8Packed (every native one has it).
+echo "== wgpu int8-activation products with WEBTENSOR_WGPU_INT_DOT=off (portable idot4)"
+WEBTENSOR_WGPU_INT_DOT=off cargo test --test conformance -- wgpu::qmatmul wgpu::linear_residual wgpu::swiglu_linear
+
 # The decode matvecs' GPU shape (row teams) on lavapipe, whose default is one lane per rows:
 # reduced with subgroupAdd, then with workgroup memory.
 echo "== wgpu row teams (WEBTENSOR_WGPU_ROW_TEAMS=on), with and without subgroups"
-WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test conformance -- wgpu::qmatmul wgpu::matmul
-WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_SUBGROUPS=off cargo test --test conformance -- wgpu::qmatmul wgpu::matmul
+WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test conformance -- wgpu::qmatmul wgpu::matmul wgpu::paged_attention
+WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_SUBGROUPS=off cargo test --test conformance -- wgpu::qmatmul wgpu::matmul wgpu::paged_attention
 
 # The optional `cuda` backend: it must build and pass clippy without a CUDA toolkit or GPU,
 # every kernel source must compile with the real NVRTC (from PyPI, see setup.sh), and its

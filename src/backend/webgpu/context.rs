@@ -79,14 +79,24 @@ pub(crate) struct GpuContext {
     /// Whether row teams reduce with `subgroupAdd`: the device has subgroups and
     /// [`SUBGROUPS_ENV`] does not turn them off. Otherwise through workgroup memory.
     pub(crate) subgroups: bool,
+    /// Whether the int8-activation products take their 4-byte dot products with WGSL's
+    /// `dot4I8Packed` (`shaders/dot4/builtin.wgsl`): the platform offers the
+    /// packed_4x8_integer_dot_product language feature and [`INT_DOT_ENV`] does not turn it
+    /// off. Otherwise `shaders/dot4/portable.wgsl` writes them out.
+    pub(crate) int_dot: bool,
     /// The self-check's verdicts on the subgroup and shader-f16 variants, where they ran.
     pub(crate) subgroups_check: Option<Verdict>,
     pub(crate) f16_check: Option<Verdict>,
+    pub(crate) int_dot_check: Option<Verdict>,
 }
 
 /// Set to `off` to make the wgpu backend reduce through workgroup memory even where the adapter
 /// has subgroups (how the tests cover both reductions on one machine).
 pub const SUBGROUPS_ENV: &str = "WEBTENSOR_WGPU_SUBGROUPS";
+
+/// Set to `off` to make the int8-activation products write out their 4-byte dot products
+/// even where WGSL's `dot4I8Packed` is available (how the tests cover both on one machine).
+pub const INT_DOT_ENV: &str = "WEBTENSOR_WGPU_INT_DOT";
 
 /// `on` or `off`: whether the row-dot kernels use teams of lanes per row, overriding the
 /// adapter's default (teams on GPUs, one lane per rows on software adapters).
@@ -219,6 +229,11 @@ impl GpuContext {
         let subgroups_off =
             std::env::var(SUBGROUPS_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("off"));
         let subgroups = enabled.contains(wgpu::Features::SUBGROUP) && !subgroups_off;
+        let int_dot_off = std::env::var(INT_DOT_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("off"));
+        let int_dot = instance
+            .wgsl_language_features()
+            .contains(wgpu::WgslLanguageFeatures::Packed4x8IntegerDotProduct)
+            && !int_dot_off;
         let row_teams = match std::env::var(ROW_TEAMS_ENV) {
             Ok(v) if v.eq_ignore_ascii_case("on") => true,
             Ok(v) if v.eq_ignore_ascii_case("off") => false,
@@ -235,8 +250,10 @@ impl GpuContext {
             native_f16,
             row_teams,
             subgroups,
+            int_dot,
             subgroups_check: None,
             f16_check: None,
+            int_dot_check: None,
         })
     }
 
@@ -279,6 +296,11 @@ impl GpuContext {
             if self.adapter_features.contains(flag) {
                 features.push(name.to_string());
             }
+        }
+        // A WGSL language feature rather than a device one, named as WGSL spells its builtin,
+        // with the self-check's verdict.
+        if self.int_dot || self.int_dot_check.is_some() {
+            features.push(with_note("dot4I8Packed".into(), &self.int_dot_check));
         }
         let l = &self.limits;
         let limits = [

@@ -132,6 +132,15 @@ impl WgpuBackend {
             }
             self.ctx.f16_check = Some(verdict);
         }
+        if self.ctx.int_dot {
+            let verdict = selfcheck::check(self, Variant::IntDot);
+            if matches!(verdict, Verdict::Demoted(_)) {
+                self.ctx.int_dot = false;
+                // Modules already compiled hold the `dot4I8Packed` prelude.
+                self.pipelines = Pipelines::new(&self.ctx.device);
+            }
+            self.ctx.int_dot_check = Some(verdict);
+        }
     }
 
     /// Fails with [`Error::TensorTooLarge`] when a buffer of `bytes` cannot be bound.

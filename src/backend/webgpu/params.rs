@@ -178,7 +178,7 @@ mod tests {
 
     /// Compares one Rust layout with naga's reflection of one shader; the differences.
     fn mismatches(layout: &Layout, shader: Shader) -> Vec<String> {
-        let source = shader.composed(MvShape::Lanes);
+        let source = shader.composed(MvShape::Lanes, false);
         let (size, members) = reflect(shader, &source);
         let mut out = Vec::new();
         if size as usize != layout.size {

@@ -41,6 +41,16 @@ pub(crate) enum Shader {
     Attention,
 }
 
+/// The prelude of the shaders marked `@prelude(dot4)`: `idot4` through WGSL's
+/// `dot4I8Packed` (`builtin`) or written out.
+fn dot4_prelude(builtin: bool) -> &'static str {
+    if builtin {
+        include_str!("../../../shaders/dot4/builtin.wgsl")
+    } else {
+        include_str!("../../../shaders/dot4/portable.wgsl")
+    }
+}
+
 /// The prelude of the shaders marked `@prelude(reduce)`: the entry `mv` for a shape.
 fn reduce_prelude(shape: MvShape) -> &'static str {
     match shape {
@@ -69,19 +79,22 @@ impl Shader {
         Shader::Attention,
     ];
 
-    /// The module's WGSL for the adapter's matvec shape (see [`Shader::composed`]).
+    /// The module's WGSL for the adapter's matvec shape and integer dot (see
+    /// [`Shader::composed`]).
     fn module_source(self, ctx: &GpuContext) -> String {
-        self.composed(ctx.mv_shape())
+        self.composed(ctx.mv_shape(), ctx.int_dot)
     }
 
-    /// The module's WGSL (see [`compose_module`]), with the reduction prelude of `shape` for
-    /// the shaders that use one.
-    pub(crate) fn composed(self, shape: MvShape) -> String {
-        let reduce = match self {
-            Shader::Matvec | Shader::Quant => Some(reduce_prelude(shape)),
-            _ => None,
+    /// The module's WGSL (see [`compose_module`]), with the preludes of the shaders that use
+    /// them: the reduction prelude of `shape`, and `idot4` through `dot4I8Packed` when
+    /// `int_dot`, else written out.
+    pub(crate) fn composed(self, shape: MvShape, int_dot: bool) -> String {
+        let preludes = match self {
+            Shader::Matvec => vec![reduce_prelude(shape)],
+            Shader::Quant => vec![reduce_prelude(shape), dot4_prelude(int_dot)],
+            _ => vec![],
         };
-        compose_module(self.source(), reduce)
+        compose_module(self.source(), &preludes)
     }
 
     pub(crate) fn source(self) -> &'static str {
@@ -126,11 +139,11 @@ impl Shader {
 }
 
 /// The WGSL compiled for a shader file: its `enable` directives (which WGSL wants before any
-/// declaration), the constants prelude `shaders/generated/formats.wgsl`, the reduction
-/// prelude `reduce` if any, then the rest of the file. Public for `native-tests/shaders.rs`,
-/// which validates every file as the backend composes it.
+/// declaration), the constants prelude `shaders/generated/formats.wgsl`, the `preludes` the
+/// file's `@prelude` lines ask for, then the rest of the file. Public for
+/// `native-tests/shaders.rs`, which validates every file as the backend composes it.
 #[doc(hidden)]
-pub fn compose_module(file: &str, reduce: Option<&str>) -> String {
+pub fn compose_module(file: &str, preludes: &[&str]) -> String {
     let (enables, rest): (Vec<&str>, Vec<&str>) = file
         .lines()
         .partition(|l| l.trim_start().starts_with("enable "));
@@ -140,9 +153,9 @@ pub fn compose_module(file: &str, reduce: Option<&str>) -> String {
         out.push('\n');
     }
     out.push_str(WGSL_PRELUDE);
-    if let Some(reduce) = reduce {
+    for prelude in preludes {
         out.push('\n');
-        out.push_str(reduce);
+        out.push_str(prelude);
     }
     out.push('\n');
     out.push_str(&rest.join("\n"));
@@ -164,6 +177,9 @@ pub(crate) fn sources_fingerprint() -> u64 {
         MvShape::WorkgroupTeams,
     ] {
         reduce_prelude(shape).hash(&mut h);
+    }
+    for builtin in [true, false] {
+        dot4_prelude(builtin).hash(&mut h);
     }
     h.finish()
 }

@@ -2,9 +2,10 @@
 //!
 //! Drivers have bugs that show only on their hardware, and no test machine has every adapter.
 //! So before the backend is handed out, each variant chosen by a capability — the row-team
-//! kernels reducing with `subgroupAdd`, the `shader-f16` products — runs on small inputs and
-//! is compared with the reference backend. A variant that disagrees is demoted to its portable
-//! twin (workgroup-memory reductions, `unpack2x16float`), and `webtensor info` says so.
+//! kernels reducing with `subgroupAdd`, the `shader-f16` products, the int8-activation
+//! products through `dot4I8Packed` — runs on small inputs and is compared with the reference
+//! backend. A variant that disagrees is demoted to its portable twin (workgroup-memory
+//! reductions, `unpack2x16float`, `idot4` written out), and `webtensor info` says so.
 //!
 //! The verdict is cached on disk per adapter, driver, webtensor version and shader sources
 //! (`$XDG_CACHE_HOME/webtensor/wgpu-selfcheck/`, else `~/.cache/...`), so later starts do not
@@ -34,6 +35,8 @@ pub(super) enum Variant {
     Subgroups,
     /// f16 products on `array<f16>` storage (`shaders/quant_f16.wgsl`).
     NativeF16,
+    /// Int8-activation decode products through `dot4I8Packed` (`shaders/dot4/builtin.wgsl`).
+    IntDot,
 }
 
 impl Variant {
@@ -41,6 +44,7 @@ impl Variant {
         match self {
             Variant::Subgroups => "subgroups",
             Variant::NativeF16 => "shader-f16",
+            Variant::IntDot => "dot4I8Packed",
         }
     }
 }
@@ -78,17 +82,20 @@ fn cases(variant: Variant) -> Vec<(String, OpSpec, Vec<HostData>)> {
         crate::quant::quantize(format, &w, &mut bytes);
         HostData::Bytes(format, bytes)
     };
-    let qmatmul = |format: DType, m: usize, n: usize, k: usize| {
+    let product = |format: DType, activations: Activations, (m, n, k): (usize, usize, usize)| {
         let spec = OpSpec::QMatmul {
             format,
-            activations: Activations::F32,
+            activations,
             m,
             n,
             k,
         };
         let inputs = vec![HostData::F32(values(m * k, 1)), packed(format, n, k)];
-        (format!("qmatmul {format} {m}x{n}x{k}"), spec, inputs)
+        let what = format!("qmatmul {format} × {activations:?} {m}x{n}x{k}");
+        (what, spec, inputs)
     };
+    let qmatmul =
+        |format: DType, m: usize, n: usize, k: usize| product(format, Activations::F32, (m, n, k));
     match variant {
         Variant::Subgroups => {
             let (m, n, k) = (2, 19, 192);
@@ -112,6 +119,11 @@ fn cases(variant: Variant) -> Vec<(String, OpSpec, Vec<HostData>)> {
             ]
         }
         Variant::NativeF16 => vec![qmatmul(DType::F16, 9, 5, 96)],
+        Variant::IntDot => vec![
+            product(DType::Q4_0, Activations::Q8_0, (1, 13, 320)),
+            product(DType::Q8_0, Activations::Q8_0, (1, 9, 128)),
+            product(DType::Q8_0, Activations::I8, (1, 7, 96)),
+        ],
     }
 }
 
