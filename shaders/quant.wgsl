@@ -942,6 +942,43 @@ fn words9(b: u32) -> Words9 {
     return Words9(q[b], q[b + 1u], q[b + 2u], q[b + 3u], q[b + 4u], q[b + 5u], q[b + 6u], q[b + 7u], q[b + 8u]);
 }
 
+// A block's quant words and scale. Q8_0: its 32 quants as eight words (a: values 0..16, b:
+// 16..32). Q4_0: its 16 bytes of nibble pairs as four words in a (low nibbles are values
+// 0..16, high ones 16..32), b unused.
+struct BlockWords {
+    a: vec4<u32>,
+    b: vec4<u32>,
+    scale: f32,
+}
+
+// Block g of Q8_0 weight row `row`, from the nine words it covers wherever it starts.
+fn q8_block(row: u32, g: u32) -> BlockWords {
+    let o = (row * (p.k / 32u) + g) * Q8_0_BLOCK_BYTES;
+    let odd = (o & 2u) != 0u;
+    let u = words9(o / 4u);
+    return BlockWords(
+        vec4<u32>(quant_word(u.w0, u.w1, odd), quant_word(u.w1, u.w2, odd),
+                  quant_word(u.w2, u.w3, odd), quant_word(u.w3, u.w4, odd)),
+        vec4<u32>(quant_word(u.w4, u.w5, odd), quant_word(u.w5, u.w6, odd),
+                  quant_word(u.w6, u.w7, odd), quant_word(u.w7, u.w8, odd)),
+        block_scale(u.w0, odd));
+}
+
+// Block g of Q4_0 weight row `row`, from the five words it covers, each read once.
+fn q4_block(row: u32, g: u32) -> BlockWords {
+    let o = (row * (p.k / 32u) + g) * Q4_0_BLOCK_BYTES;
+    let b = o / 4u;
+    let odd = (o & 2u) != 0u;
+    let u0 = q[b];
+    let u1 = q[b + 1u];
+    let u2 = q[b + 2u];
+    let u3 = q[b + 3u];
+    let u4 = q[b + 4u];
+    let a = vec4<u32>(quant_word(u0, u1, odd), quant_word(u1, u2, odd),
+                      quant_word(u2, u3, odd), quant_word(u3, u4, odd));
+    return BlockWords(a, vec4<u32>(), block_scale(u0, odd));
+}
+
 // Values 32g.. of weight row `row`, dequantized (the scale apart).
 fn mv_decode(row: u32, g: u32) -> Group {
     switch MV_FORMAT % FMT_INT_ACTIVATIONS {
@@ -951,34 +988,15 @@ fn mv_decode(row: u32, g: u32) -> Group {
                          f16_vals(b + 8u), f16_vals(b + 10u), f16_vals(b + 12u), f16_vals(b + 14u), 1.0);
         }
         case FMT_Q8_0: {
-            let o = (row * (p.k / 32u) + g) * Q8_0_BLOCK_BYTES;
-            let b = o / 4u;
-            let odd = (o & 2u) != 0u;
-            // The nine words the block covers, wherever it starts.
-            let u = words9(b);
-            return Group(q8_vals(quant_word(u.w0, u.w1, odd)), q8_vals(quant_word(u.w1, u.w2, odd)),
-                         q8_vals(quant_word(u.w2, u.w3, odd)), q8_vals(quant_word(u.w3, u.w4, odd)),
-                         q8_vals(quant_word(u.w4, u.w5, odd)), q8_vals(quant_word(u.w5, u.w6, odd)),
-                         q8_vals(quant_word(u.w6, u.w7, odd)), q8_vals(quant_word(u.w7, u.w8, odd)),
-                         block_scale(u.w0, odd));
+            let w = q8_block(row, g);
+            return Group(q8_vals(w.a.x), q8_vals(w.a.y), q8_vals(w.a.z), q8_vals(w.a.w),
+                         q8_vals(w.b.x), q8_vals(w.b.y), q8_vals(w.b.z), q8_vals(w.b.w), w.scale);
         }
         case FMT_Q4_0: {
-            let o = (row * (p.k / 32u) + g) * Q4_0_BLOCK_BYTES;
-            let b = o / 4u;
-            let odd = (o & 2u) != 0u;
-            // The five words the block covers, each read once.
-            let u0 = q[b];
-            let u1 = q[b + 1u];
-            let u2 = q[b + 2u];
-            let u3 = q[b + 3u];
-            let u4 = q[b + 4u];
-            let t0 = quant_word(u0, u1, odd);
-            let t1 = quant_word(u1, u2, odd);
-            let t2 = quant_word(u2, u3, odd);
-            let t3 = quant_word(u3, u4, odd);
-            return Group(q4_vals(t0, 0u), q4_vals(t1, 0u), q4_vals(t2, 0u), q4_vals(t3, 0u),
-                         q4_vals(t0, 4u), q4_vals(t1, 4u), q4_vals(t2, 4u), q4_vals(t3, 4u),
-                         block_scale(u0, odd));
+            let w = q4_block(row, g);
+            return Group(q4_vals(w.a.x, 0u), q4_vals(w.a.y, 0u), q4_vals(w.a.z, 0u), q4_vals(w.a.w, 0u),
+                         q4_vals(w.a.x, 4u), q4_vals(w.a.y, 4u), q4_vals(w.a.z, 4u), q4_vals(w.a.w, 4u),
+                         w.scale);
         }
         case FMT_TQ2_0: {
             // TQ2_0 blocks of 66 bytes: 64 bytes of 2-bit trits, then the f16 scale. Group g
@@ -1113,42 +1131,19 @@ fn mv_load_xi(i: u32, v0: u32) -> IntGroup {
 }
 
 // Group g of weight row `row` as bytes to dot with an IntGroup: Q8_0's quants as they are;
-// Q4_0's nibbles as bytes 0..15 (low nibbles are values 0..16, high ones 16..32), whose
-// offset of 8 `idot` takes off through the activations' sum.
-struct IntWeights {
-    a: vec4<u32>,
-    b: vec4<u32>,
-    scale: f32,
-}
-
-fn mv_decode_int(row: u32, g: u32) -> IntWeights {
+// Q4_0's nibbles as bytes 0..15, whose offset of 8 `idot` takes off through the activations'
+// sum.
+fn mv_decode_int(row: u32, g: u32) -> BlockWords {
     if (MV_FORMAT % FMT_INT_ACTIVATIONS == FMT_Q8_0) {
-        let o = (row * (p.k / 32u) + g) * Q8_0_BLOCK_BYTES;
-        let odd = (o & 2u) != 0u;
-        let u = words9(o / 4u);
-        return IntWeights(
-            vec4<u32>(quant_word(u.w0, u.w1, odd), quant_word(u.w1, u.w2, odd),
-                      quant_word(u.w2, u.w3, odd), quant_word(u.w3, u.w4, odd)),
-            vec4<u32>(quant_word(u.w4, u.w5, odd), quant_word(u.w5, u.w6, odd),
-                      quant_word(u.w6, u.w7, odd), quant_word(u.w7, u.w8, odd)),
-            block_scale(u.w0, odd));
+        return q8_block(row, g);
     }
-    let o = (row * (p.k / 32u) + g) * Q4_0_BLOCK_BYTES;
-    let b = o / 4u;
-    let odd = (o & 2u) != 0u;
-    let u0 = q[b];
-    let u1 = q[b + 1u];
-    let u2 = q[b + 2u];
-    let u3 = q[b + 3u];
-    let u4 = q[b + 4u];
-    let t = vec4<u32>(quant_word(u0, u1, odd), quant_word(u1, u2, odd),
-                      quant_word(u2, u3, odd), quant_word(u3, u4, odd));
+    let w = q4_block(row, g);
     let nibbles = vec4<u32>(0x0F0F0F0Fu);
-    return IntWeights(t & nibbles, (t >> vec4<u32>(4u)) & nibbles, block_scale(u0, odd));
+    return BlockWords(w.a & nibbles, (w.a >> vec4<u32>(4u)) & nibbles, w.scale);
 }
 
 // (x · w) · (x.scale · w.scale), the dot exact in integers (Q4_0: less 8 · Σx).
-fn idot(x: IntGroup, w: IntWeights) -> f32 {
+fn idot(x: IntGroup, w: BlockWords) -> f32 {
     let s = ((idot4(x.a.x, w.a.x) + idot4(x.a.y, w.a.y)) + (idot4(x.a.z, w.a.z) + idot4(x.a.w, w.a.w)))
         + ((idot4(x.b.x, w.b.x) + idot4(x.b.y, w.b.y)) + (idot4(x.b.z, w.b.z) + idot4(x.b.w, w.b.w)));
     return f32(s - 8 * x.sum) * (x.scale * w.scale);

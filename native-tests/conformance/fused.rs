@@ -124,9 +124,45 @@ pub fn linear_residual(dev: &Device) {
     }
 }
 
+/// One paged-attention case: the device against the reference kernel and the composition.
+/// `pool` holds the keys and values `[pool_rows, hd]`, `rows` the sequence's pool rows
+/// `[kv, n]`. Tolerance: the product's 1e-5·√n.
+fn attention_case(
+    dev: &Device,
+    q: &[f32],
+    (keys, values): (&[f32], &[f32]),
+    rows: &[u32],
+    (t, heads, kv, hd, n): (usize, usize, usize, usize, usize),
+    scale: f32,
+    window: Option<usize>,
+) {
+    let pool_rows = keys.len() / hd;
+    let what = format!("paged_attention {heads}/{kv} heads hd={hd} t={t} n={n} {window:?}");
+    three_ways(
+        &what,
+        dev,
+        OpKind::PagedAttention,
+        TOL * (n as f64).sqrt(),
+        |d| {
+            let pool = |v: &[f32]| tensor(d, v, &[pool_rows, hd]);
+            ops::paged_attention(
+                &tensor(d, q, &[t, heads * hd]),
+                (&pool(keys), &pool(values)),
+                &tensor(d, rows, &[kv, n]),
+                heads,
+                scale,
+                window,
+            )
+            .unwrap()
+        },
+    );
+}
+
 /// Attention over a pool whose sequence rows are scattered (a shuffled slot list): GQA group
 /// sizes 1, 2 and 3, one and several new queries, with and without sliding windows shorter
-/// and longer than the sequence. Tolerance: the product's 1e-5·√n.
+/// and longer than the sequence; then long sequences (several of the wgpu kernel's 64-key
+/// chunks, its online softmax rescaling them) and heads wider than its 128-wide slice and not
+/// a multiple of 4.
 pub fn paged_attention(dev: &Device) {
     let mut r = rng(63);
     let (slots, hd) = (48, 16);
@@ -142,62 +178,23 @@ pub fn paged_attention(dev: &Device) {
                 .collect();
             let q = uniform(&mut r, t * heads * hd, 2.0);
             for window in [None, Some(1), Some(4), Some(64)] {
-                let what = format!("paged_attention {heads}/{kv} heads t={t} n={n} {window:?}");
-                three_ways(
-                    &what,
-                    dev,
-                    OpKind::PagedAttention,
-                    TOL * (n as f64).sqrt(),
-                    |d| {
-                        ops::paged_attention(
-                            &tensor(d, &q, &[t, heads * hd]),
-                            (
-                                &tensor(d, &keys, &[pool_rows, hd]),
-                                &tensor(d, &values, &[pool_rows, hd]),
-                            ),
-                            &tensor(d, &rows, &[kv, n]),
-                            heads,
-                            0.25,
-                            window,
-                        )
-                        .unwrap()
-                    },
-                );
+                let sizes = (t, heads, kv, hd, n);
+                attention_case(dev, &q, (&keys, &values), &rows, sizes, 0.25, window);
             }
         }
-    } // Long sequences (several of the wgpu kernel's 64-key chunks, its online softmax
-      // rescaling them) and heads wider than its 256-wide slice and not a multiple of 4.
+    }
     for (heads, kv, hd, t, n) in [(4, 2, 72, 2, 150), (2, 1, 262, 1, 70)] {
+        // 13 is prime to both pools' slot counts (161 and 81): distinct rows.
         let slots = n + 11;
-        let pool_rows = kv * slots;
-        let keys = uniform(&mut r, pool_rows * hd, 1.0);
-        let values = uniform(&mut r, pool_rows * hd, 1.0);
+        let keys = uniform(&mut r, kv * slots * hd, 1.0);
+        let values = uniform(&mut r, kv * slots * hd, 1.0);
         let rows: Vec<u32> = (0..kv * n)
             .map(|i| ((i / n) * slots + (i % n * 13 + 3) % slots) as u32)
             .collect();
         let q = uniform(&mut r, t * heads * hd, 0.5);
         for window in [None, Some(100)] {
-            let what = format!("paged_attention {heads}/{kv} heads hd={hd} t={t} n={n} {window:?}");
-            three_ways(
-                &what,
-                dev,
-                OpKind::PagedAttention,
-                TOL * (n as f64).sqrt(),
-                |d| {
-                    ops::paged_attention(
-                        &tensor(d, &q, &[t, heads * hd]),
-                        (
-                            &tensor(d, &keys, &[pool_rows, hd]),
-                            &tensor(d, &values, &[pool_rows, hd]),
-                        ),
-                        &tensor(d, &rows, &[kv, n]),
-                        heads,
-                        0.125,
-                        window,
-                    )
-                    .unwrap()
-                },
-            );
+            let sizes = (t, heads, kv, hd, n);
+            attention_case(dev, &q, (&keys, &values), &rows, sizes, 0.125, window);
         }
     }
 }
