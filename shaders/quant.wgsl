@@ -1149,16 +1149,21 @@ fn idot(x: IntGroup, w: BlockWords) -> f32 {
     return f32(s - 8 * x.sum) * (x.scale * w.scale);
 }
 
-// `mv_partial` on the integer path, for one activation row (decode).
+// `mv_partial` on the integer path, for one activation row (decode), with four named sums
+// as there.
 fn mv_partial_int(row0: u32, row1: u32, row2: u32, row3: u32, lane: u32, lanes: u32) -> array<vec4<f32>, 4> {
-    var acc = vec4<f32>();
+    var acc0 = vec4<f32>();
+    var acc1 = vec4<f32>();
+    var acc2 = vec4<f32>();
+    var acc3 = vec4<f32>();
     for (var g = lane; g < p.k / 32u; g = g + lanes) {
         let x = mv_load_xi(0u, 8u * g);
-        acc = acc + vec4<f32>(idot(x, mv_decode_int(row0, g)), idot(x, mv_decode_int(row1, g)),
-                              idot(x, mv_decode_int(row2, g)), idot(x, mv_decode_int(row3, g)));
+        acc0.x = acc0.x + idot(x, mv_decode_int(row0, g));
+        acc1.x = acc1.x + idot(x, mv_decode_int(row1, g));
+        acc2.x = acc2.x + idot(x, mv_decode_int(row2, g));
+        acc3.x = acc3.x + idot(x, mv_decode_int(row3, g));
     }
-    return array<vec4<f32>, 4>(vec4<f32>(acc.x, 0.0, 0.0, 0.0), vec4<f32>(acc.y, 0.0, 0.0, 0.0),
-                               vec4<f32>(acc.z, 0.0, 0.0, 0.0), vec4<f32>(acc.w, 0.0, 0.0, 0.0));
+    return array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
 }
 
 // The dots of weight group `w` with the workgroup's activation groups x0..x3 (the first
