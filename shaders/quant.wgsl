@@ -1149,23 +1149,6 @@ fn idot(x: IntGroup, w: BlockWords) -> f32 {
     return f32(s - 8 * x.sum) * (x.scale * w.scale);
 }
 
-// `mv_partial` on the integer path, for one activation row (decode), with four named sums
-// as there.
-fn mv_partial_int(row0: u32, row1: u32, row2: u32, row3: u32, lane: u32, lanes: u32) -> array<vec4<f32>, 4> {
-    var acc0 = vec4<f32>();
-    var acc1 = vec4<f32>();
-    var acc2 = vec4<f32>();
-    var acc3 = vec4<f32>();
-    for (var g = lane; g < p.k / 32u; g = g + lanes) {
-        let x = mv_load_xi(0u, 8u * g);
-        acc0.x = acc0.x + idot(x, mv_decode_int(row0, g));
-        acc1.x = acc1.x + idot(x, mv_decode_int(row1, g));
-        acc2.x = acc2.x + idot(x, mv_decode_int(row2, g));
-        acc3.x = acc3.x + idot(x, mv_decode_int(row3, g));
-    }
-    return array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
-}
-
 // The dots of weight group `w` with the workgroup's activation groups x0..x3 (the first
 // `rows` of them real), one per vector component.
 fn rows_dot(x0: Group, x1: Group, x2: Group, x3: Group, w: Group, rows: u32) -> vec4<f32> {
@@ -1196,17 +1179,23 @@ fn mv_partial(wid: vec3<u32>, row0: u32, lane: u32, lanes: u32) -> array<vec4<f3
     let groups = p.k / 32u;
     // At least one: `mv_first_row` gives n (handled above) when mv_a0 is past m.
     let rows = min(4u, p.m - mv_a0);
-    if (rows == 1u && mv_int_dot()) {
-        return mv_partial_int(row0, row1, row2, row3, lane, lanes);
-    }
     if (rows == 1u) {
-        // Decode: one activation row.
+        // Decode: one activation row, in integers where `mv_int_dot` (a pipeline constant,
+        // so each pipeline keeps one of the two bodies).
         for (var g = lane; g < groups; g = g + lanes) {
-            let x = mv_load_x(0u, 8u * g);
-            acc0.x = acc0.x + group_dot(x, mv_decode(row0, g));
-            acc1.x = acc1.x + group_dot(x, mv_decode(row1, g));
-            acc2.x = acc2.x + group_dot(x, mv_decode(row2, g));
-            acc3.x = acc3.x + group_dot(x, mv_decode(row3, g));
+            if (mv_int_dot()) {
+                let x = mv_load_xi(0u, 8u * g);
+                acc0.x = acc0.x + idot(x, mv_decode_int(row0, g));
+                acc1.x = acc1.x + idot(x, mv_decode_int(row1, g));
+                acc2.x = acc2.x + idot(x, mv_decode_int(row2, g));
+                acc3.x = acc3.x + idot(x, mv_decode_int(row3, g));
+            } else {
+                let x = mv_load_x(0u, 8u * g);
+                acc0.x = acc0.x + group_dot(x, mv_decode(row0, g));
+                acc1.x = acc1.x + group_dot(x, mv_decode(row1, g));
+                acc2.x = acc2.x + group_dot(x, mv_decode(row2, g));
+                acc3.x = acc3.x + group_dot(x, mv_decode(row3, g));
+            }
         }
         return array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
     }

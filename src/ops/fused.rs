@@ -40,24 +40,14 @@ pub fn swiglu_linear(
         ));
     }
     let (l, out_shape) = linear_spec(OP, x, gate, activations)?;
-    if !x
-        .device()
-        .primary_fuses(&OpSpec::SwigluLinear(l), x.dtype())
-        || l.k == 0
-    {
+    let spec = OpSpec::SwigluLinear(l);
+    if !x.device().primary_fuses(&spec, x.dtype()) || l.k == 0 {
         return ops::swiglu(
             &product(x, gate, activations)?,
             &product(x, up, activations)?,
         );
     }
-    dispatch(
-        OP,
-        OpSpec::SwigluLinear(l),
-        &[x, gate, up],
-        out_shape,
-        DType::F32,
-        None,
-    )
+    dispatch(OP, spec, &[x, gate, up], out_shape, DType::F32, None)
 }
 
 /// `residual + x · wᵀ` for activations `x` `[..., k]`, a weight `w` `[n, k]` (f32, f16 or a
@@ -81,21 +71,11 @@ pub fn linear_residual(
             &[x.shape(), w.shape(), residual.shape()],
         ));
     }
-    if !x
-        .device()
-        .primary_fuses(&OpSpec::LinearResidual(l), x.dtype())
-        || l.k == 0
-    {
+    let spec = OpSpec::LinearResidual(l);
+    if !x.device().primary_fuses(&spec, x.dtype()) || l.k == 0 {
         return ops::add(residual, &product(x, w, activations)?);
     }
-    dispatch(
-        OP,
-        OpSpec::LinearResidual(l),
-        &[x, w, residual],
-        out_shape,
-        DType::F32,
-        None,
-    )
+    dispatch(OP, spec, &[x, w, residual], out_shape, DType::F32, None)
 }
 
 /// The unfused product `x · wᵀ`: what the fused ops equal, and their composition.
@@ -214,21 +194,19 @@ pub fn paged_attention(
         scale,
         window,
     };
+    let op = OpSpec::PagedAttention(spec);
     // The sizes the op cannot mean (t > n, kv_heads not dividing heads, an empty window).
-    OpSpec::PagedAttention(spec).inputs()?;
+    op.inputs()?;
     let out_shape = Shape::from([spec.t, heads * head_dim]);
     if spec.t == 0 || head_dim == 0 {
         return Tensor::zeros(q.device(), out_shape);
     }
-    if !q
-        .device()
-        .primary_fuses(&OpSpec::PagedAttention(spec), DType::F32)
-    {
+    if !q.device().primary_fuses(&op, DType::F32) {
         return attention_composed(q, (keys, values), rows, &spec);
     }
     dispatch(
         OP,
-        OpSpec::PagedAttention(spec),
+        op,
         &[q, keys, values, rows],
         out_shape,
         DType::F32,

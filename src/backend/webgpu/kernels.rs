@@ -256,7 +256,7 @@ impl Encoder<'_> {
                 (false, false, false) => ("matvec_kn", 64),
             };
             // Grid y: every batch's chunks of four rows of `a` (one chunk below five rows).
-            let chunks = if entry == "mv" {
+            let chunks = if mv_fits {
                 m.m.div_ceil(MATVEC_MAX_M).max(1)
             } else {
                 1

@@ -5,11 +5,11 @@
 //! - [`OpSpec::SwigluLinear`]: the gate product into a temporary buffer, then the up product
 //!   whose `mv` epilogue multiplies it by SiLU of the gate: two dispatches where the unfused
 //!   ops took three.
-//!
-//! Off the `mv` kernel (f32 weights, long rows) the products are followed by the `epilogue`
-//! kernel.
 //! - [`OpSpec::PagedAttention`]: `attention.wgsl`, one workgroup per (query, head) reading
 //!   the pool rows in place, one dispatch.
+//!
+//! Off the `mv` kernel (f32 weights, long rows) the products of the first two are followed by
+//! the `epilogue` kernel.
 
 use super::quant::{Epilogue, Product};
 use super::{u32_of, Encoder, Operand, Shader};
