@@ -2,15 +2,27 @@
 //!
 //! The `cuda` backend compiles `src/backend/cuda/kernels/*.cu` at run time; without a GPU
 //! that never happens, so this test does it: each source must compile to PTX for the oldest
-//! and a recent architecture, and the PTX must contain every entry point the backend loads.
+//! architecture this NVRTC targets and for Hopper, and the PTX must contain every entry point the backend loads.
 //! NVRTC comes from the CUDA toolkit or from PyPI (`nvidia-cuda-nvrtc-cu12`; `scripts/test.sh`
 //! puts its folder on `LD_LIBRARY_PATH`). A missing NVRTC fails the test unless
 //! `WEBTENSOR_ALLOW_NO_NVRTC=1` says to skip.
 
-use webtensor::backend::cuda::sources::{compile, nvrtc_present, SOURCES};
+use webtensor::backend::cuda::sources::{
+    arch_for, compile, nvrtc_present, supported_arches, SOURCES,
+};
 
-/// Volta (the oldest architecture CUDA 12 targets) and Hopper.
-const ARCHES: [&str; 2] = ["compute_70", "compute_90"];
+/// The oldest architecture this NVRTC targets (Volta for CUDA 12, Turing for CUDA 13) and
+/// Hopper (or the newest older one it knows).
+fn arches() -> Vec<String> {
+    let supported = supported_arches().expect("NVRTC lists its architectures");
+    let oldest = *supported.first().expect("NVRTC targets some architecture");
+    let mut arches = vec![format!("compute_{oldest}")];
+    let hopper = arch_for(90, &supported).expect("an NVRTC that targets Hopper");
+    if !arches.contains(&hopper) {
+        arches.push(hopper);
+    }
+    arches
+}
 
 #[test]
 fn every_kernel_source_compiles_with_nvrtc() {
@@ -26,8 +38,9 @@ fn every_kernel_source_compiles_with_nvrtc() {
         );
     }
     let mut failures = Vec::new();
+    let arches = arches();
     for source in &SOURCES {
-        for arch in ARCHES {
+        for arch in &arches {
             match compile(source, arch) {
                 Ok(ptx) => {
                     for entry in source.entry_points {
@@ -58,6 +71,6 @@ fn a_broken_kernel_fails_with_the_nvrtc_log() {
         body: "extern \"C\" __global__ void k(float* x) { x[0] = undefined_name; }",
         entry_points: &["k"],
     };
-    let err = compile(&broken, ARCHES[0]).expect_err("an undefined name must not compile");
+    let err = compile(&broken, &arches()[0]).expect_err("an undefined name must not compile");
     assert!(err.contains("undefined_name"), "{err}");
 }

@@ -98,15 +98,46 @@ fn index(c: u32, s: u32) -> u32 {
     return ((c / p.inner) * p.len + t) * p.inner + c % p.inner;
 }
 
-// ln a, with the cases WGSL leaves undefined made explicit: 0 -> -inf, negative -> NaN.
+// ln a, with the cases WGSL leaves undefined made explicit: NaN -> NaN, 0 -> -inf,
+// negative -> NaN.
+// Positive normal numbers take ln_normal: log_cumprod sums thousands of logarithms, and WGSL
+// promises `log` only to an absolute 2^-21 near 1. Where a driver's error has one sign
+// (NVIDIA's, about 3e-8 per term), it grows with the length of the scan.
 fn ln(a: f32) -> f32 {
+    if (is_nan(a)) {
+        return a;
+    }
     if (a == 0.0) {
         return neg_inf();
     }
     if (a < 0.0) {
         return bitcast<f32>(0x7fc00000u | (bitcast<u32>(a) & 0u));
     }
+    let bits = bitcast<u32>(a);
+    if (bits >= 0x00800000u && bits < 0x7f800000u) {
+        return ln_normal(a);
+    }
     return log(a);
+}
+
+// ln a for a positive normal a, to a few ulp on any driver: a = m·2^e with m in [√½, √2),
+// ln m = 2·atanh(u) with u = (m − 1)/(m + 1), |u| < 0.172, by its series to u^11 (truncation
+// below 1e-10), and e·ln 2 split so that e·LN2_HI is exact.
+fn ln_normal(a: f32) -> f32 {
+    let parts = frexp(a);
+    var m = parts.fract;
+    var e = f32(parts.exp);
+    if (m < 0.70710678) {
+        m = m * 2.0;
+        e = e - 1.0;
+    }
+    let u = (m - 1.0) / (m + 1.0);
+    let u2 = u * u;
+    let series = 1.0 + u2 * (1.0 / 3.0 + u2 * (1.0 / 5.0 + u2 * (1.0 / 7.0 + u2 * (1.0 / 9.0
+        + u2 * (1.0 / 11.0)))));
+    const LN2_HI = 0.693145751953125;
+    const LN2_LO = 1.4286068203094173e-6;
+    return e * LN2_HI + (2.0 * u * series + e * LN2_LO);
 }
 
 fn element(c: u32, s: u32) -> vec2<f32> {
@@ -137,6 +168,11 @@ fn element(c: u32, s: u32) -> vec2<f32> {
 fn output(s: vec2<f32>) -> f32 {
     switch p.op {
         case 2u: {
+            // WGSL leaves exp(NaN) undefined (SwiftShader gives inf): a negative factor's NaN
+            // must come out as NaN.
+            if (is_nan(s.y)) {
+                return s.y;
+            }
             return exp(s.y);
         }
         case 3u: {

@@ -136,7 +136,7 @@ impl CudaBackend {
         let (major, minor) = ctx
             .compute_capability()
             .map_err(|e| format!("CUDA compute capability: {e:?}"))?;
-        let arch = format!("compute_{major}{minor}");
+        let arch = sources::arch_for((major * 10 + minor) as u32, &sources::supported_arches()?)?;
         let mut functions = HashMap::new();
         for source in &sources::SOURCES {
             let ptx = sources::compile(source, &arch)?;
@@ -166,7 +166,7 @@ impl CudaBackend {
                 (driver_version % 1000) / 10
             ),
             api: "CUDA".into(),
-            features: vec![format!("sm_{major}{minor}"), "nvrtc".into()],
+            features: vec![format!("sm_{major}{minor}"), format!("nvrtc {arch}")],
             limits: vec![
                 ("total_memory".into(), total_mem),
                 ("max_tensor_bytes".into(), MAX_BYTES),

@@ -96,6 +96,50 @@ pub fn nvrtc_present() -> bool {
     unsafe { cudarc::nvrtc::sys::is_culib_present() }
 }
 
+/// The virtual architectures this NVRTC can target, as `XY` of `compute_XY`, ascending.
+/// Each CUDA release drops old ones (CUDA 13's NVRTC no longer targets Volta, `compute_70`).
+/// Call only when [`nvrtc_present`] is true.
+pub fn supported_arches() -> Result<Vec<u32>, String> {
+    use cudarc::nvrtc::sys::{nvrtcGetNumSupportedArchs, nvrtcGetSupportedArchs, nvrtcResult};
+    let mut count = 0i32;
+    // SAFETY: writes one int.
+    let status = unsafe { nvrtcGetNumSupportedArchs(&mut count) };
+    if status != nvrtcResult::NVRTC_SUCCESS {
+        return Err(format!(
+            "NVRTC could not list its architectures: {status:?}"
+        ));
+    }
+    let mut arches = vec![0i32; count.max(0) as usize];
+    // SAFETY: the buffer holds the `count` ints NVRTC writes.
+    let status = unsafe { nvrtcGetSupportedArchs(arches.as_mut_ptr()) };
+    if status != nvrtcResult::NVRTC_SUCCESS {
+        return Err(format!(
+            "NVRTC could not list its architectures: {status:?}"
+        ));
+    }
+    let mut arches: Vec<u32> = arches
+        .into_iter()
+        .filter_map(|a| u32::try_from(a).ok())
+        .collect();
+    arches.sort_unstable();
+    Ok(arches)
+}
+
+/// The architecture to compile for on a device of compute capability `device` (`XY`): the
+/// device's own where NVRTC knows it, else the newest older one NVRTC targets (the driver
+/// compiles that PTX for the newer device). `Err` says why when NVRTC targets nothing this
+/// device runs (an NVRTC newer than the GPU generation).
+pub fn arch_for(device: u32, supported: &[u32]) -> Result<String, String> {
+    match supported.iter().rev().find(|&&a| a <= device) {
+        Some(a) => Ok(format!("compute_{a}")),
+        None => Err(format!(
+            "this NVRTC targets compute_{} and newer, but the device is compute_{device}: \
+             use an NVRTC from an older CUDA toolkit (e.g. `pip install nvidia-cuda-nvrtc-cu12`)",
+            supported.first().map_or_else(|| "?".into(), u32::to_string)
+        )),
+    }
+}
+
 /// Compiles `source` to PTX for `arch` (`compute_XY`). The error carries NVRTC's log.
 /// Call only when [`nvrtc_present`] is true (cudarc panics when the library is missing).
 pub fn compile(source: &KernelSource, arch: &str) -> Result<String, String> {
@@ -112,5 +156,34 @@ pub fn compile(source: &KernelSource, arch: &str) -> Result<String, String> {
             log.to_string_lossy()
         )),
         Err(e) => Err(format!("NVRTC failed on {}: {e:?}", source.name)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::arch_for;
+
+    #[test]
+    fn the_device_architecture_is_used_where_nvrtc_knows_it() {
+        assert_eq!(
+            arch_for(90, &[75, 80, 86, 89, 90, 100]).unwrap(),
+            "compute_90"
+        );
+    }
+
+    #[test]
+    fn an_unknown_newer_device_gets_the_newest_older_architecture() {
+        assert_eq!(arch_for(120, &[70, 75, 80, 90]).unwrap(), "compute_90");
+        assert_eq!(arch_for(87, &[75, 80, 86, 89, 90]).unwrap(), "compute_86");
+    }
+
+    #[test]
+    fn a_device_older_than_every_target_is_an_error_that_says_what_to_do() {
+        let err = arch_for(70, &[75, 80, 90]).unwrap_err();
+        assert!(
+            err.contains("compute_75") && err.contains("compute_70"),
+            "{err}"
+        );
+        assert!(err.contains("nvidia-cuda-nvrtc-cu12"), "{err}");
     }
 }

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The checks and timings for a lent NVIDIA GPU machine (issue 12), as one script for one call:
+# that machine has no Rust toolchain and reaches no registry, so everything is built here first.
+#
+# Here, from the repository root (x86-64 Linux; .git/info/exclude ignores .dev/, .gl/, .whl/):
+#   scripts/device_check.sh --stage   # builds with the cuda feature, strips the binaries into .dev/
+#   # .gl/: the Vulkan loader's .deb (libvulkan1; that machine has the NVIDIA driver, no loader)
+#   # .whl/: gguf-py's wheel (gguf==0.19.0; numpy, pyyaml, requests, tqdm are there already)
+# There (carry .dev, .gl and .whl): scripts/device_check.sh
+#
+# Every step has its own time limit and the script goes on after a failure, so one call returns
+# as much as it can. Logs and reports go to $OUT (the device tool brings that folder back), else
+# target/device-out.
+set -u
+cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = --stage ]; then
+  set -e
+  mkdir -p .dev
+  cargo test --release --features cuda --no-run --message-format=json \
+    --test conformance --test cuda_kernels --test wgpu_split |
+    python3 -c 'import json, sys, shutil, os
+for line in sys.stdin:
+    m = json.loads(line)
+    exe = m.get("executable")
+    if exe and m.get("profile", {}).get("test"):
+        shutil.copy(exe, os.path.join(".dev", m["target"]["name"]))'
+  cargo build --release --features cuda --bin webtensor
+  cp target/release/webtensor .dev/webtensor
+  strip .dev/*
+  du -sh .dev
+  exit 0
+fi
+
+OUT="${OUT:-target/device-out}"
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/log.txt") 2>&1
+
+# step LIMIT_SECONDS COMMAND...: runs one check, printing its exit status and duration.
+step() {
+  local limit=$1
+  shift
+  echo "== $* (limit ${limit}s)"
+  local start=$SECONDS
+  timeout "$limit" "$@"
+  echo "== rc=$? after $((SECONDS - start)) s"
+}
+
+# The Vulkan loader, the NVIDIA ICD, NVRTC (any version: cudarc also tries libnvrtc.so), gguf-py.
+for f in .gl/*.deb; do dpkg -x "$f" /; done
+ldconfig
+icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+[ -f "$icd" ] && export VK_DRIVER_FILES="$icd"
+nvrtc=$(find /usr/local/ /opt/ /usr/lib/ -xdev \( -name 'libnvrtc.so.1[23]' -o -name 'libnvrtc.so.1[23].*' \) 2>/dev/null | head -1)
+mkdir -p /tmp/nvrtc
+[ -n "$nvrtc" ] && ln -sf "$nvrtc" /tmp/nvrtc/libnvrtc.so
+export LD_LIBRARY_PATH="/tmp/nvrtc:${nvrtc%/*}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site WGPU_BACKEND=vulkan WEBTENSOR_REQUIRE_WGPU=1 WEBTENSOR_REQUIRE_CUDA=1
+echo "NVRTC: ${nvrtc:-none found}"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+
+# The TinyLlama-1.1B-shape Q4_0 model (random weights), written while the conformance runs.
+model=/tmp/tinyllama-q4_0.gguf
+python3 benches/peers.py --make-gguf "$model" --dim 2048 --layers 22 --heads 32 --kv-heads 4 \
+  --ffn 5632 --vocab 32000 --type q4_0 --make-only >"$OUT/make-model.txt" 2>&1 &
+maker=$!
+
+ldconfig -p | grep -c libvulkan.so.1 | sed 's/^/vulkan loaders: /'
+ls /usr/share/vulkan/icd.d /etc/vulkan/icd.d /usr/local/nvidia/share/vulkan/icd.d 2>/dev/null
+
+# In order of worth, since a lease is short: correctness, then the model, then the ops.
+step 60 .dev/webtensor info
+step 150 .dev/conformance --test-threads 8 wgpu::
+step 150 .dev/conformance --test-threads 8 cuda::
+step 60 .dev/cuda_kernels
+
+echo "== waiting for the model"
+wait "$maker"
+echo "== model: rc=$? $(ls -la "$model" 2>&1)"
+# 16 prompt tokens: the reference's logits for the check are scalar and cost seconds per token.
+step 240 sh -c ".dev/webtensor bench --model $model --prompt-tokens 16 --runs 3 --json >$OUT/model.json"
+python3 - "$OUT/model.json" <<'PY'
+import json, sys
+print("backend  prompt tok/s (samples)          decode tok/s (samples)          GB/s  %copy  dispatch/tok  check")
+for r in json.load(open(sys.argv[1])):
+    p = " ".join(f"{x:.1f}" for x in r["prompt_samples"])
+    d = " ".join(f"{x:.1f}" for x in r["decode_samples"])
+    print(f'{r["backend"]:8} {p:32} {d:32} {r["decode_weight_gb_per_s"]:6.1f} {100 * r["frac_copy"]:5.1f}'
+          f'  {r["dispatches_per_token"] or "-"}  {r["checked"]} {r["max_abs_error"]:.1e}')
+PY
+step 120 .dev/webtensor bench --backend wgpu --backend cuda --report "$OUT/ops"
+step 150 .dev/webtensor bench --backend wgpu --backend cuda --size medium --op matmul --op qmatmul \
+  --report "$OUT/medium"
+
+step 60 .dev/wgpu_split
+WEBTENSOR_WGPU_ROW_TEAMS=off step 90 .dev/conformance --test-threads 8 wgpu::qmatmul wgpu::matmul
+WEBTENSOR_WGPU_F16=off step 120 .dev/conformance --test-threads 8 wgpu::
+WEBTENSOR_WGPU_SUBGROUPS=off step 120 .dev/conformance --test-threads 8 wgpu::
+WEBTENSOR_WGPU_INT_DOT=off step 120 .dev/conformance --test-threads 8 wgpu::
