@@ -248,10 +248,11 @@ def quant(lib):
         launch(lib, "dequantize", blocks(rows * cols), [ptr(deq), ptr(out), u32(code), u32(rows * cols)])
         check(f"dequantize {name} = gguf-py", deq, gdq(want, qt).reshape(-1), exact=True)
         # qmatmul with f32 activations: act · dequant(w)ᵀ.
-        m = 2
+        # 10 rows: a warp carries 8 activation rows (WT_QM_ROWS), so this takes two groups.
+        m = 10
         act = uniform(m, cols)
         res = np.zeros((m, rows), np.float32)
-        launch(lib, "qmatmul", blocks(m * rows * 32), [ptr(res), ptr(act), ptr(out), u32(code), u32(m), u32(rows), u32(cols)])
+        launch(lib, "qmatmul", blocks(-(-m // 8) * rows * 32), [ptr(res), ptr(act), ptr(out), u32(code), u32(m), u32(rows), u32(cols)])
         check(f"qmatmul {name} f32 activations", res, act.astype(float) @ gdq(want, qt).astype(float).T, tol=1e-5 * np.sqrt(cols))
     # TernaryPlanes (webtensor's own format, not in gguf-py): d = max|x| kept in f32, trits
     # round(x / d); dequantize gives d · trit exactly.

@@ -216,21 +216,77 @@ extern "C" __global__ void qmatmul_act(float* act, const u8* a, u32 mode, u32 le
     }
 }
 
-// out[i, j] = Σ_p act[i, p] · w[j, p], w of `fmt` [n, k] read packed. One warp per output.
+// Activation rows one warp of `qmatmul` multiplies at once: each weight row is read from
+// memory once per this many rows (once in decode), not once per row.
+#define WT_QM_ROWS 8u
+
+// acc[r] += act[r, col + t] · v for the rows a warp carries (`rows` of them, stride k).
+#define WT_QM_FMA(t, v)                                                                  \
+    _Pragma("unroll") for (u32 r = 0; r < WT_QM_ROWS; ++r) {                             \
+        if (r < rows) acc[r] = fmaf(a[(u64)r * k + (t)], (v), acc[r]);                   \
+    }
+
+// out[i, j] = Σ_p act[i, p] · w[j, p], w of `fmt` [n, k] read packed; each value is d · q in
+// f32 (as dequantize gives it) times the activation, summed in f32.
+//
+// One warp per weight row j and group of WT_QM_ROWS activation rows; consecutive warps take
+// consecutive weight rows. Q8_0 and Q4_0 (what GGUF decoders stream) are read a block per
+// 8 lanes, four blocks per warp step: each lane loads one or two 2-byte words of its block
+// (blocks are 18 or 34 bytes, so 2-byte aligned) and the matching 2 or 4 activations, so a
+// warp's loads are contiguous. Other formats take one value per lane per step.
 extern "C" __global__ void qmatmul(float* out, const float* act, const u8* w, u32 fmt, u32 m,
                                    u32 n, u32 k) {
-    u64 o = (u64)blockIdx.x * (blockDim.x / 32u) + threadIdx.x / 32u;
+    u64 warp = (u64)blockIdx.x * (blockDim.x / 32u) + threadIdx.x / 32u;
     u32 lane = threadIdx.x & 31u;
-    if (o >= (u64)m * n) return;
-    u64 i = o / n, j = o % n;
-    u64 row_bytes = (u64)(k / wt_block_len(fmt)) * wt_block_bytes(fmt);
-    const u8* wrow = w + j * row_bytes;
-    const float* arow = act + i * k;
-    float acc = 0.0f;
-    for (u32 p = lane; p < k; p += 32u) acc = fmaf(arow[p], wt_row_value(fmt, wrow, p), acc);
-    acc = wt_warp_sum(acc);
-    if (lane == 0u) out[o] = acc;
+    u64 groups = (m + WT_QM_ROWS - 1u) / WT_QM_ROWS;
+    if (warp >= (u64)n * groups) return;
+    u64 j = warp % n;
+    u32 i0 = (u32)(warp / n) * WT_QM_ROWS;
+    u32 rows = min(WT_QM_ROWS, m - i0);
+    u32 bbytes = wt_block_bytes(fmt);
+    const u8* wrow = w + j * (u64)(k / wt_block_len(fmt)) * bbytes;
+    float acc[WT_QM_ROWS];
+    _Pragma("unroll") for (u32 r = 0; r < WT_QM_ROWS; ++r) acc[r] = 0.0f;
+    if (fmt == FMT_Q4_0 || fmt == FMT_Q8_0) {
+        u32 sub = lane & 7u;
+        for (u32 b = lane >> 3; b < k / 32u; b += 4u) {
+            const unsigned short* h = (const unsigned short*)(wrow + (u64)b * bbytes);
+            float d = wt_f16_to_f32(h[0]);
+            const float* a = act + (u64)i0 * k + 32u * b;
+            if (fmt == FMT_Q4_0) {
+                // Bytes 2·sub and 2·sub + 1: low nibbles are values 2·sub, 2·sub + 1, high
+                // nibbles values 2·sub + 16, 2·sub + 17.
+                u32 q = h[1u + sub];
+                float v0 = __fmul_rn((float)((int)(q & 15u) - 8), d);
+                float v1 = __fmul_rn((float)((int)((q >> 8) & 15u) - 8), d);
+                float v2 = __fmul_rn((float)((int)((q >> 4) & 15u) - 8), d);
+                float v3 = __fmul_rn((float)((int)(q >> 12) - 8), d);
+                WT_QM_FMA(2u * sub, v0)
+                WT_QM_FMA(2u * sub + 1u, v1)
+                WT_QM_FMA(2u * sub + 16u, v2)
+                WT_QM_FMA(2u * sub + 17u, v3)
+            } else {
+                // Bytes 4·sub .. 4·sub + 3: values 4·sub .. 4·sub + 3.
+                u32 q = (u32)h[1u + 2u * sub] | ((u32)h[2u + 2u * sub] << 16);
+                _Pragma("unroll") for (u32 t = 0; t < 4u; ++t) {
+                    float v = __fmul_rn((float)(int)(i8)(q >> (8u * t)), d);
+                    WT_QM_FMA(4u * sub + t, v)
+                }
+            }
+        }
+    } else {
+        const float* a = act + (u64)i0 * k;
+        for (u32 p = lane; p < k; p += 32u) {
+            float v = wt_row_value(fmt, wrow, p);
+            WT_QM_FMA(p, v)
+        }
+    }
+    _Pragma("unroll") for (u32 r = 0; r < WT_QM_ROWS; ++r) {
+        float total = wt_warp_sum(acc[r]);
+        if (lane == 0u && r < rows) out[(u64)(i0 + r) * n + j] = total;
+    }
 }
+#undef WT_QM_FMA
 
 // out[i, j] = Σ_p trit(w[j, p]) · x[i, p] exactly (i32, wrapping like the reference's cast).
 extern "C" __global__ void ternary_dot(int* out, const u8* w, const i8* x, u32 fmt, u32 m, u32 n,

@@ -6,6 +6,9 @@ use crate::backend::{Activations, OpSpec};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
+/// Activation rows one warp of `qmatmul` carries (`WT_QM_ROWS` in kernels/quant.cu).
+const QM_ROWS: usize = 8;
+
 /// Queues one op of this family.
 pub(in crate::backend::cuda) fn launch<L: Launcher>(c: &Call<'_, L>, spec: &OpSpec) -> Result<()> {
     let (be, op, o) = (c.be, c.op, c.out());
@@ -70,9 +73,11 @@ pub(in crate::backend::cuda) fn launch<L: Launcher>(c: &Call<'_, L>, spec: &OpSp
                 )?;
                 be.ptr(&scratch)
             };
+            // One warp per weight row and group of QM_ROWS activation rows.
+            let warps = n * m.div_ceil(QM_ROWS);
             be.run(
                 "qmatmul",
-                (size(op, (m * n).div_ceil(WARPS as usize))?, 1, 1),
+                (size(op, warps.div_ceil(WARPS as usize))?, 1, 1),
                 &[
                     o,
                     Arg::Ptr(act),
