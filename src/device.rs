@@ -202,6 +202,14 @@ impl Device {
         self.inner.chain.iter().try_for_each(|b| b.synchronize())
     }
 
+    /// The primary backend's cumulative GPU time per kernel, where it measures it (see
+    /// [`crate::backend::Backend::kernel_profile`]): the wgpu backend with
+    /// `WEBTENSOR_WGPU_PROFILE=1`. Covers work already submitted: call after a download or
+    /// [`Device::synchronize`].
+    pub fn kernel_profile(&self) -> Option<crate::backend::KernelProfile> {
+        self.primary().kernel_profile()
+    }
+
     /// [`Device::synchronize`] without blocking (the browser's form).
     pub async fn synchronize_async(&self) -> Result<()> {
         for backend in &self.inner.chain {

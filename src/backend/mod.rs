@@ -217,6 +217,65 @@ pub struct BackendInfo {
     /// and why; empty for backends without such a choice.
     #[serde(default)]
     pub reductions: String,
+    /// The per-kernel GPU timestamp profiler ([`Backend::kernel_profile`]) when it was asked
+    /// for: on, or why it is unavailable; empty when not asked for or not offered.
+    #[serde(default)]
+    pub profiler: String,
+}
+
+/// Cumulative GPU time per kernel, measured with timestamp queries around each dispatch
+/// (the wgpu backend with `WEBTENSOR_WGPU_PROFILE=1`): see [`Backend::kernel_profile`].
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct KernelProfile {
+    /// One entry per kernel dispatched since the backend started, sorted by label.
+    pub kernels: Vec<KernelTime>,
+    /// Submits whose timestamps were read back.
+    pub submits: u64,
+    /// The sum over those submits of each one's GPU span, from its first dispatch's start to
+    /// its last dispatch's end, in nanoseconds: kernel time plus the gaps between kernels.
+    pub span_ns: f64,
+}
+
+/// One kernel's totals in a [`KernelProfile`].
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct KernelTime {
+    /// Shader file and entry point, e.g. `quant.wgsl::mv[q4_0 int8]` (the bracket names the
+    /// weight format a specialised kernel was compiled for).
+    pub label: String,
+    /// Dispatches timed.
+    pub dispatches: u64,
+    /// GPU time of those dispatches (each from its pass's start to its end), in nanoseconds.
+    pub gpu_ns: f64,
+}
+
+impl KernelProfile {
+    /// The sum of every kernel's GPU time, in nanoseconds.
+    pub fn kernel_ns(&self) -> f64 {
+        self.kernels.iter().map(|k| k.gpu_ns).sum()
+    }
+
+    /// What was measured after `earlier` (a profile of the same backend taken before this
+    /// one): the difference of the totals, kernels without new dispatches left out.
+    pub fn since(&self, earlier: &KernelProfile) -> KernelProfile {
+        let kernels = self
+            .kernels
+            .iter()
+            .filter_map(|k| {
+                let before = earlier.kernels.iter().find(|e| e.label == k.label);
+                let dispatches = k.dispatches - before.map_or(0, |e| e.dispatches);
+                (dispatches > 0).then(|| KernelTime {
+                    label: k.label.clone(),
+                    dispatches,
+                    gpu_ns: k.gpu_ns - before.map_or(0.0, |e| e.gpu_ns),
+                })
+            })
+            .collect();
+        KernelProfile {
+            kernels,
+            submits: self.submits - earlier.submits,
+            span_ns: self.span_ns - earlier.span_ns,
+        }
+    }
 }
 
 /// One place where ops run. Implementations must be thread-safe: a device may be used from
@@ -286,6 +345,15 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Kernel dispatches recorded since the backend started, for backends that count them
     /// (`bench --model` shows dispatches per decode step); `None` elsewhere.
     fn dispatches(&self) -> Option<u64> {
+        None
+    }
+
+    /// Cumulative GPU time per kernel since the backend started, for backends that measure it
+    /// (the wgpu backend with `WEBTENSOR_WGPU_PROFILE=1` on an adapter with timestamp
+    /// queries; `bench --model` shows the decode's share per kernel); `None` elsewhere.
+    /// Measures only work that has been submitted and read back: call after a download or
+    /// [`Backend::synchronize`].
+    fn kernel_profile(&self) -> Option<KernelProfile> {
         None
     }
 
@@ -372,6 +440,31 @@ impl<'a> HostInputs<'a> {
 mod tests {
     use super::reference::ReferenceBackend;
     use super::*;
+
+    /// `since` subtracts totals kernel by kernel and leaves out kernels with no new
+    /// dispatches.
+    #[test]
+    fn kernel_profile_since_is_the_difference() {
+        let time = |label: &str, dispatches, gpu_ns| KernelTime {
+            label: label.into(),
+            dispatches,
+            gpu_ns,
+        };
+        let before = KernelProfile {
+            kernels: vec![time("a", 2, 10.0), time("b", 1, 5.0)],
+            submits: 1,
+            span_ns: 20.0,
+        };
+        let after = KernelProfile {
+            kernels: vec![time("a", 5, 40.0), time("b", 1, 5.0), time("c", 1, 7.0)],
+            submits: 3,
+            span_ns: 100.0,
+        };
+        let d = after.since(&before);
+        assert_eq!(d.kernels, vec![time("a", 3, 30.0), time("c", 1, 7.0)]);
+        assert_eq!((d.submits, d.span_ns), (2, 80.0));
+        assert_eq!(d.kernel_ns(), 37.0);
+    }
 
     /// A backend with no in-place kernel: everything but `write_into` delegates to the
     /// reference, so `write_into` is the trait's host fallback.

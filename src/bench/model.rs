@@ -13,7 +13,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::{ceilings, Size};
-use crate::backend::{registry, BackendKind};
+use crate::backend::{registry, BackendKind, BackendRef, KernelProfile};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::model::generate::MULTI_STEP;
@@ -56,6 +56,90 @@ pub struct ModelBenchRow {
     pub dispatches_per_token: Option<f64>,
     /// A peer timed on the same file between our samples, if one was asked for.
     pub peer: Option<PeerSamples>,
+    /// GPU time per kernel of the last sample's decode, where the backend measures it (the
+    /// wgpu backend with `WEBTENSOR_WGPU_PROFILE=1`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_profile: Option<DecodeProfile>,
+    /// Why the backend's profiler, though asked for, measured nothing (e.g. an adapter
+    /// without timestamp queries).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile_note: Option<String>,
+}
+
+/// The decode's GPU time per token, per kernel: from the backend's timestamp profiler.
+#[derive(Clone, Debug, Serialize)]
+pub struct DecodeProfile {
+    /// One row per kernel, the longest GPU time first.
+    pub kernels: Vec<DecodeKernel>,
+    /// GPU µs per token summed over every kernel: the time the GPU ran a kernel.
+    pub busy_us_per_token: f64,
+    /// GPU µs per token from each submit's first kernel's start to its last one's end
+    /// (kernels plus the gaps between them).
+    pub span_us_per_token: f64,
+    /// Wall-clock µs per token of the same decode (slowed by the profiler's readbacks).
+    pub wall_us_per_token: f64,
+}
+
+/// One kernel's share of a decode step.
+#[derive(Clone, Debug, Serialize)]
+pub struct DecodeKernel {
+    /// Shader file and entry point.
+    pub kernel: String,
+    /// Dispatches per token.
+    pub dispatches_per_token: f64,
+    /// GPU µs per token.
+    pub gpu_us_per_token: f64,
+    /// Fraction of the decode's summed kernel time.
+    pub share: f64,
+}
+
+impl DecodeProfile {
+    /// The per-token view of `profile`, measured over `tokens` decode tokens that took
+    /// `wall_s` seconds.
+    pub fn new(profile: &KernelProfile, tokens: usize, wall_s: f64) -> DecodeProfile {
+        let tokens = tokens.max(1) as f64;
+        let total = profile.kernel_ns();
+        let mut kernels: Vec<DecodeKernel> = profile
+            .kernels
+            .iter()
+            .map(|k| DecodeKernel {
+                kernel: k.label.clone(),
+                dispatches_per_token: k.dispatches as f64 / tokens,
+                gpu_us_per_token: k.gpu_ns / 1e3 / tokens,
+                share: if total > 0.0 { k.gpu_ns / total } else { 0.0 },
+            })
+            .collect();
+        kernels.sort_by(|a, b| b.gpu_us_per_token.total_cmp(&a.gpu_us_per_token));
+        DecodeProfile {
+            kernels,
+            busy_us_per_token: total / 1e3 / tokens,
+            span_us_per_token: profile.span_ns / 1e3 / tokens,
+            wall_us_per_token: wall_s * 1e6 / tokens,
+        }
+    }
+
+    /// The profile as an aligned table, indented under its backend's row.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "  {:<44} {:>10} {:>10} {:>7}\n",
+            "decode kernel", "disp/tok", "GPU µs/tok", "share"
+        );
+        for k in &self.kernels {
+            out += &format!(
+                "  {:<44} {:>10.1} {:>10.1} {:>6.1}%\n",
+                k.kernel,
+                k.dispatches_per_token,
+                k.gpu_us_per_token,
+                k.share * 100.0
+            );
+        }
+        out += &format!(
+            "  GPU busy {:.1} µs/token (sum of kernels), submit spans {:.1} µs/token, of {:.1} \
+             µs/token wall\n",
+            self.busy_us_per_token, self.span_us_per_token, self.wall_us_per_token
+        );
+        out
+    }
 }
 
 /// One peer's timings on the same model file, taken alternately with webtensor's.
@@ -149,19 +233,25 @@ pub fn run(
             frac_copy: None,
             dispatches_per_token: None,
             peer: None,
+            decode_profile: None,
+            profile_note: None,
         };
         if row.checked {
             for i in 0..samples.max(1) {
                 progress(&format!("{kind}: sample {}", i + 1));
                 cache.reset();
-                let (prompt_rate, decode_rate, dispatches) =
-                    time_once(&model, &prompt, decode_tokens, &mut cache, || {
-                        backend.dispatches()
-                    })?;
-                row.prompt_samples.push(prompt_rate);
-                row.decode_samples.extend(decode_rate);
-                row.dispatches_per_token =
-                    dispatches.map(|n| n as f64 / decode_tokens.max(1) as f64);
+                let timed = time_once(&model, &prompt, decode_tokens, &mut cache, &backend)?;
+                row.prompt_samples.push(timed.prompt_rate);
+                row.decode_samples.extend(timed.decode_rate);
+                row.dispatches_per_token = timed
+                    .dispatches
+                    .map(|n| n as f64 / decode_tokens.max(1) as f64);
+                if let Some(profile) = &timed.profile {
+                    let wall_s = timed
+                        .decode_rate
+                        .map_or(0.0, |rate| decode_tokens as f64 / rate);
+                    row.decode_profile = Some(DecodeProfile::new(profile, decode_tokens, wall_s));
+                }
                 if let Some(peer) = peer {
                     let (name, p, d) = peer(prompt_tokens, decode_tokens)?;
                     let samples = row.peer.get_or_insert_with(PeerSamples::default);
@@ -169,6 +259,10 @@ pub fn run(
                     samples.prompt_samples.push(p);
                     samples.decode_samples.push(d);
                 }
+            }
+            let profiler = backend.info().profiler;
+            if row.decode_profile.is_none() && !profiler.is_empty() {
+                row.profile_note = Some(profiler);
             }
             row.prompt_tokens_per_s = median(&row.prompt_samples);
             row.decode_tokens_per_s = median(&row.decode_samples);
@@ -183,22 +277,33 @@ pub fn run(
     Ok(rows)
 }
 
-/// One timed prompt pass and decode from an empty `cache`: (prompt tokens/s, decode
-/// tokens/s if any were asked for, the kernel dispatches of the decode where `dispatches`
-/// counts them). Greedy, drawn on the device as `generate` does: the prompt's token read
-/// back, then decode steps recorded MULTI_STEP per submit.
+/// What one [`time_once`] measured.
+struct Timed {
+    prompt_rate: f64,
+    /// Decode tokens/s, if any were asked for.
+    decode_rate: Option<f64>,
+    /// The decode's kernel dispatches, where the backend counts them.
+    dispatches: Option<u64>,
+    /// The decode's GPU time per kernel, where the backend measures it.
+    profile: Option<KernelProfile>,
+}
+
+/// One timed prompt pass and decode from an empty `cache` on `backend` (the model's primary
+/// backend). Greedy, drawn on the device as `generate` does: the prompt's token read back,
+/// then decode steps recorded MULTI_STEP per submit, each batch's ids read back.
 fn time_once(
     model: &Llama,
     prompt: &[u32],
     decode_tokens: usize,
     cache: &mut crate::model::KvCache,
-    dispatches: impl Fn() -> Option<u64>,
-) -> Result<(f64, Option<f64>, Option<u64>)> {
+    backend: &BackendRef,
+) -> Result<Timed> {
     let mut sampler = Sampler::new(Sampling::greedy());
     let start = Instant::now();
     let mut next = model.sample_next(prompt, cache, &mut sampler)?;
     let prompt_rate = prompt.len() as f64 / start.elapsed().as_secs_f64();
-    let before = dispatches();
+    let before = backend.dispatches();
+    let profile_before = backend.kernel_profile();
     let start = Instant::now();
     let mut left = decode_tokens;
     while left > 0 {
@@ -209,10 +314,20 @@ fn time_once(
     }
     let decode_rate =
         (decode_tokens > 0).then(|| decode_tokens as f64 / start.elapsed().as_secs_f64());
-    let decode_dispatches = dispatches()
+    let dispatches = backend
+        .dispatches()
         .zip(before)
         .map(|(after, before)| after - before);
-    Ok((prompt_rate, decode_rate, decode_dispatches))
+    let profile = backend
+        .kernel_profile()
+        .zip(profile_before)
+        .map(|(after, before)| after.since(&before));
+    Ok(Timed {
+        prompt_rate,
+        decode_rate,
+        dispatches,
+        profile,
+    })
 }
 
 /// The median of `v` (the upper one of an even count), `None` when empty.
@@ -318,6 +433,12 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
                 "",
                 "webtensor / peer, medians",
             ]);
+        }
+        if let Some(profile) = &r.decode_profile {
+            out += &profile.table();
+        }
+        if let Some(note) = &r.profile_note {
+            out += &format!("  profiler: {note}\n");
         }
     }
     out

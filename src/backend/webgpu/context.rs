@@ -88,7 +88,27 @@ pub(crate) struct GpuContext {
     pub(crate) subgroups_check: Option<Verdict>,
     pub(crate) f16_check: Option<Verdict>,
     pub(crate) int_dot_check: Option<Verdict>,
+    /// Whether dispatches are timed ([`PROFILE_ENV`]).
+    pub(crate) profiling: Profiling,
 }
+
+/// Whether the backend times each dispatch with timestamp queries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Profiling {
+    /// Not asked for ([`PROFILE_ENV`] unset): no query sets, no readbacks.
+    Off,
+    /// Asked for, and the device has `timestamp-query`.
+    On,
+    /// Asked for but not possible here, and why.
+    Unavailable(String),
+}
+
+/// Set to `1` to time every dispatch with GPU timestamp queries and total the times per
+/// kernel (`bench --model` prints them for the decode; `Backend::kernel_profile`). Needs the
+/// adapter's `timestamp-query` feature, and a native build: the timestamps are read back with
+/// a blocking wait after each submit, which a browser cannot do. Slows submits down; off by
+/// default.
+pub const PROFILE_ENV: &str = "WEBTENSOR_WGPU_PROFILE";
 
 /// Set to `off` to make the wgpu backend reduce through workgroup memory even where the adapter
 /// has subgroups (how the tests cover both reductions on one machine).
@@ -181,7 +201,12 @@ impl GpuContext {
         let adapter_features = adapter.features();
         // f16 and subgroups are enabled where present so later kernels can use them; nothing
         // requires them.
-        let enabled = adapter_features & (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP);
+        let mut enabled =
+            adapter_features & (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP);
+        let profiling = profiling_from_env(adapter_features);
+        if profiling == Profiling::On {
+            enabled |= wgpu::Features::TIMESTAMP_QUERY;
+        }
         let limits = adapter.limits();
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
@@ -254,6 +279,7 @@ impl GpuContext {
             subgroups_check: None,
             f16_check: None,
             int_dot_check: None,
+            profiling,
         })
     }
 
@@ -373,7 +399,32 @@ impl GpuContext {
                 },
                 &self.subgroups_check,
             ),
+            profiler: match &self.profiling {
+                Profiling::Off => String::new(),
+                Profiling::On => format!("per-kernel GPU timestamps ({PROFILE_ENV}=1)"),
+                Profiling::Unavailable(why) => format!("unavailable: {why}"),
+            },
         }
+    }
+}
+
+/// What [`PROFILE_ENV`] asks for on an adapter with `features`: off when unset, empty, `0`,
+/// `off` or `false`.
+fn profiling_from_env(features: wgpu::Features) -> Profiling {
+    let asked = std::env::var(PROFILE_ENV).is_ok_and(|v| {
+        let v = v.trim().to_ascii_lowercase();
+        !matches!(v.as_str(), "" | "0" | "off" | "false")
+    });
+    if !asked {
+        Profiling::Off
+    } else if cfg!(target_arch = "wasm32") {
+        Profiling::Unavailable(
+            "not in the browser: reading the timestamps back needs a blocking wait".into(),
+        )
+    } else if !features.contains(wgpu::Features::TIMESTAMP_QUERY) {
+        Profiling::Unavailable("the adapter has no timestamp-query feature".into())
+    } else {
+        Profiling::On
     }
 }
 

@@ -11,6 +11,8 @@
 //! * `recorder` keeps one open command encoder and the per-batch parameter arena:
 //!   [`Backend::execute`] only records, and work is submitted at [`Backend::download`],
 //!   [`Backend::synchronize`], or when the arena is full.
+//! * `profiler` (`WEBTENSOR_WGPU_PROFILE=1`) times each dispatch with timestamp queries and
+//!   totals the GPU time per kernel ([`Backend::kernel_profile`]).
 //! * `kernels` turns each [`OpSpec`] into parameters, a kernel and a grid.
 //! * `readback` copies results to the host: blocking natively, as a future in the browser
 //!   ([`Backend::download_async`]); [`Backend::synchronize_async`] waits for the queue the
@@ -28,6 +30,7 @@ mod kernels;
 mod params;
 mod pipelines;
 mod pool;
+mod profiler;
 mod readback;
 mod recorder;
 mod selfcheck;
@@ -35,7 +38,7 @@ mod selfcheck;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-pub use context::{F16_ENV, ROW_TEAMS_ENV, SUBGROUPS_ENV};
+pub use context::{F16_ENV, PROFILE_ENV, ROW_TEAMS_ENV, SUBGROUPS_ENV};
 pub use pipelines::compose_module;
 pub use pool::GpuBuffer;
 pub use selfcheck::SELFCHECK_ENV;
@@ -47,7 +50,8 @@ use self::pool::BufferPool;
 use self::readback::Readback;
 use self::recorder::Recorder;
 use crate::backend::{
-    Activations, Backend, BackendFuture, BackendInfo, BackendKind, HostData, OpSpec, Storage,
+    Activations, Backend, BackendFuture, BackendInfo, BackendKind, HostData, KernelProfile, OpSpec,
+    Storage,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -469,6 +473,10 @@ impl Backend for WgpuBackend {
 
     fn dispatches(&self) -> Option<u64> {
         self.recorder().ok().map(|r| r.dispatches())
+    }
+
+    fn kernel_profile(&self) -> Option<KernelProfile> {
+        self.recorder().ok().and_then(|r| r.kernel_profile())
     }
 
     fn synchronize(&self) -> Result<()> {

@@ -117,7 +117,8 @@ impl Shader {
         }
     }
 
-    fn name(self) -> &'static str {
+    /// The file's name, e.g. `quant.wgsl`.
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Shader::Elementwise => "elementwise.wgsl",
             Shader::Norm => "norm.wgsl",
@@ -189,6 +190,45 @@ pub(crate) fn sources_fingerprint() -> u64 {
 pub(crate) struct Kernel {
     pub(crate) pipeline: wgpu::ComputePipeline,
     pub(crate) inputs: usize,
+    /// Which kernel this is, for the profiler.
+    pub(crate) id: KernelId,
+}
+
+/// A kernel's name: its shader file, entry point and `MV_FORMAT` constant (the key of the
+/// pipeline cache). Copied per dispatch by the profiler, and spelled out only when a profile
+/// is read ([`KernelId::label`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct KernelId {
+    pub(crate) shader: Shader,
+    pub(crate) entry: &'static str,
+    pub(crate) format: u32,
+}
+
+impl KernelId {
+    /// `file::entry`, with the weight format and activation path of a kernel specialised by
+    /// `MV_FORMAT` in brackets, e.g. `quant.wgsl::mv[q4_0 int8]`.
+    pub(crate) fn label(self) -> String {
+        use crate::backend::kernel_consts::{
+            INT_ACTIVATIONS, PACKED_FORMATS, QUANTIZE_ACTIVATIONS,
+        };
+        let name = format!("{}::{}", self.shader.name(), self.entry);
+        if self.format == 0 {
+            return name;
+        }
+        let code = self.format & (INT_ACTIVATIONS - 1);
+        let weights = PACKED_FORMATS
+            .iter()
+            .find(|f| f.code == code)
+            .map_or_else(|| format!("format {code}"), |f| f.dtype.to_string());
+        let activations = if self.format & QUANTIZE_ACTIVATIONS != 0 {
+            " int8, rounded in-kernel"
+        } else if self.format & INT_ACTIVATIONS != 0 {
+            " int8"
+        } else {
+            ""
+        };
+        format!("{name}[{weights}{activations}]")
+    }
 }
 
 /// The caches.
@@ -297,7 +337,16 @@ impl Pipelines {
                 format!("compiling {}::{entry} failed: {e}", shader.name()),
             ));
         }
-        let kernel = Kernel { pipeline, inputs };
+        let id = KernelId {
+            shader,
+            entry,
+            format,
+        };
+        let kernel = Kernel {
+            pipeline,
+            inputs,
+            id,
+        };
         kernels.insert((shader, entry, format), kernel.clone());
         Ok(kernel)
     }

@@ -24,9 +24,11 @@ use std::collections::HashMap;
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
-use super::context::GpuContext;
+use super::context::{GpuContext, Profiling};
 use super::pipelines::{Kernel, Pipelines, PARAMS_BYTES};
 use super::pool::BufferPool;
+use super::profiler::Profiler;
+use crate::backend::KernelProfile;
 
 /// Bytes of the parameter arena: 4096 dispatches of 256 bytes per batch.
 const ARENA_BYTES: u64 = 1 << 20;
@@ -72,6 +74,8 @@ pub(crate) struct Recorder {
     seen_releases: u64,
     /// Dispatches recorded since the backend started.
     dispatches: u64,
+    /// The timestamp profiler, when profiling is on (`None` costs nothing per dispatch).
+    profiler: Option<Profiler>,
 }
 
 impl Recorder {
@@ -97,6 +101,7 @@ impl Recorder {
             bind_groups: HashMap::new(),
             seen_releases: 0,
             dispatches: 0,
+            profiler: (ctx.profiling == Profiling::On).then(|| Profiler::new(ctx)),
         }
     }
 
@@ -122,10 +127,20 @@ impl Recorder {
 
         self.dispatches += 1;
         let bind_group = self.bind_group(ctx, pipelines, &d);
+        let timed = self
+            .profiler
+            .as_mut()
+            .map(|p| p.next_pass(ctx, d.kernel.id));
         let encoder = self.encoder(ctx);
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: None,
-            timestamp_writes: None,
+            timestamp_writes: timed
+                .as_ref()
+                .map(|(queries, i)| wgpu::ComputePassTimestampWrites {
+                    query_set: queries,
+                    beginning_of_pass_write_index: Some(2 * i),
+                    end_of_pass_write_index: Some(2 * i + 1),
+                }),
         });
         pass.set_pipeline(&d.kernel.pipeline);
         pass.set_bind_group(0, &bind_group, &[offset as u32]);
@@ -201,6 +216,11 @@ impl Recorder {
         self.dispatches
     }
 
+    /// The profiler's totals, when profiling is on.
+    pub(crate) fn kernel_profile(&self) -> Option<KernelProfile> {
+        self.profiler.as_ref().map(Profiler::profile)
+    }
+
     /// Records a copy of `bytes` (a multiple of 4) from the start of `src` to the start of
     /// `dst`.
     pub(crate) fn copy(
@@ -236,13 +256,22 @@ impl Recorder {
         &self.pool
     }
 
-    /// Writes the parameter arena and submits everything recorded (possibly nothing).
+    /// Writes the parameter arena and submits everything recorded (possibly nothing). With
+    /// profiling on, the batch ends by resolving its timestamps, and the submit waits for the
+    /// batch to finish and reads them back.
     pub(crate) fn submit(&mut self, ctx: &GpuContext) -> wgpu::SubmissionIndex {
-        let encoder = self.encoder.take();
+        let mut encoder = self.encoder.take();
         if !self.arena.is_empty() {
             ctx.queue.write_buffer(&self.arena_buffer, 0, &self.arena);
             self.arena.clear();
         }
-        ctx.queue.submit(encoder.map(|e| e.finish()))
+        if let (Some(profiler), Some(encoder)) = (&self.profiler, &mut encoder) {
+            profiler.resolve(encoder);
+        }
+        let index = ctx.queue.submit(encoder.map(|e| e.finish()));
+        if let Some(profiler) = &mut self.profiler {
+            profiler.collect(ctx);
+        }
+        index
     }
 }
