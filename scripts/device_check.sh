@@ -6,7 +6,8 @@
 #   scripts/device_check.sh --stage   # builds with the cuda feature, strips the binaries into .dev/
 #   # .gl/: the Vulkan loader's .deb (libvulkan1; that machine has the NVIDIA driver, no loader)
 #   # .whl/: gguf-py's wheel (gguf==0.19.0; numpy, pyyaml, requests, tqdm are there already)
-# There (carry .dev, .gl and .whl): scripts/device_check.sh
+#   # optionally .dev/webtensor-before: an earlier build, timed against this one
+# There (carry .dev, .gl and .whl): scripts/device_check.sh [--ab]
 #
 # Every step has its own time limit and the script goes on after a failure, so one call returns
 # as much as it can. Logs and reports go to $OUT (the device tool brings that folder back), else
@@ -69,16 +70,52 @@ maker=$!
 ldconfig -p | grep -c libvulkan.so.1 | sed 's/^/vulkan loaders: /'
 ls /usr/share/vulkan/icd.d /etc/vulkan/icd.d /usr/local/nvidia/share/vulkan/icd.d 2>/dev/null
 
+# Where wgpu's decode time goes, per kernel (GPU timestamps), with int8 and f32 activations;
+# then, where .dev/webtensor-before holds an earlier build, its decode and this one's take
+# turns, three times each.
+profile_and_compare() {
+  for acts in int f32; do
+    WEBTENSOR_WGPU_PROFILE=1 step 120 .dev/webtensor bench --model "$model" --backend wgpu \
+      --prompt-tokens 4 --decode-tokens 32 --runs 1 --activations $acts
+  done
+  [ -x .dev/webtensor-before ] || return 0
+  for i in 1 2 3; do
+    for build in before after; do
+      bin=.dev/webtensor
+      [ $build = before ] && bin=.dev/webtensor-before
+      echo "== $build $i"
+      timeout 120 $bin bench --model "$model" --backend cuda --backend wgpu --prompt-tokens 4 \
+        --decode-tokens 64 --runs 1 2>/dev/null | grep -E '^(cuda|wgpu) '
+    done
+  done
+}
+
+# --ab: only the conformance on both backends, the profile and the before/after comparison.
+if [ "${1:-}" = --ab ]; then
+  step 150 .dev/conformance --test-threads 8 wgpu::
+  step 150 .dev/conformance --test-threads 8 cuda::
+  wait "$maker"
+  profile_and_compare
+  exit 0
+fi
+
 # In order of worth, since a lease is short: correctness, then the model, then the ops.
-step 60 .dev/webtensor info
+# The conformance matrix on the Vulkan adapter (as found, then with shader-f16, subgroups, the
+# integer dot product and row teams each turned off) and on CUDA.
 step 150 .dev/conformance --test-threads 8 wgpu::
 step 150 .dev/conformance --test-threads 8 cuda::
 step 60 .dev/cuda_kernels
+[ -x .dev/wgpu_split ] && step 60 .dev/wgpu_split
+WEBTENSOR_WGPU_F16=off step 120 .dev/conformance --test-threads 8 wgpu::
+WEBTENSOR_WGPU_SUBGROUPS=off step 120 .dev/conformance --test-threads 8 wgpu::
+WEBTENSOR_WGPU_INT_DOT=off step 120 .dev/conformance --test-threads 8 wgpu::
+WEBTENSOR_WGPU_ROW_TEAMS=off step 90 .dev/conformance --test-threads 8 wgpu::qmatmul wgpu::matmul
 
 echo "== waiting for the model"
 wait "$maker"
 echo "== model: rc=$? $(ls -la "$model" 2>&1)"
-# 16 prompt tokens: the reference's logits for the check are scalar and cost seconds per token.
+# Every backend on the model. 16 prompt tokens: the reference's logits for the check are
+# scalar and cost seconds per token.
 step 240 sh -c ".dev/webtensor bench --model $model --prompt-tokens 16 --runs 3 --json >$OUT/model.json"
 python3 - "$OUT/model.json" <<'PY'
 import json, sys
@@ -89,12 +126,7 @@ for r in json.load(open(sys.argv[1])):
     print(f'{r["backend"]:8} {p:32} {d:32} {r["decode_weight_gb_per_s"]:6.1f} {100 * r["frac_copy"]:5.1f}'
           f'  {r["dispatches_per_token"] or "-"}  {r["checked"]} {r["max_abs_error"]:.1e}')
 PY
-step 120 .dev/webtensor bench --backend wgpu --backend cuda --report "$OUT/ops"
+profile_and_compare
 step 150 .dev/webtensor bench --backend wgpu --backend cuda --size medium --op matmul --op qmatmul \
   --report "$OUT/medium"
-
-step 60 .dev/wgpu_split
-WEBTENSOR_WGPU_ROW_TEAMS=off step 90 .dev/conformance --test-threads 8 wgpu::qmatmul wgpu::matmul
-WEBTENSOR_WGPU_F16=off step 120 .dev/conformance --test-threads 8 wgpu::
-WEBTENSOR_WGPU_SUBGROUPS=off step 120 .dev/conformance --test-threads 8 wgpu::
-WEBTENSOR_WGPU_INT_DOT=off step 120 .dev/conformance --test-threads 8 wgpu::
+step 120 .dev/webtensor bench --backend wgpu --backend cuda --report "$OUT/ops"

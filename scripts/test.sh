@@ -42,6 +42,13 @@ WEBTENSOR_WGPU_INT_DOT=off cargo test --test conformance -- wgpu::qmatmul wgpu::
 echo "== wgpu row teams (WEBTENSOR_WGPU_ROW_TEAMS=on), with and without subgroups"
 WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test conformance -- wgpu::qmatmul wgpu::matmul
 WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_SUBGROUPS=off cargo test --test conformance -- wgpu::qmatmul wgpu::matmul
+# Subgroup teams take four rows per subgroup: lavapipe's subgroups of 8 give 32 rows per
+# workgroup, SwiftShader's (Chromium's Vulkan ICD) subgroups of 4 give 64, as a GPU's of 32 give 8.
+swiftshader=/usr/lib/chromium/vk_swiftshader_icd.json
+[ -f "$swiftshader" ] || { echo "no SwiftShader ICD at $swiftshader: run scripts/setup.sh" >&2; exit 1; }
+echo "== wgpu row teams on SwiftShader (subgroups of 4)"
+VK_ICD_FILENAMES="$swiftshader" WEBTENSOR_WGPU_ROW_TEAMS=on \
+  cargo test --test conformance -- wgpu::qmatmul wgpu::matmul wgpu::linear_residual wgpu::swiglu_linear
 
 # The optional `cuda` backend: it must build and pass clippy without a CUDA toolkit or GPU,
 # every kernel source must compile with the real NVRTC (from PyPI, see setup.sh), and its

@@ -10,6 +10,8 @@
 // native feature instead; the browser path never compiles this prelude (wgpu offers no
 // subgroups on WebGPU yet).
 
+// Output rows per workgroup: the backend writes four per subgroup of the adapter's size here
+// (src/backend/webgpu/pipelines.rs, `reduce_prelude`), so that every subgroup has rows.
 const MV_ROWS: u32 = 32u;
 
 @compute @workgroup_size(64)

@@ -128,8 +128,11 @@ pub const ROW_TEAMS_ENV: &str = "WEBTENSOR_WGPU_ROW_TEAMS";
 pub(crate) enum MvShape {
     /// One lane per four rows, no reduction (`lanes.wgsl`).
     Lanes,
-    /// A subgroup per four rows, reduced with `subgroupAdd` (`subgroup.wgsl`).
-    SubgroupTeams,
+    /// A subgroup per four rows, reduced with `subgroupAdd` (`subgroup.wgsl`); `rows` output
+    /// rows per 64-thread workgroup, four per subgroup it holds, so that every subgroup has
+    /// rows and a matrix of n rows spreads over n / rows workgroups (a GPU needs many: with 32
+    /// rows per workgroup a 2048-row product left most of an H200's 132 SMs idle).
+    SubgroupTeams { rows: u32 },
     /// Eight lanes per four rows, reduced through workgroup memory (`workgroup.wgsl`).
     WorkgroupTeams,
 }
@@ -139,7 +142,8 @@ impl MvShape {
     pub(crate) fn rows_per_workgroup(self) -> usize {
         match self {
             MvShape::Lanes => 256,
-            MvShape::SubgroupTeams | MvShape::WorkgroupTeams => 32,
+            MvShape::SubgroupTeams { rows } => rows as usize,
+            MvShape::WorkgroupTeams => 32,
         }
     }
 
@@ -148,8 +152,18 @@ impl MvShape {
     pub(crate) fn max_k(self) -> usize {
         match self {
             MvShape::Lanes => 16384,
-            MvShape::SubgroupTeams | MvShape::WorkgroupTeams => usize::MAX,
+            MvShape::SubgroupTeams { .. } | MvShape::WorkgroupTeams => usize::MAX,
         }
+    }
+}
+
+/// Output rows per 64-thread workgroup of the subgroup teams: four per subgroup of the
+/// adapter's largest subgroup size (a smaller one leaves some subgroups without rows, which
+/// is correct, only less parallel). 32 where the adapter reports no size.
+pub(crate) fn subgroup_team_rows(max_subgroup_size: u32) -> u32 {
+    match max_subgroup_size {
+        0 => 32,
+        size => 4 * (64 / size.clamp(2, 64)),
     }
 }
 
@@ -287,7 +301,9 @@ impl GpuContext {
     pub(crate) fn mv_shape(&self) -> MvShape {
         match (self.row_teams, self.subgroups) {
             (false, _) => MvShape::Lanes,
-            (true, true) => MvShape::SubgroupTeams,
+            (true, true) => MvShape::SubgroupTeams {
+                rows: subgroup_team_rows(self.adapter_info.subgroup_max_size),
+            },
             (true, false) => MvShape::WorkgroupTeams,
         }
     }

@@ -51,14 +51,19 @@ fn dot4_prelude(builtin: bool) -> &'static str {
     }
 }
 
-/// The prelude of the shaders marked `@prelude(reduce)`: the entry `mv` for a shape.
-fn reduce_prelude(shape: MvShape) -> &'static str {
+/// The prelude of the shaders marked `@prelude(reduce)`: the entry `mv` for a shape, with the
+/// subgroup teams' rows per workgroup written into its `MV_ROWS`.
+fn reduce_prelude(shape: MvShape) -> String {
     match shape {
-        MvShape::Lanes => include_str!("../../../shaders/reduce/lanes.wgsl"),
-        MvShape::SubgroupTeams => include_str!("../../../shaders/reduce/subgroup.wgsl"),
-        MvShape::WorkgroupTeams => include_str!("../../../shaders/reduce/workgroup.wgsl"),
+        MvShape::Lanes => include_str!("../../../shaders/reduce/lanes.wgsl").into(),
+        MvShape::SubgroupTeams { rows } => include_str!("../../../shaders/reduce/subgroup.wgsl")
+            .replace(SUBGROUP_MV_ROWS, &format!("const MV_ROWS: u32 = {rows}u;")),
+        MvShape::WorkgroupTeams => include_str!("../../../shaders/reduce/workgroup.wgsl").into(),
     }
 }
+
+/// The declaration in `subgroup.wgsl` that [`reduce_prelude`] replaces.
+const SUBGROUP_MV_ROWS: &str = "const MV_ROWS: u32 = 32u;";
 
 impl Shader {
     pub(crate) const ALL: [Shader; 15] = [
@@ -91,9 +96,10 @@ impl Shader {
     pub(crate) fn composed(self, shape: MvShape, int_dot: bool) -> String {
         let preludes = match self {
             Shader::Matvec => vec![reduce_prelude(shape)],
-            Shader::Quant => vec![reduce_prelude(shape), dot4_prelude(int_dot)],
+            Shader::Quant => vec![reduce_prelude(shape), dot4_prelude(int_dot).into()],
             _ => vec![],
         };
+        let preludes: Vec<&str> = preludes.iter().map(String::as_str).collect();
         compose_module(self.source(), &preludes)
     }
 
@@ -174,7 +180,7 @@ pub(crate) fn sources_fingerprint() -> u64 {
     }
     for shape in [
         MvShape::Lanes,
-        MvShape::SubgroupTeams,
+        MvShape::SubgroupTeams { rows: 32 },
         MvShape::WorkgroupTeams,
     ] {
         reduce_prelude(shape).hash(&mut h);
@@ -362,5 +368,27 @@ fn storage_entry(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {
             min_binding_size: None,
         },
         count: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{reduce_prelude, MvShape};
+    use crate::backend::webgpu::context::subgroup_team_rows;
+
+    #[test]
+    fn subgroup_teams_get_four_rows_per_subgroup() {
+        assert_eq!(subgroup_team_rows(32), 8);
+        assert_eq!(subgroup_team_rows(64), 4);
+        assert_eq!(subgroup_team_rows(16), 16);
+        assert_eq!(subgroup_team_rows(128), 4);
+        assert_eq!(subgroup_team_rows(0), 32);
+    }
+
+    #[test]
+    fn the_subgroup_prelude_takes_the_rows_per_workgroup() {
+        let wgsl = reduce_prelude(MvShape::SubgroupTeams { rows: 8 });
+        assert!(wgsl.contains("const MV_ROWS: u32 = 8u;"), "{wgsl}");
+        assert!(!wgsl.contains("const MV_ROWS: u32 = 32u;"));
     }
 }

@@ -10,14 +10,16 @@
 //! kernel. The submit's span, from its first pass's start to its last pass's end, is kept
 //! too: the difference to the kernels' sum is the GPU's idle time between passes.
 //!
+//! It knows kernels only as keys (the recorder's kernel ids), so it depends on no other part
+//! of the backend.
+//!
 //! The profiler exists only when asked for: the recorder holds `Option<Profiler>`, and with
 //! `None` no query set is created and no pass has timestamp writes.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-use super::context::GpuContext;
-use super::pipelines::KernelId;
 use crate::backend::{KernelProfile, KernelTime};
 
 /// Passes per query set: two timestamps each, as many as one query set may hold.
@@ -35,10 +37,10 @@ struct Slab {
 }
 
 impl Slab {
-    fn new(ctx: &GpuContext) -> Slab {
+    fn new(device: &wgpu::Device) -> Slab {
         let bytes = u64::from(PASSES_PER_SLAB) * 2 * TIMESTAMP_BYTES;
         let buffer = |label, usage| {
-            ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(label),
                 size: bytes,
                 usage,
@@ -46,7 +48,7 @@ impl Slab {
             })
         };
         Slab {
-            queries: ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+            queries: device.create_query_set(&wgpu::QuerySetDescriptor {
                 label: Some("webtensor profiler timestamps"),
                 ty: wgpu::QueryType::Timestamp,
                 count: PASSES_PER_SLAB * 2,
@@ -70,26 +72,28 @@ struct Totals {
     ns: f64,
 }
 
-/// The profiler's state; lives in the recorder.
+/// The profiler's state, per kernel key `K`; lives in the recorder.
 #[derive(Debug)]
-pub(crate) struct Profiler {
+pub(crate) struct Profiler<K> {
+    device: wgpu::Device,
     /// Nanoseconds per timestamp tick.
     period_ns: f64,
     /// Slabs not in use.
     free: Vec<Slab>,
     /// Slabs the open batch writes, in order, each with the kernel of each pass it timed; the
     /// last one is being filled.
-    open: Vec<(Slab, Vec<KernelId>)>,
-    totals: HashMap<KernelId, Totals>,
+    open: Vec<(Slab, Vec<K>)>,
+    totals: HashMap<K, Totals>,
     submits: u64,
     span_ns: f64,
 }
 
-impl Profiler {
+impl<K: Copy + Eq + Hash> Profiler<K> {
     /// A profiler for a device with the `TIMESTAMP_QUERY` feature.
-    pub(crate) fn new(ctx: &GpuContext) -> Profiler {
+    pub(crate) fn new(device: &wgpu::Device, queue: &wgpu::Queue) -> Profiler<K> {
         Profiler {
-            period_ns: f64::from(ctx.queue.get_timestamp_period()),
+            device: device.clone(),
+            period_ns: f64::from(queue.get_timestamp_period()),
             free: Vec::new(),
             open: Vec::new(),
             totals: HashMap::new(),
@@ -100,17 +104,13 @@ impl Profiler {
 
     /// The query set and the pass's index in it (its timestamps are `2 × index` and
     /// `2 × index + 1`) for the next pass of the open batch, which runs `kernel`.
-    pub(crate) fn next_pass(
-        &mut self,
-        ctx: &GpuContext,
-        kernel: KernelId,
-    ) -> (wgpu::QuerySet, u32) {
+    pub(crate) fn next_pass(&mut self, kernel: K) -> (wgpu::QuerySet, u32) {
         let full = self
             .open
             .last()
             .is_none_or(|(_, kernels)| kernels.len() as u32 == PASSES_PER_SLAB);
         if full {
-            let slab = self.free.pop().unwrap_or_else(|| Slab::new(ctx));
+            let slab = self.free.pop().unwrap_or_else(|| Slab::new(&self.device));
             self.open.push((slab, Vec::new()));
         }
         let (slab, kernels) = self.open.last_mut().expect("a slab was just opened");
@@ -131,7 +131,7 @@ impl Profiler {
 
     /// After the batch's submit: waits for it, reads its timestamps back and adds them to the
     /// totals. A batch whose timestamps cannot be read (a lost device) is left out.
-    pub(crate) fn collect(&mut self, ctx: &GpuContext) {
+    pub(crate) fn collect(&mut self) {
         if self.open.is_empty() {
             return;
         }
@@ -152,10 +152,13 @@ impl Profiler {
                 done
             })
             .collect();
-        let waited = ctx.device.poll(wgpu::PollType::wait_indefinitely()).is_ok();
+        let waited = self
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .is_ok();
         let mut first = u64::MAX;
         let mut last = 0u64;
-        let mut batch: Vec<(KernelId, u64)> = Vec::new();
+        let mut batch: Vec<(K, u64)> = Vec::new();
         let mut complete = waited;
         for ((slab, kernels), done) in open.iter().zip(&mapped) {
             let ok = waited && done.lock().is_ok_and(|d| *d == Some(true));
@@ -191,13 +194,13 @@ impl Profiler {
         self.free.extend(open.into_iter().map(|(slab, _)| slab));
     }
 
-    /// The totals so far, kernels sorted by label.
-    pub(crate) fn profile(&self) -> KernelProfile {
+    /// The totals so far, each kernel named by `label`, sorted by name.
+    pub(crate) fn profile(&self, label: impl Fn(K) -> String) -> KernelProfile {
         let mut kernels: Vec<KernelTime> = self
             .totals
             .iter()
             .map(|(id, t)| KernelTime {
-                label: id.label(),
+                label: label(*id),
                 dispatches: t.dispatches,
                 gpu_ns: t.ns,
             })

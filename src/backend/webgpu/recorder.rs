@@ -25,7 +25,7 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use super::context::{GpuContext, Profiling};
-use super::pipelines::{Kernel, Pipelines, PARAMS_BYTES};
+use super::pipelines::{Kernel, KernelId, Pipelines, PARAMS_BYTES};
 use super::pool::BufferPool;
 use super::profiler::Profiler;
 use crate::backend::KernelProfile;
@@ -75,7 +75,7 @@ pub(crate) struct Recorder {
     /// Dispatches recorded since the backend started.
     dispatches: u64,
     /// The timestamp profiler, when profiling is on (`None` costs nothing per dispatch).
-    profiler: Option<Profiler>,
+    profiler: Option<Profiler<KernelId>>,
 }
 
 impl Recorder {
@@ -101,7 +101,8 @@ impl Recorder {
             bind_groups: HashMap::new(),
             seen_releases: 0,
             dispatches: 0,
-            profiler: (ctx.profiling == Profiling::On).then(|| Profiler::new(ctx)),
+            profiler: (ctx.profiling == Profiling::On)
+                .then(|| Profiler::new(&ctx.device, &ctx.queue)),
         }
     }
 
@@ -127,10 +128,7 @@ impl Recorder {
 
         self.dispatches += 1;
         let bind_group = self.bind_group(ctx, pipelines, &d);
-        let timed = self
-            .profiler
-            .as_mut()
-            .map(|p| p.next_pass(ctx, d.kernel.id));
+        let timed = self.profiler.as_mut().map(|p| p.next_pass(d.kernel.id));
         let encoder = self.encoder(ctx);
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: None,
@@ -218,7 +216,7 @@ impl Recorder {
 
     /// The profiler's totals, when profiling is on.
     pub(crate) fn kernel_profile(&self) -> Option<KernelProfile> {
-        self.profiler.as_ref().map(Profiler::profile)
+        self.profiler.as_ref().map(|p| p.profile(KernelId::label))
     }
 
     /// Records a copy of `bytes` (a multiple of 4) from the start of `src` to the start of
@@ -270,7 +268,7 @@ impl Recorder {
         }
         let index = ctx.queue.submit(encoder.map(|e| e.finish()));
         if let Some(profiler) = &mut self.profiler {
-            profiler.collect(ctx);
+            profiler.collect();
         }
         index
     }
