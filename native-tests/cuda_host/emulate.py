@@ -254,6 +254,13 @@ def quant(lib):
         res = np.zeros((m, rows), np.float32)
         launch(lib, "qmatmul", blocks(-(-m // 8) * rows * 32), [ptr(res), ptr(act), ptr(out), u32(code), u32(m), u32(rows), u32(cols)])
         check(f"qmatmul {name} f32 activations", res, act.astype(float) @ gdq(want, qt).astype(float).T, tol=1e-5 * np.sqrt(cols))
+    # F16 with an odd k: one value per lane (the two-per-word path needs an even k).
+    m, rows, cols = 3, 5, 101
+    w16 = uniform(rows, cols).astype(np.float16)
+    act = uniform(m, cols)
+    res = np.zeros((m, rows), np.float32)
+    launch(lib, "qmatmul", blocks(rows * 32), [ptr(res), ptr(act), ptr(w16), u32(FORMATS["F16"]), u32(m), u32(rows), u32(cols)])
+    check("qmatmul F16 odd k", res, act.astype(float) @ w16.astype(float).T, tol=1e-5 * np.sqrt(cols))
     # TernaryPlanes (webtensor's own format, not in gguf-py): d = max|x| kept in f32, trits
     # round(x / d); dequantize gives d · trit exactly.
     x = uniform(2, 512, scale=2)

@@ -233,7 +233,8 @@ extern "C" __global__ void qmatmul_act(float* act, const u8* a, u32 mode, u32 le
 // consecutive weight rows. Q8_0 and Q4_0 (what GGUF decoders stream) are read a block per
 // 8 lanes, four blocks per warp step: each lane loads one or two 2-byte words of its block
 // (blocks are 18 or 34 bytes, so 2-byte aligned) and the matching 2 or 4 activations, so a
-// warp's loads are contiguous. Other formats take one value per lane per step.
+// warp's loads are contiguous. F16 with an even k takes two values per lane per step (one
+// 4-byte word); other formats one value.
 extern "C" __global__ void qmatmul(float* out, const float* act, const u8* w, u32 fmt, u32 m,
                                    u32 n, u32 k) {
     u64 warp = (u64)blockIdx.x * (blockDim.x / 32u) + threadIdx.x / 32u;
@@ -273,6 +274,17 @@ extern "C" __global__ void qmatmul(float* out, const float* act, const u8* w, u3
                     WT_QM_FMA(4u * sub + t, v)
                 }
             }
+        }
+    } else if (fmt == FMT_F16 && (k & 1u) == 0u) {
+        // Two values per 4-byte word (rows of 2k bytes are 4-byte aligned when k is even).
+        const u32* words = (const u32*)wrow;
+        for (u32 q = lane; q < k / 2u; q += 32u) {
+            u32 pair = words[q];
+            float v0 = wt_f16_to_f32((unsigned short)(pair & 0xffffu));
+            float v1 = wt_f16_to_f32((unsigned short)(pair >> 16));
+            const float* a = act + (u64)i0 * k + 2u * q;
+            WT_QM_FMA(0u, v0)
+            WT_QM_FMA(1u, v1)
         }
     } else {
         const float* a = act + (u64)i0 * k;
