@@ -844,25 +844,32 @@ fn q8_group(a: vec4<u32>, b: vec4<u32>, scale: f32) -> Group {
 // output of `quantize_acts`, or of `mv_prepare` with FMT_QUANTIZE_ACTIVATIONS) the values are
 // the integers and the scale is the row's scale of the group.
 fn mv_load_x(i: u32, v0: u32) -> Group {
+    if ((MV_FORMAT & FMT_INT_ACTIVATIONS) != 0u) {
+        let w = mv_load_int_words(i, v0);
+        return q8_group(w.a, w.b, w.scale);
+    }
+    let b = (mv_a0 + i) * (p.k / 4u) + v0;
+    return Group(xv[b], xv[b + 1u], xv[b + 2u], xv[b + 3u], xv[b + 4u], xv[b + 5u], xv[b + 6u], xv[b + 7u], 1.0);
+}
+
+// The int8 activations of `mv_load_x`'s group as eight words of bytes (a: values 0..16, b:
+// 16..32) and the group's scale.
+fn mv_load_int_words(i: u32, v0: u32) -> BlockWords {
     let k4 = p.k / 4u;
-    let a = mv_a0 + i;
     if ((MV_FORMAT & FMT_QUANTIZE_ACTIVATIONS) != 0u) {
         // Rounded by `mv_prepare`: row i's words at i·k/4 + v0.
         let w = i * k4 + v0;
-        return q8_group(
+        return BlockWords(
             vec4<u32>(mvq_vals[w], mvq_vals[w + 1u], mvq_vals[w + 2u], mvq_vals[w + 3u]),
             vec4<u32>(mvq_vals[w + 4u], mvq_vals[w + 5u], mvq_vals[w + 6u], mvq_vals[w + 7u]),
             mvq_scales[i * (p.k / 32u) + v0 / 8u]);
     }
-    if ((MV_FORMAT & FMT_INT_ACTIVATIONS) != 0u) {
-        // Eight words of int8 values at word a·k/4 + v0 (v0 = 8·group), the scale at word
-        // m·k/4 + a·k/32 + v0/8 (binding 3 seen as vec4s).
-        let w = (a * k4 + v0) / 4u;
-        let sw = p.m * k4 + a * (p.k / 32u) + v0 / 8u;
-        return q8_group(bitcast<vec4<u32>>(xv[w]), bitcast<vec4<u32>>(xv[w + 1u]), xv[sw / 4u][sw % 4u]);
-    }
-    let b = a * k4 + v0;
-    return Group(xv[b], xv[b + 1u], xv[b + 2u], xv[b + 3u], xv[b + 4u], xv[b + 5u], xv[b + 6u], xv[b + 7u], 1.0);
+    // Eight words of int8 values at word a·k/4 + v0 (v0 = 8·group), the scale at word
+    // m·k/4 + a·k/32 + v0/8 (binding 3 seen as vec4s).
+    let a = mv_a0 + i;
+    let w = (a * k4 + v0) / 4u;
+    let sw = p.m * k4 + a * (p.k / 32u) + v0 / 8u;
+    return BlockWords(bitcast<vec4<u32>>(xv[w]), bitcast<vec4<u32>>(xv[w + 1u]), xv[sw / 4u][sw % 4u]);
 }
 
 // 3^n for n ≤ 4, from a vector rather than a local array (which lavapipe keeps in memory).
@@ -942,9 +949,9 @@ fn words9(b: u32) -> Words9 {
     return Words9(q[b], q[b + 1u], q[b + 2u], q[b + 3u], q[b + 4u], q[b + 5u], q[b + 6u], q[b + 7u], q[b + 8u]);
 }
 
-// A block's quant words and scale. Q8_0: its 32 quants as eight words (a: values 0..16, b:
-// 16..32). Q4_0: its 16 bytes of nibble pairs as four words in a (low nibbles are values
-// 0..16, high ones 16..32), b unused.
+// A block's quant words and scale. Q8_0 (and a group of int8 activations): its 32 quants as
+// eight words (a: values 0..16, b: 16..32). Q4_0: its 16 bytes of nibble pairs as four words
+// in a (low nibbles are values 0..16, high ones 16..32), b unused.
 struct BlockWords {
     a: vec4<u32>,
     b: vec4<u32>,
@@ -1101,33 +1108,17 @@ fn mv_int_dot() -> bool {
     return (MV_FORMAT & FMT_INT_ACTIVATIONS) != 0u && (format == FMT_Q8_0 || format == FMT_Q4_0);
 }
 
-// The int8 group from word `v0` (8·group) of the workgroup's activation row `i`, read as
-// `mv_load_x` reads it.
+// The int8 group from word `v0` (8·group) of the workgroup's activation row `i`, with the
+// sum of its values for Q4_0 weights.
 fn mv_load_xi(i: u32, v0: u32) -> IntGroup {
-    var a: vec4<u32>;
-    var b: vec4<u32>;
-    var scale: f32;
-    if ((MV_FORMAT & FMT_QUANTIZE_ACTIVATIONS) != 0u) {
-        let w = i * (p.k / 4u) + v0;
-        a = vec4<u32>(mvq_vals[w], mvq_vals[w + 1u], mvq_vals[w + 2u], mvq_vals[w + 3u]);
-        b = vec4<u32>(mvq_vals[w + 4u], mvq_vals[w + 5u], mvq_vals[w + 6u], mvq_vals[w + 7u]);
-        scale = mvq_scales[i * (p.k / 32u) + v0 / 8u];
-    } else {
-        let k4 = p.k / 4u;
-        let row = mv_a0 + i;
-        let w = (row * k4 + v0) / 4u;
-        let sw = p.m * k4 + row * (p.k / 32u) + v0 / 8u;
-        a = bitcast<vec4<u32>>(xv[w]);
-        b = bitcast<vec4<u32>>(xv[w + 1u]);
-        scale = xv[sw / 4u][sw % 4u];
-    }
+    let w = mv_load_int_words(i, v0);
     var sum = 0;
     if (MV_FORMAT % FMT_INT_ACTIVATIONS == FMT_Q4_0) {
         let one = 0x01010101u;
-        sum = ((idot4(a.x, one) + idot4(a.y, one)) + (idot4(a.z, one) + idot4(a.w, one)))
-            + ((idot4(b.x, one) + idot4(b.y, one)) + (idot4(b.z, one) + idot4(b.w, one)));
+        sum = ((idot4(w.a.x, one) + idot4(w.a.y, one)) + (idot4(w.a.z, one) + idot4(w.a.w, one)))
+            + ((idot4(w.b.x, one) + idot4(w.b.y, one)) + (idot4(w.b.z, one) + idot4(w.b.w, one)));
     }
-    return IntGroup(a, b, scale, sum);
+    return IntGroup(w.a, w.b, w.scale, sum);
 }
 
 // Group g of weight row `row` as bytes to dot with an IntGroup: Q8_0's quants as they are;

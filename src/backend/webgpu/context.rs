@@ -263,16 +263,12 @@ impl GpuContext {
             limits.max_storage_buffer_binding_size =
                 limits.max_storage_buffer_binding_size.min(cap);
         }
-        let f16_off = std::env::var(F16_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("off"));
-        let native_f16 = enabled.contains(wgpu::Features::SHADER_F16) && !f16_off;
-        let subgroups_off =
-            std::env::var(SUBGROUPS_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("off"));
-        let subgroups = enabled.contains(wgpu::Features::SUBGROUP) && !subgroups_off;
-        let int_dot_off = std::env::var(INT_DOT_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("off"));
+        let native_f16 = enabled.contains(wgpu::Features::SHADER_F16) && !env_off(F16_ENV);
+        let subgroups = enabled.contains(wgpu::Features::SUBGROUP) && !env_off(SUBGROUPS_ENV);
         let int_dot = instance
             .wgsl_language_features()
             .contains(wgpu::WgslLanguageFeatures::Packed4x8IntegerDotProduct)
-            && !int_dot_off;
+            && !env_off(INT_DOT_ENV);
         let row_teams = match std::env::var(ROW_TEAMS_ENV) {
             Ok(v) if v.eq_ignore_ascii_case("on") => true,
             Ok(v) if v.eq_ignore_ascii_case("off") => false,
@@ -422,6 +418,12 @@ impl GpuContext {
             },
         }
     }
+}
+
+/// Whether the environment variable `name` is `off` (any case): how the `WEBTENSOR_WGPU_*`
+/// switches turn a capability's kernels off.
+pub(super) fn env_off(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v.eq_ignore_ascii_case("off"))
 }
 
 /// What [`PROFILE_ENV`] asks for on an adapter with `features`: off when unset, empty, `0`,

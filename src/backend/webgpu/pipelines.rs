@@ -244,7 +244,7 @@ pub(crate) struct Pipelines {
     layouts: Vec<wgpu::BindGroupLayout>,
     pipeline_layouts: Vec<wgpu::PipelineLayout>,
     modules: Mutex<HashMap<Shader, wgpu::ShaderModule>>,
-    kernels: Mutex<HashMap<(Shader, &'static str, u32), Kernel>>,
+    kernels: Mutex<HashMap<KernelId, Kernel>>,
 }
 
 impl Pipelines {
@@ -303,8 +303,13 @@ impl Pipelines {
         format: u32,
     ) -> Result<Kernel> {
         let poisoned = || Error::backend(BackendKind::Wgpu, "a pipeline cache lock was poisoned");
+        let id = KernelId {
+            shader,
+            entry,
+            format,
+        };
         let mut kernels = self.kernels.lock().map_err(|_| poisoned())?;
-        if let Some(k) = kernels.get(&(shader, entry, format)) {
+        if let Some(k) = kernels.get(&id) {
             return Ok(k.clone());
         }
         let module = {
@@ -343,17 +348,12 @@ impl Pipelines {
                 format!("compiling {}::{entry} failed: {e}", shader.name()),
             ));
         }
-        let id = KernelId {
-            shader,
-            entry,
-            format,
-        };
         let kernel = Kernel {
             pipeline,
             inputs,
             id,
         };
-        kernels.insert((shader, entry, format), kernel.clone());
+        kernels.insert(id, kernel.clone());
         Ok(kernel)
     }
 }

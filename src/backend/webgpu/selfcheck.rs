@@ -226,5 +226,5 @@ pub(super) fn check(backend: &WgpuBackend, variant: Variant) -> Verdict {
 
 /// Whether the self-check is turned off with [`SELFCHECK_ENV`]`=off`.
 pub(super) fn disabled() -> bool {
-    std::env::var(SELFCHECK_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("off"))
+    super::context::env_off(SELFCHECK_ENV)
 }
