@@ -7,7 +7,7 @@
 // of two words' four signed bytes).
 //
 // Bindings: 0 = params, 1 = output as u32 words (f32 and i32 results are bit-cast),
-// 2 = `q`: the packed data (for `quantize` and `quantize_acts`: the f32 input),
+// 2 = `q`: the packed data (for `quantize` and `quantize_acts_*`: the f32 input),
 // 3 = `x`: the second operand of products (activations, int8 values, quantized activations).
 //
 // Exactness: quantize must match GGUF's f32 reference bit for bit, but WGSL's division is only
@@ -20,7 +20,7 @@ struct Params {
     m: u32,        // rows of the input (products: activation rows)
     n: u32,        // products: weight rows (output columns)
     k: u32,        // values per row
-    mode: u32,     // qmatmul_float: 0 f32, 1 f16 activations; quantize_acts: 0 q8_0, 1 per row
+    mode: u32,     // qmatmul_float: 0 f32, 1 f16 activations; quantize_acts_*: 0 q8_0 (`_blocks`), 1 per row (`_rows`)
     zero: u32,     // always 0; keeps a product from being fused into a following add
     epilogue: u32, // products: 1 adds `res` (binding 4, f32 [m, n]), 2 multiplies by silu(res)
     _pad1: u32,
@@ -473,12 +473,33 @@ fn dequantize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
 
 // ---- activations to int8 ------------------------------------------------------------------
 
-// One workgroup per row of f32 activations (binding 2). Output: the int8 values, four per
-// word (m·k/4 words), then one f32 scale per 32 values (m·k/32 words). Mode 0 is Q8_0 (a scale
-// per 32 values), mode 1 one scale per row (the row's scale repeated).
+// Both entries read f32 activations (binding 2) and write the int8 values, four per word
+// (m·k/4 words), then one f32 scale per 32 values (m·k/32 words).
+
+// Mode 0, Q8_0: a scale per 32 values, so each chunk of 32 is independent and one invocation
+// rounds one chunk. (A workgroup per row left a decode's single row to one workgroup: 48 µs
+// per dispatch on an H200, a sixth of the GPU's decode time.)
 @compute @workgroup_size(64)
-fn quantize_acts(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-                 @builtin(local_invocation_index) lid: u32) {
+fn quantize_acts_blocks(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                        @builtin(local_invocation_index) lid: u32) {
+    let chunks = p.k / 32u;
+    let t = (wid.y * nwg.x + wid.x) * WG + lid;
+    if (t >= p.m * chunks) {
+        return;
+    }
+    let v0 = 32u * t;
+    var amax = 0.0;
+    for (var i = 0u; i < 32u; i = i + 1u) {
+        amax = max(amax, abs(input(v0 + i)));
+    }
+    write_act_chunk(t, amax);
+}
+
+// Mode 1: one scale per row (the row's scale repeated per chunk), from the row's largest
+// magnitude: one workgroup per row.
+@compute @workgroup_size(64)
+fn quantize_acts_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                      @builtin(local_invocation_index) lid: u32) {
     let row = wid.y * nwg.x + wid.x;
     if (row >= p.m) {
         return;
@@ -496,28 +517,26 @@ fn quantize_acts(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
         }
         workgroupBarrier();
     }
-    let row_max = shared_max[0];
     let chunks = k / 32u;
     for (var c = lid; c < chunks; c = c + WG) {
-        let v0 = row * k + 32u * c;
-        var amax = row_max;
-        if (p.mode == 0u) {
-            amax = 0.0;
-            for (var i = 0u; i < 32u; i = i + 1u) {
-                amax = max(amax, abs(input(v0 + i)));
-            }
-        }
-        let s = q8_scale(amax);
-        for (var t = 0u; t < 8u; t = t + 1u) {
-            var w = 0u;
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                let v = i32(round_away(input(v0 + 4u * t + j) * s.y));
-                w = w | ((bitcast<u32>(v) & 0xffu) << (8u * j));
-            }
-            out[v0 / 4u + t] = w;
-        }
-        out[p.m * k / 4u + row * chunks + c] = bitcast<u32>(s.x);
+        write_act_chunk(row * chunks + c, shared_max[0]);
     }
+}
+
+// Rounds chunk `t` (values 32t..32t + 32 of the m·k, k a multiple of 32) with the scale of
+// largest magnitude `amax`, and writes its eight words and its scale.
+fn write_act_chunk(t: u32, amax: f32) {
+    let v0 = 32u * t;
+    let s = q8_scale(amax);
+    for (var w = 0u; w < 8u; w = w + 1u) {
+        var word = 0u;
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            let v = i32(round_away(input(v0 + 4u * w + j) * s.y));
+            word = word | ((bitcast<u32>(v) & 0xffu) << (8u * j));
+        }
+        out[v0 / 4u + w] = word;
+    }
+    out[p.m * p.k / 4u + t] = bitcast<u32>(s.x);
 }
 
 // ---- products -----------------------------------------------------------------------------
@@ -636,7 +655,7 @@ fn qmatmul_float(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
     finish_rows(lid, col, r0, acc);
 }
 
-// The same product with int8 activations from `quantize_acts` (binding 3): integer dots per
+// The same product with int8 activations from `quantize_acts_*` (binding 3): integer dots per
 // group of 32, scaled by the activation and weight scales.
 @compute @workgroup_size(64)
 fn qmatmul_int(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -739,9 +758,9 @@ fn mv_first_row(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
 
 // ---- int8 activations rounded inside the product (MV_FORMAT has FMT_QUANTIZE_ACTIVATIONS) --
 //
-// For decode the separate `quantize_acts` dispatch costs as much as the product, so the `mv`
+// For decode the separate `quantize_acts_*` dispatch costs as much as the product, so the `mv`
 // kernel can take the f32 activations (binding 3) and round its up-to-four rows itself, into
-// workgroup memory, before the product: the same arithmetic as `quantize_acts` (Q8_0: a scale
+// workgroup memory, before the product: the same arithmetic as `quantize_acts_*` (Q8_0: a scale
 // per 32 values; mode 1: one per row), so the result is bit-equal to the two dispatches. Each
 // workgroup rounds its own rows; the weight rows are what is split across workgroups, so the
 // rounding is repeated per workgroup, which costs about 1/MV_ROWS of the product.
@@ -841,7 +860,7 @@ fn q8_group(a: vec4<u32>, b: vec4<u32>, scale: f32) -> Group {
 
 // The group of the 8 vec4s from vec4 `v0` of the workgroup's activation row `i` (mv_a0 + i,
 // which the caller checks is below m). With int8 activations (FMT_INT_ACTIVATIONS: the
-// output of `quantize_acts`, or of `mv_prepare` with FMT_QUANTIZE_ACTIVATIONS) the values are
+// output of `quantize_acts_*`, or of `mv_prepare` with FMT_QUANTIZE_ACTIVATIONS) the values are
 // the integers and the scale is the row's scale of the group.
 fn mv_load_x(i: u32, v0: u32) -> Group {
     if ((MV_FORMAT & FMT_INT_ACTIVATIONS) != 0u) {

@@ -7,7 +7,7 @@
 //! With `Q8_0` or `I8`
 //! activations and few rows (decode: m ≤ [`MATVEC_MAX_M`], k ≤ [`MVQ_MAX_K`]) the `mv` kernel
 //! rounds the activations itself, in workgroup memory, so the product is one dispatch. Otherwise
-//! the op records two: `quantize_acts` rounds the activations into a temporary buffer (int8
+//! the op records two: `quantize_acts_blocks` (Q8_0) or `quantize_acts_rows` (a scale per row) rounds the activations into a temporary buffer (int8
 //! words, then one f32 scale per 32 values) that the backend passed as a third operand, and
 //! `mv` or `qmatmul_int` reads it.
 
@@ -254,8 +254,16 @@ impl Encoder<'_> {
                 let temp = temp.ok_or_else(|| {
                     Error::backend(BackendKind::Wgpu, "qmatmul: missing the activation buffer")
                 })?;
-                let rows = self.grid(OP, m as u64)?;
-                self.run(Shader::Quant, "quantize_acts", &p, temp, &[a], rows)?;
+                // Q8_0's chunks of 32 are independent, one invocation each; a scale per row
+                // needs the row's largest magnitude first, one workgroup per row.
+                let (entry, groups) = match activations {
+                    Activations::Q8_0 => {
+                        ("quantize_acts_blocks", (m * (k / 32)).div_ceil(WG as usize))
+                    }
+                    _ => ("quantize_acts_rows", m),
+                };
+                let grid = self.grid(OP, groups as u64)?;
+                self.run(Shader::Quant, entry, &p, temp, &[a], grid)?;
                 if fits_mv {
                     // The row-dot kernel reading the int8 activations.
                     return mv(self, INT_ACTIVATIONS + format_code(format)?, temp);
