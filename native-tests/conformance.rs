@@ -626,10 +626,12 @@ fn qmatmul(dev: &Device) {
         // Prefill through the row-dot kernel: chunks of four activation rows (the last one
         // short) times several blocks of weight rows.
         (6, 300, 512),
-        // Int8 activations rounded inside the decode kernel up to its largest k, then by
-        // the separate dispatch past it.
-        (2, 40, 2048),
-        (1, 40, 2560),
+        // Int8 activations rounded inside the decode kernel up to its most values (m · k ≤
+        // 8192), then by the separate dispatch past it.
+        (2, 40, 4096),
+        (1, 40, 8192),
+        (3, 40, 2816),
+        (1, 40, 8448),
     ] {
         let a = uniform(&mut r, m * k, 2.0);
         let w = uniform(&mut r, n * k, 1.0);

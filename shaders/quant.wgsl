@@ -765,12 +765,13 @@ fn mv_first_row(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
 // workgroup rounds its own rows; the weight rows are what is split across workgroups, so the
 // rounding is repeated per workgroup, which costs about 1/MV_ROWS of the product.
 
-// The largest k rounded in the kernel (kernels/quant.rs `MVQ_MAX_K`): 4 rows × k int8 values
-// and 4 × k/32 scales take 9 KiB of workgroup memory, which leaves room for the prelude's
-// reduction within WebGPU's 16 KiB.
-const MVQ_MAX_K: u32 = 2048u;
-var<workgroup> mvq_vals: array<u32, MVQ_MAX_K>;
-var<workgroup> mvq_scales: array<f32, 256>;
+// The most activation values (rows × k) rounded in the kernel (kernels/quant.rs
+// `MVQ_MAX_VALUES`): 8192 int8 values and their 256 scales take 9 KiB of workgroup memory,
+// which leaves room for the prelude's reduction within WebGPU's 16 KiB. That is k ≤ 8192 for
+// one row (decode), k ≤ 2048 for four.
+const MVQ_MAX_VALUES: u32 = 8192u;
+var<workgroup> mvq_vals: array<u32, MVQ_MAX_VALUES / 4u>;
+var<workgroup> mvq_scales: array<f32, MVQ_MAX_VALUES / 32u>;
 var<workgroup> mvq_max: array<f32, 64>;
 
 // Rounds the workgroup's activation rows (mv_a0.., set by `mv_first_row`) into `mvq_vals`

@@ -5,9 +5,10 @@
 //! activation kind, over chunks of four activation rows; the others (f16 activations, f16
 //! weights with `shader-f16`, odd k) run one workgroup per (weight row, 8 activation rows).
 //! With `Q8_0` or `I8`
-//! activations and few rows (decode: m ≤ [`MATVEC_MAX_M`], k ≤ [`MVQ_MAX_K`]) the `mv` kernel
-//! rounds the activations itself, in workgroup memory, so the product is one dispatch. Otherwise
-//! the op records two: `quantize_acts_blocks` (Q8_0) or `quantize_acts_rows` (a scale per row) rounds the activations into a temporary buffer (int8
+//! activations and few rows (decode: m ≤ [`MATVEC_MAX_M`], m · k ≤ [`MVQ_MAX_VALUES`]) the `mv`
+//! kernel rounds the activations itself, in workgroup memory, so the product is one dispatch.
+//! Otherwise the op records two: `quantize_acts_blocks` (Q8_0, one invocation per 32 values) or
+//! `quantize_acts_rows` (a scale per row) rounds the activations into a temporary buffer (int8
 //! words, then one f32 scale per 32 values) that the backend passed as a third operand, and
 //! `mv` or `qmatmul_int` reads it.
 
@@ -25,14 +26,14 @@ const WG: u64 = 64;
 /// Activation rows per workgroup of the product kernels.
 const ROWS: usize = 8;
 
-/// The largest k whose int8 activations the `mv` kernel rounds in workgroup memory
-/// (`MVQ_MAX_K` of `quant.wgsl`).
-const MVQ_MAX_K: usize = 2048;
+/// The most int8 activation values (m · k) the `mv` kernel rounds in workgroup memory
+/// (`MVQ_MAX_VALUES` of `quant.wgsl`): k up to 8192 for decode's one row.
+const MVQ_MAX_VALUES: usize = 8192;
 
 /// Whether an int8-activation product of `m × k` activations rounds them inside the `mv`
 /// kernel (one dispatch, no temporary buffer).
 fn quantizes_in_kernel(m: usize, k: usize) -> bool {
-    m <= MATVEC_MAX_M && k <= MVQ_MAX_K
+    m <= MATVEC_MAX_M && m * k <= MVQ_MAX_VALUES
 }
 
 /// Words of the temporary buffer holding `m × k` quantized activations for an int8-activation
