@@ -14,7 +14,7 @@ mod common;
 mod fused;
 
 use common::{assert_close, reference, rng, tensor, uniform};
-use fused::{linear_residual, paged_attention, swiglu_linear};
+use fused::{linear_residual, norm_linear, norm_swiglu_linear, paged_attention, swiglu_linear};
 use webtensor::ops::{self, Activations, RopeLayout, SampleParams};
 use webtensor::{DType, Device, Tensor};
 
@@ -1336,5 +1336,7 @@ matrix!(
     sample,
     swiglu_linear,
     linear_residual,
+    norm_linear,
+    norm_swiglu_linear,
     paged_attention,
 );

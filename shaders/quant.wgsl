@@ -23,7 +23,7 @@ struct Params {
     mode: u32,     // qmatmul_float: 0 f32, 1 f16 activations; quantize_acts_*: 0 q8_0 (`_blocks`), 1 per row (`_rows`)
     zero: u32,     // always 0; keeps a product from being fused into a following add
     epilogue: u32, // products: 1 adds `res` (binding 4, f32 [m, n]), 2 multiplies by silu(res)
-    _pad1: u32,
+    eps: f32,      // `mv` with FMT_NORM_ACTIVATIONS: the RMS norm's eps
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -33,6 +33,8 @@ struct Params {
 // The second operand of a product's epilogue (`mv` with p.epilogue > 0, `epilogue`): the
 // residual it adds, or the gate product whose SiLU it multiplies.
 @group(0) @binding(4) var<storage, read> res: array<f32>;
+// The RMS norm's weight, f32 [k], of `mv` with FMT_NORM_ACTIVATIONS (see `mv_prepare`).
+@group(0) @binding(5) var<storage, read> norm_w: array<vec4<f32>>;
 
 const WG: u32 = 64u;
 // Activation rows per workgroup of the product kernels.
@@ -773,6 +775,31 @@ const MVQ_MAX_VALUES: u32 = 8192u;
 var<workgroup> mvq_vals: array<u32, MVQ_MAX_VALUES / 4u>;
 var<workgroup> mvq_scales: array<f32, MVQ_MAX_VALUES / 32u>;
 var<workgroup> mvq_max: array<f32, 64>;
+var<workgroup> mvq_squares: array<f32, 64>;
+
+// With FMT_NORM_ACTIVATIONS each activation row is RMS-normed before it is rounded (the
+// layer's input norm folded into the products that read it): x / sqrt(mean(x²) + eps) ⊙ norm_w,
+// multiplied in the order `rms_norm` (norm.wgsl) uses. The mean square of row i is the sum of
+// `mvq_squares[16i..16i + 16]` over k.
+
+// 1 / sqrt(mean square + eps) of the workgroup's activation row `r`.
+fn mv_row_scale(r: u32) -> f32 {
+    var sum = 0.0;
+    for (var t = 0u; t < 16u; t = t + 1u) {
+        sum = sum + mvq_squares[16u * r + t];
+    }
+    return 1.0 / sqrt(sum / f32(p.k) + p.eps);
+}
+
+// Values 4i..4i + 4 of the workgroup's activation row `r` as the product takes them: normed
+// with row scale `inv` when the pipeline norms (`inv` is unused otherwise).
+fn mv_act(r: u32, i: u32, inv: f32) -> vec4<f32> {
+    let v = xv[(mv_a0 + r) * (p.k / 4u) + i];
+    if ((MV_FORMAT & FMT_NORM_ACTIVATIONS) != 0u) {
+        return v * inv * norm_w[i];
+    }
+    return v;
+}
 
 // Rounds the workgroup's activation rows (mv_a0.., set by `mv_first_row`) into `mvq_vals`
 // (row i's int8 values at words i·k/4..) and `mvq_scales` (row i's scales at i·k/32..).
@@ -783,13 +810,27 @@ fn mv_prepare(lid: u32) {
     let k4 = p.k / 4u;
     let groups = p.k / 32u;
     let rows = select(0u, min(4u, p.m - mv_a0), mv_a0 < p.m);
+    if ((MV_FORMAT & FMT_NORM_ACTIVATIONS) != 0u) {
+        // 16 threads per row sum its squares.
+        let r = lid / 16u;
+        var sq = 0.0;
+        if (r < rows) {
+            for (var i = lid % 16u; i < k4; i = i + 16u) {
+                let v = xv[(mv_a0 + r) * k4 + i];
+                sq = sq + dot(v, v);
+            }
+        }
+        mvq_squares[lid] = sq;
+        workgroupBarrier();
+    }
     if (p.mode == 1u) {
         // One scale per row: 16 threads per row find its largest magnitude.
         let r = lid / 16u;
         var mx = 0.0;
         if (r < rows) {
+            let inv = mv_row_scale(r);
             for (var i = lid % 16u; i < k4; i = i + 16u) {
-                let v = abs(xv[(mv_a0 + r) * k4 + i]);
+                let v = abs(mv_act(r, i, inv));
                 mx = max(mx, max(max(v.x, v.y), max(v.z, v.w)));
             }
         }
@@ -799,7 +840,10 @@ fn mv_prepare(lid: u32) {
     for (var j = lid; j < rows * groups; j = j + 64u) {
         let r = j / groups;
         let g = j % groups;
-        let v0 = (mv_a0 + r) * k4 + 8u * g;
+        var inv = 1.0;
+        if ((MV_FORMAT & FMT_NORM_ACTIVATIONS) != 0u) {
+            inv = mv_row_scale(r);
+        }
         var amax = 0.0;
         if (p.mode == 1u) {
             for (var t = 0u; t < 16u; t = t + 1u) {
@@ -807,13 +851,13 @@ fn mv_prepare(lid: u32) {
             }
         } else {
             for (var t = 0u; t < 8u; t = t + 1u) {
-                let v = abs(xv[v0 + t]);
+                let v = abs(mv_act(r, 8u * g + t, inv));
                 amax = max(amax, max(max(v.x, v.y), max(v.z, v.w)));
             }
         }
         let s = q8_scale(amax);
         for (var t = 0u; t < 8u; t = t + 1u) {
-            let v = xv[v0 + t];
+            let v = mv_act(r, 8u * g + t, inv);
             let q = vec4<i32>(
                 i32(round_away(v.x * s.y)), i32(round_away(v.y * s.y)),
                 i32(round_away(v.z * s.y)), i32(round_away(v.w * s.y)));

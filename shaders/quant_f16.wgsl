@@ -15,7 +15,7 @@ struct Params {
     mode: u32,
     zero: u32,
     epilogue: u32,
-    _pad1: u32,
+    eps: f32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;

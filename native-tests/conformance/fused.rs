@@ -1,7 +1,8 @@
-//! Conformance rows of the fused decode ops (`swiglu_linear`, `linear_residual`,
-//! `paged_attention`): each on the device under test against the reference backend's kernel,
-//! and that kernel against the unfused ops it stands for (the composition a backend without
-//! the kernel runs, forced on the reference by disabling the op there).
+//! Conformance rows of the fused decode ops (`swiglu_linear`, `linear_residual`, the products
+//! with an RMS norm folded in, `paged_attention`): each on the device under test against the
+//! reference backend's kernel, and that kernel against the unfused ops it stands for (the
+//! composition a backend without the kernel runs, forced on the reference by disabling the op
+//! there).
 
 use super::common::{assert_close, reference, rng, tensor, uniform};
 use super::{compare, packed_weight, TOL};
@@ -120,6 +121,132 @@ pub fn linear_residual(dev: &Device) {
                     .unwrap()
                 },
             );
+        }
+    }
+}
+
+/// Shapes of the normed products: [`LINEAR_SHAPES`] and the longest row wgpu's decode kernel
+/// norms and rounds itself (m · k = 8192).
+const NORM_SHAPES: [(usize, usize, usize); 6] = [
+    LINEAR_SHAPES[0],
+    LINEAR_SHAPES[1],
+    LINEAR_SHAPES[2],
+    LINEAR_SHAPES[3],
+    LINEAR_SHAPES[4],
+    (1, 40, 8192),
+];
+
+/// A large eps against the rows' mean square (about 4/3), so an eps handled wrongly shows.
+const NORM_EPS: f32 = 0.25;
+
+/// The tolerance of a product of normed rows, relative to the largest output `scale`: `tol`
+/// plus, for int8 activations, two values of the normed rows rounded to the neighbouring
+/// integer, each changing an output by up to its group's step (largest normed value / 127)
+/// times `reach` (the largest weight, or what one such change can move a SwiGLU output by).
+/// A device norms in f32 in its own order, so a value within an ulp of a rounding boundary
+/// may round the other way than on the reference.
+fn normed_tolerance(tol: f64, act: Activations, normed: &[f32], reach: f64, scale: f64) -> f64 {
+    if act == Activations::F32 {
+        return tol;
+    }
+    let step = normed.iter().fold(0f64, |m, v| m.max(v.abs() as f64)) / 127.0;
+    tol + 2.0 * step * reach / scale.max(1.0)
+}
+
+/// The largest magnitude of `values`.
+fn largest(values: &[f32]) -> f64 {
+    values.iter().fold(0f64, |m, v| m.max(v.abs() as f64))
+}
+
+/// Products of RMS-normed rows (`rms_norm_linears`, one weight at a time here), every weight
+/// dtype and activation mode, decode rows the wgpu kernel folds the norm into and prefill rows
+/// it composes. Tolerance: the product's 1e-5·√k, plus rounding flips of int8 activations.
+pub fn norm_linear(dev: &Device) {
+    let mut r = rng(63);
+    for (m, n, k) in NORM_SHAPES {
+        let x = uniform(&mut r, m * k, 2.0);
+        let w = uniform(&mut r, n * k, 1.0);
+        let nw = uniform(&mut r, k, 1.5);
+        let refd = reference();
+        let normed: Vec<f32> = ops::rms_norm(
+            &tensor(&refd, &x, &[m, k]),
+            &tensor(&refd, &nw, &[k]),
+            NORM_EPS,
+        )
+        .unwrap()
+        .to_vec()
+        .unwrap();
+        for (format, act) in formats() {
+            let what = format!("rms_norm_linear {format} {act:?} {m}x{n}x{k}");
+            let run = |d: &Device| {
+                let norm = ops::RmsNormParams {
+                    weight: &tensor(d, &nw, &[k]),
+                    eps: NORM_EPS,
+                };
+                let w = weight(d, &w, n, k, format);
+                let mut out =
+                    ops::rms_norm_linears(&tensor(d, &x, &[m, k]), norm, &[(&w, act)]).unwrap();
+                out.remove(0)
+            };
+            let want: Vec<f32> = run(&refd).to_vec().unwrap();
+            let tol = normed_tolerance(TOL * (k as f64).sqrt(), act, &normed, 1.0, largest(&want));
+            three_ways(&what, dev, OpKind::NormLinear, tol, run);
+        }
+    }
+}
+
+/// `swiglu_linear` of RMS-normed rows (`rms_norm_swiglu_linear`), as [`norm_linear`].
+/// Tolerance: [`swiglu_linear`]'s, plus rounding flips of int8 activations, each moving an
+/// output `silu(g)·u` by up to its step times `|u|·max silu' + |silu(g)|` per unit of g or u
+/// (max silu' < 1.1).
+pub fn norm_swiglu_linear(dev: &Device) {
+    let mut r = rng(64);
+    for (m, n, k) in NORM_SHAPES {
+        let x = uniform(&mut r, m * k, 2.0);
+        let (g, u) = (uniform(&mut r, n * k, 1.0), uniform(&mut r, n * k, 1.0));
+        let nw = uniform(&mut r, k, 1.5);
+        let refd = reference();
+        let h = ops::rms_norm(
+            &tensor(&refd, &x, &[m, k]),
+            &tensor(&refd, &nw, &[k]),
+            NORM_EPS,
+        )
+        .unwrap();
+        let normed: Vec<f32> = h.to_vec().unwrap();
+        for (format, act) in formats() {
+            let what = format!("rms_norm_swiglu_linear {format} {act:?} {m}x{n}x{k}");
+            let run = |d: &Device| {
+                let norm = ops::RmsNormParams {
+                    weight: &tensor(d, &nw, &[k]),
+                    eps: NORM_EPS,
+                };
+                ops::rms_norm_swiglu_linear(
+                    &tensor(d, &x, &[m, k]),
+                    norm,
+                    &weight(d, &g, n, k, format),
+                    &weight(d, &u, n, k, format),
+                    act,
+                )
+                .unwrap()
+            };
+            let want: Vec<f32> = run(&refd).to_vec().unwrap();
+            let products = [&g, &u].map(|v| {
+                let w = weight(&refd, v, n, k, format);
+                let y = match act {
+                    Activations::F32 => ops::matmul_t(&h, &w),
+                    a => ops::qmatmul_t(&h, &w, a),
+                };
+                largest(&y.unwrap().to_vec().unwrap())
+            });
+            let reach = 2.2 * products[0].max(products[1]);
+            let tol = normed_tolerance(
+                2.0 * TOL * (k as f64).sqrt(),
+                act,
+                &normed,
+                reach,
+                largest(&want),
+            );
+            three_ways(&what, dev, OpKind::SwigluLinear, tol, run);
         }
     }
 }

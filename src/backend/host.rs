@@ -12,6 +12,7 @@
 //! dispatched, and a new [`HostKernels`] method fails to compile in each host backend until
 //! that backend supplies the kernel.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::{
@@ -320,8 +321,17 @@ fn execute<K: HostKernels>(k: &K, spec: &OpSpec, inputs: &[&Storage]) -> Result<
             let dots = k.ternary_dot(input.bytes(0, *format)?, x, *format, *m, *n, *depth);
             HostData::Bytes(DType::I32, bytemuck::cast_slice(&dots).to_vec())
         }
+        OpSpec::NormLinear(l) => {
+            let a = normed(k, &input, 2, l)?;
+            HostData::F32(match weight(&input, inputs, 1, l.format)? {
+                Weight::F32(w) => k.matmul(&a, w, &l.f32_product()),
+                Weight::Packed(w, storage) => {
+                    k.qmatmul(&a, w, storage, l.format, l.activations, l.m, l.n, l.k)
+                }
+            })
+        }
         OpSpec::SwigluLinear(l) => HostData::F32(k.swiglu_linear(
-            input.f32(0)?,
+            &normed(k, &input, 3, l)?,
             weight(&input, inputs, 1, l.format)?,
             weight(&input, inputs, 2, l.format)?,
             l,
@@ -342,6 +352,21 @@ fn execute<K: HostKernels>(k: &K, spec: &OpSpec, inputs: &[&Storage]) -> Result<
 }
 
 /// Input `i`, a weight of `format`, as [`Weight`].
+/// The activations (input 0) of a fused product, RMS-normed with the weight at input
+/// `norm_input` when the spec has a norm (the host kernels take them normed).
+fn normed<'a, K: HostKernels>(
+    k: &K,
+    input: &HostInputs<'a>,
+    norm_input: usize,
+    l: &LinearSpec,
+) -> Result<Cow<'a, [f32]>> {
+    let a = input.f32(0)?;
+    Ok(match l.norm {
+        Some(n) => Cow::Owned(k.rms_norm(a, input.f32(norm_input)?, l.k, n.eps)),
+        None => Cow::Borrowed(a),
+    })
+}
+
 fn weight<'a>(
     input: &HostInputs<'a>,
     inputs: &[&'a Storage],

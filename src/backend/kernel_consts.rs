@@ -67,6 +67,10 @@ pub(crate) const INT_ACTIVATIONS: u32 = 16;
 /// int8 itself, in workgroup memory, instead of reading them from a separate dispatch.
 pub(crate) const QUANTIZE_ACTIVATIONS: u32 = 32;
 
+/// Added with [`QUANTIZE_ACTIVATIONS`] when the wgpu `mv` kernel first RMS-norms the f32
+/// activations (the norm's weight its fourth input, its eps in the parameters).
+pub(crate) const NORM_ACTIVATIONS: u32 = 64;
+
 /// The kernels' code for a packed format; `backend` names who asked, for the error.
 pub(crate) fn format_code(op: &'static str, format: DType) -> Result<u32> {
     PACKED_FORMATS
@@ -101,6 +105,7 @@ mod tests {
         }
         out.push(("FMT_INT_ACTIVATIONS".into(), INT_ACTIVATIONS));
         out.push(("FMT_QUANTIZE_ACTIVATIONS".into(), QUANTIZE_ACTIVATIONS));
+        out.push(("FMT_NORM_ACTIVATIONS".into(), NORM_ACTIVATIONS));
         out
     }
 

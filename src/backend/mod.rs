@@ -30,8 +30,8 @@ use std::sync::Arc;
 
 pub use kind::BackendKind;
 pub use spec::{
-    Activations, AttentionSpec, BinaryOp, LinearSpec, MatmulSpec, OpKind, OpSpec, RopeLayout,
-    SampleParams, ScanOp, UnaryOp,
+    Activations, AttentionSpec, BinaryOp, LinearSpec, MatmulSpec, OpKind, OpSpec, PreNorm,
+    RopeLayout, SampleParams, ScanOp, UnaryOp,
 };
 
 use crate::dtype::DType;

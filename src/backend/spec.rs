@@ -9,7 +9,7 @@ mod fused;
 mod inputs;
 mod kind;
 mod sample;
-pub use fused::{AttentionSpec, LinearSpec};
+pub use fused::{AttentionSpec, LinearSpec, PreNorm};
 pub use inputs::InputSpec;
 pub use kind::OpKind;
 
@@ -390,8 +390,15 @@ pub enum OpSpec {
         /// Temperature, top-k, top-p.
         params: SampleParams,
     },
+    /// Inputs: `a` f32 `[m, k]`, `w` of `format` `[n, k]` (f32, f16 or a block format), the
+    /// norm's weight f32 `[k]` (`norm` must be set). Output f32 `[m, n]`: `act(n(a)) · wᵀ`
+    /// with `n` the [`PreNorm`] of each row; `rms_norm` then the product (as
+    /// [`OpSpec::QMatmul`], or [`OpSpec::Matmul`] for f32 weights), up to the f32 rounding of
+    /// the normed row (tolerance 1e-5·√k).
+    NormLinear(LinearSpec),
     /// Inputs: `a` f32 `[m, k]`, `gate` and `up` of `format` `[n, k]` (f32, f16 or a block
-    /// format). Output f32 `[m, n]`: `silu(g) · u` with `g = act(a) · gateᵀ` and
+    /// format), then with `norm` its weight f32 `[k]` (`a` is normed first, as in
+    /// [`OpSpec::NormLinear`]). Output f32 `[m, n]`: `silu(g) · u` with `g = act(a) · gateᵀ` and
     /// `u = act(a) · upᵀ`, each sum as [`OpSpec::QMatmul`] (or [`OpSpec::Matmul`] for f32
     /// weights) defines it, `act` applied once for both. This is what `matmul_t`/`qmatmul_t`
     /// twice then `swiglu` give, up to the f32 rounding of `g` and `u`: the product tolerance
@@ -399,7 +406,8 @@ pub enum OpSpec {
     SwigluLinear(LinearSpec),
     /// Inputs: `a` f32 `[m, k]`, `w` of `format` `[n, k]`, `residual` f32 `[m, n]`. Output f32
     /// `[m, n]`: `residual + act(a) · wᵀ` (the product as in [`OpSpec::SwigluLinear`]); the
-    /// product then `add`, up to the f32 rounding of the product (tolerance 1e-5·√k).
+    /// product then `add`, up to the f32 rounding of the product (tolerance 1e-5·√k). No
+    /// `norm`.
     LinearResidual(LinearSpec),
     /// Inputs: `q` f32 `[t, heads · head_dim]` (already rotated), `keys` and `values` f32
     /// `[pool_rows, head_dim]` (a KV pool's tensors, read in place), `rows` u32
@@ -474,6 +482,7 @@ impl OpSpec {
             OpSpec::Narrow { .. } => OpKind::Narrow,
             OpSpec::ScatterRows { .. } => OpKind::ScatterRows,
             OpSpec::Sample { .. } => OpKind::Sample,
+            OpSpec::NormLinear(_) => OpKind::NormLinear,
             OpSpec::SwigluLinear(_) => OpKind::SwigluLinear,
             OpSpec::LinearResidual(_) => OpKind::LinearResidual,
             OpSpec::PagedAttention(_) => OpKind::PagedAttention,
@@ -545,7 +554,9 @@ impl OpSpec {
                 b_cols,
             } => rows * (a_cols + b_cols),
             OpSpec::Narrow { rows, len, .. } => rows * len,
-            OpSpec::SwigluLinear(l) | OpSpec::LinearResidual(l) => l.m * l.n,
+            OpSpec::NormLinear(l) | OpSpec::SwigluLinear(l) | OpSpec::LinearResidual(l) => {
+                l.m * l.n
+            }
             OpSpec::PagedAttention(a) => a.t * a.heads * a.head_dim,
         }
     }

@@ -328,6 +328,60 @@ impl Llama {
             .is_some_and(|(points, _)| points.contains(&point))
     }
 
+    /// `x`'s rows RMS-normed by `norm` and multiplied by each of `weights` (each with the
+    /// activations of its dtype): the norm folds into the products where the device does that
+    /// (`ops::rms_norm_linears`), unless a hook wants the normed rows at `hook`, which are then
+    /// made and shown to it (on the first rank).
+    fn normed_products(
+        &self,
+        x: &Tensor,
+        norm: &Tensor,
+        weights: &[&Tensor],
+        (hook, index, first): (HookPoint, usize, bool),
+    ) -> Result<Vec<Tensor>> {
+        let eps = self.config.rms_norm_eps;
+        if self.wants(hook) {
+            let h = ops::rms_norm(x, norm, eps)?;
+            if first {
+                self.emit(hook, index, &h);
+            }
+            return weights
+                .iter()
+                .map(|w| linear(&h, w, self.activations))
+                .collect();
+        }
+        let pairs: Vec<_> = weights
+            .iter()
+            .map(|&w| (w, self.activations.for_weight(w.dtype())))
+            .collect();
+        let norm = ops::RmsNormParams { weight: norm, eps };
+        ops::rms_norm_linears(x, norm, &pairs)
+    }
+
+    /// The feed-forward block's `silu(gate) ⊙ up` of `x`'s rows RMS-normed by the layer's
+    /// `ffn_norm`, the norm folded in as [`Llama::normed_products`] does.
+    fn normed_swiglu(
+        &self,
+        x: &Tensor,
+        layer: &Layer,
+        (index, first): (usize, bool),
+    ) -> Result<Tensor> {
+        let eps = self.config.rms_norm_eps;
+        let act = self.activations.for_weight(layer.gate.dtype());
+        if self.wants(HookPoint::FfnNorm) {
+            let h = ops::rms_norm(x, &layer.ffn_norm, eps)?;
+            if first {
+                self.emit(HookPoint::FfnNorm, index, &h);
+            }
+            return ops::swiglu_linear(&h, &layer.gate, &layer.up, act);
+        }
+        let norm = ops::RmsNormParams {
+            weight: &layer.ffn_norm,
+            eps,
+        };
+        ops::rms_norm_swiglu_linear(x, norm, &layer.gate, &layer.up, act)
+    }
+
     /// `x · wᵀ`, plus `residual` folded into the same op when given.
     fn project(&self, x: &Tensor, w: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
         match residual {
@@ -601,7 +655,6 @@ impl Llama {
             .iter()
             .map(|(t, cache)| CachePlan::new(&devices, cache, *t))
             .collect::<Result<Vec<_>>>()?;
-        let eps = c.rms_norm_eps;
         let x = ops::embedding(&self.embed, ids)?;
         self.emit(HookPoint::Embedding, 0, &x);
         // The residual stream, one copy per rank.
@@ -616,11 +669,9 @@ impl Llama {
             let layers = self.each_rank(|r| self.layer(r, i))?;
             let partial = self.each_rank(|r| {
                 let (layer, first) = (&layers[r.shard.rank], r.shard.is_first());
-                let h = ops::rms_norm(&xs[r.shard.rank], &layer.attn_norm, eps)?;
                 let rope = (&positions[r.shard.rank], tables[r.shard.rank].as_ref());
-                let attn = self.attention((i, r), layer, &h, rope, seqs, &plans)?;
+                let attn = self.attention((i, r), layer, &xs[r.shard.rank], rope, seqs, &plans)?;
                 if first {
-                    self.emit(HookPoint::AttnNorm, i, &h);
                     self.emit(HookPoint::Attention, i, &attn);
                 }
                 self.project(&attn, &layer.wo, fold_attn.then_some(&xs[0]))
@@ -628,12 +679,8 @@ impl Llama {
             xs = self.residual(xs, partial, fold_attn, (HookPoint::AttnOut, i))?;
             let partial = self.each_rank(|r| {
                 let layer = &layers[r.shard.rank];
-                let h = ops::rms_norm(&xs[r.shard.rank], &layer.ffn_norm, eps)?;
-                if r.shard.is_first() {
-                    self.emit(HookPoint::FfnNorm, i, &h);
-                }
-                let act = self.activations.for_weight(layer.gate.dtype());
-                let act = ops::swiglu_linear(&h, &layer.gate, &layer.up, act)?;
+                let first = (i, r.shard.is_first());
+                let act = self.normed_swiglu(&xs[r.shard.rank], layer, first)?;
                 self.project(&act, &layer.down, fold_ffn.then_some(&xs[0]))
             })?;
             xs = self.residual(xs, partial, fold_ffn, (HookPoint::FfnOut, i))?;

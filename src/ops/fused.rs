@@ -1,10 +1,11 @@
-//! The fused decode ops: a feed-forward block's gate·up·SiLU as one product, a product with
-//! the residual added, and attention over a paged KV cache read in place. On a backend with
-//! their kernels each is one op; elsewhere (see [`crate::backend::OpKind::FUSED`]) each runs
-//! as the composition of existing ops written once here, on the same backend.
+//! The fused decode ops: products of RMS-normed activations with the norm folded in, a
+//! feed-forward block's gate·up·SiLU as one product, a product with the residual added, and
+//! attention over a paged KV cache read in place. On a backend with their kernels each is one
+//! op; elsewhere (see [`crate::backend::OpKind::FUSED`]) each runs as the composition of
+//! existing ops written once here, on the same backend.
 
 use super::{dispatch, expect_dtype, expect_finite};
-use crate::backend::{Activations, AttentionSpec, LinearSpec, OpSpec};
+use crate::backend::{Activations, AttentionSpec, LinearSpec, OpSpec, PreNorm};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops;
@@ -27,6 +28,84 @@ pub fn swiglu_linear(
     up: &Tensor,
     activations: Activations,
 ) -> Result<Tensor> {
+    swiglu(x, None, gate, up, activations)
+}
+
+/// The RMS norm that feeds a group of products (a layer's input norm): its weight f32 `[k]`
+/// and `eps`, as [`super::rms_norm`] takes them.
+#[derive(Clone, Copy, Debug)]
+pub struct RmsNormParams<'a> {
+    /// The per-column weight, f32 `[k]`.
+    pub weight: &'a Tensor,
+    /// Added to the mean square.
+    pub eps: f32,
+}
+
+/// `act(rms_norm(x)) · wᵀ` for each `(w, act)` of `weights` (each `[n_i, k]`, as
+/// [`swiglu_linear`] takes its weights): a layer's input norm and the projections that read it
+/// (q, k and v). Where the device's kernels fold the norm into each product
+/// ([`OpSpec::NormLinear`]; wgpu's decode products) the normed rows never exist as a tensor
+/// and the norm costs no dispatch of its own; elsewhere the norm runs once, then the products.
+/// Equals `rms_norm` then each product up to the f32 rounding of the normed rows.
+pub fn rms_norm_linears(
+    x: &Tensor,
+    norm: RmsNormParams<'_>,
+    weights: &[(&Tensor, Activations)],
+) -> Result<Vec<Tensor>> {
+    const OP: &str = "rms_norm_linear";
+    super::norm::check(OP, x, &[("norm weight", norm.weight)], norm.eps)?;
+    let mut specs = Vec::with_capacity(weights.len());
+    for &(w, act) in weights {
+        let (mut l, out_shape) = linear_spec(OP, x, w, act)?;
+        l.norm = Some(PreNorm { eps: norm.eps });
+        specs.push((OpSpec::NormLinear(l), out_shape));
+    }
+    let fused = specs
+        .iter()
+        .all(|(spec, _)| x.device().primary_fuses(spec, x.dtype()));
+    if !fused || x.shape().last_dim() == 0 {
+        let h = super::rms_norm(x, norm.weight, norm.eps)?;
+        return weights
+            .iter()
+            .map(|&(w, act)| product(&h, w, act))
+            .collect();
+    }
+    specs
+        .into_iter()
+        .zip(weights)
+        .map(|((spec, out_shape), &(w, _))| {
+            dispatch(OP, spec, &[x, w, norm.weight], out_shape, DType::F32, None)
+        })
+        .collect()
+}
+
+/// [`swiglu_linear`] of `rms_norm(x)`: a layer's input norm folded into its feed-forward
+/// block's gate and up products where the device's kernels do that (see
+/// [`rms_norm_linears`]); elsewhere the norm, then [`swiglu_linear`].
+pub fn rms_norm_swiglu_linear(
+    x: &Tensor,
+    norm: RmsNormParams<'_>,
+    gate: &Tensor,
+    up: &Tensor,
+    activations: Activations,
+) -> Result<Tensor> {
+    super::norm::check(
+        "swiglu_linear",
+        x,
+        &[("norm weight", norm.weight)],
+        norm.eps,
+    )?;
+    swiglu(x, Some(norm), gate, up, activations)
+}
+
+/// [`swiglu_linear`], with `x` RMS-normed first when `norm` is given.
+fn swiglu(
+    x: &Tensor,
+    norm: Option<RmsNormParams<'_>>,
+    gate: &Tensor,
+    up: &Tensor,
+    activations: Activations,
+) -> Result<Tensor> {
     const OP: &str = "swiglu_linear";
     if gate.dtype() != up.dtype() || gate.shape() != up.shape() {
         return Err(Error::shape(
@@ -39,15 +118,31 @@ pub fn swiglu_linear(
             &[gate.shape(), up.shape()],
         ));
     }
-    let (l, out_shape) = linear_spec(OP, x, gate, activations)?;
+    let (mut l, out_shape) = linear_spec(OP, x, gate, activations)?;
+    l.norm = norm.map(|n| PreNorm { eps: n.eps });
     let spec = OpSpec::SwigluLinear(l);
     if !x.device().primary_fuses(&spec, x.dtype()) || l.k == 0 {
+        // The norm once, then the fused op without it (or its own composition).
+        if let Some(n) = norm {
+            let h = super::rms_norm(x, n.weight, n.eps)?;
+            return swiglu(&h, None, gate, up, activations);
+        }
         return ops::swiglu(
             &product(x, gate, activations)?,
             &product(x, up, activations)?,
         );
     }
-    dispatch(OP, spec, &[x, gate, up], out_shape, DType::F32, None)
+    match norm {
+        Some(n) => dispatch(
+            OP,
+            spec,
+            &[x, gate, up, n.weight],
+            out_shape,
+            DType::F32,
+            None,
+        ),
+        None => dispatch(OP, spec, &[x, gate, up], out_shape, DType::F32, None),
+    }
 }
 
 /// `residual + x · wᵀ` for activations `x` `[..., k]`, a weight `w` `[n, k]` (f32, f16 or a
@@ -142,6 +237,7 @@ fn linear_spec(
         m: x.shape().rows(),
         n,
         k,
+        norm: None,
     };
     Ok((spec, Shape::from(out_dims)))
 }

@@ -21,7 +21,10 @@ mod softmax;
 
 pub use elementwise::{add, gelu, gelu_erf, mul, scale, sigmoid, silu, swiglu};
 pub use embedding::embedding;
-pub use fused::{linear_residual, paged_attention, swiglu_linear};
+pub use fused::{
+    linear_residual, paged_attention, rms_norm_linears, rms_norm_swiglu_linear, swiglu_linear,
+    RmsNormParams,
+};
 pub use layout::{concat, narrow, permute, transpose};
 pub use matmul::{matmul, matmul_t};
 pub use norm::{layer_norm, rms_norm};

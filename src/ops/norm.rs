@@ -6,7 +6,14 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-fn check(op: &'static str, x: &Tensor, params: &[(&'static str, &Tensor)], eps: f32) -> Result<()> {
+/// Checks a norm's input `x`, its per-column parameters and `eps` (also for the norms the fused
+/// products fold in).
+pub(super) fn check(
+    op: &'static str,
+    x: &Tensor,
+    params: &[(&'static str, &Tensor)],
+    eps: f32,
+) -> Result<()> {
     expect_dtype(op, "x", x, DType::F32)?;
     expect_min_rank(op, x, 1)?;
     expect_finite(op, "eps", eps)?;

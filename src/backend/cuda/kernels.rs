@@ -230,11 +230,12 @@ pub(super) fn launch<L: Launcher>(
         OpSpec::Scan { .. } | OpSpec::ScanGradA { .. } | OpSpec::ScanGradInit { .. } => {
             launch::scan::launch(&c, spec)
         }
-        OpSpec::SwigluLinear(_) | OpSpec::LinearResidual(_) | OpSpec::PagedAttention(_) => {
-            Err(Error::backend(
-                BackendKind::Cuda,
-                format!("no {op} kernel yet; ops composes it"),
-            ))
-        }
+        OpSpec::NormLinear(_)
+        | OpSpec::SwigluLinear(_)
+        | OpSpec::LinearResidual(_)
+        | OpSpec::PagedAttention(_) => Err(Error::backend(
+            BackendKind::Cuda,
+            format!("no {op} kernel yet; ops composes it"),
+        )),
     }
 }

@@ -1,7 +1,9 @@
-//! Sizes of the fused decode ops ([`OpSpec::SwigluLinear`], [`OpSpec::LinearResidual`],
-//! [`OpSpec::PagedAttention`]): each does in one op what the engine did with several, so a
-//! backend with a kernel for it reads its inputs once and writes one output.
+//! Sizes of the fused decode ops ([`OpSpec::NormLinear`], [`OpSpec::SwigluLinear`],
+//! [`OpSpec::LinearResidual`], [`OpSpec::PagedAttention`]): each does in one op what the engine
+//! did with several, so a backend with a kernel for it reads its inputs once and writes one
+//! output.
 //!
+//! [`OpSpec::NormLinear`]: super::OpSpec::NormLinear
 //! [`OpSpec::SwigluLinear`]: super::OpSpec::SwigluLinear
 //! [`OpSpec::LinearResidual`]: super::OpSpec::LinearResidual
 //! [`OpSpec::PagedAttention`]: super::OpSpec::PagedAttention
@@ -10,8 +12,8 @@ use super::{Activations, MatmulSpec};
 use crate::dtype::DType;
 
 /// A linear layer's product `act(a) · wᵀ` inside a fused op: `a` f32 `[m, k]`, each weight
-/// of `format` `[n, k]`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// of `format` `[n, k]`; with `norm`, `a` is first RMS-normed (the layer's input norm).
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LinearSpec {
     /// Weight format: `F32`, `F16` or a block format.
     pub format: DType,
@@ -24,6 +26,18 @@ pub struct LinearSpec {
     pub n: usize,
     /// The contracted dimension.
     pub k: usize,
+    /// The RMS norm applied to each row of `a` before the product, its weight f32 `[k]` the
+    /// op's last input: the decode products fold in the norm that feeds them, so the normed
+    /// activations never exist as a tensor of their own.
+    pub norm: Option<PreNorm>,
+}
+
+/// An RMS norm inside a fused product: each row `x` of the activations becomes
+/// `x / sqrt(mean(x²) + eps) ⊙ weight`, as [`super::OpSpec::RmsNorm`] defines it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PreNorm {
+    /// Added to the mean square.
+    pub eps: f32,
 }
 
 impl LinearSpec {

@@ -142,11 +142,30 @@ impl OpSpec {
             }
             OpSpec::ScatterRows { cols, count, .. } => vec![any(count * cols), of(U32, *count)],
             OpSpec::Sample { rows, vocab, .. } => vec![of(F32, rows * vocab), of(F32, *rows)],
-            OpSpec::SwigluLinear(l) => vec![
-                of(F32, l.m * l.k),
-                of(l.format, l.weight_len()),
-                of(l.format, l.weight_len()),
-            ],
+            OpSpec::NormLinear(l) => {
+                if l.norm.is_none() {
+                    return Err(Error::invalid(op, "a NormLinear spec needs its norm"));
+                }
+                vec![
+                    of(F32, l.m * l.k),
+                    of(l.format, l.weight_len()),
+                    of(F32, l.k),
+                ]
+            }
+            OpSpec::SwigluLinear(l) => {
+                let mut inputs = vec![
+                    of(F32, l.m * l.k),
+                    of(l.format, l.weight_len()),
+                    of(l.format, l.weight_len()),
+                ];
+                if l.norm.is_some() {
+                    inputs.push(of(F32, l.k));
+                }
+                inputs
+            }
+            OpSpec::LinearResidual(l) if l.norm.is_some() => {
+                return Err(Error::invalid(op, "linear_residual takes no norm"));
+            }
             OpSpec::LinearResidual(l) => vec![
                 of(F32, l.m * l.k),
                 of(l.format, l.weight_len()),

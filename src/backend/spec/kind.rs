@@ -66,6 +66,8 @@ pub enum OpKind {
     ScatterRows,
     /// Drawing a token from logits: temperature, top-k, top-p.
     Sample,
+    /// A linear layer's product of RMS-normed activations (the norm folded in).
+    NormLinear,
     /// gate·up·SiLU of a feed-forward block as one product.
     SwigluLinear,
     /// A linear layer's product with the residual added.
@@ -76,7 +78,7 @@ pub enum OpKind {
 
 impl OpKind {
     /// Every op family.
-    pub const ALL: [OpKind; 31] = [
+    pub const ALL: [OpKind; 32] = [
         OpKind::Add,
         OpKind::Mul,
         OpKind::Scale,
@@ -105,6 +107,7 @@ impl OpKind {
         OpKind::Narrow,
         OpKind::ScatterRows,
         OpKind::Sample,
+        OpKind::NormLinear,
         OpKind::SwigluLinear,
         OpKind::LinearResidual,
         OpKind::PagedAttention,
@@ -141,6 +144,7 @@ impl OpKind {
             OpKind::Narrow => "narrow",
             OpKind::ScatterRows => "scatter_rows",
             OpKind::Sample => "sample",
+            OpKind::NormLinear => "rms_norm_linear",
             OpKind::SwigluLinear => "swiglu_linear",
             OpKind::LinearResidual => "linear_residual",
             OpKind::PagedAttention => "paged_attention",
@@ -149,7 +153,8 @@ impl OpKind {
 
     /// The fused decode ops: [`crate::ops`] runs each as a composition of other ops on a
     /// backend without its kernel, instead of falling back to another backend.
-    pub const FUSED: [OpKind; 3] = [
+    pub const FUSED: [OpKind; 4] = [
+        OpKind::NormLinear,
         OpKind::SwigluLinear,
         OpKind::LinearResidual,
         OpKind::PagedAttention,

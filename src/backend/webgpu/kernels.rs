@@ -25,7 +25,7 @@ mod sample;
 mod scan;
 mod split;
 
-pub(super) use quant::int_activation_words;
+pub(super) use quant::{folds_norm, int_activation_words};
 pub(super) use scan::scan_temp_len;
 pub(super) use split::split_operand;
 
@@ -195,6 +195,7 @@ impl Encoder<'_> {
                 self.scan(spec, out, inputs)
             }
             OpSpec::Sample { .. } => self.sample(spec, out, &raw),
+            OpSpec::NormLinear(l) => self.norm_linear(l, out, inputs),
             OpSpec::LinearResidual(l) => self.linear_residual(l, out, inputs),
             OpSpec::SwigluLinear(l) => self.swiglu_linear(l, out, inputs),
             OpSpec::PagedAttention(s) => self.paged_attention(s, out, inputs),

@@ -248,7 +248,9 @@ impl WgpuBackend {
             OpSpec::QMatmul {
                 activations, m, k, ..
             } => int_activations(activations, m, k),
-            OpSpec::LinearResidual(l) => int_activations(l.activations, l.m, l.k),
+            OpSpec::NormLinear(l) | OpSpec::LinearResidual(l) => {
+                int_activations(l.activations, l.m, l.k)
+            }
             OpSpec::SwigluLinear(l) => {
                 extras.push(self.alloc(op, l.m * l.n, DType::F32)?);
                 int_activations(l.activations, l.m, l.k)
@@ -363,9 +365,17 @@ impl Backend for WgpuBackend {
             OpSpec::PagedAttention(a) => {
                 a.t > kernels::MATVEC_MAX_M || over(a.pool_rows.checked_mul(a.head_dim * 4))
             }
-            OpSpec::SwigluLinear(l) | OpSpec::LinearResidual(l) => {
+            OpSpec::NormLinear(l) | OpSpec::SwigluLinear(l) | OpSpec::LinearResidual(l) => {
                 let units = l.format.storage_len(l.weight_len(), l.k);
-                over(units.and_then(|u| u.checked_mul(l.format.unit_bytes())))
+                // The norm folds only into the int8 rounding of the decode kernel.
+                let unfoldable = l.norm.is_some()
+                    && !kernels::folds_norm(
+                        l.format,
+                        l.activations,
+                        (l.m, l.k),
+                        self.ctx.mv_shape(),
+                    );
+                unfoldable || over(units.and_then(|u| u.checked_mul(l.format.unit_bytes())))
             }
             _ => false,
         }

@@ -4,38 +4,42 @@
 use super::{HookPoint, Layer, Llama, Rank};
 use crate::error::{Error, Result};
 use crate::model::cache::{CachePlan, KvCache};
-use crate::model::linear::linear;
 use crate::ops;
 use crate::tensor::Tensor;
 
 impl Llama {
-    /// Causal grouped-query attention of one layer for the new rows `h` `[rows, hidden]` of
-    /// every sequence of the batch, each over its cached keys and values plus its own (which
-    /// are appended to its cache), for the heads of `rank`: `[rows, q_dim / tp]`.
+    /// Causal grouped-query attention of one layer for the new rows `x` `[rows, hidden]` of
+    /// every sequence of the batch (the residual stream: the layer's `attn_norm` is applied
+    /// here, folded into the q, k and v products where the device does that), each over its
+    /// cached keys and values plus its own (which are appended to its cache), for the heads of
+    /// `rank`: `[rows, q_dim / tp]`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attention(
         &self,
         (index, rank): (usize, &Rank),
         layer: &Layer,
-        h: &Tensor,
+        x: &Tensor,
         (positions, inv_freq): (&Tensor, &Tensor),
         seqs: &[(usize, &mut KvCache)],
         plans: &[CachePlan],
     ) -> Result<Tensor> {
         let c = &self.config;
-        let rows = h.dims()[0];
+        let rows = x.dims()[0];
         let (heads, kv, hd) = rank.heads(c);
-        let project = |w: &Tensor, bias: Option<&Tensor>| -> Result<Tensor> {
-            let y = linear(h, w, self.activations)?;
-            match bias {
-                Some(b) => ops::add(&y, b),
-                None => Ok(y),
+        let hook = (HookPoint::AttnNorm, index, rank.shard.is_first());
+        let weights = [&layer.wq, &layer.wk, &layer.wv];
+        let mut qkv = self.normed_products(x, &layer.attn_norm, &weights, hook)?;
+        if let Some(biases) = &layer.biases {
+            for (y, b) in qkv.iter_mut().zip(biases.iter()) {
+                *y = ops::add(y, b)?;
             }
-        };
-        let bias = |i: usize| layer.biases.as_ref().map(|b| &b[i]);
-        let q = project(&layer.wq, bias(0))?.reshape([rows, heads, hd])?;
-        let k = project(&layer.wk, bias(1))?.reshape([rows, kv, hd])?;
-        let v = project(&layer.wv, bias(2))?.reshape([rows, kv, hd])?;
+        }
+        let [q, k, v]: [Tensor; 3] = qkv
+            .try_into()
+            .map_err(|_| Error::invalid("llama", "three projections expected"))?;
+        let q = q.reshape([rows, heads, hd])?;
+        let k = k.reshape([rows, kv, hd])?;
+        let v = v.reshape([rows, kv, hd])?;
         let (q, k) = match &layer.qk_norms {
             // Qwen3: an RMS norm over each head before the rotation.
             Some([qn, kn]) => {

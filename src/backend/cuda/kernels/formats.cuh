@@ -20,3 +20,4 @@ static constexpr unsigned int TERNARY_PLANES_BLOCK_LEN = 256u;
 static constexpr unsigned int TERNARY_PLANES_BLOCK_BYTES = 68u;
 static constexpr unsigned int FMT_INT_ACTIVATIONS = 16u;
 static constexpr unsigned int FMT_QUANTIZE_ACTIVATIONS = 32u;
+static constexpr unsigned int FMT_NORM_ACTIVATIONS = 64u;

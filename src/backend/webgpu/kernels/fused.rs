@@ -1,4 +1,8 @@
 //! Encoding the fused decode ops.
+//! - [`OpSpec::NormLinear`]: the `mv` kernel norms the activation rows where it rounds them
+//!   to int8 (the only case the backend fuses: [`super::quant::folds_norm`]), one dispatch
+//!   where `rms_norm` and the product took two; with a norm, [`OpSpec::SwigluLinear`]'s two
+//!   products each do the same.
 //! - [`OpSpec::LinearResidual`]: the product with packed weights adds the residual as the
 //!   `mv` kernel's epilogue, so a decode projection and its residual connection are one
 //!   dispatch.
@@ -11,7 +15,7 @@
 //! Off the `mv` kernel (f32 weights, long rows) the products of the first two are followed by
 //! the `epilogue` kernel.
 
-use super::quant::{Epilogue, Product};
+use super::quant::{Epilogue, Norm, Product};
 use super::{u32_of, Encoder, Operand, Shader};
 use crate::backend::webgpu::params::AttentionParams;
 use crate::backend::{AttentionSpec, LinearSpec, OpSpec};
@@ -28,31 +32,48 @@ impl Encoder<'_> {
         inputs: &[Operand<'_>],
     ) -> Result<()> {
         let residual = Epilogue::Residual(inputs[2].buffer);
-        self.linear(l, out, inputs, inputs.get(3), residual)
+        self.linear(l, out, inputs, (inputs.get(3), None), residual)
+    }
+
+    /// Records `out = act(rms_norm(a)) · wᵀ`; `inputs` are `a`, `w` and the norm's weight.
+    pub(super) fn norm_linear(
+        &mut self,
+        l: &LinearSpec,
+        out: &wgpu::Buffer,
+        inputs: &[Operand<'_>],
+    ) -> Result<()> {
+        let norm = inputs[2];
+        self.linear(l, out, inputs, (None, Some(norm)), Epilogue::None)
     }
 
     /// Records `out = silu(act(a) · gateᵀ) ⊙ (act(a) · upᵀ)`; `inputs` are `a`, `gate`, `up`,
-    /// the backend's f32 `[m, n]` buffer for the gate product and, when the backend allocated
-    /// it, the int8-activation buffer.
+    /// with a norm its weight, then the backend's f32 `[m, n]` buffer for the gate product and,
+    /// when the backend allocated it, the int8-activation buffer.
     pub(super) fn swiglu_linear(
         &mut self,
         l: &LinearSpec,
         out: &wgpu::Buffer,
         inputs: &[Operand<'_>],
     ) -> Result<()> {
-        let (a, gate, up, gate_out) = (inputs[0], inputs[1], inputs[2], inputs[3]);
-        let temp = inputs.get(4);
-        self.linear(l, gate_out.buffer, &[a, gate], temp, Epilogue::None)?;
-        self.linear(l, out, &[a, up], temp, Epilogue::SiluGate(gate_out.buffer))
+        let (a, gate, up) = (inputs[0], inputs[1], inputs[2]);
+        let (norm, extras) = match l.norm {
+            Some(_) => (Some(inputs[3]), &inputs[4..]),
+            None => (None, &inputs[3..]),
+        };
+        let (gate_out, temp) = (extras[0], extras.get(1));
+        self.linear(l, gate_out.buffer, &[a, gate], (temp, norm), Epilogue::None)?;
+        let silu_gate = Epilogue::SiluGate(gate_out.buffer);
+        self.linear(l, out, &[a, up], (temp, norm), silu_gate)
     }
 
-    /// `out = act(a) · wᵀ` then `epilogue`, for `inputs` `a` and `w` of `l`'s format.
+    /// `out = act(a) · wᵀ` then `epilogue`, for `inputs` `a` and `w` of `l`'s format; `temp`
+    /// the int8-activation buffer, `norm` the norm's weight when `l` has a norm.
     fn linear(
         &mut self,
         l: &LinearSpec,
         out: &wgpu::Buffer,
         inputs: &[Operand<'_>],
-        temp: Option<&Operand<'_>>,
+        (temp, norm): (Option<&Operand<'_>>, Option<Operand<'_>>),
         epilogue: Epilogue<'_>,
     ) -> Result<()> {
         if l.format == DType::F32 {
@@ -68,7 +89,20 @@ impl Encoder<'_> {
             k: l.k,
         };
         let operands = [inputs[0].buffer, inputs[1].buffer];
-        self.qmatmul(product, out, operands, temp.map(|t| t.buffer), epilogue)
+        let norm = match (l.norm, norm) {
+            (Some(n), Some(weight)) => Some(Norm {
+                eps: n.eps,
+                weight: weight.buffer,
+            }),
+            _ => None,
+        };
+        self.qmatmul(
+            product,
+            out,
+            operands,
+            (temp.map(|t| t.buffer), norm),
+            epilogue,
+        )
     }
 
     /// Records attention over the pool for `inputs` `q`, `keys`, `values`, `rows`.

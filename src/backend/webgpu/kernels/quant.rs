@@ -13,7 +13,10 @@
 //! `mv` or `qmatmul_int` reads it.
 
 use super::{u32_of, Encoder, Operand, Shader, MATVEC_MAX_M};
-use crate::backend::kernel_consts::{self, INT_ACTIVATIONS, QUANTIZE_ACTIVATIONS};
+use crate::backend::kernel_consts::{
+    self, INT_ACTIVATIONS, NORM_ACTIVATIONS, QUANTIZE_ACTIVATIONS,
+};
+use crate::backend::webgpu::context::MvShape;
 use crate::backend::webgpu::params::QuantParams;
 use crate::backend::BackendKind;
 use crate::backend::{Activations, OpSpec};
@@ -34,6 +37,20 @@ const MVQ_MAX_VALUES: usize = 8192;
 /// kernel (one dispatch, no temporary buffer).
 fn quantizes_in_kernel(m: usize, k: usize) -> bool {
     m <= MATVEC_MAX_M && m * k <= MVQ_MAX_VALUES
+}
+
+/// Whether the `mv` kernel can fold an RMS norm of the activations into an `m × k` product
+/// of `format` weights: it norms the rows where it rounds them to int8 in workgroup memory.
+pub(in crate::backend::webgpu) fn folds_norm(
+    format: DType,
+    activations: Activations,
+    (m, k): (usize, usize),
+    shape: MvShape,
+) -> bool {
+    format.is_quantized()
+        && matches!(activations, Activations::Q8_0 | Activations::I8)
+        && quantizes_in_kernel(m, k)
+        && k <= shape.max_k()
 }
 
 /// Words of the temporary buffer holding `m × k` quantized activations for an int8-activation
@@ -129,7 +146,7 @@ impl Encoder<'_> {
                     product,
                     out,
                     [inputs[0].buffer, inputs[1].buffer],
-                    temp,
+                    (temp, None),
                     Epilogue::None,
                 )
             }
@@ -158,6 +175,14 @@ pub(super) struct Product {
     pub m: usize,
     pub n: usize,
     pub k: usize,
+}
+
+/// An RMS norm the `mv` kernel applies to each activation row before rounding it (see
+/// [`folds_norm`]): its eps and its f32 `[k]` weight.
+#[derive(Clone, Copy)]
+pub(super) struct Norm<'a> {
+    pub eps: f32,
+    pub weight: &'a wgpu::Buffer,
 }
 
 /// What a product does to its f32 `[m, n]` result before storing it: the `mv` kernel applies
@@ -195,14 +220,15 @@ impl<'a> Epilogue<'a> {
 impl Encoder<'_> {
     /// Records `out = act(a) · wᵀ`, then `epilogue`, for packed weights `w`; `temp` is the
     /// int8-activation buffer the backend allocated when [`int_activation_words`] asked for
-    /// one. The `mv` kernel applies the epilogue as it stores; the other kernels are followed
-    /// by the `epilogue` kernel.
+    /// one, and `norm` an RMS norm of the rows of `a` to fold in (only where [`folds_norm`]).
+    /// The `mv` kernel applies the epilogue as it stores; the other kernels are followed by the
+    /// `epilogue` kernel.
     pub(super) fn qmatmul(
         &mut self,
         pr: Product,
         out: &wgpu::Buffer,
         [a, w]: [&wgpu::Buffer; 2],
-        temp: Option<&wgpu::Buffer>,
+        (temp, norm): (Option<&wgpu::Buffer>, Option<Norm<'_>>),
         epilogue: Epilogue<'_>,
     ) -> Result<()> {
         const OP: &str = "qmatmul";
@@ -217,16 +243,24 @@ impl Encoder<'_> {
         u32_of(OP, "m·n", m * n)?;
         let tiles = self.grid(OP, (n * m.div_ceil(ROWS)) as u64)?;
         let mode = matches!(activations, Activations::F16 | Activations::I8) as u32;
-        // Only the `mv` kernel reads `epilogue`.
+        // Only the `mv` kernel reads `epilogue` and `eps`.
         let p = QuantParams {
             epilogue: epilogue.code(),
+            eps: norm.map_or(0.0, |n| n.eps),
             ..params(OP, format, m, n, k, mode)?
         };
         let mv_grid = self.mv_grid(OP, m, n)?;
         let fits_mv = k <= self.ctx.mv_shape().max_k();
-        // The `mv` kernel binds three operands: the epilogue's, or an operand again, unread.
+        if norm.is_some() && !folds_norm(format, activations, (m, k), self.ctx.mv_shape()) {
+            return Err(Error::backend(
+                BackendKind::Wgpu,
+                format!("{OP}: an RMS norm folds only into the decode kernel's int8 rounding"),
+            ));
+        }
+        // The `mv` kernel binds four operands: the epilogue's and the norm's weight, or an
+        // operand again, unread.
         let mv = |enc: &mut Self, code: u32, x: &wgpu::Buffer| {
-            let inputs = [w, x, epilogue.operand(x)];
+            let inputs = [w, x, epilogue.operand(x), norm.map_or(x, |n| n.weight)];
             enc.run_format(Shader::Quant, ("mv", code), &p, out, &inputs, mv_grid)
         };
         match activations {
@@ -247,8 +281,9 @@ impl Encoder<'_> {
                 }
             }
             Activations::Q8_0 | Activations::I8 if quantizes_in_kernel(m, k) => {
-                // The row-dot kernel rounding the f32 activations itself.
-                let code = QUANTIZE_ACTIVATIONS + INT_ACTIVATIONS + format_code(format)?;
+                // The row-dot kernel rounding the f32 activations itself (norming them first).
+                let normed = if norm.is_some() { NORM_ACTIVATIONS } else { 0 };
+                let code = normed + QUANTIZE_ACTIVATIONS + INT_ACTIVATIONS + format_code(format)?;
                 return mv(self, code, a);
             }
             Activations::Q8_0 | Activations::I8 => {
