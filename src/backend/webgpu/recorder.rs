@@ -1,9 +1,13 @@
 //! The open command encoder and the per-batch parameter arena.
 //!
-//! Ops do not run when they are called: each is recorded as one compute pass into a single
-//! open `CommandEncoder`, and the batch is submitted only when the host needs a result
-//! (`download`), when asked (`synchronize`), or when the parameter arena is full. A decode
-//! step is therefore one submit.
+//! Ops do not run when they are called: each is recorded as a dispatch into one open compute
+//! pass of a single open `CommandEncoder`, and the batch is submitted only when the host needs
+//! a result (`download`), when asked (`synchronize`), or when the parameter arena is full. A
+//! decode step is therefore one submit. The pass stays open from dispatch to dispatch (wgpu
+//! puts the barriers between dispatches that one's writes and the next one's reads need) and
+//! ends only for a buffer copy or the submit: a pass per dispatch cost the host a pass's
+//! begin, end and state tracking each time. With the profiler on, each dispatch has its own
+//! pass, which carries its timestamp writes.
 //!
 //! # Why parameters live in an arena
 //!
@@ -63,6 +67,8 @@ pub(crate) struct Window {
 #[derive(Debug)]
 pub(crate) struct Recorder {
     encoder: Option<wgpu::CommandEncoder>,
+    /// The compute pass open in `encoder`, which it locks until the pass ends.
+    pass: Option<wgpu::ComputePass<'static>>,
     arena: Vec<u8>,
     arena_buffer: wgpu::Buffer,
     slot: u64,
@@ -93,6 +99,7 @@ impl Recorder {
         });
         Recorder {
             encoder: None,
+            pass: None,
             arena: Vec::new(),
             arena_buffer,
             slot,
@@ -106,7 +113,9 @@ impl Recorder {
         }
     }
 
+    /// The open encoder, with no pass open in it (an open one ends here).
     fn encoder(&mut self, ctx: &GpuContext) -> &mut wgpu::CommandEncoder {
+        self.pass = None;
         self.encoder.get_or_insert_with(|| {
             ctx.device
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor {
@@ -115,8 +124,23 @@ impl Recorder {
         })
     }
 
-    /// Records one dispatch as its own compute pass. Submits the batch first when the arena
-    /// has no slot left.
+    /// The compute pass open in the encoder, begun if there is none.
+    fn pass(&mut self, ctx: &GpuContext) -> &mut wgpu::ComputePass<'static> {
+        if self.pass.is_none() {
+            let pass = self
+                .encoder(ctx)
+                .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: None,
+                    timestamp_writes: None,
+                })
+                .forget_lifetime();
+            self.pass = Some(pass);
+        }
+        self.pass.as_mut().expect("a pass was just begun")
+    }
+
+    /// Records one dispatch into the open compute pass (with the profiler on, as its own
+    /// pass). Submits the batch first when the arena has no slot left.
     pub(crate) fn dispatch(&mut self, ctx: &GpuContext, pipelines: &Pipelines, d: Dispatch<'_>) {
         if self.arena.len() as u64 + self.slot > self.capacity {
             self.submit(ctx);
@@ -128,18 +152,24 @@ impl Recorder {
 
         self.dispatches += 1;
         let bind_group = self.bind_group(ctx, pipelines, &d);
-        let timed = self.profiler.as_mut().map(|p| p.next_pass(d.kernel.id));
-        let encoder = self.encoder(ctx);
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: None,
-            timestamp_writes: timed
-                .as_ref()
-                .map(|(queries, i)| wgpu::ComputePassTimestampWrites {
-                    query_set: queries,
-                    beginning_of_pass_write_index: Some(2 * i),
-                    end_of_pass_write_index: Some(2 * i + 1),
-                }),
-        });
+        let mut timed_pass;
+        let pass = match self.profiler.as_mut().map(|p| p.next_pass(d.kernel.id)) {
+            None => self.pass(ctx),
+            Some((queries, i)) => {
+                timed_pass = self
+                    .encoder(ctx)
+                    .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: None,
+                        timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                            query_set: &queries,
+                            beginning_of_pass_write_index: Some(2 * i),
+                            end_of_pass_write_index: Some(2 * i + 1),
+                        }),
+                    })
+                    .forget_lifetime();
+                &mut timed_pass
+            }
+        };
         pass.set_pipeline(&d.kernel.pipeline);
         pass.set_bind_group(0, &bind_group, &[offset as u32]);
         pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
@@ -258,6 +288,7 @@ impl Recorder {
     /// profiling on, the batch ends by resolving its timestamps, and the submit waits for the
     /// batch to finish and reads them back.
     pub(crate) fn submit(&mut self, ctx: &GpuContext) -> wgpu::SubmissionIndex {
+        self.pass = None;
         let mut encoder = self.encoder.take();
         if !self.arena.is_empty() {
             ctx.queue.write_buffer(&self.arena_buffer, 0, &self.arena);
