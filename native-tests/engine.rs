@@ -845,3 +845,43 @@ fn loading_reports_each_layer_then_the_unsplit_tensors() {
     assert_eq!(seen, expected);
     assert_eq!(model.config.num_hidden_layers, layers);
 }
+
+/// The decode loop with the next batch recorded from the device's last id while the previous
+/// one is read back (`Pacing::decode_ahead`, what a hardware GPU gets) on the wgpu device
+/// (lavapipe in CI, which does not get it by default): the same text as one batch at a time,
+/// and as the cpu backend's. 21 decode steps: batches of 8, 8 and 5.
+#[test]
+fn decode_ahead_on_wgpu_gives_the_same_text() {
+    use webtensor::model::generate::{prepare, run_async, Pacing, PromptChunks, TextSink};
+    use webtensor::model::{builtin, sampler::Sampling};
+    let Some(dev) = common::wgpu() else { return };
+    let text = |dev: &Device, decode_ahead: bool, steps_per_submit: usize| {
+        let mut files = builtin::files().unwrap();
+        let tokenizer = files.tokenizer.take().unwrap();
+        let model = Llama::load(dev, files).unwrap();
+        let (ids, cache) = prepare(&model, &tokenizer, "In the beginning", 22).unwrap();
+        let pacing = Pacing {
+            steps_per_submit,
+            decode_ahead,
+            prompt: PromptChunks::Whole,
+        };
+        let mut out = String::new();
+        let mut sink = TextSink(|piece: &str| out.push_str(piece));
+        let run = run_async(
+            &model,
+            &tokenizer,
+            ids,
+            cache,
+            22,
+            Sampling::greedy(),
+            pacing,
+            &mut sink,
+        );
+        let stats = pollster::block_on(run).unwrap();
+        assert_eq!(stats.generated_tokens, 22);
+        out
+    };
+    let ahead = text(&dev, true, 8);
+    assert_eq!(ahead, text(&dev, false, 8));
+    assert_eq!(ahead, text(&Device::new("cpu").unwrap(), false, 1));
+}

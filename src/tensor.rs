@@ -324,6 +324,34 @@ impl Tensor {
         })
     }
 
+    /// Starts reading this tensor back now ([`crate::backend::Backend::download_started`]):
+    /// on a GPU everything recorded so far is submitted with the copy, and work recorded
+    /// after this call runs while it is in flight. The future resolves to the elements and
+    /// does not borrow the tensor.
+    pub(crate) fn download_started<T: Element>(
+        &self,
+    ) -> impl std::future::Future<Output = Result<Vec<T>>> + 'static {
+        let dtype = self.dtype();
+        let kind = self.inner.backend.kind();
+        let data = self
+            .inner
+            .backend
+            .clone()
+            .download_started(&self.inner.storage);
+        async move {
+            if T::DTYPE != dtype {
+                return Err(Error::DTypeMismatch {
+                    op: "download_started",
+                    argument: "self",
+                    expected: dtype,
+                    got: T::DTYPE,
+                });
+            }
+            T::from_host(data.await?)
+                .ok_or_else(|| Error::backend(kind, "downloaded data has the wrong dtype"))
+        }
+    }
+
     /// [`Tensor::to_vec`] without blocking: the readback the browser needs (a GPU mapping
     /// completes from the event loop there, so the blocking form is an error on wasm32).
     /// Natively it resolves as soon as the data is on the host.

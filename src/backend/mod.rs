@@ -369,6 +369,15 @@ pub trait Backend: Send + Sync + fmt::Debug {
         Box::pin(std::future::ready(self.download(storage)))
     }
 
+    /// Starts copying `storage` to the host now and returns the future of its data, which
+    /// holds its own handle on the backend: a GPU submits the copy with everything it depends
+    /// on at once, so work recorded after this call runs while the copy is in flight, and the
+    /// future waits for that copy alone. The decode loop reads a batch's ids this way while the
+    /// next batch is recorded. Host backends copy at once.
+    fn download_started(self: Arc<Self>, storage: &Storage) -> BackendFuture<'static, HostData> {
+        Box::pin(std::future::ready(self.download(storage)))
+    }
+
     /// [`Backend::synchronize`] without blocking (the browser's form).
     fn synchronize_async(&self) -> BackendFuture<'_, ()> {
         Box::pin(std::future::ready(self.synchronize()))

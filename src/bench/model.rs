@@ -16,7 +16,7 @@ use super::{ceilings, Size};
 use crate::backend::{registry, BackendKind, BackendRef, KernelProfile};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::model::generate::MULTI_STEP;
+use crate::model::generate::{decodes_ahead, DecodeBatches, MULTI_STEP};
 use crate::model::{ActivationMode, Llama, ModelFiles, Sampler, Sampling};
 
 /// One backend's figures for one model.
@@ -290,7 +290,8 @@ struct Timed {
 
 /// One timed prompt pass and decode from an empty `cache` on `backend` (the model's primary
 /// backend). Greedy, drawn on the device as `generate` does: the prompt's token read back,
-/// then decode steps recorded MULTI_STEP per submit, each batch's ids read back.
+/// then decode steps recorded MULTI_STEP per submit, each batch's ids read back while the
+/// next runs ([`DecodeBatches`]).
 fn time_once(
     model: &Llama,
     prompt: &[u32],
@@ -305,12 +306,10 @@ fn time_once(
     let before = backend.dispatches();
     let profile_before = backend.kernel_profile();
     let start = Instant::now();
-    let mut left = decode_tokens;
-    while left > 0 {
-        let steps = left.min(MULTI_STEP);
-        let ids = model.decode(next, cache, steps, &mut sampler)?;
+    let ahead = decodes_ahead(model.device());
+    let mut batches = DecodeBatches::new(MULTI_STEP, ahead, decode_tokens);
+    while let Some(ids) = pollster::block_on(batches.next(model, next, cache, &mut sampler))? {
         next = ids.last().copied().unwrap_or(next);
-        left -= steps;
     }
     let decode_rate =
         (decode_tokens > 0).then(|| decode_tokens as f64 / start.elapsed().as_secs_f64());

@@ -22,6 +22,7 @@ use super::sampler::Sampler;
 use super::{LlamaConfig, Tokenizer};
 use crate::backend::RopeLayout;
 use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops;
 use crate::tensor::Tensor;
@@ -551,6 +552,46 @@ impl Llama {
         sampler: &mut Sampler,
     ) -> Result<Tensor> {
         self.check_ids(&[first])?;
+        let first = Tensor::from_slice(self.embed.device(), &[first], [1])?;
+        self.decode_steps(first, cache, steps, sampler)
+    }
+
+    /// [`Llama::decode_on_device`] after the last id of `previous`, the u32 ids of a decode
+    /// still on the device (not empty): the next batch of steps can be recorded before the
+    /// previous one has run or been read back, so a GPU runs one while the host records the
+    /// other.
+    pub fn decode_on_device_after(
+        &self,
+        previous: &Tensor,
+        cache: &mut KvCache,
+        steps: usize,
+        sampler: &mut Sampler,
+    ) -> Result<Tensor> {
+        let n = match previous.dims() {
+            [n] if *n > 0 && previous.dtype() == DType::U32 => *n,
+            _ => {
+                return Err(Error::invalid(
+                    "llama",
+                    "decode_on_device_after needs the u32 [n > 0] ids of a decode",
+                ))
+            }
+        };
+        let last = if n == 1 {
+            previous.clone()
+        } else {
+            ops::narrow(previous, 0, n - 1, 1)?
+        };
+        self.decode_steps(last, cache, steps, sampler)
+    }
+
+    /// The decode steps after the one id `ids` (u32 `[1]`, on the model's device).
+    fn decode_steps(
+        &self,
+        mut ids: Tensor,
+        cache: &mut KvCache,
+        steps: usize,
+        sampler: &mut Sampler,
+    ) -> Result<Tensor> {
         self.check_cache(cache)?;
         cache.check_room(steps)?;
         let device = self.embed.device();
@@ -558,7 +599,6 @@ impl Llama {
             return Tensor::from_vec(device, Vec::<u32>::new(), [0]);
         }
         let numbers = Tensor::from_vec(device, sampler.next_uniforms(steps), [steps])?;
-        let mut ids = Tensor::from_slice(device, &[first], [1])?;
         let mut out: Option<Tensor> = None;
         for step in 0..steps {
             let position = cache.len() as u32;

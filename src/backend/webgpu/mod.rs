@@ -312,23 +312,44 @@ impl WgpuBackend {
     /// blocking the browser's event loop: the form of [`Backend::download`] for wasm32.
     /// Natively it blocks until the device has finished, then resolves at once.
     async fn read_async(&self, storage: &Storage) -> Result<HostData> {
+        let started = self.start_read(storage);
+        self.finish_read(started).await
+    }
+
+    /// Submits the copy of `storage` to a staging buffer with everything recorded before it;
+    /// `Err(data)` for an empty storage, which needs no copy.
+    fn start_read(&self, storage: &Storage) -> Result<std::result::Result<Readback, HostData>> {
         let src = gpu_storage("download", storage)?;
         if src.byte_len() == 0 {
-            self.check_errors()?;
-            return Ok(HostData::empty(src.dtype()));
+            return Ok(Err(HostData::empty(src.dtype())));
         }
-        let readback = Readback::start(&self.ctx, &mut *self.recorder()?, src);
-        // Natively this waits for the submission and runs the mapping callback; on the web it
-        // returns at once and the browser delivers the callback.
-        self.ctx
-            .device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| {
-                Error::backend(
-                    BackendKind::Wgpu,
-                    format!("waiting for the device failed: {e}"),
-                )
-            })?;
+        Ok(Ok(Readback::start(&self.ctx, &mut *self.recorder()?, src)))
+    }
+
+    /// Waits for a readback [`WgpuBackend::start_read`] began, and no later submission.
+    async fn finish_read(
+        &self,
+        started: Result<std::result::Result<Readback, HostData>>,
+    ) -> Result<HostData> {
+        let readback = match started? {
+            Ok(readback) => readback,
+            Err(empty) => {
+                self.check_errors()?;
+                return Ok(empty);
+            }
+        };
+        // Natively this waits for the copy's submission and runs the mapping callback; on the
+        // web it returns at once and the browser delivers the callback.
+        let wait = wgpu::PollType::Wait {
+            submission_index: Some(readback.submission().clone()),
+            timeout: None,
+        };
+        self.ctx.device.poll(wait).map_err(|e| {
+            Error::backend(
+                BackendKind::Wgpu,
+                format!("waiting for the device failed: {e}"),
+            )
+        })?;
         self.check_errors()?;
         let host = readback.into_host().await?;
         self.check_errors()?;
@@ -499,6 +520,11 @@ impl Backend for WgpuBackend {
 
     fn download_async<'a>(&'a self, storage: &'a Storage) -> BackendFuture<'a, HostData> {
         Box::pin(self.read_async(storage))
+    }
+
+    fn download_started(self: Arc<Self>, storage: &Storage) -> BackendFuture<'static, HostData> {
+        let started = self.start_read(storage);
+        Box::pin(async move { self.finish_read(started).await })
     }
 
     fn synchronize_async(&self) -> BackendFuture<'_, ()> {

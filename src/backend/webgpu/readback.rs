@@ -29,6 +29,8 @@ struct MapState {
 /// A readback in flight: the copy is submitted and the staging buffer is being mapped.
 pub(crate) struct Readback {
     staging: wgpu::Buffer,
+    /// The submit that carries the copy.
+    submission: wgpu::SubmissionIndex,
     dtype: DType,
     /// Bytes of data; the staging buffer may be up to 3 bytes longer.
     bytes: usize,
@@ -48,7 +50,7 @@ impl Readback {
             mapped_at_creation: false,
         });
         recorder.copy(ctx, src.raw(), &staging, bytes);
-        recorder.submit(ctx);
+        let submission = recorder.submit(ctx);
         let state = Arc::new(Mutex::new(MapState::default()));
         let callback_state = state.clone();
         staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
@@ -61,10 +63,16 @@ impl Readback {
         });
         Readback {
             staging,
+            submission,
             dtype: src.dtype(),
             bytes: src.byte_len() as usize,
             state,
         }
+    }
+
+    /// The submit that carries the copy.
+    pub(crate) fn submission(&self) -> &wgpu::SubmissionIndex {
+        &self.submission
     }
 
     /// Waits for the mapping and copies the data out.

@@ -117,18 +117,19 @@ fn the_prompt_in_chunks_draws_the_same_tokens() {
         assert_eq!(text, whole, "{prompt_chunks:?}");
         assert_eq!(stats.prompt_tokens_run, stats.prompt_tokens);
     }
-    // A GPU records several steps per submit: the same tokens.
-    let (text, _) = text_of(
-        &model,
-        &tokenizer,
-        prompt,
-        12,
-        Pacing {
+    // A GPU records several steps per submit, and the next batch from the last one's id on
+    // the device while the last is read (11 decode steps: a batch of 8, then 3): the same
+    // tokens.
+    for decode_ahead in [false, true] {
+        let pacing = Pacing {
             steps_per_submit: MULTI_STEP,
+            decode_ahead,
             ..host
-        },
-    );
-    assert_eq!(text, whole);
+        };
+        let (text, stats) = text_of(&model, &tokenizer, prompt, 12, pacing);
+        assert_eq!(text, whole, "decode_ahead {decode_ahead}");
+        assert_eq!(stats.generated_tokens, 12);
+    }
 }
 
 /// Counts forward passes (through the `embedding` hook) and records how many had run when
@@ -207,6 +208,7 @@ fn a_stop_during_the_prompt_is_answered_at_the_next_chunk() {
     let mut recorder = Recorder::new(&mut model, 2);
     let pacing = Pacing {
         steps_per_submit: 1,
+        decode_ahead: false,
         prompt: PromptChunks::Tokens(8),
     };
     let stats = run(&model, &tokenizer, &prompt, 20, pacing, &mut recorder);
