@@ -14,7 +14,10 @@ mod common;
 mod fused;
 
 use common::{assert_close, reference, rng, tensor, uniform};
-use fused::{linear_residual, norm_linear, norm_swiglu_linear, paged_attention, swiglu_linear};
+use fused::{
+    linear_residual, norm_linear, norm_linear_rope, norm_swiglu_linear, paged_attention,
+    swiglu_linear,
+};
 use webtensor::ops::{self, Activations, RopeLayout, SampleParams};
 use webtensor::{DType, Device, Tensor};
 
@@ -1337,6 +1340,7 @@ matrix!(
     swiglu_linear,
     linear_residual,
     norm_linear,
+    norm_linear_rope,
     norm_swiglu_linear,
     paged_attention,
 );

@@ -51,6 +51,8 @@ fn every_shader_validates() {
     assert_eq!(reduce.len(), 3, "lanes, subgroup and workgroup preludes");
     let dot4 = preludes(&dir, "dot4");
     assert_eq!(dot4.len(), 2, "builtin and portable idot4 preludes");
+    let rotary = preludes(&dir, "rotary");
+    assert_eq!(rotary.len(), 1, "the sin_cos prelude");
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).expect("shaders/ exists") {
         let path = entry.expect("readable entry").path();
@@ -66,11 +68,14 @@ fn every_shader_validates() {
         let mut modules = Vec::new();
         for r in choices(&file, "reduce", &reduce) {
             for d in choices(&file, "dot4", &dot4) {
-                let chosen: Vec<&(String, String)> = r.iter().chain(d.iter()).collect();
-                let names: Vec<&str> = chosen.iter().map(|(n, _)| n.as_str()).collect();
-                let sources: Vec<&str> = chosen.iter().map(|(_, s)| s.as_str()).collect();
-                let what = format!("{} + {name}", names.join(" + "));
-                modules.push(validate(&what, &compose_module(&file, &sources)));
+                for s in choices(&file, "rotary", &rotary) {
+                    let chosen: Vec<&(String, String)> =
+                        r.iter().chain(d.iter()).chain(s.iter()).collect();
+                    let names: Vec<&str> = chosen.iter().map(|(n, _)| n.as_str()).collect();
+                    let sources: Vec<&str> = chosen.iter().map(|(_, s)| s.as_str()).collect();
+                    let what = format!("{} + {name}", names.join(" + "));
+                    modules.push(validate(&what, &compose_module(&file, &sources)));
+                }
             }
         }
         for module in modules {

@@ -5,6 +5,7 @@
 // @prelude(reduce): compiled after one of shaders/reduce/*.wgsl, which defines the entry `mv`.
 // @prelude(dot4): and after one of shaders/dot4/*.wgsl, which defines `idot4` (the dot product
 // of two words' four signed bytes).
+// @prelude(rotary): and after shaders/rotary/sin_cos.wgsl, which defines `sin_cos`.
 //
 // Bindings: 0 = params, 1 = output as u32 words (f32 and i32 results are bit-cast),
 // 2 = `q`: the packed data (for `quantize` and `quantize_acts_*`: the f32 input),
@@ -22,8 +23,14 @@ struct Params {
     k: u32,        // values per row
     mode: u32,     // qmatmul_float: 0 f32, 1 f16 activations; quantize_acts_*: 0 q8_0 (`_blocks`), 1 per row (`_rows`)
     zero: u32,     // always 0; keeps a product from being fused into a following add
-    epilogue: u32, // products: 1 adds `res` (binding 4, f32 [m, n]), 2 multiplies by silu(res)
+    epilogue: u32, // products: 1 adds `res` (binding 4, f32 [m, n]), 2 multiplies by silu(res),
+                   // 3 (`mv` only) rotates pairs (2i, 2i + 1) of each head of rope_dim values by
+                   // rope_pos (binding 6) and the frequencies in `res` ([rope_dim / 2])
     eps: f32,      // `mv` with FMT_NORM_ACTIVATIONS: the RMS norm's eps
+    rope_dim: u32, // epilogue 3: elements per head
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -35,6 +42,8 @@ struct Params {
 @group(0) @binding(4) var<storage, read> res: array<f32>;
 // The RMS norm's weight, f32 [k], of `mv` with FMT_NORM_ACTIVATIONS (see `mv_prepare`).
 @group(0) @binding(5) var<storage, read> norm_w: array<vec4<f32>>;
+// The positions, u32 [m], of the rotary epilogue (p.epilogue 3).
+@group(0) @binding(6) var<storage, read> rope_pos: array<u32>;
 
 const WG: u32 = 64u;
 // Activation rows per workgroup of the product kernels.
@@ -1274,12 +1283,36 @@ fn mv_partial(wid: vec3<u32>, row0: u32, lane: u32, lanes: u32) -> array<vec4<f3
 }
 
 fn mv_store(wid: vec3<u32>, row0: u32, s: array<vec4<f32>, 4>) {
+    if (p.epilogue == 3u) {
+        mv_store_rotated(row0, s);
+        return;
+    }
     for (var j = 0u; j < 4u; j = j + 1u) {
         let row = row0 + j;
         if (row < p.n) {
             for (var i = 0u; i < min(4u, p.m - mv_a0); i = i + 1u) {
                 let o = (mv_a0 + i) * p.n + row;
                 out[o] = bitcast<u32>(finish(o, s[j][i]));
+            }
+        }
+    }
+}
+
+// `mv_store` with the rotary epilogue: rows row0..row0 + 4 (row0 a multiple of 4, the head size
+// even, so rows 2i and 2i + 1 of a head are the pairs (j, j + 1) here) turned by the angle of
+// their pair at each activation row's position, as `rope` (rope.wgsl) turns them.
+fn mv_store_rotated(row0: u32, s: array<vec4<f32>, 4>) {
+    for (var j = 0u; j < 4u; j = j + 2u) {
+        let row = row0 + j;
+        if (row < p.n) {
+            let freq = res[(row % p.rope_dim) / 2u];
+            for (var i = 0u; i < min(4u, p.m - mv_a0); i = i + 1u) {
+                let sc = sin_cos(f32(rope_pos[mv_a0 + i]) * freq);
+                let x0 = s[j][i];
+                let x1 = s[j + 1u][i];
+                let o = (mv_a0 + i) * p.n + row;
+                out[o] = bitcast<u32>(x0 * sc.y - x1 * sc.x);
+                out[o + 1u] = bitcast<u32>(x0 * sc.x + x1 * sc.y);
             }
         }
     }

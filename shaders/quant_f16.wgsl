@@ -16,6 +16,10 @@ struct Params {
     zero: u32,
     epilogue: u32,
     eps: f32,
+    rope_dim: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;

@@ -6,7 +6,7 @@
 
 use super::common::{assert_close, reference, rng, tensor, uniform};
 use super::{compare, packed_weight, TOL};
-use webtensor::ops::{self, Activations};
+use webtensor::ops::{self, Activations, RopeLayout};
 use webtensor::{BackendKind, DType, Device, OpKind, Tensor};
 
 /// The reference backend with `op` disabled: the fused op runs as its composition there.
@@ -183,14 +183,85 @@ pub fn norm_linear(dev: &Device) {
                     weight: &tensor(d, &nw, &[k]),
                     eps: NORM_EPS,
                 };
-                let w = weight(d, &w, n, k, format);
+                let product = ops::NormProduct {
+                    weight: &weight(d, &w, n, k, format),
+                    activations: act,
+                    rope: None,
+                };
                 let mut out =
-                    ops::rms_norm_linears(&tensor(d, &x, &[m, k]), norm, &[(&w, act)]).unwrap();
+                    ops::rms_norm_linears(&tensor(d, &x, &[m, k]), norm, &[product]).unwrap();
                 out.remove(0)
             };
             let want: Vec<f32> = run(&refd).to_vec().unwrap();
             let tol = normed_tolerance(TOL * (k as f64).sqrt(), act, &normed, 1.0, largest(&want));
             three_ways(&what, dev, OpKind::NormLinear, tol, run);
+        }
+    }
+}
+
+/// Products of RMS-normed rows rotated as q and k are (`rms_norm_linears` with a rope), both
+/// pairings, several heads, rows at scattered positions: decode rows wgpu folds the norm and
+/// the rotation of interleaved pairs into, and rows it composes. Tolerance: as [`norm_linear`]
+/// (the rotation's own error is under 1e-7 of the values).
+pub fn norm_linear_rope(dev: &Device) {
+    let mut r = rng(65);
+    // (m, n, k, head_dim)
+    for (m, n, k, hd) in [
+        (1, 64, 256, 16),
+        (3, 96, 512, 32),
+        (4, 48, 1280, 8),
+        (6, 32, 2560, 16),
+        (1, 40, 8192, 8),
+    ] {
+        let x = uniform(&mut r, m * k, 2.0);
+        let w = uniform(&mut r, n * k, 1.0);
+        let nw = uniform(&mut r, k, 1.5);
+        let positions: Vec<u32> = [7, 1000, 3, 42, 65_000, 0][..m].to_vec();
+        let inv_freq = ops::rope_inv_freq(10_000.0, hd);
+        let refd = reference();
+        let normed: Vec<f32> = ops::rms_norm(
+            &tensor(&refd, &x, &[m, k]),
+            &tensor(&refd, &nw, &[k]),
+            NORM_EPS,
+        )
+        .unwrap()
+        .to_vec()
+        .unwrap();
+        for layout in [RopeLayout::Interleaved, RopeLayout::HalfSplit] {
+            for (format, act) in [
+                (DType::Q4_0, Activations::Q8_0),
+                (DType::Q8_0, Activations::Q8_0),
+                (DType::TQ2_0, Activations::I8),
+                (DType::F16, Activations::F32),
+            ] {
+                let what =
+                    format!("rms_norm_linear + rope {layout:?} {format} {act:?} {m}x{n}x{k}");
+                let run = |d: &Device| {
+                    let norm = ops::RmsNormParams {
+                        weight: &tensor(d, &nw, &[k]),
+                        eps: NORM_EPS,
+                    };
+                    let rope = ops::Rotary {
+                        positions: &tensor(d, &positions, &[m]),
+                        inv_freq: &tensor(d, &inv_freq, &[hd / 2]),
+                        head_dim: hd,
+                        layout,
+                    };
+                    let product = ops::NormProduct {
+                        weight: &weight(d, &w, n, k, format),
+                        activations: act,
+                        rope: Some(rope),
+                    };
+                    let x = tensor(d, &x, &[m, k]);
+                    ops::rms_norm_linears(&x, norm, &[product])
+                        .unwrap()
+                        .remove(0)
+                };
+                let want: Vec<f32> = run(&refd).to_vec().unwrap();
+                let tol =
+                    normed_tolerance(TOL * (k as f64).sqrt(), act, &normed, 1.0, largest(&want));
+                three_ways(&what, dev, OpKind::NormLinear, tol, run);
+            }
         }
     }
 }

@@ -323,11 +323,25 @@ fn execute<K: HostKernels>(k: &K, spec: &OpSpec, inputs: &[&Storage]) -> Result<
         }
         OpSpec::NormLinear(l) => {
             let a = normed(k, &input, 2, l)?;
-            HostData::F32(match weight(&input, inputs, 1, l.format)? {
+            let y = match weight(&input, inputs, 1, l.format)? {
                 Weight::F32(w) => k.matmul(&a, w, &l.f32_product()),
                 Weight::Packed(w, storage) => {
                     k.qmatmul(&a, w, storage, l.format, l.activations, l.m, l.n, l.k)
                 }
+            };
+            HostData::F32(match l.rope {
+                Some(r) => {
+                    let (positions, inv_freq) = (input.u32(3)?, input.f32(4)?);
+                    k.rope(
+                        &y,
+                        positions,
+                        inv_freq,
+                        l.n / r.head_dim,
+                        r.head_dim,
+                        r.layout,
+                    )
+                }
+                None => y,
             })
         }
         OpSpec::SwigluLinear(l) => HostData::F32(k.swiglu_linear(

@@ -31,7 +31,7 @@ use std::sync::Arc;
 pub use kind::BackendKind;
 pub use spec::{
     Activations, AttentionSpec, BinaryOp, LinearSpec, MatmulSpec, OpKind, OpSpec, PreNorm,
-    RopeLayout, SampleParams, ScanOp, UnaryOp,
+    RopeEpilogue, RopeLayout, SampleParams, ScanOp, UnaryOp,
 };
 
 use crate::dtype::DType;

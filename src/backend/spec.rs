@@ -9,7 +9,7 @@ mod fused;
 mod inputs;
 mod kind;
 mod sample;
-pub use fused::{AttentionSpec, LinearSpec, PreNorm};
+pub use fused::{AttentionSpec, LinearSpec, PreNorm, RopeEpilogue};
 pub use inputs::InputSpec;
 pub use kind::OpKind;
 
@@ -391,10 +391,11 @@ pub enum OpSpec {
         params: SampleParams,
     },
     /// Inputs: `a` f32 `[m, k]`, `w` of `format` `[n, k]` (f32, f16 or a block format), the
-    /// norm's weight f32 `[k]` (`norm` must be set). Output f32 `[m, n]`: `act(n(a)) · wᵀ`
-    /// with `n` the [`PreNorm`] of each row; `rms_norm` then the product (as
-    /// [`OpSpec::QMatmul`], or [`OpSpec::Matmul`] for f32 weights), up to the f32 rounding of
-    /// the normed row (tolerance 1e-5·√k).
+    /// norm's weight f32 `[k]` (`norm` must be set), then with `rope` the positions u32 `[m]`
+    /// and the rotary frequencies f32 `[head_dim / 2]`. Output f32 `[m, n]`: `act(n(a)) · wᵀ`
+    /// with `n` the [`PreNorm`] of each row, rotated by [`RopeEpilogue`]; `rms_norm` then the
+    /// product (as [`OpSpec::QMatmul`], or [`OpSpec::Matmul`] for f32 weights) then `rope`,
+    /// up to the f32 rounding of the normed row and of the product (tolerance 1e-5·√k).
     NormLinear(LinearSpec),
     /// Inputs: `a` f32 `[m, k]`, `gate` and `up` of `format` `[n, k]` (f32, f16 or a block
     /// format), then with `norm` its weight f32 `[k]` (`a` is normed first, as in

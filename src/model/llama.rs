@@ -329,34 +329,38 @@ impl Llama {
             .is_some_and(|(points, _)| points.contains(&point))
     }
 
-    /// `x`'s rows RMS-normed by `norm` and multiplied by each of `weights` (each with the
-    /// activations of its dtype): the norm folds into the products where the device does that
+    /// `x`'s rows RMS-normed by `norm` and multiplied by each weight of `products` (with the
+    /// activations of its dtype), rotated where it carries a rotary embedding: the norm and
+    /// the rotation fold into the products where the device does that
     /// (`ops::rms_norm_linears`), unless a hook wants the normed rows at `hook`, which are then
     /// made and shown to it (on the first rank).
     fn normed_products(
         &self,
         x: &Tensor,
         norm: &Tensor,
-        weights: &[&Tensor],
+        products: &[(&Tensor, Option<ops::Rotary<'_>>)],
         (hook, index, first): (HookPoint, usize, bool),
     ) -> Result<Vec<Tensor>> {
         let eps = self.config.rms_norm_eps;
+        let products: Vec<_> = products
+            .iter()
+            .map(|&(weight, rope)| ops::NormProduct {
+                weight,
+                activations: self.activations.for_weight(weight.dtype()),
+                rope,
+            })
+            .collect();
+        let norm = ops::RmsNormParams { weight: norm, eps };
         if self.wants(hook) {
-            let h = ops::rms_norm(x, norm, eps)?;
+            // The norm as its own op, its output shown, then the products without it (a norm
+            // of weight 1 and eps 0 would not be the identity).
+            let h = ops::rms_norm(x, norm.weight, eps)?;
             if first {
                 self.emit(hook, index, &h);
             }
-            return weights
-                .iter()
-                .map(|w| linear(&h, w, self.activations))
-                .collect();
+            return ops::linears_of_normed(&h, &products);
         }
-        let pairs: Vec<_> = weights
-            .iter()
-            .map(|&w| (w, self.activations.for_weight(w.dtype())))
-            .collect();
-        let norm = ops::RmsNormParams { weight: norm, eps };
-        ops::rms_norm_linears(x, norm, &pairs)
+        ops::rms_norm_linears(x, norm, &products)
     }
 
     /// The feed-forward block's `silu(gate) ⊙ up` of `x`'s rows RMS-normed by the layer's

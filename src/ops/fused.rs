@@ -5,7 +5,9 @@
 //! existing ops written once here, on the same backend.
 
 use super::{dispatch, expect_dtype, expect_finite};
-use crate::backend::{Activations, AttentionSpec, LinearSpec, OpSpec, PreNorm};
+use crate::backend::{
+    Activations, AttentionSpec, LinearSpec, OpSpec, PreNorm, RopeEpilogue, RopeLayout,
+};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops;
@@ -41,23 +43,52 @@ pub struct RmsNormParams<'a> {
     pub eps: f32,
 }
 
-/// `act(rms_norm(x)) · wᵀ` for each `(w, act)` of `weights` (each `[n_i, k]`, as
-/// [`swiglu_linear`] takes its weights): a layer's input norm and the projections that read it
-/// (q, k and v). Where the device's kernels fold the norm into each product
-/// ([`OpSpec::NormLinear`]; wgpu's decode products) the normed rows never exist as a tensor
-/// and the norm costs no dispatch of its own; elsewhere the norm runs once, then the products.
-/// Equals `rms_norm` then each product up to the f32 rounding of the normed rows.
+/// One product of [`rms_norm_linears`]: a weight `[n, k]` (as [`swiglu_linear`] takes its
+/// weights), the activations it takes, and optionally the rotary embedding of its output.
+#[derive(Clone, Copy, Debug)]
+pub struct NormProduct<'a> {
+    /// The weight `[n, k]`.
+    pub weight: &'a Tensor,
+    /// How the normed activations enter the product.
+    pub activations: Activations,
+    /// Rotate the output `[rows, n]` as `[rows, n / head_dim, head_dim]` (q and k).
+    pub rope: Option<Rotary<'a>>,
+}
+
+/// A rotary position embedding as [`super::rope`] takes it, applied to a product's output.
+#[derive(Clone, Copy, Debug)]
+pub struct Rotary<'a> {
+    /// u32 `[rows]`: each row's position.
+    pub positions: &'a Tensor,
+    /// f32 `[head_dim / 2]`: the rotary frequencies.
+    pub inv_freq: &'a Tensor,
+    /// Elements per head.
+    pub head_dim: usize,
+    /// How the elements of a head pair up.
+    pub layout: RopeLayout,
+}
+
+/// `act(rms_norm(x)) · wᵀ` for each product of `products`, its output rotated where it asks:
+/// a layer's input norm and the projections that read it (q, k and v). Where the device's
+/// kernels fold the norm and the rotation into each product ([`OpSpec::NormLinear`]; wgpu's
+/// decode products) the normed rows never exist as a tensor and neither costs a dispatch of
+/// its own; elsewhere the norm runs once, then the products, then `rope`. Equals that
+/// composition up to the f32 rounding of the normed rows.
 pub fn rms_norm_linears(
     x: &Tensor,
     norm: RmsNormParams<'_>,
-    weights: &[(&Tensor, Activations)],
+    products: &[NormProduct<'_>],
 ) -> Result<Vec<Tensor>> {
     const OP: &str = "rms_norm_linear";
     super::norm::check(OP, x, &[("norm weight", norm.weight)], norm.eps)?;
-    let mut specs = Vec::with_capacity(weights.len());
-    for &(w, act) in weights {
-        let (mut l, out_shape) = linear_spec(OP, x, w, act)?;
+    let mut specs = Vec::with_capacity(products.len());
+    for p in products {
+        let (mut l, out_shape) = linear_spec(OP, x, p.weight, p.activations)?;
         l.norm = Some(PreNorm { eps: norm.eps });
+        l.rope = p.rope.map(|r| RopeEpilogue {
+            head_dim: r.head_dim,
+            layout: r.layout,
+        });
         specs.push((OpSpec::NormLinear(l), out_shape));
     }
     let fused = specs
@@ -65,18 +96,58 @@ pub fn rms_norm_linears(
         .all(|(spec, _)| x.device().primary_fuses(spec, x.dtype()));
     if !fused || x.shape().last_dim() == 0 {
         let h = super::rms_norm(x, norm.weight, norm.eps)?;
-        return weights
-            .iter()
-            .map(|&(w, act)| product(&h, w, act))
-            .collect();
+        return linears_of_normed(&h, products);
     }
     specs
         .into_iter()
-        .zip(weights)
-        .map(|((spec, out_shape), &(w, _))| {
-            dispatch(OP, spec, &[x, w, norm.weight], out_shape, DType::F32, None)
+        .zip(products)
+        .map(|((spec, out_shape), p)| match p.rope {
+            Some(r) => {
+                let inputs = [x, p.weight, norm.weight, r.positions, r.inv_freq];
+                dispatch(OP, spec, &inputs, out_shape, DType::F32, None)
+            }
+            None => dispatch(
+                OP,
+                spec,
+                &[x, p.weight, norm.weight],
+                out_shape,
+                DType::F32,
+                None,
+            ),
         })
         .collect()
+}
+
+/// What [`rms_norm_linears`] does after its norm: each product of the normed rows `h`,
+/// rotated where it asks (for a caller that needs `h` itself too).
+pub fn linears_of_normed(h: &Tensor, products: &[NormProduct<'_>]) -> Result<Vec<Tensor>> {
+    products
+        .iter()
+        .map(|p| {
+            let y = product(h, p.weight, p.activations)?;
+            match p.rope {
+                Some(r) => rotate(&y, r),
+                None => Ok(y),
+            }
+        })
+        .collect()
+}
+
+/// `y` `[rows, n]` rotated as `[rows, n / head_dim, head_dim]` by `r`.
+fn rotate(y: &Tensor, r: Rotary<'_>) -> Result<Tensor> {
+    let (rows, n) = (y.shape().rows(), y.shape().last_dim());
+    if r.head_dim == 0 || n % r.head_dim != 0 {
+        return Err(Error::shape(
+            "rms_norm_linear",
+            format!(
+                "the rotary head_dim {} must divide the product's n",
+                r.head_dim
+            ),
+            &[y.shape()],
+        ));
+    }
+    let heads = y.reshape([rows, n / r.head_dim, r.head_dim])?;
+    super::rope(&heads, r.positions, r.inv_freq, r.layout)?.reshape(y.shape().clone())
 }
 
 /// [`swiglu_linear`] of `rms_norm(x)`: a layer's input norm folded into its feed-forward
@@ -238,6 +309,7 @@ fn linear_spec(
         n,
         k,
         norm: None,
+        rope: None,
     };
     Ok((spec, Shape::from(out_dims)))
 }

@@ -8,7 +8,7 @@
 //! [`OpSpec::LinearResidual`]: super::OpSpec::LinearResidual
 //! [`OpSpec::PagedAttention`]: super::OpSpec::PagedAttention
 
-use super::{Activations, MatmulSpec};
+use super::{Activations, MatmulSpec, RopeLayout};
 use crate::dtype::DType;
 
 /// A linear layer's product `act(a) · wᵀ` inside a fused op: `a` f32 `[m, k]`, each weight
@@ -30,6 +30,20 @@ pub struct LinearSpec {
     /// op's last input: the decode products fold in the norm that feeds them, so the normed
     /// activations never exist as a tensor of their own.
     pub norm: Option<PreNorm>,
+    /// Rotary position embedding applied to the output (the q and k projections, rotated
+    /// before they are stored): [`super::OpSpec::NormLinear`] only.
+    pub rope: Option<RopeEpilogue>,
+}
+
+/// The rotary embedding a fused product applies to its output `[m, n]`, seen as
+/// `[m, n / head_dim, head_dim]`, as [`super::OpSpec::Rope`] defines it; the op's last two
+/// inputs are the positions u32 `[m]` and the frequencies f32 `[head_dim / 2]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeEpilogue {
+    /// Elements per head (even, dividing `n`).
+    pub head_dim: usize,
+    /// How the elements of a head pair up.
+    pub layout: RopeLayout,
 }
 
 /// An RMS norm inside a fused product: each row `x` of the activations becomes

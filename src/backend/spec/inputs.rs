@@ -146,11 +146,27 @@ impl OpSpec {
                 if l.norm.is_none() {
                     return Err(Error::invalid(op, "a NormLinear spec needs its norm"));
                 }
-                vec![
+                let mut inputs = vec![
                     of(F32, l.m * l.k),
                     of(l.format, l.weight_len()),
                     of(F32, l.k),
-                ]
+                ];
+                if let Some(r) = l.rope {
+                    if r.head_dim == 0 || r.head_dim % 2 != 0 || l.n % r.head_dim != 0 {
+                        return Err(Error::invalid(
+                            op,
+                            format!(
+                                "the rotary head_dim {} must be even and divide n = {}",
+                                r.head_dim, l.n
+                            ),
+                        ));
+                    }
+                    inputs.extend([of(U32, l.m), of(F32, r.head_dim / 2)]);
+                }
+                inputs
+            }
+            OpSpec::SwigluLinear(l) if l.rope.is_some() => {
+                return Err(Error::invalid(op, "swiglu_linear takes no rope"));
             }
             OpSpec::SwigluLinear(l) => {
                 let mut inputs = vec![
@@ -163,8 +179,8 @@ impl OpSpec {
                 }
                 inputs
             }
-            OpSpec::LinearResidual(l) if l.norm.is_some() => {
-                return Err(Error::invalid(op, "linear_residual takes no norm"));
+            OpSpec::LinearResidual(l) if l.norm.is_some() || l.rope.is_some() => {
+                return Err(Error::invalid(op, "linear_residual takes no norm or rope"));
             }
             OpSpec::LinearResidual(l) => vec![
                 of(F32, l.m * l.k),

@@ -51,7 +51,7 @@ use self::readback::Readback;
 use self::recorder::Recorder;
 use crate::backend::{
     Activations, Backend, BackendFuture, BackendInfo, BackendKind, HostData, KernelProfile, OpSpec,
-    Storage,
+    RopeLayout, Storage,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -388,14 +388,12 @@ impl Backend for WgpuBackend {
             }
             OpSpec::NormLinear(l) | OpSpec::SwigluLinear(l) | OpSpec::LinearResidual(l) => {
                 let units = l.format.storage_len(l.weight_len(), l.k);
-                // The norm folds only into the int8 rounding of the decode kernel.
-                let unfoldable = l.norm.is_some()
-                    && !kernels::folds_norm(
-                        l.format,
-                        l.activations,
-                        (l.m, l.k),
-                        self.ctx.mv_shape(),
-                    );
+                // The norm folds only into the int8 rounding of the decode kernel, a rope only
+                // there with interleaved pairs (a pair's rows are stored together).
+                let mv = self.ctx.mv_shape();
+                let folds = kernels::folds_norm(l.format, l.activations, (l.m, l.k), mv);
+                let rope_folds = l.rope.is_none_or(|r| r.layout == RopeLayout::Interleaved);
+                let unfoldable = (l.norm.is_some() && !folds) || !rope_folds;
                 unfoldable || over(units.and_then(|u| u.checked_mul(l.format.unit_bytes())))
             }
             _ => false,

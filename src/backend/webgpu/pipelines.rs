@@ -19,7 +19,10 @@ use crate::error::{Error, Result};
 pub(crate) const PARAMS_BYTES: u64 = 256;
 
 /// The most inputs an op binds.
-pub(crate) const MAX_INPUTS: usize = 4;
+pub(crate) const MAX_INPUTS: usize = 5;
+
+/// `sin_cos` of rotary angles, for `rope.wgsl` and `quant.wgsl`'s rotary epilogue.
+const ROTARY_PRELUDE: &str = include_str!("../../../shaders/rotary/sin_cos.wgsl");
 
 /// One `.wgsl` file of `shaders/`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -96,7 +99,12 @@ impl Shader {
     pub(crate) fn composed(self, shape: MvShape, int_dot: bool) -> String {
         let preludes = match self {
             Shader::Matvec => vec![reduce_prelude(shape)],
-            Shader::Quant => vec![reduce_prelude(shape), dot4_prelude(int_dot).into()],
+            Shader::Quant => vec![
+                reduce_prelude(shape),
+                dot4_prelude(int_dot).into(),
+                ROTARY_PRELUDE.into(),
+            ],
+            Shader::Rope => vec![ROTARY_PRELUDE.into()],
             _ => vec![],
         };
         let preludes: Vec<&str> = preludes.iter().map(String::as_str).collect();
@@ -188,6 +196,7 @@ pub(crate) fn sources_fingerprint() -> u64 {
     for builtin in [true, false] {
         dot4_prelude(builtin).hash(&mut h);
     }
+    ROTARY_PRELUDE.hash(&mut h);
     h.finish()
 }
 

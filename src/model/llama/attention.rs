@@ -27,8 +27,16 @@ impl Llama {
         let rows = x.dims()[0];
         let (heads, kv, hd) = rank.heads(c);
         let hook = (HookPoint::AttnNorm, index, rank.shard.is_first());
-        let weights = [&layer.wq, &layer.wk, &layer.wv];
-        let mut qkv = self.normed_products(x, &layer.attn_norm, &weights, hook)?;
+        // q and k rotated by their products (folded into them where the device does that),
+        // unless a bias or Qwen3's per-head norm comes between the product and the rotation.
+        let rotary = (layer.biases.is_none() && layer.qk_norms.is_none()).then_some(ops::Rotary {
+            positions,
+            inv_freq,
+            head_dim: hd,
+            layout: self.layout,
+        });
+        let products = [(&layer.wq, rotary), (&layer.wk, rotary), (&layer.wv, None)];
+        let mut qkv = self.normed_products(x, &layer.attn_norm, &products, hook)?;
         if let Some(biases) = &layer.biases {
             for (y, b) in qkv.iter_mut().zip(biases.iter()) {
                 *y = ops::add(y, b)?;
@@ -51,8 +59,13 @@ impl Llama {
             }
             None => (q, k),
         };
-        let q = ops::rope(&q, positions, inv_freq, self.layout)?;
-        let k = ops::rope(&k, positions, inv_freq, self.layout)?;
+        let (q, k) = match rotary {
+            Some(_) => (q, k),
+            None => (
+                ops::rope(&q, positions, inv_freq, self.layout)?,
+                ops::rope(&k, positions, inv_freq, self.layout)?,
+            ),
+        };
         if rank.shard.is_first() {
             self.emit(HookPoint::Q, index, &q);
             self.emit(HookPoint::K, index, &k);

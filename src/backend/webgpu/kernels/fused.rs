@@ -1,8 +1,9 @@
 //! Encoding the fused decode ops.
 //! - [`OpSpec::NormLinear`]: the `mv` kernel norms the activation rows where it rounds them
-//!   to int8 (the only case the backend fuses: [`super::quant::folds_norm`]), one dispatch
-//!   where `rms_norm` and the product took two; with a norm, [`OpSpec::SwigluLinear`]'s two
-//!   products each do the same.
+//!   to int8 (the only case the backend fuses: [`super::quant::folds_norm`]), and with a rope
+//!   (interleaved pairs only) rotates the rows it stores, one dispatch where `rms_norm`, the
+//!   product and `rope` took three; with a norm, [`OpSpec::SwigluLinear`]'s two products each
+//!   norm the same way.
 //! - [`OpSpec::LinearResidual`]: the product with packed weights adds the residual as the
 //!   `mv` kernel's epilogue, so a decode projection and its residual connection are one
 //!   dispatch.
@@ -35,7 +36,8 @@ impl Encoder<'_> {
         self.linear(l, out, inputs, (inputs.get(3), None), residual)
     }
 
-    /// Records `out = act(rms_norm(a)) · wᵀ`; `inputs` are `a`, `w` and the norm's weight.
+    /// Records `out = act(rms_norm(a)) · wᵀ`, rotated with a rope; `inputs` are `a`, `w`, the
+    /// norm's weight and, with a rope, the positions and the frequencies.
     pub(super) fn norm_linear(
         &mut self,
         l: &LinearSpec,
@@ -43,7 +45,15 @@ impl Encoder<'_> {
         inputs: &[Operand<'_>],
     ) -> Result<()> {
         let norm = inputs[2];
-        self.linear(l, out, inputs, (None, Some(norm)), Epilogue::None)
+        let epilogue = match l.rope {
+            Some(r) => Epilogue::Rotary {
+                positions: inputs[3].buffer,
+                inv_freq: inputs[4].buffer,
+                head_dim: r.head_dim,
+            },
+            None => Epilogue::None,
+        };
+        self.linear(l, out, inputs, (None, Some(norm)), epilogue)
     }
 
     /// Records `out = silu(act(a) · gateᵀ) ⊙ (act(a) · upᵀ)`; `inputs` are `a`, `gate`, `up`,

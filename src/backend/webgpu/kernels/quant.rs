@@ -196,6 +196,14 @@ pub(super) enum Epilogue<'a> {
     /// Multiplies SiLU of this gate product by the product, the up projection
     /// (`swiglu_linear`).
     SiluGate(&'a wgpu::Buffer),
+    /// Rotates pairs (2i, 2i + 1) of each head of `head_dim` values by the rows' `positions`
+    /// (u32 `[m]`) and the frequencies `inv_freq` (f32 `[head_dim / 2]`): the q and k
+    /// projections of a `rms_norm_linear` with rope (the `mv` kernel only).
+    Rotary {
+        inv_freq: &'a wgpu::Buffer,
+        positions: &'a wgpu::Buffer,
+        head_dim: usize,
+    },
 }
 
 impl<'a> Epilogue<'a> {
@@ -205,14 +213,25 @@ impl<'a> Epilogue<'a> {
             Epilogue::None => 0,
             Epilogue::Residual(_) => 1,
             Epilogue::SiluGate(_) => 2,
+            Epilogue::Rotary { .. } => 3,
         }
     }
 
-    /// The buffer the epilogue reads, or `fallback` (bound but unread) when it reads none.
+    /// The buffer the epilogue reads (`res` in `quant.wgsl`), or `fallback` (bound but unread)
+    /// when it reads none.
     fn operand(self, fallback: &'a wgpu::Buffer) -> &'a wgpu::Buffer {
         match self {
             Epilogue::None => fallback,
             Epilogue::Residual(b) | Epilogue::SiluGate(b) => b,
+            Epilogue::Rotary { inv_freq, .. } => inv_freq,
+        }
+    }
+
+    /// The positions of a rotary epilogue, or `fallback` (bound but unread).
+    fn positions(self, fallback: &'a wgpu::Buffer) -> &'a wgpu::Buffer {
+        match self {
+            Epilogue::Rotary { positions, .. } => positions,
+            _ => fallback,
         }
     }
 }
@@ -243,24 +262,39 @@ impl Encoder<'_> {
         u32_of(OP, "m·n", m * n)?;
         let tiles = self.grid(OP, (n * m.div_ceil(ROWS)) as u64)?;
         let mode = matches!(activations, Activations::F16 | Activations::I8) as u32;
-        // Only the `mv` kernel reads `epilogue` and `eps`.
+        // Only the `mv` kernel reads `epilogue`, `eps` and `rope_dim`.
         let p = QuantParams {
             epilogue: epilogue.code(),
             eps: norm.map_or(0.0, |n| n.eps),
+            rope_dim: match epilogue {
+                Epilogue::Rotary { head_dim, .. } => u32_of(OP, "head_dim", head_dim)?,
+                _ => 0,
+            },
             ..params(OP, format, m, n, k, mode)?
         };
         let mv_grid = self.mv_grid(OP, m, n)?;
         let fits_mv = k <= self.ctx.mv_shape().max_k();
-        if norm.is_some() && !folds_norm(format, activations, (m, k), self.ctx.mv_shape()) {
+        let folds = folds_norm(format, activations, (m, k), self.ctx.mv_shape());
+        let rotary = matches!(epilogue, Epilogue::Rotary { .. });
+        if (norm.is_some() || rotary) && !folds {
             return Err(Error::backend(
                 BackendKind::Wgpu,
-                format!("{OP}: an RMS norm folds only into the decode kernel's int8 rounding"),
+                format!(
+                    "{OP}: an RMS norm or a rotary epilogue folds only into the decode kernel's \
+                     int8 rounding"
+                ),
             ));
         }
-        // The `mv` kernel binds four operands: the epilogue's and the norm's weight, or an
-        // operand again, unread.
+        // The `mv` kernel binds five operands: the epilogue's, the norm's weight and the
+        // rotary positions, or an operand again, unread.
         let mv = |enc: &mut Self, code: u32, x: &wgpu::Buffer| {
-            let inputs = [w, x, epilogue.operand(x), norm.map_or(x, |n| n.weight)];
+            let inputs = [
+                w,
+                x,
+                epilogue.operand(x),
+                norm.map_or(x, |n| n.weight),
+                epilogue.positions(x),
+            ];
             enc.run_format(Shader::Quant, ("mv", code), &p, out, &inputs, mv_grid)
         };
         match activations {
