@@ -6,7 +6,7 @@ use std::future::Future;
 use super::{
     ChatMessage, ChatOptions, KvCache, Llama, Sampler, Sampling, SequenceInput, Tokenizer,
 };
-use crate::backend::DeviceClass;
+use crate::backend::{BackendKind, DeviceClass};
 use crate::bench::clock::now_secs;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -58,8 +58,8 @@ pub struct Pacing {
     /// several steps would only hold back tokens the user could already read.
     pub steps_per_submit: usize,
     /// Whether the next batch of decode steps is recorded and submitted while the previous
-    /// one runs and is read back ([`DecodeBatches`]): on a hardware GPU, which runs the batch
-    /// beside the host. Not on the host backends, nor on software adapters (lavapipe,
+    /// one runs and is read back ([`DecodeBatches`]): on a hardware GPU through wgpu, which
+    /// runs the batch beside the host. Not on the host backends, nor on software adapters (lavapipe,
     /// SwiftShader), whose "GPU" is the cores the host records on: there it made the built-in
     /// model's decode slower (lavapipe, 2 cores: 214–217 → 180–202 tok/s).
     pub decode_ahead: bool,
@@ -290,9 +290,12 @@ pub fn is_stop(model: &Llama, tokenizer: &Tokenizer, id: u32) -> bool {
 }
 
 /// Whether decode batches on `device` are best recorded one ahead ([`Pacing::decode_ahead`]):
-/// on a hardware GPU.
+/// on a hardware GPU through wgpu, whose readback starts without blocking. (The cuda
+/// backend's readback blocks at its start, so there the batch ahead would only be recorded
+/// after the one before it had run, and its tokens shown a batch later.)
 pub(crate) fn decodes_ahead(device: &Device) -> bool {
-    device.info().class == DeviceClass::Gpu
+    let info = device.info();
+    info.class == DeviceClass::Gpu && info.kind == BackendKind::Wgpu
 }
 
 /// A readback started ahead ([`Tensor::download_started`]).
