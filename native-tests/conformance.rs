@@ -15,8 +15,8 @@ mod fused;
 
 use common::{assert_close, reference, rng, tensor, uniform};
 use fused::{
-    linear_residual, norm_linear, norm_linear_rope, norm_swiglu_linear, paged_attention,
-    swiglu_linear,
+    linear_residual, norm_linear, norm_linear_into, norm_linear_rope, norm_swiglu_linear,
+    paged_attention, swiglu_linear,
 };
 use webtensor::ops::{self, Activations, RopeLayout, SampleParams};
 use webtensor::{DType, Device, Tensor};
@@ -1341,6 +1341,7 @@ matrix!(
     linear_residual,
     norm_linear,
     norm_linear_rope,
+    norm_linear_into,
     norm_swiglu_linear,
     paged_attention,
 );

@@ -28,8 +28,8 @@ struct Params {
                    // rope_pos (binding 6) and the frequencies in `res` ([rope_dim / 2])
     eps: f32,      // `mv` with FMT_NORM_ACTIVATIONS: the RMS norm's eps
     rope_dim: u32, // epilogue 3: elements per head
-    _pad0: u32,
-    _pad1: u32,
+    store_dim: u32, // `mv` storing into a KV pool (see `out_at`): its row width; 0 stores [m, n]
+    pool_rows: u32, // and the pool's rows
     _pad2: u32,
 }
 
@@ -44,6 +44,8 @@ struct Params {
 @group(0) @binding(5) var<storage, read> norm_w: array<vec4<f32>>;
 // The positions, u32 [m], of the rotary epilogue (p.epilogue 3).
 @group(0) @binding(6) var<storage, read> rope_pos: array<u32>;
+// The pool rows, u32 [m · n / store_dim], of a product stored into a KV pool (p.store_dim).
+@group(0) @binding(7) var<storage, read> store_slots: array<u32>;
 
 const WG: u32 = 64u;
 // Activation rows per workgroup of the product kernels.
@@ -1292,10 +1294,31 @@ fn mv_store(wid: vec3<u32>, row0: u32, s: array<vec4<f32>, 4>) {
         if (row < p.n) {
             for (var i = 0u; i < min(4u, p.m - mv_a0); i = i + 1u) {
                 let o = (mv_a0 + i) * p.n + row;
-                out[o] = bitcast<u32>(finish(o, s[j][i]));
+                let w = out_at(i, row);
+                if (w != NO_WORD) {
+                    out[w] = bitcast<u32>(finish(o, s[j][i]));
+                }
             }
         }
     }
+}
+
+// No output word: a pool slot past the pool.
+const NO_WORD: u32 = 0xffffffffu;
+
+// The output word of the product's value at the workgroup's activation row `i` and output
+// column `col`: row-major [m, n], or with p.store_dim the KV pool's row of its head in
+// heads-first order, `store_slots[head · m + row]` (OpSpec::NormLinearInto).
+fn out_at(i: u32, col: u32) -> u32 {
+    let r = mv_a0 + i;
+    if (p.store_dim == 0u) {
+        return r * p.n + col;
+    }
+    let slot = store_slots[(col / p.store_dim) * p.m + r];
+    if (slot >= p.pool_rows) {
+        return NO_WORD;
+    }
+    return slot * p.store_dim + col % p.store_dim;
 }
 
 // `mv_store` with the rotary epilogue: rows row0..row0 + 4 (row0 a multiple of 4, the head size
@@ -1310,9 +1333,14 @@ fn mv_store_rotated(row0: u32, s: array<vec4<f32>, 4>) {
                 let sc = sin_cos(f32(rope_pos[mv_a0 + i]) * freq);
                 let x0 = s[j][i];
                 let x1 = s[j + 1u][i];
-                let o = (mv_a0 + i) * p.n + row;
-                out[o] = bitcast<u32>(x0 * sc.y - x1 * sc.x);
-                out[o + 1u] = bitcast<u32>(x0 * sc.x + x1 * sc.y);
+                let w0 = out_at(i, row);
+                let w1 = out_at(i, row + 1u);
+                if (w0 != NO_WORD) {
+                    out[w0] = bitcast<u32>(x0 * sc.y - x1 * sc.x);
+                }
+                if (w1 != NO_WORD) {
+                    out[w1] = bitcast<u32>(x0 * sc.x + x1 * sc.y);
+                }
             }
         }
     }

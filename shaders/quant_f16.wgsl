@@ -17,8 +17,8 @@ struct Params {
     epilogue: u32,
     eps: f32,
     rope_dim: u32,
-    _pad0: u32,
-    _pad1: u32,
+    store_dim: u32,
+    pool_rows: u32,
     _pad2: u32,
 }
 

@@ -266,6 +266,82 @@ pub fn norm_linear_rope(dev: &Device) {
     }
 }
 
+/// Products of RMS-normed rows stored in place into rows of a KV pool, heads first
+/// (`rms_norm_linear_into`), with and without a rope: the pool afterwards, the rows not
+/// written included. Tolerance: as [`norm_linear`].
+pub fn norm_linear_into(dev: &Device) {
+    let mut r = rng(66);
+    for (m, n, k, hd) in [
+        (1, 64, 256, 16),
+        (3, 96, 512, 32),
+        (4, 48, 1280, 8),
+        (6, 32, 2560, 16),
+    ] {
+        let x = uniform(&mut r, m * k, 2.0);
+        let w = uniform(&mut r, n * k, 1.0);
+        let nw = uniform(&mut r, k, 1.5);
+        let count = m * n / hd;
+        let pool_rows = count + 7;
+        let pool = uniform(&mut r, pool_rows * hd, 1.0);
+        // Distinct slots in a scattered order.
+        let slots: Vec<u32> = (0..count)
+            .map(|i| ((i * 5 + 3) % pool_rows) as u32)
+            .collect();
+        let positions: Vec<u32> = [9, 2000, 4, 77, 31_000, 1][..m].to_vec();
+        let inv_freq = ops::rope_inv_freq(10_000.0, hd);
+        let refd = reference();
+        let normed: Vec<f32> = ops::rms_norm(
+            &tensor(&refd, &x, &[m, k]),
+            &tensor(&refd, &nw, &[k]),
+            NORM_EPS,
+        )
+        .unwrap()
+        .to_vec()
+        .unwrap();
+        for layout in [
+            None,
+            Some(RopeLayout::Interleaved),
+            Some(RopeLayout::HalfSplit),
+        ] {
+            for (format, act) in [
+                (DType::Q4_0, Activations::Q8_0),
+                (DType::Q8_0, Activations::I8),
+                (DType::F32, Activations::F32),
+            ] {
+                let what = format!("rms_norm_linear_into {layout:?} {format} {act:?} {m}x{n}x{k}");
+                let run = |d: &Device| {
+                    let norm = ops::RmsNormParams {
+                        weight: &tensor(d, &nw, &[k]),
+                        eps: NORM_EPS,
+                    };
+                    let (pos, freq) =
+                        (tensor(d, &positions, &[m]), tensor(d, &inv_freq, &[hd / 2]));
+                    let rope = layout.map(|layout| ops::Rotary {
+                        positions: &pos,
+                        inv_freq: &freq,
+                        head_dim: hd,
+                        layout,
+                    });
+                    let product = ops::NormProduct {
+                        weight: &weight(d, &w, n, k, format),
+                        activations: act,
+                        rope,
+                    };
+                    let mut target = tensor(d, &pool, &[pool_rows, hd]);
+                    let slots = tensor(d, &slots, &[count]);
+                    let x = tensor(d, &x, &[m, k]);
+                    ops::rms_norm_linear_into(&mut target, &slots, &x, norm, product).unwrap();
+                    target
+                };
+                let want: Vec<f32> = run(&refd).to_vec().unwrap();
+                let tol =
+                    normed_tolerance(TOL * (k as f64).sqrt(), act, &normed, 1.0, largest(&want));
+                three_ways(&what, dev, OpKind::NormLinearInto, tol, run);
+            }
+        }
+    }
+}
+
 /// `swiglu_linear` of RMS-normed rows (`rms_norm_swiglu_linear`), as [`norm_linear`].
 /// Tolerance: [`swiglu_linear`]'s, plus rounding flips of int8 activations, each moving an
 /// output `silu(g)·u` by up to its step times `|u|·max silu' + |silu(g)|` per unit of g or u

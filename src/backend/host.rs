@@ -185,7 +185,41 @@ impl<K: HostKernels> Backend for K {
     }
 
     fn write_into(&self, spec: &OpSpec, target: &mut Storage, inputs: &[&Storage]) -> Result<()> {
-        scatter_rows(HostKernels::kind(self), spec, target, inputs)
+        match *spec {
+            OpSpec::NormLinearInto {
+                l,
+                head_dim,
+                pool_rows,
+            } => {
+                // The product, its heads-first rows, then the scatter: the op's definition.
+                let (product, slots) = inputs.split_at(inputs.len() - 1);
+                let y = execute(self, &OpSpec::NormLinear(l), product)?;
+                let HostData::F32(y) = y else {
+                    return Err(Error::backend(HostKernels::kind(self), "a product not f32"));
+                };
+                let heads = l.n / head_dim;
+                let mut rows = Vec::with_capacity(y.len());
+                for g in 0..heads {
+                    for i in 0..l.m {
+                        let at = i * l.n + g * head_dim;
+                        rows.extend_from_slice(&y[at..at + head_dim]);
+                    }
+                }
+                let rows = Storage::Host(Arc::new(HostData::F32(rows)));
+                let scatter = OpSpec::ScatterRows {
+                    rows: pool_rows,
+                    cols: head_dim,
+                    count: heads * l.m,
+                };
+                scatter_rows(
+                    HostKernels::kind(self),
+                    &scatter,
+                    target,
+                    &[&rows, slots[0]],
+                )
+            }
+            _ => scatter_rows(HostKernels::kind(self), spec, target, inputs),
+        }
     }
 
     fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage> {
@@ -235,10 +269,10 @@ fn execute<K: HostKernels>(k: &K, spec: &OpSpec, inputs: &[&Storage]) -> Result<
         OpSpec::Sample { vocab, params, .. } => {
             HostData::U32(params.sample(input.f32(0)?, input.f32(1)?, *vocab))
         }
-        OpSpec::ScatterRows { .. } => {
+        OpSpec::ScatterRows { .. } | OpSpec::NormLinearInto { .. } => {
             return Err(Error::backend(
                 kind,
-                "scatter_rows runs in place (write_into)",
+                format!("{} runs in place (write_into)", spec.kind()),
             ))
         }
         OpSpec::Quantize { format, cols, .. } => {

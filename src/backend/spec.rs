@@ -397,6 +397,21 @@ pub enum OpSpec {
     /// product (as [`OpSpec::QMatmul`], or [`OpSpec::Matmul`] for f32 weights) then `rope`,
     /// up to the f32 rounding of the normed row and of the product (tolerance 1e-5·√k).
     NormLinear(LinearSpec),
+    /// In place (see [`OpSpec::ScatterRows`]): the target is f32 `[pool_rows, head_dim]` (a KV
+    /// pool tensor); the inputs are [`OpSpec::NormLinear`]'s, then the slots u32
+    /// `[m · n / head_dim]`. The product `y` `[m, n]`, seen as `[m, n / head_dim, head_dim]`,
+    /// is written in heads-first order: head `g` of row `i` becomes pool row
+    /// `slots[g · m + i]` (a slot `≥ pool_rows` writes nothing). This is `NormLinear`, then
+    /// the heads-first transpose, then `ScatterRows`: the new keys or values of a decode step
+    /// stored by the product that makes them.
+    NormLinearInto {
+        /// The product, as in [`OpSpec::NormLinear`].
+        l: LinearSpec,
+        /// Values per head: the pool's row width.
+        head_dim: usize,
+        /// Rows of the pool.
+        pool_rows: usize,
+    },
     /// Inputs: `a` f32 `[m, k]`, `gate` and `up` of `format` `[n, k]` (f32, f16 or a block
     /// format), then with `norm` its weight f32 `[k]` (`a` is normed first, as in
     /// [`OpSpec::NormLinear`]). Output f32 `[m, n]`: `silu(g) · u` with `g = act(a) · gateᵀ` and
@@ -484,6 +499,7 @@ impl OpSpec {
             OpSpec::ScatterRows { .. } => OpKind::ScatterRows,
             OpSpec::Sample { .. } => OpKind::Sample,
             OpSpec::NormLinear(_) => OpKind::NormLinear,
+            OpSpec::NormLinearInto { .. } => OpKind::NormLinearInto,
             OpSpec::SwigluLinear(_) => OpKind::SwigluLinear,
             OpSpec::LinearResidual(_) => OpKind::LinearResidual,
             OpSpec::PagedAttention(_) => OpKind::PagedAttention,
@@ -539,6 +555,11 @@ impl OpSpec {
             OpSpec::Permute { in_shape, .. } => in_shape.iter().product(),
             OpSpec::Argmax { rows, .. } | OpSpec::Sample { rows, .. } => *rows,
             OpSpec::ScatterRows { rows, cols, .. } => rows * cols,
+            OpSpec::NormLinearInto {
+                head_dim,
+                pool_rows,
+                ..
+            } => pool_rows * head_dim,
             OpSpec::Quantize { format, rows, cols } => {
                 format.storage_len(rows * cols, *cols).unwrap_or(0)
             }

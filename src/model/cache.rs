@@ -58,7 +58,6 @@ struct PoolMemory {
     ranks: Vec<Vec<[Tensor; 2]>>,
     /// Key/value heads of one rank.
     kv_heads: usize,
-    head_dim: usize,
     block_size: usize,
     blocks: usize,
     /// Free block ids; taken from the end.
@@ -174,7 +173,6 @@ impl KvPool {
             inner: Arc::new(Mutex::new(PoolMemory {
                 ranks,
                 kv_heads,
-                head_dim,
                 block_size,
                 blocks,
                 free: (0..blocks).rev().collect(),
@@ -407,13 +405,28 @@ impl CachePlan {
         (k, v): (&Tensor, &Tensor),
         attend: impl FnOnce((&Tensor, &Tensor), &Tensor) -> Result<Tensor>,
     ) -> Result<Tensor> {
+        let write = |keys: &mut Tensor, values: &mut Tensor, write_rows: &Tensor| {
+            let (rows, hd) = (write_rows.dims()[0], keys.dims()[1]);
+            ops::scatter_rows(keys, write_rows, &k.reshape([rows, hd])?)?;
+            ops::scatter_rows(values, write_rows, &v.reshape([rows, hd])?)
+        };
+        self.store_and_attend(cache, (rank, layer), write, attend)
+    }
+
+    /// [`CachePlan::write_and_attend`] with the writing left to `write(keys, values,
+    /// write_rows)`: the layer's and rank's pool tensors, and the pool rows of the new keys and
+    /// values (`[kv_heads · t]`, heads-first) to write in place (the decode products that make
+    /// them store them there: `ops::rms_norm_linear_into`).
+    pub(crate) fn store_and_attend(
+        &self,
+        cache: &KvCache,
+        (rank, layer): (usize, usize),
+        write: impl FnOnce(&mut Tensor, &mut Tensor, &Tensor) -> Result<()>,
+        attend: impl FnOnce((&Tensor, &Tensor), &Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
         let mut pool = cache.pool.lock()?;
-        let hd = pool.head_dim;
-        let write_rows = &self.write_rows[rank];
-        let rows = write_rows.dims()[0];
         let [keys, values] = &mut pool.ranks[rank][layer];
-        ops::scatter_rows(keys, write_rows, &k.reshape([rows, hd])?)?;
-        ops::scatter_rows(values, write_rows, &v.reshape([rows, hd])?)?;
+        write(keys, values, &self.write_rows[rank])?;
         attend((keys, values), &self.read_rows[rank])
     }
 }

@@ -344,11 +344,7 @@ impl Llama {
         let eps = self.config.rms_norm_eps;
         let products: Vec<_> = products
             .iter()
-            .map(|&(weight, rope)| ops::NormProduct {
-                weight,
-                activations: self.activations.for_weight(weight.dtype()),
-                rope,
-            })
+            .map(|&(weight, rope)| self.norm_product(weight, rope))
             .collect();
         let norm = ops::RmsNormParams { weight: norm, eps };
         if self.wants(hook) {
@@ -361,6 +357,19 @@ impl Llama {
             return ops::linears_of_normed(&h, &products);
         }
         ops::rms_norm_linears(x, norm, &products)
+    }
+
+    /// A product of normed rows by `weight`, with the activations of its dtype.
+    fn norm_product<'a>(
+        &self,
+        weight: &'a Tensor,
+        rope: Option<ops::Rotary<'a>>,
+    ) -> ops::NormProduct<'a> {
+        ops::NormProduct {
+            weight,
+            activations: self.activations.for_weight(weight.dtype()),
+            rope,
+        }
     }
 
     /// The feed-forward block's `silu(gate) ⊙ up` of `x`'s rows RMS-normed by the layer's

@@ -80,21 +80,8 @@ pub fn rms_norm_linears(
     products: &[NormProduct<'_>],
 ) -> Result<Vec<Tensor>> {
     const OP: &str = "rms_norm_linear";
-    super::norm::check(OP, x, &[("norm weight", norm.weight)], norm.eps)?;
-    let mut specs = Vec::with_capacity(products.len());
-    for p in products {
-        let (mut l, out_shape) = linear_spec(OP, x, p.weight, p.activations)?;
-        l.norm = Some(PreNorm { eps: norm.eps });
-        l.rope = p.rope.map(|r| RopeEpilogue {
-            head_dim: r.head_dim,
-            layout: r.layout,
-        });
-        specs.push((OpSpec::NormLinear(l), out_shape));
-    }
-    let fused = specs
-        .iter()
-        .all(|(spec, _)| x.device().primary_fuses(spec, x.dtype()));
-    if !fused || x.shape().last_dim() == 0 {
+    let specs = norm_linear_specs(x, norm, products)?;
+    if !fuses(x, &specs) {
         let h = super::rms_norm(x, norm.weight, norm.eps)?;
         return linears_of_normed(&h, products);
     }
@@ -116,6 +103,126 @@ pub fn rms_norm_linears(
             ),
         })
         .collect()
+}
+
+/// The [`OpSpec::NormLinear`] of each product, with its output shape.
+fn norm_linear_specs(
+    x: &Tensor,
+    norm: RmsNormParams<'_>,
+    products: &[NormProduct<'_>],
+) -> Result<Vec<(OpSpec, Shape)>> {
+    const OP: &str = "rms_norm_linear";
+    super::norm::check(OP, x, &[("norm weight", norm.weight)], norm.eps)?;
+    products
+        .iter()
+        .map(|p| {
+            let (mut l, out_shape) = linear_spec(OP, x, p.weight, p.activations)?;
+            l.norm = Some(PreNorm { eps: norm.eps });
+            l.rope = p.rope.map(|r| RopeEpilogue {
+                head_dim: r.head_dim,
+                layout: r.layout,
+            });
+            Ok((OpSpec::NormLinear(l), out_shape))
+        })
+        .collect()
+}
+
+/// Whether `x`'s device runs every one of `specs` as one op.
+fn fuses(x: &Tensor, specs: &[(OpSpec, Shape)]) -> bool {
+    x.shape().last_dim() > 0
+        && specs
+            .iter()
+            .all(|(spec, _)| x.device().primary_fuses(spec, x.dtype()))
+}
+
+/// Whether the device folds the norm (and rope) into each of `products` of `x`
+/// ([`rms_norm_linears`]): then [`rms_norm_linear_into`] stores each as one op too (unless its
+/// pool exceeds one binding), and the engine has the new keys and values stored that way;
+/// elsewhere it runs the norm once for q, k and v. Arguments that do not fit answer false.
+pub fn folds_rms_norm_linears(
+    x: &Tensor,
+    norm: RmsNormParams<'_>,
+    products: &[NormProduct<'_>],
+) -> bool {
+    norm_linear_specs(x, norm, products).is_ok_and(|specs| fuses(x, &specs))
+}
+
+/// Writes `act(rms_norm(x)) · wᵀ` of `product` (rotated where it asks), `[rows, n]` seen as
+/// `[rows, n / head_dim, head_dim]`, into `pool` f32 `[pool_rows, head_dim]` in place, in
+/// heads-first order: head `g` of row `i` over pool row `slots[g · rows + i]` (u32
+/// `[rows · n / head_dim]`; a slot `≥ pool_rows` computed on a device writes nothing, one
+/// known on the host is an error). A decode step's new keys or values stored by the product
+/// that makes them where the device folds it ([`OpSpec::NormLinearInto`]); elsewhere
+/// [`rms_norm_linears`], the heads-first transpose and [`super::scatter_rows`].
+pub fn rms_norm_linear_into(
+    pool: &mut Tensor,
+    slots: &Tensor,
+    x: &Tensor,
+    norm: RmsNormParams<'_>,
+    product: NormProduct<'_>,
+) -> Result<()> {
+    const OP: &str = "rms_norm_linear_into";
+    super::norm::check(OP, x, &[("norm weight", norm.weight)], norm.eps)?;
+    expect_dtype(OP, "pool", pool, DType::F32)?;
+    let (mut l, _) = linear_spec(OP, x, product.weight, product.activations)?;
+    let &[pool_rows, head_dim] = pool.dims() else {
+        return Err(Error::shape(
+            OP,
+            "the pool must be [pool_rows, head_dim]",
+            &[pool.shape()],
+        ));
+    };
+    let rows = x.shape().rows();
+    if head_dim == 0 || l.n % head_dim != 0 || slots.dims() != [rows * (l.n / head_dim)] {
+        return Err(Error::shape(
+            OP,
+            "the pool's head_dim must divide the product's n, and `slots` hold one pool row per \
+             head of each row of `x`",
+            &[
+                x.shape(),
+                product.weight.shape(),
+                pool.shape(),
+                slots.shape(),
+            ],
+        ));
+    }
+    if let Some(bound) = slots.index_bound() {
+        if bound as usize > pool_rows {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "slot {} is out of range for {pool_rows} pool rows",
+                    bound - 1
+                ),
+            ));
+        }
+    }
+    l.norm = Some(PreNorm { eps: norm.eps });
+    l.rope = product.rope.map(|r| RopeEpilogue {
+        head_dim: r.head_dim,
+        layout: r.layout,
+    });
+    let spec = OpSpec::NormLinearInto {
+        l,
+        head_dim,
+        pool_rows,
+    };
+    if !pool.device().primary_fuses(&spec, DType::F32) || l.k == 0 || rows == 0 {
+        let y = rms_norm_linears(x, norm, &[product])?.remove(0);
+        let heads = l.n / head_dim;
+        let heads_first = match rows {
+            1 => y.reshape([heads, head_dim])?,
+            _ => ops::transpose(&y.reshape([rows, heads, head_dim])?, 0, 1)?
+                .reshape([heads * rows, head_dim])?,
+        };
+        return super::scatter_rows(pool, slots, &heads_first);
+    }
+    let mut inputs = vec![x, product.weight, norm.weight];
+    if let Some(r) = &product.rope {
+        inputs.extend([r.positions, r.inv_freq]);
+    }
+    inputs.push(slots);
+    super::dispatch_in_place(OP, spec, pool, &inputs)
 }
 
 /// What [`rms_norm_linears`] does after its norm: each product of the normed rows `h`,

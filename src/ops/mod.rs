@@ -22,8 +22,9 @@ mod softmax;
 pub use elementwise::{add, gelu, gelu_erf, mul, scale, sigmoid, silu, swiglu};
 pub use embedding::embedding;
 pub use fused::{
-    linear_residual, linears_of_normed, paged_attention, rms_norm_linears, rms_norm_swiglu_linear,
-    swiglu_linear, NormProduct, RmsNormParams, Rotary,
+    folds_rms_norm_linears, linear_residual, linears_of_normed, paged_attention,
+    rms_norm_linear_into, rms_norm_linears, rms_norm_swiglu_linear, swiglu_linear, NormProduct,
+    RmsNormParams, Rotary,
 };
 pub use layout::{concat, narrow, permute, transpose};
 pub use matmul::{matmul, matmul_t};

@@ -231,6 +231,7 @@ pub(super) fn launch<L: Launcher>(
             launch::scan::launch(&c, spec)
         }
         OpSpec::NormLinear(_)
+        | OpSpec::NormLinearInto { .. }
         | OpSpec::SwigluLinear(_)
         | OpSpec::LinearResidual(_)
         | OpSpec::PagedAttention(_) => Err(Error::backend(

@@ -165,6 +165,17 @@ impl OpSpec {
                 }
                 inputs
             }
+            OpSpec::NormLinearInto { l, head_dim, .. } => {
+                if *head_dim == 0 || l.n % head_dim != 0 {
+                    return Err(Error::invalid(
+                        op,
+                        format!("head_dim {head_dim} must divide the product's n = {}", l.n),
+                    ));
+                }
+                let mut inputs = OpSpec::NormLinear(*l).inputs()?;
+                inputs.push(of(U32, l.m * l.n / head_dim));
+                inputs
+            }
             OpSpec::SwigluLinear(l) if l.rope.is_some() => {
                 return Err(Error::invalid(op, "swiglu_linear takes no rope"));
             }

@@ -68,6 +68,8 @@ pub enum OpKind {
     Sample,
     /// A linear layer's product of RMS-normed activations (the norm folded in).
     NormLinear,
+    /// The same product written in place into rows of a KV pool.
+    NormLinearInto,
     /// gate·up·SiLU of a feed-forward block as one product.
     SwigluLinear,
     /// A linear layer's product with the residual added.
@@ -78,7 +80,7 @@ pub enum OpKind {
 
 impl OpKind {
     /// Every op family.
-    pub const ALL: [OpKind; 32] = [
+    pub const ALL: [OpKind; 33] = [
         OpKind::Add,
         OpKind::Mul,
         OpKind::Scale,
@@ -108,6 +110,7 @@ impl OpKind {
         OpKind::ScatterRows,
         OpKind::Sample,
         OpKind::NormLinear,
+        OpKind::NormLinearInto,
         OpKind::SwigluLinear,
         OpKind::LinearResidual,
         OpKind::PagedAttention,
@@ -145,6 +148,7 @@ impl OpKind {
             OpKind::ScatterRows => "scatter_rows",
             OpKind::Sample => "sample",
             OpKind::NormLinear => "rms_norm_linear",
+            OpKind::NormLinearInto => "rms_norm_linear_into",
             OpKind::SwigluLinear => "swiglu_linear",
             OpKind::LinearResidual => "linear_residual",
             OpKind::PagedAttention => "paged_attention",
@@ -153,8 +157,9 @@ impl OpKind {
 
     /// The fused decode ops: [`crate::ops`] runs each as a composition of other ops on a
     /// backend without its kernel, instead of falling back to another backend.
-    pub const FUSED: [OpKind; 4] = [
+    pub const FUSED: [OpKind; 5] = [
         OpKind::NormLinear,
+        OpKind::NormLinearInto,
         OpKind::SwigluLinear,
         OpKind::LinearResidual,
         OpKind::PagedAttention,

@@ -196,6 +196,11 @@ impl Encoder<'_> {
             }
             OpSpec::Sample { .. } => self.sample(spec, out, &raw),
             OpSpec::NormLinear(l) => self.norm_linear(l, out, inputs),
+            OpSpec::NormLinearInto {
+                l,
+                head_dim,
+                pool_rows,
+            } => self.norm_linear_into((l, *head_dim, *pool_rows), out, inputs),
             OpSpec::LinearResidual(l) => self.linear_residual(l, out, inputs),
             OpSpec::SwigluLinear(l) => self.swiglu_linear(l, out, inputs),
             OpSpec::PagedAttention(s) => self.paged_attention(s, out, inputs),

@@ -248,9 +248,9 @@ impl WgpuBackend {
             OpSpec::QMatmul {
                 activations, m, k, ..
             } => int_activations(activations, m, k),
-            OpSpec::NormLinear(l) | OpSpec::LinearResidual(l) => {
-                int_activations(l.activations, l.m, l.k)
-            }
+            OpSpec::NormLinear(l)
+            | OpSpec::NormLinearInto { l, .. }
+            | OpSpec::LinearResidual(l) => int_activations(l.activations, l.m, l.k),
             OpSpec::SwigluLinear(l) => {
                 extras.push(self.alloc(op, l.m * l.n, DType::F32)?);
                 int_activations(l.activations, l.m, l.k)
@@ -386,7 +386,16 @@ impl Backend for WgpuBackend {
             OpSpec::PagedAttention(a) => {
                 a.t > kernels::MATVEC_MAX_M || over(a.pool_rows.checked_mul(a.head_dim * 4))
             }
-            OpSpec::NormLinear(l) | OpSpec::SwigluLinear(l) | OpSpec::LinearResidual(l) => {
+            // The pool is bound whole as the output.
+            OpSpec::NormLinearInto {
+                head_dim,
+                pool_rows,
+                ..
+            } if over(pool_rows.checked_mul(head_dim * 4)) => true,
+            OpSpec::NormLinear(l)
+            | OpSpec::NormLinearInto { l, .. }
+            | OpSpec::SwigluLinear(l)
+            | OpSpec::LinearResidual(l) => {
                 let units = l.format.storage_len(l.weight_len(), l.k);
                 // The norm folds only into the int8 rounding of the decode kernel, a rope only
                 // there with interleaved pairs (a pair's rows are stored together).

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 pub(crate) const PARAMS_BYTES: u64 = 256;
 
 /// The most inputs an op binds.
-pub(crate) const MAX_INPUTS: usize = 5;
+pub(crate) const MAX_INPUTS: usize = 6;
 
 /// `sin_cos` of rotary angles, for `rope.wgsl` and `quant.wgsl`'s rotary epilogue.
 const ROTARY_PRELUDE: &str = include_str!("../../../shaders/rotary/sin_cos.wgsl");

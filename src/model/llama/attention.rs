@@ -35,6 +35,43 @@ impl Llama {
             head_dim: hd,
             layout: self.layout,
         });
+        // Yarn scales the rotated q and k: the scores by its square.
+        let factor = (c.rope.attention_factor().powi(2) / (hd as f64).sqrt()) as f32;
+        let norm = ops::RmsNormParams {
+            weight: &layer.attn_norm,
+            eps: c.rms_norm_eps,
+        };
+        let kv_products = [
+            self.norm_product(&layer.wk, rotary),
+            self.norm_product(&layer.wv, None),
+        ];
+        // One sequence whose new k and v nothing else reads: where the device folds the norm
+        // and rope into their products, each product stores its rows straight into the pool.
+        let watched = [HookPoint::AttnNorm, HookPoint::K, HookPoint::V];
+        if let ([(_, cache)], [plan], Some(_)) = (seqs, plans, rotary) {
+            if !watched.iter().any(|&p| self.wants(p))
+                && ops::folds_rms_norm_linears(x, norm, &kv_products)
+            {
+                let q_product = self.norm_product(&layer.wq, rotary);
+                let q = ops::rms_norm_linears(x, norm, &[q_product])?.remove(0);
+                if rank.shard.is_first() {
+                    self.emit(HookPoint::Q, index, &q.reshape([rows, heads, hd])?);
+                }
+                let [k, v] = kv_products;
+                let store = |keys: &mut Tensor, values: &mut Tensor, slots: &Tensor| {
+                    ops::rms_norm_linear_into(keys, slots, x, norm, k)?;
+                    ops::rms_norm_linear_into(values, slots, x, norm, v)
+                };
+                return plan.store_and_attend(
+                    cache,
+                    (rank.shard.rank, index),
+                    store,
+                    |pool, rows| {
+                        ops::paged_attention(&q, pool, rows, heads, factor, c.window(index))
+                    },
+                );
+            }
+        }
         let products = [(&layer.wq, rotary), (&layer.wk, rotary), (&layer.wv, None)];
         let mut qkv = self.normed_products(x, &layer.attn_norm, &products, hook)?;
         if let Some(biases) = &layer.biases {
@@ -71,8 +108,6 @@ impl Llama {
             self.emit(HookPoint::K, index, &k);
             self.emit(HookPoint::V, index, &v);
         }
-        // Yarn scales the rotated q and k: the scores by its square.
-        let factor = (c.rope.attention_factor().powi(2) / (hd as f64).sqrt()) as f32;
         let single = seqs.len() == 1;
         let mut out: Option<Tensor> = None;
         let mut first = 0;

@@ -16,7 +16,7 @@
 //! Off the `mv` kernel (f32 weights, long rows) the products of the first two are followed by
 //! the `epilogue` kernel.
 
-use super::quant::{Epilogue, Norm, Product};
+use super::quant::{Epilogue, Folds, Norm, PoolStore, Product};
 use super::{u32_of, Encoder, Operand, Shader};
 use crate::backend::webgpu::params::AttentionParams;
 use crate::backend::{AttentionSpec, LinearSpec, OpSpec};
@@ -33,7 +33,7 @@ impl Encoder<'_> {
         inputs: &[Operand<'_>],
     ) -> Result<()> {
         let residual = Epilogue::Residual(inputs[2].buffer);
-        self.linear(l, out, inputs, (inputs.get(3), None), residual)
+        self.linear(l, out, inputs, (inputs.get(3), None), residual, None)
     }
 
     /// Records `out = act(rms_norm(a)) · wᵀ`, rotated with a rope; `inputs` are `a`, `w`, the
@@ -44,16 +44,32 @@ impl Encoder<'_> {
         out: &wgpu::Buffer,
         inputs: &[Operand<'_>],
     ) -> Result<()> {
-        let norm = inputs[2];
-        let epilogue = match l.rope {
-            Some(r) => Epilogue::Rotary {
-                positions: inputs[3].buffer,
-                inv_freq: inputs[4].buffer,
-                head_dim: r.head_dim,
-            },
-            None => Epilogue::None,
+        let epilogue = rotary(l, inputs);
+        self.linear(l, out, inputs, (None, Some(inputs[2])), epilogue, None)
+    }
+
+    /// Records [`OpSpec::NormLinearInto`] into the pool `target`: `inputs` are
+    /// [`Encoder::norm_linear`]'s, then the slots.
+    pub(super) fn norm_linear_into(
+        &mut self,
+        (l, head_dim, pool_rows): (&LinearSpec, usize, usize),
+        target: &wgpu::Buffer,
+        inputs: &[Operand<'_>],
+    ) -> Result<()> {
+        let store = PoolStore {
+            slots: inputs[inputs.len() - 1].buffer,
+            head_dim,
+            pool_rows,
         };
-        self.linear(l, out, inputs, (None, Some(norm)), epilogue)
+        let epilogue = rotary(l, inputs);
+        self.linear(
+            l,
+            target,
+            inputs,
+            (None, Some(inputs[2])),
+            epilogue,
+            Some(store),
+        )
     }
 
     /// Records `out = silu(act(a) · gateᵀ) ⊙ (act(a) · upᵀ)`; `inputs` are `a`, `gate`, `up`,
@@ -71,13 +87,21 @@ impl Encoder<'_> {
             None => (None, &inputs[3..]),
         };
         let (gate_out, temp) = (extras[0], extras.get(1));
-        self.linear(l, gate_out.buffer, &[a, gate], (temp, norm), Epilogue::None)?;
+        self.linear(
+            l,
+            gate_out.buffer,
+            &[a, gate],
+            (temp, norm),
+            Epilogue::None,
+            None,
+        )?;
         let silu_gate = Epilogue::SiluGate(gate_out.buffer);
-        self.linear(l, out, &[a, up], (temp, norm), silu_gate)
+        self.linear(l, out, &[a, up], (temp, norm), silu_gate, None)
     }
 
     /// `out = act(a) · wᵀ` then `epilogue`, for `inputs` `a` and `w` of `l`'s format; `temp`
-    /// the int8-activation buffer, `norm` the norm's weight when `l` has a norm.
+    /// the int8-activation buffer, `norm` the norm's weight when `l` has a norm, `store` the
+    /// pool `out` is when the product goes there.
     fn linear(
         &mut self,
         l: &LinearSpec,
@@ -85,6 +109,7 @@ impl Encoder<'_> {
         inputs: &[Operand<'_>],
         (temp, norm): (Option<&Operand<'_>>, Option<Operand<'_>>),
         epilogue: Epilogue<'_>,
+        store: Option<PoolStore<'_>>,
     ) -> Result<()> {
         if l.format == DType::F32 {
             let spec = OpSpec::Matmul(l.f32_product());
@@ -106,11 +131,12 @@ impl Encoder<'_> {
             }),
             _ => None,
         };
+        let folds = Folds { norm, store };
         self.qmatmul(
             product,
             out,
             operands,
-            (temp.map(|t| t.buffer), norm),
+            (temp.map(|t| t.buffer), folds),
             epilogue,
         )
     }
@@ -140,5 +166,18 @@ impl Encoder<'_> {
         let grid = self.grid(OP, (s.t * s.heads) as u64)?;
         let raw: Vec<&wgpu::Buffer> = inputs.iter().map(|o| o.buffer).collect();
         self.run(Shader::Attention, "paged_attention", &p, out, &raw, grid)
+    }
+}
+
+/// The rotary epilogue of a normed product with a rope: its positions and frequencies are the
+/// op's inputs 3 and 4.
+fn rotary<'a>(l: &LinearSpec, inputs: &[Operand<'a>]) -> Epilogue<'a> {
+    match l.rope {
+        Some(r) => Epilogue::Rotary {
+            positions: inputs[3].buffer,
+            inv_freq: inputs[4].buffer,
+            head_dim: r.head_dim,
+        },
+        None => Epilogue::None,
     }
 }

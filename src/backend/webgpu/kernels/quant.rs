@@ -146,7 +146,7 @@ impl Encoder<'_> {
                     product,
                     out,
                     [inputs[0].buffer, inputs[1].buffer],
-                    (temp, None),
+                    (temp, Folds::default()),
                     Epilogue::None,
                 )
             }
@@ -183,6 +183,23 @@ pub(super) struct Product {
 pub(super) struct Norm<'a> {
     pub eps: f32,
     pub weight: &'a wgpu::Buffer,
+}
+
+/// A KV pool the `mv` kernel stores its product into instead of `[m, n]`
+/// ([`OpSpec::NormLinearInto`]): head `g` of row `i` to pool row `slots[g · m + i]`.
+#[derive(Clone, Copy)]
+pub(super) struct PoolStore<'a> {
+    pub slots: &'a wgpu::Buffer,
+    pub head_dim: usize,
+    pub pool_rows: usize,
+}
+
+/// What the `mv` kernel folds into a product besides its epilogue, only where
+/// [`folds_norm`] says it can: the norm of the activations, and the store into a pool.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Folds<'a> {
+    pub norm: Option<Norm<'a>>,
+    pub store: Option<PoolStore<'a>>,
 }
 
 /// What a product does to its f32 `[m, n]` result before storing it: the `mv` kernel applies
@@ -239,7 +256,7 @@ impl<'a> Epilogue<'a> {
 impl Encoder<'_> {
     /// Records `out = act(a) · wᵀ`, then `epilogue`, for packed weights `w`; `temp` is the
     /// int8-activation buffer the backend allocated when [`int_activation_words`] asked for
-    /// one, and `norm` an RMS norm of the rows of `a` to fold in (only where [`folds_norm`]).
+    /// one, and `folds` what to fold in besides the epilogue (only where [`folds_norm`]).
     /// The `mv` kernel applies the epilogue as it stores; the other kernels are followed by the
     /// `epilogue` kernel.
     pub(super) fn qmatmul(
@@ -247,7 +264,7 @@ impl Encoder<'_> {
         pr: Product,
         out: &wgpu::Buffer,
         [a, w]: [&wgpu::Buffer; 2],
-        (temp, norm): (Option<&wgpu::Buffer>, Option<Norm<'_>>),
+        (temp, folds): (Option<&wgpu::Buffer>, Folds<'_>),
         epilogue: Epilogue<'_>,
     ) -> Result<()> {
         const OP: &str = "qmatmul";
@@ -262,7 +279,8 @@ impl Encoder<'_> {
         u32_of(OP, "m·n", m * n)?;
         let tiles = self.grid(OP, (n * m.div_ceil(ROWS)) as u64)?;
         let mode = matches!(activations, Activations::F16 | Activations::I8) as u32;
-        // Only the `mv` kernel reads `epilogue`, `eps` and `rope_dim`.
+        let Folds { norm, store } = folds;
+        // Only the `mv` kernel reads `epilogue`, `eps`, `rope_dim` and the store's sizes.
         let p = QuantParams {
             epilogue: epilogue.code(),
             eps: norm.map_or(0.0, |n| n.eps),
@@ -270,23 +288,25 @@ impl Encoder<'_> {
                 Epilogue::Rotary { head_dim, .. } => u32_of(OP, "head_dim", head_dim)?,
                 _ => 0,
             },
+            store_dim: u32_of(OP, "head_dim", store.map_or(0, |s| s.head_dim))?,
+            pool_rows: u32_of(OP, "pool rows", store.map_or(0, |s| s.pool_rows))?,
             ..params(OP, format, m, n, k, mode)?
         };
         let mv_grid = self.mv_grid(OP, m, n)?;
         let fits_mv = k <= self.ctx.mv_shape().max_k();
-        let folds = folds_norm(format, activations, (m, k), self.ctx.mv_shape());
+        let in_kernel = folds_norm(format, activations, (m, k), self.ctx.mv_shape());
         let rotary = matches!(epilogue, Epilogue::Rotary { .. });
-        if (norm.is_some() || rotary) && !folds {
+        if (norm.is_some() || rotary || store.is_some()) && !in_kernel {
             return Err(Error::backend(
                 BackendKind::Wgpu,
                 format!(
-                    "{OP}: an RMS norm or a rotary epilogue folds only into the decode kernel's \
-                     int8 rounding"
+                    "{OP}: an RMS norm, a rotary epilogue or a pool store folds only into the \
+                     decode kernel's int8 rounding"
                 ),
             ));
         }
-        // The `mv` kernel binds five operands: the epilogue's, the norm's weight and the
-        // rotary positions, or an operand again, unread.
+        // The `mv` kernel binds six operands: the epilogue's, the norm's weight, the rotary
+        // positions and the pool slots, or an operand again, unread.
         let mv = |enc: &mut Self, code: u32, x: &wgpu::Buffer| {
             let inputs = [
                 w,
@@ -294,6 +314,7 @@ impl Encoder<'_> {
                 epilogue.operand(x),
                 norm.map_or(x, |n| n.weight),
                 epilogue.positions(x),
+                store.map_or(x, |s| s.slots),
             ];
             enc.run_format(Shader::Quant, ("mv", code), &p, out, &inputs, mv_grid)
         };
