@@ -162,9 +162,10 @@ pub fn rms_norm_linear_into(
     product: NormProduct<'_>,
 ) -> Result<()> {
     const OP: &str = "rms_norm_linear_into";
-    super::norm::check(OP, x, &[("norm weight", norm.weight)], norm.eps)?;
     expect_dtype(OP, "pool", pool, DType::F32)?;
-    let (mut l, _) = linear_spec(OP, x, product.weight, product.activations)?;
+    let [(OpSpec::NormLinear(l), _)] = norm_linear_specs(x, norm, &[product])?[..] else {
+        return Err(Error::invalid(OP, "one product's spec expected"));
+    };
     let &[pool_rows, head_dim] = pool.dims() else {
         return Err(Error::shape(
             OP,
@@ -197,11 +198,6 @@ pub fn rms_norm_linear_into(
             ));
         }
     }
-    l.norm = Some(PreNorm { eps: norm.eps });
-    l.rope = product.rope.map(|r| RopeEpilogue {
-        head_dim: r.head_dim,
-        layout: r.layout,
-    });
     let spec = OpSpec::NormLinearInto {
         l,
         head_dim,
