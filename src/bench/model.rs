@@ -290,8 +290,8 @@ struct Timed {
 
 /// One timed prompt pass and decode from an empty `cache` on `backend` (the model's primary
 /// backend). Greedy, drawn on the device as `generate` does: the prompt's token read back,
-/// then decode steps recorded MULTI_STEP per submit, each batch's ids read back while the
-/// next runs ([`DecodeBatches`]).
+/// then decode steps recorded MULTI_STEP per submit, each batch's ids read back (on a hardware
+/// GPU through wgpu while the next batch runs: [`DecodeBatches`]).
 fn time_once(
     model: &Llama,
     prompt: &[u32],

@@ -59,9 +59,9 @@ pub struct Pacing {
     pub steps_per_submit: usize,
     /// Whether the next batch of decode steps is recorded and submitted while the previous
     /// one runs and is read back ([`DecodeBatches`]): on a hardware GPU through wgpu, which
-    /// runs the batch beside the host. Not on the host backends, nor on software adapters (lavapipe,
-    /// SwiftShader), whose "GPU" is the cores the host records on: there it made the built-in
-    /// model's decode slower (lavapipe, 2 cores: 214–217 → 180–202 tok/s).
+    /// runs the batch beside the host. Not on the host backends, nor on software adapters
+    /// (lavapipe, SwiftShader), whose "GPU" is the cores the host records on: there it made
+    /// the built-in model's decode slower (lavapipe, 2 cores: 214–217 → 180–202 tok/s).
     pub decode_ahead: bool,
     /// How the prompt is split into forward passes.
     pub prompt: PromptChunks,
