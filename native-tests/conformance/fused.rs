@@ -6,6 +6,7 @@
 
 use super::common::{assert_close, reference, rng, tensor, uniform};
 use super::{compare, packed_weight, TOL};
+use rand::rngs::StdRng;
 use webtensor::ops::{self, Activations, RopeLayout};
 use webtensor::{BackendKind, DType, Device, OpKind, Tensor};
 
@@ -153,6 +154,29 @@ fn normed_tolerance(tol: f64, act: Activations, normed: &[f32], reach: f64, scal
     tol + 2.0 * step * reach / scale.max(1.0)
 }
 
+/// Rows `x` f32 `[m, k]` to RMS-norm with weight `nw` `[k]`, and the normed rows on the
+/// reference (for [`normed_tolerance`]).
+struct NormedRows {
+    x: Vec<f32>,
+    nw: Vec<f32>,
+    normed: Vec<f32>,
+}
+
+fn normed_rows(r: &mut StdRng, m: usize, k: usize) -> NormedRows {
+    let x = uniform(r, m * k, 2.0);
+    let nw = uniform(r, k, 1.5);
+    let refd = reference();
+    let normed = ops::rms_norm(
+        &tensor(&refd, &x, &[m, k]),
+        &tensor(&refd, &nw, &[k]),
+        NORM_EPS,
+    )
+    .unwrap()
+    .to_vec()
+    .unwrap();
+    NormedRows { x, nw, normed }
+}
+
 /// The largest magnitude of `values`.
 fn largest(values: &[f32]) -> f64 {
     values.iter().fold(0f64, |m, v| m.max(v.abs() as f64))
@@ -164,18 +188,9 @@ fn largest(values: &[f32]) -> f64 {
 pub fn norm_linear(dev: &Device) {
     let mut r = rng(63);
     for (m, n, k) in NORM_SHAPES {
-        let x = uniform(&mut r, m * k, 2.0);
+        let NormedRows { x, nw, normed } = normed_rows(&mut r, m, k);
         let w = uniform(&mut r, n * k, 1.0);
-        let nw = uniform(&mut r, k, 1.5);
         let refd = reference();
-        let normed: Vec<f32> = ops::rms_norm(
-            &tensor(&refd, &x, &[m, k]),
-            &tensor(&refd, &nw, &[k]),
-            NORM_EPS,
-        )
-        .unwrap()
-        .to_vec()
-        .unwrap();
         for (format, act) in formats() {
             let what = format!("rms_norm_linear {format} {act:?} {m}x{n}x{k}");
             let run = |d: &Device| {
@@ -213,20 +228,11 @@ pub fn norm_linear_rope(dev: &Device) {
         (6, 32, 2560, 16),
         (1, 40, 8192, 8),
     ] {
-        let x = uniform(&mut r, m * k, 2.0);
+        let NormedRows { x, nw, normed } = normed_rows(&mut r, m, k);
         let w = uniform(&mut r, n * k, 1.0);
-        let nw = uniform(&mut r, k, 1.5);
         let positions: Vec<u32> = [7, 1000, 3, 42, 65_000, 0][..m].to_vec();
         let inv_freq = ops::rope_inv_freq(10_000.0, hd);
         let refd = reference();
-        let normed: Vec<f32> = ops::rms_norm(
-            &tensor(&refd, &x, &[m, k]),
-            &tensor(&refd, &nw, &[k]),
-            NORM_EPS,
-        )
-        .unwrap()
-        .to_vec()
-        .unwrap();
         for layout in [RopeLayout::Interleaved, RopeLayout::HalfSplit] {
             for (format, act) in [
                 (DType::Q4_0, Activations::Q8_0),
@@ -277,9 +283,8 @@ pub fn norm_linear_into(dev: &Device) {
         (4, 48, 1280, 8),
         (6, 32, 2560, 16),
     ] {
-        let x = uniform(&mut r, m * k, 2.0);
+        let NormedRows { x, nw, normed } = normed_rows(&mut r, m, k);
         let w = uniform(&mut r, n * k, 1.0);
-        let nw = uniform(&mut r, k, 1.5);
         let count = m * n / hd;
         let pool_rows = count + 7;
         let pool = uniform(&mut r, pool_rows * hd, 1.0);
@@ -290,14 +295,6 @@ pub fn norm_linear_into(dev: &Device) {
         let positions: Vec<u32> = [9, 2000, 4, 77, 31_000, 1][..m].to_vec();
         let inv_freq = ops::rope_inv_freq(10_000.0, hd);
         let refd = reference();
-        let normed: Vec<f32> = ops::rms_norm(
-            &tensor(&refd, &x, &[m, k]),
-            &tensor(&refd, &nw, &[k]),
-            NORM_EPS,
-        )
-        .unwrap()
-        .to_vec()
-        .unwrap();
         for layout in [
             None,
             Some(RopeLayout::Interleaved),
@@ -349,17 +346,10 @@ pub fn norm_linear_into(dev: &Device) {
 pub fn norm_swiglu_linear(dev: &Device) {
     let mut r = rng(64);
     for (m, n, k) in NORM_SHAPES {
-        let x = uniform(&mut r, m * k, 2.0);
+        let NormedRows { x, nw, normed } = normed_rows(&mut r, m, k);
         let (g, u) = (uniform(&mut r, n * k, 1.0), uniform(&mut r, n * k, 1.0));
-        let nw = uniform(&mut r, k, 1.5);
         let refd = reference();
-        let h = ops::rms_norm(
-            &tensor(&refd, &x, &[m, k]),
-            &tensor(&refd, &nw, &[k]),
-            NORM_EPS,
-        )
-        .unwrap();
-        let normed: Vec<f32> = h.to_vec().unwrap();
+        let h = tensor(&refd, &normed, &[m, k]);
         for (format, act) in formats() {
             let what = format!("rms_norm_swiglu_linear {format} {act:?} {m}x{n}x{k}");
             let run = |d: &Device| {
