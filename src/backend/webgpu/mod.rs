@@ -344,12 +344,17 @@ impl WgpuBackend {
             submission_index: Some(readback.submission().clone()),
             timeout: None,
         };
-        self.ctx.device.poll(wait).map_err(|e| {
-            Error::backend(
+        if let Err(e) = self.ctx.device.poll(wait) {
+            // A lost device fails the submit, so the wait does not know its index: a wait for
+            // everything runs the loss callback, and the error sink then reports the loss
+            // rather than the wait's own complaint.
+            let _ = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
+            self.check_errors()?;
+            return Err(Error::backend(
                 BackendKind::Wgpu,
                 format!("waiting for the device failed: {e}"),
-            )
-        })?;
+            ));
+        }
         self.check_errors()?;
         let host = readback.into_host().await?;
         self.check_errors()?;
