@@ -331,50 +331,42 @@ impl Tensor {
     pub(crate) fn download_started<T: Element>(
         &self,
     ) -> impl std::future::Future<Output = Result<Vec<T>>> + 'static {
-        let dtype = self.dtype();
-        let kind = self.inner.backend.kind();
-        let data = self
-            .inner
-            .backend
-            .clone()
-            .download_started(&self.inner.storage);
-        async move {
-            if T::DTYPE != dtype {
-                return Err(Error::DTypeMismatch {
-                    op: "download_started",
-                    argument: "self",
-                    expected: dtype,
-                    got: T::DTYPE,
-                });
-            }
-            T::from_host(data.await?)
-                .ok_or_else(|| Error::backend(kind, "downloaded data has the wrong dtype"))
-        }
+        self.read_started("download_started")
     }
 
     /// [`Tensor::to_vec`] without blocking: the readback the browser needs (a GPU mapping
     /// completes from the event loop there, so the blocking form is an error on wasm32).
     /// Natively it resolves as soon as the data is on the host.
     pub async fn to_vec_async<T: Element>(&self) -> Result<Vec<T>> {
-        if T::DTYPE != self.dtype() {
-            return Err(Error::DTypeMismatch {
-                op: "to_vec_async",
-                argument: "self",
-                expected: self.dtype(),
-                got: T::DTYPE,
-            });
+        self.read_started("to_vec_async").await
+    }
+
+    /// The readback of the async readers, started when called; `op` names the caller in a
+    /// dtype error.
+    fn read_started<T: Element>(
+        &self,
+        op: &'static str,
+    ) -> impl std::future::Future<Output = Result<Vec<T>>> + 'static {
+        let dtype = self.dtype();
+        let kind = self.inner.backend.kind();
+        let data = (T::DTYPE == dtype).then(|| {
+            self.inner
+                .backend
+                .clone()
+                .download_started(&self.inner.storage)
+        });
+        async move {
+            let Some(data) = data else {
+                return Err(Error::DTypeMismatch {
+                    op,
+                    argument: "self",
+                    expected: dtype,
+                    got: T::DTYPE,
+                });
+            };
+            T::from_host(data.await?)
+                .ok_or_else(|| Error::backend(kind, "downloaded data has the wrong dtype"))
         }
-        let host = self
-            .inner
-            .backend
-            .download_async(&self.inner.storage)
-            .await?;
-        T::from_host(host).ok_or_else(|| {
-            Error::backend(
-                self.inner.backend.kind(),
-                "downloaded data has the wrong dtype",
-            )
-        })
     }
 
     /// [`Tensor::to_bytes`] without blocking (see [`Tensor::to_vec_async`]).
@@ -382,7 +374,8 @@ impl Tensor {
         let host = self
             .inner
             .backend
-            .download_async(&self.inner.storage)
+            .clone()
+            .download_started(&self.inner.storage)
             .await?;
         Ok(host_bytes(host))
     }

@@ -198,13 +198,7 @@ impl<K: HostKernels> Backend for K {
                     return Err(Error::backend(HostKernels::kind(self), "a product not f32"));
                 };
                 let heads = l.n / head_dim;
-                let mut rows = Vec::with_capacity(y.len());
-                for g in 0..heads {
-                    for i in 0..l.m {
-                        let at = i * l.n + g * head_dim;
-                        rows.extend_from_slice(&y[at..at + head_dim]);
-                    }
-                }
+                let rows = self.permute(&y, &[l.m, heads, head_dim], &[1, 0, 2]);
                 let rows = Storage::Host(Arc::new(HostData::F32(rows)));
                 let scatter = OpSpec::ScatterRows {
                     rows: pool_rows,

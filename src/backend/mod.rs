@@ -40,7 +40,7 @@ use crate::error::Result;
 /// A shared handle to a backend.
 pub type BackendRef = Arc<dyn Backend>;
 
-/// The future of an async backend call ([`Backend::download_async`],
+/// The future of an async backend call ([`Backend::download_started`],
 /// [`Backend::synchronize_async`]); not `Send`, as the browser's WebGPU objects are not.
 pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + 'a>>;
 
@@ -363,17 +363,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// (`native-tests/device_loss.rs`): the backend is shared by the whole process.
     fn lose_device(&self) {}
 
-    /// [`Backend::download`] without blocking: the form the browser needs, where a GPU
-    /// readback completes from the event loop. Host backends answer at once.
-    fn download_async<'a>(&'a self, storage: &'a Storage) -> BackendFuture<'a, HostData> {
-        Box::pin(std::future::ready(self.download(storage)))
-    }
-
-    /// Starts copying `storage` to the host now and returns the future of its data, which
-    /// holds its own handle on the backend: a GPU submits the copy with everything it depends
-    /// on at once, so work recorded after this call runs while the copy is in flight, and the
-    /// future waits for that copy alone. The decode loop reads a batch's ids this way while the
-    /// next batch is recorded. Host backends copy at once.
+    /// [`Backend::download`] without blocking, the form the browser needs (a GPU readback
+    /// completes from the event loop there): starts copying `storage` to the host now and
+    /// returns the future of its data, which holds its own handle on the backend. A GPU
+    /// submits the copy with everything it depends on at once, so work recorded after this call
+    /// runs while the copy is in flight, and the future waits for that copy alone: the decode
+    /// loop reads a batch's ids this way while the next batch is recorded. Host backends copy
+    /// at once.
     fn download_started(self: Arc<Self>, storage: &Storage) -> BackendFuture<'static, HostData> {
         Box::pin(std::future::ready(self.download(storage)))
     }

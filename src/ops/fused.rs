@@ -88,21 +88,25 @@ pub fn rms_norm_linears(
     specs
         .into_iter()
         .zip(products)
-        .map(|((spec, out_shape), p)| match p.rope {
-            Some(r) => {
-                let inputs = [x, p.weight, norm.weight, r.positions, r.inv_freq];
-                dispatch(OP, spec, &inputs, out_shape, DType::F32, None)
-            }
-            None => dispatch(
-                OP,
-                spec,
-                &[x, p.weight, norm.weight],
-                out_shape,
-                DType::F32,
-                None,
-            ),
+        .map(|((spec, out_shape), p)| {
+            let inputs = norm_linear_inputs(x, norm, p);
+            dispatch(OP, spec, &inputs, out_shape, DType::F32, None)
         })
         .collect()
+}
+
+/// The inputs of [`OpSpec::NormLinear`] in its order: `x`, the weight, the norm's weight,
+/// then with a rope its positions and frequencies.
+fn norm_linear_inputs<'a>(
+    x: &'a Tensor,
+    norm: RmsNormParams<'a>,
+    p: &NormProduct<'a>,
+) -> Vec<&'a Tensor> {
+    let mut inputs = vec![x, p.weight, norm.weight];
+    if let Some(r) = &p.rope {
+        inputs.extend([r.positions, r.inv_freq]);
+    }
+    inputs
 }
 
 /// The [`OpSpec::NormLinear`] of each product, with its output shape.
@@ -213,10 +217,7 @@ pub fn rms_norm_linear_into(
         };
         return super::scatter_rows(pool, slots, &heads_first);
     }
-    let mut inputs = vec![x, product.weight, norm.weight];
-    if let Some(r) = &product.rope {
-        inputs.extend([r.positions, r.inv_freq]);
-    }
+    let mut inputs = norm_linear_inputs(x, norm, &product);
     inputs.push(slots);
     super::dispatch_in_place(OP, spec, pool, &inputs)
 }

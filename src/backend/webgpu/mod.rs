@@ -15,7 +15,7 @@
 //!   totals the GPU time per kernel ([`Backend::kernel_profile`]).
 //! * `kernels` turns each [`OpSpec`] into parameters, a kernel and a grid.
 //! * `readback` copies results to the host: blocking natively, as a future in the browser
-//!   ([`Backend::download_async`]); [`Backend::synchronize_async`] waits for the queue the
+//!   ([`Backend::download_started`]); [`Backend::synchronize_async`] waits for the queue the
 //!   same way.
 //!
 //! A tensor may be larger than one storage binding (up to `max_buffer_size`): the weight of a
@@ -308,32 +308,23 @@ impl WgpuBackend {
         self.check_errors()
     }
 
-    /// Runs everything recorded that `storage` depends on and copies it to the host, without
-    /// blocking the browser's event loop: the form of [`Backend::download`] for wasm32.
-    /// Natively it blocks until the device has finished, then resolves at once.
-    async fn read_async(&self, storage: &Storage) -> Result<HostData> {
-        let started = self.start_read(storage);
-        self.finish_read(started).await
-    }
-
-    /// Submits the copy of `storage` to a staging buffer with everything recorded before it;
-    /// `Err(data)` for an empty storage, which needs no copy.
-    fn start_read(&self, storage: &Storage) -> Result<std::result::Result<Readback, HostData>> {
+    /// Submits the copy of `storage` to a staging buffer with everything recorded before it:
+    /// the start of every readback, blocking ([`Backend::download`]) or not
+    /// ([`Backend::download_started`], with [`WgpuBackend::finish_read`]).
+    fn start_read(&self, storage: &Storage) -> Result<StartedRead> {
         let src = gpu_storage("download", storage)?;
         if src.byte_len() == 0 {
-            return Ok(Err(HostData::empty(src.dtype())));
+            return Ok(StartedRead::Empty(HostData::empty(src.dtype())));
         }
-        Ok(Ok(Readback::start(&self.ctx, &mut *self.recorder()?, src)))
+        let readback = Readback::start(&self.ctx, &mut *self.recorder()?, src);
+        Ok(StartedRead::Copying(readback))
     }
 
     /// Waits for a readback [`WgpuBackend::start_read`] began, and no later submission.
-    async fn finish_read(
-        &self,
-        started: Result<std::result::Result<Readback, HostData>>,
-    ) -> Result<HostData> {
+    async fn finish_read(&self, started: Result<StartedRead>) -> Result<HostData> {
         let readback = match started? {
-            Ok(readback) => readback,
-            Err(empty) => {
+            StartedRead::Copying(readback) => readback,
+            StartedRead::Empty(empty) => {
                 self.check_errors()?;
                 return Ok(empty);
             }
@@ -360,6 +351,14 @@ impl WgpuBackend {
         self.check_errors()?;
         Ok(host)
     }
+}
+
+/// A readback as [`WgpuBackend::start_read`] left it.
+enum StartedRead {
+    /// The copy is submitted and the staging buffer is being mapped.
+    Copying(Readback),
+    /// The storage was empty: nothing to copy.
+    Empty(HostData),
 }
 
 /// The wgpu buffer of a storage, or an error naming `op`.
@@ -431,7 +430,7 @@ impl Backend for WgpuBackend {
     fn download(&self, storage: &Storage) -> Result<HostData> {
         #[cfg(not(target_arch = "wasm32"))]
         {
-            pollster::block_on(self.read_async(storage))
+            pollster::block_on(self.finish_read(self.start_read(storage)))
         }
         #[cfg(target_arch = "wasm32")]
         {
@@ -528,10 +527,6 @@ impl Backend for WgpuBackend {
 
     fn lose_device(&self) {
         self.ctx.device.destroy();
-    }
-
-    fn download_async<'a>(&'a self, storage: &'a Storage) -> BackendFuture<'a, HostData> {
-        Box::pin(self.read_async(storage))
     }
 
     fn download_started(self: Arc<Self>, storage: &Storage) -> BackendFuture<'static, HostData> {

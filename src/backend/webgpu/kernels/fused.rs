@@ -16,12 +16,13 @@
 //! Off the `mv` kernel (f32 weights, long rows) the products of the first two are followed by
 //! the `epilogue` kernel.
 
-use super::quant::{Epilogue, Folds, Norm, PoolStore, Product};
+use super::quant::{folds_norm, Epilogue, Folds, Norm, PoolStore, Product};
 use super::{u32_of, Encoder, Operand, Shader};
 use crate::backend::webgpu::params::AttentionParams;
+use crate::backend::BackendKind;
 use crate::backend::{AttentionSpec, LinearSpec, OpSpec};
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 impl Encoder<'_> {
     /// Records `out = residual + act(a) · wᵀ`; `inputs` are `a`, `w`, `residual` and, when
@@ -44,8 +45,7 @@ impl Encoder<'_> {
         out: &wgpu::Buffer,
         inputs: &[Operand<'_>],
     ) -> Result<()> {
-        let epilogue = rotary(l, inputs);
-        self.linear(l, out, inputs, (None, Some(inputs[2])), epilogue, None)
+        self.normed(l, out, inputs, None)
     }
 
     /// Records [`OpSpec::NormLinearInto`] into the pool `target`: `inputs` are
@@ -61,15 +61,27 @@ impl Encoder<'_> {
             head_dim,
             pool_rows,
         };
-        let epilogue = rotary(l, inputs);
-        self.linear(
-            l,
-            target,
-            inputs,
-            (None, Some(inputs[2])),
-            epilogue,
-            Some(store),
-        )
+        self.normed(l, target, inputs, Some(store))
+    }
+
+    /// The product of a normed op: `inputs` `a`, `w`, the norm's weight, then with a rope its
+    /// positions and frequencies, which the rotary epilogue reads.
+    fn normed(
+        &mut self,
+        l: &LinearSpec,
+        out: &wgpu::Buffer,
+        inputs: &[Operand<'_>],
+        store: Option<PoolStore<'_>>,
+    ) -> Result<()> {
+        let epilogue = match l.rope {
+            Some(r) => Epilogue::Rotary {
+                positions: inputs[3].buffer,
+                inv_freq: inputs[4].buffer,
+                head_dim: r.head_dim,
+            },
+            None => Epilogue::None,
+        };
+        self.linear(l, out, inputs, (None, Some(inputs[2])), epilogue, store)
     }
 
     /// Records `out = silu(act(a) · gateᵀ) ⊙ (act(a) · upᵀ)`; `inputs` are `a`, `gate`, `up`,
@@ -111,6 +123,14 @@ impl Encoder<'_> {
         epilogue: Epilogue<'_>,
         store: Option<PoolStore<'_>>,
     ) -> Result<()> {
+        let folded = l.norm.is_some() || l.rope.is_some() || store.is_some();
+        if folded && !folds_norm(l.format, l.activations, (l.m, l.k), self.ctx.mv_shape()) {
+            return Err(Error::backend(
+                BackendKind::Wgpu,
+                "an RMS norm, a rotary epilogue or a pool store folds only into the decode \
+                 kernel's int8 rounding",
+            ));
+        }
         if l.format == DType::F32 {
             let spec = OpSpec::Matmul(l.f32_product());
             self.encode(&spec, out, &inputs[..2])?;
@@ -166,18 +186,5 @@ impl Encoder<'_> {
         let grid = self.grid(OP, (s.t * s.heads) as u64)?;
         let raw: Vec<&wgpu::Buffer> = inputs.iter().map(|o| o.buffer).collect();
         self.run(Shader::Attention, "paged_attention", &p, out, &raw, grid)
-    }
-}
-
-/// The rotary epilogue of a normed product with a rope: its positions and frequencies are the
-/// op's inputs 3 and 4.
-fn rotary<'a>(l: &LinearSpec, inputs: &[Operand<'a>]) -> Epilogue<'a> {
-    match l.rope {
-        Some(r) => Epilogue::Rotary {
-            positions: inputs[3].buffer,
-            inv_freq: inputs[4].buffer,
-            head_dim: r.head_dim,
-        },
-        None => Epilogue::None,
     }
 }

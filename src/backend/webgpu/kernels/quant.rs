@@ -256,7 +256,8 @@ impl<'a> Epilogue<'a> {
 impl Encoder<'_> {
     /// Records `out = act(a) · wᵀ`, then `epilogue`, for packed weights `w`; `temp` is the
     /// int8-activation buffer the backend allocated when [`int_activation_words`] asked for
-    /// one, and `folds` what to fold in besides the epilogue (only where [`folds_norm`]).
+    /// one, and `folds` what to fold in besides the epilogue (only where [`folds_norm`], which
+    /// the fused encoders check).
     /// The `mv` kernel applies the epilogue as it stores; the other kernels are followed by the
     /// `epilogue` kernel.
     pub(super) fn qmatmul(
@@ -294,17 +295,6 @@ impl Encoder<'_> {
         };
         let mv_grid = self.mv_grid(OP, m, n)?;
         let fits_mv = k <= self.ctx.mv_shape().max_k();
-        let in_kernel = folds_norm(format, activations, (m, k), self.ctx.mv_shape());
-        let rotary = matches!(epilogue, Epilogue::Rotary { .. });
-        if (norm.is_some() || rotary || store.is_some()) && !in_kernel {
-            return Err(Error::backend(
-                BackendKind::Wgpu,
-                format!(
-                    "{OP}: an RMS norm, a rotary epilogue or a pool store folds only into the \
-                     decode kernel's int8 rounding"
-                ),
-            ));
-        }
         // The `mv` kernel binds six operands: the epilogue's, the norm's weight, the rotary
         // positions and the pool slots, or an operand again, unread.
         let mv = |enc: &mut Self, code: u32, x: &wgpu::Buffer| {
