@@ -35,7 +35,7 @@ export function drawChart(container, report) {
     svg.appendChild(el("text", { x: labelW + w + 6, y: y + 12 }, figure(r)));
   });
   const ceilings = report.backends
-    .map((b) => `${b.info.kind}: copy ${b.ceilings.copy_gb_per_s.toFixed(2)} GB/s${b.ceilings.fma_gflop_per_s ? `, FMA ${b.ceilings.fma_gflop_per_s.toFixed(1)} GFLOP/s` : ""} ${b.info.device_name ? ` (${b.info.device_name})` : ""}`)
+    .map((b) => `${b.info.kind}: copy ${b.ceilings.copy_gb_per_s.toFixed(2)} GB/s${b.ceilings.read_gb_per_s ? `, shader read ${b.ceilings.read_gb_per_s.toFixed(2)} GB/s` : ""}${b.ceilings.fma_gflop_per_s ? `, FMA ${b.ceilings.fma_gflop_per_s.toFixed(1)} GFLOP/s` : ""} ${b.info.device_name ? ` (${b.info.device_name})` : ""}`)
     .join(" · ");
   container.replaceChildren(el("svg", { width: 0, height: 0 }));
   const p = document.createElement("p");

@@ -10,7 +10,7 @@ const num = (v, d = 2) => (v == null ? "—" : v.toFixed(d));
 export function reportMarkdown(report) {
   const lines = [`webtensor ${report.webtensor_version} · ${report.size} shapes`, ""];
   for (const b of report.backends) {
-    lines.push(`- ${b.info.kind} on ${b.info.device_name || "?"}: copy ${num(b.ceilings.copy_gb_per_s)} GB/s`);
+    lines.push(`- ${b.info.kind} on ${b.info.device_name || "?"}: copy ${num(b.ceilings.copy_gb_per_s)} GB/s${b.ceilings.read_gb_per_s == null ? "" : `, shader read ${num(b.ceilings.read_gb_per_s)} GB/s`}`);
   }
   lines.push("", "| op | case | shape | backend | median µs | GB/s | GFLOP/s |", "|---|---|---|---|---:|---:|---:|");
   for (const r of report.rows) {

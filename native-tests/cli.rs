@@ -97,6 +97,8 @@ fn bench_json_has_ceilings_and_checked_rows() {
         ceilings["fma_gflop_per_s"].as_f64().unwrap() > 0.0,
         "{ceilings}"
     );
+    // The shader read probe is the wgpu backend's alone.
+    assert!(ceilings["read_gb_per_s"].is_null(), "{ceilings}");
     let rows = v["rows"].as_array().unwrap();
     // rms_norm decode+prefill, matmul a·b and a·bᵀ at decode and prefill.
     assert_eq!(rows.len(), 6, "{rows:?}");
@@ -577,4 +579,9 @@ fn bench_model_counts_wgpu_dispatches_per_decode_step() {
         .as_f64()
         .expect("a dispatch count");
     assert!(per_token > 10.0, "{r}");
+    // The decode's weight traffic is also set against the shader read probe of the same run.
+    let read = r["frac_read"]
+        .as_f64()
+        .expect("a fraction of the read ceiling");
+    assert!(read > 0.0, "{r}");
 }

@@ -337,6 +337,14 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// memory-bound work a backend can do, used by benchmarks as the copy-bandwidth ceiling.
     fn copy(&self, x: &Storage, len: usize) -> Result<Storage>;
 
+    /// Streams `x` through a kernel shaped like this backend's decode products and writes a
+    /// small digest of it: the read-bandwidth probe behind `bench`'s "read" ceiling. Returns
+    /// the digest (so the work is not dropped) and the bytes read, or `None` on a backend
+    /// without a probe kernel.
+    fn read_probe(&self, _x: &Storage) -> Result<Option<(Storage, u64)>> {
+        Ok(None)
+    }
+
     /// Submits all recorded work and waits until it has finished (used by benchmarks).
     fn synchronize(&self) -> Result<()> {
         Ok(())

@@ -17,6 +17,12 @@ pub struct Ceilings {
     pub copy_gb_per_s: f64,
     /// Bytes copied per probe iteration.
     pub copy_bytes: u64,
+    /// The fastest a kernel of the backend streams a buffer it only reads (bytes read per
+    /// second), in GB/s, from a probe shaped like its decode products (wgpu only: see
+    /// `shaders/read_probe.wgsl`). A buffer copy is the driver's own memcpy on software
+    /// adapters, which no shader matches there, so the products are also put against this.
+    #[serde(default)]
+    pub read_gb_per_s: Option<f64>,
     /// Peak f32 FMA throughput (2 FLOPs per FMA) over all threads, in GFLOP/s (cpu only).
     pub fma_gflop_per_s: Option<f64>,
 }
@@ -38,12 +44,35 @@ pub async fn measure_async(backend: &BackendRef, size: Size) -> Result<Ceilings>
     } else {
         copy_bandwidth(backend, elems).await?
     };
+    let read_gb_per_s = read_bandwidth(backend, elems).await?;
     let fma_gflop_per_s = (backend.kind() == BackendKind::Cpu).then(fma_peak_gflops);
     Ok(Ceilings {
         copy_gb_per_s,
         copy_bytes: (elems * 8) as u64,
+        read_gb_per_s,
         fma_gflop_per_s,
     })
+}
+
+/// Best of several timed passes of the backend's read probe over `elems` f32 values, or
+/// `None` for a backend without one.
+async fn read_bandwidth(backend: &BackendRef, elems: usize) -> Result<Option<f64>> {
+    let source = backend.upload(HostData::F32(vec![1.0; elems]))?;
+    let Some((_, bytes)) = backend.read_probe(&source)? else {
+        return Ok(None);
+    };
+    backend.synchronize_async().await?;
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let start = now_secs();
+        let iters = 4;
+        for _ in 0..iters {
+            backend.read_probe(&source)?;
+        }
+        backend.synchronize_async().await?;
+        best = best.min((now_secs() - start) / iters as f64);
+    }
+    Ok(Some(bytes as f64 / best / 1e9))
 }
 
 /// Best of several timed copies of `elems` f32 values.

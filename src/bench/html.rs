@@ -132,13 +132,14 @@ pub fn html(report: &BenchReport) -> Result<String> {
         report.size
     );
     h += "<h2>Machines and ceilings</h2><table><tr><th>backend</th><th>device</th><th>vendor</th>\
-          <th>driver</th><th>api</th><th>features</th><th>copy GB/s</th><th>FMA peak GFLOP/s</th></tr>";
+          <th>driver</th><th>api</th><th>features</th><th>copy GB/s</th><th>shader read GB/s</th>\
+          <th>FMA peak GFLOP/s</th></tr>";
     for b in &report.backends {
         let i = &b.info;
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td class=n>{:.2}</td><td class=n>{}</td></tr>",
+             <td class=n>{:.2}</td><td class=n>{}</td><td class=n>{}</td></tr>",
             i.kind,
             esc(&i.device_name),
             esc(&i.vendor),
@@ -146,6 +147,7 @@ pub fn html(report: &BenchReport) -> Result<String> {
             esc(&i.api),
             esc(&i.features.join(", ")),
             b.ceilings.copy_gb_per_s,
+            num(b.ceilings.read_gb_per_s, 2),
             num(b.ceilings.fma_gflop_per_s, 1)
         );
     }

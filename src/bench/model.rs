@@ -1,5 +1,6 @@
 //! `webtensor bench --model`: a model's prefill and decode speed per backend, with decode's
-//! weight traffic as a fraction of the copy bandwidth measured in the same run. A backend's
+//! weight traffic as a fraction of the copy bandwidth and of the shader read bandwidth measured
+//! in the same run. A backend's
 //! row is reported only if its logits matched the reference backend's in that run.
 //!
 //! The yardstick is the reference forward with f32 activations (the stored weights' exact
@@ -52,6 +53,9 @@ pub struct ModelBenchRow {
     pub decode_weight_gb_per_s: Option<f64>,
     /// That bandwidth as a fraction of the backend's copy ceiling.
     pub frac_copy: Option<f64>,
+    /// That bandwidth as a fraction of the backend's shader read ceiling, where it has one
+    /// (see [`super::ceilings::Ceilings::read_gb_per_s`]).
+    pub frac_read: Option<f64>,
     /// Kernel dispatches per decode step (sampling included), where the backend counts them.
     pub dispatches_per_token: Option<f64>,
     /// A peer timed on the same file between our samples, if one was asked for.
@@ -207,7 +211,7 @@ pub fn run(
             reason,
         })?;
         progress(&format!("{kind}: ceilings"));
-        let copy = ceilings::measure(&backend, Size::Small)?.copy_gb_per_s;
+        let ceilings = ceilings::measure(&backend, Size::Small)?;
         let device = Device::builder().priority(vec![kind]).build()?;
         let mut model = Llama::load(&device, open()?)?;
         model.set_activations(activations);
@@ -231,6 +235,7 @@ pub fn run(
             weight_bytes: bytes,
             decode_weight_gb_per_s: None,
             frac_copy: None,
+            frac_read: None,
             dispatches_per_token: None,
             peer: None,
             decode_profile: None,
@@ -269,7 +274,8 @@ pub fn run(
             if let Some(rate) = row.decode_tokens_per_s {
                 let gb = bytes as f64 * rate / 1e9;
                 row.decode_weight_gb_per_s = Some(gb);
-                row.frac_copy = Some(gb / copy);
+                row.frac_copy = Some(gb / ceilings.copy_gb_per_s);
+                row.frac_read = ceilings.read_gb_per_s.map(|read| gb / read);
             }
         }
         rows.push(row);
@@ -364,10 +370,10 @@ pub(crate) fn max_difference(a: &[f32], b: &[f32]) -> f64 {
 pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
     let opt = |v: Option<f64>, p: usize| v.map_or("-".into(), |v| format!("{v:.p$}"));
     let paths: Vec<&str> = rows.iter().map(|r| r.activations.as_str()).collect();
-    let line = |c: [&str; 9]| {
+    let line = |c: [&str; 10]| {
         format!(
-            "{:<10} {:>6} {:>20} {:>6} {:>20} {:>12} {:>7} {:>12}  {}\n",
-            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8]
+            "{:<10} {:>6} {:>20} {:>6} {:>20} {:>12} {:>7} {:>7} {:>12}  {}\n",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9]
         )
     };
     let mut out = format!("{model} ({})\n", paths.first().copied().unwrap_or(""));
@@ -379,6 +385,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
         "decode tok/s",
         "weights GB/s",
         "% copy",
+        "% read",
         "dispatch/tok",
         "check",
     ]);
@@ -391,9 +398,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
                 r.max_abs_error, r.tolerance
             )
         };
-        let copy = r
-            .frac_copy
-            .map_or("-".into(), |f| format!("{:.1}%", f * 100.0));
+        let percent = |f: Option<f64>| f.map_or("-".into(), |f| format!("{:.1}%", f * 100.0));
         out += &line([
             r.backend.name(),
             &r.prompt_tokens.to_string(),
@@ -401,7 +406,8 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
             &r.decode_tokens.to_string(),
             &spread(&r.decode_samples, 1),
             &opt(r.decode_weight_gb_per_s, 3),
-            &copy,
+            &percent(r.frac_copy),
+            &percent(r.frac_read),
             &opt(r.dispatches_per_token, 1),
             &check,
         ]);
@@ -419,6 +425,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
                 "",
                 "",
                 "",
+                "",
                 &peer.name,
             ]);
             out += &line([
@@ -427,6 +434,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
                 &ratio(&r.prompt_samples, &peer.prompt_samples),
                 "",
                 &ratio(&r.decode_samples, &peer.decode_samples),
+                "",
                 "",
                 "",
                 "",

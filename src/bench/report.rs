@@ -33,8 +33,11 @@ pub fn table(report: &BenchReport) -> String {
         );
         let _ = writeln!(
             out,
-            "          ceilings: copy {:.2} GB/s{}",
+            "          ceilings: copy {:.2} GB/s{}{}",
             b.ceilings.copy_gb_per_s,
+            b.ceilings
+                .read_gb_per_s
+                .map_or(String::new(), |r| format!(", shader read {r:.2} GB/s")),
             b.ceilings
                 .fma_gflop_per_s
                 .map_or(String::new(), |p| format!(", FMA peak {p:.1} GFLOP/s"))

@@ -1,7 +1,8 @@
 //! `encode`: each `OpSpec` routed to its op family's module, which fills the kernel's
 //! parameter block, chooses the kernel and the grid, and records the dispatch. The modules
 //! mirror the shader files: `elementwise.rs`, `rows.rs` (norm, softmax, rope, argmax),
-//! `movement.rs` (permute, concat), `sample.rs`, `quant.rs`, `scan.rs`; the matrix products
+//! `movement.rs` (permute, concat), `sample.rs`, `quant.rs`, `scan.rs`, and the bench's
+//! read probe (`probe.rs`); the matrix products
 //! and the embedding gather stay here, beside the split of oversized bindings (`split.rs`).
 //!
 //! Grids: WebGPU caps each grid dimension at `max_compute_workgroups_per_dimension` (65535 by
@@ -19,6 +20,8 @@
 mod elementwise;
 mod fused;
 mod movement;
+mod probe;
+pub(crate) use probe::{probe_bytes, probe_invocations};
 mod quant;
 mod rows;
 mod sample;

@@ -513,6 +513,37 @@ impl Backend for WgpuBackend {
         Ok(Storage::Wgpu(out))
     }
 
+    fn read_probe(&self, x: &Storage) -> Result<Option<(Storage, u64)>> {
+        let src = gpu_storage("read_probe", x)?;
+        let bytes = src
+            .byte_len()
+            .min(self.ctx.limits.max_storage_buffer_binding_size);
+        let invocations =
+            kernels::probe_invocations(bytes, self.ctx.limits.max_compute_workgroups_per_dimension);
+        if invocations == 0 {
+            return Err(Error::invalid(
+                "read_probe",
+                format!("a buffer of {bytes} bytes is too small to probe"),
+            ));
+        }
+        let out = self.alloc("read_probe", invocations as usize, DType::U32)?;
+        {
+            let mut rec = self.recorder()?;
+            let mut encoder = Encoder {
+                ctx: &self.ctx,
+                pipelines: &self.pipelines,
+                recorder: &mut rec,
+                windows: Vec::new(),
+            };
+            encoder.read_probe(out.raw(), src.raw(), invocations)?;
+        }
+        self.check_errors()?;
+        Ok(Some((
+            Storage::Wgpu(out),
+            kernels::probe_bytes(invocations),
+        )))
+    }
+
     fn dispatches(&self) -> Option<u64> {
         self.recorder().ok().map(|r| r.dispatches())
     }

@@ -44,6 +44,10 @@ macro_rules! params {
 }
 
 params!(
+    /// `read_probe.wgsl`: vec4s each invocation reads per run.
+    ReadProbeParams for [ReadProbe] { per_lane: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+);
+params!(
     /// `elementwise.wgsl`: unary, binary and scale ops.
     ElementwiseParams for [Elementwise] { len: u32, rhs_len: u32, factor: f32, _pad: u32 }
 );
@@ -155,6 +159,7 @@ mod tests {
             ConcatParams::layout(),
             SampleParams::layout(),
             AttentionParams::layout(),
+            ReadProbeParams::layout(),
         ]
     }
 

@@ -42,6 +42,7 @@ pub(crate) enum Shader {
     Concat,
     Sample,
     Attention,
+    ReadProbe,
 }
 
 /// The prelude of the shaders marked `@prelude(dot4)`: `idot4` through WGSL's
@@ -69,7 +70,7 @@ fn reduce_prelude(shape: MvShape) -> String {
 const SUBGROUP_MV_ROWS: &str = "const MV_ROWS: u32 = 32u;";
 
 impl Shader {
-    pub(crate) const ALL: [Shader; 15] = [
+    pub(crate) const ALL: [Shader; 16] = [
         Shader::Elementwise,
         Shader::Norm,
         Shader::Softmax,
@@ -85,6 +86,7 @@ impl Shader {
         Shader::Concat,
         Shader::Sample,
         Shader::Attention,
+        Shader::ReadProbe,
     ];
 
     /// The module's WGSL for the adapter's matvec shape and integer dot (see
@@ -128,6 +130,7 @@ impl Shader {
             Shader::Concat => include_str!("../../../shaders/concat.wgsl"),
             Shader::Sample => include_str!("../../../shaders/sample.wgsl"),
             Shader::Attention => include_str!("../../../shaders/attention.wgsl"),
+            Shader::ReadProbe => include_str!("../../../shaders/read_probe.wgsl"),
         }
     }
 
@@ -149,6 +152,7 @@ impl Shader {
             Shader::Concat => "concat.wgsl",
             Shader::Sample => "sample.wgsl",
             Shader::Attention => "attention.wgsl",
+            Shader::ReadProbe => "read_probe.wgsl",
         }
     }
 }
