@@ -669,6 +669,30 @@ fn qmatmul(dev: &Device) {
             }
         }
     }
+    // Weights so small that every f16 block scale is subnormal (below 2^-14): the products
+    // convert them exactly, not flushed to zero as a driver's f16 conversion may. The outputs
+    // are scaled up before the comparison, whose tolerance is relative to values of at least 1.
+    for (m, n, k) in [(1, 40, 512), (3, 40, 512)] {
+        let a = uniform(&mut r, m * k, 2.0);
+        let w: Vec<f32> = uniform(&mut r, n * k, 1.0)
+            .iter()
+            .map(|v| v * 3e-5)
+            .collect();
+        for format in [DType::Q8_0, DType::Q4_0, DType::TQ1_0, DType::TQ2_0] {
+            for act in [Activations::F32, Activations::Q8_0, Activations::I8] {
+                compare(
+                    &format!("qmatmul {format} {act:?} {m}x{n}x{k}, subnormal scales"),
+                    dev,
+                    TOL * (k as f64).sqrt(),
+                    |d| {
+                        let w_t = packed_weight(d, &w, n, k, format);
+                        let out = ops::qmatmul_t(&tensor(d, &a, &[m, k]), &w_t, act).unwrap();
+                        ops::scale(&out, 1e4).unwrap()
+                    },
+                );
+            }
+        }
+    }
     // matmul_t takes packed weights too; f16 weights allow any k.
     let (m, n, k) = (2, 3, 37);
     let a = uniform(&mut r, m * k, 1.0);
