@@ -61,36 +61,33 @@ async fn read_bandwidth(backend: &BackendRef, elems: usize) -> Result<Option<f64
     let Some((_, bytes)) = backend.read_probe(&source)? else {
         return Ok(None);
     };
-    backend.synchronize_async().await?;
-    let mut best = f64::INFINITY;
-    for _ in 0..5 {
-        let start = now_secs();
-        let iters = 4;
-        for _ in 0..iters {
-            backend.read_probe(&source)?;
-        }
-        backend.synchronize_async().await?;
-        best = best.min((now_secs() - start) / iters as f64);
-    }
-    Ok(Some(bytes as f64 / best / 1e9))
+    let secs = best_pass_secs(backend, || backend.read_probe(&source).map(drop)).await?;
+    Ok(Some(bytes as f64 / secs / 1e9))
 }
 
 /// Best of several timed copies of `elems` f32 values.
 async fn copy_bandwidth(backend: &BackendRef, elems: usize) -> Result<f64> {
     let source = backend.upload(HostData::F32(vec![1.0; elems]))?;
     backend.copy(&source, elems)?;
+    let secs = best_pass_secs(backend, || backend.copy(&source, elems).map(drop)).await?;
+    Ok((elems * 8) as f64 / secs / 1e9)
+}
+
+/// The shortest time per `pass` over five timings of four passes each, after waiting for the
+/// work already recorded (the caller's warm-up pass).
+async fn best_pass_secs(backend: &BackendRef, pass: impl Fn() -> Result<()>) -> Result<f64> {
     backend.synchronize_async().await?;
     let mut best = f64::INFINITY;
     for _ in 0..5 {
         let start = now_secs();
         let iters = 4;
         for _ in 0..iters {
-            backend.copy(&source, elems)?;
+            pass()?;
         }
         backend.synchronize_async().await?;
         best = best.min((now_secs() - start) / iters as f64);
     }
-    Ok((elems * 8) as f64 / best / 1e9)
+    Ok(best)
 }
 
 /// The cpu's copy ceiling: every worker thread copies its share of `elems` f32 values

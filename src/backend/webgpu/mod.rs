@@ -197,6 +197,22 @@ impl WgpuBackend {
     }
 
     /// A pooled buffer for `len` elements of `dtype`, contents undefined.
+    /// Records work through an [`Encoder`] on the locked recorder, then reports any error the
+    /// device raised while it was recorded.
+    fn record(&self, work: impl FnOnce(&mut Encoder<'_>) -> Result<()>) -> Result<()> {
+        {
+            let mut rec = self.recorder()?;
+            let mut encoder = Encoder {
+                ctx: &self.ctx,
+                pipelines: &self.pipelines,
+                recorder: &mut rec,
+                windows: Vec::new(),
+            };
+            work(&mut encoder)?;
+        }
+        self.check_errors()
+    }
+
     fn alloc(&self, op: &'static str, len: usize, dtype: DType) -> Result<GpuBuffer> {
         let bytes = (len as u64).saturating_mul(dtype.unit_bytes() as u64);
         self.check_size(op, bytes)?;
@@ -450,17 +466,7 @@ impl Backend for WgpuBackend {
             .iter()
             .map(|s| gpu_storage(op, s).map(Operand::of))
             .collect::<Result<Vec<_>>>()?;
-        {
-            let mut rec = self.recorder()?;
-            let mut encoder = Encoder {
-                ctx: &self.ctx,
-                pipelines: &self.pipelines,
-                recorder: &mut rec,
-                windows: Vec::new(),
-            };
-            encoder.encode(spec, target.raw(), &operands)?;
-        }
-        self.check_errors()
+        self.record(|encoder| encoder.encode(spec, target.raw(), &operands))
     }
 
     fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage> {
@@ -483,17 +489,7 @@ impl Backend for WgpuBackend {
         operands.extend(extras.iter().map(Operand::of));
         let out_dtype = spec.output_dtype(buffers.first().map_or(DType::F32, |b| b.dtype()));
         let out = self.alloc(op, spec.output_len(), out_dtype)?;
-        {
-            let mut rec = self.recorder()?;
-            let mut encoder = Encoder {
-                ctx: &self.ctx,
-                pipelines: &self.pipelines,
-                recorder: &mut rec,
-                windows: Vec::new(),
-            };
-            encoder.encode(spec, out.raw(), &operands)?;
-        }
-        self.check_errors()?;
+        self.record(|encoder| encoder.encode(spec, out.raw(), &operands))?;
         Ok(Storage::Wgpu(out))
     }
 
@@ -527,17 +523,7 @@ impl Backend for WgpuBackend {
             ));
         }
         let out = self.alloc("read_probe", invocations as usize, DType::U32)?;
-        {
-            let mut rec = self.recorder()?;
-            let mut encoder = Encoder {
-                ctx: &self.ctx,
-                pipelines: &self.pipelines,
-                recorder: &mut rec,
-                windows: Vec::new(),
-            };
-            encoder.read_probe(out.raw(), src.raw(), invocations)?;
-        }
-        self.check_errors()?;
+        self.record(|encoder| encoder.read_probe(out.raw(), src.raw(), invocations))?;
         Ok(Some((
             Storage::Wgpu(out),
             kernels::probe_bytes(invocations),
