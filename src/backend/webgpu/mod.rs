@@ -196,7 +196,6 @@ impl WgpuBackend {
         Ok(())
     }
 
-    /// A pooled buffer for `len` elements of `dtype`, contents undefined.
     /// Records work through an [`Encoder`] on the locked recorder, then reports any error the
     /// device raised while it was recorded.
     fn record(&self, work: impl FnOnce(&mut Encoder<'_>) -> Result<()>) -> Result<()> {
@@ -213,6 +212,7 @@ impl WgpuBackend {
         self.check_errors()
     }
 
+    /// A pooled buffer for `len` elements of `dtype`, contents undefined.
     fn alloc(&self, op: &'static str, len: usize, dtype: DType) -> Result<GpuBuffer> {
         let bytes = (len as u64).saturating_mul(dtype.unit_bytes() as u64);
         self.check_size(op, bytes)?;
@@ -511,9 +511,9 @@ impl Backend for WgpuBackend {
 
     fn read_probe(&self, x: &Storage) -> Result<Option<(Storage, u64)>> {
         let src = gpu_storage("read_probe", x)?;
-        let bytes = src
-            .byte_len()
-            .min(self.ctx.limits.max_storage_buffer_binding_size);
+        let bytes = src.byte_len();
+        // The probe binds the whole buffer.
+        self.check_size("read_probe", bytes)?;
         let invocations =
             kernels::probe_invocations(bytes, self.ctx.limits.max_compute_workgroups_per_dimension);
         if invocations == 0 {
