@@ -93,8 +93,7 @@ fn f16_to_f32(h: u32) -> f32 {
     let e = (h >> 10u) & 0x1fu;
     let m = h & 0x3ffu;
     if (e == 0u) {
-        // 2^-24 · m is exact in f32.
-        return bitcast<f32>(sign | bitcast<u32>(f32(m) * 5.9604645e-8));
+        return f16_subnormal(h);
     }
     if (e == 31u) {
         return bitcast<f32>(sign | 0x7f800000u | (m << 13u));
@@ -108,8 +107,13 @@ fn f16_to_f32(h: u32) -> f32 {
 // made its Q8_0 and Q4_0 decode products 6–10% faster. (Quantize and dequantize keep
 // `f16_to_f32`, which also keeps NaN payloads.)
 fn f16_scale(h: u32) -> f32 {
-    let exact_subnormal = bitcast<f32>(((h & 0x8000u) << 16u) | bitcast<u32>(f32(h & 0x3ffu) * 5.9604645e-8));
-    return select(unpack2x16float(h).x, exact_subnormal, (h & 0x7c00u) == 0u);
+    return select(unpack2x16float(h).x, f16_subnormal(h), (h & 0x7c00u) == 0u);
+}
+
+// The binary16 bits `h` (the low 16 bits) of a subnormal (or zero) as f32: 2^-24 · mantissa,
+// which is exact in f32, with the sign.
+fn f16_subnormal(h: u32) -> f32 {
+    return bitcast<f32>(((h & 0x8000u) << 16u) | bitcast<u32>(f32(h & 0x3ffu) * 5.9604645e-8));
 }
 
 // f32 to binary16 bits, rounded to nearest even, overflow to infinity.

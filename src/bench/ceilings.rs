@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::clock::now_secs;
 use super::Size;
-use crate::backend::{BackendKind, BackendRef, HostData};
+use crate::backend::{BackendKind, BackendRef, HostData, Storage};
 use crate::error::Result;
 
 /// The ceilings of one backend.
@@ -39,12 +39,16 @@ pub async fn measure_async(backend: &BackendRef, size: Size) -> Result<Ceilings>
         Size::Small => 16 << 20, // 64 MiB
         Size::Medium => 64 << 20,
     };
-    let copy_gb_per_s = if backend.kind() == BackendKind::Cpu {
-        host_copy_bandwidth(elems)
+    let (copy_gb_per_s, read_gb_per_s) = if backend.kind() == BackendKind::Cpu {
+        (host_copy_bandwidth(elems), None)
     } else {
-        copy_bandwidth(backend, elems).await?
+        // One source buffer for both probes.
+        let source = backend.upload(HostData::F32(vec![1.0; elems]))?;
+        (
+            copy_bandwidth(backend, &source, elems).await?,
+            read_bandwidth(backend, &source).await?,
+        )
     };
-    let read_gb_per_s = read_bandwidth(backend, elems).await?;
     let fma_gflop_per_s = (backend.kind() == BackendKind::Cpu).then(fma_peak_gflops);
     Ok(Ceilings {
         copy_gb_per_s,
@@ -54,22 +58,20 @@ pub async fn measure_async(backend: &BackendRef, size: Size) -> Result<Ceilings>
     })
 }
 
-/// Best of several timed passes of the backend's read probe over `elems` f32 values, or
-/// `None` for a backend without one.
-async fn read_bandwidth(backend: &BackendRef, elems: usize) -> Result<Option<f64>> {
-    let source = backend.upload(HostData::F32(vec![1.0; elems]))?;
-    let Some((_, bytes)) = backend.read_probe(&source)? else {
+/// Best of several timed passes of the backend's read probe over `source`, or `None` for a
+/// backend without one.
+async fn read_bandwidth(backend: &BackendRef, source: &Storage) -> Result<Option<f64>> {
+    let Some((_, bytes)) = backend.read_probe(source)? else {
         return Ok(None);
     };
-    let secs = best_pass_secs(backend, || backend.read_probe(&source).map(drop)).await?;
+    let secs = best_pass_secs(backend, || backend.read_probe(source).map(drop)).await?;
     Ok(Some(bytes as f64 / secs / 1e9))
 }
 
-/// Best of several timed copies of `elems` f32 values.
-async fn copy_bandwidth(backend: &BackendRef, elems: usize) -> Result<f64> {
-    let source = backend.upload(HostData::F32(vec![1.0; elems]))?;
-    backend.copy(&source, elems)?;
-    let secs = best_pass_secs(backend, || backend.copy(&source, elems).map(drop)).await?;
+/// Best of several timed copies of the `elems` f32 values of `source`.
+async fn copy_bandwidth(backend: &BackendRef, source: &Storage, elems: usize) -> Result<f64> {
+    backend.copy(source, elems)?;
+    let secs = best_pass_secs(backend, || backend.copy(source, elems).map(drop)).await?;
     Ok((elems * 8) as f64 / secs / 1e9)
 }
 

@@ -1,7 +1,7 @@
 //! `webtensor bench --model`: a model's prefill and decode speed per backend, with decode's
 //! weight traffic as a fraction of the copy bandwidth and of the shader read bandwidth measured
-//! in the same run. A backend's
-//! row is reported only if its logits matched the reference backend's in that run.
+//! in the same run. A backend's row is reported only if its logits matched the reference
+//! backend's in that run.
 //!
 //! The yardstick is the reference forward with f32 activations (the stored weights' exact
 //! products). With integer activations the logits carry the activations' rounding, which a

@@ -1,9 +1,9 @@
 //! `encode`: each `OpSpec` routed to its op family's module, which fills the kernel's
 //! parameter block, chooses the kernel and the grid, and records the dispatch. The modules
 //! mirror the shader files: `elementwise.rs`, `rows.rs` (norm, softmax, rope, argmax),
-//! `movement.rs` (permute, concat), `sample.rs`, `quant.rs`, `scan.rs`, and the bench's
-//! read probe (`probe.rs`); the matrix products
-//! and the embedding gather stay here, beside the split of oversized bindings (`split.rs`).
+//! `movement.rs` (permute, concat), `sample.rs`, `quant.rs`, `scan.rs`, and the bench's read
+//! probe (`probe.rs`); the matrix products and the embedding gather stay here, beside the
+//! split of oversized bindings (`split.rs`).
 //!
 //! Grids: WebGPU caps each grid dimension at `max_compute_workgroups_per_dimension` (65535 by
 //! default). One-dimensional work (elementwise, one workgroup per row) uses a two-dimensional
