@@ -585,3 +585,51 @@ fn bench_model_counts_wgpu_dispatches_per_decode_step() {
         .expect("a fraction of the read ceiling");
     assert!(read > 0.0, "{r}");
 }
+
+#[test]
+fn bench_probes_fit_a_device_with_a_small_binding_limit() {
+    // lavapipe and many browsers bind at most 128 MiB; the probes asked for more at
+    // `--size medium` and the whole bench failed. Here a 16 MiB limit against `small`'s 64 MiB.
+    let limit: u64 = 16 << 20;
+    let out = Command::new(env!("CARGO_BIN_EXE_webtensor"))
+        .args([
+            "bench",
+            "--backend",
+            "wgpu",
+            "--op",
+            "add",
+            "--runs",
+            "1",
+            "--json",
+        ])
+        .env_remove("WEBTENSOR_BACKEND")
+        .env("WEBTENSOR_WGPU_MAX_BINDING", limit.to_string())
+        .output()
+        .expect("the webtensor binary runs");
+    if !out.status.success() && !common::wgpu_required() {
+        eprintln!(
+            "skipping: {}",
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        );
+        return;
+    }
+    let v = json(&out);
+    let ceilings = &v["backends"][0]["ceilings"];
+    // The copy reads and writes one binding's worth.
+    assert_eq!(
+        ceilings["copy_bytes"].as_u64(),
+        Some(2 * limit),
+        "{ceilings}"
+    );
+    assert!(
+        ceilings["copy_gb_per_s"].as_f64().unwrap() > 0.0,
+        "{ceilings}"
+    );
+    assert!(
+        ceilings["read_gb_per_s"].as_f64().unwrap() > 0.0,
+        "{ceilings}"
+    );
+}

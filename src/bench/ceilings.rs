@@ -35,10 +35,7 @@ pub fn measure(backend: &BackendRef, size: Size) -> Result<Ceilings> {
 
 /// Measures the ceilings of `backend`, waiting for the device without blocking.
 pub async fn measure_async(backend: &BackendRef, size: Size) -> Result<Ceilings> {
-    let elems = match size {
-        Size::Small => 16 << 20, // 64 MiB
-        Size::Medium => 64 << 20,
-    };
+    let elems = probe_elems(backend, size);
     let (copy_gb_per_s, read_gb_per_s) = if backend.kind() == BackendKind::Cpu {
         (host_copy_bandwidth(elems), None)
     } else {
@@ -56,6 +53,25 @@ pub async fn measure_async(backend: &BackendRef, size: Size) -> Result<Ceilings>
         read_gb_per_s,
         fma_gflop_per_s,
     })
+}
+
+/// The f32 values the bandwidth probes stream: 64 MiB (`small`) or 256 MiB (`medium`), but
+/// no more than one binding or buffer of the device holds (128 MiB on lavapipe and in many
+/// browsers), since the copy's output and the read probe's input are each bound whole.
+fn probe_elems(backend: &BackendRef, size: Size) -> usize {
+    let wanted: usize = match size {
+        Size::Small => 16 << 20,
+        Size::Medium => 64 << 20,
+    };
+    let one_binding = backend
+        .info()
+        .limits
+        .iter()
+        .filter(|(name, _)| name == "max_storage_buffer_binding_size" || name == "max_buffer_size")
+        .map(|&(_, bytes)| usize::try_from(bytes / 4).unwrap_or(usize::MAX))
+        .min()
+        .unwrap_or(usize::MAX);
+    wanted.min(one_binding)
 }
 
 /// Best of several timed passes of the backend's read probe over `source`, or `None` for a
