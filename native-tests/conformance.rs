@@ -629,6 +629,9 @@ fn qmatmul(dev: &Device) {
         // Prefill through the row-dot kernel: chunks of four activation rows (the last one
         // short) times several blocks of weight rows.
         (6, 300, 512),
+        // Prefill through the tiled kernel on GPUs (`mm_tiled`): 64 × 64 output tiles, the
+        // last ones short in both directions.
+        (70, 130, 256),
         // Int8 activations rounded inside the decode kernel up to its most values (m · k ≤
         // 8192), then by the separate dispatch past it.
         (2, 40, 4096),

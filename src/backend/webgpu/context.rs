@@ -84,6 +84,9 @@ pub(crate) struct GpuContext {
     /// packed_4x8_integer_dot_product language feature and [`INT_DOT_ENV`] does not turn it
     /// off. Otherwise `shaders/dot4/portable.wgsl` writes them out.
     pub(crate) int_dot: bool,
+    /// Whether prefill products with packed weights may run the tiled kernel `mm_tiled` on
+    /// GPUs ([`TILED_PREFILL_ENV`] does not turn it off).
+    pub(crate) tiled_prefill: bool,
     /// The self-check's verdicts on the subgroup and shader-f16 variants, where they ran.
     pub(crate) subgroups_check: Option<Verdict>,
     pub(crate) f16_check: Option<Verdict>,
@@ -117,6 +120,11 @@ pub const SUBGROUPS_ENV: &str = "WEBTENSOR_WGPU_SUBGROUPS";
 /// Set to `off` to make the int8-activation products write out their 4-byte dot products
 /// even where WGSL's `dot4I8Packed` is available (how the tests cover both on one machine).
 pub const INT_DOT_ENV: &str = "WEBTENSOR_WGPU_INT_DOT";
+
+/// Set to `off` to run prefill products with packed weights through the row-dot kernel `mv`
+/// (four activation rows per pass over the weights) instead of the tiled `mm_tiled` (64) on
+/// GPUs: to compare the two on one card, or to work around a driver that miscompiles one.
+pub const TILED_PREFILL_ENV: &str = "WEBTENSOR_WGPU_TILED_PREFILL";
 
 /// `on` or `off`: whether the row-dot kernels use teams of lanes per row, overriding the
 /// adapter's default (teams on GPUs, one lane per rows on software adapters).
@@ -269,6 +277,7 @@ impl GpuContext {
             .wgsl_language_features()
             .contains(wgpu::WgslLanguageFeatures::Packed4x8IntegerDotProduct)
             && !env_off(INT_DOT_ENV);
+        let tiled_prefill = !env_off(TILED_PREFILL_ENV);
         let row_teams = match std::env::var(ROW_TEAMS_ENV) {
             Ok(v) if v.eq_ignore_ascii_case("on") => true,
             Ok(v) if v.eq_ignore_ascii_case("off") => false,
@@ -286,6 +295,7 @@ impl GpuContext {
             row_teams,
             subgroups,
             int_dot,
+            tiled_prefill,
             subgroups_check: None,
             f16_check: None,
             int_dot_check: None,

@@ -2,8 +2,10 @@
 //!
 //! Products with f32 or int8 activations (k a multiple of 32, within the shape's `max_k`), for
 //! decode and prefill alike, run the row-dot kernel `mv` compiled once per format and
-//! activation kind, over chunks of four activation rows; the others (f16 activations, f16
-//! weights with `shader-f16`, odd k) run one workgroup per (weight row, 8 activation rows).
+//! activation kind, over chunks of four activation rows; on GPUs prefill (more than four
+//! rows) runs the tiled `mm_tiled` instead, which decodes each weight group once per 64 rows
+//! ([`takes_tiled`]); the others (f16 activations, f16 weights with `shader-f16`, odd k) run
+//! one workgroup per (weight row, 8 activation rows).
 //! With `Q8_0` or `I8`
 //! activations and few rows (decode: m ≤ [`MATVEC_MAX_M`], m · k ≤ [`MVQ_MAX_VALUES`]) the `mv`
 //! kernel rounds the activations itself, in workgroup memory, so the product is one dispatch.
@@ -51,6 +53,27 @@ pub(in crate::backend::webgpu) fn folds_norm(
         && matches!(activations, Activations::Q8_0 | Activations::I8)
         && quantizes_in_kernel(m, k)
         && k <= shape.max_k()
+}
+
+/// Output rows and columns of an `mm_tiled` workgroup's tile (`quant.wgsl`).
+const MM_TILE: usize = 64;
+
+/// Whether a product runs `mm_tiled`, which decodes each weight group once per 64 activation
+/// rows instead of once per four: prefill (more rows than decode's [`MATVEC_MAX_M`]) on GPUs
+/// (the row-team shapes; a CPU adapter's lanes read the activations at one address for all,
+/// which `mv` is shaped for), f32 or int8 activations, k in whole groups, and nothing folded
+/// that only `mv` does (a norm, a KV store, the rotary epilogue).
+fn takes_tiled(pr: Product, shape: MvShape, folds: Folds<'_>, epilogue: Epilogue<'_>) -> bool {
+    pr.m > MATVEC_MAX_M
+        && pr.k.is_multiple_of(32)
+        && shape != MvShape::Lanes
+        && matches!(
+            pr.activations,
+            Activations::F32 | Activations::Q8_0 | Activations::I8
+        )
+        && folds.norm.is_none()
+        && folds.store.is_none()
+        && !matches!(epilogue, Epilogue::Rotary { .. })
 }
 
 /// Words of the temporary buffer holding `m × k` quantized activations for an int8-activation
@@ -295,6 +318,7 @@ impl Encoder<'_> {
         };
         let mv_grid = self.mv_grid(OP, m, n)?;
         let fits_mv = k <= self.ctx.mv_shape().max_k();
+        let tiled = self.ctx.tiled_prefill && takes_tiled(pr, self.ctx.mv_shape(), folds, epilogue);
         // The `mv` kernel binds six operands: the epilogue's, the norm's weight, the rotary
         // positions and the pool slots, or an operand again, unread.
         let mv = |enc: &mut Self, code: u32, x: &wgpu::Buffer| {
@@ -308,7 +332,15 @@ impl Encoder<'_> {
             ];
             enc.run_format(Shader::Quant, ("mv", code), &p, out, &inputs, mv_grid)
         };
+        // `mm_tiled` binds what `mv` binds (it reads the weights, activations and epilogue).
+        let mm_tiled = |enc: &mut Self, code: u32, x: &wgpu::Buffer| {
+            let tiles = (n.div_ceil(MM_TILE) * m.div_ceil(MM_TILE)) as u64;
+            let grid = enc.grid(OP, tiles)?;
+            let inputs = [w, x, epilogue.operand(x), x, x, x];
+            enc.run_format(Shader::Quant, ("mm_tiled", code), &p, out, &inputs, grid)
+        };
         match activations {
+            Activations::F32 if tiled => return mm_tiled(self, format_code(format)?, a),
             Activations::F32 if k.is_multiple_of(32) && fits_mv => {
                 // The row-dot kernel specialised for the format.
                 return mv(self, format_code(format)?, a);
@@ -345,6 +377,9 @@ impl Encoder<'_> {
                 };
                 let grid = self.grid(OP, groups as u64)?;
                 self.run(Shader::Quant, entry, &p, temp, &[a], grid)?;
+                if tiled {
+                    return mm_tiled(self, INT_ACTIVATIONS + format_code(format)?, temp);
+                }
                 if fits_mv {
                     // The row-dot kernel reading the int8 activations.
                     return mv(self, INT_ACTIVATIONS + format_code(format)?, temp);
