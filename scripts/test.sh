@@ -40,11 +40,13 @@ WEBTENSOR_WGPU_INT_DOT=off cargo test --test conformance -- wgpu::qmatmul wgpu::
 # The decode matvecs' GPU shape (row teams) on lavapipe, whose default is one lane per rows:
 # reduced with subgroupAdd, then with workgroup memory. With row teams, prefill products with
 # packed weights run the tiled `mm_tiled` (with the fused ops' epilogues), or with
-# WEBTENSOR_WGPU_TILED_PREFILL=off the row-dot kernel.
+# WEBTENSOR_WGPU_TILED_PREFILL=off the row-dot kernel; and weights beyond one binding, bound
+# in row ranges, through the tiles.
 echo "== wgpu row teams (WEBTENSOR_WGPU_ROW_TEAMS=on), with and without subgroups and tiles"
 WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test conformance -- wgpu::qmatmul wgpu::matmul wgpu::linear_residual wgpu::swiglu_linear
 WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_SUBGROUPS=off cargo test --test conformance -- wgpu::qmatmul wgpu::matmul
 WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_TILED_PREFILL=off cargo test --test conformance -- wgpu::qmatmul wgpu::linear_residual
+WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test wgpu_split
 # Subgroup teams take four rows per subgroup: lavapipe's subgroups of 8 give 32 rows per
 # workgroup, SwiftShader's (Chromium's Vulkan ICD) subgroups of 4 give 64, as a GPU's of 32 give 8.
 swiftshader=/usr/lib/chromium/vk_swiftshader_icd.json
