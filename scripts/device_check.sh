@@ -129,4 +129,6 @@ PY
 profile_and_compare
 step 150 .dev/webtensor bench --backend wgpu --backend cuda --size medium --op matmul --op qmatmul \
   --report "$OUT/medium"
+# The quantized prefill in tiles (mm_tiled) against the row-dot kernel it replaced there.
+WEBTENSOR_WGPU_TILED_PREFILL=off step 90 .dev/webtensor bench --backend wgpu --size medium --op qmatmul
 step 120 .dev/webtensor bench --backend wgpu --backend cuda --report "$OUT/ops"
