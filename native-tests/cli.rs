@@ -521,6 +521,23 @@ fn the_wgpu_self_check_runs_once_per_adapter_and_demotes_a_disagreeing_variant()
         d.starts_with("dot4I8Packed; demoted by the self-check: qmatmul q4_0 × Q8_0"),
         "{d}"
     );
+    // With row teams (the GPU shape) prefill products run in tiles, checked the same way.
+    let prefill = |v: &serde_json::Value| v["prefill"].as_str().unwrap().to_string();
+    let p = prefill(&first);
+    assert!(
+        p.starts_with("64 × 64 tiles") && p.ends_with("; self-check passed"),
+        "{p}"
+    );
+    assert!(
+        prefill(&second).ends_with("self-check passed (cached)"),
+        "{second}"
+    );
+    let p = prefill(&planted);
+    assert!(
+        p.starts_with("the row-dot kernel")
+            && p.contains("demoted by the self-check: qmatmul q4_0"),
+        "{p}"
+    );
     if !first["features"]
         .as_array()
         .unwrap()

@@ -217,6 +217,10 @@ pub struct BackendInfo {
     /// and why; empty for backends without such a choice.
     #[serde(default)]
     pub reductions: String,
+    /// How prefill products with packed weights run (in tiles, or through the row-dot
+    /// kernel), and why; empty for backends without such a choice.
+    #[serde(default)]
+    pub prefill: String,
     /// The per-kernel GPU timestamp profiler ([`Backend::kernel_profile`]) when it was asked
     /// for: on, or why it is unavailable; empty when not asked for or not offered.
     #[serde(default)]

@@ -38,6 +38,7 @@ impl HostKernels for ReferenceBackend {
             missing_ops: vec![],
             f16_path: "widened to f64".into(),
             reductions: String::new(),
+            prefill: String::new(),
             profiler: String::new(),
         }
     }

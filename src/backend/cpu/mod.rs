@@ -120,6 +120,7 @@ impl HostKernels for CpuBackend {
             missing_ops: vec![],
             f16_path: "widened to f32 per block".into(),
             reductions: String::new(),
+            prefill: String::new(),
             profiler: String::new(),
         }
     }

@@ -176,6 +176,7 @@ impl CudaBackend {
             missing_ops: OpKind::FUSED.to_vec(),
             f16_path: "f16 storage widened to f32 in the kernels".into(),
             reductions: String::new(),
+            prefill: String::new(),
             profiler: String::new(),
         };
         Ok(CudaBackend {

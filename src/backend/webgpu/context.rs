@@ -87,10 +87,11 @@ pub(crate) struct GpuContext {
     /// Whether prefill products with packed weights may run the tiled kernel `mm_tiled` on
     /// GPUs ([`TILED_PREFILL_ENV`] does not turn it off).
     pub(crate) tiled_prefill: bool,
-    /// The self-check's verdicts on the subgroup and shader-f16 variants, where they ran.
+    /// The self-check's verdicts on the variants, where they ran.
     pub(crate) subgroups_check: Option<Verdict>,
     pub(crate) f16_check: Option<Verdict>,
     pub(crate) int_dot_check: Option<Verdict>,
+    pub(crate) tiled_prefill_check: Option<Verdict>,
     /// Whether dispatches are timed ([`PROFILE_ENV`]).
     pub(crate) profiling: Profiling,
 }
@@ -299,6 +300,7 @@ impl GpuContext {
             subgroups_check: None,
             f16_check: None,
             int_dot_check: None,
+            tiled_prefill_check: None,
             profiling,
         })
     }
@@ -420,6 +422,23 @@ impl GpuContext {
                     "workgroup memory (no subgroups on this adapter)".into()
                 },
                 &self.subgroups_check,
+            ),
+            prefill: with_note(
+                if !self.row_teams {
+                    "the row-dot kernel, four activation rows per pass over the weights \
+                     (the software-adapter shape)"
+                        .into()
+                } else if self.tiled_prefill {
+                    "64 × 64 tiles, the weights decoded once per tile (mm_tiled)".into()
+                } else if matches!(self.tiled_prefill_check, Some(Verdict::Demoted(_))) {
+                    "the row-dot kernel, four activation rows per pass over the weights".into()
+                } else {
+                    format!(
+                        "the row-dot kernel, four activation rows per pass over the weights \
+                         ({TILED_PREFILL_ENV}=off)"
+                    )
+                },
+                &self.tiled_prefill_check,
             ),
             profiler: match &self.profiling {
                 Profiling::Off => String::new(),

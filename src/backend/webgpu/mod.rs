@@ -145,6 +145,13 @@ impl WgpuBackend {
             }
             self.ctx.int_dot_check = Some(verdict);
         }
+        if self.ctx.row_teams && self.ctx.tiled_prefill {
+            let verdict = selfcheck::check(self, Variant::TiledPrefill);
+            if matches!(verdict, Verdict::Demoted(_)) {
+                self.ctx.tiled_prefill = false;
+            }
+            self.ctx.tiled_prefill_check = Some(verdict);
+        }
     }
 
     /// Fails with [`Error::TensorTooLarge`] when a buffer of `bytes` cannot be bound.

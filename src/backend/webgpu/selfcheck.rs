@@ -3,9 +3,10 @@
 //! Drivers have bugs that show only on their hardware, and no test machine has every adapter.
 //! So before the backend is handed out, each variant chosen by a capability — the row-team
 //! kernels reducing with `subgroupAdd`, the `shader-f16` products, the int8-activation
-//! products through `dot4I8Packed` — runs on small inputs and is compared with the reference
-//! backend. A variant that disagrees is demoted to its portable twin (workgroup-memory
-//! reductions, `unpack2x16float`, `idot4` written out), and `webtensor info` says so.
+//! products through `dot4I8Packed`, the tiled prefill products on GPUs — runs on small inputs
+//! and is compared with the reference backend. A variant that disagrees is demoted to its
+//! portable twin (workgroup-memory reductions, `unpack2x16float`, `idot4` written out, the
+//! row-dot kernel), and `webtensor info` says so.
 //!
 //! The verdict is cached on disk per adapter, driver, webtensor version and shader sources
 //! (`$XDG_CACHE_HOME/webtensor/wgpu-selfcheck/`, else `~/.cache/...`), so later starts do not
@@ -37,6 +38,9 @@ pub(super) enum Variant {
     NativeF16,
     /// Int8-activation decode products through `dot4I8Packed` (`shaders/dot4/builtin.wgsl`).
     IntDot,
+    /// Prefill products with packed weights in 64 × 64 tiles (`mm_tiled` in
+    /// `shaders/quant.wgsl`): 256-thread workgroups and 16 KiB of workgroup memory.
+    TiledPrefill,
 }
 
 impl Variant {
@@ -45,6 +49,7 @@ impl Variant {
             Variant::Subgroups => "subgroups",
             Variant::NativeF16 => "shader-f16",
             Variant::IntDot => "dot4I8Packed",
+            Variant::TiledPrefill => "mm_tiled",
         }
     }
 }
@@ -123,6 +128,11 @@ fn cases(variant: Variant) -> Vec<(String, OpSpec, Vec<HostData>)> {
             product(DType::Q4_0, Activations::Q8_0, (1, 13, 320)),
             product(DType::Q8_0, Activations::Q8_0, (1, 9, 128)),
             product(DType::Q8_0, Activations::I8, (1, 7, 96)),
+        ],
+        // Past one tile in both directions, with f32 and int8 activations.
+        Variant::TiledPrefill => vec![
+            qmatmul(DType::Q4_0, 67, 70, 64),
+            product(DType::Q8_0, Activations::Q8_0, (9, 13, 128)),
         ],
     }
 }

@@ -113,6 +113,7 @@ fn info_text(report: &InfoReport) -> String {
                 field("simd", i.simd.clone().unwrap_or_default());
                 field("f16", i.f16_path.clone());
                 field("reductions", i.reductions.clone());
+                field("prefill", i.prefill.clone());
                 field("profiler", i.profiler.clone());
                 field(
                     "threads",
