@@ -827,7 +827,11 @@ fn mv_act(r: u32, i: u32, inv: f32) -> vec4<f32> {
 }
 
 // Rounds the workgroup's activation rows (mv_a0.., set by `mv_first_row`) into `mvq_vals`
-// (row i's int8 values at words i·k/4..) and `mvq_scales` (row i's scales at i·k/32..).
+// and `mvq_scales` (row i's scales at i·k/32..). Row i's int8 values take words i·k/4.., word t
+// of group g at i·k/4 + t·(k/32) + g: interleaved, so that the lanes of a team, which take
+// consecutive groups, read consecutive words (on a GPU, distinct banks of workgroup memory;
+// in group order, eight words apart, every fourth lane of 32 read the same bank). A CPU
+// adapter's lanes all read one group, so one address, either way.
 fn mv_prepare(lid: u32) {
     if ((MV_FORMAT & FMT_QUANTIZE_ACTIVATIONS) == 0u) {
         return;
@@ -887,7 +891,7 @@ fn mv_prepare(lid: u32) {
                 i32(round_away(v.x * s.y)), i32(round_away(v.y * s.y)),
                 i32(round_away(v.z * s.y)), i32(round_away(v.w * s.y)));
             let b = bitcast<vec4<u32>>(q) & vec4<u32>(0xffu);
-            mvq_vals[r * k4 + 8u * g + t] = b.x | (b.y << 8u) | (b.z << 16u) | (b.w << 24u);
+            mvq_vals[r * k4 + t * groups + g] = b.x | (b.y << 8u) | (b.z << 16u) | (b.w << 24u);
         }
         mvq_scales[r * groups + g] = s.x;
     }
@@ -946,12 +950,15 @@ fn mv_load_x(i: u32, v0: u32) -> Group {
 fn mv_load_int_words(i: u32, v0: u32) -> BlockWords {
     let k4 = p.k / 4u;
     if ((MV_FORMAT & FMT_QUANTIZE_ACTIVATIONS) != 0u) {
-        // Rounded by `mv_prepare`: row i's words at i·k/4 + v0.
-        let w = i * k4 + v0;
+        // Rounded by `mv_prepare`: word t of group v0/8 of row i at i·k/4 + t·(k/32) + v0/8.
+        let groups = p.k / 32u;
+        let w = i * k4 + v0 / 8u;
         return BlockWords(
-            vec4<u32>(mvq_vals[w], mvq_vals[w + 1u], mvq_vals[w + 2u], mvq_vals[w + 3u]),
-            vec4<u32>(mvq_vals[w + 4u], mvq_vals[w + 5u], mvq_vals[w + 6u], mvq_vals[w + 7u]),
-            mvq_scales[i * (p.k / 32u) + v0 / 8u]);
+            vec4<u32>(mvq_vals[w], mvq_vals[w + groups], mvq_vals[w + 2u * groups],
+                      mvq_vals[w + 3u * groups]),
+            vec4<u32>(mvq_vals[w + 4u * groups], mvq_vals[w + 5u * groups],
+                      mvq_vals[w + 6u * groups], mvq_vals[w + 7u * groups]),
+            mvq_scales[i * groups + v0 / 8u]);
     }
     // Eight words of int8 values at word a·k/4 + v0 (v0 = 8·group), the scale at word
     // m·k/4 + a·k/32 + v0/8 (binding 3 seen as vec4s).
