@@ -263,7 +263,9 @@ impl WgpuBackend {
     fn extra_buffers(&self, spec: &OpSpec) -> Result<Vec<GpuBuffer>> {
         let op = spec.kind().name();
         let int_activations = |activations: Activations, m: usize, k: usize| match activations {
-            Activations::Q8_0 | Activations::I8 => kernels::int_activation_words(m, k),
+            Activations::Q8_0 | Activations::I8 => {
+                kernels::int_activation_words((m, k), self.ctx.mv_shape())
+            }
             Activations::F32 | Activations::F16 => None,
         };
         let mut extras = Vec::new();

@@ -1,9 +1,9 @@
 //! Encoding the fused decode ops.
 //! - [`OpSpec::NormLinear`]: the `mv` kernel norms the activation rows where it rounds them
-//!   to int8 (the only case the backend fuses: [`super::quant::folds_norm`]), and with a rope
-//!   (interleaved pairs only) rotates the rows it stores, one dispatch where `rms_norm`, the
-//!   product and `rope` took three; with a norm, [`OpSpec::SwigluLinear`]'s two products each
-//!   norm the same way.
+//!   to int8 (the only case the backend fuses, on GPUs: [`super::quant::folds_norm`]), and
+//!   with a rope (interleaved pairs only) rotates the rows it stores, one dispatch where
+//!   `rms_norm`, the product and `rope` took three; with a norm, [`OpSpec::SwigluLinear`]'s
+//!   two products each norm the same way.
 //! - [`OpSpec::LinearResidual`]: the product with packed weights adds the residual as the
 //!   `mv` kernel's epilogue, so a decode projection and its residual connection are one
 //!   dispatch.

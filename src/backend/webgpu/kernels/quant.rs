@@ -7,8 +7,9 @@
 //! ([`takes_tiled`]); the others (f16 activations, f16 weights with `shader-f16`, odd k) run
 //! one workgroup per (weight row, 8 activation rows).
 //! With `Q8_0` or `I8`
-//! activations and few rows (decode: m ≤ [`MATVEC_MAX_M`], m · k ≤ [`MVQ_MAX_VALUES`]) the `mv`
-//! kernel rounds the activations itself, in workgroup memory, so the product is one dispatch.
+//! activations and few rows (decode: m ≤ [`MATVEC_MAX_M`], m · k ≤ [`MVQ_MAX_VALUES`]) on GPUs the
+//! `mv` kernel rounds the activations itself, in workgroup memory, so the product is one
+//! dispatch ([`quantizes_in_kernel`] says why not on CPU adapters).
 //! Otherwise the op records two: `quantize_acts_blocks` (Q8_0, one invocation per 32 values) or
 //! `quantize_acts_rows` (a scale per row) rounds the activations into a temporary buffer (int8
 //! words, then one f32 scale per 32 values) that the backend passed as a third operand, and
@@ -36,9 +37,17 @@ const ROWS: usize = 8;
 const MVQ_MAX_VALUES: usize = 8192;
 
 /// Whether an int8-activation product of `m × k` activations rounds them inside the `mv`
-/// kernel (one dispatch, no temporary buffer).
-fn quantizes_in_kernel(m: usize, k: usize) -> bool {
-    m <= MATVEC_MAX_M && m * k <= MVQ_MAX_VALUES
+/// kernel (one dispatch, no temporary buffer): decode, on GPUs (the row-team shapes).
+///
+/// Not on CPU adapters (the lanes shape). There each workgroup repeats the rounding, and in
+/// Chromium on SwiftShader a kernel with the 9 KiB of workgroup memory it rounds into ran the
+/// Q4_0 × Q8_0 decode product [1, 1024] · [2816, 1024]ᵀ in 7.1–7.4 ms, against 4.2 ms for the
+/// product reading the int8 values of a separate `quantize_acts_blocks` dispatch. With the
+/// norms and ropes unfused as a result (21 dispatches per layer instead of 8), the SmolLM-shape
+/// decode there still ran 1.6–1.7 times faster; natively, on lavapipe and SwiftShader, the
+/// two were level.
+fn quantizes_in_kernel(m: usize, k: usize, shape: MvShape) -> bool {
+    shape != MvShape::Lanes && m <= MATVEC_MAX_M && m * k <= MVQ_MAX_VALUES
 }
 
 /// Whether the `mv` kernel can fold an RMS norm of the activations into an `m × k` product
@@ -51,7 +60,7 @@ pub(in crate::backend::webgpu) fn folds_norm(
 ) -> bool {
     format.is_quantized()
         && matches!(activations, Activations::Q8_0 | Activations::I8)
-        && quantizes_in_kernel(m, k)
+        && quantizes_in_kernel(m, k, shape)
         && k <= shape.max_k()
 }
 
@@ -78,8 +87,11 @@ fn takes_tiled(pr: Product, shape: MvShape, folds: Folds<'_>, epilogue: Epilogue
 
 /// Words of the temporary buffer holding `m × k` quantized activations for an int8-activation
 /// product, or `None` when the product rounds them in its own kernel.
-pub(in crate::backend::webgpu) fn int_activation_words(m: usize, k: usize) -> Option<usize> {
-    (!quantizes_in_kernel(m, k)).then_some(m * k / 4 + m * k / 32)
+pub(in crate::backend::webgpu) fn int_activation_words(
+    (m, k): (usize, usize),
+    shape: MvShape,
+) -> Option<usize> {
+    (!quantizes_in_kernel(m, k, shape)).then_some(m * k / 4 + m * k / 32)
 }
 
 /// The shader's code for a packed format (`FMT_*` of the constants prelude).
@@ -357,7 +369,9 @@ impl Encoder<'_> {
                     self.run(Shader::Quant, "qmatmul_float", &p, out, &[w, a], tiles)?;
                 }
             }
-            Activations::Q8_0 | Activations::I8 if quantizes_in_kernel(m, k) => {
+            Activations::Q8_0 | Activations::I8
+                if quantizes_in_kernel(m, k, self.ctx.mv_shape()) =>
+            {
                 // The row-dot kernel rounding the f32 activations itself (norming them first).
                 let normed = if norm.is_some() { NORM_ACTIVATIONS } else { 0 };
                 let code = normed + QUANTIZE_ACTIVATIONS + INT_ACTIVATIONS + format_code(format)?;
