@@ -790,7 +790,9 @@ fn mv_first_row(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
 // workgroup memory, before the product: the same arithmetic as `quantize_acts_*` (Q8_0: a scale
 // per 32 values; mode 1: one per row), so the result is bit-equal to the two dispatches. Each
 // workgroup rounds its own rows; the weight rows are what is split across workgroups, so the
-// rounding is repeated per workgroup, which costs about 1/MV_ROWS of the product.
+// rounding is repeated per workgroup, which costs about 1/MV_ROWS of the product. The host
+// picks this on GPUs only: on CPU adapters the separate dispatch was level natively and far
+// faster in Chromium (`quantizes_in_kernel` in kernels/quant.rs).
 
 // The most activation values (rows × k) rounded in the kernel (kernels/quant.rs
 // `MVQ_MAX_VALUES`): 8192 int8 values and their 256 scales take 9 KiB of workgroup memory,
@@ -830,8 +832,8 @@ fn mv_act(r: u32, i: u32, inv: f32) -> vec4<f32> {
 // and `mvq_scales` (row i's scales at i·k/32..). Row i's int8 values take words i·k/4.., word t
 // of group g at i·k/4 + t·(k/32) + g: interleaved, so that the lanes of a team, which take
 // consecutive groups, read consecutive words (on a GPU, distinct banks of workgroup memory;
-// in group order, eight words apart, every fourth lane of 32 read the same bank). A CPU
-// adapter's lanes all read one group, so one address, either way.
+// in group order, eight words apart, every fourth lane of 32 read the same bank). CPU
+// adapters round by the separate dispatch instead (`quantizes_in_kernel`, kernels/quant.rs).
 fn mv_prepare(lid: u32) {
     if ((MV_FORMAT & FMT_QUANTIZE_ACTIVATIONS) == 0u) {
         return;

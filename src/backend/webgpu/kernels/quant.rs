@@ -6,14 +6,14 @@
 //! rows) runs the tiled `mm_tiled` instead, which decodes each weight group once per 64 rows
 //! ([`takes_tiled`]); the others (f16 activations, f16 weights with `shader-f16`, odd k) run
 //! one workgroup per (weight row, 8 activation rows).
-//! With `Q8_0` or `I8`
-//! activations and few rows (decode: m ≤ [`MATVEC_MAX_M`], m · k ≤ [`MVQ_MAX_VALUES`]) on GPUs the
-//! `mv` kernel rounds the activations itself, in workgroup memory, so the product is one
-//! dispatch ([`quantizes_in_kernel`] says why not on CPU adapters).
-//! Otherwise the op records two: `quantize_acts_blocks` (Q8_0, one invocation per 32 values) or
-//! `quantize_acts_rows` (a scale per row) rounds the activations into a temporary buffer (int8
-//! words, then one f32 scale per 32 values) that the backend passed as a third operand, and
-//! `mv` or `qmatmul_int` reads it.
+//!
+//! With `Q8_0` or `I8` activations and few rows (decode: m ≤ [`MATVEC_MAX_M`], m · k ≤
+//! [`MVQ_MAX_VALUES`]) on GPUs the `mv` kernel rounds the activations itself, in workgroup
+//! memory, so the product is one dispatch ([`quantizes_in_kernel`] says why not on CPU
+//! adapters). Otherwise the op records two: `quantize_acts_blocks` (Q8_0, one invocation per
+//! 32 values) or `quantize_acts_rows` (a scale per row) rounds the activations into a
+//! temporary buffer (int8 words, then one f32 scale per 32 values) that the backend passed as
+//! a third operand, and `mm_tiled`, `mv` or `qmatmul_int` reads it.
 
 use super::{u32_of, Encoder, Operand, Shader, MATVEC_MAX_M};
 use crate::backend::kernel_consts::{
