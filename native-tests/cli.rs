@@ -12,6 +12,17 @@ fn webtensor(args: &[&str]) -> Output {
         .expect("the webtensor binary runs")
 }
 
+/// Whether a wgpu run failed where no adapter is required (outside CI): it prints why, and the
+/// test returns.
+fn skipped_without_wgpu(out: &Output) -> bool {
+    if out.status.success() || common::wgpu_required() {
+        return false;
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("skipping: {}", err.lines().last().unwrap_or(""));
+    true
+}
+
 fn json(out: &Output) -> serde_json::Value {
     assert!(
         out.status.success(),
@@ -522,21 +533,13 @@ fn the_wgpu_self_check_runs_once_per_adapter_and_demotes_a_disagreeing_variant()
         "{d}"
     );
     // With row teams (the GPU shape) prefill products run in tiles, checked the same way.
-    let prefill = |v: &serde_json::Value| v["prefill"].as_str().unwrap().to_string();
-    let p = prefill(&first);
-    assert!(
-        p.starts_with("64 × 64 tiles") && p.ends_with("; self-check passed"),
-        "{p}"
-    );
-    assert!(
-        prefill(&second).ends_with("self-check passed (cached)"),
-        "{second}"
-    );
-    let p = prefill(&planted);
-    assert!(
-        p.starts_with("the row-dot kernel")
-            && p.contains("demoted by the self-check: qmatmul q4_0"),
-        "{p}"
+    let line =
+        |key: &str| [&first, &second, &planted].map(|v| v[key].as_str().unwrap().to_string());
+    assert_checked(
+        line("prefill"),
+        "64 × 64 tiles",
+        "the row-dot kernel",
+        "qmatmul q4_0",
     );
     if !first["features"]
         .as_array()
@@ -547,20 +550,29 @@ fn the_wgpu_self_check_runs_once_per_adapter_and_demotes_a_disagreeing_variant()
         eprintln!("skipping: this adapter has no subgroups to check");
         return;
     }
-    let reductions = |v: &serde_json::Value| v["reductions"].as_str().unwrap().to_string();
-    let r = reductions(&first);
+    assert_checked(
+        line("reductions"),
+        "subgroupAdd",
+        "workgroup memory",
+        "matmul_t",
+    );
+}
+
+/// An `info` line of a variant the self-check covers, at three starts: `passed` and checked,
+/// the same from the cache, then (planted) `demoted` to the portable one by the case `case`.
+fn assert_checked([first, second, planted]: [String; 3], passed: &str, demoted: &str, case: &str) {
     assert!(
-        r.starts_with("subgroupAdd") && r.ends_with("self-check passed"),
-        "{r}"
+        first.starts_with(passed) && first.ends_with("; self-check passed"),
+        "{first}"
     );
     assert!(
-        reductions(&second).ends_with("self-check passed (cached)"),
+        second.starts_with(passed) && second.ends_with("; self-check passed (cached)"),
         "{second}"
     );
-    let r = reductions(&planted);
     assert!(
-        r.starts_with("workgroup memory; demoted by the self-check: matmul_t"),
-        "{r}"
+        planted.starts_with(demoted)
+            && planted.contains(&format!("; demoted by the self-check: {case}")),
+        "{planted}"
     );
 }
 
@@ -578,14 +590,7 @@ fn bench_model_counts_wgpu_dispatches_per_decode_step() {
         "2",
         "--json",
     ]);
-    if !out.status.success() && !common::wgpu_required() {
-        eprintln!(
-            "skipping: {}",
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .last()
-                .unwrap_or("")
-        );
+    if skipped_without_wgpu(&out) {
         return;
     }
     let v = json(&out);
@@ -623,14 +628,7 @@ fn bench_probes_fit_a_device_with_a_small_binding_limit() {
         .env("WEBTENSOR_WGPU_MAX_BINDING", limit.to_string())
         .output()
         .expect("the webtensor binary runs");
-    if !out.status.success() && !common::wgpu_required() {
-        eprintln!(
-            "skipping: {}",
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .last()
-                .unwrap_or("")
-        );
+    if skipped_without_wgpu(&out) {
         return;
     }
     let v = json(&out);
