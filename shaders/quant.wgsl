@@ -962,12 +962,17 @@ fn mv_load_int_words(i: u32, v0: u32) -> BlockWords {
                       mvq_vals[w + 6u * groups], mvq_vals[w + 7u * groups]),
             mvq_scales[i * groups + v0 / 8u]);
     }
-    // Eight words of int8 values at word a·k/4 + v0 (v0 = 8·group), the scale at word
-    // m·k/4 + a·k/32 + v0/8 (binding 3 seen as vec4s).
+    // Eight words of int8 values at word a·k/4 + v0 (v0 = 8·group), and the group's scale.
     let a = mv_a0 + i;
     let w = (a * k4 + v0) / 4u;
-    let sw = p.m * k4 + a * (p.k / 32u) + v0 / 8u;
-    return BlockWords(bitcast<vec4<u32>>(xv[w]), bitcast<vec4<u32>>(xv[w + 1u]), xv[sw / 4u][sw % 4u]);
+    return BlockWords(bitcast<vec4<u32>>(xv[w]), bitcast<vec4<u32>>(xv[w + 1u]), stored_act_scale(a, v0 / 8u));
+}
+
+// The scale of group g of activation row a as `quantize_acts_*` stores it (binding 3 seen as
+// vec4s): after the m · k/4 words of int8 values, one f32 per group of 32.
+fn stored_act_scale(a: u32, g: u32) -> f32 {
+    let sw = p.m * (p.k / 4u) + a * (p.k / 32u) + g;
+    return xv[sw / 4u][sw % 4u];
 }
 
 // 3^n for n ≤ 4, from a vector rather than a local array (which lavapipe keeps in memory).
@@ -1384,7 +1389,7 @@ fn mv_store_rotated(row0: u32, s: array<vec4<f32>, 4>) {
 // prefill products without a folded norm, a KV store or the rotary epilogue; `finish` applies
 // the residual or SiLU-gate epilogue as it stores.
 //
-// Grid: one workgroup per (row tile, column tile), flat over x and y (see `mm_tiled_tile`).
+// Grid: one workgroup per (row tile, column tile), flat over x and y (split in `mm_tiled`).
 
 var<workgroup> mmt_x: array<array<vec4<f32>, 16>, 32>; // [kk][activation row / 4]
 var<workgroup> mmt_w: array<array<vec4<f32>, 16>, 32>; // [kk][weight row / 4]
@@ -1422,11 +1427,10 @@ fn mmt_stage_acts(r0: u32, g: u32, rl: u32, part: u32) {
         // Word of the int8 values (or vec4 of the f32 ones) this thread starts at.
         let w = a * k4 + 8u * g + 2u * part;
         if ((MV_FORMAT & FMT_INT_ACTIVATIONS) != 0u) {
-            // `quantize_acts_*`'s layout: int8 words, then one f32 scale per group of 32
-            // (m · k/4 words on). k/4 is a multiple of 8, so both words are in one vec4.
+            // `quantize_acts_*`'s layout: row a's int8 words at a·k/4, then the scales
+            // (`stored_act_scale`). k/4 is a multiple of 8, so both words are in one vec4.
             let words = bitcast<vec4<u32>>(xv[w / 4u]);
-            let sw = p.m * k4 + a * (p.k / 32u) + g;
-            let s = xv[sw / 4u][sw % 4u];
+            let s = stored_act_scale(a, g);
             let o = w % 4u;
             lo = q8_vals(words[o]) * s;
             hi = q8_vals(words[o + 1u]) * s;

@@ -330,6 +330,8 @@ impl GpuContext {
 
     /// Identity, features and limits, for `webtensor info` and `Device::auto`.
     pub(crate) fn info(&self) -> BackendInfo {
+        // How prefill products run without the tiles.
+        const ROW_DOT: &str = "the row-dot kernel, four activation rows per pass over the weights";
         let a = &self.adapter_info;
         let driver = match (a.driver.is_empty(), a.driver_info.is_empty()) {
             (false, false) => format!("{} {}", a.driver, a.driver_info),
@@ -425,18 +427,13 @@ impl GpuContext {
             ),
             prefill: with_note(
                 if !self.row_teams {
-                    "the row-dot kernel, four activation rows per pass over the weights \
-                     (the software-adapter shape)"
-                        .into()
+                    format!("{ROW_DOT} (the software-adapter shape)")
                 } else if self.tiled_prefill {
                     "64 × 64 tiles, the weights decoded once per tile (mm_tiled)".into()
                 } else if matches!(self.tiled_prefill_check, Some(Verdict::Demoted(_))) {
-                    "the row-dot kernel, four activation rows per pass over the weights".into()
+                    ROW_DOT.into()
                 } else {
-                    format!(
-                        "the row-dot kernel, four activation rows per pass over the weights \
-                         ({TILED_PREFILL_ENV}=off)"
-                    )
+                    format!("{ROW_DOT} ({TILED_PREFILL_ENV}=off)")
                 },
                 &self.tiled_prefill_check,
             ),
