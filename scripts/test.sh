@@ -38,14 +38,15 @@ echo "== wgpu int8-activation products with WEBTENSOR_WGPU_INT_DOT=off (portable
 WEBTENSOR_WGPU_INT_DOT=off cargo test --test conformance -- wgpu::qmatmul wgpu::linear_residual wgpu::swiglu_linear
 
 # The decode matvecs' GPU shape (row teams) on lavapipe, whose default is one lane per rows:
-# reduced with subgroupAdd, then with workgroup memory. Only with row teams does the decode
+# reduced with subgroupAdd, then with workgroup memory; with it the GPU kernels of the RMS norm
+# and of attention (a workgroup per row, per query and head) instead of the lanes' ones. Only with row teams does the decode
 # product round its int8 activations itself, with the norm and the rope folded in (the
 # `wgpu::norm_` rows). With row teams, prefill products with
 # packed weights run the tiled `mm_tiled` (with the fused ops' epilogues), or with
 # WEBTENSOR_WGPU_TILED_PREFILL=off the row-dot kernel; and weights beyond one binding, bound
 # in row ranges, through the tiles.
 echo "== wgpu row teams (WEBTENSOR_WGPU_ROW_TEAMS=on), with and without subgroups and tiles"
-WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test conformance -- wgpu::qmatmul wgpu::matmul wgpu::linear_residual wgpu::swiglu_linear wgpu::norm_
+WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test conformance -- wgpu::qmatmul wgpu::matmul wgpu::linear_residual wgpu::swiglu_linear wgpu::norm_ wgpu::rms_norm wgpu::paged_attention
 WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_SUBGROUPS=off cargo test --test conformance -- wgpu::qmatmul wgpu::matmul
 WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_TILED_PREFILL=off cargo test --test conformance -- wgpu::qmatmul wgpu::linear_residual
 WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test wgpu_split

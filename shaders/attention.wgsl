@@ -15,6 +15,9 @@
 // value it never stores (an index past the buffer is clamped by WebGPU's bounds checks).
 //
 // A pool row past the pool makes the query's output NaN, as the reference's gather does.
+//
+// `paged_attention` is the GPU shape; CPU adapters (the lanes shape) run
+// `paged_attention_lanes` at the end of this file, which has no barrier.
 
 struct Params {
     t: u32,          // new queries: the last t positions of the sequence
@@ -142,4 +145,93 @@ fn paged_attention(@builtin(workgroup_id) wid: vec3<u32>,
             out[o + WG] = acc1 * inv;
         }
     }
+}
+
+// ---- one lane per slice of a head, no barrier (the software-adapter shape) --------------
+//
+// CPU adapters run a workgroup's lanes as SIMD registers and pay for each barrier by switching
+// between them: the kernel above took about 460 µs per decode layer on SwiftShader for a
+// dozen keys. Here each lane owns LANE_SLICE output dimensions of one (query, head) in eight
+// vec4 registers and walks the keys alone, one at a time, with the same online softmax. The
+// head's lanes each recompute its scores (head_dim / LANE_SLICE times), which for head_dim
+// 64 costs two score dots per key where the value slice costs half of one.
+
+const LANE_SLICE: u32 = 32u;
+
+// Four values of pool row data from `at` (past the head they are a neighbour's, never stored).
+fn value4(at: u32) -> vec4<f32> {
+    return vec4<f32>(values[at], values[at + 1u], values[at + 2u], values[at + 3u]);
+}
+
+// Stores the components of `v` that fall in the head (dimension d of hd) at out[o..].
+fn store4(o: u32, d: u32, hd: u32, v: vec4<f32>) {
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        if (d + j < hd) {
+            out[o + j] = v[j];
+        }
+    }
+}
+
+@compute @workgroup_size(16)
+fn paged_attention_lanes(@builtin(workgroup_id) wid: vec3<u32>,
+                         @builtin(num_workgroups) nwg: vec3<u32>,
+                         @builtin(local_invocation_index) lid: u32) {
+    let hd = p.head_dim;
+    let slices = (hd + LANE_SLICE - 1u) / LANE_SLICE;
+    let idx = (wid.y * nwg.x + wid.x) * 16u + lid;
+    if (idx >= p.t * p.heads * slices) {
+        return;
+    }
+    let qh = idx / slices;
+    let d0 = (idx % slices) * LANE_SLICE;
+    let i = qh / p.heads;
+    let g = (qh % p.heads) / (p.heads / p.kv_heads);
+    let end = p.n - p.t + i + 1u;
+    var start = 0u;
+    if (p.window > 0u && end > p.window) {
+        start = end - p.window;
+    }
+    let qbase = qh * hd;
+    let table = g * p.n;
+    var run_max = LOWEST;
+    var total = 0.0;
+    var poisoned = false;
+    var a0 = vec4<f32>();
+    var a1 = vec4<f32>();
+    var a2 = vec4<f32>();
+    var a3 = vec4<f32>();
+    var a4 = vec4<f32>();
+    var a5 = vec4<f32>();
+    var a6 = vec4<f32>();
+    var a7 = vec4<f32>();
+    for (var c = start; c < end; c = c + 1u) {
+        let row = rows[table + c];
+        poisoned = poisoned || row >= p.pool_rows;
+        let s = score(qbase, row);
+        let m = max(run_max, s);
+        let rescale = exp(run_max - m);
+        let w = exp(s - m);
+        run_max = m;
+        total = total * rescale + w;
+        let at = row * hd + d0;
+        a0 = a0 * rescale + w * value4(at);
+        a1 = a1 * rescale + w * value4(at + 4u);
+        a2 = a2 * rescale + w * value4(at + 8u);
+        a3 = a3 * rescale + w * value4(at + 12u);
+        a4 = a4 * rescale + w * value4(at + 16u);
+        a5 = a5 * rescale + w * value4(at + 20u);
+        a6 = a6 * rescale + w * value4(at + 24u);
+        a7 = a7 * rescale + w * value4(at + 28u);
+    }
+    let nan = bitcast<f32>(0x7fc00000u | (hd & 0u));
+    let inv = select(1.0 / total, nan, poisoned);
+    let o = qbase + d0;
+    store4(o, d0, hd, a0 * inv);
+    store4(o + 4u, d0 + 4u, hd, a1 * inv);
+    store4(o + 8u, d0 + 8u, hd, a2 * inv);
+    store4(o + 12u, d0 + 12u, hd, a3 * inv);
+    store4(o + 16u, d0 + 16u, hd, a4 * inv);
+    store4(o + 20u, d0 + 20u, hd, a5 * inv);
+    store4(o + 24u, d0 + 24u, hd, a6 * inv);
+    store4(o + 28u, d0 + 28u, hd, a7 * inv);
 }

@@ -18,11 +18,18 @@
 
 use super::quant::{folds_norm, Epilogue, Folds, Norm, PoolStore, Product};
 use super::{u32_of, Encoder, Operand, Shader};
+use crate::backend::webgpu::context::MvShape;
 use crate::backend::webgpu::params::AttentionParams;
 use crate::backend::BackendKind;
 use crate::backend::{AttentionSpec, LinearSpec, OpSpec};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+
+/// Output dimensions of one head per lane of `paged_attention_lanes` (`LANE_SLICE`).
+const ATTENTION_LANE_SLICE: usize = 32;
+
+/// Lanes per workgroup of `paged_attention_lanes`.
+const ATTENTION_LANES_WG: u64 = 16;
 
 impl Encoder<'_> {
     /// Records `out = residual + act(a) · wᵀ`; `inputs` are `a`, `w`, `residual` and, when
@@ -183,8 +190,20 @@ impl Encoder<'_> {
             // A window of n keys or more hides nothing.
             window: s.window.map_or(0, |w| w.min(s.n) as u32),
         };
-        let grid = self.grid(OP, (s.t * s.heads) as u64)?;
         let raw: Vec<&wgpu::Buffer> = inputs.iter().map(|o| o.buffer).collect();
+        if self.ctx.mv_shape() == MvShape::Lanes {
+            let lanes = (s.t * s.heads * s.head_dim.div_ceil(ATTENTION_LANE_SLICE)) as u64;
+            let grid = self.grid(OP, lanes.div_ceil(ATTENTION_LANES_WG))?;
+            return self.run(
+                Shader::Attention,
+                "paged_attention_lanes",
+                &p,
+                out,
+                &raw,
+                grid,
+            );
+        }
+        let grid = self.grid(OP, (s.t * s.heads) as u64)?;
         self.run(Shader::Attention, "paged_attention", &p, out, &raw, grid)
     }
 }

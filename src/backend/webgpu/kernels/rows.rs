@@ -1,6 +1,7 @@
 //! Encoding Row ops: `shaders/norm.wgsl` (RMS and layer norm), `softmax.wgsl`, `rope.wgsl`, `argmax.wgsl`.
 
 use super::{u32_of, Encoder, Shader, ARGMAX_SHORT_COLS, SOFTMAX_SHORT_COLS, WG};
+use crate::backend::webgpu::context::MvShape;
 use crate::backend::webgpu::params::{ArgmaxParams, NormParams, RopeParams, SoftmaxParams};
 use crate::backend::BackendKind;
 use crate::backend::OpSpec;
@@ -24,13 +25,16 @@ impl Encoder<'_> {
                     eps: *eps,
                     ..Default::default()
                 };
+                if layer {
+                    let grid = self.grid(op, *rows as u64)?;
+                    return self.run(Shader::Norm, "layer_norm", &p, out, &raw[..3], grid);
+                }
+                if self.ctx.mv_shape() == MvShape::Lanes {
+                    let grid = self.grid(op, (*rows as u64).div_ceil(64))?;
+                    return self.run(Shader::Norm, "rms_norm_rows", &p, out, &raw[..2], grid);
+                }
                 let grid = self.grid(op, *rows as u64)?;
-                let (entry, n) = if layer {
-                    ("layer_norm", 3)
-                } else {
-                    ("rms_norm", 2)
-                };
-                self.run(Shader::Norm, entry, &p, out, &raw[..n], grid)
+                self.run(Shader::Norm, "rms_norm", &p, out, &raw[..2], grid)
             }
             OpSpec::Softmax { rows, cols, causal } => {
                 let q = match causal {
