@@ -9,10 +9,16 @@
 // the SIMD register instead of one per lane) and nothing is left to reduce. GPUs want the
 // opposite shape (coalesced weight reads, more parallelism than rows/4 threads), which the
 // team preludes give them.
+//
+// 16 lanes (64 rows) per workgroup: a CPU adapter spreads workgroups over its cores, and with
+// 64 lanes a decode layer's 576-row products were three workgroups, one core idle for the
+// third (SmolLM's shape on two cores); 16 lanes made the decode products 4-10% faster on
+// SwiftShader and lavapipe. The int8 rounding of `mv_prepare`, written for 64 threads, never
+// runs in this shape (`quantizes_in_kernel` in kernels/quant.rs).
 
-const MV_ROWS: u32 = 256u;
+const MV_ROWS: u32 = 64u;
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(16)
 fn mv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
       @builtin(local_invocation_index) lid: u32) {
     let row0 = mv_first_row(wid, nwg) + 4u * lid;

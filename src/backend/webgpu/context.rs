@@ -150,7 +150,7 @@ impl MvShape {
     /// Output rows per workgroup (`MV_ROWS` of the prelude).
     pub(crate) fn rows_per_workgroup(self) -> usize {
         match self {
-            MvShape::Lanes => 256,
+            MvShape::Lanes => 64,
             MvShape::SubgroupTeams { rows } => rows as usize,
             MvShape::WorkgroupTeams => 32,
         }
