@@ -42,13 +42,15 @@ fn compare(what: &str, dev: &Device, tol: f64, f: impl Fn(&Device) -> Tensor) {
 }
 
 const LENGTHS: [usize; 8] = [0, 1, 3, 64, 255, 257, 4097, 70_001];
-const ROWS_COLS: [(usize, usize); 9] = [
+const ROWS_COLS: [(usize, usize); 10] = [
     (1, 1),
     (3, 5),
     (2, 255),
     (4, 257),
     (3, 4097),
     (1, 10_000),
+    // Past what one lane walking the row may loop on lavapipe (kernels.rs, "Loop budget").
+    (2, 40_000),
     (300, 3),
     (0, 8),
     (2, 1),

@@ -15,7 +15,9 @@
 //! ends every loop once one shader invocation has executed 65535 loop iterations in total.
 //! The kernels keep per-invocation loops short (hand-unrolled inner steps, strided loops over
 //! 64–256 threads), so on lavapipe rows of up to about 5M elements and matrix products with k
-//! up to about 1M are exact; hardware drivers have no such limit.
+//! up to about 1M are exact; hardware drivers have no such limit. The CPU adapters' kernels
+//! where one lane walks a whole row (`rms_norm_rows`, `paged_attention_lanes`) run only where
+//! their loops fit [`LOOP_BUDGET`], and the workgroup kernels otherwise.
 
 mod elementwise;
 mod fused;
@@ -33,6 +35,10 @@ pub(super) use scan::scan_temp_len;
 pub(super) use split::split_operand;
 
 use super::context::{GpuContext, MvShape};
+
+/// The loop iterations one invocation may run in total before lavapipe ends its loops (see
+/// "Loop budget" above).
+const LOOP_BUDGET: usize = 65_535;
 use super::params::{EmbeddingParams, KernelParams, MatmulParams, MatvecParams};
 use super::pipelines::{Pipelines, Shader};
 use super::recorder::{Dispatch, Recorder, Window};

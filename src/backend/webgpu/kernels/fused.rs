@@ -17,7 +17,7 @@
 //! the `epilogue` kernel.
 
 use super::quant::{folds_norm, Epilogue, Folds, Norm, PoolStore, Product};
-use super::{u32_of, Encoder, Operand, Shader};
+use super::{u32_of, Encoder, Operand, Shader, LOOP_BUDGET};
 use crate::backend::webgpu::context::MvShape;
 use crate::backend::webgpu::params::AttentionParams;
 use crate::backend::BackendKind;
@@ -30,6 +30,15 @@ const ATTENTION_LANE_SLICE: usize = 32;
 
 /// Lanes per workgroup of `paged_attention_lanes`.
 const ATTENTION_LANES_WG: u64 = 16;
+
+/// Whether a `paged_attention_lanes` lane's loops fit the loop budget: for each key it sees,
+/// one step and the score's dot (four dimensions a step, then the rest one at a time), and the
+/// eight stores of four dimensions at the end.
+fn attention_lanes_fit(s: &AttentionSpec) -> bool {
+    let keys = s.window.map_or(s.n, |w| w.min(s.n));
+    let per_key = 1 + s.head_dim / 4 + s.head_dim % 4;
+    keys.saturating_mul(per_key).saturating_add(32) < LOOP_BUDGET
+}
 
 impl Encoder<'_> {
     /// Records `out = residual + act(a) · wᵀ`; `inputs` are `a`, `w`, `residual` and, when
@@ -191,7 +200,7 @@ impl Encoder<'_> {
             window: s.window.map_or(0, |w| w.min(s.n) as u32),
         };
         let raw: Vec<&wgpu::Buffer> = inputs.iter().map(|o| o.buffer).collect();
-        if self.ctx.mv_shape() == MvShape::Lanes {
+        if self.ctx.mv_shape() == MvShape::Lanes && attention_lanes_fit(s) {
             let lanes = (s.t * s.heads * s.head_dim.div_ceil(ATTENTION_LANE_SLICE)) as u64;
             let grid = self.grid(OP, lanes.div_ceil(ATTENTION_LANES_WG))?;
             return self.run(

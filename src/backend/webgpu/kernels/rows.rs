@@ -1,6 +1,6 @@
 //! Encoding Row ops: `shaders/norm.wgsl` (RMS and layer norm), `softmax.wgsl`, `rope.wgsl`, `argmax.wgsl`.
 
-use super::{u32_of, Encoder, Shader, ARGMAX_SHORT_COLS, SOFTMAX_SHORT_COLS, WG};
+use super::{u32_of, Encoder, Shader, ARGMAX_SHORT_COLS, LOOP_BUDGET, SOFTMAX_SHORT_COLS, WG};
 use crate::backend::webgpu::context::MvShape;
 use crate::backend::webgpu::params::{ArgmaxParams, NormParams, RopeParams, SoftmaxParams};
 use crate::backend::BackendKind;
@@ -29,7 +29,8 @@ impl Encoder<'_> {
                     let grid = self.grid(op, *rows as u64)?;
                     return self.run(Shader::Norm, "layer_norm", &p, out, &raw[..3], grid);
                 }
-                if self.ctx.mv_shape() == MvShape::Lanes {
+                // One lane per row runs two loops over it (the loop budget).
+                if self.ctx.mv_shape() == MvShape::Lanes && 2 * cols < LOOP_BUDGET {
                     let grid = self.grid(op, (*rows as u64).div_ceil(64))?;
                     return self.run(Shader::Norm, "rms_norm_rows", &p, out, &raw[..2], grid);
                 }
