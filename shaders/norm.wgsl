@@ -3,6 +3,8 @@
 // One workgroup of 256 threads per row. Threads stride over the row (coalesced loads),
 // accumulate in f32, and combine their partial sums with a tree reduction in workgroup
 // memory. The row index is wid.y * num_workgroups.x + wid.x so more than 65535 rows fit.
+// CPU adapters take `rms_norm_rows` instead (one lane per row, no barrier) where rows fit
+// lavapipe's loop budget (kernels/rows.rs).
 //
 // Bindings: 0 = params, 1 = output, 2 = x [rows, cols], 3 = weight [cols], 4 = bias [cols].
 

@@ -35,10 +35,6 @@ pub(super) use scan::scan_temp_len;
 pub(super) use split::split_operand;
 
 use super::context::{GpuContext, MvShape};
-
-/// The loop iterations one invocation may run in total before lavapipe ends its loops (see
-/// "Loop budget" above).
-const LOOP_BUDGET: usize = 65_535;
 use super::params::{EmbeddingParams, KernelParams, MatmulParams, MatvecParams};
 use super::pipelines::{Pipelines, Shader};
 use super::recorder::{Dispatch, Recorder, Window};
@@ -46,6 +42,10 @@ use crate::backend::BackendKind;
 use crate::backend::{MatmulSpec, OpSpec};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+
+/// The loop iterations one invocation may run in total before lavapipe ends its loops (see
+/// "Loop budget" above).
+const LOOP_BUDGET: usize = 65_535;
 
 /// Threads per workgroup of the one-dimensional kernels.
 const WG: u64 = 256;
