@@ -38,10 +38,10 @@ echo "== wgpu int8-activation products with WEBTENSOR_WGPU_INT_DOT=off (portable
 WEBTENSOR_WGPU_INT_DOT=off cargo test --test conformance -- wgpu::qmatmul wgpu::linear_residual wgpu::swiglu_linear
 
 # The decode matvecs' GPU shape (row teams) on lavapipe, whose default is one lane per rows:
-# reduced with subgroupAdd, then with workgroup memory; with it the GPU kernels of the RMS norm
-# and of attention (a workgroup per row, per query and head) instead of the lanes' ones. Only with row teams does the decode
-# product round its int8 activations itself, with the norm and the rope folded in (the
-# `wgpu::norm_` rows). With row teams, prefill products with
+# reduced with subgroupAdd, then with workgroup memory; with it the GPU kernels of the RMS
+# norm and of attention (a workgroup per row, per query and head) instead of the lanes' ones.
+# Only with row teams does the decode product round its int8 activations itself, with the
+# norm and the rope folded in (the `wgpu::norm_` rows). With row teams, prefill products with
 # packed weights run the tiled `mm_tiled` (with the fused ops' epilogues), or with
 # WEBTENSOR_WGPU_TILED_PREFILL=off the row-dot kernel; and weights beyond one binding, bound
 # in row ranges, through the tiles.
