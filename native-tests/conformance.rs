@@ -674,6 +674,27 @@ fn qmatmul(dev: &Device) {
             }
         }
     }
+    // An odd count of 32-value blocks per row (Q8_0 and Q4_0 only: the other formats' blocks
+    // are 256 values): odd rows then start two bytes into a word, and CPU adapters' decode
+    // product leaves its pairs of blocks (`mv_pairs` in quant.wgsl) for the `idot` path.
+    for (m, n, k) in [(1, 9, 96), (1, 33, 416), (2, 9, 96)] {
+        let a = uniform(&mut r, m * k, 2.0);
+        let w = uniform(&mut r, n * k, 1.0);
+        for format in [DType::Q8_0, DType::Q4_0] {
+            for act in [Activations::F32, Activations::Q8_0, Activations::I8] {
+                compare(
+                    &format!("qmatmul {format} {act:?} {m}x{n}x{k}"),
+                    dev,
+                    TOL * (k as f64).sqrt(),
+                    |d| {
+                        let a_t = tensor(d, &a, &[m, k]);
+                        let w_t = packed_weight(d, &w, n, k, format);
+                        ops::qmatmul_t(&a_t, &w_t, act).unwrap()
+                    },
+                );
+            }
+        }
+    }
     // Weights so small that every f16 block scale is subnormal (below 2^-14): the products
     // convert them exactly, not flushed to zero as a driver's f16 conversion may. The outputs
     // are scaled up before the comparison, whose tolerance is relative to values of at least 1.

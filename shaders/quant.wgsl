@@ -1256,6 +1256,255 @@ fn rows_dot(x0: Group, x1: Group, x2: Group, x3: Group, w: Group, rows: u32) -> 
     return r;
 }
 
+// ---- Q4_0 and Q8_0 × int8 decode on CPU adapters: weights multiplied where they lie ---------
+//
+// SwiftShader's JIT (Subzero) runs a vector shift by a non-literal amount, an integer division
+// and WGSL's packed `dot4I8Packed` one lane at a time (extract, scalar op, insert): the
+// `idot` path above spends most of its instructions there. This path has none of them in its
+// loop. A nibble or byte is masked where it lies in its word (v · 2^s for a bit offset s),
+// converted to f32 as it is, and multiplied by its activation pre-scaled by 2^-s: each product
+// is an exact integer, as are the sums of a block's 32 (below 2^24), so the result is
+// bit-equal to `idot`'s.
+//
+// The loop takes two blocks at a time (Q4_0: 36 bytes, nine words; Q8_0: 68 bytes, 17), so
+// when a row's blocks are an even count every pair starts on a word and its layout is fixed:
+// word 0 holds block 0's f16 scale and its quant bytes 0 and 1, the next words its bytes 2..,
+// four each, until a word holds its last two bytes and block 1's scale; then block 1's quant
+// bytes, four per word. `mv_partial` takes this path on the lanes shape (one lane walks all of
+// k) for Q4_0 and Q8_0 weights with int8 activations when k / 32 is even, `idot` otherwise.
+
+// The four signed bytes of word `a` in place: byte p as v_p · 2^(8p), exactly. Bytes 0..2 are
+// biased by 128 so that their masks read them unsigned; byte 3 is read signed.
+fn inplace_bytes(a: u32) -> vec4<f32> {
+    let b = vec4<u32>(a ^ 0x00808080u) & vec4<u32>(0xffu, 0xff00u, 0xff0000u, 0xff000000u);
+    return vec4<f32>(bitcast<vec4<i32>>(b)) - vec4<f32>(128.0, 32768.0, 8388608.0, 0.0);
+}
+
+// The four signed bytes of word `w` in place, bytes 0..2 left biased: (v_p + 128) · 2^(8p)
+// for p < 3, v_3 · 2^24; the pair's `offset` takes the bias off.
+fn inplace_biased_bytes(w: u32) -> vec4<f32> {
+    return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(w ^ 0x00808080u) & vec4<u32>(0xffu, 0xff00u, 0xff0000u, 0xff000000u)));
+}
+
+// 2^-8p for byte p: takes `inplace_bytes` back to the byte values, and pre-scales an
+// activation for a weight at byte p.
+const BYTE_UNSCALE: vec4<f32> = vec4<f32>(1.0, 0.00390625, 0.0000152587890625, 0.000000059604644775390625);
+
+// The low nibbles of word `w` in place: n_p · 2^(8p).
+fn inplace_low_nibbles(w: u32) -> vec4<f32> {
+    return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(w) & vec4<u32>(0xfu, 0xf00u, 0xf0000u, 0xf000000u)));
+}
+
+// The high nibbles of word `w` in place: n_p · 2^(8p + 4) for bytes 0..2, and for byte 3
+// (n_3 − 8) · 2^28: its top bit flipped and read signed, which saves a correction per word; the
+// pair's `offset` leaves the activations it meets out of the −8 offset.
+fn inplace_high_nibbles(w: u32) -> vec4<f32> {
+    return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(w ^ 0x80000000u) & vec4<u32>(0xf0u, 0xf000u, 0xf00000u, 0xf0000000u)));
+}
+
+// The f16 scale in the high half of word `w` (as `f16_scale(w >> 16)`), without the shift.
+fn f16_scale_high(w: u32) -> f32 {
+    // A subnormal's mantissa read in place is m · 2^16; 2^-40 takes it to m · 2^-24.
+    let subnormal = bitcast<f32>((w & 0x80000000u) | bitcast<u32>(f32(bitcast<i32>(w & 0x03ff0000u)) * 9.094947017729282e-13));
+    return select(unpack2x16float(w).y, subnormal, (w & 0x7c000000u) == 0u);
+}
+
+// Activations for block 0's word t from values 4t − 2 .. 4t + 2 (in place in `a`, the word of
+// values 4t − 4.., and `b`, the next): bytes 0..3 of the weight word meet values 4t − 2, 4t − 1
+// (a.z, a.w) and 4t, 4t + 1 (b.x, b.y).
+fn straddling_acts(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
+    let u = BYTE_UNSCALE;
+    return vec4<f32>(a.z * u.z, a.w * u.w * u.y, b.x * u.z, b.y * u.y * u.w);
+}
+
+// Activations for block 0's first word (its bytes 2, 3 meet values 0, 1 in place in `a`) and
+// its last (bytes 0, 1 meet the last two values of `a`).
+fn first_word_acts(a: vec4<f32>) -> vec4<f32> {
+    let u = BYTE_UNSCALE;
+    return vec4<f32>(0.0, 0.0, a.x * u.z, a.y * u.y * u.w);
+}
+
+fn last_word_acts(a: vec4<f32>) -> vec4<f32> {
+    let u = BYTE_UNSCALE;
+    return vec4<f32>(a.z * u.z, a.w * u.w * u.y, 0.0, 0.0);
+}
+
+// The int8 activations of a pair of groups (words x0, x1: values 0..16, 16..32 of block 0;
+// x2, x3: of block 1) in place, with their scales.
+struct PairInput {
+    a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>,
+    a4: vec4<f32>, a5: vec4<f32>, a6: vec4<f32>, a7: vec4<f32>,
+    c0: vec4<f32>, c1: vec4<f32>, c2: vec4<f32>, c3: vec4<f32>,
+    c4: vec4<f32>, c5: vec4<f32>, c6: vec4<f32>, c7: vec4<f32>,
+    scale0: f32, scale1: f32,
+}
+
+fn pair_input(x0: vec4<u32>, x1: vec4<u32>, x2: vec4<u32>, x3: vec4<u32>, scale0: f32, scale1: f32) -> PairInput {
+    return PairInput(
+        inplace_bytes(x0.x), inplace_bytes(x0.y), inplace_bytes(x0.z), inplace_bytes(x0.w),
+        inplace_bytes(x1.x), inplace_bytes(x1.y), inplace_bytes(x1.z), inplace_bytes(x1.w),
+        inplace_bytes(x2.x), inplace_bytes(x2.y), inplace_bytes(x2.z), inplace_bytes(x2.w),
+        inplace_bytes(x3.x), inplace_bytes(x3.y), inplace_bytes(x3.z), inplace_bytes(x3.w),
+        scale0, scale1);
+}
+
+// The sums of block 0's and block 1's activation values (unscaled).
+fn pair_sums(x: PairInput) -> vec2<f32> {
+    return vec2<f32>(
+        dot(((x.a0 + x.a1) + (x.a2 + x.a3)) + ((x.a4 + x.a5) + (x.a6 + x.a7)), BYTE_UNSCALE),
+        dot(((x.c0 + x.c1) + (x.c2 + x.c3)) + ((x.c4 + x.c5) + (x.c6 + x.c7)), BYTE_UNSCALE));
+}
+
+// ---- Q4_0 pairs: word 0 = [d0, bytes 0, 1], words 1..3 = bytes 2..14, word 4 = [bytes 14,
+// 15, d1], words 5..8 = block 1's bytes. Quant byte j holds values j (low nibble) and j + 16.
+
+// A Q4_0 pair's activations, pre-scaled for the weight word they meet: `low_t`/`high_t` for
+// the low/high nibbles of word t of block 0 (0 where the word holds a scale), `low1_t`/
+// `high1_t` for word 5 + t (block 1). `offset0/1` is the −8 offset: 8 · the sum of the
+// activations it applies to.
+struct Q4Pair {
+    low_0: vec4<f32>, low_1: vec4<f32>, low_2: vec4<f32>, low_3: vec4<f32>, low_4: vec4<f32>,
+    high_0: vec4<f32>, high_1: vec4<f32>, high_2: vec4<f32>, high_3: vec4<f32>, high_4: vec4<f32>,
+    low1_0: vec4<f32>, low1_1: vec4<f32>, low1_2: vec4<f32>, low1_3: vec4<f32>,
+    high1_0: vec4<f32>, high1_1: vec4<f32>, high1_2: vec4<f32>, high1_3: vec4<f32>,
+    offset0: f32, offset1: f32,
+    scale0: f32, scale1: f32,
+}
+
+fn q4_pair(x: PairInput) -> Q4Pair {
+    let u = BYTE_UNSCALE;
+    // The high nibbles at byte 3 are already n − 8 (`inplace_high_nibbles`): they meet values
+    // 17, 21, 25, 29 of block 0 (byte 1 of a4..a7) and 19, 23, 27, 31 of block 1 (byte 3 of
+    // c4..c7), which the offset leaves out.
+    let sums = pair_sums(x)
+        - vec2<f32>((x.a4.y + x.a5.y) + (x.a6.y + x.a7.y), (x.c4.w + x.c5.w) + (x.c6.w + x.c7.w)) * vec2<f32>(u.y, u.w);
+    // Block 1: value j (in place at byte j % 4) meets byte j % 4: 2^-16(j % 4) in all.
+    let uu = u * u;
+    let h = 0.0625;
+    return Q4Pair(
+        first_word_acts(x.a0), straddling_acts(x.a0, x.a1), straddling_acts(x.a1, x.a2),
+        straddling_acts(x.a2, x.a3), last_word_acts(x.a3),
+        first_word_acts(x.a4) * h, straddling_acts(x.a4, x.a5) * h, straddling_acts(x.a5, x.a6) * h,
+        straddling_acts(x.a6, x.a7) * h, last_word_acts(x.a7) * h,
+        x.c0 * uu, x.c1 * uu, x.c2 * uu, x.c3 * uu,
+        x.c4 * uu * h, x.c5 * uu * h, x.c6 * uu * h, x.c7 * uu * h,
+        8.0 * sums.x, 8.0 * sums.y, x.scale0, x.scale1);
+}
+
+// The pair's two block dots of the Q4_0 weight row whose pair starts at word `b`, each scaled
+// as `idot` scales it.
+fn q4_pair_row(a: Q4Pair, b: u32) -> f32 {
+    let w0 = q[b];
+    let w1 = q[b + 1u];
+    let w2 = q[b + 2u];
+    let w3 = q[b + 3u];
+    let w4 = q[b + 4u];
+    let dot0 = ((dot(inplace_low_nibbles(w0), a.low_0) + dot(inplace_high_nibbles(w0), a.high_0))
+        + (dot(inplace_low_nibbles(w1), a.low_1) + dot(inplace_high_nibbles(w1), a.high_1)))
+        + ((dot(inplace_low_nibbles(w2), a.low_2) + dot(inplace_high_nibbles(w2), a.high_2))
+        + (dot(inplace_low_nibbles(w3), a.low_3) + dot(inplace_high_nibbles(w3), a.high_3)))
+        + (dot(inplace_low_nibbles(w4), a.low_4) + dot(inplace_high_nibbles(w4), a.high_4));
+    let w5 = q[b + 5u];
+    let w6 = q[b + 6u];
+    let w7 = q[b + 7u];
+    let w8 = q[b + 8u];
+    let dot1 = ((dot(inplace_low_nibbles(w5), a.low1_0) + dot(inplace_high_nibbles(w5), a.high1_0))
+        + (dot(inplace_low_nibbles(w6), a.low1_1) + dot(inplace_high_nibbles(w6), a.high1_1)))
+        + ((dot(inplace_low_nibbles(w7), a.low1_2) + dot(inplace_high_nibbles(w7), a.high1_2))
+        + (dot(inplace_low_nibbles(w8), a.low1_3) + dot(inplace_high_nibbles(w8), a.high1_3)));
+    return (dot0 - a.offset0) * (a.scale0 * f16_scale(w0)) + (dot1 - a.offset1) * (a.scale1 * f16_scale_high(w4));
+}
+
+// ---- Q8_0 pairs: word 0 = [d0, bytes 0, 1], words 1..7 = bytes 2..30, word 8 = [bytes 30,
+// 31, d1], words 9..16 = block 1's bytes.
+
+// A Q8_0 pair's activations, pre-scaled for the weight word they meet: `w_t` for word t of
+// block 0, `v_t` for word 9 + t (block 1). `offset0/1` takes off the bias of 128 that
+// `inplace_biased_bytes` leaves on bytes 0..2: 128 · the sum of the activations they meet.
+struct Q8Pair {
+    w_0: vec4<f32>, w_1: vec4<f32>, w_2: vec4<f32>, w_3: vec4<f32>, w_4: vec4<f32>,
+    w_5: vec4<f32>, w_6: vec4<f32>, w_7: vec4<f32>, w_8: vec4<f32>,
+    v_0: vec4<f32>, v_1: vec4<f32>, v_2: vec4<f32>, v_3: vec4<f32>,
+    v_4: vec4<f32>, v_5: vec4<f32>, v_6: vec4<f32>, v_7: vec4<f32>,
+    offset0: f32, offset1: f32,
+    scale0: f32, scale1: f32,
+}
+
+fn q8_pair(x: PairInput) -> Q8Pair {
+    let u = BYTE_UNSCALE;
+    // Byte 3 of a weight word is read signed: it meets the values at byte 1 of a0..a7 (block
+    // 0: 1, 5, .., 29) and byte 3 of c0..c7 (block 1), which the offset leaves out.
+    let sums = pair_sums(x) - vec2<f32>(
+        ((x.a0.y + x.a1.y) + (x.a2.y + x.a3.y)) + ((x.a4.y + x.a5.y) + (x.a6.y + x.a7.y)),
+        ((x.c0.w + x.c1.w) + (x.c2.w + x.c3.w)) + ((x.c4.w + x.c5.w) + (x.c6.w + x.c7.w))) * vec2<f32>(u.y, u.w);
+    let uu = u * u;
+    return Q8Pair(
+        first_word_acts(x.a0), straddling_acts(x.a0, x.a1), straddling_acts(x.a1, x.a2),
+        straddling_acts(x.a2, x.a3), straddling_acts(x.a3, x.a4), straddling_acts(x.a4, x.a5),
+        straddling_acts(x.a5, x.a6), straddling_acts(x.a6, x.a7), last_word_acts(x.a7),
+        x.c0 * uu, x.c1 * uu, x.c2 * uu, x.c3 * uu, x.c4 * uu, x.c5 * uu, x.c6 * uu, x.c7 * uu,
+        128.0 * sums.x, 128.0 * sums.y, x.scale0, x.scale1);
+}
+
+// The pair's two block dots of the Q8_0 weight row whose pair starts at word `b`, each scaled
+// as `idot` scales it.
+fn q8_pair_row(a: Q8Pair, b: u32) -> f32 {
+    let w0 = q[b];
+    let w8 = q[b + 8u];
+    let dot0 = ((dot(inplace_biased_bytes(w0), a.w_0) + dot(inplace_biased_bytes(q[b + 1u]), a.w_1))
+        + (dot(inplace_biased_bytes(q[b + 2u]), a.w_2) + dot(inplace_biased_bytes(q[b + 3u]), a.w_3)))
+        + ((dot(inplace_biased_bytes(q[b + 4u]), a.w_4) + dot(inplace_biased_bytes(q[b + 5u]), a.w_5))
+        + (dot(inplace_biased_bytes(q[b + 6u]), a.w_6) + dot(inplace_biased_bytes(q[b + 7u]), a.w_7)))
+        + dot(inplace_biased_bytes(w8), a.w_8);
+    let dot1 = ((dot(inplace_biased_bytes(q[b + 9u]), a.v_0) + dot(inplace_biased_bytes(q[b + 10u]), a.v_1))
+        + (dot(inplace_biased_bytes(q[b + 11u]), a.v_2) + dot(inplace_biased_bytes(q[b + 12u]), a.v_3)))
+        + ((dot(inplace_biased_bytes(q[b + 13u]), a.v_4) + dot(inplace_biased_bytes(q[b + 14u]), a.v_5))
+        + (dot(inplace_biased_bytes(q[b + 15u]), a.v_6) + dot(inplace_biased_bytes(q[b + 16u]), a.v_7)));
+    return (dot0 - a.offset0) * (a.scale0 * f16_scale(w0)) + (dot1 - a.offset1) * (a.scale1 * f16_scale_high(w8));
+}
+
+// Whether `mv_partial` takes the pair path (see above): the lanes shape, Q4_0 or Q8_0 weights,
+// int8 activations from `quantize_acts_*`, one activation row and an even count of blocks.
+fn mv_takes_pairs(lanes: u32, rows: u32) -> bool {
+    let format = MV_FORMAT == (FMT_Q4_0 | FMT_INT_ACTIVATIONS) || MV_FORMAT == (FMT_Q8_0 | FMT_INT_ACTIVATIONS);
+    return lanes == 1u && rows == 1u && format && (p.k / 32u) % 2u == 0u;
+}
+
+// The decode partial sums of weight rows `r` (x: row0, ..) by the pair path. Counters step
+// through the words so that the loop divides nothing: a row's pairs (9 or 17 words each), the
+// activation row's int8 words (16 per pair, four vec4s) and its scales (two per pair).
+fn mv_pairs(r: vec4<u32>) -> vec4<f32> {
+    let groups = p.k / 32u;
+    let q4 = MV_FORMAT % FMT_INT_ACTIVATIONS == FMT_Q4_0;
+    let pair_words = select(17u, 9u, q4);
+    var b = r * ((groups / 2u) * pair_words);
+    var act = mv_a0 * (p.k / 16u);
+    // Scale words: after the m · k/4 words of int8 values, one per group (`stored_act_scale`);
+    // the first is even, so a pair's two are in one vec4, in its first or second half.
+    let first_scale = p.m * (p.k / 4u) + mv_a0 * groups;
+    var scale_vec = first_scale / 4u;
+    var second_half = (first_scale % 4u) == 2u;
+    var acc = vec4<f32>();
+    for (var i = 0u; i < groups; i = i + 2u) {
+        let sc = xv[scale_vec];
+        let x = pair_input(bitcast<vec4<u32>>(xv[act]), bitcast<vec4<u32>>(xv[act + 1u]),
+                           bitcast<vec4<u32>>(xv[act + 2u]), bitcast<vec4<u32>>(xv[act + 3u]),
+                           select(sc.x, sc.z, second_half), select(sc.y, sc.w, second_half));
+        if (q4) {
+            let a = q4_pair(x);
+            acc = acc + vec4<f32>(q4_pair_row(a, b.x), q4_pair_row(a, b.y), q4_pair_row(a, b.z), q4_pair_row(a, b.w));
+        } else {
+            let a = q8_pair(x);
+            acc = acc + vec4<f32>(q8_pair_row(a, b.x), q8_pair_row(a, b.y), q8_pair_row(a, b.z), q8_pair_row(a, b.w));
+        }
+        b = b + vec4<u32>(pair_words);
+        act = act + 4u;
+        scale_vec = scale_vec + select(0u, 1u, second_half);
+        second_half = !second_half;
+    }
+    return acc;
+}
+
 // Partial sums of weight rows row0..row0+4 (rows past n repeat the last row; `mv_store` drops
 // them) against the workgroup's up to four activation rows.
 fn mv_partial(wid: vec3<u32>, row0: u32, lane: u32, lanes: u32) -> array<vec4<f32>, 4> {
@@ -1273,6 +1522,11 @@ fn mv_partial(wid: vec3<u32>, row0: u32, lane: u32, lanes: u32) -> array<vec4<f3
     let groups = p.k / 32u;
     // At least one: `mv_first_row` gives n (handled above) when mv_a0 is past m.
     let rows = min(4u, p.m - mv_a0);
+    if (mv_takes_pairs(lanes, rows)) {
+        let d = mv_pairs(vec4<u32>(row0, row1, row2, row3));
+        return array<vec4<f32>, 4>(vec4<f32>(d.x, 0.0, 0.0, 0.0), vec4<f32>(d.y, 0.0, 0.0, 0.0),
+                                   vec4<f32>(d.z, 0.0, 0.0, 0.0), vec4<f32>(d.w, 0.0, 0.0, 0.0));
+    }
     if (rows == 1u) {
         // Decode: one activation row, in integers where `mv_int_dot` (a pipeline constant,
         // so each pipeline keeps one of the two bodies).
