@@ -113,7 +113,7 @@ fn f16_scale(h: u32) -> f32 {
 // The binary16 bits `h` (the low 16 bits) of a subnormal (or zero) as f32: 2^-24 · mantissa,
 // which is exact in f32, with the sign.
 fn f16_subnormal(h: u32) -> f32 {
-    return bitcast<f32>(((h & 0x8000u) << 16u) | bitcast<u32>(f32(h & 0x3ffu) * 5.9604645e-8));
+    return bitcast<f32>(((h & 0x8000u) * 65536u) | bitcast<u32>(f32(bitcast<i32>(h & 0x3ffu)) * 5.9604645e-8));
 }
 
 // f32 to binary16 bits, rounded to nearest even, overflow to infinity.
@@ -992,21 +992,25 @@ fn tq2_vals(w: u32, shift: u32) -> vec4<f32> {
     return vec4<f32>(bitcast<vec4<i32>>((vec4<u32>(w) >> (vec4<u32>(0u, 8u, 16u, 24u) + shift)) & vec4<u32>(3u))) - 1.0;
 }
 
-// Nibbles of a Q4_0 quant word as values: low nibbles (shift 0) or high (shift 4), minus 8.
-// The small unsigned values here and in the other `_vals` are converted as signed integers:
-// SSE has no unsigned conversion, so SwiftShader's JIT spends several instructions per lane on
-// one (the Q4_0 decode matvec ran 8% faster there).
-fn q4_vals(w: u32, shift: u32) -> vec4<f32> {
-    let n = (vec4<u32>(w) >> (vec4<u32>(0u, 8u, 16u, 24u) + shift)) & vec4<u32>(15u);
-    return vec4<f32>(bitcast<vec4<i32>>(n)) - 8.0;
+// Nibbles of a Q4_0 quant word as values: the low nibbles (values 4t..) or the high ones
+// (values 16 + 4t..), minus 8. Masked in place and scaled back by powers of two (exact), not
+// shifted: SwiftShader's JIT runs a vector shift by a vector one lane at a time (see the
+// in-place products below). The masked values are converted as signed integers: SSE has no
+// unsigned conversion, so that JIT spends several instructions per lane on one.
+fn q4_low_vals(w: u32) -> vec4<f32> {
+    return inplace_low_nibbles(w) * BYTE_UNSCALE - 8.0;
 }
 
-// Signed bytes of a word as values.
+fn q4_high_vals(w: u32) -> vec4<f32> {
+    // Byte 3's high nibble comes out of `inplace_high_nibbles` already less 8.
+    return inplace_high_nibbles(w) * (BYTE_UNSCALE * 0.0625) - vec4<f32>(8.0, 8.0, 8.0, 0.0);
+}
+
+// Signed bytes of a word as values (exact, without shifts as above).
 fn q8_vals(w: u32) -> vec4<f32> {
-    return vec4<f32>((vec4<i32>(bitcast<i32>(w)) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
+    return inplace_bytes(w) * BYTE_UNSCALE;
 }
 
-// Four halves from word `i` of `q` on.
 fn f16_vals(i: u32) -> vec4<f32> {
     return vec4<f32>(unpack2x16float(q[i]), unpack2x16float(q[i + 1u]));
 }
@@ -1025,13 +1029,13 @@ fn block_scale(w0: u32, odd: bool) -> f32 {
 
 // ...and its quant word t (bytes 2 + 4t..) comes from the block's words t (`lo`) and t + 1.
 fn quant_word(lo: u32, hi: u32, odd: bool) -> u32 {
-    return select((lo >> 16u) | (hi << 16u), hi, odd);
+    return select((lo >> 16u) | (hi * 65536u), hi, odd);
 }
 
 // The word of four bytes at an even offset, from the words holding it: `lo` and the next
 // (`odd`: the offset is two bytes into `lo`).
 fn shifted_word(lo: u32, hi: u32, odd: bool) -> u32 {
-    return select(lo, (lo >> 16u) | (hi << 16u), odd);
+    return select(lo, (lo >> 16u) | (hi * 65536u), odd);
 }
 
 // Nine consecutive words of `q` from word `b`: all the words a run of 32 bytes starting on an
@@ -1104,8 +1108,8 @@ fn mv_decode(row: u32, g: u32) -> Group {
         }
         case FMT_Q4_0: {
             let w = q4_block(row, g);
-            return Group(q4_vals(w.a.x, 0u), q4_vals(w.a.y, 0u), q4_vals(w.a.z, 0u), q4_vals(w.a.w, 0u),
-                         q4_vals(w.a.x, 4u), q4_vals(w.a.y, 4u), q4_vals(w.a.z, 4u), q4_vals(w.a.w, 4u),
+            return Group(q4_low_vals(w.a.x), q4_low_vals(w.a.y), q4_low_vals(w.a.z), q4_low_vals(w.a.w),
+                         q4_high_vals(w.a.x), q4_high_vals(w.a.y), q4_high_vals(w.a.z), q4_high_vals(w.a.w),
                          w.scale);
         }
         case FMT_TQ2_0: {

@@ -2,13 +2,13 @@
 // CPU cores (lavapipe, SwiftShader). See `workgroup.wgsl` for what the including shader
 // defines.
 //
-// A CPU adapter runs a subgroup's lanes as the lanes of one SIMD register and loads storage
-// per lane, except where every lane reads the same address. With a team of lanes splitting
-// k, each lane reads different activations; here every lane walks the whole of k for its own
-// four rows, so all lanes read the same activation address at the same time (one load for
-// the SIMD register instead of one per lane) and nothing is left to reduce. GPUs want the
-// opposite shape (coalesced weight reads, more parallelism than rows/4 threads), which the
-// team preludes give them.
+// A CPU adapter runs a subgroup's lanes as the lanes of one SIMD register. SwiftShader's JIT
+// loads storage lane by lane (a branch, a scalar load and an insert each) unless the offset is
+// a compile-time constant, so a team of lanes splitting k would save no loads; it would add a
+// reduction, whose barriers each cost a switch between SIMD groups. Here every lane walks the
+// whole of k for its own four rows: nothing is left to reduce, and the lanes do the same
+// activation work in step. GPUs want the opposite shape (coalesced weight reads, more
+// parallelism than rows/4 threads), which the team preludes give them.
 //
 // 16 lanes (64 rows) per workgroup: a CPU adapter spreads workgroups over its cores, and with
 // 64 lanes a decode layer's 576-row products were three workgroups, one core idle for the
