@@ -980,16 +980,28 @@ fn pow3(n: u32) -> u32 {
     return select(vec4<u32>(1u, 3u, 9u, 27u)[min(n, 3u)], 81u, n == 4u);
 }
 
-// The four trits at power `p3` of the TQ1_0 bytes of a word, as values −1, 0, 1.
-fn tq1_vals(w: u32, p3: u32) -> vec4<f32> {
-    let b = (vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
-    let t = (b * p3) & vec4<u32>(0xffu);
-    return vec4<f32>(bitcast<vec4<i32>>((t * 3u) >> vec4<u32>(8u))) - 1.0;
+// The four bytes of a word as unsigned values, exactly, without shifts (see `q4_low_vals`):
+// byte 3 has its top bit flipped so that it reads as a signed byte, then 128 added back.
+fn unsigned_byte_vals(w: u32) -> vec4<f32> {
+    let b = vec4<u32>(w ^ 0x80000000u) & vec4<u32>(0xffu, 0xff00u, 0xff0000u, 0xff000000u);
+    return vec4<f32>(bitcast<vec4<i32>>(b)) * BYTE_UNSCALE + vec4<f32>(0.0, 0.0, 0.0, 128.0);
 }
 
-// The 2-bit TQ2_0 trits at bit `shift` of each byte of a word, as values −1, 0, 1.
-fn tq2_vals(w: u32, shift: u32) -> vec4<f32> {
-    return vec4<f32>(bitcast<vec4<i32>>((vec4<u32>(w) >> (vec4<u32>(0u, 8u, 16u, 24u) + shift)) & vec4<u32>(3u))) - 1.0;
+// The four trits at power `p3` of the TQ1_0 bytes of a word, as values −1, 0, 1: the top
+// base-3 digit of byte · 3^n mod 256, in f32 (every step exact: the values stay below 2^15).
+fn tq1_vals(w: u32, p3: u32) -> vec4<f32> {
+    let x = unsigned_byte_vals(w) * f32(bitcast<i32>(p3));
+    let t = x - 256.0 * floor(x * 0.00390625);
+    return floor(t * 0.01171875) - 1.0;
+}
+
+// The 2-bit TQ2_0 trits at bit `shift` of each byte of a word, as values −1, 0, 1: masked in
+// place (`unit` = 2^shift) and scaled back. The top bit is flipped so that the last byte's
+// field at bit 30 reads signed (t − 2, where the others read t).
+fn tq2_vals(w: u32, unit: u32) -> vec4<f32> {
+    let m = vec4<u32>(3u, 0x300u, 0x30000u, 0x3000000u) * unit;
+    let v = vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(w ^ 0x80000000u) & m));
+    return v * (BYTE_UNSCALE / f32(bitcast<i32>(unit))) - vec4<f32>(1.0, 1.0, 1.0, select(1.0, -1.0, unit == 64u));
 }
 
 // Nibbles of a Q4_0 quant word as values: the low nibbles (values 4t..) or the high ones
@@ -1120,13 +1132,13 @@ fn mv_decode(row: u32, g: u32) -> Group {
             let qo = o + 32u * (sub / 4u);
             let b = qo / 4u;
             let odd = (qo & 2u) != 0u;
-            let shift = 2u * (sub % 4u);
+            let unit = 1u << (2u * (sub % 4u));
             // The nine words holding bytes qo..qo + 32.
             let u = words9(b);
-            return Group(tq2_vals(shifted_word(u.w0, u.w1, odd), shift), tq2_vals(shifted_word(u.w1, u.w2, odd), shift),
-                         tq2_vals(shifted_word(u.w2, u.w3, odd), shift), tq2_vals(shifted_word(u.w3, u.w4, odd), shift),
-                         tq2_vals(shifted_word(u.w4, u.w5, odd), shift), tq2_vals(shifted_word(u.w5, u.w6, odd), shift),
-                         tq2_vals(shifted_word(u.w6, u.w7, odd), shift), tq2_vals(shifted_word(u.w7, u.w8, odd), shift),
+            return Group(tq2_vals(shifted_word(u.w0, u.w1, odd), unit), tq2_vals(shifted_word(u.w1, u.w2, odd), unit),
+                         tq2_vals(shifted_word(u.w2, u.w3, odd), unit), tq2_vals(shifted_word(u.w3, u.w4, odd), unit),
+                         tq2_vals(shifted_word(u.w4, u.w5, odd), unit), tq2_vals(shifted_word(u.w5, u.w6, odd), unit),
+                         tq2_vals(shifted_word(u.w6, u.w7, odd), unit), tq2_vals(shifted_word(u.w7, u.w8, odd), unit),
                          f16_scale(half_at(o + 64u)));
         }
         case FMT_TQ1_0: {
