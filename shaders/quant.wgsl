@@ -1023,6 +1023,7 @@ fn q8_vals(w: u32) -> vec4<f32> {
     return inplace_bytes(w) * BYTE_UNSCALE;
 }
 
+// Four halves from word `i` of `q` on.
 fn f16_vals(i: u32) -> vec4<f32> {
     return vec4<f32>(unpack2x16float(q[i]), unpack2x16float(q[i + 1u]));
 }
