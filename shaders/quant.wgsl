@@ -983,7 +983,7 @@ fn pow3(n: u32) -> u32 {
 // The four bytes of a word as unsigned values, exactly, without shifts (see `q4_low_vals`):
 // byte 3 has its top bit flipped so that it reads as a signed byte, then 128 added back.
 fn unsigned_byte_vals(w: u32) -> vec4<f32> {
-    let b = vec4<u32>(w ^ 0x80000000u) & vec4<u32>(0xffu, 0xff00u, 0xff0000u, 0xff000000u);
+    let b = vec4<u32>(w ^ 0x80000000u) & BYTE_MASKS;
     return vec4<f32>(bitcast<vec4<i32>>(b)) * BYTE_UNSCALE + vec4<f32>(0.0, 0.0, 0.0, 128.0);
 }
 
@@ -1290,17 +1290,19 @@ fn rows_dot(x0: Group, x1: Group, x2: Group, x3: Group, w: Group, rows: u32) -> 
 // bytes, four per word. `mv_partial` takes this path on the lanes shape (one lane walks all of
 // k) for Q4_0 and Q8_0 weights with int8 activations when k / 32 is even, `idot` otherwise.
 
-// The four signed bytes of word `a` in place: byte p as v_p · 2^(8p), exactly. Bytes 0..2 are
-// biased by 128 so that their masks read them unsigned; byte 3 is read signed.
-fn inplace_bytes(a: u32) -> vec4<f32> {
-    let b = vec4<u32>(a ^ 0x00808080u) & vec4<u32>(0xffu, 0xff00u, 0xff0000u, 0xff000000u);
-    return vec4<f32>(bitcast<vec4<i32>>(b)) - vec4<f32>(128.0, 32768.0, 8388608.0, 0.0);
+// Each byte of a word, masked where it lies.
+const BYTE_MASKS: vec4<u32> = vec4<u32>(0xffu, 0xff00u, 0xff0000u, 0xff000000u);
+
+// The four signed bytes of word `w` in place, bytes 0..2 biased by 128 so that their masks
+// read them unsigned: (v_p + 128) · 2^(8p) for p < 3, and byte 3 read signed, v_3 · 2^24. A Q8_0
+// pair's `offset` takes the bias off.
+fn inplace_biased_bytes(w: u32) -> vec4<f32> {
+    return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(w ^ 0x00808080u) & BYTE_MASKS));
 }
 
-// The four signed bytes of word `w` in place, bytes 0..2 left biased: (v_p + 128) · 2^(8p)
-// for p < 3, v_3 · 2^24; the pair's `offset` takes the bias off.
-fn inplace_biased_bytes(w: u32) -> vec4<f32> {
-    return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(w ^ 0x00808080u) & vec4<u32>(0xffu, 0xff00u, 0xff0000u, 0xff000000u)));
+// The four signed bytes of word `a` in place: byte p as v_p · 2^(8p), exactly.
+fn inplace_bytes(a: u32) -> vec4<f32> {
+    return inplace_biased_bytes(a) - vec4<f32>(128.0, 32768.0, 8388608.0, 0.0);
 }
 
 // 2^-8p for byte p: takes `inplace_bytes` back to the byte values, and pre-scales an
