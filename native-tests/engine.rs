@@ -885,3 +885,44 @@ fn decode_ahead_on_wgpu_gives_the_same_text() {
     assert_eq!(ahead, text(&dev, false, 8));
     assert_eq!(ahead, text(&Device::new("cpu").unwrap(), false, 1));
 }
+
+/// A decode step of a Q4_0 model with int8 activations on wgpu: the dispatches one more layer
+/// adds (the count `bench --model` reports per step), at most 8 on GPUs (the row-team shapes:
+/// q, k, v, attention, o, gate, up, down, the norms, ropes, KV stores and roundings folded
+/// into the products) and 14 on CPU adapters (the lanes shape, where each rounding, the norm
+/// folded in, is a dispatch of its own).
+#[test]
+fn a_wgpu_decode_layer_takes_few_dispatches() {
+    let Some(dev) = common::wgpu() else { return };
+    let step = |layers: usize| {
+        let s = Shape {
+            hidden: 64,
+            ffn: 64,
+            heads: 4,
+            kv_heads: 2,
+            layers,
+            ..GQA
+        };
+        let path = gguf_file(s, DType::Q4_0, &format!("dispatches-{layers}"));
+        let model = Llama::load(&dev, ModelFiles::open(&path).unwrap()).unwrap();
+        let mut cache = model.new_cache(8).unwrap();
+        model.forward(&TOKENS[..3], &mut cache).unwrap();
+        dev.synchronize().unwrap();
+        let before = dev
+            .dispatches()
+            .expect("the wgpu backend counts its dispatches");
+        model.forward(&TOKENS[3..4], &mut cache).unwrap();
+        dev.synchronize().unwrap();
+        dev.dispatches().unwrap() - before
+    };
+    let (two, four) = (step(2), step(4));
+    let per_layer = (four - two) / 2;
+    let lanes = dev.info().reductions.starts_with("none");
+    let most = if lanes { 14 } else { 8 };
+    assert!(
+        per_layer <= most && per_layer > 0,
+        "{per_layer} dispatches per decode layer (steps of {two} and {four}), at most {most} \
+         expected ({})",
+        dev.info().reductions
+    );
+}

@@ -41,7 +41,8 @@ WEBTENSOR_WGPU_INT_DOT=off cargo test --test conformance -- wgpu::qmatmul wgpu::
 # reduced with subgroupAdd, then with workgroup memory; with it the GPU kernels of the RMS
 # norm and of attention (a workgroup per row, per query and head) instead of the lanes' ones.
 # Only with row teams does the decode product round its int8 activations itself, with the
-# norm and the rope folded in (the `wgpu::norm_` rows). With row teams, prefill products with
+# norm and the rope folded in (the `wgpu::norm_` rows; the lanes shape norms them in its own
+# rounding dispatch, `quantize_acts_normed`). With row teams, prefill products with
 # packed weights run the tiled `mm_tiled` (with the fused ops' epilogues), or with
 # WEBTENSOR_WGPU_TILED_PREFILL=off the row-dot kernel; and weights beyond one binding, bound
 # in row ranges, through the tiles.

@@ -169,14 +169,16 @@ fn div_rn(a: f32, b: f32) -> f32 {
         e = e - 1;
     }
     // 25 quotient bits: 24 significant and one guard bit; the remainder is the sticky part.
+    // Doubling by adding, not shifting: CPU adapters' JITs shift vectors lane by lane (see
+    // `q4_low_vals`).
     var quo = 0u;
     for (var i = 0u; i < 25u; i = i + 1u) {
-        quo = quo << 1u;
+        quo = quo + quo;
         if (r >= d) {
             r = r - d;
             quo = quo | 1u;
         }
-        r = r << 1u;
+        r = r + r;
     }
     var mant = quo >> 1u;
     if ((quo & 1u) == 1u && (r != 0u || (mant & 1u) == 1u)) {
@@ -500,8 +502,9 @@ fn dequantize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
 
 // ---- activations to int8 ------------------------------------------------------------------
 
-// Both entries read f32 activations (binding 2) and write the int8 values, four per word
-// (m·k/4 words), then one f32 scale per 32 values (m·k/32 words).
+// The three entries read f32 activations (bound as binding 2 and, as `xv`, binding 3; the
+// host binds the norm's weight, or the activations again, as binding 5) and write the int8
+// values, four per word (m·k/4 words), then one f32 scale per 32 values (m·k/32 words).
 
 // Mode 0, Q8_0: a scale per 32 values, so each chunk of 32 is independent and one invocation
 // rounds one chunk. (A workgroup per row left a decode's single row to one workgroup: 48 µs
@@ -514,12 +517,7 @@ fn quantize_acts_blocks(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_work
     if (t >= p.m * chunks) {
         return;
     }
-    let v0 = 32u * t;
-    var amax = 0.0;
-    for (var i = 0u; i < 32u; i = i + 1u) {
-        amax = max(amax, abs(input(v0 + i)));
-    }
-    write_act_chunk(t, amax);
+    write_act_chunk(t, chunk_max(t));
 }
 
 // Mode 1: one scale per row (the row's scale repeated per chunk), from the row's largest
@@ -550,18 +548,105 @@ fn quantize_acts_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
     }
 }
 
-// Rounds chunk `t` (values 32t..32t + 32 of the m·k, k a multiple of 32) with the scale of
-// largest magnitude `amax`, and writes its eight words and its scale.
+// Either rounding with the RMS norm of a layer's input folded in, for the normed products
+// (`OpSpec::NormLinear` and the like) on CPU adapters, where the `mv` kernel does not round
+// (`quantizes_in_kernel` in kernels/quant.rs): x / sqrt(mean(x²) + eps) ⊙ norm_w (binding 5,
+// eps in p.eps), multiplied in the order `rms_norm` and `mv_act` use, then rounded as
+// `quantize_acts_blocks` (p.mode 0) or `quantize_acts_rows` (1) round. The normed rows never
+// exist in memory: a layer's norm, rounding and product take two dispatches, not three, and
+// the product's rotary and pool-store epilogues can follow.
+//
+// A workgroup of NORMED_LANES lanes per row, one SIMD group on a CPU adapter, so that its
+// barriers (one, two for mode 1) switch between no groups (a CPU adapter pays for each
+// barrier by switching between a workgroup's SIMD groups; see `rms_norm_rows`). Its lanes split
+// the mean square and the chunks. A lane's loops run under k iterations, within lavapipe's loop
+// budget. The activations are read as vec4s through `xv` (binding 3, bound to them as
+// binding 2 is).
+const NORMED_LANES: u32 = 4u;
+var<workgroup> normed_partial: array<f32, NORMED_LANES>;
+
+// The sum of `v` over the NORMED_LANES lanes, for every lane.
+fn normed_lanes_sum(lid: u32, v: f32) -> f32 {
+    normed_partial[lid] = v;
+    workgroupBarrier();
+    let sum = (normed_partial[0] + normed_partial[1]) + (normed_partial[2] + normed_partial[3]);
+    workgroupBarrier();
+    return sum;
+}
+
+@compute @workgroup_size(4)
+fn quantize_acts_normed(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                        @builtin(local_invocation_index) lid: u32) {
+    let row = wid.y * nwg.x + wid.x;
+    if (row >= p.m) {
+        return;
+    }
+    let k4 = p.k / 4u;
+    var sq = 0.0;
+    for (var i = lid; i < k4; i = i + NORMED_LANES) {
+        let v = xv[row * k4 + i];
+        sq = sq + dot(v, v);
+    }
+    act_norm = 1.0 / sqrt(normed_lanes_sum(lid, sq) / f32(p.k) + p.eps);
+    act_normed = true;
+    let chunks = p.k / 32u;
+    let t0 = row * chunks;
+    var row_max = 0.0;
+    if (p.mode == 1u) {
+        for (var c = lid; c < chunks; c = c + NORMED_LANES) {
+            row_max = max(row_max, chunk_max(t0 + c));
+        }
+        normed_partial[lid] = row_max;
+        workgroupBarrier();
+        row_max = max(max(normed_partial[0], normed_partial[1]), max(normed_partial[2], normed_partial[3]));
+    }
+    for (var c = lid; c < chunks; c = c + NORMED_LANES) {
+        write_act_chunk(t0 + c, select(chunk_max(t0 + c), row_max, p.mode == 1u));
+    }
+}
+
+// Whether the roundings norm their values (`quantize_acts_normed`), and the row scale
+// 1 / sqrt(mean square + eps) they norm with.
+var<private> act_normed: bool;
+var<private> act_norm: f32;
+
+// The index in `norm_w` of chunk `t`'s first four columns.
+fn chunk_norm_base(t: u32) -> u32 {
+    return 8u * (t % (p.k / 32u));
+}
+
+// Values 4w..4w + 4 of chunk `t` (`xv`, bound to the activations) as the roundings take them:
+// normed where `act_normed`, with the chunk's `norm_base`.
+fn chunk_vec(t: u32, w: u32, norm_base: u32) -> vec4<f32> {
+    let v = xv[8u * t + w];
+    if (!act_normed) {
+        return v;
+    }
+    return v * act_norm * norm_w[norm_base + w];
+}
+
+// The largest magnitude of chunk `t` (values 32t..32t + 32, as `chunk_vec` gives them).
+fn chunk_max(t: u32) -> f32 {
+    let base = chunk_norm_base(t);
+    var amax = 0.0;
+    for (var w = 0u; w < 8u; w = w + 1u) {
+        let v = abs(chunk_vec(t, w, base));
+        amax = max(amax, max(max(v.x, v.y), max(v.z, v.w)));
+    }
+    return amax;
+}
+
+// Rounds chunk `t` (values 32t..32t + 32 of the m·k, k a multiple of 32, as `chunk_vec` gives
+// them) with the scale of largest magnitude `amax`, and writes its eight words and its scale.
+// The bytes are packed by multiplies, which CPU adapters run as vectors (see `q4_low_vals`).
 fn write_act_chunk(t: u32, amax: f32) {
-    let v0 = 32u * t;
+    let base = chunk_norm_base(t);
     let s = q8_scale(amax);
     for (var w = 0u; w < 8u; w = w + 1u) {
-        var word = 0u;
-        for (var j = 0u; j < 4u; j = j + 1u) {
-            let v = i32(round_away(input(v0 + 4u * w + j) * s.y));
-            word = word | ((bitcast<u32>(v) & 0xffu) << (8u * j));
-        }
-        out[v0 / 4u + w] = word;
+        let v = chunk_vec(t, w, base) * s.y;
+        let q = vec4<i32>(i32(round_away(v.x)), i32(round_away(v.y)), i32(round_away(v.z)), i32(round_away(v.w)));
+        let b = bitcast<vec4<u32>>(q) & vec4<u32>(0xffu);
+        out[8u * t + w] = b.x | (b.y * 0x100u) | (b.z * 0x10000u) | (b.w * 0x1000000u);
     }
     out[p.m * p.k / 4u + t] = bitcast<u32>(s.x);
 }

@@ -426,8 +426,9 @@ impl Backend for WgpuBackend {
             | OpSpec::SwigluLinear(l)
             | OpSpec::LinearResidual(l) => {
                 let units = l.format.storage_len(l.weight_len(), l.k);
-                // The norm folds only into the int8 rounding of the decode kernel, a rope only
-                // there with interleaved pairs (a pair's rows are stored together).
+                // The norm folds only into an int8 rounding (the decode kernel's on GPUs, its
+                // own dispatch on CPU adapters), a rope only with interleaved pairs (a pair's
+                // rows are stored together).
                 let mv = self.ctx.mv_shape();
                 let folds = kernels::folds_norm(l.format, l.activations, (l.m, l.k), mv);
                 let rope_folds = l.rope.is_none_or(|r| r.layout == RopeLayout::Interleaved);
@@ -471,10 +472,13 @@ impl Backend for WgpuBackend {
     fn write_into(&self, spec: &OpSpec, target: &mut Storage, inputs: &[&Storage]) -> Result<()> {
         let op = spec.kind().name();
         let target = gpu_storage(op, target)?;
-        let operands = inputs
+        let mut operands = inputs
             .iter()
             .map(|s| gpu_storage(op, s).map(Operand::of))
             .collect::<Result<Vec<_>>>()?;
+        // As in `execute`: the rounded activations of an integer product.
+        let extras = self.extra_buffers(spec)?;
+        operands.extend(extras.iter().map(Operand::of));
         self.record(|encoder| encoder.encode(spec, target.raw(), &operands))
     }
 

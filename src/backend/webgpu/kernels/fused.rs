@@ -1,9 +1,12 @@
 //! Encoding the fused decode ops.
-//! - [`OpSpec::NormLinear`]: the `mv` kernel norms the activation rows where it rounds them
-//!   to int8 (the only case the backend fuses, on GPUs: [`super::quant::folds_norm`]), and
-//!   with a rope (interleaved pairs only) rotates the rows it stores, one dispatch where
-//!   `rms_norm`, the product and `rope` took three; with a norm, [`OpSpec::SwigluLinear`]'s
-//!   two products each norm the same way.
+//! - [`OpSpec::NormLinear`]: the activation rows are normed where they are rounded to int8
+//!   (the only case the backend fuses, [`super::quant::folds_norm`]): on GPUs by the `mv`
+//!   kernel, on CPU adapters by the `quantize_acts_normed` dispatch before it. With a rope
+//!   (interleaved pairs only) the `mv` kernel rotates the rows it stores: one dispatch (two on
+//!   CPU adapters) where `rms_norm`, the rounding, the product and `rope` took three (four).
+//!   With a norm, [`OpSpec::SwigluLinear`]'s two products norm the same way (on CPU adapters
+//!   the up product reads what the gate product rounded), and [`OpSpec::NormLinearInto`]
+//!   stores into the KV pool where `scatter_rows` took another dispatch.
 //! - [`OpSpec::LinearResidual`]: the product with packed weights adds the residual as the
 //!   `mv` kernel's epilogue, so a decode projection and its residual connection are one
 //!   dispatch.
@@ -16,7 +19,7 @@
 //! Off the `mv` kernel (f32 weights, long rows) the products of the first two are followed by
 //! the `epilogue` kernel.
 
-use super::quant::{folds_norm, Epilogue, Folds, Norm, PoolStore, Product};
+use super::quant::{folds_norm, ActTable, Epilogue, Folds, Norm, PoolStore, Product};
 use super::{u32_of, Encoder, Operand, Shader, LOOP_BUDGET};
 use crate::backend::webgpu::context::MvShape;
 use crate::backend::webgpu::params::AttentionParams;
@@ -40,6 +43,12 @@ fn attention_lanes_fit(s: &AttentionSpec) -> bool {
     keys.saturating_mul(per_key).saturating_add(32) < LOOP_BUDGET
 }
 
+/// How many inputs a normed op's spec has before its slots and extra buffers: `a`, `w`, the
+/// norm's weight, and with a rope the positions and the frequencies.
+fn normed_inputs(l: &LinearSpec) -> usize {
+    3 + 2 * usize::from(l.rope.is_some())
+}
+
 impl Encoder<'_> {
     /// Records `out = residual + act(a) · wᵀ`; `inputs` are `a`, `w`, `residual` and, when
     /// the backend allocated it, the int8-activation buffer.
@@ -50,22 +59,25 @@ impl Encoder<'_> {
         inputs: &[Operand<'_>],
     ) -> Result<()> {
         let residual = Epilogue::Residual(inputs[2].buffer);
-        self.linear(l, out, inputs, (inputs.get(3), None), residual, None)
+        let temp = inputs.get(3).map(ActTable::empty);
+        self.linear(l, out, inputs, (temp, None), residual, None)
     }
 
     /// Records `out = act(rms_norm(a)) · wᵀ`, rotated with a rope; `inputs` are `a`, `w`, the
-    /// norm's weight and, with a rope, the positions and the frequencies.
+    /// norm's weight, with a rope the positions and the frequencies, and, when the backend
+    /// allocated it, the int8-activation buffer.
     pub(super) fn norm_linear(
         &mut self,
         l: &LinearSpec,
         out: &wgpu::Buffer,
         inputs: &[Operand<'_>],
     ) -> Result<()> {
-        self.normed(l, out, inputs, None)
+        self.normed(l, out, inputs, inputs.get(normed_inputs(l)), None)
     }
 
     /// Records [`OpSpec::NormLinearInto`] into the pool `target`: `inputs` are
-    /// [`Encoder::norm_linear`]'s, then the slots.
+    /// [`Encoder::norm_linear`]'s before its int8-activation buffer, then the slots, then that
+    /// buffer when the backend allocated it.
     pub(super) fn norm_linear_into(
         &mut self,
         (l, head_dim, pool_rows): (&LinearSpec, usize, usize),
@@ -73,22 +85,26 @@ impl Encoder<'_> {
         inputs: &[Operand<'_>],
     ) -> Result<()> {
         let store = PoolStore {
-            slots: inputs[inputs.len() - 1].buffer,
+            slots: inputs[normed_inputs(l)].buffer,
             head_dim,
             pool_rows,
         };
-        self.normed(l, target, inputs, Some(store))
+        let temp = inputs.get(normed_inputs(l) + 1);
+        self.normed(l, target, inputs, temp, Some(store))
     }
 
     /// The product of a normed op: `inputs` `a`, `w`, the norm's weight, then with a rope its
-    /// positions and frequencies, which the rotary epilogue reads.
+    /// positions and frequencies, which the rotary epilogue reads; `temp` the int8-activation
+    /// buffer.
     fn normed(
         &mut self,
         l: &LinearSpec,
         out: &wgpu::Buffer,
         inputs: &[Operand<'_>],
+        temp: Option<&Operand<'_>>,
         store: Option<PoolStore<'_>>,
     ) -> Result<()> {
+        let temp = temp.map(ActTable::empty);
         let epilogue = match l.rope {
             Some(r) => Epilogue::Rotary {
                 positions: inputs[3].buffer,
@@ -97,7 +113,7 @@ impl Encoder<'_> {
             },
             None => Epilogue::None,
         };
-        self.linear(l, out, inputs, (None, Some(inputs[2])), epilogue, store)
+        self.linear(l, out, inputs, (temp, Some(inputs[2])), epilogue, store)
     }
 
     /// Records `out = silu(act(a) · gateᵀ) ⊙ (act(a) · upᵀ)`; `inputs` are `a`, `gate`, `up`,
@@ -119,12 +135,17 @@ impl Encoder<'_> {
             l,
             gate_out.buffer,
             &[a, gate],
-            (temp, norm),
+            (temp.map(ActTable::empty), norm),
             Epilogue::None,
             None,
         )?;
+        // The up product reads the activations the gate product rounded.
+        let rounded = temp.map(|t| ActTable {
+            buffer: t.buffer,
+            filled: true,
+        });
         let silu_gate = Epilogue::SiluGate(gate_out.buffer);
-        self.linear(l, out, &[a, up], (temp, norm), silu_gate, None)
+        self.linear(l, out, &[a, up], (rounded, norm), silu_gate, None)
     }
 
     /// `out = act(a) · wᵀ` then `epilogue`, for `inputs` `a` and `w` of `l`'s format; `temp`
@@ -135,7 +156,7 @@ impl Encoder<'_> {
         l: &LinearSpec,
         out: &wgpu::Buffer,
         inputs: &[Operand<'_>],
-        (temp, norm): (Option<&Operand<'_>>, Option<Operand<'_>>),
+        (temp, norm): (Option<ActTable<'_>>, Option<Operand<'_>>),
         epilogue: Epilogue<'_>,
         store: Option<PoolStore<'_>>,
     ) -> Result<()> {
@@ -168,13 +189,7 @@ impl Encoder<'_> {
             _ => None,
         };
         let folds = Folds { norm, store };
-        self.qmatmul(
-            product,
-            out,
-            operands,
-            (temp.map(|t| t.buffer), folds),
-            epilogue,
-        )
+        self.qmatmul(product, out, operands, (temp, folds), epilogue)
     }
 
     /// Records attention over the pool for `inputs` `q`, `keys`, `values`, `rows`.

@@ -13,7 +13,10 @@
 //! adapters). Otherwise the op records two: `quantize_acts_blocks` (Q8_0, one invocation per
 //! 32 values) or `quantize_acts_rows` (a scale per row) rounds the activations into a
 //! temporary buffer (int8 words, then one f32 scale per 32 values) that the backend passed as
-//! a third operand, and `mm_tiled`, `mv` or `qmatmul_int` reads it.
+//! a third operand, and `mm_tiled`, `mv` or `qmatmul_int` reads it. A normed product on a CPU
+//! adapter rounds with `quantize_acts_normed`, which RMS-norms the rows first
+//! ([`folds_norm`]); `swiglu_linear`'s up product reads what its gate product rounded
+//! ([`ActTable`]).
 
 use super::{u32_of, Encoder, Operand, Shader, MATVEC_MAX_M};
 use crate::backend::kernel_consts::{
@@ -45,13 +48,19 @@ const MVQ_MAX_VALUES: usize = 8192;
 /// product reading the int8 values of a separate `quantize_acts_blocks` dispatch. With the
 /// norms and ropes unfused as a result (21 dispatches per layer instead of 8), the SmolLM-shape
 /// decode there still ran 1.6–1.7 times faster. Natively SwiftShader gained about 10%, and
-/// lavapipe, which pays 60–100 µs per dispatch, lost 10–20%.
+/// lavapipe, which pays 60–100 µs per dispatch, lost 10–20%. The norms, ropes and KV stores
+/// have since come back into the products there through `quantize_acts_normed`
+/// ([`folds_norm`]): 14 dispatches per layer.
 fn quantizes_in_kernel(m: usize, k: usize, shape: MvShape) -> bool {
     shape != MvShape::Lanes && m <= MATVEC_MAX_M && m * k <= MVQ_MAX_VALUES
 }
 
-/// Whether the `mv` kernel can fold an RMS norm of the activations into an `m × k` product
-/// of `format` weights: it norms the rows where it rounds them to int8 in workgroup memory.
+/// Whether an `m × k` product of `format` weights can fold an RMS norm of the activations
+/// into their int8 rounding, and so also take the `mv` kernel's rotary and pool-store
+/// epilogues: on GPUs the `mv` kernel norms the rows where it rounds them in workgroup memory;
+/// on CPU adapters, which round in a dispatch of their own, `quantize_acts_normed` norms them
+/// there. On a CPU adapter that took a SmolLM-135M-shape decode step from 21 dispatches per
+/// layer to 14 (see `docs/wgpu-decode-profile.md`).
 pub(in crate::backend::webgpu) fn folds_norm(
     format: DType,
     activations: Activations,
@@ -60,7 +69,7 @@ pub(in crate::backend::webgpu) fn folds_norm(
 ) -> bool {
     format.is_quantized()
         && matches!(activations, Activations::Q8_0 | Activations::I8)
-        && quantizes_in_kernel(m, k, shape)
+        && (quantizes_in_kernel(m, k, shape) || shape == MvShape::Lanes)
         && k <= shape.max_k()
 }
 
@@ -169,7 +178,7 @@ impl Encoder<'_> {
                 n,
                 k,
             } => {
-                let temp = inputs.get(2).map(|t| t.buffer);
+                let temp = inputs.get(2).map(ActTable::empty);
                 let product = Product {
                     format,
                     activations,
@@ -197,6 +206,26 @@ impl Encoder<'_> {
                 BackendKind::Wgpu,
                 format!("{op} is not a quantized op"),
             )),
+        }
+    }
+}
+
+/// The int8-activation buffer of a product whose kernel does not round its activations (the
+/// backend allocates it where [`int_activation_words`] asks): the product rounds into it
+/// first, or, `filled`, reads what an earlier product of the same activations rounded there
+/// (`swiglu_linear`'s up product after its gate product).
+#[derive(Clone, Copy)]
+pub(super) struct ActTable<'a> {
+    pub buffer: &'a wgpu::Buffer,
+    pub filled: bool,
+}
+
+impl<'a> ActTable<'a> {
+    /// The buffer of `operand`, for the product to round into.
+    pub(super) fn empty(operand: &Operand<'a>) -> Self {
+        ActTable {
+            buffer: operand.buffer,
+            filled: false,
         }
     }
 }
@@ -290,9 +319,8 @@ impl<'a> Epilogue<'a> {
 
 impl Encoder<'_> {
     /// Records `out = act(a) · wᵀ`, then `epilogue`, for packed weights `w`; `temp` is the
-    /// int8-activation buffer the backend allocated when [`int_activation_words`] asked for
-    /// one, and `folds` what to fold in besides the epilogue (only where [`folds_norm`], which
-    /// the fused encoders check).
+    /// int8-activation buffer where the product has one, and `folds` what to fold in besides
+    /// the epilogue (only where [`folds_norm`], which the fused encoders check).
     /// The `mv` kernel applies the epilogue as it stores; the other kernels are followed by the
     /// `epilogue` kernel.
     pub(super) fn qmatmul(
@@ -300,7 +328,7 @@ impl Encoder<'_> {
         pr: Product,
         out: &wgpu::Buffer,
         [a, w]: [&wgpu::Buffer; 2],
-        (temp, folds): (Option<&wgpu::Buffer>, Folds<'_>),
+        (temp, folds): (Option<ActTable<'_>>, Folds<'_>),
         epilogue: Epilogue<'_>,
     ) -> Result<()> {
         const OP: &str = "qmatmul";
@@ -378,19 +406,15 @@ impl Encoder<'_> {
                 return mv(self, code, a);
             }
             Activations::Q8_0 | Activations::I8 => {
-                let temp = temp.ok_or_else(|| {
+                let ActTable {
+                    buffer: temp,
+                    filled,
+                } = temp.ok_or_else(|| {
                     Error::backend(BackendKind::Wgpu, "qmatmul: missing the activation buffer")
                 })?;
-                // Q8_0's chunks of 32 are independent, one invocation each; a scale per row
-                // needs the row's largest magnitude first, one workgroup per row.
-                let (entry, groups) = match activations {
-                    Activations::Q8_0 => {
-                        ("quantize_acts_blocks", (m * (k / 32)).div_ceil(WG as usize))
-                    }
-                    _ => ("quantize_acts_rows", m),
-                };
-                let grid = self.grid(OP, groups as u64)?;
-                self.run(Shader::Quant, entry, &p, temp, &[a], grid)?;
+                if !filled {
+                    self.round_activations(&p, a, temp, norm)?;
+                }
                 if tiled {
                     return mm_tiled(self, INT_ACTIVATIONS + format_code(format)?, temp);
                 }
@@ -402,6 +426,31 @@ impl Encoder<'_> {
             }
         }
         self.epilogue(m, n, out, epilogue)
+    }
+
+    /// Rounds the f32 activations `a` of the product `p` describes to int8 into `temp`,
+    /// RMS-normed first with `norm`. Q8_0's chunks of 32 are independent, one invocation each;
+    /// a scale per row needs the row's largest magnitude first, and a norm (CPU adapters
+    /// only: [`folds_norm`]) the row's mean square: one workgroup per row.
+    fn round_activations(
+        &mut self,
+        p: &QuantParams,
+        a: &wgpu::Buffer,
+        temp: &wgpu::Buffer,
+        norm: Option<Norm<'_>>,
+    ) -> Result<()> {
+        const OP: &str = "qmatmul";
+        let (m, chunks) = (p.m as usize, p.m as usize * (p.k as usize / 32));
+        let (entry, groups) = match (norm, p.mode) {
+            (Some(_), _) => ("quantize_acts_normed", m),
+            (None, 0) => ("quantize_acts_blocks", chunks.div_ceil(WG as usize)),
+            (None, _) => ("quantize_acts_rows", m),
+        };
+        let grid = self.grid(OP, groups as u64)?;
+        // The norm's weight is binding 5, as the `mv` kernel reads it; the three roundings
+        // share `act_value`, which reads it, so all bind it (unread without a norm).
+        let weight = norm.map_or(a, |n| n.weight);
+        self.run(Shader::Quant, entry, p, temp, &[a, a, a, weight], grid)
     }
 
     /// Applies `epilogue` to the `m × n` values of `out`, after a product kernel without it.
