@@ -202,12 +202,6 @@ impl Device {
         self.inner.chain.iter().try_for_each(|b| b.synchronize())
     }
 
-    /// Kernel dispatches the primary backend has recorded since it started, where it counts
-    /// them (the wgpu backend; `bench --model` shows them per decode step); `None` elsewhere.
-    pub fn dispatches(&self) -> Option<u64> {
-        self.primary().dispatches()
-    }
-
     /// The primary backend's cumulative GPU time per kernel, where it measures it (see
     /// [`crate::backend::Backend::kernel_profile`]): the wgpu backend with
     /// `WEBTENSOR_WGPU_PROFILE=1`. Covers work already submitted: call after a download or
