@@ -448,7 +448,7 @@ impl Encoder<'_> {
         };
         let grid = self.grid(OP, groups as u64)?;
         // The norm's weight is binding 5, as the `mv` kernel reads it; the three roundings
-        // share `act_value`, which reads it, so all bind it (unread without a norm).
+        // share `chunk_vec`, which reads it, so all bind it (unread without a norm).
         let weight = norm.map_or(a, |n| n.weight);
         self.run(Shader::Quant, entry, p, temp, &[a, a, a, weight], grid)
     }
