@@ -601,7 +601,12 @@ fn quantize_acts_normed(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_work
         row_max = max(max(normed_partial[0], normed_partial[1]), max(normed_partial[2], normed_partial[3]));
     }
     for (var c = lid; c < chunks; c = c + NORMED_LANES) {
-        write_act_chunk(t0 + c, select(chunk_max(t0 + c), row_max, p.mode == 1u));
+        // Mode 1 has the row's largest magnitude already; `select` would evaluate both.
+        var amax = row_max;
+        if (p.mode == 0u) {
+            amax = chunk_max(t0 + c);
+        }
+        write_act_chunk(t0 + c, amax);
     }
 }
 
@@ -1495,27 +1500,22 @@ fn q4_pair(x: PairInput) -> Q4Pair {
         8.0 * sums.x, 8.0 * sums.y, x.scale0, x.scale1);
 }
 
+// Q4_0 weight word `w`'s eight nibbles in place against the activations `low` and `high`
+// pre-scaled for them.
+fn q4_word_dot(w: u32, low: vec4<f32>, high: vec4<f32>) -> f32 {
+    return dot(inplace_low_nibbles(w), low) + dot(inplace_high_nibbles(w), high);
+}
+
 // The pair's two block dots of the Q4_0 weight row whose pair starts at word `b`, each scaled
 // as `idot` scales it.
 fn q4_pair_row(a: Q4Pair, b: u32) -> f32 {
     let w0 = q[b];
-    let w1 = q[b + 1u];
-    let w2 = q[b + 2u];
-    let w3 = q[b + 3u];
     let w4 = q[b + 4u];
-    let dot0 = ((dot(inplace_low_nibbles(w0), a.low_0) + dot(inplace_high_nibbles(w0), a.high_0))
-        + (dot(inplace_low_nibbles(w1), a.low_1) + dot(inplace_high_nibbles(w1), a.high_1)))
-        + ((dot(inplace_low_nibbles(w2), a.low_2) + dot(inplace_high_nibbles(w2), a.high_2))
-        + (dot(inplace_low_nibbles(w3), a.low_3) + dot(inplace_high_nibbles(w3), a.high_3)))
-        + (dot(inplace_low_nibbles(w4), a.low_4) + dot(inplace_high_nibbles(w4), a.high_4));
-    let w5 = q[b + 5u];
-    let w6 = q[b + 6u];
-    let w7 = q[b + 7u];
-    let w8 = q[b + 8u];
-    let dot1 = ((dot(inplace_low_nibbles(w5), a.low1_0) + dot(inplace_high_nibbles(w5), a.high1_0))
-        + (dot(inplace_low_nibbles(w6), a.low1_1) + dot(inplace_high_nibbles(w6), a.high1_1)))
-        + ((dot(inplace_low_nibbles(w7), a.low1_2) + dot(inplace_high_nibbles(w7), a.high1_2))
-        + (dot(inplace_low_nibbles(w8), a.low1_3) + dot(inplace_high_nibbles(w8), a.high1_3)));
+    let dot0 = ((q4_word_dot(w0, a.low_0, a.high_0) + q4_word_dot(q[b + 1u], a.low_1, a.high_1))
+        + (q4_word_dot(q[b + 2u], a.low_2, a.high_2) + q4_word_dot(q[b + 3u], a.low_3, a.high_3)))
+        + q4_word_dot(w4, a.low_4, a.high_4);
+    let dot1 = (q4_word_dot(q[b + 5u], a.low1_0, a.high1_0) + q4_word_dot(q[b + 6u], a.low1_1, a.high1_1))
+        + (q4_word_dot(q[b + 7u], a.low1_2, a.high1_2) + q4_word_dot(q[b + 8u], a.low1_3, a.high1_3));
     return (dot0 - a.offset0) * (a.scale0 * f16_scale(w0)) + (dot1 - a.offset1) * (a.scale1 * f16_scale_high(w4));
 }
 
