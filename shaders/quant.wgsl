@@ -22,7 +22,8 @@ struct Params {
     n: u32,        // products: weight rows (output columns)
     k: u32,        // values per row
     mode: u32,     // qmatmul_float: 0 f32, 1 f16 activations; quantize_acts_*: 0 q8_0 (`_blocks`), 1 per row (`_rows`)
-    zero: u32,     // always 0; keeps a product from being fused into a following add
+    zero: u32,     // always 0: keeps a product from being fused into a following add, and
+                   // the in-place masks values rather than constants (`inplace_masks`)
     epilogue: u32, // products: 1 adds `res` (binding 4, f32 [m, n]), 2 multiplies by silu(res),
                    // 3 (`mv` only) rotates pairs (2i, 2i + 1) of each head of rope_dim values by
                    // rope_pos (binding 6) and the frequencies in `res` ([rope_dim / 2])
@@ -1073,7 +1074,7 @@ fn pow3(n: u32) -> u32 {
 // The four bytes of a word as unsigned values, exactly, without shifts (see `q4_low_vals`):
 // byte 3 has its top bit flipped so that it reads as a signed byte, then 128 added back.
 fn unsigned_byte_vals(w: u32) -> vec4<f32> {
-    let b = vec4<u32>(w ^ 0x80000000u) & BYTE_MASKS;
+    let b = vec4<u32>(w ^ INPLACE_MASKS.top_bit) & INPLACE_MASKS.bytes;
     return vec4<f32>(bitcast<vec4<i32>>(b)) * BYTE_UNSCALE + vec4<f32>(0.0, 0.0, 0.0, 128.0);
 }
 
@@ -1100,17 +1101,17 @@ fn tq2_vals(w: u32, unit: u32) -> vec4<f32> {
 // in-place products below). The masked values are converted as signed integers: SSE has no
 // unsigned conversion, so that JIT spends several instructions per lane on one.
 fn q4_low_vals(w: u32) -> vec4<f32> {
-    return inplace_low_nibbles(w) * BYTE_UNSCALE - 8.0;
+    return inplace_low_nibbles(w, INPLACE_MASKS) * BYTE_UNSCALE - 8.0;
 }
 
 fn q4_high_vals(w: u32) -> vec4<f32> {
     // Byte 3's high nibble comes out of `inplace_high_nibbles` already less 8.
-    return inplace_high_nibbles(w) * (BYTE_UNSCALE * 0.0625) - vec4<f32>(8.0, 8.0, 8.0, 0.0);
+    return inplace_high_nibbles(w, INPLACE_MASKS) * (BYTE_UNSCALE * 0.0625) - vec4<f32>(8.0, 8.0, 8.0, 0.0);
 }
 
 // Signed bytes of a word as values (exact, without shifts as above).
 fn q8_vals(w: u32) -> vec4<f32> {
-    return inplace_bytes(w) * BYTE_UNSCALE;
+    return inplace_bytes(w, INPLACE_MASKS) * BYTE_UNSCALE;
 }
 
 // Four halves from word `i` of `q` on.
@@ -1377,22 +1378,49 @@ fn rows_dot(x0: Group, x1: Group, x2: Group, x3: Group, w: Group, rows: u32) -> 
 // when a row's blocks are an even count every pair starts on a word and its layout is fixed:
 // word 0 holds block 0's f16 scale and its quant bytes 0 and 1, the next words its bytes 2..,
 // four each, until a word holds its last two bytes and block 1's scale; then block 1's quant
-// bytes, four per word. `mv_partial` takes this path on the lanes shape (one lane walks all of
-// k) for Q4_0 and Q8_0 weights with int8 activations when k / 32 is even, `idot` otherwise.
+// bytes, four per word. The entry `mv_pairs_lanes` takes this path on the lanes shape (one lane
+// walks all of k) for a decode row against Q4_0 and Q8_0 weights with int8 activations when
+// k / 32 is even; `mv` takes `idot` for the others.
 
 // Each byte of a word, masked where it lies.
 const BYTE_MASKS: vec4<u32> = vec4<u32>(0xffu, 0xff00u, 0xff0000u, 0xff000000u);
 
+// The masks and flips of the in-place readings below.
+struct InPlaceMasks {
+    bytes: vec4<u32>,      // BYTE_MASKS
+    byte_bias: u32,        // flips bytes 0..2's top bits (`inplace_biased_bytes`)
+    low_nibbles: vec4<u32>,
+    high_nibbles: vec4<u32>,
+    top_bit: u32,          // flips byte 3's top bit (`inplace_high_nibbles`)
+}
+
+const INPLACE_MASKS: InPlaceMasks = InPlaceMasks(
+    BYTE_MASKS, 0x00808080u,
+    vec4<u32>(0xfu, 0xf00u, 0xf0000u, 0xf000000u), vec4<u32>(0xf0u, 0xf000u, 0xf00000u, 0xf0000000u),
+    0x80000000u);
+
+// INPLACE_MASKS as values rather than constants, for the pair loop (`mv_pairs`).
+// SwiftShader's JIT (Subzero) materialises a vector constant at every use, a 64-bit address
+// move and a load each, nine times per Q4_0 weight word; masks computed once from the run-time
+// `p.zero` (always 0) stay in registers across the loop instead. The Q4_0 and Q8_0 × int8
+// decode products [1, 1024] · [2816, 1024]ᵀ ran about 10% faster natively on SwiftShader
+// that way (docs/wgpu-decode-profile.md).
+fn inplace_masks() -> InPlaceMasks {
+    let z = vec4<u32>(p.zero);
+    let m = INPLACE_MASKS;
+    return InPlaceMasks(m.bytes | z, m.byte_bias | z.x, m.low_nibbles | z, m.high_nibbles | z, m.top_bit | z.x);
+}
+
 // The four signed bytes of word `w` in place, bytes 0..2 biased by 128 so that their masks
 // read them unsigned: (v_p + 128) · 2^(8p) for p < 3, and byte 3 read signed, v_3 · 2^24. A Q8_0
 // pair's `offset` takes the bias off.
-fn inplace_biased_bytes(w: u32) -> vec4<f32> {
-    return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(w ^ 0x00808080u) & BYTE_MASKS));
+fn inplace_biased_bytes(w: u32, m: InPlaceMasks) -> vec4<f32> {
+    return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(w ^ m.byte_bias) & m.bytes));
 }
 
 // The four signed bytes of word `a` in place: byte p as v_p · 2^(8p), exactly.
-fn inplace_bytes(a: u32) -> vec4<f32> {
-    return inplace_biased_bytes(a) - vec4<f32>(128.0, 32768.0, 8388608.0, 0.0);
+fn inplace_bytes(a: u32, m: InPlaceMasks) -> vec4<f32> {
+    return inplace_biased_bytes(a, m) - vec4<f32>(128.0, 32768.0, 8388608.0, 0.0);
 }
 
 // 2^-8p for byte p: takes `inplace_bytes` back to the byte values, and pre-scales an
@@ -1400,15 +1428,15 @@ fn inplace_bytes(a: u32) -> vec4<f32> {
 const BYTE_UNSCALE: vec4<f32> = vec4<f32>(1.0, 0.00390625, 0.0000152587890625, 0.000000059604644775390625);
 
 // The low nibbles of word `w` in place: n_p · 2^(8p).
-fn inplace_low_nibbles(w: u32) -> vec4<f32> {
-    return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(w) & vec4<u32>(0xfu, 0xf00u, 0xf0000u, 0xf000000u)));
+fn inplace_low_nibbles(w: u32, m: InPlaceMasks) -> vec4<f32> {
+    return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(w) & m.low_nibbles));
 }
 
 // The high nibbles of word `w` in place: n_p · 2^(8p + 4) for bytes 0..2, and for byte 3
 // (n_3 − 8) · 2^28: its top bit flipped and read signed, which saves a correction per word; the
 // pair's `offset` leaves the activations it meets out of the −8 offset.
-fn inplace_high_nibbles(w: u32) -> vec4<f32> {
-    return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(w ^ 0x80000000u) & vec4<u32>(0xf0u, 0xf000u, 0xf00000u, 0xf0000000u)));
+fn inplace_high_nibbles(w: u32, m: InPlaceMasks) -> vec4<f32> {
+    return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(w ^ m.top_bit) & m.high_nibbles));
 }
 
 // The f16 scale in the high half of word `w` (as `f16_scale(w >> 16)`), without the shift.
@@ -1448,12 +1476,13 @@ struct PairInput {
     scale0: f32, scale1: f32,
 }
 
-fn pair_input(x0: vec4<u32>, x1: vec4<u32>, x2: vec4<u32>, x3: vec4<u32>, scale0: f32, scale1: f32) -> PairInput {
+fn pair_input(x0: vec4<u32>, x1: vec4<u32>, x2: vec4<u32>, x3: vec4<u32>, scale0: f32, scale1: f32,
+               m: InPlaceMasks) -> PairInput {
     return PairInput(
-        inplace_bytes(x0.x), inplace_bytes(x0.y), inplace_bytes(x0.z), inplace_bytes(x0.w),
-        inplace_bytes(x1.x), inplace_bytes(x1.y), inplace_bytes(x1.z), inplace_bytes(x1.w),
-        inplace_bytes(x2.x), inplace_bytes(x2.y), inplace_bytes(x2.z), inplace_bytes(x2.w),
-        inplace_bytes(x3.x), inplace_bytes(x3.y), inplace_bytes(x3.z), inplace_bytes(x3.w),
+        inplace_bytes(x0.x, m), inplace_bytes(x0.y, m), inplace_bytes(x0.z, m), inplace_bytes(x0.w, m),
+        inplace_bytes(x1.x, m), inplace_bytes(x1.y, m), inplace_bytes(x1.z, m), inplace_bytes(x1.w, m),
+        inplace_bytes(x2.x, m), inplace_bytes(x2.y, m), inplace_bytes(x2.z, m), inplace_bytes(x2.w, m),
+        inplace_bytes(x3.x, m), inplace_bytes(x3.y, m), inplace_bytes(x3.z, m), inplace_bytes(x3.w, m),
         scale0, scale1);
 }
 
@@ -1502,20 +1531,20 @@ fn q4_pair(x: PairInput) -> Q4Pair {
 
 // Q4_0 weight word `w`'s eight nibbles in place against the activations `low` and `high`
 // pre-scaled for them.
-fn q4_word_dot(w: u32, low: vec4<f32>, high: vec4<f32>) -> f32 {
-    return dot(inplace_low_nibbles(w), low) + dot(inplace_high_nibbles(w), high);
+fn q4_word_dot(w: u32, low: vec4<f32>, high: vec4<f32>, m: InPlaceMasks) -> f32 {
+    return dot(inplace_low_nibbles(w, m), low) + dot(inplace_high_nibbles(w, m), high);
 }
 
 // The pair's two block dots of the Q4_0 weight row whose pair starts at word `b`, each scaled
 // as `idot` scales it.
-fn q4_pair_row(a: Q4Pair, b: u32) -> f32 {
+fn q4_pair_row(a: Q4Pair, b: u32, m: InPlaceMasks) -> f32 {
     let w0 = q[b];
     let w4 = q[b + 4u];
-    let dot0 = ((q4_word_dot(w0, a.low_0, a.high_0) + q4_word_dot(q[b + 1u], a.low_1, a.high_1))
-        + (q4_word_dot(q[b + 2u], a.low_2, a.high_2) + q4_word_dot(q[b + 3u], a.low_3, a.high_3)))
-        + q4_word_dot(w4, a.low_4, a.high_4);
-    let dot1 = (q4_word_dot(q[b + 5u], a.low1_0, a.high1_0) + q4_word_dot(q[b + 6u], a.low1_1, a.high1_1))
-        + (q4_word_dot(q[b + 7u], a.low1_2, a.high1_2) + q4_word_dot(q[b + 8u], a.low1_3, a.high1_3));
+    let dot0 = ((q4_word_dot(w0, a.low_0, a.high_0, m) + q4_word_dot(q[b + 1u], a.low_1, a.high_1, m))
+        + (q4_word_dot(q[b + 2u], a.low_2, a.high_2, m) + q4_word_dot(q[b + 3u], a.low_3, a.high_3, m)))
+        + q4_word_dot(w4, a.low_4, a.high_4, m);
+    let dot1 = (q4_word_dot(q[b + 5u], a.low1_0, a.high1_0, m) + q4_word_dot(q[b + 6u], a.low1_1, a.high1_1, m))
+        + (q4_word_dot(q[b + 7u], a.low1_2, a.high1_2, m) + q4_word_dot(q[b + 8u], a.low1_3, a.high1_3, m));
     return (dot0 - a.offset0) * (a.scale0 * f16_scale(w0)) + (dot1 - a.offset1) * (a.scale1 * f16_scale_high(w4));
 }
 
@@ -1552,26 +1581,19 @@ fn q8_pair(x: PairInput) -> Q8Pair {
 
 // The pair's two block dots of the Q8_0 weight row whose pair starts at word `b`, each scaled
 // as `idot` scales it.
-fn q8_pair_row(a: Q8Pair, b: u32) -> f32 {
+fn q8_pair_row(a: Q8Pair, b: u32, m: InPlaceMasks) -> f32 {
     let w0 = q[b];
     let w8 = q[b + 8u];
-    let dot0 = ((dot(inplace_biased_bytes(w0), a.w_0) + dot(inplace_biased_bytes(q[b + 1u]), a.w_1))
-        + (dot(inplace_biased_bytes(q[b + 2u]), a.w_2) + dot(inplace_biased_bytes(q[b + 3u]), a.w_3)))
-        + ((dot(inplace_biased_bytes(q[b + 4u]), a.w_4) + dot(inplace_biased_bytes(q[b + 5u]), a.w_5))
-        + (dot(inplace_biased_bytes(q[b + 6u]), a.w_6) + dot(inplace_biased_bytes(q[b + 7u]), a.w_7)))
-        + dot(inplace_biased_bytes(w8), a.w_8);
-    let dot1 = ((dot(inplace_biased_bytes(q[b + 9u]), a.v_0) + dot(inplace_biased_bytes(q[b + 10u]), a.v_1))
-        + (dot(inplace_biased_bytes(q[b + 11u]), a.v_2) + dot(inplace_biased_bytes(q[b + 12u]), a.v_3)))
-        + ((dot(inplace_biased_bytes(q[b + 13u]), a.v_4) + dot(inplace_biased_bytes(q[b + 14u]), a.v_5))
-        + (dot(inplace_biased_bytes(q[b + 15u]), a.v_6) + dot(inplace_biased_bytes(q[b + 16u]), a.v_7)));
+    let dot0 = ((dot(inplace_biased_bytes(w0, m), a.w_0) + dot(inplace_biased_bytes(q[b + 1u], m), a.w_1))
+        + (dot(inplace_biased_bytes(q[b + 2u], m), a.w_2) + dot(inplace_biased_bytes(q[b + 3u], m), a.w_3)))
+        + ((dot(inplace_biased_bytes(q[b + 4u], m), a.w_4) + dot(inplace_biased_bytes(q[b + 5u], m), a.w_5))
+        + (dot(inplace_biased_bytes(q[b + 6u], m), a.w_6) + dot(inplace_biased_bytes(q[b + 7u], m), a.w_7)))
+        + dot(inplace_biased_bytes(w8, m), a.w_8);
+    let dot1 = ((dot(inplace_biased_bytes(q[b + 9u], m), a.v_0) + dot(inplace_biased_bytes(q[b + 10u], m), a.v_1))
+        + (dot(inplace_biased_bytes(q[b + 11u], m), a.v_2) + dot(inplace_biased_bytes(q[b + 12u], m), a.v_3)))
+        + ((dot(inplace_biased_bytes(q[b + 13u], m), a.v_4) + dot(inplace_biased_bytes(q[b + 14u], m), a.v_5))
+        + (dot(inplace_biased_bytes(q[b + 15u], m), a.v_6) + dot(inplace_biased_bytes(q[b + 16u], m), a.v_7)));
     return (dot0 - a.offset0) * (a.scale0 * f16_scale(w0)) + (dot1 - a.offset1) * (a.scale1 * f16_scale_high(w8));
-}
-
-// Whether `mv_partial` takes the pair path (see above): the lanes shape, Q4_0 or Q8_0 weights,
-// int8 activations from `quantize_acts_*`, one activation row and an even count of blocks.
-fn mv_takes_pairs(lanes: u32, rows: u32) -> bool {
-    let format = MV_FORMAT == (FMT_Q4_0 | FMT_INT_ACTIVATIONS) || MV_FORMAT == (FMT_Q8_0 | FMT_INT_ACTIVATIONS);
-    return lanes == 1u && rows == 1u && format && (p.k / 32u) % 2u == 0u;
 }
 
 // The decode partial sums of weight rows `r` (x: row0, ..) by the pair path. Counters step
@@ -1589,17 +1611,18 @@ fn mv_pairs(r: vec4<u32>) -> vec4<f32> {
     var scale_vec = first_scale / 4u;
     var second_half = (first_scale % 4u) == 2u;
     var acc = vec4<f32>();
+    let m = inplace_masks();
     for (var i = 0u; i < groups; i = i + 2u) {
         let sc = xv[scale_vec];
         let x = pair_input(bitcast<vec4<u32>>(xv[act]), bitcast<vec4<u32>>(xv[act + 1u]),
                            bitcast<vec4<u32>>(xv[act + 2u]), bitcast<vec4<u32>>(xv[act + 3u]),
-                           select(sc.x, sc.z, second_half), select(sc.y, sc.w, second_half));
+                           select(sc.x, sc.z, second_half), select(sc.y, sc.w, second_half), m);
         if (q4) {
             let a = q4_pair(x);
-            acc = acc + vec4<f32>(q4_pair_row(a, b.x), q4_pair_row(a, b.y), q4_pair_row(a, b.z), q4_pair_row(a, b.w));
+            acc = acc + vec4<f32>(q4_pair_row(a, b.x, m), q4_pair_row(a, b.y, m), q4_pair_row(a, b.z, m), q4_pair_row(a, b.w, m));
         } else {
             let a = q8_pair(x);
-            acc = acc + vec4<f32>(q8_pair_row(a, b.x), q8_pair_row(a, b.y), q8_pair_row(a, b.z), q8_pair_row(a, b.w));
+            acc = acc + vec4<f32>(q8_pair_row(a, b.x, m), q8_pair_row(a, b.y, m), q8_pair_row(a, b.z, m), q8_pair_row(a, b.w, m));
         }
         b = b + vec4<u32>(pair_words);
         act = act + 4u;
@@ -1607,6 +1630,26 @@ fn mv_pairs(r: vec4<u32>) -> vec4<f32> {
         second_half = !second_half;
     }
     return acc;
+}
+
+// The decode product on CPU adapters (the lanes shape) of Q4_0 or Q8_0 weights with int8
+// activations, one activation row and an even count of blocks per row, the host's choice
+// (`takes_pairs` in kernels/quant.rs): the pair path as an entry of its own, one lane per four
+// weight rows as `lanes.wgsl` lays out `mv`. SwiftShader runs every block of a shader that is
+// not in a loop, whichever way its branch goes (a loop it skips when no lane enters it), so
+// inside `mv` each workgroup paid for the straight-line code of the paths it did not take; a
+// pipeline of its own made the Q4_0 and Q8_0 × int8 decode products [1, 1024] · [2816, 1024]ᵀ
+// about 13% faster there (docs/wgpu-decode-profile.md).
+@compute @workgroup_size(MV_ROWS / 4u)
+fn mv_pairs_lanes(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32) {
+    let row0 = mv_first_row(wid, nwg) + 4u * lid;
+    if (row0 < p.n) {
+        // Rows past n repeat the last row; `mv_store` drops them.
+        let d = mv_pairs(min(vec4<u32>(row0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.n - 1u)));
+        mv_store(wid, row0, array<vec4<f32>, 4>(vec4<f32>(d.x, 0.0, 0.0, 0.0), vec4<f32>(d.y, 0.0, 0.0, 0.0),
+                                                vec4<f32>(d.z, 0.0, 0.0, 0.0), vec4<f32>(d.w, 0.0, 0.0, 0.0)));
+    }
 }
 
 // Partial sums of weight rows row0..row0+4 (rows past n repeat the last row; `mv_store` drops
@@ -1626,11 +1669,6 @@ fn mv_partial(wid: vec3<u32>, row0: u32, lane: u32, lanes: u32) -> array<vec4<f3
     let groups = p.k / 32u;
     // At least one: `mv_first_row` gives n (handled above) when mv_a0 is past m.
     let rows = min(4u, p.m - mv_a0);
-    if (mv_takes_pairs(lanes, rows)) {
-        let d = mv_pairs(vec4<u32>(row0, row1, row2, row3));
-        return array<vec4<f32>, 4>(vec4<f32>(d.x, 0.0, 0.0, 0.0), vec4<f32>(d.y, 0.0, 0.0, 0.0),
-                                   vec4<f32>(d.z, 0.0, 0.0, 0.0), vec4<f32>(d.w, 0.0, 0.0, 0.0));
-    }
     if (rows == 1u) {
         // Decode: one activation row, in integers where `mv_int_dot` (a pipeline constant,
         // so each pipeline keeps one of the two bodies).

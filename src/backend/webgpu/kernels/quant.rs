@@ -94,6 +94,20 @@ fn takes_tiled(pr: Product, shape: MvShape, folds: Folds<'_>, epilogue: Epilogue
         && !matches!(epilogue, Epilogue::Rotary { .. })
 }
 
+/// Whether a product runs the entry `mv_pairs_lanes` (`quant.wgsl`), which takes a decode row
+/// against Q4_0 or Q8_0 weights two blocks at a time, each nibble or byte multiplied where it
+/// lies in its word: on CPU adapters (the lanes shape), one activation row, int8 activations,
+/// and an even count of blocks per row (so that every pair of blocks starts on a word). An
+/// entry of its own because SwiftShader runs the straight-line code of every branch of a
+/// shader, taken or not: inside `mv` the other paths cost each workgroup about 13%.
+fn takes_pairs(pr: Product, shape: MvShape) -> bool {
+    shape == MvShape::Lanes
+        && pr.m == 1
+        && matches!(pr.format, DType::Q4_0 | DType::Q8_0)
+        && matches!(pr.activations, Activations::Q8_0 | Activations::I8)
+        && pr.k.is_multiple_of(64)
+}
+
 /// Words of the temporary buffer holding `m × k` quantized activations for an int8-activation
 /// product, or `None` when the product rounds them in its own kernel.
 pub(in crate::backend::webgpu) fn int_activation_words(
@@ -361,7 +375,7 @@ impl Encoder<'_> {
         let tiled = self.ctx.tiled_prefill && takes_tiled(pr, self.ctx.mv_shape(), folds, epilogue);
         // The `mv` kernel binds six operands: the epilogue's, the norm's weight, the rotary
         // positions and the pool slots, or an operand again, unread.
-        let mv = |enc: &mut Self, code: u32, x: &wgpu::Buffer| {
+        let mv = |enc: &mut Self, (entry, code): (&'static str, u32), x: &wgpu::Buffer| {
             let inputs = [
                 w,
                 x,
@@ -370,7 +384,7 @@ impl Encoder<'_> {
                 epilogue.positions(x),
                 store.map_or(x, |s| s.slots),
             ];
-            enc.run_format(Shader::Quant, ("mv", code), &p, out, &inputs, mv_grid)
+            enc.run_format(Shader::Quant, (entry, code), &p, out, &inputs, mv_grid)
         };
         // `mm_tiled` binds what `mv` binds (it reads the weights, activations and epilogue).
         let mm_tiled = |enc: &mut Self, code: u32, x: &wgpu::Buffer| {
@@ -383,7 +397,7 @@ impl Encoder<'_> {
             Activations::F32 if tiled => return mm_tiled(self, format_code(format)?, a),
             Activations::F32 if k.is_multiple_of(32) && fits_mv => {
                 // The row-dot kernel specialised for the format.
-                return mv(self, format_code(format)?, a);
+                return mv(self, ("mv", format_code(format)?), a);
             }
             Activations::F32 | Activations::F16 => {
                 if format == DType::F16 && self.ctx.native_f16 {
@@ -403,7 +417,7 @@ impl Encoder<'_> {
                 // The row-dot kernel rounding the f32 activations itself (norming them first).
                 let normed = if norm.is_some() { NORM_ACTIVATIONS } else { 0 };
                 let code = normed + QUANTIZE_ACTIVATIONS + INT_ACTIVATIONS + format_code(format)?;
-                return mv(self, code, a);
+                return mv(self, ("mv", code), a);
             }
             Activations::Q8_0 | Activations::I8 => {
                 let ActTable {
@@ -420,7 +434,13 @@ impl Encoder<'_> {
                 }
                 if fits_mv {
                     // The row-dot kernel reading the int8 activations.
-                    return mv(self, INT_ACTIVATIONS + format_code(format)?, temp);
+                    let code = INT_ACTIVATIONS + format_code(format)?;
+                    let entry = if takes_pairs(pr, self.ctx.mv_shape()) {
+                        "mv_pairs_lanes"
+                    } else {
+                        "mv"
+                    };
+                    return mv(self, (entry, code), temp);
                 }
                 self.run(Shader::Quant, "qmatmul_int", &p, out, &[w, temp], tiles)?;
             }
