@@ -1596,21 +1596,33 @@ fn q8_pair_row(a: Q8Pair, b: u32, m: InPlaceMasks) -> f32 {
     return (dot0 - a.offset0) * (a.scale0 * f16_scale(w0)) + (dot1 - a.offset1) * (a.scale1 * f16_scale_high(w8));
 }
 
-// The decode partial sums of weight rows `r` (x: row0, ..) by the pair path. Counters step
-// through the words so that the loop divides nothing: a row's pairs (9 or 17 words each), the
-// activation row's int8 words (16 per pair, four vec4s) and its scales (two per pair).
-fn mv_pairs(r: vec4<u32>) -> vec4<f32> {
+// Decode sums of eight weight rows: `lo` of rows row0..row0 + 4, `hi` of the next four.
+struct EightRows {
+    lo: vec4<f32>,
+    hi: vec4<f32>,
+}
+
+// The decode sums of weight rows `lo` (x: the first, ..) and, for Q4_0, `hi` by the pair path
+// (Q8_0 leaves `hi`'s sums 0). Counters step through the words so that the loop divides
+// nothing: a row's pairs (9 or 17 words each), the activation row's int8 words (16 per pair,
+// four vec4s) and its scales (two per pair). Eight Q4_0 rows share each pair's activations,
+// which a CPU adapter reads by gathers and unpacks once per lane: with four the Q4_0 × int8
+// decode product [1, 1024] · [2816, 1024]ᵀ took 1,656 µs on SwiftShader, with eight 1,434,
+// and lavapipe was level. Q8_0 rows, 17 words a pair, take four at a time: eight took its
+// product from 2,039 to 1,788 µs on SwiftShader but from 660 to 1,000 on lavapipe.
+fn mv_pairs(lo: vec4<u32>, hi: vec4<u32>) -> EightRows {
     let groups = p.k / 32u;
     let q4 = MV_FORMAT % FMT_INT_ACTIVATIONS == FMT_Q4_0;
     let pair_words = select(17u, 9u, q4);
-    var b = r * ((groups / 2u) * pair_words);
+    var b = lo * ((groups / 2u) * pair_words);
+    var c = hi * ((groups / 2u) * pair_words);
     var act = mv_a0 * (p.k / 16u);
     // Scale words: after the m · k/4 words of int8 values, one per group (`stored_act_scale`);
     // the first is even, so a pair's two are in one vec4, in its first or second half.
     let first_scale = p.m * (p.k / 4u) + mv_a0 * groups;
     var scale_vec = first_scale / 4u;
     var second_half = (first_scale % 4u) == 2u;
-    var acc = vec4<f32>();
+    var acc = EightRows();
     let m = inplace_masks();
     for (var i = 0u; i < groups; i = i + 2u) {
         let sc = xv[scale_vec];
@@ -1619,12 +1631,14 @@ fn mv_pairs(r: vec4<u32>) -> vec4<f32> {
                            select(sc.x, sc.z, second_half), select(sc.y, sc.w, second_half), m);
         if (q4) {
             let a = q4_pair(x);
-            acc = acc + vec4<f32>(q4_pair_row(a, b.x, m), q4_pair_row(a, b.y, m), q4_pair_row(a, b.z, m), q4_pair_row(a, b.w, m));
+            acc.lo = acc.lo + vec4<f32>(q4_pair_row(a, b.x, m), q4_pair_row(a, b.y, m), q4_pair_row(a, b.z, m), q4_pair_row(a, b.w, m));
+            acc.hi = acc.hi + vec4<f32>(q4_pair_row(a, c.x, m), q4_pair_row(a, c.y, m), q4_pair_row(a, c.z, m), q4_pair_row(a, c.w, m));
         } else {
             let a = q8_pair(x);
-            acc = acc + vec4<f32>(q8_pair_row(a, b.x, m), q8_pair_row(a, b.y, m), q8_pair_row(a, b.z, m), q8_pair_row(a, b.w, m));
+            acc.lo = acc.lo + vec4<f32>(q8_pair_row(a, b.x, m), q8_pair_row(a, b.y, m), q8_pair_row(a, b.z, m), q8_pair_row(a, b.w, m));
         }
         b = b + vec4<u32>(pair_words);
+        c = c + vec4<u32>(pair_words);
         act = act + 4u;
         scale_vec = scale_vec + select(0u, 1u, second_half);
         second_half = !second_half;
@@ -1632,23 +1646,35 @@ fn mv_pairs(r: vec4<u32>) -> vec4<f32> {
     return acc;
 }
 
+// `mv_store`'s sums of four weight rows from their decode sums `d`.
+fn decode_sums(d: vec4<f32>) -> array<vec4<f32>, 4> {
+    return array<vec4<f32>, 4>(vec4<f32>(d.x, 0.0, 0.0, 0.0), vec4<f32>(d.y, 0.0, 0.0, 0.0),
+                               vec4<f32>(d.z, 0.0, 0.0, 0.0), vec4<f32>(d.w, 0.0, 0.0, 0.0));
+}
+
 // The decode product on CPU adapters (the lanes shape) of Q4_0 or Q8_0 weights with int8
 // activations, one activation row and an even count of blocks per row, the host's choice
-// (`takes_pairs` in kernels/quant.rs): the pair path as an entry of its own, one lane per four
-// weight rows as `lanes.wgsl` lays out `mv`. SwiftShader runs every block of a shader that is
-// not in a loop, whichever way its branch goes (a loop it skips when no lane enters it), so
-// inside `mv` each workgroup paid for the straight-line code of the paths it did not take; a
-// pipeline of its own made the Q4_0 and Q8_0 × int8 decode products [1, 1024] · [2816, 1024]ᵀ
-// about 13% faster there (docs/wgpu-decode-profile.md).
-@compute @workgroup_size(MV_ROWS / 4u)
+// (`takes_pairs` in kernels/quant.rs): the pair path as an entry of its own, one lane per eight
+// weight rows (`MV_ROWS` per workgroup, as `lanes.wgsl` gives `mv`). SwiftShader runs every
+// block of a shader that is not in a loop, whichever way its branch goes (a loop it skips when
+// no lane enters it), so inside `mv` each workgroup paid for the straight-line code of the
+// paths it did not take; a pipeline of its own made the Q4_0 and Q8_0 × int8 decode products
+// [1, 1024] · [2816, 1024]ᵀ about 13% faster there (docs/wgpu-decode-profile.md).
+@compute @workgroup_size(MV_ROWS / 8u)
 fn mv_pairs_lanes(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                   @builtin(local_invocation_index) lid: u32) {
-    let row0 = mv_first_row(wid, nwg) + 4u * lid;
+    let row0 = mv_first_row(wid, nwg) + 8u * lid;
     if (row0 < p.n) {
         // Rows past n repeat the last row; `mv_store` drops them.
-        let d = mv_pairs(min(vec4<u32>(row0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.n - 1u)));
-        mv_store(wid, row0, array<vec4<f32>, 4>(vec4<f32>(d.x, 0.0, 0.0, 0.0), vec4<f32>(d.y, 0.0, 0.0, 0.0),
-                                                vec4<f32>(d.z, 0.0, 0.0, 0.0), vec4<f32>(d.w, 0.0, 0.0, 0.0)));
+        let last = vec4<u32>(p.n - 1u);
+        let lo = min(vec4<u32>(row0) + vec4<u32>(0u, 1u, 2u, 3u), last);
+        let hi = min(vec4<u32>(row0) + vec4<u32>(4u, 5u, 6u, 7u), last);
+        var d = mv_pairs(lo, hi);
+        if (MV_FORMAT % FMT_INT_ACTIVATIONS == FMT_Q8_0) {
+            d.hi = mv_pairs(hi, hi).lo;
+        }
+        mv_store(wid, row0, decode_sums(d.lo));
+        mv_store(wid, row0 + 4u, decode_sums(d.hi));
     }
 }
 
