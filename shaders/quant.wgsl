@@ -1654,13 +1654,15 @@ fn decode_sums(d: vec4<f32>) -> array<vec4<f32>, 4> {
 
 // The decode product on CPU adapters (the lanes shape) of Q4_0 or Q8_0 weights with int8
 // activations, one activation row and an even count of blocks per row, the host's choice
-// (`takes_pairs` in kernels/quant.rs): the pair path as an entry of its own, one lane per eight
-// weight rows (`MV_ROWS` per workgroup, as `lanes.wgsl` gives `mv`). SwiftShader runs every
+// (`takes_pairs` in kernels/quant.rs): the pair path as an entry of its own, 8 lanes of eight
+// weight rows, the 64 rows per workgroup (`MV_ROWS`) that `lanes.wgsl` gives `mv` and the host
+// dispatches by (the entry is compiled with the other shapes' preludes too, unused, so its
+// size is a literal: MV_ROWS / 8 would be 0 on a GPU team of 4 rows). SwiftShader runs every
 // block of a shader that is not in a loop, whichever way its branch goes (a loop it skips when
 // no lane enters it), so inside `mv` each workgroup paid for the straight-line code of the
 // paths it did not take; a pipeline of its own made the Q4_0 and Q8_0 × int8 decode products
 // [1, 1024] · [2816, 1024]ᵀ about 13% faster there (docs/wgpu-decode-profile.md).
-@compute @workgroup_size(MV_ROWS / 8u)
+@compute @workgroup_size(8)
 fn mv_pairs_lanes(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                   @builtin(local_invocation_index) lid: u32) {
     let row0 = mv_first_row(wid, nwg) + 8u * lid;

@@ -386,8 +386,46 @@ fn storage_entry(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {
 
 #[cfg(test)]
 mod tests {
-    use super::{reduce_prelude, MvShape};
+    use super::{reduce_prelude, MvShape, Shader};
     use crate::backend::webgpu::context::subgroup_team_rows;
+
+    /// Every shader validates with naga as the backend composes it for each shape it can pick:
+    /// the subgroup teams at every row count `subgroup_team_rows` gives (so a declaration
+    /// sized by a prelude's `MV_ROWS` is checked at 4 rows too, not only at the file's 32),
+    /// with either `idot4` prelude. `native-tests/shaders.rs` checks the files as written.
+    #[test]
+    fn every_composition_validates() {
+        let mut shapes = vec![MvShape::Lanes, MvShape::WorkgroupTeams];
+        for size in [0, 2, 4, 8, 16, 32, 64, 128] {
+            shapes.push(MvShape::SubgroupTeams {
+                rows: subgroup_team_rows(size),
+            });
+        }
+        for shape in shapes {
+            for int_dot in [true, false] {
+                for shader in Shader::ALL {
+                    let source = shader.composed(shape, int_dot);
+                    let what = format!("{shader:?} for {shape:?}, int_dot {int_dot}");
+                    let module = naga::front::wgsl::parse_str(&source)
+                        .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&source)));
+                    naga::valid::Validator::new(
+                        naga::valid::ValidationFlags::all(),
+                        naga::valid::Capabilities::all(),
+                    )
+                    .validate(&module)
+                    .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&source)));
+                    for ep in &module.entry_points {
+                        assert!(
+                            ep.workgroup_size.iter().all(|&n| n > 0),
+                            "{what}: entry {} has workgroup size {:?}",
+                            ep.name,
+                            ep.workgroup_size
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn subgroup_teams_get_four_rows_per_subgroup() {
