@@ -135,7 +135,7 @@ pub const ROW_TEAMS_ENV: &str = "WEBTENSOR_WGPU_ROW_TEAMS";
 /// prelude of `shaders/reduce/` they are compiled after.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum MvShape {
-    /// One lane per four rows, no reduction (`lanes.wgsl`).
+    /// One lane per four rows (eight Q4_0 rows in `mv_pairs_lanes`), no reduction (`lanes.wgsl`).
     Lanes,
     /// A subgroup per four rows, reduced with `subgroupAdd` (`subgroup.wgsl`); `rows` output
     /// rows per 64-thread workgroup, four per subgroup it holds, so that every subgroup has
@@ -408,8 +408,8 @@ impl GpuContext {
             reductions: with_note(
                 if !self.row_teams {
                     format!(
-                        "none: one lane per four rows (the software-adapter shape; \
-                         {ROW_TEAMS_ENV}=on for teams)"
+                        "none: each lane walks whole rows, four at a time, eight in a Q4_0 \
+                         decode product (the software-adapter shape; {ROW_TEAMS_ENV}=on for teams)"
                     )
                 } else if self.subgroups {
                     format!(
