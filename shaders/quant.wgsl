@@ -1378,9 +1378,9 @@ fn rows_dot(x0: Group, x1: Group, x2: Group, x3: Group, w: Group, rows: u32) -> 
 // when a row's blocks are an even count every pair starts on a word and its layout is fixed:
 // word 0 holds block 0's f16 scale and its quant bytes 0 and 1, the next words its bytes 2..,
 // four each, until a word holds its last two bytes and block 1's scale; then block 1's quant
-// bytes, four per word. The entries `mv_pairs_lanes` and `mv_pairs_quads` take this path on
-// the lanes shape (one lane walks all of k) for a decode row against Q4_0 and Q8_0 weights with
-// int8 activations when k / 32 is even; `mv` takes `idot` for the others.
+// bytes, four per word. The entry `mv_pairs_lanes` takes this path on the lanes shape (one lane
+// walks all of k) for a decode row against Q4_0 and Q8_0 weights with int8 activations when
+// k / 32 is even; `mv` takes `idot` for the others.
 
 // Each byte of a word, masked where it lies.
 const BYTE_MASKS: vec4<u32> = vec4<u32>(0xffu, 0xff00u, 0xff0000u, 0xff000000u);
@@ -1596,40 +1596,33 @@ fn q8_pair_row(a: Q8Pair, b: u32, m: InPlaceMasks) -> f32 {
     return (dot0 - a.offset0) * (a.scale0 * f16_scale(w0)) + (dot1 - a.offset1) * (a.scale1 * f16_scale_high(w8));
 }
 
-// Decode sums of up to sixteen weight rows, four per vector in row order.
-struct PairSums {
-    a: vec4<f32>,
-    b: vec4<f32>,
-    c: vec4<f32>,
-    d: vec4<f32>,
+// Decode sums of eight weight rows: `lo` of rows row0..row0 + 4, `hi` of the next four.
+struct EightRows {
+    lo: vec4<f32>,
+    hi: vec4<f32>,
 }
 
-// The decode sums of weight rows `ra` (x: the first, ..) and, for Q4_0, `rb` and, `sixteen`,
-// `rc` and `rd` by the pair path (rows not taken sum to 0; `sixteen` is a literal at each call,
-// so the drivers' inlining drops the branch). Counters step through the words so that the
-// loop divides nothing: a row's pairs (9 or 17 words each), the activation row's int8 words
-// (16 per pair, four vec4s) and its scales (two per pair). The Q4_0 rows of a lane share each
-// pair's activations, which a CPU adapter reads by gathers and unpacks once per lane: with
-// four rows the Q4_0 × int8 decode product [1, 1024] · [2816, 1024]ᵀ took 1,656 µs on
-// SwiftShader, with eight 1,434, with sixteen (`mv_pairs_quads`) 1,263. Q8_0 rows, 17 words a
-// pair, take four at a time: eight took its product from 2,039 to 1,788 µs on SwiftShader but
-// from 660 to 1,000 on lavapipe.
-fn mv_pairs(ra: vec4<u32>, rb: vec4<u32>, rc: vec4<u32>, rd: vec4<u32>, sixteen: bool) -> PairSums {
+// The decode sums of weight rows `lo` (x: the first, ..) and, for Q4_0, `hi` by the pair path
+// (Q8_0 leaves `hi`'s sums 0). Counters step through the words so that the loop divides
+// nothing: a row's pairs (9 or 17 words each), the activation row's int8 words (16 per pair,
+// four vec4s) and its scales (two per pair). Eight Q4_0 rows share each pair's activations,
+// which a CPU adapter reads by gathers and unpacks once per lane: with four the Q4_0 × int8
+// decode product [1, 1024] · [2816, 1024]ᵀ took 1,656 µs on SwiftShader, with eight 1,434,
+// and lavapipe was level. Q8_0 rows, 17 words a pair, take four at a time: eight took its
+// product from 2,039 to 1,788 µs on SwiftShader but from 660 to 1,000 on lavapipe.
+fn mv_pairs(lo: vec4<u32>, hi: vec4<u32>) -> EightRows {
     let groups = p.k / 32u;
     let q4 = MV_FORMAT % FMT_INT_ACTIVATIONS == FMT_Q4_0;
     let pair_words = select(17u, 9u, q4);
-    let row_words = (groups / 2u) * pair_words;
-    var wa = ra * row_words;
-    var wb = rb * row_words;
-    var wc = rc * row_words;
-    var wd = rd * row_words;
+    var b = lo * ((groups / 2u) * pair_words);
+    var c = hi * ((groups / 2u) * pair_words);
     var act = mv_a0 * (p.k / 16u);
     // Scale words: after the m · k/4 words of int8 values, one per group (`stored_act_scale`);
     // the first is even, so a pair's two are in one vec4, in its first or second half.
     let first_scale = p.m * (p.k / 4u) + mv_a0 * groups;
     var scale_vec = first_scale / 4u;
     var second_half = (first_scale % 4u) == 2u;
-    var acc = PairSums();
+    var acc = EightRows();
     let m = inplace_masks();
     for (var i = 0u; i < groups; i = i + 2u) {
         let sc = xv[scale_vec];
@@ -1638,20 +1631,14 @@ fn mv_pairs(ra: vec4<u32>, rb: vec4<u32>, rc: vec4<u32>, rd: vec4<u32>, sixteen:
                            select(sc.x, sc.z, second_half), select(sc.y, sc.w, second_half), m);
         if (q4) {
             let a = q4_pair(x);
-            acc.a = acc.a + vec4<f32>(q4_pair_row(a, wa.x, m), q4_pair_row(a, wa.y, m), q4_pair_row(a, wa.z, m), q4_pair_row(a, wa.w, m));
-            acc.b = acc.b + vec4<f32>(q4_pair_row(a, wb.x, m), q4_pair_row(a, wb.y, m), q4_pair_row(a, wb.z, m), q4_pair_row(a, wb.w, m));
-            if (sixteen) {
-                acc.c = acc.c + vec4<f32>(q4_pair_row(a, wc.x, m), q4_pair_row(a, wc.y, m), q4_pair_row(a, wc.z, m), q4_pair_row(a, wc.w, m));
-                acc.d = acc.d + vec4<f32>(q4_pair_row(a, wd.x, m), q4_pair_row(a, wd.y, m), q4_pair_row(a, wd.z, m), q4_pair_row(a, wd.w, m));
-            }
+            acc.lo = acc.lo + vec4<f32>(q4_pair_row(a, b.x, m), q4_pair_row(a, b.y, m), q4_pair_row(a, b.z, m), q4_pair_row(a, b.w, m));
+            acc.hi = acc.hi + vec4<f32>(q4_pair_row(a, c.x, m), q4_pair_row(a, c.y, m), q4_pair_row(a, c.z, m), q4_pair_row(a, c.w, m));
         } else {
             let a = q8_pair(x);
-            acc.a = acc.a + vec4<f32>(q8_pair_row(a, wa.x, m), q8_pair_row(a, wa.y, m), q8_pair_row(a, wa.z, m), q8_pair_row(a, wa.w, m));
+            acc.lo = acc.lo + vec4<f32>(q8_pair_row(a, b.x, m), q8_pair_row(a, b.y, m), q8_pair_row(a, b.z, m), q8_pair_row(a, b.w, m));
         }
-        wa = wa + vec4<u32>(pair_words);
-        wb = wb + vec4<u32>(pair_words);
-        wc = wc + vec4<u32>(pair_words);
-        wd = wd + vec4<u32>(pair_words);
+        b = b + vec4<u32>(pair_words);
+        c = c + vec4<u32>(pair_words);
         act = act + 4u;
         scale_vec = scale_vec + select(0u, 1u, second_half);
         second_half = !second_half;
@@ -1665,14 +1652,9 @@ fn decode_sums(d: vec4<f32>) -> array<vec4<f32>, 4> {
                                vec4<f32>(d.z, 0.0, 0.0, 0.0), vec4<f32>(d.w, 0.0, 0.0, 0.0));
 }
 
-// Four weight rows from `row`, those past n repeating the last row (`mv_store` drops them).
-fn pair_rows(row: u32) -> vec4<u32> {
-    return min(vec4<u32>(row) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.n - 1u));
-}
-
 // The decode product on CPU adapters (the lanes shape) of Q4_0 or Q8_0 weights with int8
 // activations, one activation row and an even count of blocks per row, the host's choice
-// (`pair_entry` in kernels/quant.rs): the pair path as an entry of its own, 8 lanes of eight
+// (`takes_pairs` in kernels/quant.rs): the pair path as an entry of its own, 8 lanes of eight
 // weight rows, the 64 rows per workgroup (`MV_ROWS`) that `lanes.wgsl` gives `mv` and the host
 // dispatches by (the entry is compiled with the other shapes' preludes too, unused, so its
 // size is a literal: MV_ROWS / 8 would be 0 on a GPU team of 4 rows). SwiftShader runs every
@@ -1685,33 +1667,16 @@ fn mv_pairs_lanes(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
                   @builtin(local_invocation_index) lid: u32) {
     let row0 = mv_first_row(wid, nwg) + 8u * lid;
     if (row0 < p.n) {
-        let lo = pair_rows(row0);
-        let hi = pair_rows(row0 + 4u);
-        var d = mv_pairs(lo, hi, lo, hi, false);
+        // Rows past n repeat the last row; `mv_store` drops them.
+        let last = vec4<u32>(p.n - 1u);
+        let lo = min(vec4<u32>(row0) + vec4<u32>(0u, 1u, 2u, 3u), last);
+        let hi = min(vec4<u32>(row0) + vec4<u32>(4u, 5u, 6u, 7u), last);
+        var d = mv_pairs(lo, hi);
         if (MV_FORMAT % FMT_INT_ACTIVATIONS == FMT_Q8_0) {
-            d.b = mv_pairs(hi, hi, hi, hi, false).a;
+            d.hi = mv_pairs(hi, hi).lo;
         }
-        mv_store(wid, row0, decode_sums(d.a));
-        mv_store(wid, row0 + 4u, decode_sums(d.b));
-    }
-}
-
-// `mv_pairs_lanes` for Q4_0 weights on adapters whose SIMD groups are 4 lanes wide
-// (SwiftShader): 4 lanes of sixteen rows, still 64 rows per workgroup, so that each lane
-// unpacks a pair's activations once for sixteen rows. SwiftShader's Q4_0 × int8 decode product
-// [1, 1024] · [2816, 1024]ᵀ went from 1,329 to 1,263 µs and the SmolLM-shape decode in Chromium
-// from 8.3–8.7 to 8.7–9.3 tok/s; lavapipe, 8 lanes wide, would leave half of each SIMD group
-// empty (508 to 888 µs), so it keeps `mv_pairs_lanes`.
-@compute @workgroup_size(4)
-fn mv_pairs_quads(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-                  @builtin(local_invocation_index) lid: u32) {
-    let row0 = mv_first_row(wid, nwg) + 16u * lid;
-    if (row0 < p.n) {
-        let d = mv_pairs(pair_rows(row0), pair_rows(row0 + 4u), pair_rows(row0 + 8u), pair_rows(row0 + 12u), true);
-        mv_store(wid, row0, decode_sums(d.a));
-        mv_store(wid, row0 + 4u, decode_sums(d.b));
-        mv_store(wid, row0 + 8u, decode_sums(d.c));
-        mv_store(wid, row0 + 12u, decode_sums(d.d));
+        mv_store(wid, row0, decode_sums(d.lo));
+        mv_store(wid, row0 + 4u, decode_sums(d.hi));
     }
 }
 

@@ -135,8 +135,7 @@ pub const ROW_TEAMS_ENV: &str = "WEBTENSOR_WGPU_ROW_TEAMS";
 /// prelude of `shaders/reduce/` they are compiled after.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum MvShape {
-    /// One lane per four rows (eight or sixteen Q4_0 rows in the pair path's entries), no
-    /// reduction (`lanes.wgsl`).
+    /// One lane per four rows (eight Q4_0 rows in `mv_pairs_lanes`), no reduction (`lanes.wgsl`).
     Lanes,
     /// A subgroup per four rows, reduced with `subgroupAdd` (`subgroup.wgsl`); `rows` output
     /// rows per 64-thread workgroup, four per subgroup it holds, so that every subgroup has
@@ -317,18 +316,6 @@ impl GpuContext {
         }
     }
 
-    /// Q4_0 weight rows per lane of the decode pair path on the lanes shape (`pair_entry` in
-    /// `kernels/quant.rs`): sixteen where the adapter's SIMD groups (its subgroups) are 4 lanes
-    /// wide, as SwiftShader's, so that a pair's activations are unpacked once for more rows;
-    /// eight elsewhere, where a 4-lane workgroup would leave SIMD lanes empty (lavapipe's are 8).
-    pub(crate) fn q4_pair_rows(&self) -> u32 {
-        if self.adapter_info.subgroup_max_size == 4 {
-            16
-        } else {
-            8
-        }
-    }
-
     /// The largest buffer one storage binding can cover, and the name of the limit that sets
     /// it (the smaller of the binding limit and the buffer-size limit).
     pub(crate) fn max_binding(&self) -> (u64, &'static str) {
@@ -421,12 +408,8 @@ impl GpuContext {
             reductions: with_note(
                 if !self.row_teams {
                     format!(
-                        "none: each lane walks whole rows, four at a time, {} in a Q4_0 decode \
-                         product (the software-adapter shape; {ROW_TEAMS_ENV}=on for teams)",
-                        match self.q4_pair_rows() {
-                            16 => "sixteen",
-                            _ => "eight",
-                        }
+                        "none: each lane walks whole rows, four at a time, eight in a Q4_0 \
+                         decode product (the software-adapter shape; {ROW_TEAMS_ENV}=on for teams)"
                     )
                 } else if self.subgroups {
                     format!(

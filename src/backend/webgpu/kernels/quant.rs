@@ -94,24 +94,18 @@ fn takes_tiled(pr: Product, shape: MvShape, folds: Folds<'_>, epilogue: Epilogue
         && !matches!(epilogue, Epilogue::Rotary { .. })
 }
 
-/// The entry (`quant.wgsl`) that takes a product by the pair path, if it does: a decode row
+/// Whether a product runs the entry `mv_pairs_lanes` (`quant.wgsl`), which takes a decode row
 /// against Q4_0 or Q8_0 weights two blocks at a time, each nibble or byte multiplied where it
-/// lies in its word, on CPU adapters (the lanes shape), with one activation row, int8
-/// activations and an even count of blocks per row (so that every pair of blocks starts on a
-/// word). Q4_0 takes `mv_pairs_quads` where a lane walks sixteen rows (`q4_rows`, from
-/// [`GpuContext::q4_pair_rows`]), everything else `mv_pairs_lanes`. Entries of their own
-/// because SwiftShader runs the straight-line code of every branch of a shader, taken or not:
-/// inside `mv` the other paths cost each workgroup about 13%.
-fn pair_entry(pr: Product, shape: MvShape, q4_rows: u32) -> Option<&'static str> {
-    let pairs = shape == MvShape::Lanes
+/// lies in its word: on CPU adapters (the lanes shape), one activation row, int8 activations,
+/// and an even count of blocks per row (so that every pair of blocks starts on a word). An
+/// entry of its own because SwiftShader runs the straight-line code of every branch of a
+/// shader, taken or not: inside `mv` the other paths cost each workgroup about 13%.
+fn takes_pairs(pr: Product, shape: MvShape) -> bool {
+    shape == MvShape::Lanes
         && pr.m == 1
+        && matches!(pr.format, DType::Q4_0 | DType::Q8_0)
         && matches!(pr.activations, Activations::Q8_0 | Activations::I8)
-        && pr.k.is_multiple_of(64);
-    match pr.format {
-        DType::Q4_0 if pairs && q4_rows == 16 => Some("mv_pairs_quads"),
-        DType::Q4_0 | DType::Q8_0 if pairs => Some("mv_pairs_lanes"),
-        _ => None,
-    }
+        && pr.k.is_multiple_of(64)
 }
 
 /// Words of the temporary buffer holding `m × k` quantized activations for an int8-activation
@@ -441,8 +435,11 @@ impl Encoder<'_> {
                 if fits_mv {
                     // The row-dot kernel reading the int8 activations.
                     let code = INT_ACTIVATIONS + format_code(format)?;
-                    let entry = pair_entry(pr, self.ctx.mv_shape(), self.ctx.q4_pair_rows())
-                        .unwrap_or("mv");
+                    let entry = if takes_pairs(pr, self.ctx.mv_shape()) {
+                        "mv_pairs_lanes"
+                    } else {
+                        "mv"
+                    };
                     return mv(self, (entry, code), temp);
                 }
                 self.run(Shader::Quant, "qmatmul_int", &p, out, &[w, temp], tiles)?;
