@@ -961,6 +961,30 @@ fn sample(dev: &Device) {
             }
         }
     }
+    // Greedy rows longer than a chunk of the wgpu kernels (2048): a tie across chunks keeps
+    // the first index, +inf wins from a later chunk, a row of NaN gives 0 (the definition
+    // in `SampleParams`, independently of any backend).
+    let vocab = 5000;
+    let mut logits = uniform(&mut r, 3 * vocab, 6.0);
+    logits[4100] = 9.0;
+    logits[2100] = 9.0;
+    logits[vocab + 4999] = f32::INFINITY;
+    logits[vocab + 4998] = f32::NAN;
+    logits[2 * vocab..].fill(f32::NAN);
+    let greedy: Vec<u32> = ops::sample(
+        &tensor(dev, &logits, &[3, vocab]),
+        &tensor(dev, &[0.5; 3], &[3]),
+        sampling(0.0, 0, 1.0),
+    )
+    .unwrap()
+    .to_vec()
+    .unwrap();
+    assert_eq!(
+        greedy,
+        [2100, 4999, 0],
+        "greedy rows over chunks on {}",
+        dev.backend_name()
+    );
     // Frequencies over a grid of numbers: each token's share of [0, 1) is its probability.
     let logits = [1.0f32, -0.5, 2.0, 0.25, 2.0, -3.0, 0.5];
     let n = 4000;

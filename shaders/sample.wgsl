@@ -9,9 +9,17 @@
 // draw sums the kept weights per contiguous chunk of the row (one chunk per thread), and
 // thread 0 walks the chunk where u · W falls, so tokens are visited in index order.
 //
+// Greedy rows (temperature 0) take two other entries instead, which spread the row over many
+// workgroups: `greedy_chunks` finds the largest key and its first index in each thread's
+// share of each chunk of GREEDY_CHUNK logits, `greedy_pick` the best of a row's shares. A single 256-thread workgroup
+// scanning 49,152 logits twice, with three tree reductions, took 2% of a decode step on
+// SwiftShader (one core, 64 SIMD groups switched at every barrier), and it leaves all but one
+// of a GPU's compute units idle.
+//
 // Rows are indexed over a two-dimensional grid (wid.y * num_workgroups.x + wid.x).
-// Bindings: 0 = params, 1 = output u32 [rows], 2 = logits f32 [rows, vocab],
-// 3 = uniform f32 [rows].
+// Bindings: 0 = params, 1 = output u32 [rows] (`greedy_chunks`: u32 pairs [rows, chunks,
+// GREEDY_WG, 2], key then index), 2 = logits f32 [rows, vocab], 3 = uniform f32 [rows],
+// 4 = `greedy_pick`'s input: those pairs.
 
 struct Params {
     rows: u32,
@@ -19,7 +27,7 @@ struct Params {
     temperature: f32,
     top_k: u32,
     top_p: f32,
-    greedy: u32,
+    chunks: u32,   // the greedy entries' chunks per row: ceil(vocab / GREEDY_CHUNK)
     _pad0: u32,
     _pad1: u32,
 }
@@ -28,6 +36,7 @@ struct Params {
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;
 @group(0) @binding(2) var<storage, read> x: array<f32>;
 @group(0) @binding(3) var<storage, read> uniform_in: array<f32>;
+@group(0) @binding(4) var<storage, read> chunk_best: array<u32>;
 
 const WG: u32 = 256u;
 // No key: NaN entries, and threads that saw no entry. Every non-NaN value has a larger key.
@@ -162,7 +171,7 @@ fn sample(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
         }
     }
     first = reduce_u(first, lid, MIN);
-    if (max_key == NO_KEY || p.greedy != 0u || max_key == KEY_POS_INF) {
+    if (max_key == NO_KEY || max_key == KEY_POS_INF) {
         if (lid == 0u) {
             out[row] = select(first, 0u, max_key == NO_KEY);
         }
@@ -239,5 +248,86 @@ fn sample(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
             }
         }
         out[row] = picked;
+    }
+}
+
+// ---- Greedy rows: the first index of the largest key, or 0 when the row has no key (all
+// NaN), as `sample` answers for such rows.
+
+// Threads per workgroup of the greedy entries, and logits per chunk (one workgroup each):
+// 32 per thread. Keep GREEDY_CHUNK equal to `GREEDY_CHUNK` in kernels/sample.rs.
+const GREEDY_WG: u32 = 64u;
+const GREEDY_CHUNK: u32 = 2048u;
+// The index of a thread that saw no key.
+const NO_INDEX: u32 = 0xffffffffu;
+
+var<workgroup> best_key: array<u32, GREEDY_WG>;
+var<workgroup> best_index: array<u32, GREEDY_WG>;
+
+// Whether (key b, index j) beats (key a, index i): a larger key, or the same key earlier.
+fn greedy_beats(a: u32, i: u32, b: u32, j: u32) -> bool {
+    return b > a || (b == a && j < i);
+}
+
+// One workgroup per (row, chunk); each thread writes the largest key of its strided share of
+// the chunk and the first index holding it. No reduction here: on a CPU adapter each of a
+// workgroup's barriers switches between all its SIMD groups, which made a per-chunk reduction
+// cost more than the scan (SwiftShader: 1,107 µs for 49,152 logits in 24 chunks).
+@compute @workgroup_size(64)
+fn greedy_chunks(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let idx = wid.y * nwg.x + wid.x;
+    let row = idx / p.chunks;
+    if (row >= p.rows) {
+        return;
+    }
+    let start = (idx % p.chunks) * GREEDY_CHUNK;
+    let end = min(start + GREEDY_CHUNK, p.vocab);
+    let base = row * p.vocab;
+    // The thread's indices rise, so a strictly larger key keeps the first of equal ones.
+    var key = NO_KEY;
+    var index = NO_INDEX;
+    for (var j = start + lid; j < end; j = j + GREEDY_WG) {
+        let k = key_of(x[base + j]);
+        if (k > key) {
+            key = k;
+            index = j;
+        }
+    }
+    let o = 2u * (idx * GREEDY_WG + lid);
+    out[o] = key;
+    out[o + 1u] = index;
+}
+
+// One workgroup per row: the best of the row's pairs from `greedy_chunks` (`chunk_best`).
+@compute @workgroup_size(64)
+fn greedy_pick(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let row = wid.y * nwg.x + wid.x;
+    if (row >= p.rows) {
+        return;
+    }
+    var key = NO_KEY;
+    var index = NO_INDEX;
+    let pairs = p.chunks * GREEDY_WG;
+    for (var c = lid; c < pairs; c = c + GREEDY_WG) {
+        let o = 2u * (row * pairs + c);
+        if (greedy_beats(key, index, chunk_best[o], chunk_best[o + 1u])) {
+            key = chunk_best[o];
+            index = chunk_best[o + 1u];
+        }
+    }
+    best_key[lid] = key;
+    best_index[lid] = index;
+    workgroupBarrier();
+    for (var s = GREEDY_WG / 2u; s > 0u; s = s / 2u) {
+        if (lid < s && greedy_beats(best_key[lid], best_index[lid], best_key[lid + s], best_index[lid + s])) {
+            best_key[lid] = best_key[lid + s];
+            best_index[lid] = best_index[lid + s];
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        out[row] = select(best_index[0], 0u, best_key[0] == NO_KEY);
     }
 }

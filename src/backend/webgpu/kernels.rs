@@ -31,6 +31,7 @@ mod scan;
 mod split;
 
 pub(super) use quant::{folds_norm, int_activation_words};
+pub(super) use sample::sample_temp_words;
 pub(super) use scan::scan_temp_len;
 pub(super) use split::split_operand;
 

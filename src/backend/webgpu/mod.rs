@@ -285,6 +285,16 @@ impl WgpuBackend {
         if let Some(words) = table {
             extras.push(self.alloc(op, words, DType::U32)?);
         }
+        if let OpSpec::Sample {
+            rows,
+            vocab,
+            params,
+        } = *spec
+        {
+            if let Some(words) = kernels::sample_temp_words(rows, vocab, params.is_greedy()) {
+                extras.push(self.alloc(op, words, DType::U32)?);
+            }
+        }
         if let OpSpec::Scan {
             outer, len, inner, ..
         } = *spec
@@ -496,7 +506,8 @@ impl Backend for WgpuBackend {
             }
         }
         // Extra buffers some kernels need, after the op's inputs: the gate product of a fused
-        // SwiGLU, the rounded activations of an integer product, a scan's partial results.
+        // SwiGLU, the rounded activations of an integer product, a scan's partial results, a greedy
+        // sample's chunk maxima.
         let extras = self.extra_buffers(spec)?;
         let mut operands: Vec<Operand<'_>> = buffers.iter().map(|b| Operand::of(b)).collect();
         operands.extend(extras.iter().map(Operand::of));

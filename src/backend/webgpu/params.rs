@@ -118,7 +118,7 @@ params!(
 params!(
     /// `sample.wgsl`.
     SampleParams for [Sample] {
-        rows: u32, vocab: u32, temperature: f32, top_k: u32, top_p: f32, greedy: u32,
+        rows: u32, vocab: u32, temperature: f32, top_k: u32, top_p: f32, chunks: u32,
         _pad0: u32, _pad1: u32,
     }
 );
