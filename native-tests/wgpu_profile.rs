@@ -1,6 +1,7 @@
 //! The wgpu backend's per-kernel GPU timestamp profiler (`WEBTENSOR_WGPU_PROFILE=1`): after a
 //! few known ops, the profile names each of their kernels with its dispatch count and a
-//! positive GPU time, and each submit's span covers its kernels.
+//! positive GPU time, and each submit's span covers its kernels. On a CPU adapter it also
+//! shows that a Q4_0 decode product read its weights' texel copy.
 //!
 //! The variable is read when the wgpu backend starts, once per process, so this binary holds
 //! one test that sets it before anything starts a backend.
@@ -8,7 +9,8 @@
 mod common;
 
 use common::{assert_close, reference, rng, tensor, uniform};
-use webtensor::backend::webgpu::PROFILE_ENV;
+use webtensor::backend::webgpu::{PROFILE_ENV, WEIGHT_TEXELS_ENV};
+use webtensor::backend::DeviceClass;
 use webtensor::ops::{self, Activations};
 use webtensor::DType;
 
@@ -69,6 +71,31 @@ fn profiler_times_each_kernel() {
         1e-3,
     );
 
+    // A decode product with int8 activations. On a CPU adapter the backend keeps a texel copy
+    // of uploaded Q4_0 weights (`info` says so), and this product reads it. A third submit.
+    let packed = packed.to_device(&gpu).unwrap();
+    let got = ops::qmatmul_t(&tensor(&gpu, &act, &[m, k]), &packed, Activations::Q8_0).unwrap();
+    let want = ops::qmatmul_t(
+        &tensor(&rf, &act, &[m, k]),
+        &packed.to_device(&rf).unwrap(),
+        Activations::Q8_0,
+    )
+    .unwrap();
+    assert_close(
+        "q4_0 × q8_0 product",
+        &got.to_vec().unwrap(),
+        &want.to_vec().unwrap(),
+        1e-3,
+    );
+    let texels = info.reductions.contains("texels");
+    if info.class == DeviceClass::Software && std::env::var_os(WEIGHT_TEXELS_ENV).is_none() {
+        assert!(
+            texels,
+            "a CPU adapter reads Q4_0 weights as texels: {}",
+            info.reductions
+        );
+    }
+
     let profile = gpu.kernel_profile().unwrap().since(&before);
     eprintln!("{profile:#?}");
     let count = |label: &str| {
@@ -89,16 +116,29 @@ fn profiler_times_each_kernel() {
         !products.is_empty(),
         "no kernel labelled with q4_0 in {profile:#?}"
     );
+    if texels {
+        assert_eq!(
+            count("quant.wgsl::mv_pairs_texels[q4_0 int8]").dispatches,
+            1
+        );
+    }
     for k in &profile.kernels {
         assert!(k.gpu_ns > 0.0, "{} took no GPU time", k.label);
     }
-    // Every op's kernels and nothing else (the quantization ran on the reference).
+    // Every op's kernels and nothing else (the quantization ran on the reference; a CPU
+    // adapter rounds the int8 activations by a dispatch of their own).
     let dispatches: u64 = profile.kernels.iter().map(|k| k.dispatches).sum();
+    let roundings: u64 = profile
+        .kernels
+        .iter()
+        .filter(|k| k.label.starts_with("quant.wgsl::quantize_acts"))
+        .map(|k| k.dispatches)
+        .sum();
     assert_eq!(
         dispatches,
-        5 + products.iter().map(|k| k.dispatches).sum::<u64>()
+        5 + roundings + products.iter().map(|k| k.dispatches).sum::<u64>()
     );
-    assert_eq!(profile.submits, 2, "{profile:#?}");
+    assert_eq!(profile.submits, 3, "{profile:#?}");
     // Kernels run one after another within a submit: their sum fits in the spans.
     assert!(profile.span_ns > 0.0);
     assert!(

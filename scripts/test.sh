@@ -37,6 +37,12 @@ WEBTENSOR_WGPU_F16=off cargo test --test conformance wgpu::qmatmul
 echo "== wgpu int8-activation products with WEBTENSOR_WGPU_INT_DOT=off (portable idot4)"
 WEBTENSOR_WGPU_INT_DOT=off cargo test --test conformance -- wgpu::qmatmul wgpu::linear_residual wgpu::swiglu_linear
 
+# On CPU adapters (the lanes shape) a Q4_0 decode product reads the texel copy the backend
+# keeps of uploaded Q4_0 tensors (`mv_pairs_texels`); without one (a tensor made on the device,
+# or too large for a texture) it reads the storage words (`mv_pairs_lanes`), as here.
+echo "== wgpu Q4_0 decode products from storage words (WEBTENSOR_WGPU_WEIGHT_TEXELS=off)"
+WEBTENSOR_WGPU_WEIGHT_TEXELS=off cargo test --test conformance -- wgpu::qmatmul wgpu::linear_residual wgpu::swiglu_linear wgpu::norm_
+
 # The decode matvecs' GPU shape (row teams) on lavapipe, whose default is one lane per rows:
 # reduced with subgroupAdd, then with workgroup memory; with it the GPU kernels of the RMS
 # norm and of attention (a workgroup per row, per query and head) instead of the lanes' ones.

@@ -9,7 +9,8 @@
 //
 // Bindings: 0 = params, 1 = output as u32 words (f32 and i32 results are bit-cast),
 // 2 = `q`: the packed data (for `quantize` and `quantize_acts_*`: the f32 input),
-// 3 = `x`: the second operand of products (activations, int8 values, quantized activations).
+// 3 = `x`: the second operand of products (activations, int8 values, quantized activations);
+// 4..7 the `mv` kernel's epilogue operands (below); 8, 9 `mv_pairs_texels`' weights as texels.
 //
 // Exactness: quantize must match GGUF's f32 reference bit for bit, but WGSL's division is only
 // accurate to 2.5 ulp and its f16 packing has no specified rounding. So the scale division and
@@ -47,6 +48,10 @@ struct Params {
 @group(0) @binding(6) var<storage, read> rope_pos: array<u32>;
 // The pool rows, u32 [m · n / store_dim], of a product stored into a KV pool (p.store_dim).
 @group(0) @binding(7) var<storage, read> store_slots: array<u32>;
+// `mv_pairs_texels` only: the Q4_0 weights as texels (see there) and their scales, one word
+// per pair of blocks.
+@group(0) @binding(8) var<storage, read> texel_scales: array<u32>;
+@group(0) @binding(9) var texels: texture_2d<u32>;
 
 const WG: u32 = 64u;
 // Activation rows per workgroup of the product kernels.
@@ -1675,6 +1680,119 @@ fn mv_pairs_lanes(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         if (MV_FORMAT % FMT_INT_ACTIVATIONS == FMT_Q8_0) {
             d.hi = mv_pairs(hi, hi).lo;
         }
+        mv_store(wid, row0, decode_sums(d.lo));
+        mv_store(wid, row0 + 4u, decode_sums(d.hi));
+    }
+}
+
+// ---- Q4_0 weights as texels (CPU adapters) ----------------------------------------------
+//
+// A CPU adapter loads a storage word at a run-time offset lane by lane (SwiftShader: per lane
+// an extract, a bounds branch, a scalar load and an insert), but a texel fetch goes through
+// its sampling routine: 16 bytes per lane, no branch. So on the lanes shape the backend keeps
+// a second copy of each uploaded Q4_0 tensor (`texels.rs`): block b's 16 quant bytes are the
+// rgba32uint texel b of a texture 2^TEXELS_WIDTH_LOG2 wide, and word p of
+// `texel_scales` holds the f16 scales of blocks 2p (low half) and 2p + 1. A pair of blocks is
+// then two fetches and one scale word where `q4_pair_row` loads nine words. Both blocks' bytes
+// start on a word, so both take their activations as block 1 does there. The same sums as
+// `mv_pairs_lanes`, bit for bit; its Q4_0 × int8 decode product [1, 1024] · [2816, 1024]ᵀ ran
+// about 30% faster this way on SwiftShader and on lavapipe (docs/wgpu-decode-profile.md).
+
+// log2 of the texels per row of the weight texture (`TEXELS_WIDTH` in texels.rs): the
+// coordinates are a mask and a shift, since a CPU adapter divides lane by lane.
+const TEXELS_WIDTH_LOG2: u32 = 12u;
+
+fn weight_texel(b: u32) -> vec4<u32> {
+    let x = b & ((1u << TEXELS_WIDTH_LOG2) - 1u);
+    return textureLoad(texels, vec2<u32>(x, b >> TEXELS_WIDTH_LOG2), 0);
+}
+
+// A pair's activations pre-scaled for the texel words they meet: `low_t`/`high_t` for the low
+// and high nibbles of word t of block 0's texel, `low1_t`/`high1_t` of block 1's; offsets and
+// scales as in `Q4Pair`.
+struct Q4TexelPair {
+    low_0: vec4<f32>, low_1: vec4<f32>, low_2: vec4<f32>, low_3: vec4<f32>,
+    high_0: vec4<f32>, high_1: vec4<f32>, high_2: vec4<f32>, high_3: vec4<f32>,
+    low1_0: vec4<f32>, low1_1: vec4<f32>, low1_2: vec4<f32>, low1_3: vec4<f32>,
+    high1_0: vec4<f32>, high1_1: vec4<f32>, high1_2: vec4<f32>, high1_3: vec4<f32>,
+    offset0: f32, offset1: f32,
+    scale0: f32, scale1: f32,
+}
+
+fn q4_texel_pair(x: PairInput) -> Q4TexelPair {
+    let u = BYTE_UNSCALE;
+    // The high nibbles at byte 3 are already n − 8 (`inplace_high_nibbles`): they meet values
+    // 19, 23, 27, 31 of each block (byte 3 of a4..a7, c4..c7), which the offset leaves out.
+    let sums = pair_sums(x)
+        - vec2<f32>((x.a4.w + x.a5.w) + (x.a6.w + x.a7.w), (x.c4.w + x.c5.w) + (x.c6.w + x.c7.w)) * u.w;
+    let uu = u * u;
+    let h = 0.0625;
+    return Q4TexelPair(
+        x.a0 * uu, x.a1 * uu, x.a2 * uu, x.a3 * uu,
+        x.a4 * uu * h, x.a5 * uu * h, x.a6 * uu * h, x.a7 * uu * h,
+        x.c0 * uu, x.c1 * uu, x.c2 * uu, x.c3 * uu,
+        x.c4 * uu * h, x.c5 * uu * h, x.c6 * uu * h, x.c7 * uu * h,
+        8.0 * sums.x, 8.0 * sums.y, x.scale0, x.scale1);
+}
+
+// The pair's two block dots of the weight row whose pair starts at texel `b` (scale word `s`),
+// each scaled as `idot` scales it.
+fn q4_texel_row(a: Q4TexelPair, b: u32, s: u32, m: InPlaceMasks) -> f32 {
+    let w0 = weight_texel(b);
+    let w1 = weight_texel(b + 1u);
+    let d = texel_scales[s];
+    let dot0 = (q4_word_dot(w0.x, a.low_0, a.high_0, m) + q4_word_dot(w0.y, a.low_1, a.high_1, m))
+        + (q4_word_dot(w0.z, a.low_2, a.high_2, m) + q4_word_dot(w0.w, a.low_3, a.high_3, m));
+    let dot1 = (q4_word_dot(w1.x, a.low1_0, a.high1_0, m) + q4_word_dot(w1.y, a.low1_1, a.high1_1, m))
+        + (q4_word_dot(w1.z, a.low1_2, a.high1_2, m) + q4_word_dot(w1.w, a.low1_3, a.high1_3, m));
+    return (dot0 - a.offset0) * (a.scale0 * f16_scale(d & 0xffffu)) + (dot1 - a.offset1) * (a.scale1 * f16_scale_high(d));
+}
+
+// `mv_pairs` for Q4_0 weights read as texels: the decode sums of rows `lo` and `hi`.
+fn mv_texel_pairs(lo: vec4<u32>, hi: vec4<u32>) -> EightRows {
+    let groups = p.k / 32u;
+    var b = lo * groups;
+    var c = hi * groups;
+    var sb = lo * (groups / 2u);
+    var sc = hi * (groups / 2u);
+    var act = mv_a0 * (p.k / 16u);
+    let first_scale = p.m * (p.k / 4u) + mv_a0 * groups;
+    var scale_vec = first_scale / 4u;
+    var second_half = (first_scale % 4u) == 2u;
+    var acc = EightRows();
+    let m = inplace_masks();
+    for (var i = 0u; i < groups; i = i + 2u) {
+        let xs = xv[scale_vec];
+        let x = pair_input(bitcast<vec4<u32>>(xv[act]), bitcast<vec4<u32>>(xv[act + 1u]),
+                           bitcast<vec4<u32>>(xv[act + 2u]), bitcast<vec4<u32>>(xv[act + 3u]),
+                           select(xs.x, xs.z, second_half), select(xs.y, xs.w, second_half), m);
+        let a = q4_texel_pair(x);
+        acc.lo = acc.lo + vec4<f32>(q4_texel_row(a, b.x, sb.x, m), q4_texel_row(a, b.y, sb.y, m),
+                                    q4_texel_row(a, b.z, sb.z, m), q4_texel_row(a, b.w, sb.w, m));
+        acc.hi = acc.hi + vec4<f32>(q4_texel_row(a, c.x, sc.x, m), q4_texel_row(a, c.y, sc.y, m),
+                                    q4_texel_row(a, c.z, sc.z, m), q4_texel_row(a, c.w, sc.w, m));
+        b = b + vec4<u32>(2u);
+        c = c + vec4<u32>(2u);
+        sb = sb + vec4<u32>(1u);
+        sc = sc + vec4<u32>(1u);
+        act = act + 4u;
+        scale_vec = scale_vec + select(0u, 1u, second_half);
+        second_half = !second_half;
+    }
+    return acc;
+}
+
+// `mv_pairs_lanes` for Q4_0 weights the backend holds as texels (`takes_texels` in
+// kernels/quant.rs): 8 lanes of eight rows, 64 rows per workgroup.
+@compute @workgroup_size(8)
+fn mv_pairs_texels(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                   @builtin(local_invocation_index) lid: u32) {
+    let row0 = mv_first_row(wid, nwg) + 8u * lid;
+    if (row0 < p.n) {
+        let last = vec4<u32>(p.n - 1u);
+        let lo = min(vec4<u32>(row0) + vec4<u32>(0u, 1u, 2u, 3u), last);
+        let hi = min(vec4<u32>(row0) + vec4<u32>(4u, 5u, 6u, 7u), last);
+        let d = mv_texel_pairs(lo, hi);
         mv_store(wid, row0, decode_sums(d.lo));
         mv_store(wid, row0 + 4u, decode_sums(d.hi));
     }

@@ -87,6 +87,9 @@ pub(crate) struct GpuContext {
     /// Whether prefill products with packed weights may run the tiled kernel `mm_tiled` on
     /// GPUs ([`TILED_PREFILL_ENV`] does not turn it off).
     pub(crate) tiled_prefill: bool,
+    /// Whether uploaded Q4_0 tensors also get a texel copy for the decode products
+    /// (`texels.rs`): on the lanes shape, unless [`WEIGHT_TEXELS_ENV`] turns it off.
+    pub(crate) weight_texels: bool,
     /// The self-check's verdicts on the variants, where they ran.
     pub(crate) subgroups_check: Option<Verdict>,
     pub(crate) f16_check: Option<Verdict>,
@@ -126,6 +129,12 @@ pub const INT_DOT_ENV: &str = "WEBTENSOR_WGPU_INT_DOT";
 /// (four activation rows per pass over the weights) instead of the tiled `mm_tiled` (64) on
 /// GPUs: to compare the two on one card, or to work around a driver that miscompiles one.
 pub const TILED_PREFILL_ENV: &str = "WEBTENSOR_WGPU_TILED_PREFILL";
+
+/// Set to `off` to keep uploaded Q4_0 tensors in storage buffers only on CPU adapters (the
+/// lanes shape), where they otherwise also get a texel copy that the decode products read
+/// about 30% faster (`texels.rs`) at the cost of that copy's memory: to compare the two, or to
+/// halve the memory of Q4_0 weights.
+pub const WEIGHT_TEXELS_ENV: &str = "WEBTENSOR_WGPU_WEIGHT_TEXELS";
 
 /// `on` or `off`: whether the row-dot kernels use teams of lanes per row, overriding the
 /// adapter's default (teams on GPUs, one lane per rows on software adapters).
@@ -297,6 +306,7 @@ impl GpuContext {
             subgroups,
             int_dot,
             tiled_prefill,
+            weight_texels: !row_teams && !env_off(WEIGHT_TEXELS_ENV),
             subgroups_check: None,
             f16_check: None,
             int_dot_check: None,
@@ -409,7 +419,13 @@ impl GpuContext {
                 if !self.row_teams {
                     format!(
                         "none: each lane walks whole rows, four at a time, eight in a Q4_0 \
-                         decode product (the software-adapter shape; {ROW_TEAMS_ENV}=on for teams)"
+                         decode product (the software-adapter shape; {ROW_TEAMS_ENV}=on for \
+                         teams){}",
+                        if self.weight_texels {
+                            format!(", its Q4_0 weights read as texels ({WEIGHT_TEXELS_ENV}=off: as words)")
+                        } else {
+                            String::new()
+                        }
                     )
                 } else if self.subgroups {
                     format!(

@@ -39,6 +39,7 @@ use super::context::{GpuContext, MvShape};
 use super::params::{EmbeddingParams, KernelParams, MatmulParams, MatvecParams};
 use super::pipelines::{Pipelines, Shader};
 use super::recorder::{Dispatch, Recorder, Window};
+use super::texels::WeightTexels;
 use crate::backend::BackendKind;
 use crate::backend::{MatmulSpec, OpSpec};
 use crate::dtype::DType;
@@ -66,6 +67,8 @@ pub(crate) struct Operand<'a> {
     pub(crate) buffer: &'a wgpu::Buffer,
     pub(crate) len: usize,
     pub(crate) dtype: DType,
+    /// The texel copy of Q4_0 weights on a CPU adapter (`texels.rs`).
+    pub(crate) texels: Option<&'a WeightTexels>,
 }
 
 impl<'a> Operand<'a> {
@@ -75,6 +78,7 @@ impl<'a> Operand<'a> {
             buffer: b.raw(),
             len: b.len(),
             dtype: b.dtype(),
+            texels: b.texels(),
         }
     }
 }
@@ -139,23 +143,36 @@ impl Encoder<'_> {
     fn run_format<P: KernelParams>(
         &mut self,
         shader: Shader,
-        (entry, format): (&'static str, u32),
+        entry: (&'static str, u32),
         params: &P,
         out: &wgpu::Buffer,
         inputs: &[&wgpu::Buffer],
+        groups: [u32; 3],
+    ) -> Result<()> {
+        self.run_bound(shader, entry, params, out, (inputs, None), groups)
+    }
+
+    /// [`Self::run_format`] for a kernel that may also bind a texture after its inputs.
+    fn run_bound<P: KernelParams>(
+        &mut self,
+        shader: Shader,
+        (entry, format): (&'static str, u32),
+        params: &P,
+        out: &wgpu::Buffer,
+        (inputs, texture): (&[&wgpu::Buffer], Option<&wgpu::TextureView>),
         groups: [u32; 3],
     ) -> Result<()> {
         debug_assert!(
             P::SHADERS.contains(&shader),
             "{shader:?} given another shader's Params"
         );
+        let binds = (inputs.len(), texture.is_some());
         let kernel = self
             .pipelines
-            .kernel(self.ctx, shader, entry, inputs.len(), format)?;
+            .kernel(self.ctx, shader, entry, binds, format)?;
         let bytes = bytemuck::bytes_of(params);
         self.recorder.dispatch(
             self.ctx,
-            self.pipelines,
             Dispatch {
                 kernel: &kernel,
                 params: bytes,
@@ -163,6 +180,7 @@ impl Encoder<'_> {
                 inputs,
                 groups,
                 windows: &self.windows,
+                texture,
             },
         );
         Ok(())

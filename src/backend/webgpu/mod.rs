@@ -34,11 +34,12 @@ mod profiler;
 mod readback;
 mod recorder;
 mod selfcheck;
+mod texels;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-pub use context::{F16_ENV, PROFILE_ENV, ROW_TEAMS_ENV, SUBGROUPS_ENV};
+pub use context::{F16_ENV, PROFILE_ENV, ROW_TEAMS_ENV, SUBGROUPS_ENV, WEIGHT_TEXELS_ENV};
 pub use pipelines::compose_module;
 pub use pool::GpuBuffer;
 pub use selfcheck::SELFCHECK_ENV;
@@ -49,6 +50,7 @@ use self::pipelines::Pipelines;
 use self::pool::BufferPool;
 use self::readback::Readback;
 use self::recorder::Recorder;
+use self::texels::WeightTexels;
 use crate::backend::{
     Activations, Backend, BackendFuture, BackendInfo, BackendKind, HostData, KernelProfile, OpSpec,
     RopeLayout, Storage,
@@ -455,12 +457,13 @@ impl Backend for WgpuBackend {
 
     fn upload(&self, data: HostData) -> Result<Storage> {
         let dtype = data.dtype();
-        Ok(Storage::Wgpu(self.upload_bytes(
-            "upload",
-            data.bytes(),
-            data.len(),
-            dtype,
-        )?))
+        let buffer = self.upload_bytes("upload", data.bytes(), data.len(), dtype)?;
+        // On CPU adapters a Q4_0 tensor's decode products read a texel copy (`texels.rs`).
+        let texels = (dtype == DType::Q4_0 && self.ctx.weight_texels)
+            .then(|| WeightTexels::of_q4_0(&self.ctx, &self.pool, data.bytes()))
+            .flatten();
+        self.check_errors()?;
+        Ok(Storage::Wgpu(buffer.with_texels(texels)))
     }
 
     fn download(&self, storage: &Storage) -> Result<HostData> {
@@ -481,6 +484,9 @@ impl Backend for WgpuBackend {
 
     fn write_into(&self, spec: &OpSpec, target: &mut Storage, inputs: &[&Storage]) -> Result<()> {
         let op = spec.kind().name();
+        if let Storage::Wgpu(b) = target {
+            b.drop_texels();
+        }
         let target = gpu_storage(op, target)?;
         let mut operands = inputs
             .iter()

@@ -21,6 +21,10 @@ pub(crate) const PARAMS_BYTES: u64 = 256;
 /// The most inputs an op binds.
 pub(crate) const MAX_INPUTS: usize = 6;
 
+/// The storage inputs of the one layout that also binds a texture, which follows them
+/// (binding `2 + TEXTURE_INPUTS`): `mv_pairs_texels` binds `mv`'s six and the texel scales.
+pub(crate) const TEXTURE_INPUTS: usize = 7;
+
 /// `sin_cos` of rotary angles, for `rope.wgsl` and `quant.wgsl`'s rotary epilogue.
 const ROTARY_PRELUDE: &str = include_str!("../../../shaders/rotary/sin_cos.wgsl");
 
@@ -208,7 +212,11 @@ pub(crate) fn sources_fingerprint() -> u64 {
 #[derive(Clone, Debug)]
 pub(crate) struct Kernel {
     pub(crate) pipeline: wgpu::ComputePipeline,
+    /// Its bind group layout: binding 0 the parameters, 1 the output, then `inputs` storage
+    /// inputs and, with `texture`, a `texture_2d<u32>`.
+    pub(crate) layout: wgpu::BindGroupLayout,
     pub(crate) inputs: usize,
+    pub(crate) texture: bool,
     /// Which kernel this is, for the profiler.
     pub(crate) id: KernelId,
 }
@@ -256,63 +264,36 @@ pub(crate) struct Pipelines {
     /// Bind group layout for `i + 1` inputs.
     layouts: Vec<wgpu::BindGroupLayout>,
     pipeline_layouts: Vec<wgpu::PipelineLayout>,
+    /// The layout with [`TEXTURE_INPUTS`] inputs and a texture.
+    texture_layout: (wgpu::BindGroupLayout, wgpu::PipelineLayout),
     modules: Mutex<HashMap<Shader, wgpu::ShaderModule>>,
     kernels: Mutex<HashMap<KernelId, Kernel>>,
 }
 
 impl Pipelines {
     pub(crate) fn new(device: &wgpu::Device) -> Self {
-        let mut layouts = Vec::new();
-        let mut pipeline_layouts = Vec::new();
-        for inputs in 1..=MAX_INPUTS {
-            let mut entries = vec![
-                wgpu::BindGroupLayoutEntry {
-                    binding: 0,
-                    visibility: wgpu::ShaderStages::COMPUTE,
-                    ty: wgpu::BindingType::Buffer {
-                        ty: wgpu::BufferBindingType::Uniform,
-                        has_dynamic_offset: true,
-                        min_binding_size: NonZeroU64::new(PARAMS_BYTES),
-                    },
-                    count: None,
-                },
-                storage_entry(1, false),
-            ];
-            entries.extend((0..inputs).map(|i| storage_entry(2 + i as u32, true)));
-            let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                label: Some("webtensor bind group layout"),
-                entries: &entries,
-            });
-            let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                label: Some("webtensor pipeline layout"),
-                bind_group_layouts: &[Some(&layout)],
-                immediate_size: 0,
-            });
-            layouts.push(layout);
-            pipeline_layouts.push(pipeline_layout);
-        }
+        let (layouts, pipeline_layouts) = (1..=MAX_INPUTS)
+            .map(|inputs| bind_layout(device, inputs, false))
+            .unzip();
         Pipelines {
             layouts,
             pipeline_layouts,
+            texture_layout: bind_layout(device, TEXTURE_INPUTS, true),
             modules: Mutex::new(HashMap::new()),
             kernels: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The bind group layout for `inputs` inputs (1 to [`MAX_INPUTS`]).
-    pub(crate) fn layout(&self, inputs: usize) -> &wgpu::BindGroupLayout {
-        &self.layouts[inputs.clamp(1, MAX_INPUTS) - 1]
-    }
-
-    /// The pipeline for `entry` of `shader`, which binds `inputs` inputs; compiled on first use.
-    /// `format` is the pipeline constant `MV_FORMAT` of the kernels specialised per weight
-    /// format (0 for every other kernel: the constant keeps its default).
+    /// The pipeline for `entry` of `shader`, which binds `inputs` inputs (and with `texture` a
+    /// texture after [`TEXTURE_INPUTS`] of them); compiled on first use. `format` is the
+    /// pipeline constant `MV_FORMAT` of the kernels specialised per weight format (0 for every
+    /// other kernel: the constant keeps its default).
     pub(crate) fn kernel(
         &self,
         ctx: &GpuContext,
         shader: Shader,
         entry: &'static str,
-        inputs: usize,
+        (inputs, texture): (usize, bool),
         format: u32,
     ) -> Result<Kernel> {
         let poisoned = || Error::backend(BackendKind::Wgpu, "a pipeline cache lock was poisoned");
@@ -338,14 +319,26 @@ impl Pipelines {
                 })
                 .clone()
         };
-        let inputs = inputs.clamp(1, MAX_INPUTS);
+        if texture && inputs != TEXTURE_INPUTS {
+            return Err(Error::backend(
+                BackendKind::Wgpu,
+                format!("{entry}: a kernel with a texture binds {TEXTURE_INPUTS} inputs"),
+            ));
+        }
+        let (inputs, (layout, pipeline_layout)) = if texture {
+            (inputs, (&self.texture_layout.0, &self.texture_layout.1))
+        } else {
+            let inputs = inputs.clamp(1, MAX_INPUTS);
+            let i = inputs - 1;
+            (inputs, (&self.layouts[i], &self.pipeline_layouts[i]))
+        };
         let constants = [("MV_FORMAT", f64::from(format))];
         let constants: &[(&str, f64)] = if format == 0 { &[] } else { &constants };
         let pipeline = ctx
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(entry),
-                layout: Some(&self.pipeline_layouts[inputs - 1]),
+                layout: Some(pipeline_layout),
                 module: &module,
                 entry_point: Some(entry),
                 compilation_options: wgpu::PipelineCompilationOptions {
@@ -363,12 +356,59 @@ impl Pipelines {
         }
         let kernel = Kernel {
             pipeline,
+            layout: layout.clone(),
             inputs,
+            texture,
             id,
         };
         kernels.insert(id, kernel.clone());
         Ok(kernel)
     }
+}
+
+/// The bind group layout (and pipeline layout) of a kernel binding `inputs` storage inputs
+/// and, with `texture`, a `texture_2d<u32>` after them.
+fn bind_layout(
+    device: &wgpu::Device,
+    inputs: usize,
+    texture: bool,
+) -> (wgpu::BindGroupLayout, wgpu::PipelineLayout) {
+    let mut entries = vec![
+        wgpu::BindGroupLayoutEntry {
+            binding: 0,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Uniform,
+                has_dynamic_offset: true,
+                min_binding_size: NonZeroU64::new(PARAMS_BYTES),
+            },
+            count: None,
+        },
+        storage_entry(1, false),
+    ];
+    entries.extend((0..inputs).map(|i| storage_entry(2 + i as u32, true)));
+    if texture {
+        entries.push(wgpu::BindGroupLayoutEntry {
+            binding: 2 + inputs as u32,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Texture {
+                sample_type: wgpu::TextureSampleType::Uint,
+                view_dimension: wgpu::TextureViewDimension::D2,
+                multisampled: false,
+            },
+            count: None,
+        });
+    }
+    let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some("webtensor bind group layout"),
+        entries: &entries,
+    });
+    let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some("webtensor pipeline layout"),
+        bind_group_layouts: &[Some(&layout)],
+        immediate_size: 0,
+    });
+    (layout, pipeline_layout)
 }
 
 fn storage_entry(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {

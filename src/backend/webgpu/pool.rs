@@ -16,6 +16,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use super::texels::WeightTexels;
 use crate::dtype::DType;
 
 /// Usage of every pooled buffer: bound as storage, and copied from and to.
@@ -95,6 +96,12 @@ impl BufferPool {
         self.releases.load(Ordering::Relaxed)
     }
 
+    /// Counts memory freed outside the pool (a texel copy, `texels.rs`) as a release, so that
+    /// the recorder empties its bind group cache, which may still hold it.
+    pub(crate) fn count_release(&self) {
+        self.releases.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn give_back(&self, buffer: wgpu::Buffer) {
         let class = buffer.size();
         let Ok(mut free) = self.free.lock() else {
@@ -140,6 +147,9 @@ fn round_up(x: u64, to: u64) -> u64 {
 #[derive(Clone)]
 pub struct GpuBuffer {
     inner: Arc<Inner>,
+    /// The texel copy of an uploaded Q4_0 tensor on a CPU adapter (`texels.rs`), dropped with
+    /// the last handle or at the first in-place write (which has the only handle).
+    texels: Option<Arc<WeightTexels>>,
 }
 
 struct Inner {
@@ -171,7 +181,24 @@ impl GpuBuffer {
                 dtype,
                 pool: Arc::downgrade(pool),
             }),
+            texels: None,
         }
+    }
+
+    /// This buffer with `texels`, its data's texel copy.
+    pub(crate) fn with_texels(mut self, texels: Option<WeightTexels>) -> Self {
+        self.texels = texels.map(Arc::new);
+        self
+    }
+
+    /// The texel copy of the data, if it has one.
+    pub(crate) fn texels(&self) -> Option<&WeightTexels> {
+        self.texels.as_deref()
+    }
+
+    /// Forgets the texel copy: the data is about to change.
+    pub(crate) fn drop_texels(&mut self) {
+        self.texels = None;
     }
 
     /// Number of elements (the buffer itself may be larger: it is rounded to a size class).
@@ -215,6 +242,7 @@ impl fmt::Debug for GpuBuffer {
             .field("len", &self.inner.len)
             .field("dtype", &self.inner.dtype)
             .field("capacity", &self.inner.buffer.size())
+            .field("texels", &self.texels.is_some())
             .finish()
     }
 }

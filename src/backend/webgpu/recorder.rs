@@ -29,7 +29,7 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use super::context::{GpuContext, Profiling};
-use super::pipelines::{Kernel, KernelId, Pipelines, PARAMS_BYTES};
+use super::pipelines::{Kernel, KernelId, PARAMS_BYTES};
 use super::pool::BufferPool;
 use super::profiler::Profiler;
 use crate::backend::KernelProfile;
@@ -52,6 +52,8 @@ pub(crate) struct Dispatch<'a> {
     /// Byte ranges to bind instead of whole buffers (the row ranges of a tensor larger than
     /// one binding); a buffer not named here is bound whole.
     pub(crate) windows: &'a [Window],
+    /// The texture of a kernel that binds one ([`Kernel::texture`]).
+    pub(crate) texture: Option<&'a wgpu::TextureView>,
 }
 
 /// A byte range of a buffer bound in place of the whole buffer. `offset` is a multiple of the
@@ -61,6 +63,14 @@ pub(crate) struct Window {
     pub(crate) buffer: wgpu::Buffer,
     pub(crate) offset: u64,
     pub(crate) size: u64,
+}
+
+/// What a bind group binds: (buffer, offset, size) per buffer binding (size 0 binds the whole
+/// buffer), then the texture of a kernel that has one.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct BindKey {
+    buffers: Vec<(wgpu::Buffer, u64, u64)>,
+    texture: Option<wgpu::TextureView>,
 }
 
 /// The recording state of one backend; lives behind a mutex.
@@ -74,8 +84,7 @@ pub(crate) struct Recorder {
     slot: u64,
     capacity: u64,
     pool: Arc<BufferPool>,
-    /// Keyed by (buffer, offset, size) per binding; size 0 binds the whole buffer.
-    bind_groups: HashMap<Vec<(wgpu::Buffer, u64, u64)>, wgpu::BindGroup>,
+    bind_groups: HashMap<BindKey, wgpu::BindGroup>,
     /// The pool's release count when the bind group cache was last checked.
     seen_releases: u64,
     /// Dispatches recorded since the backend started.
@@ -141,7 +150,7 @@ impl Recorder {
 
     /// Records one dispatch into the open compute pass (with the profiler on, as its own
     /// pass). Submits the batch first when the arena has no slot left.
-    pub(crate) fn dispatch(&mut self, ctx: &GpuContext, pipelines: &Pipelines, d: Dispatch<'_>) {
+    pub(crate) fn dispatch(&mut self, ctx: &GpuContext, d: Dispatch<'_>) {
         if self.arena.len() as u64 + self.slot > self.capacity {
             self.submit(ctx);
         }
@@ -151,7 +160,7 @@ impl Recorder {
         self.arena.resize(offset + self.slot as usize, 0);
 
         self.dispatches += 1;
-        let bind_group = self.bind_group(ctx, pipelines, &d);
+        let bind_group = self.bind_group(ctx, &d);
         let mut timed_pass;
         let pass = match self.profiler.as_mut().map(|p| p.next_pass(d.kernel.id)) {
             None => self.pass(ctx),
@@ -179,12 +188,7 @@ impl Recorder {
     /// the same recycled activation buffers step after step. A cached bind group keeps its
     /// buffers alive, so the cache is bounded and is emptied whenever the pool has released
     /// buffers to the driver (their memory must really be freed).
-    fn bind_group(
-        &mut self,
-        ctx: &GpuContext,
-        pipelines: &Pipelines,
-        d: &Dispatch<'_>,
-    ) -> wgpu::BindGroup {
+    fn bind_group(&mut self, ctx: &GpuContext, d: &Dispatch<'_>) -> wgpu::BindGroup {
         let releases = self.pool.releases();
         if releases != self.seen_releases || self.bind_groups.len() >= MAX_CACHED_BIND_GROUPS {
             self.bind_groups.clear();
@@ -199,13 +203,17 @@ impl Recorder {
                 .copied()
                 .unwrap_or(d.output)
         });
-        let key: Vec<(wgpu::Buffer, u64, u64)> = std::iter::once(d.output)
+        let buffers = std::iter::once(d.output)
             .chain(inputs)
             .map(|b| match d.windows.iter().find(|w| &w.buffer == b) {
                 Some(w) => (b.clone(), w.offset, w.size),
                 None => (b.clone(), 0, 0),
             })
             .collect();
+        let key = BindKey {
+            buffers,
+            texture: d.texture.filter(|_| d.kernel.texture).cloned(),
+        };
         if let Some(bind_group) = self.bind_groups.get(&key) {
             return bind_group.clone();
         }
@@ -217,22 +225,31 @@ impl Recorder {
                 size: NonZeroU64::new(PARAMS_BYTES),
             }),
         }];
-        entries.extend(key.iter().enumerate().map(|(i, (buffer, offset, size))| {
-            wgpu::BindGroupEntry {
-                binding: 1 + i as u32,
-                resource: match NonZeroU64::new(*size) {
-                    None => buffer.as_entire_binding(),
-                    Some(size) => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer,
-                        offset: *offset,
-                        size: Some(size),
-                    }),
-                },
-            }
-        }));
+        entries.extend(
+            key.buffers
+                .iter()
+                .enumerate()
+                .map(|(i, (buffer, offset, size))| wgpu::BindGroupEntry {
+                    binding: 1 + i as u32,
+                    resource: match NonZeroU64::new(*size) {
+                        None => buffer.as_entire_binding(),
+                        Some(size) => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                            buffer,
+                            offset: *offset,
+                            size: Some(size),
+                        }),
+                    },
+                }),
+        );
+        if let Some(view) = &key.texture {
+            entries.push(wgpu::BindGroupEntry {
+                binding: 1 + key.buffers.len() as u32,
+                resource: wgpu::BindingResource::TextureView(view),
+            });
+        }
         let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,
-            layout: pipelines.layout(d.kernel.inputs),
+            layout: &d.kernel.layout,
             entries: &entries,
         });
         self.bind_groups.insert(key, bind_group.clone());

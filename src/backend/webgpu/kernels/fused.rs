@@ -180,7 +180,7 @@ impl Encoder<'_> {
             n: l.n,
             k: l.k,
         };
-        let operands = [inputs[0].buffer, inputs[1].buffer];
+        let operands = [inputs[0], inputs[1]];
         let norm = match (l.norm, norm) {
             (Some(n), Some(weight)) => Some(Norm {
                 eps: n.eps,

@@ -24,6 +24,7 @@ use crate::backend::kernel_consts::{
 };
 use crate::backend::webgpu::context::MvShape;
 use crate::backend::webgpu::params::QuantParams;
+use crate::backend::webgpu::texels::WeightTexels;
 use crate::backend::BackendKind;
 use crate::backend::{Activations, OpSpec};
 use crate::dtype::DType;
@@ -203,7 +204,7 @@ impl Encoder<'_> {
                 self.qmatmul(
                     product,
                     out,
-                    [inputs[0].buffer, inputs[1].buffer],
+                    [inputs[0], inputs[1]],
                     (temp, Folds::default()),
                     Epilogue::None,
                 )
@@ -341,11 +342,12 @@ impl Encoder<'_> {
         &mut self,
         pr: Product,
         out: &wgpu::Buffer,
-        [a, w]: [&wgpu::Buffer; 2],
+        [a, weights]: [Operand<'_>; 2],
         (temp, folds): (Option<ActTable<'_>>, Folds<'_>),
         epilogue: Epilogue<'_>,
     ) -> Result<()> {
         const OP: &str = "qmatmul";
+        let (a, w) = (a.buffer, weights.buffer);
         let Product {
             format,
             activations,
@@ -385,6 +387,21 @@ impl Encoder<'_> {
                 store.map_or(x, |s| s.slots),
             ];
             enc.run_format(Shader::Quant, (entry, code), &p, out, &inputs, mv_grid)
+        };
+        // `mv_pairs_texels` binds what `mv` binds, then the texel scales and the texture.
+        let mv_texels = |enc: &mut Self, code: u32, x: &wgpu::Buffer, t: &WeightTexels| {
+            let inputs = [
+                w,
+                x,
+                epilogue.operand(x),
+                norm.map_or(x, |n| n.weight),
+                epilogue.positions(x),
+                store.map_or(x, |s| s.slots),
+                &t.scales,
+            ];
+            let binds = (&inputs[..], Some(&t.view));
+            let entry = ("mv_pairs_texels", code);
+            enc.run_bound(Shader::Quant, entry, &p, out, binds, mv_grid)
         };
         // `mm_tiled` binds what `mv` binds (it reads the weights, activations and epilogue).
         let mm_tiled = |enc: &mut Self, code: u32, x: &wgpu::Buffer| {
@@ -435,12 +452,15 @@ impl Encoder<'_> {
                 if fits_mv {
                     // The row-dot kernel reading the int8 activations.
                     let code = INT_ACTIVATIONS + format_code(format)?;
-                    let entry = if takes_pairs(pr, self.ctx.mv_shape()) {
-                        "mv_pairs_lanes"
-                    } else {
-                        "mv"
+                    if !takes_pairs(pr, self.ctx.mv_shape()) {
+                        return mv(self, ("mv", code), temp);
+                    }
+                    // The texel copy holds the whole tensor: not for one row range of it.
+                    let texels = weights.texels.filter(|_| format == DType::Q4_0);
+                    return match texels.filter(|_| self.windows.is_empty()) {
+                        Some(t) => mv_texels(self, code, temp, t),
+                        None => mv(self, ("mv_pairs_lanes", code), temp),
                     };
-                    return mv(self, (entry, code), temp);
                 }
                 self.run(Shader::Quant, "qmatmul_int", &p, out, &[w, temp], tiles)?;
             }
