@@ -16,7 +16,7 @@ mod fused;
 use common::{assert_close, reference, rng, tensor, uniform};
 use fused::{
     linear_residual, norm_linear, norm_linear_into, norm_linear_rope, norm_swiglu_linear,
-    paged_attention, swiglu_linear,
+    paged_attention, shared_rounding, swiglu_linear,
 };
 use webtensor::ops::{self, Activations, RopeLayout, SampleParams};
 use webtensor::{DType, Device, Tensor};
@@ -1416,6 +1416,7 @@ matrix!(
     norm_linear,
     norm_linear_rope,
     norm_linear_into,
+    shared_rounding,
     norm_swiglu_linear,
     paged_attention,
 );

@@ -889,8 +889,8 @@ fn decode_ahead_on_wgpu_gives_the_same_text() {
 /// A decode step of a Q4_0 model with int8 activations on wgpu: the dispatches one more layer
 /// adds (the count `bench --model` reports per step), at most 8 on GPUs (the row-team shapes:
 /// q, k, v, attention, o, gate, up, down, the norms, ropes, KV stores and roundings folded
-/// into the products) and 14 on CPU adapters (the lanes shape, where each rounding, the norm
-/// folded in, is a dispatch of its own). Counted by `bench --model` in a process of its own:
+/// into the products) and 12 on CPU adapters (the lanes shape, where each rounding, the norm
+/// folded in, is a dispatch of its own, q, k and v reading one). Counted by `bench --model` in a process of its own:
 /// a backend's count takes in every device of its process, and other tests run beside this.
 #[test]
 fn a_wgpu_decode_layer_takes_few_dispatches() {
@@ -931,7 +931,7 @@ fn a_wgpu_decode_layer_takes_few_dispatches() {
     let (two, four) = (per_step(2), per_step(4));
     let per_layer = (four - two) / 2.0;
     let lanes = dev.info().reductions.starts_with("none");
-    let most = if lanes { 14.0 } else { 8.0 };
+    let most = if lanes { 12.0 } else { 8.0 };
     assert!(
         per_layer <= most && per_layer > 0.0,
         "{per_layer} dispatches per decode layer (steps of {two} and {four}), at most {most} \

@@ -214,6 +214,82 @@ pub fn norm_linear(dev: &Device) {
     }
 }
 
+/// Normed products of the same rows and norm weight one after another, as a decode layer's q,
+/// k and v are (on CPU adapters the wgpu backend rounds such rows once for all of them), then
+/// after the rows are written in place, then with another norm weight: each product agrees
+/// with the reference on the data it was given. Tolerance: as [`norm_linear`].
+pub fn shared_rounding(dev: &Device) {
+    let mut r = rng(67);
+    let (m, n, k) = (1, 64, 256);
+    let first = normed_rows(&mut r, m, k);
+    let second = normed_rows(&mut r, m, k);
+    let weights: Vec<Vec<f32>> = (0..3).map(|_| uniform(&mut r, n * k, 1.0)).collect();
+    let (format, act) = (DType::Q4_0, Activations::Q8_0);
+    let refd = reference();
+    let product = |d: &Device, rows: &Tensor, nw: &Tensor, w: &[f32]| -> Vec<f32> {
+        let norm = ops::RmsNormParams {
+            weight: nw,
+            eps: NORM_EPS,
+        };
+        let product = ops::NormProduct {
+            weight: &weight(d, w, n, k, format),
+            activations: act,
+            rope: None,
+        };
+        let mut out = ops::rms_norm_linears(rows, norm, &[product]).unwrap();
+        out.remove(0).to_vec().unwrap()
+    };
+    let mut rows = tensor(dev, &first.x, &[m, k]);
+    let other_rows = tensor(dev, &first.x, &[m, k]);
+    let norm_weights = [tensor(dev, &first.nw, &[k]), tensor(dev, &second.nw, &[k])];
+    // (which rows tensor, its values then, which norm weight, which product weight): the same
+    // rows and norm twice; the rows written in place; other rows, same norm; other norm.
+    let steps = [
+        (0, &first.x, 0, 0),
+        (0, &first.x, 0, 1),
+        (0, &second.x, 0, 2),
+        (1, &first.x, 0, 0),
+        (1, &first.x, 1, 1),
+    ];
+    for (i, &(which, values, norm, w)) in steps.iter().enumerate() {
+        if i == 2 {
+            let slot = tensor(dev, &[0u32], &[1]);
+            ops::scatter_rows(&mut rows, &slot, &tensor(dev, &second.x, &[m, k])).unwrap();
+        }
+        let nw = [&first.nw, &second.nw][norm];
+        let want = product(
+            &refd,
+            &tensor(&refd, values, &[m, k]),
+            &tensor(&refd, nw, &[k]),
+            &weights[w],
+        );
+        let got = product(
+            dev,
+            [&rows, &other_rows][which],
+            &norm_weights[norm],
+            &weights[w],
+        );
+        let normed = ops::rms_norm(
+            &tensor(&refd, values, &[m, k]),
+            &tensor(&refd, nw, &[k]),
+            NORM_EPS,
+        )
+        .unwrap()
+        .to_vec()
+        .unwrap();
+        let tol = normed_tolerance(TOL * (k as f64).sqrt(), act, &normed, 1.0, largest(&want));
+        assert_close(
+            &format!(
+                "normed product {i} of one row set on {}",
+                dev.backend_name()
+            ),
+            &got,
+            &want,
+            tol,
+        );
+    }
+}
+
 /// Products of RMS-normed rows rotated as q and k are (`rms_norm_linears` with a rope), both
 /// pairings, several heads, rows at scattered positions: decode rows wgpu folds the norm and
 /// the rotation of interleaved pairs into, and rows it composes. Tolerance: as [`norm_linear`]

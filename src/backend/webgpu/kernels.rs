@@ -91,6 +91,9 @@ pub(crate) struct Encoder<'a> {
     /// Buffer ranges bound in place of whole buffers while a split op records its parts
     /// (`split`); empty otherwise.
     pub(crate) windows: Vec<Window>,
+    /// Whether the op's int8-activation buffer already holds its normed rows' rounding
+    /// (`shared_rounding.rs`): a normed product then skips its rounding dispatch.
+    pub(crate) table_filled: bool,
 }
 
 /// `v` as u32, or an error naming the op: every size a kernel sees must fit 32 bits.

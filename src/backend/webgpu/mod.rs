@@ -34,6 +34,7 @@ mod profiler;
 mod readback;
 mod recorder;
 mod selfcheck;
+mod shared_rounding;
 mod texels;
 
 use std::fmt;
@@ -50,6 +51,7 @@ use self::pipelines::Pipelines;
 use self::pool::BufferPool;
 use self::readback::Readback;
 use self::recorder::Recorder;
+use self::shared_rounding::SharedRounding;
 use self::texels::WeightTexels;
 use crate::backend::{
     Activations, Backend, BackendFuture, BackendInfo, BackendKind, HostData, KernelProfile, OpSpec,
@@ -64,6 +66,8 @@ pub struct WgpuBackend {
     pool: Arc<BufferPool>,
     pipelines: Pipelines,
     recorder: Mutex<Recorder>,
+    /// The last normed rounding, for the next normed product of the same rows.
+    shared_rounding: SharedRounding,
 }
 
 impl fmt::Debug for WgpuBackend {
@@ -108,6 +112,7 @@ impl WgpuBackend {
             pool,
             pipelines,
             recorder,
+            shared_rounding: SharedRounding::default(),
         };
         #[cfg(not(target_arch = "wasm32"))]
         backend.self_check();
@@ -215,6 +220,7 @@ impl WgpuBackend {
                 pipelines: &self.pipelines,
                 recorder: &mut rec,
                 windows: Vec::new(),
+                table_filled: false,
             };
             work(&mut encoder)?;
         }
@@ -305,6 +311,35 @@ impl WgpuBackend {
             extras.push(self.alloc(op, len, DType::F32)?);
         }
         Ok(extras)
+    }
+
+    /// [`Self::extra_buffers`] of `spec` reading `inputs`, with the int8 table of a normed
+    /// product replaced by the last normed rounding's where that rounded the same rows with
+    /// the same norm ([`SharedRounding`]); then `true`: the table is filled already.
+    fn extras_of(&self, spec: &OpSpec, inputs: &[&GpuBuffer]) -> Result<(Vec<GpuBuffer>, bool)> {
+        let mut extras = self.extra_buffers(spec)?;
+        if let ([table], Some(rounded)) = (
+            extras.as_mut_slice(),
+            self.shared_rounding.find(spec, inputs),
+        ) {
+            *table = rounded;
+            return Ok((extras, true));
+        }
+        Ok((extras, false))
+    }
+
+    /// After a normed product that rounded its rows into its table (`extras`' only buffer),
+    /// remembers that rounding for the next product of the same rows.
+    fn remember_rounding(
+        &self,
+        spec: &OpSpec,
+        inputs: &[&GpuBuffer],
+        extras: &[GpuBuffer],
+        filled: bool,
+    ) {
+        if let ([table], false) = (extras, filled) {
+            self.shared_rounding.remember(spec, inputs, table);
+        }
     }
 
     /// Submits everything recorded and waits for the device to finish it.
@@ -488,14 +523,21 @@ impl Backend for WgpuBackend {
             b.drop_texels();
         }
         let target = gpu_storage(op, target)?;
-        let mut operands = inputs
+        self.shared_rounding.forget_writes_to(target);
+        let buffers = inputs
             .iter()
-            .map(|s| gpu_storage(op, s).map(Operand::of))
+            .map(|s| gpu_storage(op, s))
             .collect::<Result<Vec<_>>>()?;
         // As in `execute`: the rounded activations of an integer product.
-        let extras = self.extra_buffers(spec)?;
+        let (extras, filled) = self.extras_of(spec, &buffers)?;
+        let mut operands: Vec<Operand<'_>> = buffers.iter().map(|b| Operand::of(b)).collect();
         operands.extend(extras.iter().map(Operand::of));
-        self.record(|encoder| encoder.encode(spec, target.raw(), &operands))
+        self.record(|encoder| {
+            encoder.table_filled = filled;
+            encoder.encode(spec, target.raw(), &operands)
+        })?;
+        self.remember_rounding(spec, &buffers, &extras, filled);
+        Ok(())
     }
 
     fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage> {
@@ -514,12 +556,16 @@ impl Backend for WgpuBackend {
         // Extra buffers some kernels need, after the op's inputs: the gate product of a fused
         // SwiGLU, the rounded activations of an integer product, a scan's partial results, a greedy
         // sample's chunk maxima.
-        let extras = self.extra_buffers(spec)?;
+        let (extras, filled) = self.extras_of(spec, &buffers)?;
         let mut operands: Vec<Operand<'_>> = buffers.iter().map(|b| Operand::of(b)).collect();
         operands.extend(extras.iter().map(Operand::of));
         let out_dtype = spec.output_dtype(buffers.first().map_or(DType::F32, |b| b.dtype()));
         let out = self.alloc(op, spec.output_len(), out_dtype)?;
-        self.record(|encoder| encoder.encode(spec, out.raw(), &operands))?;
+        self.record(|encoder| {
+            encoder.table_filled = filled;
+            encoder.encode(spec, out.raw(), &operands)
+        })?;
+        self.remember_rounding(spec, &buffers, &extras, filled);
         Ok(Storage::Wgpu(out))
     }
 

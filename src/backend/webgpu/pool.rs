@@ -191,6 +191,11 @@ impl GpuBuffer {
         self
     }
 
+    /// A handle that names this storage without keeping it alive ([`BufferId::is`]).
+    pub(crate) fn id(&self) -> BufferId {
+        BufferId(Arc::downgrade(&self.inner))
+    }
+
     /// The texel copy of the data, if it has one.
     pub(crate) fn texels(&self) -> Option<&WeightTexels> {
         self.texels.as_deref()
@@ -233,6 +238,21 @@ impl GpuBuffer {
 
     pub(crate) fn raw(&self) -> &wgpu::Buffer {
         &self.inner.buffer
+    }
+}
+
+/// The identity of a tensor's storage, held without keeping it alive: once every handle has
+/// dropped (and its buffer gone back to the pool for another tensor), no handle [`is`] it.
+///
+/// [`is`]: BufferId::is
+#[derive(Debug)]
+pub(crate) struct BufferId(Weak<Inner>);
+
+impl BufferId {
+    /// Whether `b` is a handle of this storage. (The weak reference keeps the allocation, so
+    /// no later storage can have the same address.)
+    pub(crate) fn is(&self, b: &GpuBuffer) -> bool {
+        std::ptr::eq(self.0.as_ptr(), Arc::as_ptr(&b.inner))
     }
 }
 

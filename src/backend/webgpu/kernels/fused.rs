@@ -104,7 +104,10 @@ impl Encoder<'_> {
         temp: Option<&Operand<'_>>,
         store: Option<PoolStore<'_>>,
     ) -> Result<()> {
-        let temp = temp.map(ActTable::empty);
+        let temp = temp.map(|t| ActTable {
+            buffer: t.buffer,
+            filled: self.table_filled,
+        });
         let epilogue = match l.rope {
             Some(r) => Epilogue::Rotary {
                 positions: inputs[3].buffer,

@@ -51,7 +51,8 @@ const MVQ_MAX_VALUES: usize = 8192;
 /// decode there still ran 1.6–1.7 times faster. Natively SwiftShader gained about 10%, and
 /// lavapipe, which pays 60–100 µs per dispatch, lost 10–20%. The norms, ropes and KV stores
 /// have since come back into the products there through `quantize_acts_normed`
-/// ([`folds_norm`]): 14 dispatches per layer.
+/// ([`folds_norm`]), and q, k and v read one rounding (`shared_rounding.rs`): 12 dispatches
+/// per layer.
 fn quantizes_in_kernel(m: usize, k: usize, shape: MvShape) -> bool {
     shape != MvShape::Lanes && m <= MATVEC_MAX_M && m * k <= MVQ_MAX_VALUES
 }
