@@ -1481,14 +1481,20 @@ struct PairInput {
     scale0: f32, scale1: f32,
 }
 
-fn pair_input(x0: vec4<u32>, x1: vec4<u32>, x2: vec4<u32>, x3: vec4<u32>, scale0: f32, scale1: f32,
-               m: InPlaceMasks) -> PairInput {
+// The pair whose int8 values are the vec4s `act`..`act + 3` of `xv` and whose two scales are
+// the first or the `second_half` of the vec4 `scale_vec`.
+fn pair_input(act: u32, scale_vec: u32, second_half: bool, m: InPlaceMasks) -> PairInput {
+    let x0 = bitcast<vec4<u32>>(xv[act]);
+    let x1 = bitcast<vec4<u32>>(xv[act + 1u]);
+    let x2 = bitcast<vec4<u32>>(xv[act + 2u]);
+    let x3 = bitcast<vec4<u32>>(xv[act + 3u]);
+    let sc = xv[scale_vec];
     return PairInput(
         inplace_bytes(x0.x, m), inplace_bytes(x0.y, m), inplace_bytes(x0.z, m), inplace_bytes(x0.w, m),
         inplace_bytes(x1.x, m), inplace_bytes(x1.y, m), inplace_bytes(x1.z, m), inplace_bytes(x1.w, m),
         inplace_bytes(x2.x, m), inplace_bytes(x2.y, m), inplace_bytes(x2.z, m), inplace_bytes(x2.w, m),
         inplace_bytes(x3.x, m), inplace_bytes(x3.y, m), inplace_bytes(x3.z, m), inplace_bytes(x3.w, m),
-        scale0, scale1);
+        select(sc.x, sc.z, second_half), select(sc.y, sc.w, second_half));
 }
 
 // The sums of block 0's and block 1's activation values (unscaled).
@@ -1630,10 +1636,7 @@ fn mv_pairs(lo: vec4<u32>, hi: vec4<u32>) -> EightRows {
     var acc = EightRows();
     let m = inplace_masks();
     for (var i = 0u; i < groups; i = i + 2u) {
-        let sc = xv[scale_vec];
-        let x = pair_input(bitcast<vec4<u32>>(xv[act]), bitcast<vec4<u32>>(xv[act + 1u]),
-                           bitcast<vec4<u32>>(xv[act + 2u]), bitcast<vec4<u32>>(xv[act + 3u]),
-                           select(sc.x, sc.z, second_half), select(sc.y, sc.w, second_half), m);
+        let x = pair_input(act, scale_vec, second_half, m);
         if (q4) {
             let a = q4_pair(x);
             acc.lo = acc.lo + vec4<f32>(q4_pair_row(a, b.x, m), q4_pair_row(a, b.y, m), q4_pair_row(a, b.z, m), q4_pair_row(a, b.w, m));
@@ -1762,10 +1765,7 @@ fn mv_texel_pairs(lo: vec4<u32>, hi: vec4<u32>) -> EightRows {
     var acc = EightRows();
     let m = inplace_masks();
     for (var i = 0u; i < groups; i = i + 2u) {
-        let xs = xv[scale_vec];
-        let x = pair_input(bitcast<vec4<u32>>(xv[act]), bitcast<vec4<u32>>(xv[act + 1u]),
-                           bitcast<vec4<u32>>(xv[act + 2u]), bitcast<vec4<u32>>(xv[act + 3u]),
-                           select(xs.x, xs.z, second_half), select(xs.y, xs.w, second_half), m);
+        let x = pair_input(act, scale_vec, second_half, m);
         let a = q4_texel_pair(x);
         acc.lo = acc.lo + vec4<f32>(q4_texel_row(a, b.x, sb.x, m), q4_texel_row(a, b.y, sb.y, m),
                                     q4_texel_row(a, b.z, sb.z, m), q4_texel_row(a, b.w, sb.w, m));
