@@ -67,7 +67,7 @@ pub struct WgpuBackend {
     pipelines: Pipelines,
     recorder: Mutex<Recorder>,
     /// The last normed rounding, for the next normed product of the same rows.
-    shared_rounding: SharedRounding,
+    shared_rounding: SharedRounding<GpuBuffer>,
 }
 
 impl fmt::Debug for WgpuBackend {
@@ -495,7 +495,10 @@ impl Backend for WgpuBackend {
         let buffer = self.upload_bytes("upload", data.bytes(), data.len(), dtype)?;
         // On CPU adapters a Q4_0 tensor's decode products read a texel copy (`texels.rs`).
         let texels = (dtype == DType::Q4_0 && self.ctx.weight_texels)
-            .then(|| WeightTexels::of_q4_0(&self.ctx, &self.pool, data.bytes()))
+            .then(|| {
+                let gpu = (&self.ctx.device, &self.ctx.queue, &self.ctx.limits);
+                WeightTexels::of_q4_0(gpu, self.pool.release_counter(), data.bytes())
+            })
             .flatten();
         self.check_errors()?;
         Ok(Storage::Wgpu(buffer.with_texels(texels)))

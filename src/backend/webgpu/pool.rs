@@ -16,6 +16,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use super::shared_rounding::Handle;
 use super::texels::WeightTexels;
 use crate::dtype::DType;
 
@@ -38,8 +39,9 @@ pub(crate) struct BufferPool {
     /// The largest buffer a storage binding can cover.
     max_binding: u64,
     free: Mutex<FreeLists>,
-    /// How many times a freed buffer was released to the driver instead of kept.
-    releases: AtomicU64,
+    /// How many times a freed buffer was released to the driver instead of kept (or memory
+    /// outside the pool freed: a texel copy, `texels.rs`).
+    releases: Arc<AtomicU64>,
 }
 
 #[derive(Debug, Default)]
@@ -54,7 +56,7 @@ impl BufferPool {
             device,
             max_binding,
             free: Mutex::new(FreeLists::default()),
-            releases: AtomicU64::new(0),
+            releases: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -96,10 +98,11 @@ impl BufferPool {
         self.releases.load(Ordering::Relaxed)
     }
 
-    /// Counts memory freed outside the pool (a texel copy, `texels.rs`) as a release, so that
-    /// the recorder empties its bind group cache, which may still hold it.
-    pub(crate) fn count_release(&self) {
-        self.releases.fetch_add(1, Ordering::Relaxed);
+    /// The release counter, for memory freed outside the pool to count itself as a release
+    /// (a texel copy, `texels.rs`), so that the recorder empties its bind group cache, which
+    /// may still hold it.
+    pub(crate) fn release_counter(&self) -> &Arc<AtomicU64> {
+        &self.releases
     }
 
     fn give_back(&self, buffer: wgpu::Buffer) {
@@ -191,11 +194,6 @@ impl GpuBuffer {
         self
     }
 
-    /// A handle that names this storage without keeping it alive ([`BufferId::is`]).
-    pub(crate) fn id(&self) -> BufferId {
-        BufferId(Arc::downgrade(&self.inner))
-    }
-
     /// The texel copy of the data, if it has one.
     pub(crate) fn texels(&self) -> Option<&WeightTexels> {
         self.texels.as_deref()
@@ -242,17 +240,21 @@ impl GpuBuffer {
 }
 
 /// The identity of a tensor's storage, held without keeping it alive: once every handle has
-/// dropped (and its buffer gone back to the pool for another tensor), no handle [`is`] it.
-///
-/// [`is`]: BufferId::is
+/// dropped (and its buffer gone back to the pool for another tensor), no handle is it
+/// ([`Handle::is`]).
 #[derive(Debug)]
 pub(crate) struct BufferId(Weak<Inner>);
 
-impl BufferId {
-    /// Whether `b` is a handle of this storage. (The weak reference keeps the allocation, so
-    /// no later storage can have the same address.)
-    pub(crate) fn is(&self, b: &GpuBuffer) -> bool {
-        std::ptr::eq(self.0.as_ptr(), Arc::as_ptr(&b.inner))
+impl Handle for GpuBuffer {
+    type Id = BufferId;
+
+    fn id(&self) -> BufferId {
+        BufferId(Arc::downgrade(&self.inner))
+    }
+
+    /// (The weak reference keeps the allocation, so no later storage has the same address.)
+    fn is(&self, id: &BufferId) -> bool {
+        std::ptr::eq(id.0.as_ptr(), Arc::as_ptr(&self.inner))
     }
 }
 

@@ -14,12 +14,11 @@
 //! whose rows have an even count of blocks finds a row's pair `i` at texel `row · blocks + 2i`
 //! and scale word `row · blocks / 2 + i`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use wgpu::util::DeviceExt;
 
-use super::context::GpuContext;
-use super::pool::BufferPool;
 use crate::dtype::DType;
 
 /// Texels per row of the texture (`2^TEXELS_WIDTH_LOG2` in `quant.wgsl`).
@@ -32,14 +31,15 @@ pub(crate) struct WeightTexels {
     pub(crate) view: wgpu::TextureView,
     /// The scales, two f16 per word.
     pub(crate) scales: wgpu::Buffer,
-    /// Told when the copy is dropped: cached bind groups may hold it ([`BufferPool::count_release`]).
-    pool: Weak<BufferPool>,
+    /// The buffer pool's release counter, counted up when the copy is dropped: cached bind
+    /// groups may hold it, and the recorder empties its cache when the count moves.
+    releases: Weak<AtomicU64>,
 }
 
 impl Drop for WeightTexels {
     fn drop(&mut self) {
-        if let Some(pool) = self.pool.upgrade() {
-            pool.count_release();
+        if let Some(releases) = self.releases.upgrade() {
+            releases.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -51,11 +51,10 @@ impl WeightTexels {
     /// written with `queue.write_texture`, which lands before the next submit's commands: the
     /// texture is new, so no recorded work reads it yet.
     pub(super) fn of_q4_0(
-        ctx: &GpuContext,
-        pool: &Arc<BufferPool>,
+        (device, queue, limits): (&wgpu::Device, &wgpu::Queue, &wgpu::Limits),
+        releases: &Arc<AtomicU64>,
         bytes: &[u8],
     ) -> Option<WeightTexels> {
-        let (device, limits) = (&ctx.device, &ctx.limits);
         let block_bytes = DType::Q4_0.block_bytes();
         let blocks = bytes.len() / block_bytes;
         if blocks == 0 || !blocks.is_multiple_of(2) || !bytes.len().is_multiple_of(block_bytes) {
@@ -93,7 +92,7 @@ impl WeightTexels {
             usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
             view_formats: &[],
         });
-        ctx.queue.write_texture(
+        queue.write_texture(
             texture.as_image_copy(),
             &quants,
             wgpu::TexelCopyBufferLayout {
@@ -111,14 +110,14 @@ impl WeightTexels {
         Some(WeightTexels {
             view: texture.create_view(&Default::default()),
             scales,
-            pool: Arc::downgrade(pool),
+            releases: Arc::downgrade(releases),
         })
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::TEXELS_WIDTH;
+    use crate::backend::webgpu::texels::TEXELS_WIDTH;
 
     /// The shader addresses texels with a mask and a shift of this width.
     #[test]
