@@ -267,7 +267,9 @@ impl WgpuBackend {
     }
 
     /// The temporary buffers `spec`'s kernels need beside its inputs, in the order they are
-    /// passed after them (see [`kernels`]' encoders).
+    /// passed after them (see [`kernels`]' encoders): the gate product of a fused SwiGLU, the
+    /// int8 table of an integer product, a scan's partial results, a greedy sample's (key,
+    /// index) pairs.
     fn extra_buffers(&self, spec: &OpSpec) -> Result<Vec<GpuBuffer>> {
         let op = spec.kind().name();
         let int_activations = |activations: Activations, m: usize, k: usize| match activations {
@@ -313,33 +315,31 @@ impl WgpuBackend {
         Ok(extras)
     }
 
-    /// [`Self::extra_buffers`] of `spec` reading `inputs`, with the int8 table of a normed
-    /// product replaced by the last normed rounding's where that rounded the same rows with
-    /// the same norm ([`SharedRounding`]); then `true`: the table is filled already.
-    fn extras_of(&self, spec: &OpSpec, inputs: &[&GpuBuffer]) -> Result<(Vec<GpuBuffer>, bool)> {
+    /// Records `spec` reading `inputs` and writing `out`, with the extra buffers its kernels
+    /// need ([`Self::extra_buffers`]) after the inputs. The int8 table of a normed product is
+    /// the last normed rounding's where that rounded the same rows with the same norm
+    /// ([`SharedRounding`]), and the product then skips its own rounding; a product that
+    /// rounded is remembered for the next.
+    fn record_op(&self, spec: &OpSpec, out: &wgpu::Buffer, inputs: &[&GpuBuffer]) -> Result<()> {
         let mut extras = self.extra_buffers(spec)?;
+        let mut filled = false;
         if let ([table], Some(rounded)) = (
             extras.as_mut_slice(),
             self.shared_rounding.find(spec, inputs),
         ) {
             *table = rounded;
-            return Ok((extras, true));
+            filled = true;
         }
-        Ok((extras, false))
-    }
-
-    /// After a normed product that rounded its rows into its table (`extras`' only buffer),
-    /// remembers that rounding for the next product of the same rows.
-    fn remember_rounding(
-        &self,
-        spec: &OpSpec,
-        inputs: &[&GpuBuffer],
-        extras: &[GpuBuffer],
-        filled: bool,
-    ) {
-        if let ([table], false) = (extras, filled) {
+        let mut operands: Vec<Operand<'_>> = inputs.iter().map(|b| Operand::of(b)).collect();
+        operands.extend(extras.iter().map(Operand::of));
+        self.record(|encoder| {
+            encoder.table_filled = filled;
+            encoder.encode(spec, out, &operands)
+        })?;
+        if let ([table], false) = (extras.as_slice(), filled) {
             self.shared_rounding.remember(spec, inputs, table);
         }
+        Ok(())
     }
 
     /// Submits everything recorded and waits for the device to finish it.
@@ -531,16 +531,7 @@ impl Backend for WgpuBackend {
             .iter()
             .map(|s| gpu_storage(op, s))
             .collect::<Result<Vec<_>>>()?;
-        // As in `execute`: the rounded activations of an integer product.
-        let (extras, filled) = self.extras_of(spec, &buffers)?;
-        let mut operands: Vec<Operand<'_>> = buffers.iter().map(|b| Operand::of(b)).collect();
-        operands.extend(extras.iter().map(Operand::of));
-        self.record(|encoder| {
-            encoder.table_filled = filled;
-            encoder.encode(spec, target.raw(), &operands)
-        })?;
-        self.remember_rounding(spec, &buffers, &extras, filled);
-        Ok(())
+        self.record_op(spec, target.raw(), &buffers)
     }
 
     fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage> {
@@ -556,19 +547,9 @@ impl Backend for WgpuBackend {
                 self.check_size(op, b.byte_len())?;
             }
         }
-        // Extra buffers some kernels need, after the op's inputs: the gate product of a fused
-        // SwiGLU, the rounded activations of an integer product, a scan's partial results, a greedy
-        // sample's chunk maxima.
-        let (extras, filled) = self.extras_of(spec, &buffers)?;
-        let mut operands: Vec<Operand<'_>> = buffers.iter().map(|b| Operand::of(b)).collect();
-        operands.extend(extras.iter().map(Operand::of));
         let out_dtype = spec.output_dtype(buffers.first().map_or(DType::F32, |b| b.dtype()));
         let out = self.alloc(op, spec.output_len(), out_dtype)?;
-        self.record(|encoder| {
-            encoder.table_filled = filled;
-            encoder.encode(spec, out.raw(), &operands)
-        })?;
-        self.remember_rounding(spec, &buffers, &extras, filled);
+        self.record_op(spec, out.raw(), &buffers)?;
         Ok(Storage::Wgpu(out))
     }
 

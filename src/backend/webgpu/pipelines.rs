@@ -214,10 +214,9 @@ pub(crate) fn sources_fingerprint() -> u64 {
 pub(crate) struct Kernel {
     pub(crate) pipeline: wgpu::ComputePipeline,
     /// Its bind group layout: binding 0 the parameters, 1 the output, then `inputs` storage
-    /// inputs and, with `texture`, a `texture_2d<u32>`.
+    /// inputs and, for a kernel compiled to bind one, a `texture_2d<u32>`.
     pub(crate) layout: wgpu::BindGroupLayout,
     pub(crate) inputs: usize,
-    pub(crate) texture: bool,
     /// Which kernel this is, for the profiler.
     pub(crate) id: KernelId,
 }
@@ -359,7 +358,6 @@ impl Pipelines {
             pipeline,
             layout: layout.clone(),
             inputs,
-            texture,
             id,
         };
         kernels.insert(id, kernel.clone());

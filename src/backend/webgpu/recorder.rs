@@ -52,7 +52,7 @@ pub(crate) struct Dispatch<'a> {
     /// Byte ranges to bind instead of whole buffers (the row ranges of a tensor larger than
     /// one binding); a buffer not named here is bound whole.
     pub(crate) windows: &'a [Window],
-    /// The texture of a kernel that binds one ([`Kernel::texture`]).
+    /// The texture of a kernel compiled to bind one (`Pipelines::kernel` with a texture).
     pub(crate) texture: Option<&'a wgpu::TextureView>,
 }
 
@@ -212,7 +212,7 @@ impl Recorder {
             .collect();
         let key = BindKey {
             buffers,
-            texture: d.texture.filter(|_| d.kernel.texture).cloned(),
+            texture: d.texture.cloned(),
         };
         if let Some(bind_group) = self.bind_groups.get(&key) {
             return bind_group.clone();

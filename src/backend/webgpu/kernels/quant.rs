@@ -377,8 +377,12 @@ impl Encoder<'_> {
         let fits_mv = k <= self.ctx.mv_shape().max_k();
         let tiled = self.ctx.tiled_prefill && takes_tiled(pr, self.ctx.mv_shape(), folds, epilogue);
         // The `mv` kernel binds six operands: the epilogue's, the norm's weight, the rotary
-        // positions and the pool slots, or an operand again, unread.
-        let mv = |enc: &mut Self, (entry, code): (&'static str, u32), x: &wgpu::Buffer| {
+        // positions and the pool slots, or an operand again, unread. `mv_pairs_texels` binds
+        // the same, then the weights' texel scales and their texture.
+        let mv = |enc: &mut Self,
+                  (entry, code): (&'static str, u32),
+                  x: &wgpu::Buffer,
+                  texels: Option<&WeightTexels>| {
             let inputs = [
                 w,
                 x,
@@ -387,22 +391,13 @@ impl Encoder<'_> {
                 epilogue.positions(x),
                 store.map_or(x, |s| s.slots),
             ];
-            enc.run_format(Shader::Quant, (entry, code), &p, out, &inputs, mv_grid)
-        };
-        // `mv_pairs_texels` binds what `mv` binds, then the texel scales and the texture.
-        let mv_texels = |enc: &mut Self, code: u32, x: &wgpu::Buffer, t: &WeightTexels| {
-            let inputs = [
-                w,
-                x,
-                epilogue.operand(x),
-                norm.map_or(x, |n| n.weight),
-                epilogue.positions(x),
-                store.map_or(x, |s| s.slots),
-                &t.scales,
-            ];
+            let Some(t) = texels else {
+                return enc.run_format(Shader::Quant, (entry, code), &p, out, &inputs, mv_grid);
+            };
+            let [w, x, operand, norm, positions, slots] = inputs;
+            let inputs = [w, x, operand, norm, positions, slots, &t.scales];
             let binds = (&inputs[..], Some(&t.view));
-            let entry = ("mv_pairs_texels", code);
-            enc.run_bound(Shader::Quant, entry, &p, out, binds, mv_grid)
+            enc.run_bound(Shader::Quant, (entry, code), &p, out, binds, mv_grid)
         };
         // `mm_tiled` binds what `mv` binds (it reads the weights, activations and epilogue).
         let mm_tiled = |enc: &mut Self, code: u32, x: &wgpu::Buffer| {
@@ -415,7 +410,7 @@ impl Encoder<'_> {
             Activations::F32 if tiled => return mm_tiled(self, format_code(format)?, a),
             Activations::F32 if k.is_multiple_of(32) && fits_mv => {
                 // The row-dot kernel specialised for the format.
-                return mv(self, ("mv", format_code(format)?), a);
+                return mv(self, ("mv", format_code(format)?), a, None);
             }
             Activations::F32 | Activations::F16 => {
                 if format == DType::F16 && self.ctx.native_f16 {
@@ -435,7 +430,7 @@ impl Encoder<'_> {
                 // The row-dot kernel rounding the f32 activations itself (norming them first).
                 let normed = if norm.is_some() { NORM_ACTIVATIONS } else { 0 };
                 let code = normed + QUANTIZE_ACTIVATIONS + INT_ACTIVATIONS + format_code(format)?;
-                return mv(self, ("mv", code), a);
+                return mv(self, ("mv", code), a, None);
             }
             Activations::Q8_0 | Activations::I8 => {
                 let ActTable {
@@ -454,13 +449,13 @@ impl Encoder<'_> {
                     // The row-dot kernel reading the int8 activations.
                     let code = INT_ACTIVATIONS + format_code(format)?;
                     if !takes_pairs(pr, self.ctx.mv_shape()) {
-                        return mv(self, ("mv", code), temp);
+                        return mv(self, ("mv", code), temp, None);
                     }
                     // The texel copy holds the whole tensor: not for one row range of it.
-                    let texels = weights.texels.filter(|_| format == DType::Q4_0);
-                    return match texels.filter(|_| self.windows.is_empty()) {
-                        Some(t) => mv_texels(self, code, temp, t),
-                        None => mv(self, ("mv_pairs_lanes", code), temp),
+                    let whole = format == DType::Q4_0 && self.windows.is_empty();
+                    return match weights.texels.filter(|_| whole) {
+                        Some(t) => mv(self, ("mv_pairs_texels", code), temp, Some(t)),
+                        None => mv(self, ("mv_pairs_lanes", code), temp, None),
                     };
                 }
                 self.run(Shader::Quant, "qmatmul_int", &p, out, &[w, temp], tiles)?;

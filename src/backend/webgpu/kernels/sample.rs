@@ -18,10 +18,16 @@ fn greedy_chunks(vocab: usize) -> usize {
     vocab.div_ceil(GREEDY_CHUNK).max(1)
 }
 
-/// Words of the temporary buffer a sample op's kernels need: for a greedy op a (key, index)
-/// pair per thread of each chunk of each row; none for another.
+/// Words of the (key, index) pairs a greedy op writes: one per thread of each chunk of each
+/// row.
+fn greedy_words(rows: usize, vocab: usize) -> usize {
+    2 * GREEDY_WG * rows * greedy_chunks(vocab)
+}
+
+/// Words of the temporary buffer a sample op's kernels need: [`greedy_words`] for a greedy
+/// op, none for another.
 pub(crate) fn sample_temp_words(rows: usize, vocab: usize, greedy: bool) -> Option<usize> {
-    greedy.then(|| 2 * GREEDY_WG * rows * greedy_chunks(vocab))
+    greedy.then(|| greedy_words(rows, vocab))
 }
 
 impl Encoder<'_> {
@@ -61,7 +67,7 @@ impl Encoder<'_> {
                         format!("{op}: missing the chunks' buffer"),
                     )
                 })?;
-                u32_of(op, "greedy pairs", 2 * GREEDY_WG * rows * chunks)?;
+                u32_of(op, "greedy pairs", greedy_words(*rows, *vocab))?;
                 let chunk_grid = self.grid(op, (rows * chunks) as u64)?;
                 self.run(
                     Shader::Sample,
