@@ -9,6 +9,8 @@
 #   BENCH_RUNS=5 BENCH_TOKENS=32 scripts/browser_bench.sh
 #   BENCH_PATHS=wgpu,cpu:1,wllama-cpu:1 scripts/browser_bench.sh      # paths, N threads after :
 #   BENCH_MODEL=other.gguf BENCH_JSON=target/browser-bench.json scripts/browser_bench.sh
+#   BENCH_PATHS=wgpu BENCH_CHROMIUM_FLAGS=--enable-dawn-features=disable_robustness scripts/browser_bench.sh
+#                                            # a diagnosis: the wgpu path without Dawn's bounds checks
 #
 # Makes what is missing: the model (random weights, SmolLM-135M's shape, with gguf-py through
 # benches/peers.py), web/pkg (web/build.sh), the webtensor binary that serves the page, and the

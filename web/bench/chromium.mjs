@@ -17,7 +17,10 @@
 // generated per run), BENCH_PROMPT_WORDS (prompt length), BENCH_PATHS (comma-separated paths
 // of wgpu, cpu[:N], wllama[:N], wllama-cpu[:N]), BENCH_TIMEOUT_S (the longest one generation
 // may take before the bench gives up, printing the page's last log lines), BENCH_JSON (also
-// write the figures there).
+// write the figures there), BENCH_CHROMIUM_FLAGS (space-separated switches added to the
+// browser's, for diagnosis: `--enable-dawn-features=disable_robustness` shows what Dawn's
+// bounds checks cost the wgpu path; the table then names them, since no user's browser runs
+// that way).
 // A benchmark, not a test: nothing here asserts a speed.
 import { readFileSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
@@ -34,6 +37,9 @@ const PROMPT_WORDS = Number(env.BENCH_PROMPT_WORDS || 16);
 const PATHS = (env.BENCH_PATHS || "cpu:1,wllama:1,cpu:2,wllama:2").split(",").map((s) => s.trim()).filter(Boolean);
 const TIMEOUT_S = Number(env.BENCH_TIMEOUT_S || 900);
 const KNOWN = ["wgpu", "cpu", "wllama", "wllama-cpu"];
+const EXTRA_FLAGS = (env.BENCH_CHROMIUM_FLAGS || "").split(" ").filter(Boolean);
+const badFlag = EXTRA_FLAGS.find((f) => !f.startsWith("--"));
+if (badFlag) throw new Error(`BENCH_CHROMIUM_FLAGS: "${badFlag}" is not a switch (each starts with --)`);
 
 /// A path's name and thread count ("cpu:2" → { kind: "cpu", threads: 2 }).
 function parsePath(p) {
@@ -72,7 +78,7 @@ const fmt = (x) => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x >= 1 ? 
 const cell = (s) => `${fmt(s.min)} / ${fmt(s.median)} / ${fmt(s.max)}`;
 
 const server = await startServer();
-const browser = await launch({ webgpu: true });
+const browser = await launch({ webgpu: true, extraFlags: EXTRA_FLAGS });
 const { page } = browser;
 try {
   // The model and wllama's files, same-origin and isolated (wllama's threads need
@@ -223,11 +229,12 @@ try {
     `Headless Chromium; webtensor's WebGPU adapter: ${setup.paths.wgpu?.info ?? "(wgpu path not run)"}.`,
     `crossOriginIsolated ${setup.isolated}; ${setup.cores} cores; webtensor cpu: ${setup.paths[cpuPath]?.info ?? "(not run)"}.`,
     `Model ${path.basename(MODEL)}; greedy; ${TOKENS} tokens after a ${runs[PATHS[0]][0].promptTokens}-token prompt; ${RUNS} alternating runs, min / median / max tokens/s.`,
+    ...(EXTRA_FLAGS.length ? ["", `A diagnostic run: Chromium started with ${EXTRA_FLAGS.join(" ")} as well.`] : []),
     "",
     "| path | decode tok/s | prompt tok/s |",
     "| --- | --- | --- |",
   ];
-  const result = { model: MODEL, runs: RUNS, tokens: TOKENS, setup, paths: {} };
+  const result = { model: MODEL, runs: RUNS, tokens: TOKENS, chromiumFlags: EXTRA_FLAGS, setup, paths: {} };
   for (const p of PATHS) {
     const d = stats(runs[p].map((x) => x.decode));
     const q = stats(runs[p].map((x) => x.prompt));

@@ -47,10 +47,11 @@ export function startServer() {
 }
 
 /// Headless Chromium (Debian's, /usr/bin/chromium) with a fresh profile; `webgpu: false`
-/// launches it with WebGPU turned off, to test the cpu fallback.
-export async function launch({ webgpu }) {
+/// launches it with WebGPU turned off, to test the cpu fallback. `extraFlags` are switches
+/// added after the rest (the bench's diagnostic runs).
+export async function launch({ webgpu, extraFlags = [] }) {
   const profile = mkdtempSync(path.join(tmpdir(), "webtensor-chromium-"));
-  const args = [...COMMON_FLAGS, ...(webgpu ? WEBGPU_FLAGS : ["--disable-features=WebGPU"])];
+  const args = [...COMMON_FLAGS, ...(webgpu ? WEBGPU_FLAGS : ["--disable-features=WebGPU"]), ...extraFlags];
   const context = await chromium.launchPersistentContext(profile, {
     executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
     headless: true,
