@@ -1782,8 +1782,8 @@ fn mv_texel_pairs(lo: vec4<u32>, hi: vec4<u32>) -> EightRows {
     return acc;
 }
 
-// `mv_pairs_lanes` for Q4_0 weights the backend holds as texels (`takes_texels` in
-// kernels/quant.rs): 8 lanes of eight rows, 64 rows per workgroup.
+// `mv_pairs_lanes` for Q4_0 weights the backend holds as texels, bound whole (the choice is
+// `qmatmul`'s in kernels/quant.rs): 8 lanes of eight rows, 64 rows per workgroup.
 @compute @workgroup_size(8)
 fn mv_pairs_texels(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                    @builtin(local_invocation_index) lid: u32) {
