@@ -22,7 +22,8 @@ pub(crate) const PARAMS_BYTES: u64 = 256;
 pub(crate) const MAX_INPUTS: usize = 6;
 
 /// The storage inputs of the one layout that also binds a texture, which follows them
-/// (binding `2 + TEXTURE_INPUTS`): `mv_pairs_texels` binds `mv`'s six and the texel scales.
+/// (binding `2 + TEXTURE_INPUTS`): `mv_pairs_texels` and `mv_texels` bind `mv`'s six and
+/// the texel scales.
 /// With the output that is eight storage buffers, WebGPU's default per-stage limit.
 pub(crate) const TEXTURE_INPUTS: usize = 7;
 

@@ -181,6 +181,28 @@ impl Observer for Recorder {
     }
 }
 
+/// Timed prompt chunks: the first of four tokens, then sized from the speed so far, a multiple
+/// of four rows once they reach four (the wgpu products take rows four at a time), never past
+/// the tokens left or the largest chunk.
+#[test]
+fn timed_prompt_chunks_are_whole_groups_of_four_rows() {
+    let pacing = Pacing {
+        steps_per_submit: 1,
+        decode_ahead: false,
+        prompt: PromptChunks::Seconds(0.25),
+    };
+    assert_eq!(pacing.chunk(100, 0, 0.0), 4);
+    // 19 tokens/s: 4.75 tokens a quarter second.
+    assert_eq!(pacing.chunk(100, 19, 1.0), 4);
+    // 47 tokens/s: 11.75.
+    assert_eq!(pacing.chunk(100, 47, 1.0), 8);
+    // 10 tokens/s: 2.5, below one group.
+    assert_eq!(pacing.chunk(100, 10, 1.0), 2);
+    assert_eq!(pacing.chunk(100, 1, 1.0), 1);
+    assert_eq!(pacing.chunk(5, 47, 1.0), 5);
+    assert_eq!(pacing.chunk(10_000, 100_000, 1.0), 512);
+}
+
 #[test]
 fn on_the_cpu_each_token_is_shown_before_the_next_step_runs() {
     let (mut model, tokenizer) = model();

@@ -17,6 +17,10 @@
 //! adapter rounds with `quantize_acts_normed`, which RMS-norms the rows first
 //! ([`folds_norm`]); `swiglu_linear`'s up product reads what its gate product rounded
 //! ([`ActTable`]).
+//!
+//! On CPU adapters a Q4_0 tensor also has a copy as texels (`texels.rs`), which the int8
+//! products fetch instead of loading words: `mv_pairs_texels` for decode's one row,
+//! `mv_texels` for prefill's chunks of rows.
 
 use super::{u32_of, Encoder, Operand, Shader, MATVEC_MAX_M};
 use crate::backend::kernel_consts::{
@@ -35,6 +39,9 @@ const WG: u64 = 64;
 
 /// Activation rows per workgroup of the product kernels.
 const ROWS: usize = 8;
+
+/// Weight rows per workgroup of `mv_texels` (`TEXEL_ROWS` in `quant.wgsl`).
+const TEXEL_ROWS: usize = 128;
 
 /// The most int8 activation values (m · k) the `mv` kernel rounds in workgroup memory
 /// (`MVQ_MAX_VALUES` of `quant.wgsl`): k up to 8192 for decode's one row.
@@ -148,6 +155,13 @@ impl Encoder<'_> {
     fn mv_grid(&self, op: &'static str, m: usize, n: usize) -> Result<[u32; 3]> {
         let blocks = n.div_ceil(self.ctx.mv_shape().rows_per_workgroup()) as u64;
         self.grid(op, blocks * m.div_ceil(MATVEC_MAX_M) as u64)
+    }
+
+    /// The grid of `mv_texels` in `quant.wgsl`: a workgroup per block of [`TEXEL_ROWS`] weight
+    /// rows and chunk of [`MATVEC_MAX_M`] activation rows.
+    fn texel_grid(&self, m: usize, n: usize) -> Result<[u32; 3]> {
+        let blocks = n.div_ceil(TEXEL_ROWS) as u64;
+        self.grid("qmatmul", blocks * m.div_ceil(MATVEC_MAX_M) as u64)
     }
 
     /// Records a quantize, dequantize, quantized product or ternary dot.
@@ -382,7 +396,7 @@ impl Encoder<'_> {
         let mv = |enc: &mut Self,
                   (entry, code): (&'static str, u32),
                   x: &wgpu::Buffer,
-                  texels: Option<&WeightTexels>| {
+                  (texels, grid): (Option<&WeightTexels>, [u32; 3])| {
             let inputs = [
                 w,
                 x,
@@ -392,12 +406,12 @@ impl Encoder<'_> {
                 store.map_or(x, |s| s.slots),
             ];
             let Some(t) = texels else {
-                return enc.run_format(Shader::Quant, (entry, code), &p, out, &inputs, mv_grid);
+                return enc.run_format(Shader::Quant, (entry, code), &p, out, &inputs, grid);
             };
             let [w, x, operand, norm, positions, slots] = inputs;
             let inputs = [w, x, operand, norm, positions, slots, &t.scales];
             let binds = (&inputs[..], Some(&t.view));
-            enc.run_bound(Shader::Quant, (entry, code), &p, out, binds, mv_grid)
+            enc.run_bound(Shader::Quant, (entry, code), &p, out, binds, grid)
         };
         // `mm_tiled` binds what `mv` binds (it reads the weights, activations and epilogue).
         let mm_tiled = |enc: &mut Self, code: u32, x: &wgpu::Buffer| {
@@ -410,7 +424,7 @@ impl Encoder<'_> {
             Activations::F32 if tiled => return mm_tiled(self, format_code(format)?, a),
             Activations::F32 if k.is_multiple_of(32) && fits_mv => {
                 // The row-dot kernel specialised for the format.
-                return mv(self, ("mv", format_code(format)?), a, None);
+                return mv(self, ("mv", format_code(format)?), a, (None, mv_grid));
             }
             Activations::F32 | Activations::F16 => {
                 if format == DType::F16 && self.ctx.native_f16 {
@@ -430,7 +444,7 @@ impl Encoder<'_> {
                 // The row-dot kernel rounding the f32 activations itself (norming them first).
                 let normed = if norm.is_some() { NORM_ACTIVATIONS } else { 0 };
                 let code = normed + QUANTIZE_ACTIVATIONS + INT_ACTIVATIONS + format_code(format)?;
-                return mv(self, ("mv", code), a, None);
+                return mv(self, ("mv", code), a, (None, mv_grid));
             }
             Activations::Q8_0 | Activations::I8 => {
                 let ActTable {
@@ -448,15 +462,19 @@ impl Encoder<'_> {
                 if fits_mv {
                     // The row-dot kernel reading the int8 activations.
                     let code = INT_ACTIVATIONS + format_code(format)?;
-                    if !takes_pairs(pr, self.ctx.mv_shape()) {
-                        return mv(self, ("mv", code), temp, None);
-                    }
                     // The texel copy holds the whole tensor: not for one row range of it.
                     let whole = format == DType::Q4_0 && self.windows.is_empty();
-                    return match weights.texels.filter(|_| whole) {
-                        Some(t) => mv(self, ("mv_pairs_texels", code), temp, Some(t)),
-                        None => mv(self, ("mv_pairs_lanes", code), temp, None),
+                    let texels = weights.texels.filter(|_| whole);
+                    // Texels exist on CPU adapters only: decode takes them in pairs of
+                    // blocks, prefill chunk by chunk of activation rows.
+                    let binds = match (takes_pairs(pr, self.ctx.mv_shape()), texels) {
+                        (true, Some(t)) => ("mv_pairs_texels", Some(t), mv_grid),
+                        (true, None) => ("mv_pairs_lanes", None, mv_grid),
+                        (false, Some(t)) if m > 1 => ("mv_texels", Some(t), self.texel_grid(m, n)?),
+                        (false, _) => ("mv", None, mv_grid),
                     };
+                    let (entry, texels, grid) = binds;
+                    return mv(self, (entry, code), temp, (texels, grid));
                 }
                 self.run(Shader::Quant, "qmatmul_int", &p, out, &[w, temp], tiles)?;
             }
