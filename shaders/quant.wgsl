@@ -1751,51 +1751,88 @@ fn q4_texel_row(a: Q4TexelPair, b: u32, s: u32, m: InPlaceMasks) -> f32 {
     return (dot0 - a.offset0) * (a.scale0 * f16_scale(d & 0xffffu)) + (dot1 - a.offset1) * (a.scale1 * f16_scale_high(d));
 }
 
-// `mv_pairs` for Q4_0 weights read as texels: the decode sums of rows `lo` and `hi`.
-fn mv_texel_pairs(lo: vec4<u32>, hi: vec4<u32>) -> EightRows {
+// Weight rows per workgroup of the texel products `mv_pairs_texels` and `mv_texels`
+// (`TEXEL_ROWS` in kernels/quant.rs): 8 lanes of 16 rows each.
+const TEXEL_ROWS: u32 = 128u;
+
+// A lane's 16 weight rows, four to a vector (rows past n repeat the last; `mv_store` drops
+// them).
+struct TexelRows {
+    row0: u32,
+    w0: vec4<u32>,
+    w1: vec4<u32>,
+    w2: vec4<u32>,
+    w3: vec4<u32>,
+}
+
+// Splits the flat workgroup index into (chunk of activation rows, block of TEXEL_ROWS weight
+// rows), sets `mv_a0` and gives lane `lid`'s rows; row0 is n for a lane with none.
+fn texel_rows(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> TexelRows {
+    let idx = wid.y * nwg.x + wid.x;
+    let blocks = (p.n + TEXEL_ROWS - 1u) / TEXEL_ROWS;
+    mv_a0 = 4u * (idx / blocks);
+    let row0 = select(p.n, (idx % blocks) * TEXEL_ROWS + 16u * lid, mv_a0 < p.m);
+    let last = vec4<u32>(max(p.n, 1u) - 1u);
+    let w0 = min(vec4<u32>(row0) + vec4<u32>(0u, 1u, 2u, 3u), last);
+    return TexelRows(row0, w0, min(w0 + vec4<u32>(4u), last), min(w0 + vec4<u32>(8u), last),
+                     min(w0 + vec4<u32>(12u), last));
+}
+
+// Sums of four weight rows, one per component (decode) or one vector per row with a component
+// per activation row of the chunk (prefill).
+struct Quad {
+    r0: vec4<f32>,
+    r1: vec4<f32>,
+    r2: vec4<f32>,
+    r3: vec4<f32>,
+}
+
+// Stores a quad of rows from `row0` (`mv_store` drops rows past n).
+fn quad_store(wid: vec3<u32>, row0: u32, q: Quad) {
+    mv_store(wid, row0, array<vec4<f32>, 4>(q.r0, q.r1, q.r2, q.r3));
+}
+
+// The pair's dots with four weight rows `w` whose pairs start at texel `w · groups + i`
+// (scale word `w · groups / 2 + i / 2`).
+fn q4_texel_quad(a: Q4TexelPair, w: vec4<u32>, groups: u32, i: u32, m: InPlaceMasks) -> vec4<f32> {
+    let b = w * groups + vec4<u32>(i);
+    let s = w * (groups / 2u) + vec4<u32>(i >> 1u);
+    return vec4<f32>(q4_texel_row(a, b.x, s.x, m), q4_texel_row(a, b.y, s.y, m),
+                     q4_texel_row(a, b.z, s.z, m), q4_texel_row(a, b.w, s.w, m));
+}
+
+// `mv_pairs_lanes` for Q4_0 weights the backend holds as texels, bound whole (the choice is
+// `qmatmul`'s in kernels/quant.rs), with 16 rows per lane where `mv_pairs_lanes` has eight:
+// the pair's activations, loaded and scaled once per lane, then serve twice the rows. That
+// took the product [1, 1024] · [2816, 1024]ᵀ from 970-1,070 to 840-900 µs on SwiftShader and
+// the page's decode from 10.5-10.8 to 12.1-12.3 tok/s; lavapipe's decode did not move
+// (docs/wgpu-decode-profile.md).
+@compute @workgroup_size(8)
+fn mv_pairs_texels(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                   @builtin(local_invocation_index) lid: u32) {
+    let r = texel_rows(wid, nwg, lid);
+    if (r.row0 >= p.n) {
+        return;
+    }
     let groups = p.k / 32u;
-    var b = lo * groups;
-    var c = hi * groups;
-    var sb = lo * (groups / 2u);
-    var sc = hi * (groups / 2u);
     var act = mv_a0 * (p.k / 16u);
     let first_scale = p.m * (p.k / 4u) + mv_a0 * groups;
     var scale_vec = first_scale / 4u;
     var second_half = (first_scale % 4u) == 2u;
-    var acc = EightRows();
+    var q = Quad();
     let m = inplace_masks();
     for (var i = 0u; i < groups; i = i + 2u) {
-        let x = pair_input(act, scale_vec, second_half, m);
-        let a = q4_texel_pair(x);
-        acc.lo = acc.lo + vec4<f32>(q4_texel_row(a, b.x, sb.x, m), q4_texel_row(a, b.y, sb.y, m),
-                                    q4_texel_row(a, b.z, sb.z, m), q4_texel_row(a, b.w, sb.w, m));
-        acc.hi = acc.hi + vec4<f32>(q4_texel_row(a, c.x, sc.x, m), q4_texel_row(a, c.y, sc.y, m),
-                                    q4_texel_row(a, c.z, sc.z, m), q4_texel_row(a, c.w, sc.w, m));
-        b = b + vec4<u32>(2u);
-        c = c + vec4<u32>(2u);
-        sb = sb + vec4<u32>(1u);
-        sc = sc + vec4<u32>(1u);
+        let a = q4_texel_pair(pair_input(act, scale_vec, second_half, m));
+        q = Quad(q.r0 + q4_texel_quad(a, r.w0, groups, i, m), q.r1 + q4_texel_quad(a, r.w1, groups, i, m),
+                 q.r2 + q4_texel_quad(a, r.w2, groups, i, m), q.r3 + q4_texel_quad(a, r.w3, groups, i, m));
         act = act + 4u;
         scale_vec = scale_vec + select(0u, 1u, second_half);
         second_half = !second_half;
     }
-    return acc;
-}
-
-// `mv_pairs_lanes` for Q4_0 weights the backend holds as texels, bound whole (the choice is
-// `qmatmul`'s in kernels/quant.rs): 8 lanes of eight rows, 64 rows per workgroup.
-@compute @workgroup_size(8)
-fn mv_pairs_texels(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-                   @builtin(local_invocation_index) lid: u32) {
-    let row0 = mv_first_row(wid, nwg) + 8u * lid;
-    if (row0 < p.n) {
-        let last = vec4<u32>(p.n - 1u);
-        let lo = min(vec4<u32>(row0) + vec4<u32>(0u, 1u, 2u, 3u), last);
-        let hi = min(vec4<u32>(row0) + vec4<u32>(4u, 5u, 6u, 7u), last);
-        let d = mv_texel_pairs(lo, hi);
-        mv_store(wid, row0, decode_sums(d.lo));
-        mv_store(wid, row0 + 4u, decode_sums(d.hi));
-    }
+    mv_store(wid, r.row0, decode_sums(q.r0));
+    mv_store(wid, r.row0 + 4u, decode_sums(q.r1));
+    mv_store(wid, r.row0 + 8u, decode_sums(q.r2));
+    mv_store(wid, r.row0 + 12u, decode_sums(q.r3));
 }
 
 // Block g of Q4_0 weight row `row` from its texel copy, dequantized (the scale apart): what
@@ -1809,17 +1846,6 @@ fn q4_texel_group(row: u32, g: u32) -> Group {
                  select(f16_scale(d & 0xffffu), f16_scale_high(d), (b & 1u) != 0u));
 }
 
-// Weight rows per workgroup of `mv_texels` (`TEXEL_ROWS` in kernels/quant.rs): 8 lanes of 16.
-const TEXEL_ROWS: u32 = 128u;
-
-// Sums of four weight rows (one vec4 each, a component per activation row of the chunk).
-struct Quad {
-    r0: vec4<f32>,
-    r1: vec4<f32>,
-    r2: vec4<f32>,
-    r3: vec4<f32>,
-}
-
 // `q` plus the dots of group g of weight rows `w` (texels) with the chunk's groups `x`.
 fn quad_step(q: Quad, x: RowGroups, w: vec4<u32>, g: u32, rows: u32) -> Quad {
     return Quad(q.r0 + rows_dot(x.x0, x.x1, x.x2, x.x3, q4_texel_group(w.x, g), rows),
@@ -1828,38 +1854,21 @@ fn quad_step(q: Quad, x: RowGroups, w: vec4<u32>, g: u32, rows: u32) -> Quad {
                 q.r3 + rows_dot(x.x0, x.x1, x.x2, x.x3, q4_texel_group(w.w, g), rows));
 }
 
-// Stores a quad of rows from `row0` (`mv_store` drops rows past n).
-fn quad_store(wid: vec3<u32>, row0: u32, q: Quad) {
-    mv_store(wid, row0, array<vec4<f32>, 4>(q.r0, q.r1, q.r2, q.r3));
-}
-
 // `mv` for Q4_0 weights the backend holds as texels and chunks of up to four int8 activation
 // rows: prefill on CPU adapters (the choice is `qmatmul`'s in kernels/quant.rs). The grid is
 // (blocks of TEXEL_ROWS weight rows) × (chunks), and each lane walks the whole of k for 16
 // rows where lanes.wgsl gives `mv` four: SwiftShader gathers each activation load lane by
 // lane, so a load that serves more rows costs less per row. With the weights fetched and 16
 // rows a lane, the product [32, 1024] · [2816, 1024]ᵀ took 21-22 ms on SwiftShader against
-// 40-44 ms for `mv`, and the SmolLM-shape prompt ran 1.6 times faster there and 1.1-1.4
-// times on lavapipe (docs/wgpu-decode-profile.md).
+// 40-44 ms for `mv`, and the SmolLM-shape prompt ran 1.7 times faster there and 1.3 times on
+// lavapipe (docs/wgpu-decode-profile.md).
 @compute @workgroup_size(8)
 fn mv_texels(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
-    let idx = wid.y * nwg.x + wid.x;
-    let blocks = (p.n + TEXEL_ROWS - 1u) / TEXEL_ROWS;
-    mv_a0 = 4u * (idx / blocks);
-    if (mv_a0 >= p.m) {
+    let r = texel_rows(wid, nwg, lid);
+    if (r.row0 >= p.n) {
         return;
     }
-    let row0 = (idx % blocks) * TEXEL_ROWS + 16u * lid;
-    if (row0 >= p.n) {
-        return;
-    }
-    // Rows past n repeat the last one; `mv_store` drops them.
-    let last = vec4<u32>(p.n - 1u);
-    let w0 = min(vec4<u32>(row0) + vec4<u32>(0u, 1u, 2u, 3u), last);
-    let w1 = min(w0 + vec4<u32>(4u), last);
-    let w2 = min(w0 + vec4<u32>(8u), last);
-    let w3 = min(w0 + vec4<u32>(12u), last);
     let rows = min(4u, p.m - mv_a0);
     var q0 = Quad();
     var q1 = Quad();
@@ -1867,15 +1876,15 @@ fn mv_texels(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     var q3 = Quad();
     for (var g = 0u; g < p.k / 32u; g = g + 1u) {
         let x = mv_load_rows(g, rows);
-        q0 = quad_step(q0, x, w0, g, rows);
-        q1 = quad_step(q1, x, w1, g, rows);
-        q2 = quad_step(q2, x, w2, g, rows);
-        q3 = quad_step(q3, x, w3, g, rows);
+        q0 = quad_step(q0, x, r.w0, g, rows);
+        q1 = quad_step(q1, x, r.w1, g, rows);
+        q2 = quad_step(q2, x, r.w2, g, rows);
+        q3 = quad_step(q3, x, r.w3, g, rows);
     }
-    quad_store(wid, row0, q0);
-    quad_store(wid, row0 + 4u, q1);
-    quad_store(wid, row0 + 8u, q2);
-    quad_store(wid, row0 + 12u, q3);
+    quad_store(wid, r.row0, q0);
+    quad_store(wid, r.row0 + 4u, q1);
+    quad_store(wid, r.row0 + 8u, q2);
+    quad_store(wid, r.row0 + 12u, q3);
 }
 
 // Partial sums of weight rows row0..row0+4 (rows past n repeat the last row; `mv_store` drops

@@ -40,7 +40,8 @@ const WG: u64 = 64;
 /// Activation rows per workgroup of the product kernels.
 const ROWS: usize = 8;
 
-/// Weight rows per workgroup of `mv_texels` (`TEXEL_ROWS` in `quant.wgsl`).
+/// Weight rows per workgroup of the texel products `mv_pairs_texels` and `mv_texels`
+/// (`TEXEL_ROWS` in `quant.wgsl`).
 const TEXEL_ROWS: usize = 128;
 
 /// The most int8 activation values (m · k) the `mv` kernel rounds in workgroup memory
@@ -157,8 +158,8 @@ impl Encoder<'_> {
         self.grid(op, blocks * m.div_ceil(MATVEC_MAX_M) as u64)
     }
 
-    /// The grid of `mv_texels` in `quant.wgsl`: a workgroup per block of [`TEXEL_ROWS`] weight
-    /// rows and chunk of [`MATVEC_MAX_M`] activation rows.
+    /// The grid of the texel products in `quant.wgsl`: a workgroup per block of
+    /// [`TEXEL_ROWS`] weight rows and chunk of [`MATVEC_MAX_M`] activation rows.
     fn texel_grid(&self, m: usize, n: usize) -> Result<[u32; 3]> {
         let blocks = n.div_ceil(TEXEL_ROWS) as u64;
         self.grid("qmatmul", blocks * m.div_ceil(MATVEC_MAX_M) as u64)
@@ -468,7 +469,7 @@ impl Encoder<'_> {
                     // Texels exist on CPU adapters only: decode takes them in pairs of
                     // blocks, prefill chunk by chunk of activation rows.
                     let binds = match (takes_pairs(pr, self.ctx.mv_shape()), texels) {
-                        (true, Some(t)) => ("mv_pairs_texels", Some(t), mv_grid),
+                        (true, Some(t)) => ("mv_pairs_texels", Some(t), self.texel_grid(m, n)?),
                         (true, None) => ("mv_pairs_lanes", None, mv_grid),
                         (false, Some(t)) if m > 1 => ("mv_texels", Some(t), self.texel_grid(m, n)?),
                         (false, _) => ("mv", None, mv_grid),
