@@ -417,15 +417,17 @@ impl GpuContext {
             ),
             reductions: with_note(
                 if !self.row_teams {
+                    let q4 = if self.weight_texels {
+                        format!(
+                            "16 in a Q4_0 product with int8 activations, its weights read as \
+                             texels ({WEIGHT_TEXELS_ENV}=off: as words)"
+                        )
+                    } else {
+                        "eight in a Q4_0 decode product".into()
+                    };
                     format!(
-                        "none: each lane walks whole rows, four at a time, eight in a Q4_0 \
-                         decode product (the software-adapter shape; {ROW_TEAMS_ENV}=on for \
-                         teams){}",
-                        if self.weight_texels {
-                            format!(", its Q4_0 weights read as texels ({WEIGHT_TEXELS_ENV}=off: as words)")
-                        } else {
-                            String::new()
-                        }
+                        "none: each lane walks whole rows, four at a time, {q4} (the \
+                         software-adapter shape; {ROW_TEAMS_ENV}=on for teams)"
                     )
                 } else if self.subgroups {
                     format!(
