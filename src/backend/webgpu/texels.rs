@@ -5,7 +5,7 @@
 //! per lane and no branch. So on the lanes shape ([`super::context::MvShape::Lanes`]) an
 //! uploaded Q4_0 tensor also gets a copy laid out for fetches, and its products with int8
 //! activations read that (`shaders/quant.wgsl`): decode in `mv_pairs_texels`, about 30%
-//! faster on both adapters, and prefill in `mv_texels`, 1.5 times faster on SwiftShader; for
+//! faster on both adapters, and prefill in `mv_texels`, about 1.9 times faster on SwiftShader; for
 //! the copy's memory (as much again as the tensor). The storage buffer stays: every other
 //! kernel (f32 activations, the embedding gather, dequantize) reads it. A block's scale is
 //! the half of word `b / 2` that `b`'s parity names.
