@@ -867,16 +867,22 @@ override MV_FORMAT: u32 = FMT_Q4_0;
 // prelude calls before the other `mv_` functions.
 var<private> mv_a0: u32;
 
-// Splits the flat workgroup index into (chunk of activation rows, block of weight rows);
-// returns the block's first weight row, or n for a workgroup past the last chunk.
+// Splits the flat workgroup index into (chunk of activation rows, block of MV_ROWS weight
+// rows); returns the block's first weight row, or n for a workgroup past the last chunk.
 fn mv_first_row(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return block_first_row(wid, nwg, MV_ROWS);
+}
+
+// `mv_first_row` for blocks of `block_rows` weight rows: sets `mv_a0`, the chunk's first
+// activation row.
+fn block_first_row(wid: vec3<u32>, nwg: vec3<u32>, block_rows: u32) -> u32 {
     let idx = wid.y * nwg.x + wid.x;
-    let blocks = (p.n + MV_ROWS - 1u) / MV_ROWS;
+    let blocks = (p.n + block_rows - 1u) / block_rows;
     mv_a0 = 4u * (idx / blocks);
     if (mv_a0 >= p.m) {
         return p.n;
     }
-    return (idx % blocks) * MV_ROWS;
+    return (idx % blocks) * block_rows;
 }
 
 // ---- int8 activations rounded inside the product (MV_FORMAT has FMT_QUANTIZE_ACTIVATIONS) --
@@ -1765,13 +1771,10 @@ struct TexelRows {
     w3: vec4<u32>,
 }
 
-// Splits the flat workgroup index into (chunk of activation rows, block of TEXEL_ROWS weight
-// rows), sets `mv_a0` and gives lane `lid`'s rows; row0 is n for a lane with none.
+// Lane `lid`'s rows of the workgroup's block of TEXEL_ROWS (`block_first_row`, which sets
+// `mv_a0`); row0 is n or more for a lane with none.
 fn texel_rows(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> TexelRows {
-    let idx = wid.y * nwg.x + wid.x;
-    let blocks = (p.n + TEXEL_ROWS - 1u) / TEXEL_ROWS;
-    mv_a0 = 4u * (idx / blocks);
-    let row0 = select(p.n, (idx % blocks) * TEXEL_ROWS + 16u * lid, mv_a0 < p.m);
+    let row0 = block_first_row(wid, nwg, TEXEL_ROWS) + 16u * lid;
     let last = vec4<u32>(max(p.n, 1u) - 1u);
     let w0 = min(vec4<u32>(row0) + vec4<u32>(0u, 1u, 2u, 3u), last);
     return TexelRows(row0, w0, min(w0 + vec4<u32>(4u), last), min(w0 + vec4<u32>(8u), last),

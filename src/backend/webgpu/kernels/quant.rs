@@ -151,18 +151,18 @@ fn params(
 }
 
 impl Encoder<'_> {
-    /// The grid of the row-dot kernel `mv` in `quant.wgsl`: a workgroup per block of weight
-    /// rows (the prelude's `MV_ROWS`) and chunk of [`MATVEC_MAX_M`] activation rows.
-    fn mv_grid(&self, op: &'static str, m: usize, n: usize) -> Result<[u32; 3]> {
-        let blocks = n.div_ceil(self.ctx.mv_shape().rows_per_workgroup()) as u64;
+    /// The grid of the row-dot kernels in `quant.wgsl`: a workgroup per block of `block_rows`
+    /// weight rows (`mv`: the prelude's `MV_ROWS`; the texel products: [`TEXEL_ROWS`]) and
+    /// chunk of [`MATVEC_MAX_M`] activation rows.
+    fn row_block_grid(
+        &self,
+        op: &'static str,
+        m: usize,
+        n: usize,
+        block_rows: usize,
+    ) -> Result<[u32; 3]> {
+        let blocks = n.div_ceil(block_rows) as u64;
         self.grid(op, blocks * m.div_ceil(MATVEC_MAX_M) as u64)
-    }
-
-    /// The grid of the texel products in `quant.wgsl`: a workgroup per block of
-    /// [`TEXEL_ROWS`] weight rows and chunk of [`MATVEC_MAX_M`] activation rows.
-    fn texel_grid(&self, m: usize, n: usize) -> Result<[u32; 3]> {
-        let blocks = n.div_ceil(TEXEL_ROWS) as u64;
-        self.grid("qmatmul", blocks * m.div_ceil(MATVEC_MAX_M) as u64)
     }
 
     /// Records a quantize, dequantize, quantized product or ternary dot.
@@ -388,7 +388,7 @@ impl Encoder<'_> {
             pool_rows: u32_of(OP, "pool rows", store.map_or(0, |s| s.pool_rows))?,
             ..params(OP, format, m, n, k, mode)?
         };
-        let mv_grid = self.mv_grid(OP, m, n)?;
+        let mv_grid = self.row_block_grid(OP, m, n, self.ctx.mv_shape().rows_per_workgroup())?;
         let fits_mv = k <= self.ctx.mv_shape().max_k();
         let tiled = self.ctx.tiled_prefill && takes_tiled(pr, self.ctx.mv_shape(), folds, epilogue);
         // The `mv` kernel binds six operands: the epilogue's, the norm's weight, the rotary
@@ -468,13 +468,17 @@ impl Encoder<'_> {
                     let texels = weights.texels.filter(|_| whole);
                     // Texels exist on CPU adapters only: decode takes them in pairs of
                     // blocks, prefill chunk by chunk of activation rows.
-                    let binds = match (takes_pairs(pr, self.ctx.mv_shape()), texels) {
-                        (true, Some(t)) => ("mv_pairs_texels", Some(t), self.texel_grid(m, n)?),
-                        (true, None) => ("mv_pairs_lanes", None, mv_grid),
-                        (false, Some(t)) if m > 1 => ("mv_texels", Some(t), self.texel_grid(m, n)?),
-                        (false, _) => ("mv", None, mv_grid),
+                    let (entry, texels) = match (takes_pairs(pr, self.ctx.mv_shape()), texels) {
+                        (true, Some(t)) => ("mv_pairs_texels", Some(t)),
+                        (true, None) => ("mv_pairs_lanes", None),
+                        (false, Some(t)) if m > 1 => ("mv_texels", Some(t)),
+                        (false, _) => ("mv", None),
                     };
-                    let (entry, texels, grid) = binds;
+                    // Both texel products take TEXEL_ROWS weight rows per workgroup.
+                    let grid = match texels {
+                        Some(_) => self.row_block_grid(OP, m, n, TEXEL_ROWS)?,
+                        None => mv_grid,
+                    };
                     return mv(self, (entry, code), temp, (texels, grid));
                 }
                 self.run(Shader::Quant, "qmatmul_int", &p, out, &[w, temp], tiles)?;
