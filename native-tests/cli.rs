@@ -117,6 +117,8 @@ fn bench_json_has_ceilings_and_checked_rows() {
         assert_eq!(r["checked"], true, "{r}");
         assert!(r["median_us"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["gb_per_s"].as_f64().unwrap() > 0.0, "{r}");
+        // No read probe on the cpu, so no fraction of one.
+        assert!(r["frac_read"].is_null(), "{r}");
     }
     assert!(rows
         .iter()
@@ -643,8 +645,14 @@ fn bench_probes_fit_a_device_with_a_small_binding_limit() {
         ceilings["copy_gb_per_s"].as_f64().unwrap() > 0.0,
         "{ceilings}"
     );
-    assert!(
-        ceilings["read_gb_per_s"].as_f64().unwrap() > 0.0,
-        "{ceilings}"
-    );
+    let read = ceilings["read_gb_per_s"].as_f64().unwrap();
+    assert!(read > 0.0, "{ceilings}");
+    // Each op row is also set against the read probe of the same run.
+    for r in v["rows"].as_array().unwrap() {
+        let want = r["gb_per_s"].as_f64().unwrap() / read;
+        let got = r["frac_read"]
+            .as_f64()
+            .expect("a fraction of the read ceiling");
+        assert!((got - want).abs() <= 1e-9 * want, "{r}");
+    }
 }

@@ -225,7 +225,7 @@ pub fn html(report: &BenchReport) -> Result<String> {
             }
         }
         h += "<table><tr><th>case</th><th>shape</th><th>backend</th><th>device</th><th>µs</th>\
-              <th>GB/s</th><th>% copy</th><th>GFLOP/s</th><th>% peak</th><th>Melem/s</th>\
+              <th>GB/s</th><th>% copy</th><th>% read</th><th>GFLOP/s</th><th>% peak</th><th>Melem/s</th>\
               <th>check</th></tr>";
         for r in rows {
             let check = if r.checked {
@@ -241,7 +241,7 @@ pub fn html(report: &BenchReport) -> Result<String> {
                 h,
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=n>{}</td>\
                  <td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td>\
-                 <td class=n>{}</td><td>{check}</td></tr>",
+                 <td class=n>{}</td><td class=n>{}</td><td>{check}</td></tr>",
                 esc(&r.case),
                 esc(&r.shape),
                 r.backend,
@@ -249,6 +249,7 @@ pub fn html(report: &BenchReport) -> Result<String> {
                 num(shown(r.median_us), 1),
                 num(shown(r.gb_per_s), 2),
                 pct(shown(r.frac_copy)),
+                pct(shown(r.frac_read)),
                 num(shown(r.gflop_per_s), 2),
                 pct(shown(r.frac_peak)),
                 num(shown(r.melem_per_s), 1),

@@ -107,6 +107,11 @@ pub struct BenchRow {
     pub melem_per_s: Option<f64>,
     /// Bandwidth as a fraction of the backend's copy ceiling.
     pub frac_copy: Option<f64>,
+    /// Bandwidth as a fraction of the backend's shader read ceiling, where it has one (wgpu):
+    /// on software adapters the copy is the driver's memcpy, several times what any shader
+    /// streams, so this is the fraction a kernel can approach there.
+    #[serde(default)]
+    pub frac_read: Option<f64>,
     /// GFLOP/s as a fraction of the backend's FMA peak, where one was measured.
     pub frac_peak: Option<f64>,
     /// Why the check failed, if it did.

@@ -45,10 +45,10 @@ pub fn table(report: &BenchReport) -> String {
     }
     let _ = writeln!(out);
     let header = [
-        "op", "case", "shape", "backend", "µs", "GB/s", "% copy", "GFLOP/s", "% peak", "Melem/s",
-        "check",
+        "op", "case", "shape", "backend", "µs", "GB/s", "% copy", "% read", "GFLOP/s", "% peak",
+        "Melem/s", "check",
     ];
-    let rows: Vec<[String; 11]> = report
+    let rows: Vec<[String; 12]> = report
         .rows
         .iter()
         .map(|r| {
@@ -60,6 +60,7 @@ pub fn table(report: &BenchReport) -> String {
                 opt(r.median_us, 1),
                 opt(r.gb_per_s, 2),
                 pct(r.frac_copy),
+                pct(r.frac_read),
                 opt(r.gflop_per_s, 2),
                 pct(r.frac_peak),
                 opt(r.melem_per_s, 1),
@@ -72,7 +73,7 @@ pub fn table(report: &BenchReport) -> String {
         })
         .collect();
     // Text columns left-aligned, numbers right-aligned.
-    out += &aligned_table(header, &rows, |i| !(i < 4 || i == 10));
+    out += &aligned_table(header, &rows, |i| !(i < 4 || i == 11));
     out += &peer_table(report);
     out
 }

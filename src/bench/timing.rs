@@ -35,6 +35,7 @@ pub(super) async fn time_case(
         gflop_per_s: None,
         melem_per_s: None,
         frac_copy: None,
+        frac_read: None,
         frac_peak: None,
         error: None,
     };
@@ -77,6 +78,7 @@ pub(super) async fn time_case(
     let gb = case.bytes as f64 / median / 1e9;
     row.gb_per_s = Some(gb);
     row.frac_copy = Some(gb / ceilings.copy_gb_per_s);
+    row.frac_read = ceilings.read_gb_per_s.map(|read| gb / read);
     if case.elements > 0 {
         row.melem_per_s = Some(case.elements as f64 / median / 1e6);
     }
