@@ -611,6 +611,48 @@ fn bench_model_counts_wgpu_dispatches_per_decode_step() {
 }
 
 #[test]
+fn bench_reports_a_case_the_device_refuses_and_times_the_rest() {
+    // With an 8 MiB binding limit the [1024, 2816] f32 operand of `a·b` (11.5 MB) is refused,
+    // while `a·bᵀ` reads its operand in row ranges. The refusal was once the whole bench's
+    // error, so `--size medium` on lavapipe reported nothing.
+    let out = Command::new(env!("CARGO_BIN_EXE_webtensor"))
+        .args([
+            "bench",
+            "--backend",
+            "wgpu",
+            "--op",
+            "matmul",
+            "--runs",
+            "1",
+            "--json",
+        ])
+        .env_remove("WEBTENSOR_BACKEND")
+        .env("WEBTENSOR_WGPU_MAX_BINDING", (8u64 << 20).to_string())
+        .output()
+        .expect("the webtensor binary runs");
+    if skipped_without_wgpu(&out) {
+        return;
+    }
+    let v = json(&out);
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    for r in rows {
+        let refused = r["case"].as_str().unwrap().ends_with("a·b");
+        assert_eq!(r["checked"], !refused, "{r}");
+        if refused {
+            let error = r["error"].as_str().unwrap();
+            assert!(
+                r["refused"] == true && error.contains("max_storage_buffer_binding_size"),
+                "{r}"
+            );
+            assert!(r["median_us"].is_null(), "{r}");
+        } else {
+            assert!(r["median_us"].as_f64().unwrap() > 0.0, "{r}");
+        }
+    }
+}
+
+#[test]
 fn bench_probes_fit_a_device_with_a_small_binding_limit() {
     // lavapipe and many browsers bind at most 128 MiB; the probes asked for more at
     // `--size medium` and the whole bench failed. Here a 16 MiB limit against `small`'s 64 MiB.

@@ -4,8 +4,9 @@
 //! Per op: the median time of every checked row (case, shape, backend and device), and its
 //! fraction of the ceiling measured in the same run on the same backend (FMA peak where one
 //! was measured, else copy bandwidth); a table with time, GB/s, GFLOP/s and the fractions.
-//! Rows whose output did not match the reference are listed without figures. Peers (numpy,
-//! llama.cpp) appear as speed ratios to the webtensor rows of the same op, case and shape.
+//! Rows whose output did not match the reference, or that the device refused to run, are listed
+//! without figures and with the reason. Peers (numpy, llama.cpp) appear as speed ratios to the
+//! webtensor rows of the same op, case and shape.
 
 use std::fmt::Write;
 use std::path::Path;
@@ -228,14 +229,7 @@ pub fn html(report: &BenchReport) -> Result<String> {
               <th>GB/s</th><th>% copy</th><th>% read</th><th>GFLOP/s</th><th>% peak</th><th>Melem/s</th>\
               <th>check</th></tr>";
         for r in rows {
-            let check = if r.checked {
-                "ok".to_string()
-            } else {
-                format!(
-                    "FAILED, not reported: {}",
-                    esc(r.error.as_deref().unwrap_or(""))
-                )
-            };
+            let check = esc(&r.verdict());
             let shown = |v: Option<f64>| if r.checked { v } else { None };
             let _ = write!(
                 h,

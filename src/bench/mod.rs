@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::{registry, BackendInfo, BackendKind, OpKind};
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{Error, Result};
 pub use ceilings::Ceilings;
 
 /// Version of the JSON schema of [`BenchReport`].
@@ -89,6 +89,10 @@ pub struct BenchRow {
     pub device: String,
     /// Whether the output matched the reference in this run.
     pub checked: bool,
+    /// Whether the device refused to run the case (a limit of the device, not a wrong
+    /// answer); `error` gives its reason.
+    #[serde(default)]
+    pub refused: bool,
     /// Median time per op in microseconds (absent when the check failed).
     pub median_us: Option<f64>,
     /// Fastest sample in microseconds.
@@ -116,6 +120,32 @@ pub struct BenchRow {
     pub frac_peak: Option<f64>,
     /// Why the check failed, if it did.
     pub error: Option<String>,
+}
+
+impl BenchRow {
+    /// The row of a case the device refused to run, with the device's reason.
+    fn refused_by(mut self, reason: Error) -> BenchRow {
+        self.refused = true;
+        self.error = Some(reason.to_string());
+        self
+    }
+
+    /// Whether the row is a wrong answer: the bench then ends with an error.
+    pub fn failed(&self) -> bool {
+        !self.checked && !self.refused
+    }
+
+    /// The check column: `ok`, or why the row has no figures (a refusal or a mismatch).
+    pub fn verdict(&self) -> String {
+        let why = self.error.as_deref().unwrap_or("");
+        if self.checked {
+            "ok".into()
+        } else if self.refused {
+            format!("not run: {why}")
+        } else {
+            format!("FAILED: {why}")
+        }
+    }
 }
 
 /// One backend's identity and ceilings.

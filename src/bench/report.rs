@@ -64,11 +64,7 @@ pub fn table(report: &BenchReport) -> String {
                 opt(r.gflop_per_s, 2),
                 pct(r.frac_peak),
                 opt(r.melem_per_s, 1),
-                if r.checked {
-                    "ok".into()
-                } else {
-                    format!("FAILED: {}", r.error.clone().unwrap_or_default())
-                },
+                r.verdict(),
             ]
         })
         .collect();

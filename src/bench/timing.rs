@@ -18,7 +18,6 @@ pub(super) async fn time_case(
     ceilings: &Ceilings,
     config: &BenchConfig,
 ) -> Result<BenchRow> {
-    let inputs = case.upload(device)?;
     let mut row = BenchRow {
         op: case.op,
         case: case.label.clone(),
@@ -26,6 +25,7 @@ pub(super) async fn time_case(
         backend: device.chain()[0],
         device: device.primary().info().device_name,
         checked: false,
+        refused: false,
         median_us: None,
         min_us: None,
         bytes: case.bytes,
@@ -39,7 +39,16 @@ pub(super) async fn time_case(
         frac_peak: None,
         error: None,
     };
-    let got = output_values(&(case.run)(&inputs)?).await?;
+    // A device may refuse a case (a buffer beyond its binding limit at `--size medium`): the
+    // row says why and the other rows still run.
+    let inputs = match case.upload(device) {
+        Ok(inputs) => inputs,
+        Err(refused) => return Ok(row.refused_by(refused)),
+    };
+    let got = match (case.run)(&inputs) {
+        Ok(output) => output_values(&output).await?,
+        Err(refused) => return Ok(row.refused_by(refused)),
+    };
     if let Err(message) = check(&got, expected) {
         row.error = Some(message);
         return Ok(row);

@@ -193,7 +193,7 @@ pub fn bench(
         }
     }
     publish(&report, json, dir)?;
-    if report.rows.iter().any(|r| !r.checked) {
+    if report.rows.iter().any(|r| r.failed()) {
         return Err(Error::Tool {
             part: "bench",
             message: "some rows did not match the reference (marked FAILED above)".into(),
