@@ -610,26 +610,32 @@ fn bench_model_counts_wgpu_dispatches_per_decode_step() {
     assert!(read > 0.0, "{r}");
 }
 
-#[test]
-fn bench_reports_a_case_the_device_refuses_and_times_the_rest() {
-    // With an 8 MiB binding limit the [1024, 2816] f32 operand of `a·b` (11.5 MB) is refused,
-    // while `a·bᵀ` reads its operand in row ranges. The refusal was once the whole bench's
-    // error, so `--size medium` on lavapipe reported nothing.
-    let out = Command::new(env!("CARGO_BIN_EXE_webtensor"))
+/// `bench --json` of one op family on wgpu, one sample a row, with the device's binding limit
+/// lowered to `limit` bytes.
+fn wgpu_bench_binding_at_most(op: &str, limit: u64) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_webtensor"))
         .args([
             "bench",
             "--backend",
             "wgpu",
             "--op",
-            "matmul",
+            op,
             "--runs",
             "1",
             "--json",
         ])
         .env_remove("WEBTENSOR_BACKEND")
-        .env("WEBTENSOR_WGPU_MAX_BINDING", (8u64 << 20).to_string())
+        .env("WEBTENSOR_WGPU_MAX_BINDING", limit.to_string())
         .output()
-        .expect("the webtensor binary runs");
+        .expect("the webtensor binary runs")
+}
+
+#[test]
+fn bench_reports_a_case_the_device_refuses_and_times_the_rest() {
+    // With an 8 MiB binding limit the [1024, 2816] f32 operand of `a·b` (11.5 MB) is refused,
+    // while `a·bᵀ` reads its operand in row ranges. The refusal was once the whole bench's
+    // error, so `--size medium` on lavapipe reported nothing.
+    let out = wgpu_bench_binding_at_most("matmul", 8 << 20);
     if skipped_without_wgpu(&out) {
         return;
     }
@@ -657,21 +663,7 @@ fn bench_probes_fit_a_device_with_a_small_binding_limit() {
     // lavapipe and many browsers bind at most 128 MiB; the probes asked for more at
     // `--size medium` and the whole bench failed. Here a 16 MiB limit against `small`'s 64 MiB.
     let limit: u64 = 16 << 20;
-    let out = Command::new(env!("CARGO_BIN_EXE_webtensor"))
-        .args([
-            "bench",
-            "--backend",
-            "wgpu",
-            "--op",
-            "add",
-            "--runs",
-            "1",
-            "--json",
-        ])
-        .env_remove("WEBTENSOR_BACKEND")
-        .env("WEBTENSOR_WGPU_MAX_BINDING", limit.to_string())
-        .output()
-        .expect("the webtensor binary runs");
+    let out = wgpu_bench_binding_at_most("add", limit);
     if skipped_without_wgpu(&out) {
         return;
     }
