@@ -118,7 +118,7 @@ pub struct BenchRow {
     pub frac_read: Option<f64>,
     /// GFLOP/s as a fraction of the backend's FMA peak, where one was measured.
     pub frac_peak: Option<f64>,
-    /// Why the check failed, if it did.
+    /// Why the row has no figures, if it has none: the check's mismatch or the device's refusal.
     pub error: Option<String>,
 }
 
