@@ -226,8 +226,8 @@ pub fn html(report: &BenchReport) -> Result<String> {
             }
         }
         h += "<table><tr><th>case</th><th>shape</th><th>backend</th><th>device</th><th>µs</th>\
-              <th>GB/s</th><th>% copy</th><th>% read</th><th>GFLOP/s</th><th>% peak</th><th>Melem/s</th>\
-              <th>check</th></tr>";
+              <th>GB/s</th><th>% copy</th><th>% read</th><th>GFLOP/s</th><th>% peak</th>\
+              <th>Melem/s</th><th>check</th></tr>";
         for r in rows {
             let check = esc(&r.verdict());
             let shown = |v: Option<f64>| if r.checked { v } else { None };
