@@ -4,7 +4,7 @@ use super::cases::{output_values, Case};
 use super::clock::now_secs;
 use super::{BenchConfig, BenchRow, Ceilings};
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Relative tolerance of the sanity check (the conformance tests are far stricter).
 const CHECK_TOLERANCE: f64 = 1e-3;
@@ -39,16 +39,18 @@ pub(super) async fn time_case(
         frac_peak: None,
         error: None,
     };
-    // A device may refuse a case (a buffer beyond its binding limit at `--size medium`): the
-    // row says why and the other rows still run.
-    let inputs = match case.upload(device) {
-        Ok(inputs) => inputs,
-        Err(refused) => return Ok(row.refused_by(refused)),
+    // A case that does not fit the device (an operand beyond its binding limit at `--size
+    // medium`, or beyond its memory) is a row that says why, and the other rows still run;
+    // any other error ends the bench.
+    let attempt = case
+        .upload(device)
+        .and_then(|inputs| Ok(((case.run)(&inputs)?, inputs)));
+    let (output, inputs) = match attempt {
+        Ok(ran) => ran,
+        Err(reason) if does_not_fit(&reason) => return Ok(row.refused_by(reason)),
+        Err(other) => return Err(other),
     };
-    let got = match (case.run)(&inputs) {
-        Ok(output) => output_values(&output).await?,
-        Err(refused) => return Ok(row.refused_by(refused)),
-    };
+    let got = output_values(&output).await?;
     if let Err(message) = check(&got, expected) {
         row.error = Some(message);
         return Ok(row);
@@ -97,6 +99,14 @@ pub(super) async fn time_case(
         row.frac_peak = ceilings.fma_gflop_per_s.map(|peak| gflops / peak);
     }
     Ok(row)
+}
+
+/// Whether `e` says a case does not fit the device: a limit of the device, not a fault.
+fn does_not_fit(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::TensorTooLarge { .. } | Error::OutOfMemory { .. } | Error::DeviceOutOfMemory { .. }
+    )
 }
 
 fn check(got: &[f32], want: &[f32]) -> std::result::Result<(), String> {
