@@ -608,6 +608,75 @@ fn bench_model_counts_wgpu_dispatches_per_decode_step() {
         .as_f64()
         .expect("a fraction of the read ceiling");
     assert!(read > 0.0, "{r}");
+    check_host_cost(r);
+}
+
+/// The host's cost of a decode step in a `bench --model --json` row: its thread's CPU time
+/// per token and per dispatch (one divided by the other), and a replayed step on wgpu.
+fn check_host_cost(r: &serde_json::Value) {
+    let ms = r["host_ms_per_token"].as_f64().expect("host ms per token");
+    let us = r["host_us_per_dispatch"]
+        .as_f64()
+        .expect("host µs per dispatch");
+    let dispatches = r["dispatches_per_token"].as_f64().expect("dispatches");
+    assert!(ms > 0.0 && us > 0.0, "{r}");
+    assert!(
+        (us - ms * 1e3 / dispatches).abs() <= 1e-9 * us.max(1.0),
+        "{r}"
+    );
+    let samples = r["host_samples"].as_array().expect("host samples");
+    assert_eq!(
+        samples.len(),
+        r["decode_samples"].as_array().unwrap().len(),
+        "{r}"
+    );
+    assert_eq!(r["decode_replayed"], true, "{r}");
+}
+
+/// With the `wgpu-noop` feature and `WGPU_BACKEND=noop`, `bench --model` times the host's side
+/// of the GPU decode alone: wgpu's noop device takes the desktop-GPU paths (row teams,
+/// subgroups) and runs nothing, so its logits are not checked, and its rows say so.
+#[cfg(feature = "wgpu-noop")]
+#[test]
+fn bench_model_on_the_noop_device_times_the_host_alone() {
+    let out = Command::new(env!("CARGO_BIN_EXE_webtensor"))
+        .args(["bench", "--model", "builtin", "--backend", "wgpu"])
+        .args([
+            "--prompt-tokens",
+            "4",
+            "--decode-tokens",
+            "8",
+            "--runs",
+            "2",
+        ])
+        .arg("--json")
+        .env_remove("WEBTENSOR_BACKEND")
+        .env("WGPU_BACKEND", "noop")
+        .output()
+        .expect("the webtensor binary runs");
+    let v = json(&out);
+    let r = &v.as_array().expect("rows")[0];
+    assert_eq!(
+        (&r["host_only"], &r["checked"]),
+        (&true.into(), &false.into()),
+        "{r}"
+    );
+    assert!(
+        r["decode_weight_gb_per_s"].is_null() && r["frac_copy"].is_null(),
+        "{r}"
+    );
+    check_host_cost(r);
+    let info = Command::new(env!("CARGO_BIN_EXE_webtensor"))
+        .arg("info")
+        .env("WGPU_BACKEND", "noop")
+        .output()
+        .expect("the webtensor binary runs");
+    let text = String::from_utf8_lossy(&info.stdout);
+    assert!(text.contains("class      noop"), "{text}");
+    assert!(
+        text.contains("subgroupAdd"),
+        "the noop device takes the GPU paths: {text}"
+    );
 }
 
 /// `bench --json` of one op family on wgpu, one sample a row, with the device's binding limit

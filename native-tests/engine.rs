@@ -3,6 +3,8 @@
 //! (with the q/k row permutation llama.cpp's converter applies), plus bad files.
 
 mod common;
+#[path = "engine/decode.rs"]
+mod decode;
 #[path = "engine/parallel.rs"]
 mod parallel;
 

@@ -105,7 +105,7 @@ fn fused(gpu: &Device) {
         let out = ops::paged_attention(
             &tensor(dev, &q, &[1, 2 * k]),
             (&pool(&keys), &pool(&values)),
-            &rows,
+            (&rows, 40),
             2,
             0.125,
             None,

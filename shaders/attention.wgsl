@@ -3,8 +3,9 @@
 // one dispatch, with no gathered copy of the sequence's keys and values.
 //
 // Bindings: 0 = params, 1 = out f32 [t, heads · head_dim], 2 = q f32 [t, heads · head_dim],
-// 3 = keys f32 [pool_rows, head_dim], 4 = values (same shape), 5 = rows u32 [kv_heads, n]
-// (the pool row of each key of each key/value head, in sequence order).
+// 3 = keys f32 [pool_rows, head_dim], 4 = values (same shape), 5 = rows u32
+// [kv_heads, stride] (the pool row of each key of each key/value head, in sequence order; the
+// first n columns are read).
 //
 // The keys are taken 64 at a time (one per thread: its score), with an online softmax: each
 // chunk's maximum rescales the running sum and the accumulated values, so any sequence length
@@ -28,6 +29,7 @@ struct Params {
     pool_rows: u32,  // rows of each pool tensor
     scale: f32,      // multiplies every score q · k
     window: u32,     // sliding window in keys; 0 for full causal attention
+    stride: u32,     // columns of the row table (≥ n)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -89,7 +91,7 @@ fn paged_attention(@builtin(workgroup_id) wid: vec3<u32>,
     }
     let hd = p.head_dim;
     let qbase = idx * hd;
-    let table = g * p.n;
+    let table = g * p.stride;
     for (var d0 = 0u; d0 < hd; d0 = d0 + SLICE) {
         // Whether the slice has a second dimension per thread (uniform).
         let two = hd - d0 > WG;
@@ -192,7 +194,7 @@ fn paged_attention_lanes(@builtin(workgroup_id) wid: vec3<u32>,
         start = end - p.window;
     }
     let qbase = qh * hd;
-    let table = g * p.n;
+    let table = g * p.stride;
     var run_max = LOWEST;
     var total = 0.0;
     var poisoned = false;

@@ -17,7 +17,9 @@ use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use crate::backend::{registry, BackendInfo, BackendKind, BackendRef, DeviceClass, OpKind, OpSpec};
+use crate::backend::{
+    registry, BackendInfo, BackendKind, BackendRef, CapturedStep, DeviceClass, OpKind, OpSpec,
+};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -157,7 +159,7 @@ impl Device {
     pub fn memory_available(&self) -> Option<u64> {
         let measured = match self.info().class {
             DeviceClass::Cpu | DeviceClass::Software => crate::memory::host_available(),
-            DeviceClass::Gpu => None,
+            DeviceClass::Gpu | DeviceClass::Noop => None,
         };
         match (measured, self.inner.memory_limit) {
             (Some(m), Some(l)) => Some(m.min(l)),
@@ -247,6 +249,29 @@ impl Device {
     /// The backend that runs `op` for inputs of `dtype`: the first of the chain that
     /// implements it and does not have it disabled. Records a fallback when that is not the
     /// primary.
+    /// Runs `step` while the primary backend keeps what it records (see
+    /// [`CapturedStep`]): its result, and the recorded work where the backend can replay it.
+    pub(crate) fn capture<T>(
+        &self,
+        step: impl FnOnce() -> Result<T>,
+    ) -> Result<(T, Option<CapturedStep>)> {
+        let backend = self.primary();
+        let capturing = backend.begin_capture();
+        let result = step();
+        let captured = if capturing {
+            backend.end_capture()
+        } else {
+            None
+        };
+        Ok((result?, captured))
+    }
+
+    /// Records `step`, captured on this device's primary backend, again with `keys` keys for
+    /// its attention.
+    pub(crate) fn replay(&self, step: &CapturedStep, keys: usize) -> Result<()> {
+        self.primary().replay(step, keys)
+    }
+
     pub(crate) fn backend_for(&self, op: OpKind, dtype: DType) -> &BackendRef {
         let chosen = self
             .inner
@@ -361,7 +386,11 @@ impl DeviceBuilder {
             };
             match probe {
                 Ok(backend) => {
-                    let software = backend.info().class == DeviceClass::Software;
+                    // Neither a software adapter nor a device that runs nothing is the fastest.
+                    let software = matches!(
+                        backend.info().class,
+                        DeviceClass::Software | DeviceClass::Noop
+                    );
                     if software && demote_software {
                         demoted.push(backend);
                     } else {

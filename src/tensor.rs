@@ -258,6 +258,97 @@ impl Tensor {
         &self.inner.backend
     }
 
+    /// Overwrites every element with `data` (one value per element, `T` of the tensor's
+    /// dtype), in place and in order: work recorded before the call reads the old values, work
+    /// recorded after it the new ones. On a GPU the values go into the tensor's own memory, so
+    /// recorded work that reads it (a replayed decode step) sees them. A tensor shared with a
+    /// clone is copied first, as for every in-place write.
+    pub fn write<T: Element>(&mut self, data: &[T]) -> Result<()> {
+        if T::DTYPE != self.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: "write",
+                argument: "data",
+                expected: self.dtype(),
+                got: T::DTYPE,
+            });
+        }
+        if data.len() != self.shape().numel() {
+            return Err(Error::DataLength {
+                len: data.len(),
+                expected: self.shape().numel(),
+                shape: self.shape().clone(),
+            });
+        }
+        let host = T::into_host(data.to_vec());
+        let bound = match &host {
+            HostData::U32(v) => Some(v.iter().max().map_or(0, |m| m.saturating_add(1))),
+            _ => None,
+        };
+        let backend = self.inner.backend.clone();
+        backend.write(self.storage_for_write()?, host)?;
+        self.set_index_bound(bound);
+        Ok(())
+    }
+
+    /// Copies `len` elements of `src` (from element `from` on) into this tensor at element
+    /// `at`, in place and in order, on the device: both of one dtype whose elements are whole
+    /// 4-byte words (f32, u32, i32) and on one backend, the ranges within both.
+    pub fn copy_from(&mut self, at: usize, src: &Tensor, from: usize, len: usize) -> Result<()> {
+        const OP: &str = "copy_from";
+        if src.dtype() != self.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: OP,
+                argument: "src",
+                expected: self.dtype(),
+                got: src.dtype(),
+            });
+        }
+        if self.dtype().unit_bytes() != 4 || self.dtype().block_len() != 1 {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "copies elements of 4 bytes (f32, u32, i32), not {}",
+                    self.dtype()
+                ),
+            ));
+        }
+        let fits = |start: usize, t: &Tensor| {
+            start
+                .checked_add(len)
+                .is_some_and(|end| end <= t.shape().numel())
+        };
+        if !fits(at, self) || !fits(from, src) {
+            return Err(Error::shape(
+                OP,
+                format!("{len} elements from {from} into {at} run past a tensor"),
+                &[self.shape(), src.shape()],
+            ));
+        }
+        if !same_instance(self.backend(), src.backend()) {
+            return Err(Error::DeviceMismatch {
+                op: OP,
+                first: format!("{:?}", self.device()),
+                second: format!("{:?}", src.device()),
+            });
+        }
+        let bound = self
+            .index_bound()
+            .zip(src.index_bound())
+            .map(|(a, b)| a.max(b));
+        let backend = self.inner.backend.clone();
+        backend.copy_into((src.storage(), from), (self.storage_for_write()?, at), len)?;
+        self.set_index_bound(bound);
+        Ok(())
+    }
+
+    /// Sets the known bound of a u32 tensor's values after an in-place write (which made this
+    /// handle the only one).
+    fn set_index_bound(&mut self, bound: Option<u32>) {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.index_bound = bound;
+        }
+    }
+
     /// This tensor's storage for an in-place write: first copied when another tensor (a clone
     /// or a reshape) shares it, so a write changes this tensor only.
     pub(crate) fn storage_for_write(&mut self) -> Result<&mut Storage> {

@@ -466,7 +466,9 @@ pub fn norm_swiglu_linear(dev: &Device) {
 
 /// One paged-attention case: the device against the reference kernel and the composition.
 /// `pool` holds the keys and values `[pool_rows, hd]`, `rows` the sequence's pool rows
-/// `[kv, n]`. Tolerance: the product's 1e-5·√n.
+/// `[kv, n]`. Where `n` is odd the row table gets three columns more than the keys, of rows
+/// past the pool (NaN if read), as a decode step's table of the cache's capacity has.
+/// Tolerance: the product's 1e-5·√n.
 fn attention_case(
     dev: &Device,
     q: &[f32],
@@ -477,7 +479,17 @@ fn attention_case(
     window: Option<usize>,
 ) {
     let pool_rows = keys.len() / hd;
-    let what = format!("paged_attention {heads}/{kv} heads hd={hd} t={t} n={n} {window:?}");
+    let columns = n + 3 * (n % 2);
+    let table: Vec<u32> = rows
+        .chunks(n)
+        .flat_map(|head| {
+            let unread = (0..columns - n).map(|j| (pool_rows + j) as u32);
+            head.iter().copied().chain(unread)
+        })
+        .collect();
+    let what = format!(
+        "paged_attention {heads}/{kv} heads hd={hd} t={t} n={n} of {columns} columns {window:?}"
+    );
     three_ways(
         &what,
         dev,
@@ -488,7 +500,7 @@ fn attention_case(
             ops::paged_attention(
                 &tensor(d, q, &[t, heads * hd]),
                 (&pool(keys), &pool(values)),
-                &tensor(d, rows, &[kv, n]),
+                (&tensor(d, &table, &[kv, columns]), n),
                 heads,
                 scale,
                 window,

@@ -184,6 +184,28 @@ impl<K: HostKernels> Backend for K {
         Ok(Storage::Host(Arc::new(HostKernels::copy(self, host, len))))
     }
 
+    fn copy_into(
+        &self,
+        (src, from): (&Storage, usize),
+        (target, at): (&mut Storage, usize),
+        units: usize,
+    ) -> Result<()> {
+        let kind = HostKernels::kind(self);
+        let source = host_data(kind, src)?;
+        let unit = source.dtype().unit_bytes();
+        let Storage::Host(target) = target else {
+            return Err(Error::backend(
+                kind,
+                "copy_into: the target is not in host memory",
+            ));
+        };
+        // Shared host data (a clone elsewhere) is copied first: the write is this handle's.
+        let target = Arc::make_mut(target);
+        target.bytes_mut()[at * unit..(at + units) * unit]
+            .copy_from_slice(&source.bytes()[from * unit..(from + units) * unit]);
+        Ok(())
+    }
+
     fn write_into(&self, spec: &OpSpec, target: &mut Storage, inputs: &[&Storage]) -> Result<()> {
         match *spec {
             OpSpec::NormLinearInto {

@@ -8,6 +8,7 @@
 //! Backends are process-wide singletons (see [`registry`]): probing a GPU adapter is slow, so it
 //! happens once and every [`crate::Device`] shares the result.
 
+mod capture;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -28,6 +29,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+pub use capture::CapturedStep;
 pub use kind::BackendKind;
 pub use spec::{
     Activations, AttentionSpec, BinaryOp, LinearSpec, MatmulSpec, OpKind, OpSpec, PreNorm,
@@ -103,6 +105,15 @@ impl HostData {
         match self {
             HostData::F32(v) => bytemuck::cast_slice(v),
             HostData::U32(v) => bytemuck::cast_slice(v),
+            HostData::Bytes(_, b) => b,
+        }
+    }
+
+    /// The data as raw little-endian bytes, writable.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            HostData::F32(v) => bytemuck::cast_slice_mut(v),
+            HostData::U32(v) => bytemuck::cast_slice_mut(v),
             HostData::Bytes(_, b) => b,
         }
     }
@@ -183,6 +194,9 @@ pub enum DeviceClass {
     Cpu,
     /// A GPU API implemented in software on the CPU: correct but slow.
     Software,
+    /// A device that accepts every call and runs no kernel (wgpu's `noop` backend, cargo
+    /// feature `wgpu-noop`): its results are meaningless; it times the host side alone.
+    Noop,
 }
 
 /// What a backend is and can do: shown by `webtensor info` and used by `Device::auto`.
@@ -335,6 +349,64 @@ pub trait Backend: Send + Sync + fmt::Debug {
         let data = host_data(BackendKind::Reference, &host_target)?.clone();
         *target = self.upload(data)?;
         Ok(())
+    }
+
+    /// Overwrites all of `target` (which no other handle shares) with `data`, of its dtype and
+    /// length, in queue order: work recorded before the call reads the old contents, work
+    /// recorded after it the new ones. GPU backends write into the same memory, so kernels
+    /// recorded to read it ([`Backend::replay`]) see the new contents. The default replaces
+    /// the storage with an upload.
+    fn write(&self, target: &mut Storage, data: HostData) -> Result<()> {
+        *target = self.upload(data)?;
+        Ok(())
+    }
+
+    /// Copies `units` storage units of `src` from unit `from` into `target` (which no other
+    /// handle shares) at unit `at`, in queue order, on the device. Both hold the same dtype;
+    /// the ranges are within both. The default goes through the host.
+    fn copy_into(
+        &self,
+        (src, from): (&Storage, usize),
+        (target, at): (&mut Storage, usize),
+        units: usize,
+    ) -> Result<()> {
+        let source = self.download(src)?;
+        let old = self.download(target)?;
+        let unit = old.dtype().unit_bytes();
+        let mut bytes = old.bytes().to_vec();
+        bytes[at * unit..(at + units) * unit]
+            .copy_from_slice(&source.bytes()[from * unit..(from + units) * unit]);
+        let data = match old.dtype() {
+            DType::F32 => HostData::F32(bytemuck::pod_collect_to_vec(&bytes)),
+            DType::U32 => HostData::U32(bytemuck::pod_collect_to_vec(&bytes)),
+            d => HostData::Bytes(d, bytes),
+        };
+        *target = self.upload(data)?;
+        Ok(())
+    }
+
+    /// Starts keeping what is recorded from now on, for [`Backend::replay`] (see
+    /// [`CapturedStep`]). `false` when this backend does not record work to replay: then
+    /// nothing is kept, and the caller runs its ops each time.
+    fn begin_capture(&self) -> bool {
+        false
+    }
+
+    /// Ends the capture [`Backend::begin_capture`] began: the recorded work, or `None` when it
+    /// cannot be replayed (the backend does not capture, or something a replay would not
+    /// repeat ran meanwhile: an upload, a readback, an op on another backend).
+    fn end_capture(&self) -> Option<CapturedStep> {
+        None
+    }
+
+    /// Records `step` again, after everything recorded so far: the same kernels on the same
+    /// memory, with the key count of its attention kernels set to `keys`.
+    fn replay(&self, step: &CapturedStep, keys: usize) -> Result<()> {
+        let _ = (step, keys);
+        Err(crate::Error::backend(
+            self.kind(),
+            "this backend does not replay recorded work",
+        ))
     }
 
     /// A plain copy of the first `len` elements of `x` into new storage: the simplest

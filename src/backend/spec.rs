@@ -427,9 +427,10 @@ pub enum OpSpec {
     LinearResidual(LinearSpec),
     /// Inputs: `q` f32 `[t, heads · head_dim]` (already rotated), `keys` and `values` f32
     /// `[pool_rows, head_dim]` (a KV pool's tensors, read in place), `rows` u32
-    /// `[kv_heads, n]`: the pool row of key `j` of key/value head `g` (a row `≥ pool_rows`
-    /// reads as NaN). Output f32 `[t, heads · head_dim]`: for query `i` and head `h`
-    /// (key/value head `g = h / (heads / kv_heads)`),
+    /// `[kv_heads, stride]`: the pool row of key `j` of key/value head `g` (a row `≥ pool_rows`
+    /// reads as NaN), of which the first `n` columns are read. Output f32
+    /// `[t, heads · head_dim]`: for query `i` and head `h` (key/value head
+    /// `g = h / (heads / kv_heads)`),
     /// `Σ_j p_j · values[rows[g, j]]` with `p = softmax_j(scale · q[i, h] · keys[rows[g, j]])`
     /// over the keys [`AttentionSpec::visible`] gives (the new queries are the last `t` of
     /// the `n` keys, `softmax_causal`'s convention); hidden keys weigh exactly 0. The same as

@@ -29,6 +29,26 @@ pub fn now_secs() -> f64 {
     performance_now().unwrap_or_else(js_sys::Date::now) / 1e3
 }
 
+/// Seconds of CPU time the calling thread has run (for differences only): what recording and
+/// submitting GPU work costs the host, whatever the device does meanwhile. `None` where the
+/// platform does not tell (the browser, non-Unix systems).
+#[cfg(all(unix, not(target_arch = "wasm32")))]
+pub fn thread_cpu_secs() -> Option<f64> {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec for the call's duration.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    (rc == 0).then_some(t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9)
+}
+
+/// Seconds of CPU time the calling thread has run: not known on this platform.
+#[cfg(not(all(unix, not(target_arch = "wasm32"))))]
+pub fn thread_cpu_secs() -> Option<f64> {
+    None
+}
+
 /// Natively nothing: the harness runs on its own thread.
 #[cfg(not(target_arch = "wasm32"))]
 pub async fn pause() {}

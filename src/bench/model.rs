@@ -13,8 +13,9 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use super::clock::thread_cpu_secs;
 use super::{ceilings, Size};
-use crate::backend::{registry, BackendKind, BackendRef, KernelProfile};
+use crate::backend::{registry, BackendKind, BackendRef, DeviceClass, KernelProfile};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::model::generate::{decodes_ahead, DecodeBatches, MULTI_STEP};
@@ -58,6 +59,20 @@ pub struct ModelBenchRow {
     pub frac_read: Option<f64>,
     /// Kernel dispatches per decode step (sampling included), where the backend counts them.
     pub dispatches_per_token: Option<f64>,
+    /// CPU time of the thread that records and submits the decode, per token (the median
+    /// sample), where the platform measures thread CPU time: what the host spends on a step
+    /// whatever the device does meanwhile.
+    pub host_ms_per_token: Option<f64>,
+    /// That CPU time per kernel dispatch.
+    pub host_us_per_dispatch: Option<f64>,
+    /// Every timed sample's host CPU ms per decode token, in run order.
+    pub host_samples: Vec<f64>,
+    /// Whether the device runs no kernel (wgpu's noop device): its logits are not checked, and
+    /// its rates time the host's side of each step alone.
+    pub host_only: bool,
+    /// Whether the decode replayed a step recorded at its first one
+    /// ([`crate::model::KvCache::decode_is_replayed`]) rather than ran its ops.
+    pub decode_replayed: bool,
     /// A peer timed on the same file between our samples, if one was asked for.
     pub peer: Option<PeerSamples>,
     /// GPU time per kernel of the last sample's decode, where the backend measures it (the
@@ -193,23 +208,24 @@ pub fn run(
     let prompt: Vec<u32> = (0..prompt_tokens as u32)
         .map(|i| (i * 7919 + 1) % vocab)
         .collect();
-    progress("reference logits");
-    let mut reference = Llama::load(&Device::reference(), files)?;
-    reference.set_activations(ActivationMode::F32);
-    let want: Vec<f32> = reference.logits(&prompt)?.to_vec()?;
-    let scale = want.iter().fold(1f64, |m, v| m.max(v.abs() as f64));
-    let mut tolerance = 1e-3 * scale;
-    if activations != ActivationMode::F32 {
-        reference.set_activations(activations);
-        let rounded: Vec<f32> = reference.logits(&prompt)?.to_vec()?;
-        tolerance = tolerance.max(2.0 * max_difference(&rounded, &want));
-    }
+    // The reference's logits, computed for the first backend that runs kernels.
+    let mut files = Some(files);
+    let mut yardstick: Option<(Vec<f32>, f64)> = None;
     let mut rows = Vec::new();
     for &kind in backends {
         let backend = registry::get(kind).map_err(|reason| Error::BackendUnavailable {
             backend: kind,
             reason,
         })?;
+        let host_only = backend.info().class == DeviceClass::Noop;
+        if yardstick.is_none() && !host_only {
+            progress("reference logits");
+            let files = match files.take() {
+                Some(f) => f,
+                None => open()?,
+            };
+            yardstick = Some(reference_logits(files, &prompt, activations)?);
+        }
         progress(&format!("{kind}: ceilings"));
         let ceilings = ceilings::measure(&backend, Size::Small)?;
         let device = Device::builder().priority(vec![kind]).build()?;
@@ -219,11 +235,15 @@ pub fn run(
         let mut cache = model.new_cache(prompt_tokens + decode_tokens)?;
         // A warm-up pass compiles pipelines and fills pools, then the timed passes.
         let got: Vec<f32> = model.forward(&prompt, &mut cache)?.to_vec()?;
-        let max_abs_error = max_difference(&got, &want);
+        let (want, tolerance) = match (&yardstick, host_only) {
+            (Some((want, tolerance)), false) => (want.as_slice(), *tolerance),
+            _ => (&[][..], 0.0),
+        };
+        let max_abs_error = max_difference(&got, want);
         let mut row = ModelBenchRow {
             backend: kind,
             activations: model.activation_path(),
-            checked: got.len() == want.len() && max_abs_error <= tolerance,
+            checked: !host_only && got.len() == want.len() && max_abs_error <= tolerance,
             max_abs_error,
             tolerance,
             prompt_tokens,
@@ -237,11 +257,16 @@ pub fn run(
             frac_copy: None,
             frac_read: None,
             dispatches_per_token: None,
+            host_ms_per_token: None,
+            host_us_per_dispatch: None,
+            host_samples: Vec::new(),
+            host_only,
+            decode_replayed: false,
             peer: None,
             decode_profile: None,
             profile_note: None,
         };
-        if row.checked {
+        if row.checked || host_only {
             for i in 0..samples.max(1) {
                 progress(&format!("{kind}: sample {}", i + 1));
                 cache.reset();
@@ -251,6 +276,11 @@ pub fn run(
                 row.dispatches_per_token = timed
                     .dispatches
                     .map(|n| n as f64 / decode_tokens.max(1) as f64);
+                row.decode_replayed = cache.decode_is_replayed();
+                if let Some(secs) = timed.host_cpu_secs {
+                    row.host_samples
+                        .push(secs * 1e3 / decode_tokens.max(1) as f64);
+                }
                 if let Some(profile) = &timed.profile {
                     let wall_s = timed
                         .decode_rate
@@ -271,7 +301,14 @@ pub fn run(
             }
             row.prompt_tokens_per_s = median(&row.prompt_samples);
             row.decode_tokens_per_s = median(&row.decode_samples);
-            if let Some(rate) = row.decode_tokens_per_s {
+            row.host_ms_per_token = median(&row.host_samples);
+            row.host_us_per_dispatch = row
+                .host_ms_per_token
+                .zip(row.dispatches_per_token)
+                .filter(|&(_, d)| d > 0.0)
+                .map(|(ms, d)| ms * 1e3 / d);
+            // A device that reads no weights has no weight bandwidth.
+            if let Some(rate) = row.decode_tokens_per_s.filter(|_| !host_only) {
                 let gb = bytes as f64 * rate / 1e9;
                 row.decode_weight_gb_per_s = Some(gb);
                 row.frac_copy = Some(gb / ceilings.copy_gb_per_s);
@@ -283,6 +320,27 @@ pub fn run(
     Ok(rows)
 }
 
+/// The reference backend's logits of `prompt` with f32 activations, and the tolerance a
+/// backend's logits are held to: 1e-3 of their scale, or with integer activations twice the
+/// reference's own rounding error when that is larger.
+fn reference_logits(
+    files: ModelFiles,
+    prompt: &[u32],
+    activations: ActivationMode,
+) -> Result<(Vec<f32>, f64)> {
+    let mut reference = Llama::load(&Device::reference(), files)?;
+    reference.set_activations(ActivationMode::F32);
+    let want: Vec<f32> = reference.logits(prompt)?.to_vec()?;
+    let scale = want.iter().fold(1f64, |m, v| m.max(v.abs() as f64));
+    let mut tolerance = 1e-3 * scale;
+    if activations != ActivationMode::F32 {
+        reference.set_activations(activations);
+        let rounded: Vec<f32> = reference.logits(prompt)?.to_vec()?;
+        tolerance = tolerance.max(2.0 * max_difference(&rounded, &want));
+    }
+    Ok((want, tolerance))
+}
+
 /// What one [`time_once`] measured.
 struct Timed {
     prompt_rate: f64,
@@ -290,6 +348,8 @@ struct Timed {
     decode_rate: Option<f64>,
     /// The decode's kernel dispatches, where the backend counts them.
     dispatches: Option<u64>,
+    /// CPU seconds of this thread during the decode, where the platform tells.
+    host_cpu_secs: Option<f64>,
     /// The decode's GPU time per kernel, where the backend measures it.
     profile: Option<KernelProfile>,
 }
@@ -312,6 +372,7 @@ fn time_once(
     let before = backend.dispatches();
     let profile_before = backend.kernel_profile();
     let start = Instant::now();
+    let cpu_start = thread_cpu_secs();
     let ahead = decodes_ahead(model.device());
     let mut batches = DecodeBatches::new(MULTI_STEP, ahead, decode_tokens);
     while let Some(ids) = pollster::block_on(batches.next(model, next, cache, &mut sampler))? {
@@ -319,6 +380,9 @@ fn time_once(
     }
     let decode_rate =
         (decode_tokens > 0).then(|| decode_tokens as f64 / start.elapsed().as_secs_f64());
+    let host_cpu_secs = thread_cpu_secs()
+        .zip(cpu_start)
+        .map(|(end, start)| end - start);
     let dispatches = backend
         .dispatches()
         .zip(before)
@@ -331,6 +395,7 @@ fn time_once(
         prompt_rate,
         decode_rate,
         dispatches,
+        host_cpu_secs,
         profile,
     })
 }
@@ -370,10 +435,10 @@ pub(crate) fn max_difference(a: &[f32], b: &[f32]) -> f64 {
 pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
     let opt = |v: Option<f64>, p: usize| v.map_or("-".into(), |v| format!("{v:.p$}"));
     let paths: Vec<&str> = rows.iter().map(|r| r.activations.as_str()).collect();
-    let line = |c: [&str; 10]| {
+    let line = |c: [&str; 13]| {
         format!(
-            "{:<10} {:>6} {:>20} {:>6} {:>20} {:>12} {:>7} {:>7} {:>12}  {}\n",
-            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9]
+            "{:<10} {:>6} {:>20} {:>6} {:>20} {:>12} {:>7} {:>7} {:>12} {:>6} {:>11} {:>12}  {}\n",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12]
         )
     };
     let mut out = format!("{model} ({})\n", paths.first().copied().unwrap_or(""));
@@ -387,10 +452,15 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
         "% copy",
         "% read",
         "dispatch/tok",
+        "replay",
+        "host ms/tok",
+        "host µs/disp",
         "check",
     ]);
     for r in rows {
-        let check = if r.checked {
+        let check = if r.host_only {
+            "none: the device runs no kernel (noop); the rates time the host alone".to_string()
+        } else if r.checked {
             format!("ok ({:.1e} ≤ {:.1e})", r.max_abs_error, r.tolerance)
         } else {
             format!(
@@ -409,6 +479,9 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
             &percent(r.frac_copy),
             &percent(r.frac_read),
             &opt(r.dispatches_per_token, 1),
+            if r.decode_replayed { "yes" } else { "no" },
+            &opt(r.host_ms_per_token, 3),
+            &opt(r.host_us_per_dispatch, 2),
             &check,
         ]);
         if let Some(peer) = &r.peer {
@@ -426,6 +499,9 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
                 "",
                 "",
                 "",
+                "",
+                "",
+                "",
                 &peer.name,
             ]);
             out += &line([
@@ -434,6 +510,9 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
                 &ratio(&r.prompt_samples, &peer.prompt_samples),
                 "",
                 &ratio(&r.decode_samples, &peer.decode_samples),
+                "",
+                "",
+                "",
                 "",
                 "",
                 "",

@@ -15,7 +15,11 @@
 //! length share the memory. A cache that cannot take more tokens is a typed error
 //! ([`Error::CacheFull`], [`Error::CacheBlocksExhausted`]); nothing is overwritten.
 
+mod decode;
+
 use std::sync::{Arc, Mutex, MutexGuard};
+
+pub(crate) use decode::{DecodeState, Recorded};
 
 use super::LlamaConfig;
 use crate::device::Device;
@@ -188,6 +192,7 @@ impl KvPool {
             pool: self.clone(),
             table: Vec::new(),
             len: 0,
+            decode: None,
         }
     }
 
@@ -223,6 +228,8 @@ pub struct KvCache {
     /// Block ids, in position order.
     table: Vec<usize>,
     len: usize,
+    /// What its decode steps read, once it has decoded (see [`DecodeState`]).
+    decode: Option<Box<DecodeState>>,
 }
 
 impl KvCache {
@@ -295,9 +302,35 @@ impl KvCache {
         })
     }
 
+    /// Records that `tokens` more were written (their blocks reserved).
+    pub(crate) fn advance(&mut self, tokens: usize) {
+        self.len += tokens;
+    }
+
     /// Records that the pass of `plan` wrote its tokens.
     pub(crate) fn advance_to(&mut self, plan: &CachePlan) {
         self.len = plan.len;
+    }
+
+    /// Whether this sequence's decode steps replay a step recorded at its first one
+    /// ([`crate::backend::CapturedStep`]; the wgpu backend), rather than run as ops: the
+    /// host then records each step's kernels from a list built once.
+    pub fn decode_is_replayed(&self) -> bool {
+        self.decode
+            .as_ref()
+            .and_then(|d| d.recorded.as_ref())
+            .is_some_and(|r| r.step.is_some())
+    }
+
+    /// Takes the sequence's decode state out (to be put back with
+    /// [`KvCache::put_decode_state`]), or `None` before its first decode step.
+    pub(crate) fn take_decode_state(&mut self) -> Option<Box<DecodeState>> {
+        self.decode.take()
+    }
+
+    /// Keeps `state` for the next decode steps.
+    pub(crate) fn put_decode_state(&mut self, state: Box<DecodeState>) {
+        self.decode = Some(state);
     }
 
     /// Whether both caches take blocks from the same pool.
@@ -361,7 +394,8 @@ pub(crate) struct CachePlan {
     /// Per rank: rows of the pool tensors the new tokens' keys are written to, head-major
     /// (`[kv_heads · t]`), on the rank's device.
     write_rows: Vec<Tensor>,
-    /// Per rank: the pool rows of all the sequence's keys after the pass, `[kv_heads, len]`.
+    /// Per rank: the pool rows of all the sequence's keys after the pass, `[kv_heads, ≥ len]`
+    /// (the first `len` columns are read).
     read_rows: Vec<Tensor>,
     /// Tokens held after the pass.
     len: usize,
@@ -394,16 +428,16 @@ impl CachePlan {
     }
 
     /// Writes one layer's new keys and values of tensor-parallel rank `rank` (its heads,
-    /// `[kv_heads, t, head_dim]` each) into the pool and returns `attend(keys, values, rows)`:
-    /// attention over that layer's and rank's pool tensors (`[kv_heads · slots, head_dim]`),
-    /// read in place through `rows`, the pool rows of all the sequence's keys
-    /// (`[kv_heads, len]`).
+    /// `[kv_heads, t, head_dim]` each) into the pool and returns
+    /// `attend((keys, values), (rows, len))`: attention over that layer's and rank's pool
+    /// tensors (`[kv_heads · slots, head_dim]`), read in place through the first `len` columns
+    /// of `rows` (`[kv_heads, ≥ len]`), the pool rows of all the sequence's keys.
     pub(crate) fn write_and_attend(
         &self,
         cache: &KvCache,
         (rank, layer): (usize, usize),
         (k, v): (&Tensor, &Tensor),
-        attend: impl FnOnce((&Tensor, &Tensor), &Tensor) -> Result<Tensor>,
+        attend: impl FnOnce((&Tensor, &Tensor), (&Tensor, usize)) -> Result<Tensor>,
     ) -> Result<Tensor> {
         let write = |keys: &mut Tensor, values: &mut Tensor, write_rows: &Tensor| {
             let (rows, hd) = (write_rows.dims()[0], keys.dims()[1]);
@@ -422,11 +456,11 @@ impl CachePlan {
         cache: &KvCache,
         (rank, layer): (usize, usize),
         write: impl FnOnce(&mut Tensor, &mut Tensor, &Tensor) -> Result<()>,
-        attend: impl FnOnce((&Tensor, &Tensor), &Tensor) -> Result<Tensor>,
+        attend: impl FnOnce((&Tensor, &Tensor), (&Tensor, usize)) -> Result<Tensor>,
     ) -> Result<Tensor> {
         let mut pool = cache.pool.lock()?;
         let [keys, values] = &mut pool.ranks[rank][layer];
         write(keys, values, &self.write_rows[rank])?;
-        attend((keys, values), &self.read_rows[rank])
+        attend((keys, values), (&self.read_rows[rank], self.len))
     }
 }

@@ -301,12 +301,13 @@ pub fn is_stop(model: &Llama, tokenizer: &Tokenizer, id: u32) -> bool {
 }
 
 /// Whether decode batches on `device` are best recorded one ahead ([`Pacing::decode_ahead`]):
-/// on a hardware GPU through wgpu, whose readback starts without blocking. (The cuda
+/// on a hardware GPU through wgpu, whose readback starts without blocking (and on wgpu's noop
+/// device, which stands in for one when the host's side is timed). (The cuda
 /// backend's readback blocks at its start, so there the batch ahead would only be recorded
 /// after the one before it had run, and its tokens shown a batch later.)
 pub(crate) fn decodes_ahead(device: &Device) -> bool {
     let info = device.info();
-    info.class == DeviceClass::Gpu && info.kind == BackendKind::Wgpu
+    matches!(info.class, DeviceClass::Gpu | DeviceClass::Noop) && info.kind == BackendKind::Wgpu
 }
 
 /// A readback started ahead ([`Tensor::download_started`]).

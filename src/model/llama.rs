@@ -7,6 +7,7 @@
 //! size 1, through the same code.
 
 mod attention;
+mod decode;
 mod hook;
 
 pub use hook::{Hook, HookPoint};
@@ -22,7 +23,6 @@ use super::sampler::Sampler;
 use super::{LlamaConfig, Tokenizer};
 use crate::backend::RopeLayout;
 use crate::device::Device;
-use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops;
 use crate::tensor::Tensor;
@@ -49,6 +49,8 @@ pub struct Llama {
     files: Option<ModelFiles>,
     /// How the linear layers treat their activations.
     activations: ActivationMode,
+    /// This model among those loaded in the process (recorded decode steps are keyed by it).
+    id: u64,
 }
 
 /// One tensor-parallel rank of a loaded model.
@@ -73,6 +75,14 @@ impl Rank {
             c.head_dim(),
         )
     }
+}
+
+/// What one forward pass reads besides the weights and the tokens: per rank the rows'
+/// positions and the rotary frequencies, and per sequence where its keys and values go.
+struct Pass<'a> {
+    positions: &'a [Tensor],
+    tables: Vec<Cow<'a, Tensor>>,
+    plans: Vec<CachePlan>,
 }
 
 /// One sequence of a batch: its new tokens and its cache.
@@ -254,6 +264,7 @@ impl Llama {
             hook: None,
             files: streamed.then_some(files),
             activations: ActivationMode::default(),
+            id: decode::next_model_id(),
         })
     }
 
@@ -554,79 +565,6 @@ impl Llama {
             .to_vec()
     }
 
-    /// [`Llama::decode`] without the readback: the ids, u32 `[steps]`, still on the device
-    /// (recorded, not yet run, on a GPU). In the browser, read them with
-    /// `Tensor::to_vec_async`.
-    pub fn decode_on_device(
-        &self,
-        first: u32,
-        cache: &mut KvCache,
-        steps: usize,
-        sampler: &mut Sampler,
-    ) -> Result<Tensor> {
-        self.check_ids(&[first])?;
-        let first = Tensor::from_slice(self.embed.device(), &[first], [1])?;
-        self.decode_steps(first, cache, steps, sampler)
-    }
-
-    /// [`Llama::decode_on_device`] after the last id of `previous`, the u32 ids of a decode
-    /// still on the device (not empty): the next batch of steps can be recorded before the
-    /// previous one has run or been read back, so a GPU runs one while the host records the
-    /// other.
-    pub fn decode_on_device_after(
-        &self,
-        previous: &Tensor,
-        cache: &mut KvCache,
-        steps: usize,
-        sampler: &mut Sampler,
-    ) -> Result<Tensor> {
-        let n = match previous.dims() {
-            [n] if *n > 0 && previous.dtype() == DType::U32 => *n,
-            _ => {
-                return Err(Error::invalid(
-                    "llama",
-                    "decode_on_device_after needs the u32 [n > 0] ids of a decode",
-                ))
-            }
-        };
-        let last = if n == 1 {
-            previous.clone()
-        } else {
-            ops::narrow(previous, 0, n - 1, 1)?
-        };
-        self.decode_steps(last, cache, steps, sampler)
-    }
-
-    /// The decode steps after the one id `ids` (u32 `[1]`, on the model's device).
-    fn decode_steps(
-        &self,
-        mut ids: Tensor,
-        cache: &mut KvCache,
-        steps: usize,
-        sampler: &mut Sampler,
-    ) -> Result<Tensor> {
-        self.check_cache(cache)?;
-        cache.check_room(steps)?;
-        let device = self.embed.device();
-        if steps == 0 {
-            return Tensor::from_vec(device, Vec::<u32>::new(), [0]);
-        }
-        let numbers = Tensor::from_vec(device, sampler.next_uniforms(steps), [steps])?;
-        let mut out: Option<Tensor> = None;
-        for step in 0..steps {
-            let position = cache.len() as u32;
-            let logits = self.run(&ids, vec![position], &mut [(1, &mut *cache)])?;
-            let u = ops::narrow(&numbers, 0, step, 1)?;
-            let next = ops::sample(&logits, &u, sampler.params())?;
-            out = Some(match out {
-                None => next.clone(),
-                Some(prev) => ops::concat(&prev, &next, 0)?,
-            });
-            ids = next;
-        }
-        out.ok_or_else(|| Error::invalid("llama", "decoding ran no step"))
-    }
-
     /// Runs `tokens` after those `cache` holds and draws the next token on the device with
     /// `sampler`: [`Llama::next_tokens`] for one sequence.
     pub fn sample_next(
@@ -683,11 +621,7 @@ impl Llama {
         seqs: &mut [(usize, &mut KvCache)],
     ) -> Result<Tensor> {
         let x = self.hidden_states(ids, positions, seqs)?;
-        let x = ops::rms_norm(&x, &self.norm, self.config.rms_norm_eps)?;
-        self.emit(HookPoint::FinalNorm, 0, &x);
-        let logits = linear(&x, &self.lm_head, self.activations)?;
-        self.emit(HookPoint::Logits, 0, &logits);
-        Ok(logits)
+        self.head(&x)
     }
 
     /// [`Llama::run`] up to the last layer's residual stream, without the final norm and the
@@ -698,7 +632,6 @@ impl Llama {
         positions: Vec<u32>,
         seqs: &mut [(usize, &mut KvCache)],
     ) -> Result<Tensor> {
-        let c = &self.config;
         let rows = positions.len();
         let devices = self.devices();
         let tables = self.each_rank(|r| self.rope_table(r, &positions))?;
@@ -708,6 +641,24 @@ impl Llama {
             .iter()
             .map(|(t, cache)| CachePlan::new(&devices, cache, *t))
             .collect::<Result<Vec<_>>>()?;
+        let pass = Pass {
+            positions: &positions,
+            tables,
+            plans,
+        };
+        let caches: Vec<(usize, &KvCache)> = seqs.iter().map(|(t, c)| (*t, &**c)).collect();
+        let x = self.layers(ids, &pass, &caches)?;
+        for ((_, cache), plan) in seqs.iter_mut().zip(&pass.plans) {
+            cache.advance_to(plan);
+        }
+        Ok(x)
+    }
+
+    /// The decoder layers over `ids` (on rank 0's device) for one pass: the last layer's
+    /// residual stream. The sequences' caches get their new keys and values where `pass`
+    /// says; their lengths are the caller's to advance.
+    fn layers(&self, ids: &Tensor, pass: &Pass<'_>, seqs: &[(usize, &KvCache)]) -> Result<Tensor> {
+        let c = &self.config;
         let x = ops::embedding(&self.embed, ids)?;
         self.emit(HookPoint::Embedding, 0, &x);
         // The residual stream, one copy per rank.
@@ -722,8 +673,12 @@ impl Llama {
             let layers = self.each_rank(|r| self.layer(r, i))?;
             let partial = self.each_rank(|r| {
                 let (layer, first) = (&layers[r.shard.rank], r.shard.is_first());
-                let rope = (&positions[r.shard.rank], tables[r.shard.rank].as_ref());
-                let attn = self.attention((i, r), layer, &xs[r.shard.rank], rope, seqs, &plans)?;
+                let rope = (
+                    &pass.positions[r.shard.rank],
+                    pass.tables[r.shard.rank].as_ref(),
+                );
+                let x = &xs[r.shard.rank];
+                let attn = self.attention((i, r), layer, x, rope, seqs, &pass.plans)?;
                 if first {
                     self.emit(HookPoint::Attention, i, &attn);
                 }
@@ -739,10 +694,17 @@ impl Llama {
             xs = self.residual(xs, partial, fold_ffn, (HookPoint::FfnOut, i))?;
             self.emit(HookPoint::Residual, i, &xs[0]);
         }
-        for ((_, cache), plan) in seqs.iter_mut().zip(&plans) {
-            cache.advance_to(plan);
-        }
         Ok(xs.swap_remove(0))
+    }
+
+    /// The logits of the rows of the last layer's residual stream `x`: the final norm, then
+    /// the LM head.
+    fn head(&self, x: &Tensor) -> Result<Tensor> {
+        let x = ops::rms_norm(x, &self.norm, self.config.rms_norm_eps)?;
+        self.emit(HookPoint::FinalNorm, 0, &x);
+        let logits = linear(&x, &self.lm_head, self.activations)?;
+        self.emit(HookPoint::Logits, 0, &logits);
+        Ok(logits)
     }
 
     /// The rotary frequencies of a pass at `positions` on `rank`'s device: the model's

@@ -420,15 +420,17 @@ fn linear_spec(
 
 /// Causal grouped-query attention of `t` new queries over a sequence's `n` keys and values,
 /// read in place from a KV pool: `q` f32 `[t, heads · head_dim]` (already rotated), `keys`
-/// and `values` f32 `[pool_rows, head_dim]` (a pool's tensors), `rows` u32 `[kv_heads, n]`
-/// (the pool row of each key of each key/value head, in sequence order). Query `i` is the
+/// and `values` f32 `[pool_rows, head_dim]` (a pool's tensors), `rows` u32
+/// `[kv_heads, columns]` with `n ≤ columns` (the pool row of each key of each key/value head,
+/// in sequence order; only the first `n` columns are read, so one table of a cache's capacity
+/// serves every length). Query `i` is the
 /// sequence's position `n − t + i` and sees the keys up to it (`softmax_causal`'s
 /// convention), only the last `window` of them with a sliding window. Scores are
 /// `scale · q·k`. Output f32 `[t, heads · head_dim]`; see [`OpSpec::PagedAttention`].
 pub fn paged_attention(
     q: &Tensor,
     (keys, values): (&Tensor, &Tensor),
-    rows: &Tensor,
+    (rows, n): (&Tensor, usize),
     heads: usize,
     scale: f32,
     window: Option<usize>,
@@ -443,12 +445,12 @@ pub fn paged_attention(
     if keys.shape().rank() != 2 || keys.shape() != values.shape() || rows.shape().rank() != 2 {
         return Err(Error::shape(
             OP,
-            "`keys` and `values` must be one [pool_rows, head_dim] shape, `rows` [kv_heads, n]",
+            "`keys` and `values` must be one [pool_rows, head_dim] shape, `rows` [kv_heads, ≥ n]",
             &shapes,
         ));
     }
     let (pool_rows, head_dim) = (keys.dims()[0], keys.dims()[1]);
-    let (kv_heads, n) = (rows.dims()[0], rows.dims()[1]);
+    let (kv_heads, stride) = (rows.dims()[0], rows.dims()[1]);
     if q.shape().rank() != 2 || heads == 0 || q.dims()[1] != heads * head_dim {
         return Err(Error::shape(
             OP,
@@ -459,6 +461,7 @@ pub fn paged_attention(
     let spec = AttentionSpec {
         t: q.dims()[0],
         n,
+        stride,
         heads,
         kv_heads,
         head_dim,
@@ -497,6 +500,12 @@ fn attention_composed(
 ) -> Result<Tensor> {
     let (t, hd, kv) = (s.t, s.head_dim, s.kv_heads);
     let group = s.heads / kv;
+    // The first n columns of the table, one head after another.
+    let rows = if s.stride == s.n {
+        rows.clone()
+    } else {
+        ops::narrow(rows, 1, 0, s.n)?
+    };
     let flat = rows.reshape([kv * s.n])?;
     let gather = |pool: &Tensor| ops::embedding(pool, &flat)?.reshape([kv, s.n, hd]);
     let (k, v) = (gather(keys)?, gather(values)?);
@@ -591,7 +600,14 @@ mod tests {
         let rows = |kv: usize, n: usize| Tensor::from_vec(&d, vec![0u32; kv * n], [kv, n]).unwrap();
         let q = |t: usize, heads: usize| zeros(&d, &[t, heads * 4]);
         let run = |q: &Tensor, rows: &Tensor, heads: usize, window: Option<usize>| {
-            paged_attention(q, (&pool, &pool), rows, heads, 0.5, window)
+            paged_attention(
+                q,
+                (&pool, &pool),
+                (rows, rows.dims()[1]),
+                heads,
+                0.5,
+                window,
+            )
         };
         assert!(run(&q(2, 4), &rows(2, 3), 4, None).is_ok());
         // More new queries than keys; kv heads not dividing heads; an empty window.
@@ -602,9 +618,21 @@ mod tests {
         assert!(run(&q(1, 4), &rows(2, 3), 3, None).is_err());
         let float_rows = zeros(&d, &[2, 3]);
         assert!(run(&q(1, 4), &float_rows, 4, None).is_err());
-        assert!(paged_attention(&q(1, 4), (&pool, &pool), &rows(2, 3), 4, f32::NAN, None).is_err());
+        let nan = paged_attention(
+            &q(1, 4),
+            (&pool, &pool),
+            (&rows(2, 3), 3),
+            4,
+            f32::NAN,
+            None,
+        );
+        assert!(nan.is_err());
+        // More keys than the table has columns; fewer are fine.
+        assert!(paged_attention(&q(1, 4), (&pool, &pool), (&rows(2, 3), 4), 4, 0.5, None).is_err());
+        assert!(paged_attention(&q(1, 4), (&pool, &pool), (&rows(2, 3), 2), 4, 0.5, None).is_ok());
         // Pools of different shapes.
         let other = zeros(&d, &[8, 5]);
-        assert!(paged_attention(&q(1, 4), (&pool, &other), &rows(2, 3), 4, 0.5, None).is_err());
+        let other = paged_attention(&q(1, 4), (&pool, &other), (&rows(2, 3), 3), 4, 0.5, None);
+        assert!(other.is_err());
     }
 }

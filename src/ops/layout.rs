@@ -126,5 +126,9 @@ pub fn narrow(x: &Tensor, axis: usize, start: usize, len: usize) -> Result<Tenso
         start: start * inner,
         len: len * inner,
     };
-    dispatch(OP, spec, &[x], Shape::from(out), x.dtype(), x.index_bound())
+    // The bound of a u32 tensor is one past its largest value (`embedding` names that value
+    // when it is out of range): a part of the tensor may not hold it.
+    let whole = len == dims[axis];
+    let bound = x.index_bound().filter(|_| whole);
+    dispatch(OP, spec, &[x], Shape::from(out), x.dtype(), bound)
 }

@@ -121,7 +121,7 @@ pub(super) fn paged_attention(
     parallel::for_each_row(&mut out, hd, weight, |row, dst| {
         let (i, h) = (row / s.heads, row % s.heads);
         let (start, end) = s.visible(i);
-        let pool_rows = &rows[(h / group) * s.n..][start..end];
+        let pool_rows = &rows[(h / group) * s.stride..][start..end];
         let qh = &q[row * hd..(row + 1) * hd];
         let mut scores: Vec<f32> = pool_rows
             .iter()

@@ -65,7 +65,7 @@ pub(super) fn paged_attention(
     rows: &[u32],
     s: &AttentionSpec,
 ) -> Vec<f32> {
-    let (hd, n) = (s.head_dim, s.n);
+    let hd = s.head_dim;
     let group = s.heads / s.kv_heads;
     // A row beyond the pool reads as NaN, as an embedding id beyond the table does.
     let pool_row = |pool: &[f32], row: u32| -> Vec<f64> {
@@ -88,7 +88,7 @@ pub(super) fn paged_attention(
             let qh = &q[at..at + hd];
             let scores: Vec<f64> = (start..end)
                 .map(|j| {
-                    let key = pool_row(keys, rows[g * n + j]);
+                    let key = pool_row(keys, rows[g * s.stride + j]);
                     let dot: f64 = qh.iter().zip(&key).map(|(&a, b)| a as f64 * b).sum();
                     dot * s.scale as f64
                 })
@@ -98,7 +98,7 @@ pub(super) fn paged_attention(
             let total: f64 = weights.iter().sum();
             let mut acc = vec![0f64; hd];
             for (j, w) in (start..end).zip(&weights) {
-                let value = pool_row(values, rows[g * n + j]);
+                let value = pool_row(values, rows[g * s.stride + j]);
                 for (a, v) in acc.iter_mut().zip(&value) {
                     *a += w / total * v;
                 }

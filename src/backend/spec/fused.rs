@@ -79,8 +79,12 @@ impl LinearSpec {
 pub struct AttentionSpec {
     /// New queries (the last `t` positions of the sequence).
     pub t: usize,
-    /// Keys the sequence has, the new ones included (`t ≤ n`).
+    /// Keys the sequence has, the new ones included (`t ≤ n ≤ stride`).
     pub n: usize,
+    /// Columns of the row table (`[kv_heads, stride]`): head `g`'s key `j` is at pool row
+    /// `rows[g · stride + j]`. A sequence's table can so outlast its length: decode steps
+    /// read one table of the cache's capacity while `n` grows.
+    pub stride: usize,
     /// Query heads.
     pub heads: usize,
     /// Key/value heads (divides `heads`; query head `h` reads key/value head

@@ -199,13 +199,13 @@ impl OpSpec {
                 of(F32, l.m * l.n),
             ],
             OpSpec::PagedAttention(a) => {
-                if a.t > a.n || a.kv_heads == 0 || a.heads % a.kv_heads != 0 {
+                if a.t > a.n || a.n > a.stride || a.kv_heads == 0 || a.heads % a.kv_heads != 0 {
                     return Err(Error::invalid(
                         op,
                         format!(
-                            "needs t ≤ n and kv_heads dividing heads (t {}, n {}, heads {}, \
-                             kv_heads {})",
-                            a.t, a.n, a.heads, a.kv_heads
+                            "needs t ≤ n ≤ the row table's columns and kv_heads dividing heads \
+                             (t {}, n {}, columns {}, heads {}, kv_heads {})",
+                            a.t, a.n, a.stride, a.heads, a.kv_heads
                         ),
                     ));
                 }
@@ -217,7 +217,7 @@ impl OpSpec {
                     of(F32, a.t * a.heads * a.head_dim),
                     of(F32, pool),
                     of(F32, pool),
-                    of(U32, a.kv_heads * a.n),
+                    of(U32, a.kv_heads * a.stride),
                 ]
             }
         })

@@ -201,8 +201,7 @@ pub const F16_ENV: &str = "WEBTENSOR_WGPU_F16";
 impl GpuContext {
     /// Finds an adapter and opens a device on it. `Err` says why in words.
     pub(crate) async fn new() -> std::result::Result<Self, String> {
-        let instance =
-            wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let instance = wgpu::Instance::new(instance_descriptor());
         let power_preference =
             wgpu::PowerPreference::from_env().unwrap_or(wgpu::PowerPreference::HighPerformance);
         let adapter = instance
@@ -292,7 +291,10 @@ impl GpuContext {
             Ok(v) if v.eq_ignore_ascii_case("on") => true,
             Ok(v) if v.eq_ignore_ascii_case("off") => false,
             Ok(v) => return Err(format!("{ROW_TEAMS_ENV}={v}: expected `on` or `off`")),
-            Err(_) => device_class(&adapter_info) == DeviceClass::Gpu,
+            Err(_) => matches!(
+                device_class(&adapter_info),
+                DeviceClass::Gpu | DeviceClass::Noop
+            ),
         };
         Ok(GpuContext {
             device,
@@ -498,8 +500,32 @@ fn with_note(path: String, verdict: &Option<Verdict>) -> String {
     }
 }
 
+/// The instance as the environment asks (`WGPU_BACKEND`, ...). With the cargo feature
+/// `wgpu-noop` and `WGPU_BACKEND=noop`, wgpu's noop device, shaped like a desktop GPU (a
+/// discrete device with subgroups of 32 and every feature), so the backend takes its GPU
+/// paths and the host's side of them can be timed.
+fn instance_descriptor() -> wgpu::InstanceDescriptor {
+    #[allow(unused_mut)] // set only with the noop feature
+    let mut descriptor = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    #[cfg(feature = "wgpu-noop")]
+    if descriptor.backends == wgpu::Backends::NOOP {
+        descriptor.backend_options.noop = wgpu::NoopBackendOptions {
+            enable: true,
+            device_type: Some(wgpu::DeviceType::DiscreteGpu),
+            subgroup_min_size: Some(32),
+            subgroup_max_size: Some(32),
+            ..Default::default()
+        };
+    }
+    descriptor
+}
+
 /// Software rasterizers are correct but slow; `Device::auto` ranks them below the cpu backend.
+/// wgpu's noop device runs nothing.
 fn device_class(info: &wgpu::AdapterInfo) -> DeviceClass {
+    if info.backend == wgpu::Backend::Noop {
+        return DeviceClass::Noop;
+    }
     let name = info.name.to_ascii_lowercase();
     let software_names = [
         "llvmpipe",

@@ -159,8 +159,22 @@ impl Encoder<'_> {
     fn run_bound<P: KernelParams>(
         &mut self,
         shader: Shader,
-        (entry, format): (&'static str, u32),
+        entry: (&'static str, u32),
         params: &P,
+        out: &wgpu::Buffer,
+        bound: (&[&wgpu::Buffer], Option<&wgpu::TextureView>),
+        groups: [u32; 3],
+    ) -> Result<()> {
+        self.run_keyed(shader, entry, (params, None), out, bound, groups)
+    }
+
+    /// [`Self::run_bound`] for a kernel whose parameter block holds, at byte `keys_at`, the
+    /// key count a replay of a captured step sets (attention's).
+    fn run_keyed<P: KernelParams>(
+        &mut self,
+        shader: Shader,
+        (entry, format): (&'static str, u32),
+        (params, keys_at): (&P, Option<u32>),
         out: &wgpu::Buffer,
         (inputs, texture): (&[&wgpu::Buffer], Option<&wgpu::TextureView>),
         groups: [u32; 3],
@@ -184,6 +198,7 @@ impl Encoder<'_> {
                 groups,
                 windows: &self.windows,
                 texture,
+                keys_at,
             },
         );
         Ok(())

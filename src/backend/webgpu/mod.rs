@@ -23,8 +23,10 @@
 //! (`kernels/split.rs`); every other op refuses it with [`Error::TensorTooLarge`]. wgpu
 //! errors (validation, out of memory, device loss) become [`Error::Backend`] at the next call.
 
+mod bindings;
 #[cfg(target_arch = "wasm32")]
 mod browser;
+mod capture;
 mod context;
 mod kernels;
 mod params;
@@ -54,8 +56,8 @@ use self::recorder::Recorder;
 use self::shared_rounding::SharedRounding;
 use self::texels::WeightTexels;
 use crate::backend::{
-    Activations, Backend, BackendFuture, BackendInfo, BackendKind, HostData, KernelProfile, OpSpec,
-    RopeLayout, Storage,
+    Activations, Backend, BackendFuture, BackendInfo, BackendKind, CapturedStep, HostData,
+    KernelProfile, OpSpec, RopeLayout, Storage,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -124,7 +126,8 @@ impl WgpuBackend {
     #[cfg(not(target_arch = "wasm32"))]
     fn self_check(&mut self) {
         use selfcheck::{Variant, Verdict};
-        if selfcheck::disabled() {
+        // The noop device computes nothing, so every variant would disagree.
+        if selfcheck::disabled() || self.ctx.adapter_info.backend == wgpu::Backend::Noop {
             return;
         }
         if self.ctx.row_teams && self.ctx.subgroups {
@@ -195,6 +198,23 @@ impl WgpuBackend {
             .map_err(|_| Error::backend(BackendKind::Wgpu, "the recorder lock was poisoned"))
     }
 
+    /// Marks an open capture as one a replay cannot repeat (`why`): host data reached or left
+    /// the device while it was open.
+    fn spoil_capture(&self, why: &'static str) -> Result<()> {
+        if let Some(log) = self.recorder()?.capture() {
+            log.spoil(why);
+        }
+        Ok(())
+    }
+
+    /// Pins `buffers` to an open capture, whose recorded work binds them.
+    fn pin_to_capture(&self, buffers: &[&GpuBuffer]) -> Result<()> {
+        if let Some(log) = self.recorder()?.capture() {
+            log.pin(buffers);
+        }
+        Ok(())
+    }
+
     /// Fails with [`Error::TensorTooLarge`] when no buffer of `bytes` can be created.
     fn check_buffer_size(&self, op: &'static str, bytes: u64) -> Result<()> {
         let limit = self.ctx.limits.max_buffer_size;
@@ -246,6 +266,7 @@ impl WgpuBackend {
     ) -> Result<GpuBuffer> {
         // Uploads may exceed one binding: see `kernels/split.rs` for the ops that read them.
         self.check_buffer_size(op, bytes.len() as u64)?;
+        self.spoil_capture("host data was uploaded")?;
         let buffer = self
             .pool
             .create_mapped(self.pool.size_class(bytes.len() as u64));
@@ -320,7 +341,7 @@ impl WgpuBackend {
     /// the last normed rounding's where that rounded the same rows with the same norm
     /// ([`SharedRounding`]), and the product then skips its own rounding; a product that
     /// rounded is remembered for the next.
-    fn record_op(&self, spec: &OpSpec, out: &wgpu::Buffer, inputs: &[&GpuBuffer]) -> Result<()> {
+    fn record_op(&self, spec: &OpSpec, out: &GpuBuffer, inputs: &[&GpuBuffer]) -> Result<()> {
         let mut extras = self.extra_buffers(spec)?;
         let mut filled = false;
         if let ([table], Some(rounded)) = (
@@ -334,8 +355,13 @@ impl WgpuBackend {
         operands.extend(extras.iter().map(Operand::of));
         self.record(|encoder| {
             encoder.table_filled = filled;
-            encoder.encode(spec, out, &operands)
+            encoder.encode(spec, out.raw(), &operands)
         })?;
+        let bound: Vec<&GpuBuffer> = std::iter::once(out)
+            .chain(inputs.iter().copied())
+            .chain(&extras)
+            .collect();
+        self.pin_to_capture(&bound)?;
         if let ([table], false) = (extras.as_slice(), filled) {
             self.shared_rounding.remember(spec, inputs, table);
         }
@@ -385,6 +411,7 @@ impl WgpuBackend {
     /// ([`Backend::download_started`], with [`WgpuBackend::finish_read`]).
     fn start_read(&self, storage: &Storage) -> Result<StartedRead> {
         let src = gpu_storage("download", storage)?;
+        self.spoil_capture("a tensor was read back")?;
         if src.byte_len() == 0 {
             return Ok(StartedRead::Empty(HostData::empty(src.dtype())));
         }
@@ -531,7 +558,7 @@ impl Backend for WgpuBackend {
             .iter()
             .map(|s| gpu_storage(op, s))
             .collect::<Result<Vec<_>>>()?;
-        self.record_op(spec, target.raw(), &buffers)
+        self.record_op(spec, target, &buffers)
     }
 
     fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage> {
@@ -549,7 +576,7 @@ impl Backend for WgpuBackend {
         }
         let out_dtype = spec.output_dtype(buffers.first().map_or(DType::F32, |b| b.dtype()));
         let out = self.alloc(op, spec.output_len(), out_dtype)?;
-        self.record_op(spec, out.raw(), &buffers)?;
+        self.record_op(spec, &out, &buffers)?;
         Ok(Storage::Wgpu(out))
     }
 
@@ -566,7 +593,110 @@ impl Backend for WgpuBackend {
         let bytes = (len as u64 * src.dtype().unit_bytes() as u64).next_multiple_of(4);
         self.recorder()?
             .copy(&self.ctx, src.raw(), out.raw(), bytes);
+        self.pin_to_capture(&[src, &out])?;
         Ok(Storage::Wgpu(out))
+    }
+
+    /// `write_buffer` into the target's own memory. It lands before the next submit's
+    /// commands, so whatever is recorded and not yet submitted (which may read the old
+    /// contents) is submitted first.
+    fn write(&self, target: &mut Storage, data: HostData) -> Result<()> {
+        let target = gpu_storage("write", target)?;
+        self.spoil_capture("host data was written")?;
+        self.shared_rounding.forget_writes_to(target);
+        let bytes = data.bytes();
+        if bytes.len() as u64 != target.byte_len() || data.dtype() != target.dtype() {
+            return Err(Error::invalid(
+                "write",
+                format!(
+                    "{} bytes of {} cannot overwrite a tensor of {} bytes of {}",
+                    bytes.len(),
+                    data.dtype(),
+                    target.byte_len(),
+                    target.dtype()
+                ),
+            ));
+        }
+        {
+            let mut recorder = self.recorder()?;
+            if recorder.has_pending() {
+                recorder.submit(&self.ctx);
+            }
+        }
+        // write_buffer moves whole 4-byte words; pooled buffers are padded to 16 bytes.
+        let mut padded = bytes.to_vec();
+        padded.resize(bytes.len().next_multiple_of(4), 0);
+        if !padded.is_empty() {
+            self.ctx.queue.write_buffer(target.raw(), 0, &padded);
+        }
+        self.check_errors()
+    }
+
+    /// A recorded buffer copy. Buffer copies move whole 4-byte words, so both ranges must
+    /// start and end on one (f32 and u32 tensors always do).
+    fn copy_into(
+        &self,
+        (src, from): (&Storage, usize),
+        (target, at): (&mut Storage, usize),
+        units: usize,
+    ) -> Result<()> {
+        let src = gpu_storage("copy_into", src)?;
+        let target = gpu_storage("copy_into", target)?;
+        let unit = src.dtype().unit_bytes() as u64;
+        let (from, at, bytes) = (from as u64 * unit, at as u64 * unit, units as u64 * unit);
+        if !(from.is_multiple_of(4) && at.is_multiple_of(4) && bytes.is_multiple_of(4)) {
+            return Err(Error::invalid(
+                "copy_into",
+                format!(
+                    "the wgpu backend copies whole 4-byte words; {units} units of {} at {from}                      and {at} are not",
+                    src.dtype()
+                ),
+            ));
+        }
+        self.shared_rounding.forget_writes_to(target);
+        self.recorder()?
+            .copy_region(&self.ctx, (src.raw(), from), (target.raw(), at), bytes);
+        self.pin_to_capture(&[src, target])?;
+        self.check_errors()
+    }
+
+    fn begin_capture(&self) -> bool {
+        self.recorder().is_ok_and(|mut r| r.begin_capture())
+    }
+
+    fn end_capture(&self) -> Option<CapturedStep> {
+        // The last normed rounding's table is the step's own temporary from now on.
+        self.shared_rounding.forget();
+        let mut recorder = self.recorder().ok()?;
+        let slot = recorder.slot();
+        let log = recorder.end_capture()?;
+        match log.finish(&self.ctx.device, slot) {
+            Ok(step) => Some(CapturedStep {
+                kind: BackendKind::Wgpu,
+                dispatches: step.dispatches,
+                work: Box::new(step),
+            }),
+            Err(why) => {
+                log::debug!("webtensor: the decode step is not replayed: {why}");
+                None
+            }
+        }
+    }
+
+    fn replay(&self, step: &CapturedStep, keys: usize) -> Result<()> {
+        let Some(step) = step.work.downcast_ref::<capture::WgpuStep>() else {
+            return Err(Error::backend(
+                BackendKind::Wgpu,
+                "replay: the step was captured by another backend",
+            ));
+        };
+        let keys = u32::try_from(keys).map_err(|_| {
+            Error::backend(BackendKind::Wgpu, "replay: the key count exceeds 32 bits")
+        })?;
+        // Inputs the step reads may now hold what no remembered rounding was made from.
+        self.shared_rounding.forget();
+        self.recorder()?.replay(&self.ctx, step, keys);
+        self.check_errors()
     }
 
     fn read_probe(&self, x: &Storage) -> Result<Option<(Storage, u64)>> {

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use super::shared_rounding::Handle;
@@ -160,6 +160,9 @@ struct Inner {
     len: usize,
     dtype: DType,
     pool: Weak<BufferPool>,
+    /// Handles held by recorded work ([`PinnedBuffer`]): they keep the memory out of the pool
+    /// without making the tensor shared (an in-place write still writes it, not a copy).
+    pins: AtomicUsize,
 }
 
 impl Drop for Inner {
@@ -183,6 +186,7 @@ impl GpuBuffer {
                 len,
                 dtype,
                 pool: Arc::downgrade(pool),
+                pins: AtomicUsize::new(0),
             }),
             texels: None,
         }
@@ -229,13 +233,54 @@ impl GpuBuffer {
         self.inner.buffer.size()
     }
 
-    /// Whether another handle shares this buffer.
+    /// Whether another handle shares this buffer (a pin is not one: see [`PinnedBuffer`]).
     pub(crate) fn is_shared(&self) -> bool {
-        Arc::strong_count(&self.inner) > 1
+        let pins = self.inner.pins.load(Ordering::Acquire);
+        Arc::strong_count(&self.inner).saturating_sub(pins) > 1
+    }
+
+    /// A handle that keeps this buffer's memory out of the pool for recorded work that binds
+    /// it, without counting as a sharer.
+    pub(crate) fn pin(&self) -> PinnedBuffer {
+        let inner = self.inner.clone();
+        inner.pins.fetch_add(1, Ordering::AcqRel);
+        PinnedBuffer(inner)
     }
 
     pub(crate) fn raw(&self) -> &wgpu::Buffer {
         &self.inner.buffer
+    }
+}
+
+/// A handle on a buffer held by recorded work (a captured decode step, `capture.rs`), which
+/// binds it: the memory stays out of the pool while the pin lives. A tensor whose other
+/// handles are pins is not shared, so the engine's in-place writes (the KV cache, the decode
+/// step's inputs) land in the very buffer the recorded work reads.
+pub(crate) struct PinnedBuffer(Arc<Inner>);
+
+impl PinnedBuffer {
+    /// Whether only pins hold the buffer: no tensor has it any more.
+    pub(crate) fn only_pinned(&self) -> bool {
+        Arc::strong_count(&self.0) == self.0.pins.load(Ordering::Acquire)
+    }
+
+    /// Whether both pin the same buffer.
+    pub(crate) fn same(&self, other: &PinnedBuffer) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl fmt::Debug for PinnedBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PinnedBuffer")
+            .field("capacity", &self.0.buffer.size())
+            .finish()
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        self.0.pins.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

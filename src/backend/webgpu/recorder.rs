@@ -25,9 +25,10 @@
 //! every earlier submit, which has finished reading the previous batch's parameters.
 
 use std::collections::HashMap;
-use std::num::NonZeroU64;
 use std::sync::Arc;
 
+use super::bindings::{self, BindKey};
+use super::capture::{CaptureLog, CopyCommand, StepItem, WgpuStep};
 use super::context::{GpuContext, Profiling};
 use super::pipelines::{Kernel, KernelId, PARAMS_BYTES};
 use super::pool::BufferPool;
@@ -54,6 +55,9 @@ pub(crate) struct Dispatch<'a> {
     pub(crate) windows: &'a [Window],
     /// The texture of a kernel compiled to bind one (`Pipelines::kernel` with a texture).
     pub(crate) texture: Option<&'a wgpu::TextureView>,
+    /// Where in `params` an attention kernel keeps its key count, which a replay of a
+    /// captured step sets (`capture.rs`).
+    pub(crate) keys_at: Option<u32>,
 }
 
 /// A byte range of a buffer bound in place of the whole buffer. `offset` is a multiple of the
@@ -63,14 +67,6 @@ pub(crate) struct Window {
     pub(crate) buffer: wgpu::Buffer,
     pub(crate) offset: u64,
     pub(crate) size: u64,
-}
-
-/// What a bind group binds: (buffer, offset, size) per buffer binding (size 0 binds the whole
-/// buffer), then the texture of a kernel that has one.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct BindKey {
-    buffers: Vec<(wgpu::Buffer, u64, u64)>,
-    texture: Option<wgpu::TextureView>,
 }
 
 /// The recording state of one backend; lives behind a mutex.
@@ -91,6 +87,8 @@ pub(crate) struct Recorder {
     dispatches: u64,
     /// The timestamp profiler, when profiling is on (`None` costs nothing per dispatch).
     profiler: Option<Profiler<KernelId>>,
+    /// The capture in progress, if any (`capture.rs`).
+    capture: Option<CaptureLog>,
 }
 
 impl Recorder {
@@ -119,6 +117,7 @@ impl Recorder {
             dispatches: 0,
             profiler: (ctx.profiling == Profiling::On)
                 .then(|| Profiler::new(&ctx.device, &ctx.queue)),
+            capture: None,
         }
     }
 
@@ -160,7 +159,11 @@ impl Recorder {
         self.arena.resize(offset + self.slot as usize, 0);
 
         self.dispatches += 1;
-        let bind_group = self.bind_group(ctx, &d);
+        let key = self.bind_key(&d);
+        let bind_group = self.bind_group(ctx, &d, &key);
+        if let Some(log) = &mut self.capture {
+            log.dispatch(d.kernel, key, &self.arena[offset..], d.groups, d.keys_at);
+        }
         let mut timed_pass;
         let pass = match self.profiler.as_mut().map(|p| p.next_pass(d.kernel.id)) {
             None => self.pass(ctx),
@@ -184,16 +187,8 @@ impl Recorder {
         pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
     }
 
-    /// The bind group for `d`'s buffers: cached, since inference binds the same weights and
-    /// the same recycled activation buffers step after step. A cached bind group keeps its
-    /// buffers alive, so the cache is bounded and is emptied whenever the pool has released
-    /// buffers to the driver (their memory must really be freed).
-    fn bind_group(&mut self, ctx: &GpuContext, d: &Dispatch<'_>) -> wgpu::BindGroup {
-        let releases = self.pool.releases();
-        if releases != self.seen_releases || self.bind_groups.len() >= MAX_CACHED_BIND_GROUPS {
-            self.bind_groups.clear();
-            self.seen_releases = releases;
-        }
+    /// What `d` binds after its parameters.
+    fn bind_key(&self, d: &Dispatch<'_>) -> BindKey {
         // A kernel's layout may have more input slots than the op has inputs (never fewer):
         // repeat the last input in the spare ones.
         let inputs = (0..d.kernel.inputs).map(|i| {
@@ -210,49 +205,28 @@ impl Recorder {
                 None => (b.clone(), 0, 0),
             })
             .collect();
-        let key = BindKey {
+        BindKey {
             buffers,
             texture: d.texture.cloned(),
-        };
-        if let Some(bind_group) = self.bind_groups.get(&key) {
+        }
+    }
+
+    /// The bind group for `d`'s buffers (`key`): cached, since inference binds the same
+    /// weights and the same recycled activation buffers step after step. A cached bind group
+    /// keeps its buffers alive, so the cache is bounded and is emptied whenever the pool has
+    /// released buffers to the driver (their memory must really be freed).
+    fn bind_group(&mut self, ctx: &GpuContext, d: &Dispatch<'_>, key: &BindKey) -> wgpu::BindGroup {
+        let releases = self.pool.releases();
+        if releases != self.seen_releases || self.bind_groups.len() >= MAX_CACHED_BIND_GROUPS {
+            self.bind_groups.clear();
+            self.seen_releases = releases;
+        }
+        if let Some(bind_group) = self.bind_groups.get(key) {
             return bind_group.clone();
         }
-        let mut entries = vec![wgpu::BindGroupEntry {
-            binding: 0,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: &self.arena_buffer,
-                offset: 0,
-                size: NonZeroU64::new(PARAMS_BYTES),
-            }),
-        }];
-        entries.extend(
-            key.buffers
-                .iter()
-                .enumerate()
-                .map(|(i, (buffer, offset, size))| wgpu::BindGroupEntry {
-                    binding: 1 + i as u32,
-                    resource: match NonZeroU64::new(*size) {
-                        None => buffer.as_entire_binding(),
-                        Some(size) => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                            buffer,
-                            offset: *offset,
-                            size: Some(size),
-                        }),
-                    },
-                }),
-        );
-        if let Some(view) = &key.texture {
-            entries.push(wgpu::BindGroupEntry {
-                binding: 1 + key.buffers.len() as u32,
-                resource: wgpu::BindingResource::TextureView(view),
-            });
-        }
-        let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &d.kernel.layout,
-            entries: &entries,
-        });
-        self.bind_groups.insert(key, bind_group.clone());
+        let bind_group =
+            bindings::bind_group(&ctx.device, &d.kernel.layout, &self.arena_buffer, key);
+        self.bind_groups.insert(key.clone(), bind_group.clone());
         bind_group
     }
 
@@ -275,10 +249,7 @@ impl Recorder {
         dst: &wgpu::Buffer,
         bytes: u64,
     ) {
-        if bytes > 0 {
-            self.encoder(ctx)
-                .copy_buffer_to_buffer(src, 0, dst, 0, bytes);
-        }
+        self.copy_region(ctx, (src, 0), (dst, 0), bytes);
     }
 
     /// Records a copy of `bytes` (a multiple of 4) from `src` at `src_offset` to `dst` at
@@ -293,7 +264,78 @@ impl Recorder {
         if bytes > 0 {
             self.encoder(ctx)
                 .copy_buffer_to_buffer(src, src_offset, dst, dst_offset, bytes);
+            if let Some(log) = &mut self.capture {
+                log.copy(CopyCommand {
+                    src: (src.clone(), src_offset),
+                    dst: (dst.clone(), dst_offset),
+                    bytes,
+                });
+            }
         }
+    }
+
+    /// Starts logging what is recorded for a replay; `false` with the profiler on (whose
+    /// passes a replay would not time) or when a capture is already open.
+    pub(crate) fn begin_capture(&mut self) -> bool {
+        if self.profiler.is_some() || self.capture.is_some() {
+            return false;
+        }
+        self.capture = Some(CaptureLog::default());
+        true
+    }
+
+    /// The open capture, if any.
+    pub(crate) fn capture(&mut self) -> Option<&mut CaptureLog> {
+        self.capture.as_mut()
+    }
+
+    /// Ends the open capture: its log, or `None` when none was open.
+    pub(crate) fn end_capture(&mut self) -> Option<CaptureLog> {
+        self.capture.take()
+    }
+
+    /// Whether something is recorded and not yet submitted.
+    pub(crate) fn has_pending(&self) -> bool {
+        self.encoder.is_some() || !self.arena.is_empty()
+    }
+
+    /// Records a captured step again (see `capture.rs`) with its attention kernels' key count
+    /// set to `keys`. The count is written into the step's own parameter blocks with
+    /// `write_buffer`, which lands before the next submit's commands, so whatever is recorded
+    /// and still unsubmitted (an earlier replay reading those blocks) is submitted first.
+    pub(crate) fn replay(&mut self, ctx: &GpuContext, step: &WgpuStep, keys: u32) {
+        if self.has_pending() {
+            self.submit(ctx);
+        }
+        for &field in &step.key_fields {
+            ctx.queue
+                .write_buffer(&step.params, field, &keys.to_le_bytes());
+        }
+        for item in &step.items {
+            match item {
+                StepItem::Dispatch {
+                    pipeline,
+                    bind_group,
+                    offset,
+                    groups,
+                } => {
+                    let pass = self.pass(ctx);
+                    pass.set_pipeline(pipeline);
+                    pass.set_bind_group(0, bind_group, &[*offset]);
+                    pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+                }
+                StepItem::Copy(c) => {
+                    self.encoder(ctx)
+                        .copy_buffer_to_buffer(&c.src.0, c.src.1, &c.dst.0, c.dst.1, c.bytes);
+                }
+            }
+        }
+        self.dispatches += step.dispatches as u64;
+    }
+
+    /// The size of one parameter slot (a block rounded up to the uniform offset alignment).
+    pub(crate) fn slot(&self) -> u64 {
+        self.slot
     }
 
     /// The pool temporary buffers come from.

@@ -99,6 +99,13 @@ impl<H: Handle> SharedRounding<H> {
         }
     }
 
+    /// Forgets the rounding, whatever it was (its table is then no longer held here).
+    pub(crate) fn forget(&self) {
+        if let Ok(mut last) = self.last.lock() {
+            *last = None;
+        }
+    }
+
     /// Forgets the rounding if `target`, about to be written in place, holds its rows or its
     /// norm weight.
     pub(crate) fn forget_writes_to(&self, target: &H) {

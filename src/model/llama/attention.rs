@@ -20,7 +20,7 @@ impl Llama {
         layer: &Layer,
         x: &Tensor,
         (positions, inv_freq): (&Tensor, &Tensor),
-        seqs: &[(usize, &mut KvCache)],
+        seqs: &[(usize, &KvCache)],
         plans: &[CachePlan],
     ) -> Result<Tensor> {
         let c = &self.config;

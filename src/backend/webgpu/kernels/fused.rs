@@ -36,9 +36,10 @@ const ATTENTION_LANES_WG: u64 = 16;
 
 /// Whether a `paged_attention_lanes` lane's loops fit the loop budget: for each key it sees,
 /// one step and the score's dot (four dimensions a step, then the rest one at a time), and the
-/// eight stores of four dimensions at the end.
+/// eight stores of four dimensions at the end. Judged by the table's columns, the most keys a
+/// replay of the same dispatch with more of them can see (`recorder.rs`).
 fn attention_lanes_fit(s: &AttentionSpec) -> bool {
-    let keys = s.window.map_or(s.n, |w| w.min(s.n));
+    let keys = s.window.map_or(s.stride, |w| w.min(s.stride));
     let per_key = 1 + s.head_dim / 4 + s.head_dim % 4;
     keys.saturating_mul(per_key).saturating_add(32) < LOOP_BUDGET
 }
@@ -205,7 +206,7 @@ impl Encoder<'_> {
         const OP: &str = "paged_attention";
         u32_of(OP, "q values", s.t * s.heads * s.head_dim)?;
         u32_of(OP, "pool values", s.pool_rows * s.head_dim)?;
-        u32_of(OP, "rows", s.kv_heads * s.n)?;
+        u32_of(OP, "rows", s.kv_heads * s.stride)?;
         let p = AttentionParams {
             t: u32_of(OP, "t", s.t)?,
             n: u32_of(OP, "n", s.n)?,
@@ -214,23 +215,28 @@ impl Encoder<'_> {
             head_dim: u32_of(OP, "head_dim", s.head_dim)?,
             pool_rows: u32_of(OP, "pool_rows", s.pool_rows)?,
             scale: s.scale,
-            // A window of n keys or more hides nothing.
-            window: s.window.map_or(0, |w| w.min(s.n) as u32),
+            // A window of as many keys as the table holds hides nothing (not `n`: a replay
+            // sets more keys, `recorder.rs`).
+            window: s.window.map_or(0, |w| w.min(s.stride) as u32),
+            stride: u32_of(OP, "stride", s.stride)?,
         };
         let raw: Vec<&wgpu::Buffer> = inputs.iter().map(|o| o.buffer).collect();
-        if self.ctx.mv_shape() == MvShape::Lanes && attention_lanes_fit(s) {
+        let (entry, grid) = if self.ctx.mv_shape() == MvShape::Lanes && attention_lanes_fit(s) {
             let lanes = (s.t * s.heads * s.head_dim.div_ceil(ATTENTION_LANE_SLICE)) as u64;
             let grid = self.grid(OP, lanes.div_ceil(ATTENTION_LANES_WG))?;
-            return self.run(
-                Shader::Attention,
-                "paged_attention_lanes",
-                &p,
-                out,
-                &raw,
-                grid,
-            );
-        }
-        let grid = self.grid(OP, (s.t * s.heads) as u64)?;
-        self.run(Shader::Attention, "paged_attention", &p, out, &raw, grid)
+            ("paged_attention_lanes", grid)
+        } else {
+            ("paged_attention", self.grid(OP, (s.t * s.heads) as u64)?)
+        };
+        // A replay of a captured decode step sets the key count (`capture.rs`).
+        let keys_at = std::mem::offset_of!(AttentionParams, n) as u32;
+        self.run_keyed(
+            Shader::Attention,
+            (entry, 0),
+            (&p, Some(keys_at)),
+            out,
+            (&raw, None),
+            grid,
+        )
     }
 }
