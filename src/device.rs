@@ -251,19 +251,26 @@ impl Device {
     /// primary.
     /// Runs `step` while the primary backend keeps what it records (see
     /// [`CapturedStep`]): its result, and the recorded work where the backend can replay it.
+    /// A step that fails while it is recorded (a backend may refuse work during a capture that
+    /// it runs otherwise) is run again unrecorded, so `step` must give the same result when
+    /// run twice (a decode step does: its inputs are written before it).
     pub(crate) fn capture<T>(
         &self,
-        step: impl FnOnce() -> Result<T>,
+        step: impl Fn() -> Result<T>,
     ) -> Result<(T, Option<CapturedStep>)> {
         let backend = self.primary();
-        let capturing = backend.begin_capture();
+        if !backend.begin_capture() {
+            return Ok((step()?, None));
+        }
         let result = step();
-        let captured = if capturing {
-            backend.end_capture()
-        } else {
-            None
-        };
-        Ok((result?, captured))
+        let captured = backend.end_capture();
+        match result {
+            Ok(value) => Ok((value, captured)),
+            Err(e) => {
+                log::debug!("webtensor: a step failed while recorded ({e}); running it again");
+                Ok((step()?, None))
+            }
+        }
     }
 
     /// Records `step`, captured on this device's primary backend, again with `keys` keys for
