@@ -864,6 +864,7 @@ fn decode_ahead_on_wgpu_gives_the_same_text() {
         let (ids, cache) = prepare(&model, &tokenizer, "In the beginning", 22).unwrap();
         let pacing = Pacing {
             steps_per_submit,
+            token_latency: None,
             decode_ahead,
             prompt: PromptChunks::Whole,
         };

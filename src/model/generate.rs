@@ -13,8 +13,14 @@ use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
 /// Decode steps recorded per submit (one readback of their ids) on a GPU, by the generation
-/// loop and the model benchmark.
+/// loop (at most) and the model benchmark.
 pub const MULTI_STEP: usize = 8;
+
+/// The longest a generated token should wait between its draw on the device and its handing
+/// out: the generation loop sizes its decode batches to it ([`Pacing::token_latency`]). A
+/// quarter second reads as a steady stream; on a software adapter in a browser (tens of
+/// milliseconds a step) batches of eight made tokens arrive in bursts over a second apart.
+pub const TOKEN_LATENCY_SECS: f64 = 0.25;
 
 /// What a generation did and how fast.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
@@ -53,10 +59,15 @@ impl GenerationStats {
 /// How a generation splits its work, and so how often it shows a token and can be stopped.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Pacing {
-    /// Decode steps recorded per submit, their ids read back once: [`MULTI_STEP`] on a GPU,
-    /// where a readback costs a round trip; 1 on the host backends, where it costs nothing and
+    /// The most decode steps whose ids are read back at once: [`MULTI_STEP`] on a GPU, where
+    /// a readback costs a round trip; 1 on the host backends, where it costs nothing and
     /// several steps would only hold back tokens the user could already read.
     pub steps_per_submit: usize,
+    /// With `Some(seconds)`, each batch takes as many steps (up to `steps_per_submit`) as the
+    /// speed measured so far fits in that time, the first batch one step, so no token waits
+    /// much longer than that to be handed out: a fast GPU keeps whole batches, a slow adapter
+    /// hands tokens out one or two at a time. `None`: every batch takes `steps_per_submit`.
+    pub token_latency: Option<f64>,
     /// Whether the next batch of decode steps is recorded and submitted while the previous
     /// one runs and is read back ([`DecodeBatches`]): on a hardware GPU through wgpu, which
     /// runs the batch beside the host. Not on the host backends, nor on software adapters
@@ -99,6 +110,7 @@ impl Pacing {
         let host = matches!(device.backend_name(), "cpu" | "reference");
         Pacing {
             steps_per_submit: if host { 1 } else { MULTI_STEP },
+            token_latency: Some(TOKEN_LATENCY_SECS),
             decode_ahead: decodes_ahead(device),
             prompt,
         }
@@ -313,40 +325,80 @@ pub(crate) fn decodes_ahead(device: &Device) -> bool {
 /// A readback started ahead ([`Tensor::download_started`]).
 type DownloadFuture = std::pin::Pin<Box<dyn Future<Output = Result<Vec<u32>>>>>;
 
-/// The decode batches of one generation: `steps_per_submit` steps each, at most `wanted`
-/// tokens in all, each batch's ids read back. With `ahead` (a hardware GPU) the batch
-/// after the one being read is recorded from the device's last id
-/// ([`Llama::decode_on_device_after`]) and submitted first, so the GPU runs it while the host
-/// waits for, reads and hands out the previous one; a batch recorded past the end of the
-/// generation is dropped unread (the cache it wrote to ends with the generation).
+/// The decode batches of one generation: up to `steps_per_submit` steps each (sized to the
+/// token latency when one is set, [`Pacing::token_latency`]), at most `wanted` tokens in all,
+/// each batch's ids read back. With `ahead` (a hardware GPU) the batch after the one being read
+/// is recorded from the device's last id ([`Llama::decode_on_device_after`]) and submitted
+/// first, so the GPU runs it while the host waits for, reads and hands out the previous one; a
+/// batch recorded past the end of the generation is dropped unread (the cache it wrote to ends
+/// with the generation).
 pub(crate) struct DecodeBatches {
     steps_per_submit: usize,
+    /// The latency batches are sized to, if any.
+    latency: Option<f64>,
+    /// Seconds per decode step, from the last batch read.
+    step_secs: Option<f64>,
+    /// When the last batch was read, or the first one recorded.
+    last_read: Option<f64>,
     /// Whether to record a batch ahead.
     ahead_on: bool,
     /// Tokens still to record.
     wanted: usize,
-    /// The batch recorded ahead and its readback.
-    ahead: Option<(Tensor, DownloadFuture)>,
+    /// The batch recorded ahead, its steps and its readback.
+    ahead: Option<(Tensor, usize, DownloadFuture)>,
 }
 
 impl DecodeBatches {
     pub(crate) fn new(steps_per_submit: usize, ahead: bool, wanted: usize) -> DecodeBatches {
         DecodeBatches {
             steps_per_submit: steps_per_submit.max(1),
+            latency: None,
+            step_secs: None,
+            last_read: None,
             ahead_on: ahead,
             wanted,
             ahead: None,
         }
     }
 
+    /// The batches `pacing` asks for: its steps per submit, its latency and its decode ahead.
+    pub(crate) fn paced(pacing: &Pacing, wanted: usize) -> DecodeBatches {
+        DecodeBatches {
+            latency: pacing.token_latency,
+            ..DecodeBatches::new(pacing.steps_per_submit, pacing.decode_ahead, wanted)
+        }
+    }
+
     /// The steps of the next batch to record (0: none), counted as recorded.
     fn take_steps(&mut self, cache: &KvCache) -> usize {
         let steps = self
-            .steps_per_submit
+            .batch_steps()
             .min(self.wanted)
             .min(cache.capacity() - cache.len());
         self.wanted -= steps;
         steps
+    }
+
+    /// Steps per batch: `steps_per_submit`, or with a latency what the measured speed fits in
+    /// it (one step until a speed is measured).
+    fn batch_steps(&self) -> usize {
+        match (self.latency, self.step_secs) {
+            (None, _) => self.steps_per_submit,
+            (Some(_), None) => 1,
+            (Some(latency), Some(secs)) => {
+                let fits = (latency / secs.max(1e-9)).floor();
+                (fits.min(self.steps_per_submit as f64) as usize).max(1)
+            }
+        }
+    }
+
+    /// Takes note that a batch of `steps` was read at `now`: the time per step since the last
+    /// read (with a batch ahead, one batch's run).
+    fn read_at(&mut self, now: f64, steps: usize) {
+        if let Some(before) = self.last_read {
+            self.step_secs = Some((now - before) / steps.max(1) as f64);
+        }
+        self.last_read = Some(now);
     }
 
     /// The ids of the next batch, after `last` (the last token handed out, not yet in
@@ -358,7 +410,10 @@ impl DecodeBatches {
         cache: &mut KvCache,
         sampler: &mut Sampler,
     ) -> Result<Option<Vec<u32>>> {
-        let (ids, read) = match self.ahead.take() {
+        if self.last_read.is_none() {
+            self.last_read = Some(now_secs());
+        }
+        let (ids, steps, read) = match self.ahead.take() {
             Some(batch) => batch,
             None => {
                 let steps = self.take_steps(cache);
@@ -367,7 +422,7 @@ impl DecodeBatches {
                 }
                 let ids = model.decode_on_device(last, cache, steps, sampler)?;
                 let read: DownloadFuture = Box::pin(ids.download_started::<u32>());
-                (ids, read)
+                (ids, steps, read)
             }
         };
         if self.ahead_on {
@@ -375,10 +430,12 @@ impl DecodeBatches {
             if steps > 0 {
                 let next = model.decode_on_device_after(&ids, cache, steps, sampler)?;
                 let read: DownloadFuture = Box::pin(next.download_started::<u32>());
-                self.ahead = Some((next, read));
+                self.ahead = Some((next, steps, read));
             }
         }
-        read.await.map(Some)
+        let ids = read.await?;
+        self.read_at(now_secs(), steps);
+        Ok(Some(ids))
     }
 }
 
@@ -443,7 +500,7 @@ pub async fn run_async(
     let mut last = 0;
     // The first token came with the prompt.
     let wanted = max_tokens.saturating_sub(1);
-    let mut batches = DecodeBatches::new(pacing.steps_per_submit, pacing.decode_ahead, wanted);
+    let mut batches = DecodeBatches::paced(&pacing, wanted);
     while stats.generated_tokens < max_tokens {
         let Some(next) = queue.pop_front() else {
             match batches.next(model, last, &mut cache, &mut sampler).await? {

@@ -188,6 +188,7 @@ impl Observer for Recorder {
 fn timed_prompt_chunks_are_whole_groups_of_four_rows() {
     let pacing = Pacing {
         steps_per_submit: 1,
+        token_latency: None,
         decode_ahead: false,
         prompt: PromptChunks::Seconds(0.25),
     };
@@ -230,6 +231,7 @@ fn a_stop_during_the_prompt_is_answered_at_the_next_chunk() {
     let mut recorder = Recorder::new(&mut model, 2);
     let pacing = Pacing {
         steps_per_submit: 1,
+        token_latency: None,
         decode_ahead: false,
         prompt: PromptChunks::Tokens(8),
     };
@@ -243,4 +245,33 @@ fn a_stop_during_the_prompt_is_answered_at_the_next_chunk() {
     assert_eq!(stats.generated_tokens, 0);
     assert_eq!(recorder.after_stop, 0);
     assert!(recorder.passes_at_text.is_empty());
+}
+
+/// With a token latency the first batch is one step, then each takes what the last read's
+/// time per step fits in the latency, between one step and `steps_per_submit`.
+#[test]
+fn decode_batches_are_sized_to_the_token_latency() {
+    let pacing = Pacing {
+        steps_per_submit: 8,
+        token_latency: Some(0.25),
+        decode_ahead: false,
+        prompt: PromptChunks::Whole,
+    };
+    let mut batches = DecodeBatches::paced(&pacing, 100);
+    assert_eq!(batches.batch_steps(), 1);
+    // The first read starts the clock; then 0.1 s a step fits two in a quarter second.
+    batches.read_at(0.0, 1);
+    batches.read_at(0.1, 1);
+    assert_eq!(batches.batch_steps(), 2);
+    // 0.05 s a step: five.
+    batches.read_at(0.2, 2);
+    assert_eq!(batches.batch_steps(), 5);
+    // 2 ms a step: more than a batch holds.
+    batches.read_at(0.21, 5);
+    assert_eq!(batches.batch_steps(), 8);
+    // Slower than the latency itself: one at a time.
+    batches.read_at(2.61, 8);
+    assert_eq!(batches.batch_steps(), 1);
+    // Without a latency every batch is whole.
+    assert_eq!(DecodeBatches::new(8, false, 100).batch_steps(), 8);
 }
