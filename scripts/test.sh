@@ -57,6 +57,10 @@ WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test conformance -- wgpu::qmatmul wgpu:
 WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_SUBGROUPS=off cargo test --test conformance -- wgpu::qmatmul wgpu::matmul
 WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_TILED_PREFILL=off cargo test --test conformance -- wgpu::qmatmul wgpu::linear_residual
 WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test wgpu_split
+# The engine on the GPU shapes: a layer's gate and up weights uploaded together and multiplied
+# in one dispatch, decode steps recorded once and replayed, against the reference and single
+# steps.
+WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test engine
 # Subgroup teams take four rows per subgroup: lavapipe's subgroups of 8 give 32 rows per
 # workgroup, SwiftShader's (Chromium's Vulkan ICD) subgroups of 4 give 64, as a GPU's of 32 give 8.
 swiftshader=/usr/lib/chromium/vk_swiftshader_icd.json
@@ -64,6 +68,11 @@ swiftshader=/usr/lib/chromium/vk_swiftshader_icd.json
 echo "== wgpu row teams on SwiftShader (subgroups of 4)"
 VK_ICD_FILENAMES="$swiftshader" WEBTENSOR_WGPU_ROW_TEAMS=on \
   cargo test --test conformance -- wgpu::qmatmul wgpu::matmul wgpu::linear_residual wgpu::swiglu_linear
+
+# The host's side of a GPU decode on wgpu's noop device (cargo feature wgpu-noop), which runs no
+# kernel: bench --model's host cost per token and per dispatch, and the replayed step.
+echo "== wgpu noop device (feature wgpu-noop): the host's cost of a decode step"
+cargo test --features wgpu-noop --test cli bench_model_on_the_noop_device
 
 # The optional `cuda` backend: it must build and pass clippy without a CUDA toolkit or GPU,
 # every kernel source must compile with the real NVRTC (from PyPI, see setup.sh), and its

@@ -27,12 +27,13 @@ struct Params {
                    // the in-place masks values rather than constants (`inplace_masks`)
     epilogue: u32, // products: 1 adds `res` (binding 4, f32 [m, n]), 2 multiplies by silu(res),
                    // 3 (`mv` only) rotates pairs (2i, 2i + 1) of each head of rope_dim values by
-                   // rope_pos (binding 6) and the frequencies in `res` ([rope_dim / 2])
+                   // rope_pos (binding 6) and the frequencies in `res` ([rope_dim / 2]),
+                   // 4 (`mv` only) the paired SwiGLU product (`mv_store_paired`)
     eps: f32,      // `mv` with FMT_NORM_ACTIVATIONS: the RMS norm's eps
     rope_dim: u32, // epilogue 3: elements per head
     store_dim: u32, // `mv` storing into a KV pool (see `out_at`): its row width; 0 stores [m, n]
     pool_rows: u32, // and the pool's rows
-    _pad2: u32,
+    up_at: u32,    // epilogue 4: the byte where the up weights start in binding 2
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -244,6 +245,15 @@ fn block_bytes() -> u32 {
 
 fn row_bytes() -> u32 {
     return p.k / block_len() * block_bytes();
+}
+
+// The first byte of weight row `row` of `bytes` bytes in binding 2: rows follow one another,
+// but for the paired SwiGLU product (epilogue 4), whose n rows are the n / 2 rows of the gate
+// weights, then those of the up weights from byte p.up_at (a multiple of the storage offset
+// alignment: each was uploaded to be bound on its own too).
+fn row_start(row: u32, bytes: u32) -> u32 {
+    let half = p.n / 2u;
+    return select(row * bytes, p.up_at + (row - half) * bytes, p.epilogue == 4u && row >= half);
 }
 
 // Trit of value v (0..256) of the TQ1_0 block at byte `base`.
@@ -1182,7 +1192,7 @@ struct BlockWords {
 
 // Block g of Q8_0 weight row `row`, from the nine words it covers wherever it starts.
 fn q8_block(row: u32, g: u32) -> BlockWords {
-    let o = (row * (p.k / 32u) + g) * Q8_0_BLOCK_BYTES;
+    let o = row_start(row, (p.k / 32u) * Q8_0_BLOCK_BYTES) + g * Q8_0_BLOCK_BYTES;
     let odd = (o & 2u) != 0u;
     let u = words9(o / 4u);
     return BlockWords(
@@ -1195,7 +1205,7 @@ fn q8_block(row: u32, g: u32) -> BlockWords {
 
 // Block g of Q4_0 weight row `row`, from the five words it covers, each read once.
 fn q4_block(row: u32, g: u32) -> BlockWords {
-    let o = (row * (p.k / 32u) + g) * Q4_0_BLOCK_BYTES;
+    let o = row_start(row, (p.k / 32u) * Q4_0_BLOCK_BYTES) + g * Q4_0_BLOCK_BYTES;
     let b = o / 4u;
     let odd = (o & 2u) != 0u;
     let u0 = q[b];
@@ -1212,7 +1222,7 @@ fn q4_block(row: u32, g: u32) -> BlockWords {
 fn mv_decode(row: u32, g: u32) -> Group {
     switch MV_FORMAT % FMT_INT_ACTIVATIONS {
         case FMT_F16: {
-            let b = (row * p.k + 32u * g) / 2u;
+            let b = (row_start(row, 2u * p.k) + 64u * g) / 4u;
             return Group(f16_vals(b), f16_vals(b + 2u), f16_vals(b + 4u), f16_vals(b + 6u),
                          f16_vals(b + 8u), f16_vals(b + 10u), f16_vals(b + 12u), f16_vals(b + 14u), 1.0);
         }
@@ -1230,7 +1240,7 @@ fn mv_decode(row: u32, g: u32) -> Group {
         case FMT_TQ2_0: {
             // TQ2_0 blocks of 66 bytes: 64 bytes of 2-bit trits, then the f16 scale. Group g
             // is sub-block g % 8: bytes 32·(sub / 4).. at bit shift 2·(sub % 4).
-            let o = (row * (p.k / 256u) + g / 8u) * TQ2_0_BLOCK_BYTES;
+            let o = row_start(row, (p.k / 256u) * TQ2_0_BLOCK_BYTES) + (g / 8u) * TQ2_0_BLOCK_BYTES;
             let sub = g % 8u;
             let qo = o + 32u * (sub / 4u);
             let b = qo / 4u;
@@ -1250,7 +1260,7 @@ fn mv_decode(row: u32, g: u32) -> Group {
             // 160 + 16n + i), bytes 48..52 four each (values 240..256, 240 + 4n + i), then the
             // f16 scale. A trit is the top base-3 digit of byte · 3^n (mod 256), so a word of
             // four bytes gives four values at once; group g is values 32·(g % 8)..
-            let o = (row * (p.k / 256u) + g / 8u) * TQ1_0_BLOCK_BYTES;
+            let o = row_start(row, (p.k / 256u) * TQ1_0_BLOCK_BYTES) + (g / 8u) * TQ1_0_BLOCK_BYTES;
             let sub = g % 8u;
             let d = f16_scale(half_at(o + 52u));
             if (sub < 5u) {
@@ -1295,7 +1305,8 @@ fn mv_decode(row: u32, g: u32) -> Group {
         default: {
             // Ternary planes, 68-byte blocks of 256 values: the f32 scale, then 8 words of
             // "+1" bits and 8 of "−1" bits; group g is bit word g % 8 of each plane.
-            let wb = (row * (p.k / 256u) + g / 8u) * (TERNARY_PLANES_BLOCK_BYTES / 4u);
+            let wb = (row_start(row, (p.k / 256u) * TERNARY_PLANES_BLOCK_BYTES)
+                + (g / 8u) * TERNARY_PLANES_BLOCK_BYTES) / 4u;
             let plus = q[wb + 1u + g % 8u];
             let minus = q[wb + 9u + g % 8u];
             return Group(plane_vals(plus, minus, 0u), plane_vals(plus, minus, 1u),
@@ -1890,20 +1901,22 @@ fn mv_texels(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     quad_store(wid, r.row0 + 12u, q3);
 }
 
-// Partial sums of weight rows row0..row0+4 (rows past n repeat the last row; `mv_store` drops
-// them) against the workgroup's up to four activation rows.
-fn mv_partial(wid: vec3<u32>, row0: u32, lane: u32, lanes: u32) -> array<vec4<f32>, 4> {
+// Partial sums of the weight rows of the team whose first output row is `first` (rows
+// first..first + 4, rows past n repeating the last, which `mv_store` drops; see `team_rows`)
+// against the workgroup's up to four activation rows.
+fn mv_partial(wid: vec3<u32>, first: u32, lane: u32, lanes: u32) -> array<vec4<f32>, 4> {
     var acc0 = vec4<f32>();
     var acc1 = vec4<f32>();
     var acc2 = vec4<f32>();
     var acc3 = vec4<f32>();
-    if (row0 >= p.n) {
+    if (first >= p.n) {
         return array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
     }
-    let last = p.n - 1u;
-    let row1 = min(row0 + 1u, last);
-    let row2 = min(row0 + 2u, last);
-    let row3 = min(row0 + 3u, last);
+    let team = team_rows(first);
+    let row0 = team.x;
+    let row1 = team.y;
+    let row2 = team.z;
+    let row3 = team.w;
     let groups = p.k / 32u;
     // At least one: `mv_first_row` gives n (handled above) when mv_a0 is past m.
     let rows = min(4u, p.m - mv_a0);
@@ -1937,6 +1950,19 @@ fn mv_partial(wid: vec3<u32>, row0: u32, lane: u32, lanes: u32) -> array<vec4<f3
     return array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
 }
 
+// The weight rows of the team whose first output row is `row0` (below n): rows row0..row0 + 4
+// (the last repeated past n); for the paired SwiGLU product (epilogue 4, n even, the n / 2 gate
+// rows then the n / 2 up rows) gate rows r and r + 1 and up rows r and r + 1, r = row0 / 2, so
+// a team's four sums make outputs r and r + 1 (`mv_store_paired`).
+fn team_rows(row0: u32) -> vec4<u32> {
+    if (p.epilogue == 4u) {
+        let r = row0 / 2u;
+        let half = p.n / 2u;
+        return vec4<u32>(r, r + 1u, half + r, half + r + 1u);
+    }
+    return min(vec4<u32>(row0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.n - 1u));
+}
+
 // Group g of the workgroup's activation rows (the first `rows` read, the others zero).
 struct RowGroups {
     x0: Group,
@@ -1964,6 +1990,10 @@ fn mv_store(wid: vec3<u32>, row0: u32, s: array<vec4<f32>, 4>) {
         mv_store_rotated(row0, s);
         return;
     }
+    if (p.epilogue == 4u) {
+        mv_store_paired(row0, s);
+        return;
+    }
     for (var j = 0u; j < 4u; j = j + 1u) {
         let row = row0 + j;
         if (row < p.n) {
@@ -1973,6 +2003,23 @@ fn mv_store(wid: vec3<u32>, row0: u32, s: array<vec4<f32>, 4>) {
                 if (w != NO_WORD) {
                     out[w] = bitcast<u32>(finish(o, s[j][i]));
                 }
+            }
+        }
+    }
+}
+
+// The paired SwiGLU product's store: the team's sums are gate rows r and r + 1 (s[0], s[1])
+// and up rows r and r + 1 (s[2], s[3]), r = row0 / 2 (`team_rows`); the output, [m, n / 2],
+// gets silu(gate) · up at columns r and r + 1, rounded as `finish` rounds epilogue 2 (the
+// SwiGLU of a gate product stored, then read back, as f32).
+fn mv_store_paired(row0: u32, s: array<vec4<f32>, 4>) {
+    let half = p.n / 2u;
+    let r = row0 / 2u;
+    for (var j = 0u; j < 2u; j = j + 1u) {
+        if (r + j < half) {
+            for (var i = 0u; i < min(4u, p.m - mv_a0); i = i + 1u) {
+                let g = s[j][i];
+                out[(mv_a0 + i) * half + r + j] = bitcast<u32>(g / (1.0 + exp(-g)) * s[j + 2u][i]);
             }
         }
     }

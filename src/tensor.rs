@@ -165,20 +165,7 @@ impl Tensor {
         shape: impl Into<Shape>,
     ) -> Result<Tensor> {
         let shape = shape.into();
-        let units = expect_storage_len("from_bytes", dtype, &shape)?;
-        let expected = units * dtype.unit_bytes();
-        if bytes.len() != expected {
-            return Err(Error::DataLength {
-                len: bytes.len(),
-                expected,
-                shape,
-            });
-        }
-        let host = match dtype {
-            DType::F32 => HostData::F32(bytemuck::pod_collect_to_vec(&bytes)),
-            DType::U32 => HostData::U32(bytemuck::pod_collect_to_vec(&bytes)),
-            _ => HostData::Bytes(dtype, bytes),
-        };
+        let host = host_from_bytes(dtype, bytes, &shape)?;
         let backend = device.primary().clone();
         let storage = backend.upload(host)?;
         let bound = None;
@@ -190,6 +177,31 @@ impl Tensor {
             device.clone(),
             bound,
         ))
+    }
+
+    /// Several tensors of raw bytes ([`Tensor::from_bytes`]) uploaded together: where the
+    /// backend can, into one allocation, each at an offset it binds on its own, so that a
+    /// kernel can also read them as one (`Backend::upload_group`: a layer's gate and up
+    /// weights, which the wgpu backend multiplies in one dispatch).
+    pub fn from_bytes_group(
+        device: &Device,
+        parts: Vec<(DType, Vec<u8>, Shape)>,
+    ) -> Result<Vec<Tensor>> {
+        let mut hosts = Vec::with_capacity(parts.len());
+        let mut shapes = Vec::with_capacity(parts.len());
+        for (dtype, bytes, shape) in parts {
+            hosts.push(host_from_bytes(dtype, bytes, &shape)?);
+            shapes.push((dtype, shape));
+        }
+        let backend = device.primary().clone();
+        let storages = backend.upload_group(hosts)?;
+        Ok(storages
+            .into_iter()
+            .zip(shapes)
+            .map(|(storage, (dtype, shape))| {
+                Tensor::from_parts(storage, shape, dtype, backend.clone(), device.clone(), None)
+            })
+            .collect())
     }
 
     /// Runs all recorded work this tensor depends on and copies its raw little-endian bytes to
@@ -525,6 +537,25 @@ impl fmt::Debug for Tensor {
 /// Whether two handles are one backend instance (their data pointers, whatever the vtables).
 fn same_instance(a: &BackendRef, b: &BackendRef) -> bool {
     std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+}
+
+/// `bytes` as the host data of a tensor of `dtype` and `shape`: fails with
+/// [`Error::DataLength`] when the byte count does not fit the shape.
+fn host_from_bytes(dtype: DType, bytes: Vec<u8>, shape: &Shape) -> Result<HostData> {
+    let units = expect_storage_len("from_bytes", dtype, shape)?;
+    let expected = units * dtype.unit_bytes();
+    if bytes.len() != expected {
+        return Err(Error::DataLength {
+            len: bytes.len(),
+            expected,
+            shape: shape.clone(),
+        });
+    }
+    Ok(match dtype {
+        DType::F32 => HostData::F32(bytemuck::pod_collect_to_vec(&bytes)),
+        DType::U32 => HostData::U32(bytemuck::pod_collect_to_vec(&bytes)),
+        _ => HostData::Bytes(dtype, bytes),
+    })
 }
 
 /// The raw little-endian bytes of downloaded data.

@@ -8,7 +8,7 @@ use super::common::{assert_close, reference, rng, tensor, uniform};
 use super::{compare, packed_weight, TOL};
 use rand::rngs::StdRng;
 use webtensor::ops::{self, Activations, RopeLayout};
-use webtensor::{BackendKind, DType, Device, OpKind, Tensor};
+use webtensor::{BackendKind, DType, Device, OpKind, Shape, Tensor};
 
 /// The reference backend with `op` disabled: the fused op runs as its composition there.
 fn composed(op: OpKind) -> Device {
@@ -26,6 +26,32 @@ fn weight(d: &Device, w: &[f32], n: usize, k: usize, format: DType) -> Tensor {
     } else {
         packed_weight(d, w, n, k, format)
     }
+}
+
+/// The gate and up weights `[n, k]` uploaded together (`Tensor::from_bytes_group`), as the
+/// engine loads a layer's: the wgpu backend may then multiply both in one dispatch.
+fn grouped_weights(
+    d: &Device,
+    (g, u): (&[f32], &[f32]),
+    n: usize,
+    k: usize,
+    format: DType,
+) -> [Tensor; 2] {
+    let bytes = |w: &[f32]| match format {
+        DType::F32 => w.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(),
+        _ => ops::quantize(&tensor(&reference(), w, &[n, k]), format)
+            .unwrap()
+            .to_bytes()
+            .unwrap(),
+    };
+    let parts = vec![
+        (format, bytes(g), Shape::from([n, k])),
+        (format, bytes(u), Shape::from([n, k])),
+    ];
+    Tensor::from_bytes_group(d, parts)
+        .unwrap()
+        .try_into()
+        .unwrap()
 }
 
 /// Weight formats with the activation modes the engine pairs with each.
@@ -69,7 +95,9 @@ const LINEAR_SHAPES: [(usize, usize, usize); 5] = [
     (6, 20, 2560),
 ];
 
-/// gate·up·SiLU in one op, every weight dtype and activation mode, decode and prefill rows.
+/// gate·up·SiLU in one op, every weight dtype and activation mode, decode and prefill rows,
+/// the weights uploaded one by one and together (the wgpu backend's paired product on GPUs
+/// where n is even, each weight bound as its range of the group otherwise).
 /// Tolerance: twice the product's 1e-5·√k, each output being a product of two sums.
 pub fn swiglu_linear(dev: &Device) {
     let mut r = rng(61);
@@ -91,6 +119,15 @@ pub fn swiglu_linear(dev: &Device) {
                         act,
                     )
                     .unwrap()
+                },
+            );
+            compare(
+                &format!("{what}, gate and up uploaded together"),
+                dev,
+                2.0 * TOL * (k as f64).sqrt(),
+                |d| {
+                    let [gate, up] = grouped_weights(d, (&g, &u), n, k, format);
+                    ops::swiglu_linear(&tensor(d, &x, &[m, k]), &gate, &up, act).unwrap()
                 },
             );
         }

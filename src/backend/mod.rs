@@ -323,6 +323,14 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Copies host data into a new storage of this backend.
     fn upload(&self, data: HostData) -> Result<Storage>;
 
+    /// Copies several host datas into storages of this backend: where it can, into one
+    /// allocation, one after another, each at an offset it can bind on its own, so that a
+    /// kernel can also read them as one (the wgpu backend's product of a layer's gate and up
+    /// weights in one dispatch). The default uploads each on its own.
+    fn upload_group(&self, parts: Vec<HostData>) -> Result<Vec<Storage>> {
+        parts.into_iter().map(|p| self.upload(p)).collect()
+    }
+
     /// Runs everything recorded that `storage` depends on and copies it to the host.
     fn download(&self, storage: &Storage) -> Result<HostData>;
 

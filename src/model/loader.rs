@@ -12,6 +12,7 @@ use super::parallel::Shard;
 use super::weights::{RawTensor, StoredDType};
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::shape::Shape;
 use crate::tensor::Tensor;
 
 /// One decoder layer's weights.
@@ -174,6 +175,33 @@ impl<'a> Loader<'a> {
             .collect()
     }
 
+    /// The `matrices` (name, shape) on one device, uploaded together
+    /// ([`Tensor::from_bytes_group`]) when the model is not split and they have one dtype:
+    /// the backend may then read them as one (a layer's gate and up weights).
+    fn matrices_grouped(&self, matrices: &[(String, [usize; 2])]) -> Result<Vec<Tensor>> {
+        let raw = matrices
+            .iter()
+            .map(|(n, shape)| self.fetch(n, shape))
+            .collect::<Result<Vec<_>>>()?;
+        let one_dtype = raw.windows(2).all(|w| w[0].0.dtype == w[1].0.dtype);
+        if self.shard.size > 1 || !one_dtype {
+            return matrices
+                .iter()
+                .map(|(n, shape)| self.matrix_rows(n.clone(), *shape))
+                .collect();
+        }
+        let parts = raw
+            .iter()
+            .zip(matrices)
+            .map(|((t, bytes), (_, shape))| {
+                let (dtype, data) = t.device_bytes(bytes);
+                (dtype, data, Shape::from(shape.to_vec()))
+            })
+            .collect();
+        let names: Vec<&str> = matrices.iter().map(|(n, _)| n.as_str()).collect();
+        Tensor::from_bytes_group(self.device, parts).map_err(named(&names.join(", ")))
+    }
+
     /// Decoder layer `i` of the config's architecture.
     pub fn layer(&self, i: usize) -> Result<Layer> {
         let c = &self.files.config;
@@ -205,10 +233,14 @@ impl<'a> Loader<'a> {
                 .map_err(|_| Error::invalid("llama", "gate/up split into the wrong count"))?;
             (gate, up)
         } else {
-            (
-                self.matrix_rows(n("mlp.gate_proj.weight", "ffn_gate.weight"), [f, d])?,
-                self.matrix_rows(n("mlp.up_proj.weight", "ffn_up.weight"), [f, d])?,
-            )
+            let [gate, up]: [Tensor; 2] = self
+                .matrices_grouped(&[
+                    (n("mlp.gate_proj.weight", "ffn_gate.weight"), [f, d]),
+                    (n("mlp.up_proj.weight", "ffn_up.weight"), [f, d]),
+                ])?
+                .try_into()
+                .map_err(|_| Error::invalid("llama", "gate and up came back as the wrong count"))?;
+            (gate, up)
         };
         let biases = if c.attention_bias {
             Some([

@@ -57,20 +57,22 @@ impl RawTensor {
     /// Uploads the tensor from the file's `bytes` to `device`: f32, f16 and block formats as
     /// they are, bf16 widened to f32.
     pub fn to_device(&self, device: &Device, bytes: &[u8]) -> Result<Tensor> {
+        let (dtype, data) = self.device_bytes(bytes);
+        Tensor::from_bytes(device, dtype, data, self.shape.as_slice())
+    }
+
+    /// The dtype and bytes the tensor takes on a device: f32, f16 and block formats as they
+    /// are, bf16 widened to f32.
+    pub(crate) fn device_bytes(&self, bytes: &[u8]) -> (DType, Vec<u8>) {
         let data = &bytes[self.range.clone()];
         match self.dtype {
-            StoredDType::F32 => {
-                Tensor::from_bytes(device, DType::F32, data.to_vec(), self.shape.as_slice())
-            }
-            StoredDType::F16 => {
-                Tensor::from_bytes(device, DType::F16, data.to_vec(), self.shape.as_slice())
-            }
-            StoredDType::BF16 => {
-                Tensor::from_vec(device, self.to_f32(bytes), self.shape.as_slice())
-            }
-            StoredDType::Packed(d) => {
-                Tensor::from_bytes(device, d, data.to_vec(), self.shape.as_slice())
-            }
+            StoredDType::F32 => (DType::F32, data.to_vec()),
+            StoredDType::F16 => (DType::F16, data.to_vec()),
+            StoredDType::BF16 => (
+                DType::F32,
+                bytemuck::cast_slice(&self.to_f32(bytes)).to_vec(),
+            ),
+            StoredDType::Packed(d) => (d, data.to_vec()),
         }
     }
 

@@ -69,6 +69,9 @@ pub(crate) struct Operand<'a> {
     pub(crate) dtype: DType,
     /// The texel copy of Q4_0 weights on a CPU adapter (`texels.rs`).
     pub(crate) texels: Option<&'a WeightTexels>,
+    /// For a view of part of a buffer (a tensor uploaded in a group): the range of `buffer` a
+    /// kernel binds, (offset, size).
+    pub(crate) view: Option<(u64, u64)>,
 }
 
 impl<'a> Operand<'a> {
@@ -79,7 +82,17 @@ impl<'a> Operand<'a> {
             len: b.len(),
             dtype: b.dtype(),
             texels: b.texels(),
+            view: b.is_view().then(|| (b.offset(), b.bound_bytes())),
         }
+    }
+
+    /// The binding range of a view, `None` for a whole buffer.
+    pub(crate) fn window(&self) -> Option<Window> {
+        self.view.map(|(offset, size)| Window {
+            buffer: self.buffer.clone(),
+            offset,
+            size,
+        })
     }
 }
 
@@ -202,6 +215,23 @@ impl Encoder<'_> {
             },
         );
         Ok(())
+    }
+
+    /// Runs `record` with `window` bound in place of any other range of its buffer (the view
+    /// one dispatch of an op reads, where the op reads two views of one buffer).
+    pub(super) fn bound_as<T>(
+        &mut self,
+        window: Option<Window>,
+        record: impl FnOnce(&mut Self) -> Result<T>,
+    ) -> Result<T> {
+        let Some(window) = window else {
+            return record(self);
+        };
+        // Windows are looked up first to last.
+        self.windows.insert(0, window);
+        let done = record(self);
+        self.windows.remove(0);
+        done
     }
 
     /// Records `spec` reading `inputs` and writing `out`.

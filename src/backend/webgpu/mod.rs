@@ -264,13 +264,24 @@ impl WgpuBackend {
         len: usize,
         dtype: DType,
     ) -> Result<GpuBuffer> {
+        let buffer = self.mapped_buffer(op, bytes.len() as u64, &[(0, bytes)])?;
+        Ok(GpuBuffer::new(buffer, len, dtype, &self.pool))
+    }
+
+    /// A new buffer of `size` bytes with each of `parts` (offset, bytes) written through a
+    /// mapping at creation (never with `write_buffer`, which could overtake recorded work; see
+    /// `recorder`).
+    fn mapped_buffer(
+        &self,
+        op: &'static str,
+        size: u64,
+        parts: &[(u64, &[u8])],
+    ) -> Result<wgpu::Buffer> {
         // Uploads may exceed one binding: see `kernels/split.rs` for the ops that read them.
-        self.check_buffer_size(op, bytes.len() as u64)?;
+        self.check_buffer_size(op, size)?;
         self.spoil_capture("host data was uploaded")?;
-        let buffer = self
-            .pool
-            .create_mapped(self.pool.size_class(bytes.len() as u64));
-        if !bytes.is_empty() {
+        let buffer = self.pool.create_mapped(self.pool.size_class(size));
+        if size > 0 {
             let mut view = match buffer.slice(..).get_mapped_range_mut() {
                 Ok(view) => view,
                 // A lost device makes every new buffer invalid: say that, not the symptom.
@@ -280,11 +291,14 @@ impl WgpuBackend {
                     return Err(Error::backend(BackendKind::Wgpu, message));
                 }
             };
-            view.slice(..bytes.len()).copy_from_slice(bytes);
+            for &(at, bytes) in parts {
+                let at = at as usize;
+                view.slice(at..at + bytes.len()).copy_from_slice(bytes);
+            }
         }
         buffer.unmap();
         self.check_errors()?;
-        Ok(GpuBuffer::new(buffer, len, dtype, &self.pool))
+        Ok(buffer)
     }
 
     /// The temporary buffers `spec`'s kernels need beside its inputs, in the order they are
@@ -355,6 +369,8 @@ impl WgpuBackend {
         operands.extend(extras.iter().map(Operand::of));
         self.record(|encoder| {
             encoder.table_filled = filled;
+            // Views of grouped tensors are bound as their ranges.
+            encoder.windows = operands.iter().filter_map(Operand::window).collect();
             encoder.encode(spec, out.raw(), &operands)
         })?;
         let bound: Vec<&GpuBuffer> = std::iter::once(out)
@@ -531,6 +547,36 @@ impl Backend for WgpuBackend {
         Ok(Storage::Wgpu(buffer.with_texels(texels)))
     }
 
+    /// On GPUs (the row-team shapes, whose fused gate and up product reads the two as one):
+    /// parts of one dtype in one buffer, each at a multiple of the storage offset alignment and
+    /// padded to whole vec4s, when the group fits one binding. Otherwise each on its own.
+    fn upload_group(&self, parts: Vec<HostData>) -> Result<Vec<Storage>> {
+        let one_dtype = parts.windows(2).all(|w| w[0].dtype() == w[1].dtype());
+        let align = u64::from(self.ctx.limits.min_storage_buffer_offset_alignment).max(16);
+        let mut offsets = Vec::with_capacity(parts.len());
+        let mut end = 0u64;
+        for part in &parts {
+            let at = end.next_multiple_of(align);
+            offsets.push(at);
+            end = at + (part.bytes().len() as u64).next_multiple_of(16).max(16);
+        }
+        if !self.ctx.row_teams || parts.len() < 2 || !one_dtype || end > self.ctx.max_binding().0 {
+            return parts.into_iter().map(|p| self.upload(p)).collect();
+        }
+        let writes: Vec<(u64, &[u8])> = offsets
+            .iter()
+            .zip(&parts)
+            .map(|(&at, p)| (at, p.bytes()))
+            .collect();
+        let buffer = self.mapped_buffer("upload", end, &writes)?;
+        let whole = GpuBuffer::new(buffer, 0, parts[0].dtype(), &self.pool);
+        Ok(parts
+            .iter()
+            .zip(offsets)
+            .map(|(p, at)| Storage::Wgpu(whole.view(at, p.len(), p.dtype())))
+            .collect())
+    }
+
     fn download(&self, storage: &Storage) -> Result<HostData> {
         #[cfg(not(target_arch = "wasm32"))]
         {
@@ -592,7 +638,7 @@ impl Backend for WgpuBackend {
         // Buffer copies move whole 4-byte words; pooled buffers are padded to 16 bytes.
         let bytes = (len as u64 * src.dtype().unit_bytes() as u64).next_multiple_of(4);
         self.recorder()?
-            .copy(&self.ctx, src.raw(), out.raw(), bytes);
+            .copy_region(&self.ctx, (src.raw(), src.offset()), (out.raw(), 0), bytes);
         self.pin_to_capture(&[src, &out])?;
         Ok(Storage::Wgpu(out))
     }
@@ -627,7 +673,9 @@ impl Backend for WgpuBackend {
         let mut padded = bytes.to_vec();
         padded.resize(bytes.len().next_multiple_of(4), 0);
         if !padded.is_empty() {
-            self.ctx.queue.write_buffer(target.raw(), 0, &padded);
+            self.ctx
+                .queue
+                .write_buffer(target.raw(), target.offset(), &padded);
         }
         self.check_errors()
     }
@@ -644,6 +692,7 @@ impl Backend for WgpuBackend {
         let target = gpu_storage("copy_into", target)?;
         let unit = src.dtype().unit_bytes() as u64;
         let (from, at, bytes) = (from as u64 * unit, at as u64 * unit, units as u64 * unit);
+        let (from, at) = (src.offset() + from, target.offset() + at);
         if !(from.is_multiple_of(4) && at.is_multiple_of(4) && bytes.is_multiple_of(4)) {
             return Err(Error::invalid(
                 "copy_into",

@@ -100,7 +100,7 @@ params!(
     /// `residual` 1 when the `mv` product adds its residual operand.
     QuantParams for [Quant, QuantF16] {
         format: u32, m: u32, n: u32, k: u32, mode: u32, zero: u32, epilogue: u32, eps: f32,
-        rope_dim: u32, store_dim: u32, pool_rows: u32, _pad2: u32,
+        rope_dim: u32, store_dim: u32, pool_rows: u32, up_at: u32,
     }
 );
 params!(

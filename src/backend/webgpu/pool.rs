@@ -145,11 +145,19 @@ fn round_up(x: u64, to: u64) -> u64 {
     x.div_ceil(to) * to
 }
 
-/// A tensor's storage on a wgpu device. Cloning shares the buffer; when the last clone drops,
-/// the memory returns to the backend's pool.
+/// A tensor's storage on a wgpu device: a buffer, or a part of one (a view: tensors uploaded
+/// together, `Backend::upload_group`, each at its own offset). Cloning shares the buffer; when
+/// the last handle on it drops, the memory returns to the backend's pool.
 #[derive(Clone)]
 pub struct GpuBuffer {
     inner: Arc<Inner>,
+    /// Where the tensor's bytes start in the buffer: 0, or for a view a multiple of the
+    /// device's storage offset alignment, so it can be bound on its own.
+    offset: u64,
+    /// Whether this is a view of part of a buffer that holds other tensors too.
+    view: bool,
+    len: usize,
+    dtype: DType,
     /// The texel copy of an uploaded Q4_0 tensor on a CPU adapter (`texels.rs`), dropped with
     /// the last handle or at the first in-place write (which has the only handle).
     texels: Option<Arc<WeightTexels>>,
@@ -157,8 +165,6 @@ pub struct GpuBuffer {
 
 struct Inner {
     buffer: wgpu::Buffer,
-    len: usize,
-    dtype: DType,
     pool: Weak<BufferPool>,
     /// Handles held by recorded work ([`PinnedBuffer`]): they keep the memory out of the pool
     /// without making the tensor shared (an in-place write still writes it, not a copy).
@@ -183,13 +189,44 @@ impl GpuBuffer {
         GpuBuffer {
             inner: Arc::new(Inner {
                 buffer,
-                len,
-                dtype,
                 pool: Arc::downgrade(pool),
                 pins: AtomicUsize::new(0),
             }),
+            offset: 0,
+            view: false,
+            len,
+            dtype,
             texels: None,
         }
+    }
+
+    /// A view of `len` elements of `dtype` at byte `offset` of this handle's buffer (which
+    /// must hold them; `offset` a multiple of the storage offset alignment).
+    pub(crate) fn view(&self, offset: u64, len: usize, dtype: DType) -> GpuBuffer {
+        GpuBuffer {
+            inner: self.inner.clone(),
+            offset,
+            view: true,
+            len,
+            dtype,
+            texels: None,
+        }
+    }
+
+    /// Where the data starts in the buffer ([`GpuBuffer::raw`]), in bytes.
+    pub(crate) fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Whether this is a view of part of a buffer, which a kernel binds as a range.
+    pub(crate) fn is_view(&self) -> bool {
+        self.view
+    }
+
+    /// The bytes a binding of the data spans: its length rounded up to whole vec4s (each
+    /// tensor of a group is laid out with room for that).
+    pub(crate) fn bound_bytes(&self) -> u64 {
+        self.byte_len().next_multiple_of(16).max(16)
     }
 
     /// This buffer with `texels`, its data's texel copy.
@@ -210,27 +247,28 @@ impl GpuBuffer {
 
     /// Number of elements (the buffer itself may be larger: it is rounded to a size class).
     pub fn len(&self) -> usize {
-        self.inner.len
+        self.len
     }
 
     /// Whether the tensor has no elements.
     pub fn is_empty(&self) -> bool {
-        self.inner.len == 0
+        self.len == 0
     }
 
     /// The element type.
     pub fn dtype(&self) -> DType {
-        self.inner.dtype
+        self.dtype
     }
 
     /// Bytes of the data (`len` storage units of the dtype).
     pub fn byte_len(&self) -> u64 {
-        self.inner.len as u64 * self.inner.dtype.unit_bytes() as u64
+        self.len as u64 * self.dtype.unit_bytes() as u64
     }
 
-    /// The allocated size in bytes (at least 16, and at least [`GpuBuffer::byte_len`]).
+    /// The bytes of the buffer from the data's start on (at least 16, and at least
+    /// [`GpuBuffer::byte_len`]).
     pub fn capacity(&self) -> u64 {
-        self.inner.buffer.size()
+        self.inner.buffer.size() - self.offset
     }
 
     /// Whether another handle shares this buffer (a pin is not one: see [`PinnedBuffer`]).
@@ -284,30 +322,31 @@ impl Drop for PinnedBuffer {
     }
 }
 
-/// The identity of a tensor's storage, held without keeping it alive: once every handle has
-/// dropped (and its buffer gone back to the pool for another tensor), no handle is it
-/// ([`Handle::is`]).
+/// The identity of a tensor's storage (its buffer and where in it), held without keeping it
+/// alive: once every handle has dropped (and its buffer gone back to the pool for another
+/// tensor), no handle is it ([`Handle::is`]).
 #[derive(Debug)]
-pub(crate) struct BufferId(Weak<Inner>);
+pub(crate) struct BufferId(Weak<Inner>, u64);
 
 impl Handle for GpuBuffer {
     type Id = BufferId;
 
     fn id(&self) -> BufferId {
-        BufferId(Arc::downgrade(&self.inner))
+        BufferId(Arc::downgrade(&self.inner), self.offset)
     }
 
     /// (The weak reference keeps the allocation, so no later storage has the same address.)
     fn is(&self, id: &BufferId) -> bool {
-        std::ptr::eq(id.0.as_ptr(), Arc::as_ptr(&self.inner))
+        std::ptr::eq(id.0.as_ptr(), Arc::as_ptr(&self.inner)) && id.1 == self.offset
     }
 }
 
 impl fmt::Debug for GpuBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GpuBuffer")
-            .field("len", &self.inner.len)
-            .field("dtype", &self.inner.dtype)
+            .field("len", &self.len)
+            .field("dtype", &self.dtype)
+            .field("offset", &self.offset)
             .field("capacity", &self.inner.buffer.size())
             .field("texels", &self.texels.is_some())
             .finish()

@@ -49,7 +49,7 @@ impl Readback {
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        recorder.copy(ctx, src.raw(), &staging, bytes);
+        recorder.copy_region(ctx, (src.raw(), src.offset()), (&staging, 0), bytes);
         let submission = recorder.submit(ctx);
         let state = Arc::new(Mutex::new(MapState::default()));
         let callback_state = state.clone();

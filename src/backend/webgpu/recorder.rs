@@ -240,18 +240,6 @@ impl Recorder {
         self.profiler.as_ref().map(|p| p.profile(KernelId::label))
     }
 
-    /// Records a copy of `bytes` (a multiple of 4) from the start of `src` to the start of
-    /// `dst`.
-    pub(crate) fn copy(
-        &mut self,
-        ctx: &GpuContext,
-        src: &wgpu::Buffer,
-        dst: &wgpu::Buffer,
-        bytes: u64,
-    ) {
-        self.copy_region(ctx, (src, 0), (dst, 0), bytes);
-    }
-
     /// Records a copy of `bytes` (a multiple of 4) from `src` at `src_offset` to `dst` at
     /// `dst_offset` (both multiples of 4).
     pub(crate) fn copy_region(

@@ -19,7 +19,7 @@
 //! Off the `mv` kernel (f32 weights, long rows) the products of the first two are followed by
 //! the `epilogue` kernel.
 
-use super::quant::{folds_norm, ActTable, Epilogue, Folds, Norm, PoolStore, Product};
+use super::quant::{folds_norm, pairs_swiglu, ActTable, Epilogue, Folds, Norm, PoolStore, Product};
 use super::{u32_of, Encoder, Operand, Shader, LOOP_BUDGET};
 use crate::backend::webgpu::context::MvShape;
 use crate::backend::webgpu::params::AttentionParams;
@@ -48,6 +48,37 @@ fn attention_lanes_fit(s: &AttentionSpec) -> bool {
 /// norm's weight, and with a rope the positions and the frequencies.
 fn normed_inputs(l: &LinearSpec) -> usize {
     3 + 2 * usize::from(l.rope.is_some())
+}
+
+/// The gate and up weights of `l` as one operand, bound from the gate's first byte to the up
+/// weights' last, and the byte where the up rows start in it: where both are views of one
+/// buffer, uploaded together (`Backend::upload_group`), and the product pairs
+/// ([`pairs_swiglu`]).
+fn paired<'a>(
+    l: &LinearSpec,
+    gate: Operand<'a>,
+    up: Operand<'a>,
+    shape: MvShape,
+) -> Option<(Operand<'a>, u32)> {
+    let ((g_at, _), (u_at, u_size)) = (gate.view?, up.view?);
+    let product = Product {
+        format: l.format,
+        activations: l.activations,
+        m: l.m,
+        n: 2 * l.n,
+        k: l.k,
+    };
+    if gate.buffer != up.buffer || u_at <= g_at || !pairs_swiglu(product, shape) {
+        return None;
+    }
+    let up_at = u32::try_from(u_at - g_at).ok()?;
+    let both = Operand {
+        len: gate.len + up.len,
+        texels: None,
+        view: Some((g_at, u_at + u_size - g_at)),
+        ..gate
+    };
+    Some((both, up_at))
 }
 
 impl Encoder<'_> {
@@ -135,21 +166,29 @@ impl Encoder<'_> {
             None => (None, &inputs[3..]),
         };
         let (gate_out, temp) = (extras[0], extras.get(1));
-        self.linear(
-            l,
-            gate_out.buffer,
-            &[a, gate],
-            (temp.map(ActTable::empty), norm),
-            Epilogue::None,
-            None,
-        )?;
+        if let Some((both, up_at)) = paired(l, gate, up, self.ctx.mv_shape()) {
+            // One dispatch over the gate and up rows bound together.
+            let l = LinearSpec { n: 2 * l.n, ..*l };
+            let window = both.window();
+            let tables = (temp.map(ActTable::empty), norm);
+            let paired = Epilogue::Paired { up_at };
+            return self.bound_as(window, |e| {
+                e.linear(&l, out, &[a, both], tables, paired, None)
+            });
+        }
+        self.bound_as(gate.window(), |e| {
+            let tables = (temp.map(ActTable::empty), norm);
+            e.linear(l, gate_out.buffer, &[a, gate], tables, Epilogue::None, None)
+        })?;
         // The up product reads the activations the gate product rounded.
         let rounded = temp.map(|t| ActTable {
             buffer: t.buffer,
             filled: true,
         });
         let silu_gate = Epilogue::SiluGate(gate_out.buffer);
-        self.linear(l, out, &[a, up], (rounded, norm), silu_gate, None)
+        self.bound_as(up.window(), |e| {
+            e.linear(l, out, &[a, up], (rounded, norm), silu_gate, None)
+        })
     }
 
     /// `out = act(a) · wᵀ` then `epilogue`, for `inputs` `a` and `w` of `l`'s format; `temp`

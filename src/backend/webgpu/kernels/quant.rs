@@ -83,6 +83,23 @@ pub(in crate::backend::webgpu) fn folds_norm(
         && k <= shape.max_k()
 }
 
+/// Whether `pr`, a product a layer's gate and up weights share, runs as one paired `mv`
+/// dispatch ([`Epilogue::Paired`]) when the two are bound together: the products the `mv`
+/// kernel takes on GPUs (the row-team shapes, decode's few rows, f32 or int8 activations,
+/// packed or f16 weights, k in whole groups), with an even count of rows.
+pub(super) fn pairs_swiglu(pr: Product, shape: MvShape) -> bool {
+    shape != MvShape::Lanes
+        && pr.m <= MATVEC_MAX_M
+        && pr.format != DType::F32
+        && pr.k.is_multiple_of(32)
+        && pr.k <= shape.max_k()
+        && pr.n.is_multiple_of(2)
+        && matches!(
+            pr.activations,
+            Activations::F32 | Activations::Q8_0 | Activations::I8
+        )
+}
+
 /// Output rows and columns of an `mm_tiled` workgroup's tile (`quant.wgsl`).
 const MM_TILE: usize = 64;
 
@@ -316,6 +333,10 @@ pub(super) enum Epilogue<'a> {
         positions: &'a wgpu::Buffer,
         head_dim: usize,
     },
+    /// The paired SwiGLU product (the `mv` kernel only): the weights bound are a layer's gate
+    /// rows and then, from byte `up_at`, its up rows, the product's n counting both; stores
+    /// `silu(gate) · up`, `[m, n / 2]` (`mv_store_paired` in `quant.wgsl`).
+    Paired { up_at: u32 },
 }
 
 impl<'a> Epilogue<'a> {
@@ -326,6 +347,7 @@ impl<'a> Epilogue<'a> {
             Epilogue::Residual(_) => 1,
             Epilogue::SiluGate(_) => 2,
             Epilogue::Rotary { .. } => 3,
+            Epilogue::Paired { .. } => 4,
         }
     }
 
@@ -333,7 +355,7 @@ impl<'a> Epilogue<'a> {
     /// when it reads none.
     fn operand(self, fallback: &'a wgpu::Buffer) -> &'a wgpu::Buffer {
         match self {
-            Epilogue::None => fallback,
+            Epilogue::None | Epilogue::Paired { .. } => fallback,
             Epilogue::Residual(b) | Epilogue::SiluGate(b) => b,
             Epilogue::Rotary { inv_freq, .. } => inv_freq,
         }
@@ -386,6 +408,10 @@ impl Encoder<'_> {
             },
             store_dim: u32_of(OP, "head_dim", store.map_or(0, |s| s.head_dim))?,
             pool_rows: u32_of(OP, "pool rows", store.map_or(0, |s| s.pool_rows))?,
+            up_at: match epilogue {
+                Epilogue::Paired { up_at } => up_at,
+                _ => 0,
+            },
             ..params(OP, format, m, n, k, mode)?
         };
         let mv_grid = self.row_block_grid(OP, m, n, self.ctx.mv_shape().rows_per_workgroup())?;
@@ -521,8 +547,15 @@ impl Encoder<'_> {
         epilogue: Epilogue<'_>,
     ) -> Result<()> {
         const OP: &str = "epilogue";
-        if let Epilogue::None = epilogue {
-            return Ok(());
+        match epilogue {
+            Epilogue::None => return Ok(()),
+            Epilogue::Paired { .. } => {
+                return Err(Error::backend(
+                    BackendKind::Wgpu,
+                    "the paired SwiGLU product runs on the `mv` kernel only",
+                ))
+            }
+            _ => {}
         }
         let p = QuantParams {
             m: u32_of(OP, "rows", m)?,

@@ -112,6 +112,9 @@ impl Encoder<'_> {
         let weight = inputs[index];
         let total = weight.buffer.size();
         let per = per as usize;
+        // The windows of the op's other operands stay; each range's go after it. (Windows are
+        // looked up first to last, so a range's come first.)
+        let kept = self.windows.clone();
         for r0 in (0..rows).step_by(per) {
             let count = per.min(rows - r0);
             let offset = r0 as u64 * row_bytes;
@@ -123,13 +126,16 @@ impl Encoder<'_> {
             };
             let mut part = inputs.to_vec();
             part[index].len = (size / weight.dtype.unit_bytes() as u64) as usize;
-            self.windows = vec![Window {
-                buffer: weight.buffer.clone(),
-                offset,
-                size,
-            }];
+            self.windows.insert(
+                0,
+                Window {
+                    buffer: weight.buffer.clone(),
+                    offset,
+                    size,
+                },
+            );
             let done = self.encode_range(spec, out, &part, r0, count);
-            self.windows.clear();
+            self.windows.clone_from(&kept);
             done?;
         }
         Ok(())
@@ -192,11 +198,14 @@ impl Encoder<'_> {
             } else {
                 count as u64 * 4
             };
-            self.windows.push(Window {
-                buffer: out.clone(),
-                offset,
-                size,
-            });
+            self.windows.insert(
+                1,
+                Window {
+                    buffer: out.clone(),
+                    offset,
+                    size,
+                },
+            );
             return self.encode(&part, out, inputs);
         }
         let out_rows = output_rows(spec);
@@ -204,6 +213,10 @@ impl Encoder<'_> {
         let pool = self.recorder.pool().clone();
         let bytes = len as u64 * 4;
         let temp = GpuBuffer::new(pool.take(pool.size_class(bytes)), len, DType::F32, &pool);
+        // A captured step keeps its temporaries (`capture.rs`).
+        if let Some(log) = self.recorder.capture() {
+            log.pin(&[&temp]);
+        }
         self.encode(&part, temp.raw(), inputs)?;
         for row in 0..out_rows {
             self.recorder.copy_region(
