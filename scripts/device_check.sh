@@ -4,6 +4,7 @@
 #
 # Here, from the repository root (x86-64 Linux; .git/info/exclude ignores .dev/, .gl/, .whl/):
 #   scripts/device_check.sh --stage   # builds with the cuda feature, strips the binaries into .dev/
+#                                     # (xz-compressed; this script unpacks them there)
 #   # .gl/: the Vulkan loader's .deb (libvulkan1; that machine has the NVIDIA driver, no loader)
 #   # .whl/: gguf-py's wheel (gguf==0.19.0; numpy, pyyaml, requests, tqdm are there already)
 #   # optionally .dev/webtensor-before: an earlier build, timed against this one
@@ -29,10 +30,31 @@ for line in sys.stdin:
         shutil.copy(exe, os.path.join(".dev", m["target"]["name"]))'
   cargo build --release --features cuda --bin webtensor
   cp target/release/webtensor .dev/webtensor
-  strip .dev/*
+  # Stripped and xz-compressed (unpacked there, below): the tree that travels, with .dev, .gl,
+  # .whl and .peer, must stay under 64 MiB.
+  for f in .dev/*; do
+    if [ "${f%.xz}" = "$f" ]; then
+      strip "$f"
+      xz -9 -T2 -f "$f"
+    fi
+  done
   du -sh .dev
+  {
+    git ls-files -z --cached --others --exclude-standard
+    find .dev .gl .whl .peer -type f -print0 2>/dev/null
+  } | du -cb --files0-from=- | tail -1 |
+    awk '{ printf "travels: %.1f MiB of 64 (the tree, .dev, .gl, .whl, .peer)\n", $1 / 1048576 }'
   exit 0
 fi
+
+# xz-compressed files (.dev's binaries, .peer's) unpack with Python's lzma: xz may be missing there.
+unxz() {
+  python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$1" "$2" &&
+    chmod +x "$2"
+}
+for f in .dev/*.xz; do
+  [ -f "$f" ] && unxz "$f" "${f%.xz}"
+done
 
 OUT="${OUT:-target/device-out}"
 mkdir -p "$OUT"
@@ -96,11 +118,9 @@ peer_compare() {
   fi
   local peer=/tmp/peer cublas="" f i rc
   mkdir -p $peer
-  local unxz='import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))'
   for f in .peer/*.xz; do
-    python3 -c "$unxz" "$f" "$peer/$(basename "$f" .xz)"
+    unxz "$f" "$peer/$(basename "$f" .xz)"
   done
-  chmod +x $peer/llama-bench*
   cat .peer/VERSION.txt
   wait_for_model
   rm -rf "$PEER_RUNS"
