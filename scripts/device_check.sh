@@ -130,7 +130,9 @@ peer_compare() {
     cublas=$(find /usr/local/ /opt/ /usr/lib/ -xdev -name 'libcublas.so.13*' 2>/dev/null | head -1)
     echo "cuBLAS for llama.cpp CUDA: ${cublas:-none found}"
   fi
-  local bench=(-m "$model" -p "512,$PEER_PROMPT_TOKENS" -n 128 -ngl 99 -r 3 -o json)
+  local pp=512
+  [ "$PEER_PROMPT_TOKENS" = 512 ] || pp=512,$PEER_PROMPT_TOKENS
+  local bench=(-m "$model" -p "$pp" -n 128 -ngl 99 -r 3 -o json)
   local ours=(bench --model "$model" --prompt-tokens "$PEER_PROMPT_TOKENS" --decode-tokens 128
     --runs 1 --json) backends=(--backend wgpu --backend cuda)
   for i in 1 2 3; do

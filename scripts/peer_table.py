@@ -47,9 +47,16 @@ def load(runs_dir):
     return runs
 
 
+def on_gpu(run):
+    """Whether llama-bench found a GPU: without one it runs on the CPU, with empty gpu_info."""
+    return isinstance(run["result"], list) and all(t.get("gpu_info") for t in run["result"])
+
+
 def llama_rate(run, n_prompt, n_gen):
-    """llama-bench's mean tokens/s of the test with these lengths in one run, or None."""
-    for test in run["result"] or []:
+    """llama-bench's mean tokens/s of the test with these lengths in one run on the GPU, or None."""
+    if not on_gpu(run):
+        return None
+    for test in run["result"]:
         if test.get("n_prompt") == n_prompt and test.get("n_gen") == n_gen:
             return test.get("avg_ts")
     return None
@@ -131,6 +138,8 @@ def main():
     for r in runs:
         if r["rc"] != 0:
             notes.append(f"  {r['who']} round {r['round']}: exit status {r['rc']} after {r['seconds']} s")
+        elif r["who"].startswith("llama.cpp") and not on_gpu(r):
+            notes.append(f"  {r['who']} round {r['round']}: no GPU found (it ran on the CPU), left out")
         elif r["who"] == "webtensor":
             for row in r["result"] or []:
                 if not row.get("checked"):
