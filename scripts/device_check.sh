@@ -48,12 +48,12 @@ for line in sys.stdin:
 fi
 
 # xz-compressed files (.dev's binaries, .peer's) unpack with Python's lzma: xz may be missing there.
-unxz() {
+unpack_xz() {
   python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$1" "$2" &&
     chmod +x "$2"
 }
 for f in .dev/*.xz; do
-  [ -f "$f" ] && unxz "$f" "${f%.xz}"
+  [ -f "$f" ] && unpack_xz "$f" "${f%.xz}"
 done
 
 OUT="${OUT:-target/device-out}"
@@ -119,7 +119,7 @@ peer_compare() {
   local peer=/tmp/peer cublas="" f i rc
   mkdir -p $peer
   for f in .peer/*.xz; do
-    unxz "$f" "$peer/$(basename "$f" .xz)"
+    unpack_xz "$f" "$peer/$(basename "$f" .xz)"
   done
   cat .peer/VERSION.txt
   wait_for_model
@@ -201,6 +201,7 @@ fi
 if [ "${1:-}" = --ab ]; then
   step 150 .dev/conformance --test-threads 8 wgpu::
   step 150 .dev/conformance --test-threads 8 cuda::
+  wait_for_model
   peer_compare
   profile_and_compare
   exit 0
