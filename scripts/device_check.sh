@@ -4,10 +4,12 @@
 #
 # Here, from the repository root (x86-64 Linux; .git/info/exclude ignores .dev/, .gl/, .whl/):
 #   scripts/device_check.sh --stage   # builds with the cuda feature, strips the binaries into .dev/
+#                                     # (xz-compressed; this script unpacks them there)
 #   # .gl/: the Vulkan loader's .deb (libvulkan1; that machine has the NVIDIA driver, no loader)
 #   # .whl/: gguf-py's wheel (gguf==0.19.0; numpy, pyyaml, requests, tqdm are there already)
 #   # optionally .dev/webtensor-before: an earlier build, timed against this one
-# There (carry .dev, .gl and .whl): scripts/device_check.sh [--ab]
+#   # optionally .peer/: llama.cpp's llama-bench (scripts/build_llama_cpp_peer.sh vulkan cuda)
+# There (carry .dev, .gl, .whl and .peer): scripts/device_check.sh [--ab | --peer]
 #
 # Every step has its own time limit and the script goes on after a failure, so one call returns
 # as much as it can. Logs and reports go to $OUT (the device tool brings that folder back), else
@@ -28,10 +30,31 @@ for line in sys.stdin:
         shutil.copy(exe, os.path.join(".dev", m["target"]["name"]))'
   cargo build --release --features cuda --bin webtensor
   cp target/release/webtensor .dev/webtensor
-  strip .dev/*
+  # Stripped and xz-compressed (unpacked there, below): the tree that travels, with .dev, .gl,
+  # .whl and .peer, must stay under 64 MiB.
+  for f in .dev/*; do
+    if [ "${f%.xz}" = "$f" ]; then
+      strip "$f"
+      xz -9 -T2 -f "$f"
+    fi
+  done
   du -sh .dev
+  {
+    git ls-files -z --cached --others --exclude-standard
+    find .dev .gl .whl .peer -type f -print0 2>/dev/null
+  } | du -cb --files0-from=- | tail -1 |
+    awk '{ printf "travels: %.1f MiB of 64 (the tree, .dev, .gl, .whl, .peer)\n", $1 / 1048576 }'
   exit 0
 fi
+
+# xz-compressed files (.dev's binaries, .peer's) unpack with Python's lzma: xz may be missing there.
+unpack_xz() {
+  python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$1" "$2" &&
+    chmod +x "$2"
+}
+for f in .dev/*.xz; do
+  [ -f "$f" ] && unpack_xz "$f" "${f%.xz}"
+done
 
 OUT="${OUT:-target/device-out}"
 mkdir -p "$OUT"
@@ -70,6 +93,83 @@ maker=$!
 ldconfig -p | grep -c libvulkan.so.1 | sed 's/^/vulkan loaders: /'
 ls /usr/share/vulkan/icd.d /etc/vulkan/icd.d /usr/local/nvidia/share/vulkan/icd.d 2>/dev/null
 
+model_waited=
+wait_for_model() {
+  [ -n "$model_waited" ] && return 0
+  echo "== waiting for the model"
+  wait "$maker"
+  echo "== model: rc=$? $(ls -la "$model" 2>&1)"
+  model_waited=1
+}
+
+# llama.cpp's llama-bench on the same GGUF, taking turns with our bench --model on wgpu and cuda,
+# three rounds. .peer/ holds it xz-compressed (scripts/build_llama_cpp_peer.sh): llama-bench
+# (Vulkan) and, where built, llama-bench-cuda with its libcudart; they are unpacked into
+# /tmp/peer. Each llama-bench call is pp512, pp$PEER_PROMPT_TOKENS and tg128, 3 repetitions, all
+# layers on the GPU. Our side prompts with $PEER_PROMPT_TOKENS tokens (default 16: bench --model
+# first checks the prompt's logits against the scalar reference, which costs seconds per token
+# of a 1.1B model) and decodes 128. Every run's JSON goes into $OUT/peer.json, the table to the log.
+PEER_PROMPT_TOKENS=${PEER_PROMPT_TOKENS:-16}
+PEER_RUNS=/tmp/peer-runs
+peer_compare() {
+  if [ ! -f .peer/llama-bench.xz ]; then
+    echo "== no .peer/llama-bench.xz (scripts/build_llama_cpp_peer.sh): peer comparison skipped"
+    return 0
+  fi
+  local peer=/tmp/peer cublas="" f i rc
+  mkdir -p $peer
+  for f in .peer/*.xz; do
+    unpack_xz "$f" "$peer/$(basename "$f" .xz)"
+  done
+  cat .peer/VERSION.txt
+  wait_for_model
+  rm -rf "$PEER_RUNS"
+  mkdir -p "$PEER_RUNS"
+  # cuBLAS 13 is the machine's own (the CUDA toolkit's or PyTorch's wheels); libcudart is in .peer.
+  if [ -x $peer/llama-bench-cuda ]; then
+    cublas=$(find /usr/local/ /opt/ /usr/lib/ -xdev -name 'libcublas.so.13*' 2>/dev/null | head -1)
+    echo "cuBLAS for llama.cpp CUDA: ${cublas:-none found}"
+  fi
+  local pp=512
+  [ "$PEER_PROMPT_TOKENS" = 512 ] || pp=512,$PEER_PROMPT_TOKENS
+  local bench=(-m "$model" -p "$pp" -n 128 -ngl 99 -r 3 -o json)
+  local ours=(bench --model "$model" --prompt-tokens "$PEER_PROMPT_TOKENS" --decode-tokens 128
+    --runs 1 --json) backends=(--backend wgpu --backend cuda)
+  for i in 1 2 3; do
+    peer_run "$i" llama.cpp-vulkan 150 $peer/llama-bench "${bench[@]}"
+    peer_run "$i" webtensor 240 .dev/webtensor "${ours[@]}" "${backends[@]}"
+    # One backend's failure fails the whole bench: keep wgpu's figures at least.
+    rc=$(cut -d' ' -f1 "$PEER_RUNS/webtensor-$i.rc")
+    if [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ ${#backends[@]} = 4 ]; then
+      backends=(--backend wgpu)
+      echo "== wgpu alone from here"
+      peer_run "$i" webtensor 240 .dev/webtensor "${ours[@]}" "${backends[@]}"
+    fi
+    if [ -n "$cublas" ]; then
+      peer_run "$i" llama.cpp-cuda 90 env LD_LIBRARY_PATH="$peer:${cublas%/*}:$LD_LIBRARY_PATH" \
+        $peer/llama-bench-cuda "${bench[@]}"
+    fi
+  done
+  python3 scripts/peer_table.py "$PEER_RUNS" "$OUT/peer.json"
+}
+
+# peer_run ROUND WHO LIMIT COMMAND...: one timed run; its stdout (JSON) kept in $PEER_RUNS, the
+# lines of its stderr that name the device or an error copied to the log.
+peer_run() {
+  local round=$1 who=$2 limit=$3
+  shift 3
+  echo "== round $round: $who (limit ${limit}s)"
+  local start=$SECONDS rc
+  local base=$PEER_RUNS/$who-$round
+  timeout "$limit" "$@" >"$base.json" 2>"$base.err"
+  rc=$?
+  echo "$rc $((SECONDS - start))" >"$base.rc"
+  grep -aiE 'ggml_vulkan: [0-9]|ggml_cuda_init|Device [0-9]|error|fail|warn' "$base.err" |
+    sort -u | head -20
+  [ $rc = 0 ] || tail -5 "$base.err"
+  echo "== rc=$rc after $((SECONDS - start)) s"
+}
+
 # Where wgpu's decode time goes, per kernel (GPU timestamps), with int8 and f32 activations;
 # then, where .dev/webtensor-before holds an earlier build, its decode and this one's take
 # turns, three times each.
@@ -90,11 +190,19 @@ profile_and_compare() {
   done
 }
 
-# --ab: only the conformance on both backends, the profile and the before/after comparison.
+# --peer: only the comparison with llama.cpp.
+if [ "${1:-}" = --peer ]; then
+  peer_compare
+  exit 0
+fi
+
+# --ab: only the conformance on both backends, llama.cpp, the profile and the before/after
+# comparison.
 if [ "${1:-}" = --ab ]; then
   step 150 .dev/conformance --test-threads 8 wgpu::
   step 150 .dev/conformance --test-threads 8 cuda::
-  wait "$maker"
+  wait_for_model
+  peer_compare
   profile_and_compare
   exit 0
 fi
@@ -106,14 +214,14 @@ step 150 .dev/conformance --test-threads 8 wgpu::
 step 150 .dev/conformance --test-threads 8 cuda::
 step 60 .dev/cuda_kernels
 [ -x .dev/wgpu_split ] && step 60 .dev/wgpu_split
+# The most valuable timing next: our decode against llama.cpp's on the same card.
+peer_compare
 WEBTENSOR_WGPU_F16=off step 120 .dev/conformance --test-threads 8 wgpu::
 WEBTENSOR_WGPU_SUBGROUPS=off step 120 .dev/conformance --test-threads 8 wgpu::
 WEBTENSOR_WGPU_INT_DOT=off step 120 .dev/conformance --test-threads 8 wgpu::
 WEBTENSOR_WGPU_ROW_TEAMS=off step 90 .dev/conformance --test-threads 8 wgpu::qmatmul wgpu::matmul
 
-echo "== waiting for the model"
-wait "$maker"
-echo "== model: rc=$? $(ls -la "$model" 2>&1)"
+wait_for_model
 # Every backend on the model. 16 prompt tokens: the reference's logits for the check are
 # scalar and cost seconds per token.
 step 240 sh -c ".dev/webtensor bench --model $model --prompt-tokens 16 --runs 3 --json >$OUT/model.json"
