@@ -4,8 +4,6 @@
 
 use std::num::NonZeroU64;
 
-use super::pipelines::PARAMS_BYTES;
-
 /// What a bind group binds after the parameters: (buffer, offset, size) per buffer binding
 /// (size 0 binds the whole buffer), then the texture of a kernel that has one.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -14,12 +12,12 @@ pub(crate) struct BindKey {
     pub(crate) texture: Option<wgpu::TextureView>,
 }
 
-/// A bind group of `layout` binding `params` (one [`PARAMS_BYTES`] slot at a dynamic offset)
-/// at binding 0 and `key`'s buffers and texture after it.
+/// A bind group of `layout` binding `params` (a block of `params_bytes`, the kernels'
+/// `PARAMS_BYTES`, at a dynamic offset) at binding 0 and `key`'s buffers and texture after it.
 pub(crate) fn bind_group(
     device: &wgpu::Device,
     layout: &wgpu::BindGroupLayout,
-    params: &wgpu::Buffer,
+    (params, params_bytes): (&wgpu::Buffer, u64),
     key: &BindKey,
 ) -> wgpu::BindGroup {
     let mut entries = vec![wgpu::BindGroupEntry {
@@ -27,7 +25,7 @@ pub(crate) fn bind_group(
         resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
             buffer: params,
             offset: 0,
-            size: NonZeroU64::new(PARAMS_BYTES),
+            size: NonZeroU64::new(params_bytes),
         }),
     }];
     entries.extend(

@@ -15,7 +15,6 @@
 use std::collections::HashMap;
 
 use super::bindings::{self, BindKey};
-use super::pipelines::Kernel;
 use super::pool::{GpuBuffer, PinnedBuffer};
 
 /// A buffer-to-buffer copy: (source, offset), (destination, offset), bytes.
@@ -54,18 +53,19 @@ pub(crate) struct CaptureLog {
 }
 
 impl CaptureLog {
-    /// Logs a dispatch of `kernel` binding `key`, with its parameter block and grid.
+    /// Logs a dispatch of a kernel (its pipeline and bind group layout) binding `key`, with
+    /// its parameter block and grid.
     pub(crate) fn dispatch(
         &mut self,
-        kernel: &Kernel,
+        (pipeline, layout): (&wgpu::ComputePipeline, &wgpu::BindGroupLayout),
         key: BindKey,
         params: &[u8],
         groups: [u32; 3],
         keys_at: Option<u32>,
     ) {
         self.items.push(Logged::Dispatch(LoggedDispatch {
-            pipeline: kernel.pipeline.clone(),
-            layout: kernel.layout.clone(),
+            pipeline: pipeline.clone(),
+            layout: layout.clone(),
             key,
             params: params.to_vec(),
             groups,
@@ -94,12 +94,12 @@ impl CaptureLog {
     }
 
     /// The step to replay, built on `device` with parameter slots of `slot` bytes (the
-    /// device's uniform offset alignment, at least a parameter block): `Err` says why there
-    /// is none.
+    /// device's uniform offset alignment, at least a parameter block) that bind blocks of
+    /// `params_bytes`: `Err` says why there is none.
     pub(crate) fn finish(
         self,
         device: &wgpu::Device,
-        slot: u64,
+        (slot, params_bytes): (u64, u64),
     ) -> std::result::Result<WgpuStep, &'static str> {
         if let Some(why) = self.spoiled {
             return Err(why);
@@ -147,7 +147,12 @@ impl CaptureLog {
                     let at = slots[&(d.params.as_slice(), d.keys_at)];
                     StepItem::Dispatch {
                         pipeline: d.pipeline.clone(),
-                        bind_group: bindings::bind_group(device, &d.layout, &params, &d.key),
+                        bind_group: bindings::bind_group(
+                            device,
+                            &d.layout,
+                            (&params, params_bytes),
+                            &d.key,
+                        ),
                         offset: (at * slot) as u32,
                         groups: d.groups,
                     }

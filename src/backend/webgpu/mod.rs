@@ -717,9 +717,9 @@ impl Backend for WgpuBackend {
         // The last normed rounding's table is the step's own temporary from now on.
         self.shared_rounding.forget();
         let mut recorder = self.recorder().ok()?;
-        let slot = recorder.slot();
+        let layout = recorder.params_layout();
         let log = recorder.end_capture()?;
-        match log.finish(&self.ctx.device, slot) {
+        match log.finish(&self.ctx.device, layout) {
             Ok(step) => Some(CapturedStep {
                 kind: BackendKind::Wgpu,
                 dispatches: step.dispatches,

@@ -355,7 +355,7 @@ impl fmt::Debug for GpuBuffer {
 
 #[cfg(test)]
 mod tests {
-    use super::size_class;
+    use crate::backend::webgpu::pool::size_class;
 
     #[test]
     fn size_classes_cover_the_request_and_waste_at_most_a_quarter() {

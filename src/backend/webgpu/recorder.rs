@@ -162,7 +162,8 @@ impl Recorder {
         let key = self.bind_key(&d);
         let bind_group = self.bind_group(ctx, &d, &key);
         if let Some(log) = &mut self.capture {
-            log.dispatch(d.kernel, key, &self.arena[offset..], d.groups, d.keys_at);
+            let kernel = (&d.kernel.pipeline, &d.kernel.layout);
+            log.dispatch(kernel, key, &self.arena[offset..], d.groups, d.keys_at);
         }
         let mut timed_pass;
         let pass = match self.profiler.as_mut().map(|p| p.next_pass(d.kernel.id)) {
@@ -224,8 +225,8 @@ impl Recorder {
         if let Some(bind_group) = self.bind_groups.get(key) {
             return bind_group.clone();
         }
-        let bind_group =
-            bindings::bind_group(&ctx.device, &d.kernel.layout, &self.arena_buffer, key);
+        let params = (&self.arena_buffer, PARAMS_BYTES);
+        let bind_group = bindings::bind_group(&ctx.device, &d.kernel.layout, params, key);
         self.bind_groups.insert(key.clone(), bind_group.clone());
         bind_group
     }
@@ -282,6 +283,12 @@ impl Recorder {
         self.capture.take()
     }
 
+    /// What `finish` builds a captured step's bind groups with: the slot of one parameter
+    /// block and the block's bytes.
+    pub(crate) fn params_layout(&self) -> (u64, u64) {
+        (self.slot, PARAMS_BYTES)
+    }
+
     /// Whether something is recorded and not yet submitted.
     pub(crate) fn has_pending(&self) -> bool {
         self.encoder.is_some() || !self.arena.is_empty()
@@ -319,11 +326,6 @@ impl Recorder {
             }
         }
         self.dispatches += step.dispatches as u64;
-    }
-
-    /// The size of one parameter slot (a block rounded up to the uniform offset alignment).
-    pub(crate) fn slot(&self) -> u64 {
-        self.slot
     }
 
     /// The pool temporary buffers come from.
