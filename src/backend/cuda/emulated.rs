@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
-use super::kernels::{launch, launch_in_place, Arg, Launcher, BLOCK};
+use super::kernels::{copy_into, launch, launch_in_place, write, Arg, Launcher, BLOCK};
 use crate::backend::reference::ReferenceBackend;
 use crate::backend::BackendKind;
 use crate::backend::{
@@ -99,6 +99,23 @@ impl Launcher for Emulator {
         b.dtype
     }
 
+    fn len(&self, b: &EmuBuffer) -> usize {
+        b.len
+    }
+
+    fn write_bytes(&self, dst: u64, data: &[u8]) -> Result<()> {
+        // SAFETY: `dst` is an EmuBuffer's address with room for `data` (the launch code
+        // checks the lengths); nothing else runs meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst as *mut u8, data.len()) };
+        Ok(())
+    }
+
+    fn copy_bytes(&self, src: u64, dst: u64, bytes: usize) -> Result<()> {
+        // SAFETY: as for `write_bytes`; the launch code copies between distinct buffers.
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, bytes) };
+        Ok(())
+    }
+
     fn scratch(&self, _op: &'static str, len: usize, dtype: DType) -> Result<EmuBuffer> {
         Ok(EmuBuffer::new(len, dtype))
     }
@@ -125,6 +142,10 @@ impl Launcher for Emulator {
                 Arg::F32(v) => v as *const f32 as *mut c_void,
             })
             .collect();
+        // The emulation keeps the grid and its barriers in globals of each library, which
+        // every test of the process shares: one launch at a time.
+        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: the wrapper reads each argument with the type the kernel declares; the
         // launch code passes the kernels' parameter lists (this test checks it does).
         unsafe { f(grid.0, grid.1, grid.2, BLOCK, argv.as_mut_ptr()) };
@@ -441,5 +462,56 @@ fn scatter_rows_in_place_matches_the_reference() {
         &t.to_host(),
         want.as_host().expect("host"),
         0.0,
+    );
+}
+
+/// `write` overwrites a buffer in place, whatever its dtype (bytes of a packed one, an odd
+/// count of them included); a write of another length or dtype is refused and changes nothing.
+#[test]
+fn write_overwrites_the_buffer_in_place() {
+    let Some(emu) = Emulator::open() else {
+        return;
+    };
+    let target = EmuBuffer::from_host(&HostData::F32(vec![1.0; 7]));
+    let address = emu.ptr(&target);
+    let data = HostData::F32((0..7).map(|v| v as f32 * 0.5).collect());
+    write(&emu, &target, &data).expect("write");
+    assert_eq!(target.to_host(), data);
+    assert_eq!(emu.ptr(&target), address, "the same memory");
+    let bytes = EmuBuffer::from_host(&HostData::Bytes(DType::I8, vec![0; 5]));
+    let data = HostData::Bytes(DType::I8, vec![1, 2, 3, 4, 5]);
+    write(&emu, &bytes, &data).expect("write bytes");
+    assert_eq!(bytes.to_host(), data);
+    assert!(write(&emu, &target, &HostData::F32(vec![0.0; 6])).is_err());
+    assert!(write(&emu, &target, &HostData::U32(vec![0; 7])).is_err());
+    assert_eq!(target.to_host().as_f32().unwrap()[6], 3.0);
+    let empty = EmuBuffer::new(0, DType::U32);
+    write(&emu, &empty, &HostData::U32(Vec::new())).expect("an empty write");
+}
+
+/// `copy_into` copies a region between buffers at unit offsets, leaving the rest, and
+/// refuses ranges past either buffer and mixed dtypes.
+#[test]
+fn copy_into_copies_a_region_in_place() {
+    let Some(emu) = Emulator::open() else {
+        return;
+    };
+    let src = EmuBuffer::from_host(&HostData::U32((100..113).collect()));
+    let target = EmuBuffer::from_host(&HostData::U32((0..9).collect()));
+    copy_into(&emu, (&src, 11), (&target, 2), 2).expect("copy");
+    copy_into(&emu, (&src, 0), (&target, 8), 1).expect("copy the last unit");
+    copy_into(&emu, (&src, 13), (&target, 9), 0).expect("an empty copy at the ends");
+    assert_eq!(
+        target.to_host(),
+        HostData::U32(vec![0, 1, 111, 112, 4, 5, 6, 7, 100])
+    );
+    assert!(copy_into(&emu, (&src, 12), (&target, 0), 2).is_err());
+    assert!(copy_into(&emu, (&src, 0), (&target, 8), 2).is_err());
+    assert!(copy_into(&emu, (&src, usize::MAX), (&target, 0), 2).is_err());
+    let floats = EmuBuffer::from_host(&HostData::F32(vec![0.0; 9]));
+    assert!(copy_into(&emu, (&src, 0), (&floats, 0), 1).is_err());
+    assert_eq!(
+        target.to_host(),
+        HostData::U32(vec![0, 1, 111, 112, 4, 5, 6, 7, 100])
     );
 }

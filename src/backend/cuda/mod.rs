@@ -246,6 +246,31 @@ impl CudaBackend {
         let (ptr, _sync) = b.slice.device_ptr(&self.stream);
         ptr
     }
+
+    /// Queues a copy of `data` (host memory) to device address `dst` on the stream. The
+    /// driver stages pageable host memory before it returns, so `data` may go at once.
+    fn htod(&self, dst: u64, data: &[u8]) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| Self::driver_error("write", e))?;
+        // SAFETY: `dst` is a live buffer of this context with room for `data` (the callers
+        // check the lengths), and the copy is ordered on the backend's one stream.
+        unsafe { cudarc::driver::result::memcpy_htod_async(dst, data, self.stream.cu_stream()) }
+            .map_err(|e| Self::driver_error("write", e))
+    }
+
+    /// Queues a device-to-device copy of `bytes` bytes from `src` to `dst` on the stream.
+    fn dtod(&self, src: u64, dst: u64, bytes: usize) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| Self::driver_error("copy_into", e))?;
+        // SAFETY: both ranges lie in live buffers of this context (the callers check them)
+        // and do not overlap (the target is a buffer no other handle shares).
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream())
+        }
+        .map_err(|e| Self::driver_error("copy_into", e))
+    }
 }
 
 /// The CUDA buffer of a storage, or an error naming `op`.
@@ -322,6 +347,25 @@ impl Backend for CudaBackend {
             .map(|s| cuda_storage(op, s))
             .collect::<Result<Vec<_>>>()?;
         kernels::launch_in_place(self, spec, target, &buffers)
+    }
+
+    /// Copied into the target's own memory on the stream (`cuMemcpyHtoDAsync`), never into a
+    /// new buffer, so work recorded to read it sees the new contents.
+    fn write(&self, target: &mut Storage, data: HostData) -> Result<()> {
+        let target = cuda_storage("write", target)?;
+        kernels::write(self, target, &data)
+    }
+
+    /// A device-to-device copy on the stream into the target's own memory.
+    fn copy_into(
+        &self,
+        (src, from): (&Storage, usize),
+        (target, at): (&mut Storage, usize),
+        units: usize,
+    ) -> Result<()> {
+        let src = cuda_storage("copy_into", src)?;
+        let target = cuda_storage("copy_into", target)?;
+        kernels::copy_into(self, (src, from), (target, at), units)
     }
 
     fn copy(&self, x: &Storage, len: usize) -> Result<Storage> {
