@@ -24,6 +24,10 @@ pub(super) enum Arg {
     U32(u32),
     U64(u64),
     F32(f32),
+    /// The device address attention reads its key count from in a replayed step (a `const
+    /// u32*` parameter, next to the count itself): null when launched directly, the step's own
+    /// memory, written before each replay, in a CUDA graph (`graph.rs`).
+    KeysAt,
 }
 
 /// A size as the kernels take it, or an error for one past 32 bits.
@@ -120,11 +124,13 @@ impl Launcher for CudaBackend {
             Error::backend(BackendKind::Cuda, format!("kernel {name} was not loaded"))
         })?;
         let mut builder = self.stream.launch_builder(f);
+        let null = 0u64;
         for a in args {
             match a {
                 Arg::Ptr(v) | Arg::U64(v) => builder.arg(v),
                 Arg::U32(v) => builder.arg(v),
                 Arg::F32(v) => builder.arg(v),
+                Arg::KeysAt => builder.arg(&null),
             };
         }
         let cfg = LaunchConfig {
@@ -161,7 +167,12 @@ impl<L: Launcher> Call<'_, L> {
 
     /// The output's address as an argument.
     pub(super) fn out(&self) -> Arg {
-        Arg::Ptr(self.be.ptr(self.out))
+        Arg::Ptr(self.out_ptr())
+    }
+
+    /// The output's address.
+    pub(super) fn out_ptr(&self) -> u64 {
+        self.be.ptr(self.out)
     }
 
     /// A size as a kernel argument.
@@ -232,7 +243,8 @@ pub(super) fn copy_into<L: Launcher>(
     )
 }
 
-/// Records the in-place `spec` ([`OpSpec::ScatterRows`]) changing `target`.
+/// Records the in-place `spec` ([`OpSpec::ScatterRows`], [`OpSpec::NormLinearInto`])
+/// changing `target`.
 pub(super) fn launch_in_place<L: Launcher>(
     be: &L,
     spec: &OpSpec,
@@ -240,6 +252,18 @@ pub(super) fn launch_in_place<L: Launcher>(
     inputs: &[&L::Buffer],
 ) -> Result<()> {
     let op = spec.kind().name();
+    if let OpSpec::NormLinearInto { l, .. } = spec {
+        if l.m * l.n == 0 {
+            return Ok(());
+        }
+        let c = Call {
+            be,
+            op,
+            out: target,
+            inputs,
+        };
+        return launch::fused::launch(&c, spec);
+    }
     let OpSpec::ScatterRows { rows, cols, count } = *spec else {
         return Err(Error::backend(
             BackendKind::Cuda,
@@ -314,12 +338,12 @@ pub(super) fn launch<L: Launcher>(
             launch::scan::launch(&c, spec)
         }
         OpSpec::NormLinear(_)
-        | OpSpec::NormLinearInto { .. }
         | OpSpec::SwigluLinear(_)
         | OpSpec::LinearResidual(_)
-        | OpSpec::PagedAttention(_) => Err(Error::backend(
+        | OpSpec::PagedAttention(_) => launch::fused::launch(&c, spec),
+        OpSpec::NormLinearInto { .. } => Err(Error::backend(
             BackendKind::Cuda,
-            format!("no {op} kernel yet; ops composes it"),
+            "rms_norm_linear_into runs in place (write_into)",
         )),
     }
 }

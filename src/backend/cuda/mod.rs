@@ -173,7 +173,7 @@ impl CudaBackend {
             ],
             threads: None,
             simd: None,
-            missing_ops: OpKind::FUSED.to_vec(),
+            missing_ops: Vec::new(),
             f16_path: "f16 storage widened to f32 in the kernels".into(),
             reductions: String::new(),
             prefill: String::new(),
@@ -289,9 +289,15 @@ impl Backend for CudaBackend {
         BackendKind::Cuda
     }
 
-    /// No kernels yet for the fused decode ops: `ops` composes them from other ops here.
-    fn supports(&self, op: OpKind, _dtype: DType) -> bool {
-        !OpKind::FUSED.contains(&op)
+    /// Every op has its kernels here, the fused decode ops included (`kernels/fused.cu`).
+    fn supports(&self, _op: OpKind, _dtype: DType) -> bool {
+        true
+    }
+
+    /// The fused ops at the sizes `launch::fused::runs_fused` leaves to their composition
+    /// (f32 weights past a few rows, attention of a prefill or over very wide heads).
+    fn prefers_composition(&self, spec: &OpSpec) -> bool {
+        !launch::fused::runs_fused(spec)
     }
 
     fn info(&self) -> BackendInfo {
