@@ -123,6 +123,7 @@ impl Launcher for CudaBackend {
         let f = self.functions.get(name).ok_or_else(|| {
             Error::backend(BackendKind::Cuda, format!("kernel {name} was not loaded"))
         })?;
+        self.logged(|log| log.launch(name, grid, args));
         let mut builder = self.stream.launch_builder(f);
         let null = 0u64;
         for a in args {
