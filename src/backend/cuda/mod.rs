@@ -142,9 +142,14 @@ impl CudaBackend {
         }
         let ctx = CudaContext::new(0).map_err(|e| format!("CUDA device 0: {e:?}"))?;
         // One stream orders all work, so cudarc's per-buffer event tracking is not needed.
-        // SAFETY: no other stream of this context is used.
+        // SAFETY: no other stream of this context runs work (graph.rs captures on streams of
+        // its own, which only record launches; the graphs run on this one).
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
+        let pool = keep_freed_memory(&ctx);
+        if let Err(why) = &pool {
+            log::debug!("webtensor: the cuda memory pool keeps its default release: {why}");
+        }
         let (major, minor) = ctx
             .compute_capability()
             .map_err(|e| format!("CUDA compute capability: {e:?}"))?;
@@ -321,6 +326,34 @@ impl CudaBackend {
             cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream())
         }
         .map_err(|e| Self::driver_error("copy_into", e))
+    }
+}
+
+/// Raises the release threshold of the device's default stream-ordered memory pool (where
+/// `cuMemAllocAsync` takes memory and `cuMemFreeAsync` returns it) to `u64::MAX`. The default,
+/// 0, hands every freed byte back to the driver at each stream synchronisation, so a decode
+/// that reads its ids back every few steps would have the driver unmap and map the same
+/// temporaries again each time; with no threshold the pool keeps what it has and reuses it.
+/// The memory it holds stays this process's, as the peak of what tensors needed at once.
+/// `Err` says why not (no stream-ordered allocator on this device or driver, or the driver
+/// refused).
+fn keep_freed_memory(ctx: &Arc<CudaContext>) -> std::result::Result<(), String> {
+    use cudarc::driver::{result, sys};
+    if !ctx.has_async_alloc() {
+        return Err("no stream-ordered allocator".into());
+    }
+    ctx.bind_to_thread().map_err(|e| format!("{e:?}"))?;
+    let mut threshold = u64::MAX;
+    // SAFETY: the device is this context's; the attribute takes a u64, which `threshold` is.
+    unsafe {
+        let pool = result::device::get_default_mem_pool(ctx.cu_device())
+            .map_err(|e| format!("the default pool: {e:?}"))?;
+        result::mem_pool::set_attribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut threshold as *mut u64).cast(),
+        )
+        .map_err(|e| format!("setting its release threshold: {e:?}"))
     }
 }
 
