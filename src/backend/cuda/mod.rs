@@ -183,7 +183,10 @@ impl CudaBackend {
                 (driver_version % 1000) / 10
             ),
             api: "CUDA".into(),
-            features: vec![format!("sm_{major}{minor}"), format!("nvrtc {arch}")],
+            features: [format!("sm_{major}{minor}"), format!("nvrtc {arch}")]
+                .into_iter()
+                .chain(decode_features(graph::enabled(), &pool))
+                .collect(),
             limits: vec![
                 ("total_memory".into(), total_mem),
                 ("max_tensor_bytes".into(), MAX_BYTES),
@@ -327,6 +330,28 @@ impl CudaBackend {
         }
         .map_err(|e| Self::driver_error("copy_into", e))
     }
+}
+
+/// What `webtensor info` lists of the decode path besides the architecture: whether decode
+/// steps are replayed as CUDA graphs (`graphs` is [`graph::enabled`]), that the fused decode
+/// ops run as kernels (at the sizes `launch::fused::runs_fused` takes), and whether the memory
+/// pool keeps freed memory (`pool`, from [`keep_freed_memory`]).
+fn decode_features(graphs: bool, pool: &std::result::Result<(), String>) -> Vec<String> {
+    vec![
+        if graphs {
+            "cuda graphs: decode steps replayed".into()
+        } else {
+            "cuda graphs off (WEBTENSOR_CUDA_GRAPHS=off): decode steps run as ops".into()
+        },
+        format!(
+            "fused decode kernels ({})",
+            OpKind::FUSED.map(|k| k.name()).join(" / ")
+        ),
+        match pool {
+            Ok(()) => "memory pool keeps freed memory".into(),
+            Err(why) => format!("memory pool releases freed memory ({why})"),
+        },
+    ]
 }
 
 /// Raises the release threshold of the device's default stream-ordered memory pool (where
@@ -544,5 +569,23 @@ impl Backend for CudaBackend {
         self.ctx
             .check_err()
             .map_err(|e| Self::driver_error("synchronize", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_features;
+
+    /// `info` says whether graphs are on and why not, that the fused kernels run, and what
+    /// the memory pool does.
+    #[test]
+    fn info_says_how_decode_runs() {
+        let on = decode_features(true, &Ok(())).join(", ");
+        assert!(on.contains("cuda graphs: decode steps replayed"), "{on}");
+        assert!(on.contains("fused decode kernels"), "{on}");
+        assert!(on.contains("memory pool keeps freed memory"), "{on}");
+        let off = decode_features(false, &Err("no stream-ordered allocator".into())).join(", ");
+        assert!(off.contains("WEBTENSOR_CUDA_GRAPHS=off"), "{off}");
+        assert!(off.contains("no stream-ordered allocator"), "{off}");
     }
 }
