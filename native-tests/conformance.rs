@@ -791,6 +791,49 @@ fn copies_of_ids(dev: &Device) {
     assert_eq!(run(dev), run(&reference()), "on {}", dev.backend_name());
 }
 
+/// In-place writes and region copies (`Tensor::write`, `Tensor::copy_from`: how a decode
+/// step's inputs are updated between steps), exact against a plain loop: awkward lengths,
+/// a copy from an op's output still in flight, and each ordered with the ops recorded before
+/// (which read the old contents) and after it.
+fn write_and_copy_from(dev: &Device) {
+    let mut r = rng(68);
+    for len in [1, 3, 257, 4097] {
+        let (old, new) = (uniform(&mut r, len, 2.0), uniform(&mut r, len, 2.0));
+        let mut x = tensor(dev, &old, &[len]);
+        let before = ops::scale(&x, 2.0).unwrap();
+        x.write(&new).unwrap();
+        let after = ops::scale(&x, 2.0).unwrap();
+        let twice = |v: &[f32]| v.iter().map(|a| a * 2.0).collect::<Vec<f32>>();
+        let what = format!("write len {len} on {}", dev.backend_name());
+        assert_eq!(
+            before.to_vec::<f32>().unwrap(),
+            twice(&old),
+            "{what}: before"
+        );
+        assert_eq!(after.to_vec::<f32>().unwrap(), twice(&new), "{what}: after");
+        assert_eq!(x.to_vec::<f32>().unwrap(), new, "{what}");
+        assert!(x.write(&new[1..]).is_err(), "{what}: a shorter write");
+    }
+    let mut ids = tensor(dev, &[0u32; 9], &[9]);
+    let src = tensor(dev, &(100..113).collect::<Vec<u32>>(), &[13]);
+    ids.copy_from(2, &src, 11, 2).unwrap();
+    // The index of the largest of each row, copied as the engine feeds a drawn id on.
+    let rows = tensor(dev, &[0.5f32, 3.0, -1.0, 9.0, 2.0, 1.0], &[2, 3]);
+    let best = ops::argmax(&rows).unwrap();
+    ids.copy_from(7, &best, 0, 2).unwrap();
+    let read_before = ops::narrow(&ids, 0, 0, 4).unwrap();
+    ids.copy_from(0, &src, 0, 1).unwrap();
+    assert_eq!(
+        ids.to_vec::<u32>().unwrap(),
+        vec![100, 0, 111, 112, 0, 0, 0, 1, 0],
+        "copy_from on {}",
+        dev.backend_name()
+    );
+    assert_eq!(read_before.to_vec::<u32>().unwrap(), vec![0, 0, 111, 112]);
+    assert!(ids.copy_from(8, &src, 0, 2).is_err(), "past the target");
+    assert!(ids.copy_from(0, &src, 12, 2).is_err(), "past the source");
+}
+
 /// Slices along each axis, against the reference (exact: a copy).
 fn narrow(dev: &Device) {
     let mut r = rng(61);
@@ -1409,6 +1452,7 @@ matrix!(
     concat,
     narrow,
     copies_of_ids,
+    write_and_copy_from,
     scatter_rows,
     sample,
     swiglu_linear,

@@ -386,7 +386,96 @@ def sample(lib):
         check(f"sample temperature {t} top_k {k} top_p {p}", out, want, exact=True)
 
 
-SOURCES = ["elementwise.cu", "norm.cu", "matmul.cu", "quant.cu", "scan.cu", "sample.cu"]
+def fused(lib):
+    """The fused decode kernels (fused.cu) against numpy: a normed Q4_0 product with int8
+    activations rounded per 32 values, its rope epilogue, a store into pool rows, and paged
+    attention over scattered pool rows."""
+    import gguf
+    from gguf.quants import quantize as gq, dequantize as gdq
+    eps = np.float32(0.25)
+
+    def normed(x, w):
+        x64 = x.astype(np.float64)
+        inv = 1.0 / np.sqrt((x64 ** 2).mean(1, keepdims=True) + float(eps))
+        return (x64 * inv * w.astype(np.float64)).astype(np.float32)
+
+    def rounded(v):
+        # quantize_i8 per 32 values: d = max|v| / 127 and q = round(v · (1 / d)), halves away.
+        b = v.reshape(-1, 32)
+        d = (np.abs(b).max(1, keepdims=True) / np.float32(127)).astype(np.float32)
+        inv = np.where(d != 0, np.float32(1) / np.where(d == 0, 1, d), 0).astype(np.float32)
+        t = (b * inv).astype(np.float32).astype(np.float64)
+        q = np.clip(np.sign(t) * np.floor(np.abs(t) + 0.5), -128, 127)
+        return (q * d.astype(np.float64)).reshape(v.shape)
+
+    qt = gguf.GGMLQuantizationType.Q4_0
+    for m, n, k in [(1, 40, 256), (3, 24, 512)]:
+        x, nw = uniform(m, k, scale=2), uniform(k, scale=1.5)
+        wq = gq(uniform(n, k), qt)
+        wd = gdq(wq, qt).astype(np.float64)
+        acts = rounded(normed(x, nw))
+        want = acts @ wd.T
+        out = np.zeros((m, n), np.float32)
+        null = u64(0)
+        # fused_linear_i8: out, x, w0, w1, norm, residual, positions, inv_freq, slots, fmt,
+        # mode (2: Q8_0), m, n, k, epilogue (0: store), flags (2: norm), eps, head_dim,
+        # pool_rows. One warp per output row: n warps of 8 per block.
+        args = [ptr(out), ptr(x), ptr(wq), null, ptr(nw), null, null, null, null,
+                u32(FORMATS["Q4_0"]), u32(2), u32(m), u32(n), u32(k), u32(0), u32(2), f32(eps), u32(1), u32(0)]
+        launch(lib, "fused_linear_i8", (n + 7) // 8, args)
+        check(f"fused_linear_i8 normed Q4_0 {m}x{n}x{k}", out, want, tol=1e-5 * np.sqrt(k))
+        # The same with an interleaved rope (flags 2 | 4, epilogue 3), heads of 8.
+        hd = 8
+        pos = np.array([5, 1000, 3][:m], np.uint32)
+        inv = np.array([10000.0 ** (-2 * i / hd) for i in range(hd // 2)], np.float32)
+        y = want.astype(np.float32).astype(np.float64).reshape(m, n // hd, hd)
+        rot = y.copy()
+        for i in range(hd // 2):
+            ang = (pos.astype(np.float32) * inv[i]).astype(np.float64)[:, None]
+            rot[:, :, 2 * i] = y[:, :, 2 * i] * np.cos(ang) - y[:, :, 2 * i + 1] * np.sin(ang)
+            rot[:, :, 2 * i + 1] = y[:, :, 2 * i] * np.sin(ang) + y[:, :, 2 * i + 1] * np.cos(ang)
+        out = np.zeros((m, n), np.float32)
+        args[0], args[6], args[7], args[14], args[15], args[17] = ptr(out), ptr(pos), ptr(inv), u32(3), u32(6), u32(hd)
+        launch(lib, "fused_linear_i8", (n // 2 + 7) // 8, args)
+        check(f"fused_linear_i8 normed Q4_0 + interleaved rope {m}x{n}x{k}", out, rot.reshape(m, n), tol=1e-5 * np.sqrt(k))
+        # Stored into pool rows instead (flag 1): head g of row i to pool row slots[g·m + i].
+        heads = m * n // hd
+        pool_rows = heads + 3
+        slots = np.array([(i * 5 + 2) % pool_rows for i in range(heads)], np.uint32)
+        pool = uniform(pool_rows, hd)
+        want_pool = pool.astype(np.float64).copy()
+        for g in range(n // hd):
+            for i in range(m):
+                want_pool[slots[g * m + i]] = rot[i, g]
+        args[0], args[8], args[15], args[18] = ptr(pool), ptr(slots), u32(7), u32(pool_rows)
+        launch(lib, "fused_linear_i8", (n // 2 + 7) // 8, args)
+        check(f"fused_linear_i8 into pool rows {m}x{n}x{k}", pool, want_pool, tol=1e-5 * np.sqrt(k))
+    # Paged attention: 4 heads over 2 key/value heads, 2 new queries of 37 keys, rows scattered.
+    heads, kv, hd, t, n = 4, 2, 16, 2, 37
+    slots = n + 5
+    keys, values = uniform(kv * slots, hd), uniform(kv * slots, hd)
+    rows = np.array([[g * slots + (j * 7 + 1) % slots for j in range(n)] for g in range(kv)], np.uint32)
+    q = uniform(t, heads * hd, scale=2)
+    for window in (0, 5):
+        want = np.zeros((t, heads, hd))
+        for i in range(t):
+            end = n - t + i + 1
+            start = max(0, end - window) if window else 0
+            for h in range(heads):
+                g = h // (heads // kv)
+                kk = keys[rows[g, start:end]].astype(np.float64)
+                vv = values[rows[g, start:end]].astype(np.float64)
+                sc = kk @ q[i, h * hd:(h + 1) * hd].astype(np.float64) * 0.25
+                p = np.exp(sc - sc.max())
+                want[i, h] = (p / p.sum()) @ vv
+        out = np.zeros((t, heads * hd), np.float32)
+        args = [ptr(out), ptr(q), ptr(keys), ptr(values), ptr(rows), u32(n), u64(0), u32(t), u32(n),
+                u32(heads), u32(kv), u32(hd), u32(kv * slots), f32(0.25), u32(window)]
+        launch(lib, "paged_attention", (heads, t, 1), args)
+        check(f"paged_attention window {window}", out, want.reshape(t, -1), tol=1e-5 * np.sqrt(n))
+
+
+SOURCES = ["elementwise.cu", "norm.cu", "matmul.cu", "quant.cu", "scan.cu", "sample.cu", "fused.cu"]
 
 
 def main():
@@ -406,6 +495,7 @@ def main():
         quant(libs["quant.cu"])
         scans(libs["scan.cu"])
         sample(libs["sample.cu"])
+        fused(libs["fused.cu"])
     if FAILURES:
         print(f"{len(FAILURES)} CUDA kernel check(s) FAILED on the CPU emulation: {FAILURES}")
         sys.exit(1)

@@ -1,11 +1,34 @@
-//! Decode steps with their inputs kept on the device: on wgpu the first step is recorded and
-//! every later one replays it (`KvCache::decode_is_replayed`), and the ids drawn are those of
-//! single steps read back one at a time, across cache blocks, a change of sampling, and on
-//! the cpu backend, which runs the ops. Where a replay cannot stand for a step (a debug hook,
-//! layers streamed from the files) the ops run and the ids are the same.
+//! Decode steps with their inputs kept on the device: on wgpu, and on cuda (as a CUDA graph,
+//! unless `WEBTENSOR_CUDA_GRAPHS=off`) where a CUDA device is present, the first step is
+//! recorded and every later one replays it (`KvCache::decode_is_replayed`), and the ids drawn
+//! are those of single steps read back one at a time, across cache blocks, a change of
+//! sampling, and on the cpu backend, which runs the ops. Where a replay cannot stand for a step
+//! (a debug hook, layers streamed from the files) the ops run and the ids are the same.
 
 use super::*;
 use webtensor::model::{Sampler, Sampling};
+
+/// The devices of the decode tests: [`devices`], and cuda where a CUDA device is present.
+fn decode_devices() -> Vec<Device> {
+    let mut d = devices();
+    d.extend(common::cuda());
+    d
+}
+
+/// Whether a decode on `dev` replays its recorded step: on wgpu, and on cuda unless
+/// `WEBTENSOR_CUDA_GRAPHS=off` (or `0`, `false`) runs its steps as ops.
+fn replays(dev: &Device) -> bool {
+    match dev.backend_name() {
+        "wgpu" => true,
+        "cuda" => !std::env::var("WEBTENSOR_CUDA_GRAPHS").is_ok_and(|v| {
+            matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "off" | "0" | "false"
+            )
+        }),
+        _ => false,
+    }
+}
 
 /// Sampling that draws (not greedy), so the sampler's numbers matter.
 const WARM: Sampling = Sampling {
@@ -65,8 +88,8 @@ fn decoded(
 fn decode_steps_replay_on_wgpu_and_draw_the_ids_of_single_steps() {
     let dir = hf_folder(GQA, "decode-replay");
     let prompt = &TOKENS[..5];
-    for dev in devices() {
-        let gpu = dev.backend_name() == "wgpu";
+    for dev in decode_devices() {
+        let gpu = replays(&dev);
         let model = Llama::load(&dev, ModelFiles::open(&dir).unwrap()).unwrap();
         for sampling in [Sampling::greedy(), WARM] {
             let what = format!("{sampling:?} on {}", dev.backend_name());
@@ -124,7 +147,7 @@ fn replayed_steps_follow_a_paged_sequence_across_its_blocks() {
     let dir = hf_folder(GQA, "decode-paged");
     let prompt = &TOKENS[..3];
     let block_bytes = 2 * GQA.layers * 2 * (GQA.kv_heads * GQA.hidden / GQA.heads) * 4;
-    for dev in devices() {
+    for dev in decode_devices() {
         let model = Llama::load(&dev, ModelFiles::open(&dir).unwrap()).unwrap();
         let pool = model
             .new_pool(CacheLayout::Paged {
@@ -139,7 +162,7 @@ fn replayed_steps_follow_a_paged_sequence_across_its_blocks() {
         let mut cache = pool.sequence();
         let got = decoded(&model, &mut cache, prompt, &[3, 6], WARM);
         assert_eq!(got, want, "on {}", dev.backend_name());
-        assert_eq!(cache.decode_is_replayed(), dev.backend_name() == "wgpu");
+        assert_eq!(cache.decode_is_replayed(), replays(&dev));
     }
 }
 
@@ -148,7 +171,7 @@ fn replayed_steps_follow_a_paged_sequence_across_its_blocks() {
 fn hooks_and_streamed_layers_decode_without_replays() {
     let dir = hf_folder(GQA, "decode-ops");
     let prompt = &TOKENS[..4];
-    for dev in devices() {
+    for dev in decode_devices() {
         let name = dev.backend_name();
         let resident = Llama::load(&dev, ModelFiles::open(&dir).unwrap()).unwrap();
         let want = single_steps(&resident, resident.new_cache(16).unwrap(), prompt, 4, WARM);

@@ -2,10 +2,10 @@
 //! runs and replayed for every later token with the same kernels on the same memory, so the
 //! host no longer builds each op (shapes, buffers, parameters, bindings) token after token.
 //!
-//! A backend that records (wgpu) keeps, between [`super::Backend::begin_capture`] and
-//! [`super::Backend::end_capture`], every kernel it records with its bindings and parameters,
-//! and the temporary memory those bind. [`super::Backend::replay`] records the same kernels
-//! again. What differs from one step to the next must therefore live in memory the step
+//! A backend that records (wgpu; cuda, as a CUDA graph) keeps, between
+//! [`super::Backend::begin_capture`] and [`super::Backend::end_capture`], every kernel it
+//! records with its bindings and parameters, and the temporary memory those bind.
+//! [`super::Backend::replay`] records the same kernels again. What differs from one step to the next must therefore live in memory the step
 //! reads (token ids, positions, cache rows: written before each step with
 //! [`super::Backend::write`] and [`super::Backend::copy_into`]) rather than in the recorded
 //! parameters. The one parameter a replay sets is the number of keys attention sees

@@ -7,7 +7,7 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::{launch, CudaBackend, CudaBuffer};
 pub(super) use crate::backend::kernel_consts::format_code;
-use crate::backend::{BackendKind, OpSpec};
+use crate::backend::{BackendKind, HostData, OpSpec};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -17,12 +17,17 @@ pub(super) const BLOCK: u32 = 256;
 pub(super) const WARPS: u32 = BLOCK / 32;
 
 /// One kernel argument.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum Arg {
     /// A device address.
     Ptr(u64),
     U32(u32),
     U64(u64),
     F32(f32),
+    /// The device address attention reads its key count from in a replayed step (a `const
+    /// u32*` parameter, next to the count itself): null when launched directly, the step's own
+    /// memory, written before each replay, in a CUDA graph (`graph.rs`).
+    KeysAt,
 }
 
 /// A size as the kernels take it, or an error for one past 32 bits.
@@ -66,10 +71,18 @@ pub(super) trait Launcher {
     fn ptr(&self, b: &Self::Buffer) -> u64;
     /// Its element type.
     fn dtype(&self, b: &Self::Buffer) -> DType;
+    /// Its length in storage units ([`DType::unit_bytes`] each).
+    fn len(&self, b: &Self::Buffer) -> usize;
     /// A temporary buffer of `len` units of `dtype`, alive until the work queued so far ran.
     fn scratch(&self, op: &'static str, len: usize, dtype: DType) -> Result<Self::Buffer>;
     /// Launches kernel `name` on `grid` blocks of [`BLOCK`] threads.
     fn run(&self, name: &'static str, grid: (u32, u32, u32), args: &[Arg]) -> Result<()>;
+
+    /// Copies `data` to device address `dst`, after the work queued so far.
+    fn write_bytes(&self, dst: u64, data: &[u8]) -> Result<()>;
+    /// Copies `bytes` bytes from device address `src` to `dst` (not overlapping), after the
+    /// work queued so far.
+    fn copy_bytes(&self, src: u64, dst: u64, bytes: usize) -> Result<()>;
 
     /// 1-D launch over `n` threads.
     fn run_1d(&self, name: &'static str, n: u64, args: &[Arg]) -> Result<()> {
@@ -88,6 +101,18 @@ impl Launcher for CudaBackend {
         b.dtype()
     }
 
+    fn len(&self, b: &CudaBuffer) -> usize {
+        b.len()
+    }
+
+    fn write_bytes(&self, dst: u64, data: &[u8]) -> Result<()> {
+        self.htod(dst, data)
+    }
+
+    fn copy_bytes(&self, src: u64, dst: u64, bytes: usize) -> Result<()> {
+        self.dtod(src, dst, bytes)
+    }
+
     fn scratch(&self, op: &'static str, len: usize, dtype: DType) -> Result<CudaBuffer> {
         // Freed with stream ordering (or after a device sync) when dropped, so dropping it
         // right after queuing the kernels that use it is safe.
@@ -98,12 +123,15 @@ impl Launcher for CudaBackend {
         let f = self.functions.get(name).ok_or_else(|| {
             Error::backend(BackendKind::Cuda, format!("kernel {name} was not loaded"))
         })?;
+        self.logged(|log| log.launch(name, grid, args));
         let mut builder = self.stream.launch_builder(f);
+        let null = 0u64;
         for a in args {
             match a {
                 Arg::Ptr(v) | Arg::U64(v) => builder.arg(v),
                 Arg::U32(v) => builder.arg(v),
                 Arg::F32(v) => builder.arg(v),
+                Arg::KeysAt => builder.arg(&null),
             };
         }
         let cfg = LaunchConfig {
@@ -140,7 +168,12 @@ impl<L: Launcher> Call<'_, L> {
 
     /// The output's address as an argument.
     pub(super) fn out(&self) -> Arg {
-        Arg::Ptr(self.be.ptr(self.out))
+        Arg::Ptr(self.out_ptr())
+    }
+
+    /// The output's address.
+    pub(super) fn out_ptr(&self) -> u64 {
+        self.be.ptr(self.out)
     }
 
     /// A size as a kernel argument.
@@ -149,7 +182,70 @@ impl<L: Launcher> Call<'_, L> {
     }
 }
 
-/// Records the in-place `spec` ([`OpSpec::ScatterRows`]) changing `target`.
+/// Overwrites all of `target` with `data` (its dtype and length), in stream order, in the
+/// target's own memory: kernels queued before read the old contents, kernels queued after the
+/// new ones, and a recorded step that binds the target sees the new ones.
+pub(super) fn write<L: Launcher>(be: &L, target: &L::Buffer, data: &HostData) -> Result<()> {
+    let (dtype, len) = (be.dtype(target), be.len(target));
+    if data.dtype() != dtype || data.len() != len {
+        return Err(Error::invalid(
+            "write",
+            format!(
+                "{} units of {} cannot overwrite a tensor of {len} units of {dtype}",
+                data.len(),
+                data.dtype()
+            ),
+        ));
+    }
+    let bytes = data.bytes();
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    be.write_bytes(be.ptr(target), bytes)
+}
+
+/// Copies `units` storage units of `src` from unit `from` into `target` at unit `at`, in
+/// stream order, on the device (both of one dtype, the ranges within both; never the same
+/// buffer, since the target is unshared).
+pub(super) fn copy_into<L: Launcher>(
+    be: &L,
+    (src, from): (&L::Buffer, usize),
+    (target, at): (&L::Buffer, usize),
+    units: usize,
+) -> Result<()> {
+    const OP: &str = "copy_into";
+    let dtype = be.dtype(target);
+    if be.dtype(src) != dtype {
+        return Err(Error::invalid(
+            OP,
+            format!("cannot copy {} into {dtype}", be.dtype(src)),
+        ));
+    }
+    let within =
+        |start: usize, b: &L::Buffer| start.checked_add(units).is_some_and(|end| end <= be.len(b));
+    if !within(from, src) || !within(at, target) {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "{units} units from {from} of {} into {at} of {} run past a buffer",
+                be.len(src),
+                be.len(target)
+            ),
+        ));
+    }
+    if units == 0 {
+        return Ok(());
+    }
+    let unit = dtype.unit_bytes() as u64;
+    be.copy_bytes(
+        be.ptr(src) + from as u64 * unit,
+        be.ptr(target) + at as u64 * unit,
+        units * unit as usize,
+    )
+}
+
+/// Records the in-place `spec` ([`OpSpec::ScatterRows`], [`OpSpec::NormLinearInto`])
+/// changing `target`.
 pub(super) fn launch_in_place<L: Launcher>(
     be: &L,
     spec: &OpSpec,
@@ -157,6 +253,18 @@ pub(super) fn launch_in_place<L: Launcher>(
     inputs: &[&L::Buffer],
 ) -> Result<()> {
     let op = spec.kind().name();
+    if let OpSpec::NormLinearInto { l, .. } = spec {
+        if l.m * l.n == 0 {
+            return Ok(());
+        }
+        let c = Call {
+            be,
+            op,
+            out: target,
+            inputs,
+        };
+        return launch::fused::launch(&c, spec);
+    }
     let OpSpec::ScatterRows { rows, cols, count } = *spec else {
         return Err(Error::backend(
             BackendKind::Cuda,
@@ -231,12 +339,12 @@ pub(super) fn launch<L: Launcher>(
             launch::scan::launch(&c, spec)
         }
         OpSpec::NormLinear(_)
-        | OpSpec::NormLinearInto { .. }
         | OpSpec::SwigluLinear(_)
         | OpSpec::LinearResidual(_)
-        | OpSpec::PagedAttention(_) => Err(Error::backend(
+        | OpSpec::PagedAttention(_) => launch::fused::launch(&c, spec),
+        OpSpec::NormLinearInto { .. } => Err(Error::backend(
             BackendKind::Cuda,
-            format!("no {op} kernel yet; ops composes it"),
+            "rms_norm_linear_into runs in place (write_into)",
         )),
     }
 }

@@ -11,32 +11,39 @@
 //!   row for sampling (thresholds found by bisection over the values' bit patterns).
 //! * Tensors live in [`CudaBuffer`]s. Work is queued on one stream; [`Backend::download`] and
 //!   [`Backend::synchronize`] wait for it.
+//! * A decode step is recorded once and replayed for every later token as a CUDA graph
+//!   ([`graph`]; `WEBTENSOR_CUDA_GRAPHS=off` turns that off).
+//! * Freed memory stays in the device's stream-ordered pool (its release threshold is
+//!   raised at start), so the temporaries of one token are the next one's without the driver
+//!   mapping memory again.
 
 #[cfg(test)]
 mod emulated;
+mod graph;
 mod kernels;
 mod launch;
 pub mod sources;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DevicePtr};
 use cudarc::nvrtc::Ptx;
 
 use crate::backend::{
-    Backend, BackendInfo, BackendKind, DeviceClass, HostData, OpKind, OpSpec, Storage,
+    Backend, BackendInfo, BackendKind, CapturedStep, DeviceClass, HostData, OpKind, OpSpec, Storage,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
 /// Device memory holding `len` storage units of `dtype` (see [`DType::unit_bytes`]),
 /// padded to whole 4-byte words. Cloning shares the allocation; it is freed with the last
-/// handle.
+/// handle (a recorded step's pins included, which do not count as sharing it).
 #[derive(Clone)]
 pub struct CudaBuffer {
-    slice: Arc<CudaSlice<u8>>,
+    mem: Arc<graph::Mem>,
     len: usize,
     dtype: DType,
 }
@@ -70,9 +77,9 @@ impl CudaBuffer {
         self.len * self.dtype.unit_bytes()
     }
 
-    /// Whether another handle shares this memory.
+    /// Whether another handle shares this memory (a recorded step's pin is not one).
     pub(crate) fn is_shared(&self) -> bool {
-        Arc::strong_count(&self.slice) > 1
+        self.mem.sharers() > 1
     }
 }
 
@@ -85,6 +92,11 @@ pub struct CudaBackend {
     stream: Arc<CudaStream>,
     functions: HashMap<&'static str, CudaFunction>,
     info: BackendInfo,
+    /// The capture in progress, if any ([`graph::CaptureLog`]).
+    capture: Mutex<Option<graph::CaptureLog>>,
+    /// Whether `capture` holds one: checked before taking its lock, so work queued with no
+    /// capture open costs one atomic load.
+    capturing: AtomicBool,
 }
 
 impl fmt::Debug for CudaBackend {
@@ -130,9 +142,14 @@ impl CudaBackend {
         }
         let ctx = CudaContext::new(0).map_err(|e| format!("CUDA device 0: {e:?}"))?;
         // One stream orders all work, so cudarc's per-buffer event tracking is not needed.
-        // SAFETY: no other stream of this context is used.
+        // SAFETY: no other stream of this context runs work (graph.rs captures on streams of
+        // its own, which only record launches; the graphs run on this one).
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
+        let pool = keep_freed_memory(&ctx);
+        if let Err(why) = &pool {
+            log::debug!("webtensor: the cuda memory pool keeps its default release: {why}");
+        }
         let (major, minor) = ctx
             .compute_capability()
             .map_err(|e| format!("CUDA compute capability: {e:?}"))?;
@@ -166,14 +183,17 @@ impl CudaBackend {
                 (driver_version % 1000) / 10
             ),
             api: "CUDA".into(),
-            features: vec![format!("sm_{major}{minor}"), format!("nvrtc {arch}")],
+            features: [format!("sm_{major}{minor}"), format!("nvrtc {arch}")]
+                .into_iter()
+                .chain(decode_features(graph::enabled(), &pool))
+                .collect(),
             limits: vec![
                 ("total_memory".into(), total_mem),
                 ("max_tensor_bytes".into(), MAX_BYTES),
             ],
             threads: None,
             simd: None,
-            missing_ops: OpKind::FUSED.to_vec(),
+            missing_ops: Vec::new(),
             f16_path: "f16 storage widened to f32 in the kernels".into(),
             reductions: String::new(),
             prefill: String::new(),
@@ -184,6 +204,8 @@ impl CudaBackend {
             stream,
             functions,
             info,
+            capture: Mutex::new(None),
+            capturing: AtomicBool::new(false),
         })
     }
 
@@ -213,11 +235,45 @@ impl CudaBackend {
         // SAFETY: every kernel writes its whole output before anything reads it.
         let slice =
             unsafe { self.stream.alloc::<u8>(padded) }.map_err(|e| Self::driver_error(op, e))?;
-        Ok(CudaBuffer {
-            slice: Arc::new(slice),
+        let buffer = CudaBuffer {
+            mem: Arc::new(graph::Mem::new(slice)),
             len,
             dtype,
-        })
+        };
+        // An open capture keeps what the step allocates (its temporaries among them).
+        self.logged(|log| log.pin(&buffer.mem));
+        Ok(buffer)
+    }
+
+    /// Runs `f` on the open capture, if one is open and this thread opened it (work queued
+    /// from another thread spoils it instead).
+    fn logged(&self, f: impl FnOnce(&mut graph::CaptureLog)) {
+        if !self.capturing.load(Ordering::Acquire) {
+            return;
+        }
+        let mut capture = self.capture.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(log) = capture.as_mut() {
+            if log.mine() {
+                f(log);
+            }
+        }
+    }
+
+    /// Marks an open capture as one a replay cannot stand for (`why`): host data reached or
+    /// left the device while it was open.
+    fn spoil_capture(&self, why: &'static str) {
+        if !self.capturing.load(Ordering::Acquire) {
+            return;
+        }
+        let mut capture = self.capture.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(log) = capture.as_mut() {
+            log.spoil(why);
+        }
+    }
+
+    /// Pins `buffers` to an open capture, whose logged work addresses them.
+    fn pin_to_capture(&self, buffers: &[&CudaBuffer]) {
+        self.logged(|log| buffers.iter().for_each(|b| log.pin(&b.mem)));
     }
 
     fn upload_bytes(
@@ -228,6 +284,7 @@ impl CudaBackend {
         dtype: DType,
     ) -> Result<CudaBuffer> {
         self.check_size(op, bytes.len() as u64)?;
+        self.spoil_capture("host data was uploaded");
         let mut padded = bytes.to_vec();
         padded.resize(bytes.len().next_multiple_of(4).max(4), 0);
         let slice = self
@@ -235,7 +292,7 @@ impl CudaBackend {
             .clone_htod(&padded)
             .map_err(|e| Self::driver_error(op, e))?;
         Ok(CudaBuffer {
-            slice: Arc::new(slice),
+            mem: Arc::new(graph::Mem::new(slice)),
             len,
             dtype,
         })
@@ -243,8 +300,85 @@ impl CudaBackend {
 
     /// The device address of a buffer, for kernel arguments.
     fn device_ptr(&self, b: &CudaBuffer) -> u64 {
-        let (ptr, _sync) = b.slice.device_ptr(&self.stream);
+        let (ptr, _sync) = b.mem.slice.device_ptr(&self.stream);
         ptr
+    }
+
+    /// Queues a copy of `data` (host memory) to device address `dst` on the stream. The
+    /// driver stages pageable host memory before it returns, so `data` may go at once.
+    fn htod(&self, dst: u64, data: &[u8]) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| Self::driver_error("write", e))?;
+        // SAFETY: `dst` is a live buffer of this context with room for `data` (the callers
+        // check the lengths), and the copy is ordered on the backend's one stream.
+        unsafe { cudarc::driver::result::memcpy_htod_async(dst, data, self.stream.cu_stream()) }
+            .map_err(|e| Self::driver_error("write", e))
+    }
+
+    /// Queues a device-to-device copy of `bytes` bytes from `src` to `dst` on the stream (and
+    /// logs it to an open capture).
+    fn dtod(&self, src: u64, dst: u64, bytes: usize) -> Result<()> {
+        self.logged(|log| log.copy(src, dst, bytes));
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| Self::driver_error("copy_into", e))?;
+        // SAFETY: both ranges lie in live buffers of this context (the callers check them)
+        // and do not overlap (the target is a buffer no other handle shares).
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream())
+        }
+        .map_err(|e| Self::driver_error("copy_into", e))
+    }
+}
+
+/// What `webtensor info` lists of the decode path besides the architecture: whether decode
+/// steps are replayed as CUDA graphs (`graphs` is [`graph::enabled`]), that the fused decode
+/// ops run as kernels (at the sizes `launch::fused::runs_fused` takes), and whether the memory
+/// pool keeps freed memory (`pool`, from [`keep_freed_memory`]).
+fn decode_features(graphs: bool, pool: &std::result::Result<(), String>) -> Vec<String> {
+    vec![
+        if graphs {
+            "cuda graphs: decode steps replayed".into()
+        } else {
+            "cuda graphs off (WEBTENSOR_CUDA_GRAPHS=off): decode steps run as ops".into()
+        },
+        format!(
+            "fused decode kernels ({})",
+            OpKind::FUSED.map(|k| k.name()).join(" / ")
+        ),
+        match pool {
+            Ok(()) => "memory pool keeps freed memory".into(),
+            Err(why) => format!("memory pool releases freed memory ({why})"),
+        },
+    ]
+}
+
+/// Raises the release threshold of the device's default stream-ordered memory pool (where
+/// `cuMemAllocAsync` takes memory and `cuMemFreeAsync` returns it) to `u64::MAX`. The default,
+/// 0, hands every freed byte back to the driver at each stream synchronisation, so a decode
+/// that reads its ids back every few steps would have the driver unmap and map the same
+/// temporaries again each time; with no threshold the pool keeps what it has and reuses it.
+/// The memory it holds stays this process's, as the peak of what tensors needed at once.
+/// `Err` says why not (no stream-ordered allocator on this device or driver, or the driver
+/// refused).
+fn keep_freed_memory(ctx: &Arc<CudaContext>) -> std::result::Result<(), String> {
+    use cudarc::driver::{result, sys};
+    if !ctx.has_async_alloc() {
+        return Err("no stream-ordered allocator".into());
+    }
+    ctx.bind_to_thread().map_err(|e| format!("{e:?}"))?;
+    let mut threshold = u64::MAX;
+    // SAFETY: the device is this context's; the attribute takes a u64, which `threshold` is.
+    unsafe {
+        let pool = result::device::get_default_mem_pool(ctx.cu_device())
+            .map_err(|e| format!("the default pool: {e:?}"))?;
+        result::mem_pool::set_attribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut threshold as *mut u64).cast(),
+        )
+        .map_err(|e| format!("setting its release threshold: {e:?}"))
     }
 }
 
@@ -264,9 +398,15 @@ impl Backend for CudaBackend {
         BackendKind::Cuda
     }
 
-    /// No kernels yet for the fused decode ops: `ops` composes them from other ops here.
-    fn supports(&self, op: OpKind, _dtype: DType) -> bool {
-        !OpKind::FUSED.contains(&op)
+    /// Every op has its kernels here, the fused decode ops included (`kernels/fused.cu`).
+    fn supports(&self, _op: OpKind, _dtype: DType) -> bool {
+        true
+    }
+
+    /// The fused ops at the sizes `launch::fused::runs_fused` leaves to their composition
+    /// (f32 weights past a few rows, attention of a prefill or over very wide heads).
+    fn prefers_composition(&self, spec: &OpSpec) -> bool {
+        !launch::fused::runs_fused(spec)
     }
 
     fn info(&self) -> BackendInfo {
@@ -285,12 +425,13 @@ impl Backend for CudaBackend {
 
     fn download(&self, storage: &Storage) -> Result<HostData> {
         let b = cuda_storage("download", storage)?;
+        self.spoil_capture("a tensor was read back");
         if b.is_empty() {
             return Ok(HostData::empty(b.dtype));
         }
         let mut bytes = self
             .stream
-            .clone_dtoh(&*b.slice)
+            .clone_dtoh(&b.mem.slice)
             .map_err(|e| Self::driver_error("download", e))?;
         bytes.truncate(b.byte_len());
         Ok(match b.dtype {
@@ -309,6 +450,7 @@ impl Backend for CudaBackend {
         let out_dtype = spec.output_dtype(buffers.first().map_or(DType::F32, |b| b.dtype));
         let out = self.alloc(op, spec.output_len(), out_dtype)?;
         if !out.is_empty() {
+            self.pin_to_capture(&buffers);
             kernels::launch(self, spec, &out, &buffers)?;
         }
         Ok(Storage::Cuda(out))
@@ -321,7 +463,30 @@ impl Backend for CudaBackend {
             .iter()
             .map(|s| cuda_storage(op, s))
             .collect::<Result<Vec<_>>>()?;
+        self.pin_to_capture(&buffers);
+        self.pin_to_capture(&[target]);
         kernels::launch_in_place(self, spec, target, &buffers)
+    }
+
+    /// Copied into the target's own memory on the stream (`cuMemcpyHtoDAsync`), never into a
+    /// new buffer, so work recorded to read it sees the new contents.
+    fn write(&self, target: &mut Storage, data: HostData) -> Result<()> {
+        let target = cuda_storage("write", target)?;
+        self.spoil_capture("host data was written");
+        kernels::write(self, target, &data)
+    }
+
+    /// A device-to-device copy on the stream into the target's own memory.
+    fn copy_into(
+        &self,
+        (src, from): (&Storage, usize),
+        (target, at): (&mut Storage, usize),
+        units: usize,
+    ) -> Result<()> {
+        let src = cuda_storage("copy_into", src)?;
+        let target = cuda_storage("copy_into", target)?;
+        self.pin_to_capture(&[src, target]);
+        kernels::copy_into(self, (src, from), (target, at), units)
     }
 
     fn copy(&self, x: &Storage, len: usize) -> Result<Storage> {
@@ -332,20 +497,69 @@ impl Backend for CudaBackend {
                 format!("cannot copy {len} elements from a buffer of {}", src.len()),
             ));
         }
+        let out = self.alloc("copy", len, src.dtype)?;
         let bytes = len * src.dtype.unit_bytes();
-        self.check_size("copy", bytes as u64)?;
-        let mut slice = unsafe { self.stream.alloc::<u8>(bytes.next_multiple_of(4).max(4)) }
-            .map_err(|e| Self::driver_error("copy", e))?;
         if bytes > 0 {
-            self.stream
-                .memcpy_dtod(&src.slice.slice(..bytes), &mut slice.slice_mut(..bytes))
-                .map_err(|e| Self::driver_error("copy", e))?;
+            self.pin_to_capture(&[src]);
+            self.dtod(self.device_ptr(src), self.device_ptr(&out), bytes)?;
         }
-        Ok(Storage::Cuda(CudaBuffer {
-            slice: Arc::new(slice),
-            len,
-            dtype: src.dtype,
-        }))
+        Ok(Storage::Cuda(out))
+    }
+
+    /// Starts logging the step's launches and copies (`graph.rs`); `false` with graphs off
+    /// (`WEBTENSOR_CUDA_GRAPHS=off`) or a capture already open.
+    fn begin_capture(&self) -> bool {
+        if !graph::enabled() {
+            return false;
+        }
+        let mut capture = self.capture.lock().unwrap_or_else(|e| e.into_inner());
+        if capture.is_some() {
+            return false;
+        }
+        *capture = Some(graph::CaptureLog::new());
+        self.capturing.store(true, Ordering::Release);
+        true
+    }
+
+    /// Builds the CUDA graph of what was logged since `begin_capture`; `None` (logged at
+    /// debug level with the reason) when the step cannot be replayed: it read back or
+    /// uploaded data, another thread queued work meanwhile, or the driver could not capture
+    /// or instantiate the graph. The step itself has run either way.
+    fn end_capture(&self) -> Option<CapturedStep> {
+        let log = {
+            let mut capture = self.capture.lock().unwrap_or_else(|e| e.into_inner());
+            self.capturing.store(false, Ordering::Release);
+            capture.take()?
+        };
+        match graph::build(&self.ctx, &self.stream, &self.functions, log) {
+            Ok(step) => Some(CapturedStep {
+                kind: BackendKind::Cuda,
+                dispatches: step.launches,
+                work: Box::new(step),
+            }),
+            Err(why) => {
+                log::debug!("webtensor: the cuda decode step is not replayed: {why}");
+                None
+            }
+        }
+    }
+
+    /// Sets the step's key count in its own memory and launches its graph, both in stream
+    /// order after the work queued so far.
+    fn replay(&self, step: &CapturedStep, keys: usize) -> Result<()> {
+        let Some(step) = step.work.downcast_ref::<graph::CudaStep>() else {
+            return Err(Error::backend(
+                BackendKind::Cuda,
+                "replay: the step was captured by another backend",
+            ));
+        };
+        let keys = u32::try_from(keys).map_err(|_| {
+            Error::backend(BackendKind::Cuda, "replay: the key count exceeds 32 bits")
+        })?;
+        // A replay is no launch a capture open now would log.
+        self.spoil_capture("a recorded step was replayed");
+        step.replay(&self.stream, keys)
+            .map_err(|e| Error::backend(BackendKind::Cuda, format!("replay: {e}")))
     }
 
     fn synchronize(&self) -> Result<()> {
@@ -355,5 +569,23 @@ impl Backend for CudaBackend {
         self.ctx
             .check_err()
             .map_err(|e| Self::driver_error("synchronize", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_features;
+
+    /// `info` says whether graphs are on and why not, that the fused kernels run, and what
+    /// the memory pool does.
+    #[test]
+    fn info_says_how_decode_runs() {
+        let on = decode_features(true, &Ok(())).join(", ");
+        assert!(on.contains("cuda graphs: decode steps replayed"), "{on}");
+        assert!(on.contains("fused decode kernels"), "{on}");
+        assert!(on.contains("memory pool keeps freed memory"), "{on}");
+        let off = decode_features(false, &Err("no stream-ordered allocator".into())).join(", ");
+        assert!(off.contains("WEBTENSOR_CUDA_GRAPHS=off"), "{off}");
+        assert!(off.contains("no stream-ordered allocator"), "{off}");
     }
 }

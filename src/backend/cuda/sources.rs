@@ -36,7 +36,7 @@ impl KernelSource {
 }
 
 /// Every kernel source of the backend.
-pub const SOURCES: [KernelSource; 6] = [
+pub const SOURCES: [KernelSource; 7] = [
     KernelSource {
         name: "elementwise.cu",
         body: include_str!("kernels/elementwise.cu"),
@@ -86,6 +86,16 @@ pub const SOURCES: [KernelSource; 6] = [
         name: "sample.cu",
         body: include_str!("kernels/sample.cu"),
         entry_points: &["sample_f32"],
+    },
+    KernelSource {
+        name: "fused.cu",
+        body: include_str!("kernels/fused.cu"),
+        entry_points: &[
+            "fused_prepare",
+            "fused_linear_f32",
+            "fused_linear_i8",
+            "paged_attention",
+        ],
     },
 ];
 

@@ -121,3 +121,82 @@ __device__ __forceinline__ int wt_sat_int(float v, int lo, int hi) {
     if (v >= (float)hi) return hi;
     return (int)v;
 }
+
+// ---- Block formats (src/quant): readers shared by quant.cu and fused.cu ----
+
+__device__ __forceinline__ u32 wt_block_len(u32 fmt) {
+    switch (fmt) {
+        case FMT_F16: return F16_BLOCK_LEN;
+        case FMT_Q8_0: return Q8_0_BLOCK_LEN;
+        case FMT_Q4_0: return Q4_0_BLOCK_LEN;
+        case FMT_TQ1_0: return TQ1_0_BLOCK_LEN;
+        case FMT_TQ2_0: return TQ2_0_BLOCK_LEN;
+        default: return TERNARY_PLANES_BLOCK_LEN;
+    }
+}
+
+__device__ __forceinline__ u32 wt_block_bytes(u32 fmt) {
+    switch (fmt) {
+        case FMT_F16: return F16_BLOCK_BYTES;
+        case FMT_Q8_0: return Q8_0_BLOCK_BYTES;
+        case FMT_Q4_0: return Q4_0_BLOCK_BYTES;
+        case FMT_TQ1_0: return TQ1_0_BLOCK_BYTES;
+        case FMT_TQ2_0: return TQ2_0_BLOCK_BYTES;
+        default: return TERNARY_PLANES_BLOCK_BYTES;
+    }
+}
+
+__device__ __forceinline__ u32 wt_read_u32(const u8* p) {
+    return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
+}
+
+// Trit n (0 = most significant) of a TQ1_0 byte: ((byte · 3^n) mod 256) · 3 >> 8, minus 1.
+__device__ __forceinline__ int wt_tq1_trit(u8 byte, u32 n) {
+    const u32 pow3[5] = {1u, 3u, 9u, 27u, 81u};
+    u32 q = ((u32)byte * pow3[n]) & 0xffu;
+    return (int)((q * 3u) >> 8) - 1;
+}
+
+// The integer value `v` (0 ≤ v < block length) of the block at `p`; the value is d · q.
+__device__ int wt_block_int(u32 fmt, const u8* p, u32 v) {
+    switch (fmt) {
+        case FMT_Q8_0: return (int)(i8)p[2 + v];
+        case FMT_Q4_0: {
+            u8 b = p[2 + (v & 15u)];
+            return v < 16u ? (int)(b & 15u) - 8 : (int)(b >> 4) - 8;
+        }
+        case FMT_TQ1_0:
+            if (v < 160u) return wt_tq1_trit(p[v % 32u], v / 32u);
+            if (v < 240u) return wt_tq1_trit(p[32u + (v - 160u) % 16u], (v - 160u) / 16u);
+            return wt_tq1_trit(p[48u + (v - 240u) % 4u], (v - 240u) / 4u);
+        case FMT_TQ2_0: {
+            u32 c = v / 128u, l = (v % 128u) / 32u, m = v % 32u;
+            return (int)((p[32u * c + m] >> (2u * l)) & 3u) - 1;
+        }
+        default: {
+            u32 bit = 1u << (v % 32u);
+            int plus = (wt_read_u32(p + 4u + 4u * (v / 32u)) & bit) != 0u;
+            int minus = (wt_read_u32(p + 36u + 4u * (v / 32u)) & bit) != 0u;
+            return plus - minus;
+        }
+    }
+}
+
+// The scale d of the block at `p` (not for F16).
+__device__ float wt_block_scale(u32 fmt, const u8* p) {
+    switch (fmt) {
+        case FMT_Q8_0:
+        case FMT_Q4_0: return wt_read_f16(p);
+        case FMT_TQ1_0: return wt_read_f16(p + 52);
+        case FMT_TQ2_0: return wt_read_f16(p + 64);
+        default: return __uint_as_float(wt_read_u32(p));
+    }
+}
+
+// Value `v` of a row of `fmt` data starting at `row`, as dequantize defines it (d · q in f32).
+__device__ __forceinline__ float wt_row_value(u32 fmt, const u8* row, u32 v) {
+    if (fmt == FMT_F16) return wt_read_f16(row + 2u * v);
+    u32 len = wt_block_len(fmt);
+    const u8* p = row + (u64)(v / len) * wt_block_bytes(fmt);
+    return __fmul_rn((float)wt_block_int(fmt, p, v % len), wt_block_scale(fmt, p));
+}

@@ -2,6 +2,7 @@
 //! exhaustive match in `kernels::launch` routes every `OpSpec` to one of them.
 
 pub(super) mod elementwise;
+pub(super) mod fused;
 pub(super) mod matmul;
 pub(super) mod norm;
 pub(super) mod quant;
