@@ -21,7 +21,7 @@ if [ "${1:-}" = --stage ]; then
   set -e
   mkdir -p .dev
   cargo test --release --features cuda --no-run --message-format=json \
-    --test conformance --test cuda_kernels --test wgpu_split |
+    --test conformance --test cuda_kernels --test wgpu_split --test engine |
     python3 -c 'import json, sys, shutil, os
 for line in sys.stdin:
     m = json.loads(line)
@@ -60,10 +60,21 @@ OUT="${OUT:-target/device-out}"
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/log.txt") 2>&1
 
+# One device call runs at most 10 minutes: past DEADLINE seconds from the start
+# (DEVICE_CHECK_SECONDS, default 540) no step starts, and a step's limit is cut to the time
+# left, so the call returns with what it has; the steps come in order of worth.
+DEADLINE=${DEVICE_CHECK_SECONDS:-540}
+
 # step LIMIT_SECONDS COMMAND...: runs one check, printing its exit status and duration.
 step() {
   local limit=$1
   shift
+  local left=$((DEADLINE - SECONDS))
+  if [ "$left" -lt 20 ]; then
+    echo "== skipped, ${left}s left: $*"
+    return 0
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
   echo "== $* (limit ${limit}s)"
   local start=$SECONDS
   timeout "$limit" "$@"
@@ -213,28 +224,55 @@ fi
 step 150 .dev/conformance --test-threads 8 wgpu::
 step 150 .dev/conformance --test-threads 8 cuda::
 step 60 .dev/cuda_kernels
-[ -x .dev/wgpu_split ] && step 60 .dev/wgpu_split
+# Decode against single steps on wgpu (replayed steps) and cuda (replayed as CUDA graphs, then
+# run as ops), and what cuda reports about its graphs and fused kernels.
+step 120 .dev/engine --test-threads 4 decode::
+WEBTENSOR_CUDA_GRAPHS=off step 90 .dev/engine --test-threads 4 decode::
+.dev/webtensor info | grep -A16 '^cuda'
 # The most valuable timing next: our decode against llama.cpp's on the same card.
 peer_compare
+
+wait_for_model
+# Every backend on the model, with the host's CPU time per token and per dispatch. 16 prompt
+# tokens: the reference's logits for the check are scalar and cost seconds per token.
+step 240 sh -c ".dev/webtensor bench --model $model --prompt-tokens 16 --runs 3 --json >$OUT/model.json"
+python3 - "$OUT/model.json" <<'PY'
+import json, sys
+f = lambda v, p=1: "-" if v is None else f"{v:.{p}f}"
+print("backend  prompt tok/s (samples)     decode tok/s (samples)     GB/s  %copy  disp/tok  replay  host ms/tok  µs/disp  check")
+for r in json.load(open(sys.argv[1])):
+    p = " ".join(f"{x:.1f}" for x in r["prompt_samples"])
+    d = " ".join(f"{x:.1f}" for x in r["decode_samples"])
+    frac = None if r["frac_copy"] is None else 100 * r["frac_copy"]
+    print(f'{r["backend"]:8} {p:26} {d:26} {f(r["decode_weight_gb_per_s"]):>6} {f(frac):>5} '
+          f'{f(r["dispatches_per_token"]):>8}  {str(r["decode_replayed"]):6} {f(r["host_ms_per_token"], 3):>11} '
+          f'{f(r["host_us_per_dispatch"], 2):>8}  {r["checked"]} {r["max_abs_error"]:.1e}')
+PY
+# CUDA graphs on the TinyLlama-shape model: the same ids with and without them (greedy and
+# sampled), then decode tok/s each way, alternating three times (`replay` yes and no).
+for s in "--temperature 0" "--temperature 0.8 --top-p 0.9 --seed 3"; do
+  for g in on off; do
+    WEBTENSOR_CUDA_GRAPHS=$g RUST_LOG=webtensor=debug step 60 sh -c ".dev/webtensor generate \
+      --model $model --backend cuda --prompt 'In the beginning' --max-tokens 96 $s \
+      >$OUT/ids-$g.txt 2>$OUT/ids-$g.err"
+  done
+  if cmp -s "$OUT/ids-on.txt" "$OUT/ids-off.txt"; then echo "== graphs on/off ($s): same ids"
+  else echo "== graphs on/off ($s): DIFFERENT"; diff "$OUT/ids-on.txt" "$OUT/ids-off.txt" | head -5; fi
+  grep -h "not replayed\|tokens/s" "$OUT/ids-on.err" "$OUT/ids-off.err"
+done
+for i in 1 2 3; do
+  for g in on off; do
+    echo "== cuda graphs $g, run $i"
+    WEBTENSOR_CUDA_GRAPHS=$g step 60 sh -c ".dev/webtensor bench --model $model --backend cuda \
+      --prompt-tokens 4 --decode-tokens 128 --runs 1 2>/dev/null | grep -E '^cuda '"
+  done
+done
+profile_and_compare
+[ -x .dev/wgpu_split ] && step 60 .dev/wgpu_split
 WEBTENSOR_WGPU_F16=off step 120 .dev/conformance --test-threads 8 wgpu::
 WEBTENSOR_WGPU_SUBGROUPS=off step 120 .dev/conformance --test-threads 8 wgpu::
 WEBTENSOR_WGPU_INT_DOT=off step 120 .dev/conformance --test-threads 8 wgpu::
 WEBTENSOR_WGPU_ROW_TEAMS=off step 90 .dev/conformance --test-threads 8 wgpu::qmatmul wgpu::matmul
-
-wait_for_model
-# Every backend on the model. 16 prompt tokens: the reference's logits for the check are
-# scalar and cost seconds per token.
-step 240 sh -c ".dev/webtensor bench --model $model --prompt-tokens 16 --runs 3 --json >$OUT/model.json"
-python3 - "$OUT/model.json" <<'PY'
-import json, sys
-print("backend  prompt tok/s (samples)          decode tok/s (samples)          GB/s  %copy  dispatch/tok  check")
-for r in json.load(open(sys.argv[1])):
-    p = " ".join(f"{x:.1f}" for x in r["prompt_samples"])
-    d = " ".join(f"{x:.1f}" for x in r["decode_samples"])
-    print(f'{r["backend"]:8} {p:32} {d:32} {r["decode_weight_gb_per_s"]:6.1f} {100 * r["frac_copy"]:5.1f}'
-          f'  {r["dispatches_per_token"] or "-"}  {r["checked"]} {r["max_abs_error"]:.1e}')
-PY
-profile_and_compare
 step 150 .dev/webtensor bench --backend wgpu --backend cuda --size medium --op matmul --op qmatmul \
   --report "$OUT/medium"
 # The quantized prefill in tiles (mm_tiled) against the row-dot kernel it replaced there.
