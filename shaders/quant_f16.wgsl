@@ -19,7 +19,7 @@ struct Params {
     rope_dim: u32,
     store_dim: u32,
     pool_rows: u32,
-    _pad2: u32,
+    up_at: u32,    // unused here (`quant.wgsl`: the paired SwiGLU product)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
