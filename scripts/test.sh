@@ -57,6 +57,9 @@ WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test conformance -- wgpu::qmatmul wgpu:
 WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_SUBGROUPS=off cargo test --test conformance -- wgpu::qmatmul wgpu::matmul
 WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_TILED_PREFILL=off cargo test --test conformance -- wgpu::qmatmul wgpu::linear_residual
 WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test wgpu_split
+# Decode steps recorded and replayed with the GPU shape's attention, split over the keys of a
+# wide cache (past 256 columns; the lanes shape splits past 64, in the plain run above).
+WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test engine decode::
 # Subgroup teams take four rows per subgroup: lavapipe's subgroups of 8 give 32 rows per
 # workgroup, SwiftShader's (Chromium's Vulkan ICD) subgroups of 4 give 64, as a GPU's of 32 give 8.
 swiftshader=/usr/lib/chromium/vk_swiftshader_icd.json
@@ -64,6 +67,10 @@ swiftshader=/usr/lib/chromium/vk_swiftshader_icd.json
 echo "== wgpu row teams on SwiftShader (subgroups of 4)"
 VK_ICD_FILENAMES="$swiftshader" WEBTENSOR_WGPU_ROW_TEAMS=on \
   cargo test --test conformance -- wgpu::qmatmul wgpu::matmul wgpu::linear_residual wgpu::swiglu_linear
+# Attention's lanes kernel on the adapter headless Chromium uses (SIMD groups of 4, not
+# lavapipe's 8), with its heads per lane a pipeline constant.
+echo "== wgpu attention on SwiftShader (the lanes shape)"
+VK_ICD_FILENAMES="$swiftshader" cargo test --test conformance -- wgpu::paged_attention
 
 # The optional `cuda` backend: it must build and pass clippy without a CUDA toolkit or GPU,
 # every kernel source must compile with the real NVRTC (from PyPI, see setup.sh), and its
