@@ -867,6 +867,7 @@ fn decode_ahead_on_wgpu_gives_the_same_text() {
             token_latency: None,
             decode_ahead,
             prompt: PromptChunks::Whole,
+            prompt_rows: 4,
         };
         let mut out = String::new();
         let mut sink = TextSink(|piece: &str| out.push_str(piece));

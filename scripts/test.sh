@@ -59,7 +59,8 @@ WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_TILED_PREFILL=off cargo test --test c
 WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test wgpu_split
 # The engine on the GPU shapes: a layer's gate and up weights uploaded together and multiplied
 # in one dispatch, decode steps recorded once and replayed, against the reference and single
-# steps.
+# steps, attention split over the keys of a wide cache (past 256 columns; the lanes shape
+# splits past 64, in the plain run above).
 WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test engine
 # Subgroup teams take four rows per subgroup: lavapipe's subgroups of 8 give 32 rows per
 # workgroup, SwiftShader's (Chromium's Vulkan ICD) subgroups of 4 give 64, as a GPU's of 32 give 8.
@@ -68,6 +69,10 @@ swiftshader=/usr/lib/chromium/vk_swiftshader_icd.json
 echo "== wgpu row teams on SwiftShader (subgroups of 4)"
 VK_ICD_FILENAMES="$swiftshader" WEBTENSOR_WGPU_ROW_TEAMS=on \
   cargo test --test conformance -- wgpu::qmatmul wgpu::matmul wgpu::linear_residual wgpu::swiglu_linear
+# Attention's lanes kernel on the adapter headless Chromium uses (SIMD groups of 4, not
+# lavapipe's 8), with its heads per lane a pipeline constant.
+echo "== wgpu attention on SwiftShader (the lanes shape)"
+VK_ICD_FILENAMES="$swiftshader" cargo test --test conformance -- wgpu::paged_attention
 
 # The host's side of a GPU decode on wgpu's noop device (cargo feature wgpu-noop), which runs no
 # kernel: bench --model's host cost per token and per dispatch, and the replayed step.

@@ -503,20 +503,21 @@ pub fn norm_swiglu_linear(dev: &Device) {
 
 /// One paged-attention case: the device against the reference kernel and the composition.
 /// `pool` holds the keys and values `[pool_rows, hd]`, `rows` the sequence's pool rows
-/// `[kv, n]`. Where `n` is odd the row table gets three columns more than the keys, of rows
-/// past the pool (NaN if read), as a decode step's table of the cache's capacity has.
+/// `[kv, n]`. The row table gets `unread` columns more than the keys, of rows past the pool
+/// (NaN if read), as a decode step's table of the cache's capacity has.
 /// Tolerance: the product's 1e-5·√n.
+#[allow(clippy::too_many_arguments)]
 fn attention_case(
     dev: &Device,
     q: &[f32],
     (keys, values): (&[f32], &[f32]),
-    rows: &[u32],
+    (rows, unread): (&[u32], usize),
     (t, heads, kv, hd, n): (usize, usize, usize, usize, usize),
     scale: f32,
     window: Option<usize>,
 ) {
     let pool_rows = keys.len() / hd;
-    let columns = n + 3 * (n % 2);
+    let columns = n + unread;
     let table: Vec<u32> = rows
         .chunks(n)
         .flat_map(|head| {
@@ -568,7 +569,8 @@ pub fn paged_attention(dev: &Device) {
             let q = uniform(&mut r, t * heads * hd, 2.0);
             for window in [None, Some(1), Some(4), Some(64)] {
                 let sizes = (t, heads, kv, hd, n);
-                attention_case(dev, &q, (&keys, &values), &rows, sizes, 0.25, window);
+                let table = (&rows[..], 3 * (n % 2));
+                attention_case(dev, &q, (&keys, &values), table, sizes, 0.25, window);
             }
         }
     }
@@ -584,7 +586,44 @@ pub fn paged_attention(dev: &Device) {
         let q = uniform(&mut r, t * heads * hd, 0.5);
         for window in [None, Some(100)] {
             let sizes = (t, heads, kv, hd, n);
-            attention_case(dev, &q, (&keys, &values), &rows, sizes, 0.125, window);
+            let table = (&rows[..], 3 * (n % 2));
+            attention_case(dev, &q, (&keys, &values), table, sizes, 0.125, window);
         }
+    }
+    paged_attention_split(dev, &mut r);
+}
+
+/// Attention split over its keys (wgpu's flash decoding: chunks of keys merged by a second
+/// kernel, the count of chunks chosen from the table's columns, so that a replayed decode step
+/// can read more keys with the same split). Tables far wider than the keys (most chunks short
+/// or empty), long sequences, several queries and windows; groups of 1 to 8 query heads per
+/// key/value head (CPU adapters take up to four of a group's heads per lane: 5 as 3 + 2, 7 as
+/// 4 + 3, 8 as 4 + 4); heads narrower and wider than a CPU adapter's lane of 64 dimensions and
+/// not a multiple of 4.
+fn paged_attention_split(dev: &Device, r: &mut StdRng) {
+    // (heads, kv, hd, t, n, unread columns, window)
+    let cases = [
+        (8, 2, 64, 1, 300, 700, None),
+        (8, 2, 64, 1, 300, 700, Some(90)),
+        (5, 1, 64, 4, 600, 0, None),
+        (5, 1, 64, 4, 600, 0, Some(513)),
+        (7, 1, 36, 3, 520, 61, None),
+        (6, 2, 40, 1, 9, 1000, None),
+        (3, 3, 64, 2, 1100, 0, Some(700)),
+        (8, 1, 98, 2, 1100, 3, None),
+    ];
+    for (heads, kv, hd, t, n, unread, window) in cases {
+        let slots = n + 5;
+        let keys = uniform(r, kv * slots * hd, 1.0);
+        let values = uniform(r, kv * slots * hd, 1.0);
+        // A step prime to the slot count: distinct rows, scattered.
+        let step = [7, 11, 13].into_iter().find(|s| slots % s != 0).unwrap();
+        let rows: Vec<u32> = (0..kv * n)
+            .map(|i| ((i / n) * slots + (i % n * step + 2) % slots) as u32)
+            .collect();
+        let q = uniform(r, t * heads * hd, 0.5);
+        let sizes = (t, heads, kv, hd, n);
+        let table = (&rows[..], unread);
+        attention_case(dev, &q, (&keys, &values), table, sizes, 0.125, window);
     }
 }

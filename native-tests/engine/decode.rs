@@ -30,6 +30,16 @@ fn replays(dev: &Device) -> bool {
     }
 }
 
+/// Held by each test here: the wgpu backend is one per process, and a capture during which
+/// another test uploads or reads back is spoiled (its steps run as ops), so two of these at
+/// once made a check that a decode was replayed fail now and then.
+static ONE_CAPTURE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// [`ONE_CAPTURE`], also after a test that held it failed.
+fn one_capture() -> std::sync::MutexGuard<'static, ()> {
+    ONE_CAPTURE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Sampling that draws (not greedy), so the sampler's numbers matter.
 const WARM: Sampling = Sampling {
     temperature: 0.9,
@@ -86,6 +96,7 @@ fn decoded(
 
 #[test]
 fn decode_steps_replay_on_wgpu_and_draw_the_ids_of_single_steps() {
+    let _one = one_capture();
     let dir = hf_folder(GQA, "decode-replay");
     let prompt = &TOKENS[..5];
     for dev in decode_devices() {
@@ -144,6 +155,7 @@ fn decode_steps_replay_on_wgpu_and_draw_the_ids_of_single_steps() {
 /// step reads, which the decode state writes again.
 #[test]
 fn replayed_steps_follow_a_paged_sequence_across_its_blocks() {
+    let _one = one_capture();
     let dir = hf_folder(GQA, "decode-paged");
     let prompt = &TOKENS[..3];
     let block_bytes = 2 * GQA.layers * 2 * (GQA.kv_heads * GQA.hidden / GQA.heads) * 4;
@@ -169,6 +181,7 @@ fn replayed_steps_follow_a_paged_sequence_across_its_blocks() {
 /// Steps a recorded step cannot stand for run as ops, with the same ids.
 #[test]
 fn hooks_and_streamed_layers_decode_without_replays() {
+    let _one = one_capture();
     let dir = hf_folder(GQA, "decode-ops");
     let prompt = &TOKENS[..4];
     for dev in decode_devices() {
@@ -194,5 +207,31 @@ fn hooks_and_streamed_layers_decode_without_replays() {
             "streamed on {name}"
         );
         assert!(!cache.decode_is_replayed(), "streamed on {name}");
+    }
+}
+
+/// A cache far wider than the keys it holds: wgpu splits attention over its keys by the row
+/// table's columns (the cache's capacity: on CPU adapters 21 chunks here, on GPUs 2), and each
+/// replayed step sizes the chunks from its own key count, so the recorded step's early chunks
+/// fill as the sequence grows and its late ones stay empty. The ids are those of single steps,
+/// whose tables are only as wide as their keys (no split).
+#[test]
+fn replayed_steps_split_attention_over_a_wide_cache() {
+    let _one = one_capture();
+    let dir = hf_folder(GQA, "decode-wide");
+    let mut config: serde_json::Value = serde_json::from_str(&config_json(GQA)).unwrap();
+    config["max_position_embeddings"] = 1024.into();
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let prompt: Vec<u32> = TOKENS.iter().cycle().take(21).copied().collect();
+    for dev in decode_devices() {
+        let model = Llama::load(&dev, ModelFiles::open(&dir).unwrap()).unwrap();
+        for sampling in [Sampling::greedy(), WARM] {
+            let what = format!("{sampling:?} on {}", dev.backend_name());
+            let want = single_steps(&model, model.new_cache(64).unwrap(), &prompt, 30, sampling);
+            let mut cache = model.new_cache(700).unwrap();
+            let got = decoded(&model, &mut cache, &prompt, &[8, 8, 8, 6], sampling);
+            assert_eq!(got, want, "{what}");
+            assert_eq!(cache.decode_is_replayed(), replays(&dev));
+        }
     }
 }

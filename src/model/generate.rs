@@ -76,6 +76,12 @@ pub struct Pacing {
     pub decode_ahead: bool,
     /// How the prompt is split into forward passes.
     pub prompt: PromptChunks,
+    /// The prompt rows a forward pass takes for about the price of one: a timed prompt chunk
+    /// ([`PromptChunks::Seconds`]) is a whole multiple of them, at least one multiple, since a
+    /// chunk of fewer rows takes nearly as long and runs the prompt that many times slower.
+    /// 4 on wgpu, whose products take the activation rows four at a time (`MATVEC_MAX_M`); 1 on
+    /// the host backends, whose products cost per row.
+    pub prompt_rows: usize,
 }
 
 /// How the prompt is split into forward passes; between two, the loop reaches a
@@ -96,11 +102,13 @@ pub enum PromptChunks {
 const FIRST_TIMED_CHUNK: usize = 4;
 /// The largest chunk of [`PromptChunks::Seconds`].
 const MAX_TIMED_CHUNK: usize = 512;
-/// The activation rows a wgpu product takes together (`MATVEC_MAX_M`): a timed chunk of
-/// several of them is rounded down to a multiple, since a chunk of 4j + 1 rows passes over the
-/// weights once more for its last row. In Chromium on SwiftShader (SmolLM-135M's shape, Q4_0)
-/// the prompt ran at 13-14 tokens/s in chunks of five tokens against 24-25 in fours, and a
-/// quarter second there is four to six tokens.
+/// The activation rows a wgpu product takes together (`MATVEC_MAX_M`), [`Pacing::prompt_rows`]
+/// on wgpu: a chunk of 4j + 1 rows passes over the weights once more for its last row, and a
+/// chunk of one to three once for fewer rows. In Chromium on SwiftShader (SmolLM-135M's shape,
+/// Q4_0) the prompt ran at 13-14 tokens/s in chunks of five tokens against 24-25 in fours; and
+/// where a quarter second held fewer than four tokens (a long prompt's later chunks, whose
+/// attention reads more keys) the chunks shrank to one or two tokens and the prompt ran at
+/// the decode's speed: 432 tokens at 4.6-6.9 tokens/s natively, against 19-20 in fours.
 const TIMED_CHUNK_ROWS: usize = 4;
 
 impl Pacing {
@@ -113,6 +121,7 @@ impl Pacing {
             token_latency: Some(TOKEN_LATENCY_SECS),
             decode_ahead: decodes_ahead(device),
             prompt,
+            prompt_rows: if host { 1 } else { TIMED_CHUNK_ROWS },
         }
     }
 
@@ -126,11 +135,8 @@ impl Pacing {
             PromptChunks::Seconds(target) => {
                 let per_token = secs / done as f64;
                 let size = ((target / per_token) as usize).clamp(1, MAX_TIMED_CHUNK);
-                if size < TIMED_CHUNK_ROWS {
-                    size
-                } else {
-                    size - size % TIMED_CHUNK_ROWS
-                }
+                let rows = self.prompt_rows.max(1);
+                (size - size % rows).max(rows)
             }
         };
         size.min(left)

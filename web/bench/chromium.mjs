@@ -11,7 +11,9 @@
 // A path is a name with an optional thread count: cpu:2, wllama:2 (1 when absent).
 // Every path is loaded once and warmed up with one short generation (shader compilation, JIT),
 // then the paths take turns, run after run, so that a change in the machine's load hits all of
-// them alike. Prints min / median / max of prompt and decode tokens per second as Markdown.
+// them alike. Prints min / median / max of prompt and decode tokens per second as Markdown,
+// and for webtensor's paths the gaps between tokens reaching the page (each token's onToken
+// call timed: the run's median gap and its largest).
 //
 // Settings (environment): BENCH_MODEL (the GGUF), BENCH_RUNS (≥ 3), BENCH_TOKENS (tokens
 // generated per run), BENCH_PROMPT_WORDS (prompt length), BENCH_PATHS (comma-separated paths
@@ -168,12 +170,17 @@ try {
         const g = globalThis.bench;
         const t0 = performance.now();
         if (g.models[p]) {
-          const s = await g.models[p].generate(prompt, { maxTokens, temperature: 0 });
+          // When each token's piece reaches the page (onToken is called for every token).
+          const arrivals = [];
+          const s = await g.models[p].generate(prompt, { maxTokens, temperature: 0 }, () => arrivals.push(performance.now()));
+          const gaps = arrivals.slice(1).map((t, i) => t - arrivals[i]).sort((a, b) => a - b);
           return {
             promptTokens: s.promptTokens,
             generated: s.generatedTokens,
             prompt: s.promptTokens / s.promptSecs,
             decode: s.tokensPerSec,
+            gapMedianMs: gaps.length ? gaps[Math.floor(gaps.length / 2)] : null,
+            gapMaxMs: gaps.length ? gaps[gaps.length - 1] : null,
             wallSecs: (performance.now() - t0) / 1000,
           };
         }
@@ -214,7 +221,8 @@ try {
     for (const p of PATHS) {
       const x = await generate(p, TOKENS);
       runs[p].push(x);
-      console.error(`browser_bench: run ${r + 1}/${RUNS} ${p}: prompt ${fmt(x.prompt)} tok/s (${x.promptTokens} tokens), decode ${fmt(x.decode)} tok/s (${x.generated} tokens), ${x.wallSecs.toFixed(1)} s`);
+      const gaps = x.gapMedianMs == null ? "" : `, token gaps median ${x.gapMedianMs.toFixed(0)} ms, max ${x.gapMaxMs.toFixed(0)} ms`;
+      console.error(`browser_bench: run ${r + 1}/${RUNS} ${p}: prompt ${fmt(x.prompt)} tok/s (${x.promptTokens} tokens), decode ${fmt(x.decode)} tok/s (${x.generated} tokens)${gaps}, ${x.wallSecs.toFixed(1)} s`);
     }
   }
 
@@ -231,18 +239,24 @@ try {
     `Model ${path.basename(MODEL)}; greedy; ${TOKENS} tokens after a ${runs[PATHS[0]][0].promptTokens}-token prompt; ${RUNS} alternating runs, min / median / max tokens/s.`,
     ...(EXTRA_FLAGS.length ? ["", `A diagnostic run: Chromium started with ${EXTRA_FLAGS.join(" ")} as well.`] : []),
     "",
-    "| path | decode tok/s | prompt tok/s |",
-    "| --- | --- | --- |",
+    "Token gaps: the time between two tokens' pieces reaching the page (webtensor's onToken), the run's median and its largest, in ms.",
+    "",
+    "| path | decode tok/s | prompt tok/s | token gap, median ms | token gap, max ms |",
+    "| --- | --- | --- | --- | --- |",
   ];
   const result = { model: MODEL, runs: RUNS, tokens: TOKENS, chromiumFlags: EXTRA_FLAGS, setup, paths: {} };
   for (const p of PATHS) {
     const d = stats(runs[p].map((x) => x.decode));
     const q = stats(runs[p].map((x) => x.prompt));
-    result.paths[p] = { decode: d, prompt: q, runs: runs[p] };
+    const timed = runs[p].every((x) => x.gapMedianMs != null);
+    const gm = timed ? stats(runs[p].map((x) => x.gapMedianMs)) : null;
+    const gx = timed ? stats(runs[p].map((x) => x.gapMaxMs)) : null;
+    result.paths[p] = { decode: d, prompt: q, gapMedianMs: gm, gapMaxMs: gx, runs: runs[p] };
     const { kind, threads } = SPECS[p];
     const s = setup.paths[p];
     const how = kind.startsWith("wllama") ? `, ${s.threads} thread(s)${s.multithread ? "" : " (not multithreaded)"}` : kind === "cpu" ? `, ${threads} thread(s)` : "";
-    lines.push(`| ${label[kind]}${how} | ${cell(d)} | ${cell(q)} |`);
+    const ms = (s) => (s ? `${s.min.toFixed(0)} / ${s.median.toFixed(0)} / ${s.max.toFixed(0)}` : "—");
+    lines.push(`| ${label[kind]}${how} | ${cell(d)} | ${cell(q)} | ${ms(gm)} | ${ms(gx)} |`);
   }
   for (const p of PATHS.filter((p) => SPECS[p].kind.startsWith("wllama"))) {
     lines.push("", `${p}: llama.cpp's device lines:`, ...setup.paths[p].device.map((l) => `    ${l}`));
@@ -256,7 +270,8 @@ try {
   }
   if (runs.wgpu && runs["cpu:1"]) {
     const ratio = stats(runs.wgpu.map((x, i) => x.decode / runs["cpu:1"][i].decode));
-    lines.push("", `webtensor wgpu decode ÷ cpu:1 decode, run by run: ${cell(ratio)}`);
+    const prompt = stats(runs.wgpu.map((x, i) => x.prompt / runs["cpu:1"][i].prompt));
+    lines.push("", `webtensor wgpu ÷ cpu:1, run by run: decode ${cell(ratio)}, prompt ${cell(prompt)}`);
   }
   console.log(lines.join("\n"));
   if (env.BENCH_JSON) writeFileSync(env.BENCH_JSON, JSON.stringify(result, null, 2));

@@ -1,6 +1,7 @@
 // The browser tests: the conformance subset on WebGPU and cpu against the reference, the demo
-// page generating with the built-in model (screenshot kept), Model.chat over a chat template,
-// the cpu fallback without WebGPU, and the benchmark tab's report. Run by scripts/test.sh after web/build.sh.
+// page generating with the built-in model (screenshot kept), a long generation on WebGPU
+// against the cpu backend's, Model.chat over a chat template, the cpu fallback without
+// WebGPU, and the benchmark tab's report. Run by scripts/test.sh after web/build.sh.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { writeFileSync } from "node:fs";
@@ -187,6 +188,35 @@ test("the demo generates with the built-in model on WebGPU and can be stopped", 
     await page.click("#stop");
     await page.waitForSelector("body[data-state=done]", { timeout: 120_000 });
     assert.match(await page.textContent("#gen-stats"), /\(stopped\)/);
+  } catch (e) {
+    console.error(browser.logs.join("\n"));
+    throw e;
+  } finally {
+    await browser.close();
+  }
+});
+
+// 200 tokens: a cache of about 204 columns, past the 64 where attention on a CPU adapter
+// splits each query's keys into chunks (six here) merged by a second kernel, compiled by
+// Chromium's own shader compiler (Tint, not the naga of the native tests); each decode step
+// after the first is a replay of the first with more keys.
+test("a long greedy generation on WebGPU (attention split over its keys) gives the cpu backend's text", { timeout: 300_000 }, async (t) => {
+  const browser = await launch({ webgpu: true });
+  try {
+    if (await webgpuReason(browser.page, t)) return;
+    const r = await browser.page.evaluate(async () => {
+      const wt = await import("/pkg/webtensor.js");
+      await wt.default();
+      const out = {};
+      for (const backend of ["wgpu", "cpu"]) {
+        const model = await wt.Model.builtin(await wt.createDevice(backend));
+        const s = await model.generate("And God said", { maxTokens: 200, temperature: 0 });
+        out[backend] = { text: s.text, generated: s.generatedTokens };
+      }
+      return out;
+    });
+    assert.equal(r.wgpu.generated, 200);
+    assert.equal(r.wgpu.text, r.cpu.text);
   } catch (e) {
     console.error(browser.logs.join("\n"));
     throw e;

@@ -30,6 +30,7 @@ mod sample;
 mod scan;
 mod split;
 
+pub(super) use fused::AttentionPlan;
 pub(super) use quant::{folds_norm, int_activation_words};
 pub(super) use sample::sample_temp_words;
 pub(super) use scan::scan_temp_len;

@@ -304,7 +304,7 @@ impl WgpuBackend {
     /// The temporary buffers `spec`'s kernels need beside its inputs, in the order they are
     /// passed after them (see [`kernels`]' encoders): the gate product of a fused SwiGLU, the
     /// int8 table of an integer product, a scan's partial results, a greedy sample's (key,
-    /// index) pairs.
+    /// index) pairs, the partials of an attention split over its keys.
     fn extra_buffers(&self, spec: &OpSpec) -> Result<Vec<GpuBuffer>> {
         let op = spec.kind().name();
         let int_activations = |activations: Activations, m: usize, k: usize| match activations {
@@ -346,6 +346,12 @@ impl WgpuBackend {
         {
             let len = kernels::scan_temp_len(outer * inner, len);
             extras.push(self.alloc(op, len, DType::F32)?);
+        }
+        if let OpSpec::PagedAttention(a) = spec {
+            let plan = kernels::AttentionPlan::of(a, self.ctx.mv_shape());
+            if let Some(len) = plan.partials_len(a) {
+                extras.push(self.alloc(op, len, DType::F32)?);
+            }
         }
         Ok(extras)
     }

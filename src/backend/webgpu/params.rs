@@ -126,7 +126,7 @@ params!(
     /// `attention.wgsl`: attention over a paged KV pool; `window` 0 means full causal.
     AttentionParams for [Attention] {
         t: u32, n: u32, heads: u32, kv_heads: u32, head_dim: u32, pool_rows: u32, scale: f32,
-        window: u32, stride: u32,
+        window: u32, stride: u32, chunks: u32,
     }
 );
 

@@ -119,6 +119,16 @@ impl Shader {
         compose_module(self.source(), &preludes)
     }
 
+    /// The name of the pipeline constant a kernel's `format` sets (see [`Pipelines::kernel`]):
+    /// `LANE_HEADS` of `attention.wgsl` (the heads a `paged_attention_lanes` lane takes),
+    /// `MV_FORMAT` elsewhere (the weight format of the kernels specialised per format).
+    pub(crate) fn constant(self) -> &'static str {
+        match self {
+            Shader::Attention => "LANE_HEADS",
+            _ => "MV_FORMAT",
+        }
+    }
+
     pub(crate) fn source(self) -> &'static str {
         match self {
             Shader::Elementwise => include_str!("../../../shaders/elementwise.wgsl"),
@@ -222,7 +232,7 @@ pub(crate) struct Kernel {
     pub(crate) id: KernelId,
 }
 
-/// A kernel's name: its shader file, entry point and `MV_FORMAT` constant (the key of the
+/// A kernel's name: its shader file, entry point and pipeline constant (the key of the
 /// pipeline cache). Copied per dispatch by the profiler, and spelled out only when a profile
 /// is read ([`KernelId::label`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -242,6 +252,9 @@ impl KernelId {
         let name = format!("{}::{}", self.shader.name(), self.entry);
         if self.format == 0 {
             return name;
+        }
+        if self.shader == Shader::Attention {
+            return format!("{name}[{} heads a lane]", self.format);
         }
         let code = self.format & (INT_ACTIVATIONS - 1);
         let weights = PACKED_FORMATS
@@ -287,8 +300,9 @@ impl Pipelines {
 
     /// The pipeline for `entry` of `shader`, which binds `inputs` inputs (and with `texture` a
     /// texture after [`TEXTURE_INPUTS`] of them); compiled on first use. `format` is the
-    /// pipeline constant `MV_FORMAT` of the kernels specialised per weight format (0 for every
-    /// other kernel: the constant keeps its default).
+    /// pipeline constant ([`Shader::constant`]): `MV_FORMAT` of the kernels specialised per
+    /// weight format, `LANE_HEADS` of attention's lanes kernel (0 for every other kernel: the
+    /// constant keeps its default).
     pub(crate) fn kernel(
         &self,
         ctx: &GpuContext,
@@ -333,7 +347,7 @@ impl Pipelines {
             let i = inputs - 1;
             (inputs, (&self.layouts[i], &self.pipeline_layouts[i]))
         };
-        let constants = [("MV_FORMAT", f64::from(format))];
+        let constants = [(shader.constant(), f64::from(format))];
         let constants: &[(&str, f64)] = if format == 0 { &[] } else { &constants };
         let pipeline = ctx
             .device

@@ -181,27 +181,39 @@ impl Observer for Recorder {
     }
 }
 
-/// Timed prompt chunks: the first of four tokens, then sized from the speed so far, a multiple
-/// of four rows once they reach four (the wgpu products take rows four at a time), never past
-/// the tokens left or the largest chunk.
+/// Timed prompt chunks: the first of four tokens, then sized from the speed so far, whole
+/// groups of the rows a pass takes at once (four on wgpu, whose products take rows four at a
+/// time: at least one group, as fewer rows cost a pass too), never past the tokens left or the
+/// largest chunk.
 #[test]
 fn timed_prompt_chunks_are_whole_groups_of_four_rows() {
-    let pacing = Pacing {
+    let wgpu = Pacing {
         steps_per_submit: 1,
         token_latency: None,
         decode_ahead: false,
         prompt: PromptChunks::Seconds(0.25),
+        prompt_rows: 4,
     };
-    assert_eq!(pacing.chunk(100, 0, 0.0), 4);
+    assert_eq!(wgpu.chunk(100, 0, 0.0), 4);
     // 19 tokens/s: 4.75 tokens a quarter second.
-    assert_eq!(pacing.chunk(100, 19, 1.0), 4);
+    assert_eq!(wgpu.chunk(100, 19, 1.0), 4);
     // 47 tokens/s: 11.75.
-    assert_eq!(pacing.chunk(100, 47, 1.0), 8);
-    // 10 tokens/s: 2.5, below one group.
-    assert_eq!(pacing.chunk(100, 10, 1.0), 2);
-    assert_eq!(pacing.chunk(100, 1, 1.0), 1);
-    assert_eq!(pacing.chunk(5, 47, 1.0), 5);
-    assert_eq!(pacing.chunk(10_000, 100_000, 1.0), 512);
+    assert_eq!(wgpu.chunk(100, 47, 1.0), 8);
+    // 10 tokens/s: 2.5, below one group: a group all the same.
+    assert_eq!(wgpu.chunk(100, 10, 1.0), 4);
+    assert_eq!(wgpu.chunk(100, 1, 1.0), 4);
+    assert_eq!(wgpu.chunk(3, 1, 1.0), 3);
+    assert_eq!(wgpu.chunk(5, 47, 1.0), 5);
+    assert_eq!(wgpu.chunk(10_000, 100_000, 1.0), 512);
+    // A host backend's products cost per row: any size from one token.
+    let host = Pacing {
+        prompt_rows: 1,
+        ..wgpu
+    };
+    assert_eq!(host.chunk(100, 0, 0.0), 4);
+    assert_eq!(host.chunk(100, 47, 1.0), 11);
+    assert_eq!(host.chunk(100, 10, 1.0), 2);
+    assert_eq!(host.chunk(100, 1, 1.0), 1);
 }
 
 #[test]
@@ -234,6 +246,7 @@ fn a_stop_during_the_prompt_is_answered_at_the_next_chunk() {
         token_latency: None,
         decode_ahead: false,
         prompt: PromptChunks::Tokens(8),
+        prompt_rows: 1,
     };
     let stats = run(&model, &tokenizer, &prompt, 20, pacing, &mut recorder);
     assert!(stats.prompt_tokens > 64, "{}", stats.prompt_tokens);
@@ -256,6 +269,7 @@ fn decode_batches_are_sized_to_the_token_latency() {
         token_latency: Some(0.25),
         decode_ahead: false,
         prompt: PromptChunks::Whole,
+        prompt_rows: 4,
     };
     let mut batches = DecodeBatches::paced(&pacing, 100);
     assert_eq!(batches.batch_steps(), 1);

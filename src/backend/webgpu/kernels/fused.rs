@@ -10,11 +10,16 @@
 //! - [`OpSpec::LinearResidual`]: the product with packed weights adds the residual as the
 //!   `mv` kernel's epilogue, so a decode projection and its residual connection are one
 //!   dispatch.
-//! - [`OpSpec::SwigluLinear`]: the gate product into a temporary buffer, then the up product
-//!   whose `mv` epilogue multiplies it by SiLU of the gate: two dispatches where the unfused
-//!   ops took three.
-//! - [`OpSpec::PagedAttention`]: `attention.wgsl`, one workgroup per (query, head) reading
-//!   the pool rows in place, one dispatch.
+//! - [`OpSpec::SwigluLinear`]: on GPUs, where a layer's gate and up weights share one buffer
+//!   (`Backend::upload_group`), one `mv` dispatch whose teams take two gate rows and the same
+//!   two up rows and store SiLU(gate) · up ([`pairs_swiglu`]); otherwise the gate product into
+//!   a temporary buffer, then the up product whose `mv` epilogue multiplies it by SiLU of the
+//!   gate: one or two dispatches where the unfused ops took three.
+//! - [`OpSpec::PagedAttention`]: `attention.wgsl`, reading the pool rows in place: on GPUs a
+//!   workgroup per (query, head), on CPU adapters a lane per (query, up to four heads of a
+//!   key/value group); past a few hundred keys (GPUs) or 64 (CPU adapters) each query's keys
+//!   are split into chunks that run side by side, merged by a second dispatch
+//!   ([`AttentionPlan`]).
 //!
 //! Off the `mv` kernel (f32 weights, long rows) the products of the first two are followed by
 //! the `epilogue` kernel.
@@ -28,20 +33,82 @@ use crate::backend::{AttentionSpec, LinearSpec, OpSpec};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
-/// Output dimensions of one head per lane of `paged_attention_lanes` (`LANE_SLICE`).
-const ATTENTION_LANE_SLICE: usize = 32;
+/// Output dimensions of one head per lane of `paged_attention_lanes` (`LANE_DIMS`).
+const ATTENTION_LANE_DIMS: usize = 64;
 
-/// Lanes per workgroup of `paged_attention_lanes`.
-const ATTENTION_LANES_WG: u64 = 16;
+/// Lanes per workgroup of `paged_attention_lanes` (`LANES_WG`).
+const ATTENTION_LANES_WG: u64 = 8;
 
-/// Whether a `paged_attention_lanes` lane's loops fit the loop budget: for each key it sees,
-/// one step and the score's dot (four dimensions a step, then the rest one at a time), and the
-/// eight stores of four dimensions at the end. Judged by the table's columns, the most keys a
-/// replay of the same dispatch with more of them can see (`recorder.rs`).
-fn attention_lanes_fit(s: &AttentionSpec) -> bool {
-    let keys = s.window.map_or(s.stride, |w| w.min(s.stride));
-    let per_key = 1 + s.head_dim / 4 + s.head_dim % 4;
-    keys.saturating_mul(per_key).saturating_add(32) < LOOP_BUDGET
+/// The most heads of one key/value group a `paged_attention_lanes` lane takes.
+const ATTENTION_LANE_HEADS: usize = 4;
+
+/// Invocations per workgroup of `attention_combine` (`WG`).
+const ATTENTION_COMBINE_WG: u64 = 64;
+
+/// The keys per chunk a split aims at on CPU adapters, and the most chunks: a SmolLM-135M
+/// decode step (3 key/value heads of 3 query heads each) after a 432-token prompt runs as 42
+/// lanes of 32 keys.
+const LANES_CHUNK_KEYS: usize = 32;
+const LANES_MAX_CHUNKS: usize = 32;
+
+/// The same for the GPU shape, whose workgroups take 64 keys at a time: a split starts past
+/// 256 keys, where a (query, head) per workgroup leaves most of a GPU idle.
+const GPU_CHUNK_KEYS: usize = 256;
+const GPU_MAX_CHUNKS: usize = 32;
+
+/// How a paged attention runs on wgpu: which kernel, and into how many runs of keys each
+/// query's are split (flash decoding; 1: no split, the kernel writes the output). Chosen from
+/// the row table's columns (`stride`) and the window, never from `n`: a replay of a captured
+/// decode step sets a larger `n` in the same dispatches (`recorder.rs`), and the kernels size
+/// each chunk from `n` as they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AttentionPlan {
+    /// With `paged_attention_lanes` (CPU adapters), the heads of a group each lane takes
+    /// (its `LANE_HEADS`); `None`: `paged_attention`, a workgroup per (query, head, chunk).
+    lane_heads: Option<usize>,
+    /// Runs of keys per query; past 1 `attention_combine` merges them.
+    chunks: usize,
+}
+
+impl AttentionPlan {
+    /// The plan for `s` on a device of `shape`.
+    pub(crate) fn of(s: &AttentionSpec, shape: MvShape) -> AttentionPlan {
+        // The most keys one query sees: the table's columns, or its window.
+        let keys = s.window.map_or(s.stride, |w| w.min(s.stride)).max(1);
+        let chunks = (keys / LANES_CHUNK_KEYS).clamp(1, LANES_MAX_CHUNKS);
+        if shape == MvShape::Lanes && attention_lanes_fit(s, keys.div_ceil(chunks)) {
+            // A group's heads in as few lanes as take at most four each, then as few heads a
+            // lane as that needs (7 as 4 + 3, 6 as 3 + 3).
+            let group = (s.heads / s.kv_heads.max(1)).max(1);
+            let lanes = group.div_ceil(ATTENTION_LANE_HEADS);
+            return AttentionPlan {
+                lane_heads: Some(group.div_ceil(lanes)),
+                chunks,
+            };
+        }
+        AttentionPlan {
+            lane_heads: None,
+            chunks: (keys / GPU_CHUNK_KEYS).clamp(1, GPU_MAX_CHUNKS),
+        }
+    }
+
+    /// The f32 length of the partials buffer a split writes and the combine reads
+    /// (`[t · heads, chunks, head_dim + 2]`), or `None` without a split.
+    pub(crate) fn partials_len(&self, s: &AttentionSpec) -> Option<usize> {
+        (self.chunks > 1).then(|| s.t * s.heads * self.chunks * (s.head_dim + 2))
+    }
+}
+
+/// Whether a `paged_attention_lanes` lane's loops fit the loop budget with `keys` keys per
+/// chunk: for each key one step, and with a head wider than a lane's slice the score's
+/// dimensions outside the slice one at a time; the stores at the end.
+fn attention_lanes_fit(s: &AttentionSpec, keys: usize) -> bool {
+    let outside = if s.head_dim > ATTENTION_LANE_DIMS {
+        s.head_dim
+    } else {
+        0
+    };
+    keys.saturating_mul(1 + outside).saturating_add(512) < LOOP_BUDGET
 }
 
 /// How many inputs a normed op's spec has before its slots and extra buffers: `a`, `w`, the
@@ -235,7 +302,10 @@ impl Encoder<'_> {
         self.qmatmul(product, out, operands, (temp, folds), epilogue)
     }
 
-    /// Records attention over the pool for `inputs` `q`, `keys`, `values`, `rows`.
+    /// Records attention over the pool for `inputs` `q`, `keys`, `values`, `rows` and, when
+    /// its plan splits the keys, the backend's partials buffer
+    /// ([`AttentionPlan::partials_len`]): the split kernel writes that, then
+    /// `attention_combine` reads it and writes `out`.
     pub(super) fn paged_attention(
         &mut self,
         s: &AttentionSpec,
@@ -246,6 +316,10 @@ impl Encoder<'_> {
         u32_of(OP, "q values", s.t * s.heads * s.head_dim)?;
         u32_of(OP, "pool values", s.pool_rows * s.head_dim)?;
         u32_of(OP, "rows", s.kv_heads * s.stride)?;
+        let plan = AttentionPlan::of(s, self.ctx.mv_shape());
+        if let Some(len) = plan.partials_len(s) {
+            u32_of(OP, "partials", len)?;
+        }
         let p = AttentionParams {
             t: u32_of(OP, "t", s.t)?,
             n: u32_of(OP, "n", s.n)?,
@@ -258,23 +332,51 @@ impl Encoder<'_> {
             // sets more keys, `recorder.rs`).
             window: s.window.map_or(0, |w| w.min(s.stride) as u32),
             stride: u32_of(OP, "stride", s.stride)?,
+            chunks: plan.chunks as u32,
         };
-        let raw: Vec<&wgpu::Buffer> = inputs.iter().map(|o| o.buffer).collect();
-        let (entry, grid) = if self.ctx.mv_shape() == MvShape::Lanes && attention_lanes_fit(s) {
-            let lanes = (s.t * s.heads * s.head_dim.div_ceil(ATTENTION_LANE_SLICE)) as u64;
-            let grid = self.grid(OP, lanes.div_ceil(ATTENTION_LANES_WG))?;
-            ("paged_attention_lanes", grid)
-        } else {
-            ("paged_attention", self.grid(OP, (s.t * s.heads) as u64)?)
+        let raw: Vec<&wgpu::Buffer> = inputs[..4].iter().map(|o| o.buffer).collect();
+        let (entry, grid) = match plan.lane_heads {
+            Some(heads) => {
+                let blocks = (s.heads / s.kv_heads).div_ceil(heads);
+                let slices = s.head_dim.div_ceil(ATTENTION_LANE_DIMS);
+                let lanes = (s.t * s.kv_heads * blocks * plan.chunks * slices) as u64;
+                let grid = self.grid(OP, lanes.div_ceil(ATTENTION_LANES_WG))?;
+                (("paged_attention_lanes", heads as u32), grid)
+            }
+            None => {
+                let parts = (s.t * s.heads * plan.chunks) as u64;
+                (("paged_attention", 0), self.grid(OP, parts)?)
+            }
         };
-        // A replay of a captured decode step sets the key count (`capture.rs`).
-        let keys_at = std::mem::offset_of!(AttentionParams, n) as u32;
+        // A replay of a captured decode step sets the key count in both dispatches'
+        // parameters (`capture.rs`; the two share one block).
+        let keys_at = Some(std::mem::offset_of!(AttentionParams, n) as u32);
+        let Some(partials) = plan.partials_len(s).map(|_| inputs[4].buffer) else {
+            return self.run_keyed(
+                Shader::Attention,
+                entry,
+                (&p, keys_at),
+                out,
+                (&raw, None),
+                grid,
+            );
+        };
         self.run_keyed(
             Shader::Attention,
-            (entry, 0),
-            (&p, Some(keys_at)),
-            out,
+            entry,
+            (&p, keys_at),
+            partials,
             (&raw, None),
+            grid,
+        )?;
+        let quads = (s.t * s.heads * s.head_dim.div_ceil(4)) as u64;
+        let grid = self.grid(OP, quads.div_ceil(ATTENTION_COMBINE_WG))?;
+        self.run_keyed(
+            Shader::Attention,
+            ("attention_combine", 0),
+            (&p, keys_at),
+            out,
+            (&[partials], None),
             grid,
         )
     }
