@@ -22,7 +22,12 @@ use super::BackendKind;
 pub struct CapturedStep {
     /// The backend that recorded it.
     pub(crate) kind: BackendKind,
-    /// The backend's own record of it.
+    /// The backend's own record of it. The threaded wasm build has no backend that records
+    /// (its wgpu backend is left out), so there nothing reads it.
+    #[cfg_attr(
+        all(target_arch = "wasm32", target_feature = "atomics"),
+        allow(dead_code, reason = "no recording backend in the threaded wasm build")
+    )]
     pub(crate) work: Box<dyn Any + Send + Sync>,
     /// Kernel dispatches one replay records.
     pub(crate) dispatches: usize,
