@@ -16,18 +16,14 @@ use std::any::Any;
 use std::fmt;
 
 use super::BackendKind;
+use crate::error::{Error, Result};
 
 /// The work a backend recorded between `begin_capture` and `end_capture`, ready to be replayed
 /// by the same backend instance.
 pub struct CapturedStep {
     /// The backend that recorded it.
     pub(crate) kind: BackendKind,
-    /// The backend's own record of it. The threaded wasm build has no backend that records
-    /// (its wgpu backend is left out), so there nothing reads it.
-    #[cfg_attr(
-        all(target_arch = "wasm32", target_feature = "atomics"),
-        allow(dead_code, reason = "no recording backend in the threaded wasm build")
-    )]
+    /// The backend's own record of it ([`CapturedStep::replay_args`]).
     pub(crate) work: Box<dyn Any + Send + Sync>,
     /// Kernel dispatches one replay records.
     pub(crate) dispatches: usize,
@@ -37,6 +33,27 @@ impl CapturedStep {
     /// Kernel dispatches one replay records.
     pub fn dispatches(&self) -> usize {
         self.dispatches
+    }
+
+    /// What a replay on `kind` needs: the record `kind` kept (of type `T`), and the key count
+    /// as the 32 bits kernels take. An error when another backend recorded the step.
+    #[cfg_attr(
+        all(target_arch = "wasm32", target_feature = "atomics"),
+        allow(
+            dead_code,
+            reason = "the threaded wasm build has no backend that records"
+        )
+    )]
+    pub(crate) fn replay_args<T: Any>(&self, kind: BackendKind, keys: usize) -> Result<(&T, u32)> {
+        let Some(work) = self.work.downcast_ref::<T>() else {
+            return Err(Error::backend(
+                kind,
+                format!("replay: the step was captured by {}", self.kind),
+            ));
+        };
+        let keys = u32::try_from(keys)
+            .map_err(|_| Error::backend(kind, "replay: the key count exceeds 32 bits"))?;
+        Ok((work, keys))
     }
 }
 

@@ -547,15 +547,7 @@ impl Backend for CudaBackend {
     /// Sets the step's key count in its own memory and launches its graph, both in stream
     /// order after the work queued so far.
     fn replay(&self, step: &CapturedStep, keys: usize) -> Result<()> {
-        let Some(step) = step.work.downcast_ref::<graph::CudaStep>() else {
-            return Err(Error::backend(
-                BackendKind::Cuda,
-                "replay: the step was captured by another backend",
-            ));
-        };
-        let keys = u32::try_from(keys).map_err(|_| {
-            Error::backend(BackendKind::Cuda, "replay: the key count exceeds 32 bits")
-        })?;
+        let (step, keys) = step.replay_args::<graph::CudaStep>(BackendKind::Cuda, keys)?;
         // A replay is no launch a capture open now would log.
         self.spoil_capture("a recorded step was replayed");
         step.replay(&self.stream, keys)

@@ -739,15 +739,7 @@ impl Backend for WgpuBackend {
     }
 
     fn replay(&self, step: &CapturedStep, keys: usize) -> Result<()> {
-        let Some(step) = step.work.downcast_ref::<capture::WgpuStep>() else {
-            return Err(Error::backend(
-                BackendKind::Wgpu,
-                "replay: the step was captured by another backend",
-            ));
-        };
-        let keys = u32::try_from(keys).map_err(|_| {
-            Error::backend(BackendKind::Wgpu, "replay: the key count exceeds 32 bits")
-        })?;
+        let (step, keys) = step.replay_args::<capture::WgpuStep>(BackendKind::Wgpu, keys)?;
         // Inputs the step reads may now hold what no remembered rounding was made from.
         self.shared_rounding.forget();
         self.recorder()?.replay(&self.ctx, step, keys);
