@@ -2,16 +2,18 @@
 //! packed weights, and exact ternary dot products.
 //!
 //! Products decode four weight rows at a time into a small per-thread buffer (f32 for f32/f16
-//! activations, int8 plus one scale per 32 values for the quantizing modes) and reuse it for
-//! every activation row, so the weights stream from memory once per column block.
+//! activations, int8 plus one scale per 32 values for the quantizing modes, a super-block's
+//! integers, scales and offsets for `Q8_K`) and reuse it for every activation row, so the
+//! weights stream from memory once per column block.
 
 use super::act_quant::quantize_i8;
-use super::int_dot::{dot_i8, dot_q8, dot_q_rows, BitSliced};
+use super::int_dot::{dot_i8, dot_q8, dot_q8_k, dot_q_rows, BitSliced};
 use super::parallel::{for_each_row, map_tasks};
 use super::repack::{Repacked, GROUP};
 use super::simd::{dot4, SimdLevel};
 use crate::backend::Activations;
 use crate::dtype::DType;
+use crate::quant::kquants::{self, SuperBlockInts};
 use crate::quant::{self, ternary};
 
 /// Weight rows handled by one task of a product with several activation rows, at most.
@@ -51,8 +53,9 @@ pub fn dequantize(format: DType, bytes: &[u8], cols: usize) -> Vec<f32> {
     out
 }
 
-/// Activations prepared for the product: f32 values, or int8 values with one scale per 32.
-/// Prepared once, they serve several products of the same input (gate and up).
+/// Activations prepared for the product: f32 values, or int8 values with one scale per 32
+/// (per 256 for `Q8_K`). Prepared once, they serve several products of the same input (gate
+/// and up).
 pub(super) enum PreparedActivations {
     Float(Vec<f32>),
     Int { q: Vec<i8>, d: Vec<f32> },
@@ -68,6 +71,15 @@ pub(super) fn prepare(
         Activations::F32 | Activations::F16 => return PreparedActivations::Float(a.to_vec()),
         Activations::Q8_0 => false,
         Activations::I8 => true,
+        Activations::Q8_K => {
+            let mut q = vec![0i8; a.len()];
+            let d = a
+                .chunks(256)
+                .zip(q.chunks_mut(256))
+                .map(|(x, q)| quant::quantize_q8_k(x, q))
+                .collect();
+            return PreparedActivations::Int { q, d };
+        }
     };
     let chunks = k / 32;
     let mut q = vec![0i8; a.len()];
@@ -164,6 +176,23 @@ pub(super) fn qmatmul_prepared(
                         acts,
                     );
                     dot_q_rows(level, format, a, rows, row_bytes, width, out);
+                }
+            }
+            PreparedActivations::Int { q: aq, d: ad } if act == Activations::Q8_K => {
+                // Each weight row's super-blocks read once as integers, for every activation
+                // row.
+                let blocks = k / 256;
+                let row_bytes = format.row_bytes(k);
+                let mut ints = vec![SuperBlockInts::default(); blocks];
+                for j in j0..j1 {
+                    let row = &w[j * row_bytes..(j + 1) * row_bytes];
+                    for (b, out) in row.chunks_exact(format.block_bytes()).zip(&mut ints) {
+                        kquants::super_block_ints(format, b, out);
+                    }
+                    for i in 0..m {
+                        let (aq, ad) = (&aq[i * k..(i + 1) * k], &ad[i * blocks..(i + 1) * blocks]);
+                        tile[i * width + (j - j0)] = dot_q8_k(aq, ad, &ints);
+                    }
                 }
             }
             PreparedActivations::Int { q: aq, d: ad } => {
