@@ -101,8 +101,8 @@ pub fn llama_cpp_formats_gguf_fixtures(dev: &Device) {
 
 /// Products with weights of each format against the reference (which multiplies the
 /// dequantized weights in f64): f32 activations for every format, `Q8_0` and per-row int8
-/// activations where the blocks are int8 values (`Q5_0`, `IQ4_NL`), `Q8_K` ones with the
-/// super-block formats; decode and prefill shapes, the plain product and the fused residual
+/// activations with the 32-value formats (int8 values with a scale, and for `Q4_1`/`Q5_1` a
+/// minimum, per block), `Q8_K` ones with the super-block formats; decode and prefill shapes, the plain product and the fused residual
 /// one. Tolerance: matmul's 1e-5·√k.
 pub fn llama_cpp_formats_qmatmul(dev: &Device) {
     if !on_host(dev) {
@@ -121,10 +121,9 @@ pub fn llama_cpp_formats_qmatmul(dev: &Device) {
                 let a = uniform(&mut r, m * k, 2.0);
                 let residual = uniform(&mut r, m * n, 1.0);
                 let modes: &[Activations] = match format {
-                    DType::Q5_0 | DType::IQ4_NL => {
+                    DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::IQ4_NL => {
                         &[Activations::F32, Activations::Q8_0, Activations::I8]
                     }
-                    DType::Q4_1 | DType::Q5_1 => &[Activations::F32],
                     _ => &[Activations::F32, Activations::Q8_K],
                 };
                 for &act in modes {

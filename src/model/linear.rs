@@ -9,9 +9,8 @@
 //! exact product of the stored weights), for comparison.
 //!
 //! The K-quants and `IQ4_XS` take `Q8_K` activations (256 values and an f32 scale), as in
-//! llama.cpp. Not yet llama.cpp's pairing: `Q4_1`/`Q5_1` (which llama.cpp multiplies with
-//! `Q8_1` activations, `Q8_0` plus a block sum) take f32 activations in both modes, the exact
-//! product of their stored weights.
+//! llama.cpp; `Q4_1`/`Q5_1` take `Q8_0` ones, whose values are llama.cpp's `Q8_1` (which also
+//! stores each block's sum, rounded to f16; here the sum is exact).
 
 use std::fmt;
 
@@ -25,9 +24,9 @@ use crate::tensor::Tensor;
 /// How a model's linear layers treat their activations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ActivationMode {
-    /// `Q8_0` activations for `Q8_0`, `Q4_0`, `Q5_0` and `IQ4_NL` weights, `Q8_K` for the
-    /// K-quants and `IQ4_XS`, per-row int8 for ternary weights (llama.cpp's and BitNet's
-    /// choices); f32 for the other weights.
+    /// `Q8_0` activations for the 32-value formats (`Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`,
+    /// `IQ4_NL`), `Q8_K` for the K-quants and `IQ4_XS`, per-row int8 for ternary weights
+    /// (llama.cpp's and BitNet's choices); f32 for f32 and f16 weights.
     #[default]
     Integer,
     /// f32 activations for every weight.
@@ -50,7 +49,11 @@ impl ActivationMode {
     /// The activations a product with a `weight`-dtype matrix uses in this mode.
     pub fn for_weight(self, weight: DType) -> Activations {
         match (self, weight) {
-            (ActivationMode::Integer, w) if quant::has_block_ints(w) => Activations::Q8_0,
+            (ActivationMode::Integer, w)
+                if quant::has_block_ints(w) || quant::has_offset_ints(w) =>
+            {
+                Activations::Q8_0
+            }
             (ActivationMode::Integer, w) if quant::kquants::is_super_block(w) => Activations::Q8_K,
             (ActivationMode::Integer, w) if w.is_ternary() => Activations::I8,
             _ => Activations::F32,
@@ -118,7 +121,8 @@ mod tests {
         assert_eq!(int.for_weight(DType::Q4_K), Activations::Q8_K);
         assert_eq!(int.for_weight(DType::Q6_K), Activations::Q8_K);
         assert_eq!(int.for_weight(DType::IQ4_XS), Activations::Q8_K);
-        assert_eq!(int.for_weight(DType::Q4_1), Activations::F32);
+        assert_eq!(int.for_weight(DType::Q4_1), Activations::Q8_0);
+        assert_eq!(int.for_weight(DType::Q5_1), Activations::Q8_0);
         assert_eq!(
             ActivationMode::F32.for_weight(DType::Q4_0),
             Activations::F32

@@ -383,8 +383,8 @@ fn linear_spec(
             op,
             format!(
                 "{activations:?} activations do not go with {format} weights: use f32 \
-                 activations, q8_0 / i8 ones with q8_0, q4_0, q5_0, iq4_nl or ternary \
-                 weights, or q8_k ones with the K-quants and iq4_xs"
+                 activations, q8_0 / i8 ones with q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl or \
+                 ternary weights, or q8_k ones with the K-quants and iq4_xs"
             ),
         ));
     }

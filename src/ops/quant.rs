@@ -103,7 +103,8 @@ pub fn qmatmul_t(a: &Tensor, w: &Tensor, activations: Activations) -> Result<Ten
             OP,
             format!(
                 "int8 activations need weights of int8 values times block scales (q8_0, \
-                 q4_0, q5_0, iq4_nl or ternary); {format} weights take f32 activations"
+                 q4_0, q4_1, q5_0, q5_1, iq4_nl or ternary); {format} weights take f32 or \
+                 (the K-quants) q8_k activations"
             ),
         ));
     }
@@ -130,9 +131,10 @@ pub fn qmatmul_t(a: &Tensor, w: &Tensor, activations: Activations) -> Result<Ten
 }
 
 /// Whether products with `format` weights may take int8 activations: its blocks are int8
-/// values with one scale per 32 ([`quant::has_block_ints`]) or ternary.
+/// values with one scale (and minimum) per 32 ([`quant::has_block_ints`],
+/// [`quant::has_offset_ints`]) or ternary.
 pub(crate) fn int_weights(format: DType) -> bool {
-    quant::has_block_ints(format) || format.is_ternary()
+    quant::has_block_ints(format) || quant::has_offset_ints(format) || format.is_ternary()
 }
 
 /// The exact integer dot products of ternary weights `w` `[n, k]` (`TQ1_0`, `TQ2_0` or

@@ -7,7 +7,8 @@
 //!
 //! Dequantization is gguf-py's, in f32: `d · q` for the symmetric formats (`Q5_0`: `q − 16`,
 //! `IQ4_NL`: the table level [`IQ4_NL_LEVELS`]`[q]`), `(d · q) + m` (two roundings) for the
-//! formats with a minimum. Quantization follows GGUF's reference quantizers: `Q5_0` as `Q4_0`
+//! formats with a minimum. Each block is read as its integers first, which the integer
+//! products read too. Quantization follows GGUF's reference quantizers: `Q5_0` as `Q4_0`
 //! with 16 levels a side (`d = m / −16`, `min(31, trunc(x · (1/d) + 16.5))`), `Q4_1` and
 //! `Q5_1` with `d = (max − min) / 15` (or `/ 31`) and `trunc((x − min) · (1/d) + 0.5)`.
 
@@ -82,23 +83,56 @@ fn five_bits(qs: &[u8; 16], qh: [u8; 4]) -> [u8; 32] {
     q
 }
 
+impl BlockQ4_1 {
+    /// Integer values `q` in `0..16`, the scale and the minimum: `value[i] = d · q[i] + m`.
+    fn ints(&self, q: &mut [i8; 32]) -> (f32, f32) {
+        for (o, v) in q.iter_mut().zip(nibbles(&self.qs)) {
+            *o = v as i8;
+        }
+        (half(self.d), half(self.m))
+    }
+}
+
+impl BlockQ5_1 {
+    /// Integer values `q` in `0..32`, the scale and the minimum: `value[i] = d · q[i] + m`.
+    fn ints(&self, q: &mut [i8; 32]) -> (f32, f32) {
+        for (o, v) in q.iter_mut().zip(five_bits(&self.qs, self.qh)) {
+            *o = v as i8;
+        }
+        (half(self.d), half(self.m))
+    }
+}
+
+/// `(d · q) + m` from a block's integer values, as gguf-py computes them (two f32 roundings).
+fn offset((d, m): (f32, f32), q: &[i8; 32], out: &mut [f32]) {
+    for (o, &v) in out.iter_mut().zip(q) {
+        *o = d * v as f32 + m;
+    }
+}
+
 impl Block for BlockQ4_1 {
     const DTYPE: DType = DType::Q4_1;
     fn dequantize(&self, out: &mut [f32]) {
-        let (d, m) = (half(self.d), half(self.m));
-        for (o, q) in out.iter_mut().zip(nibbles(&self.qs)) {
-            *o = d * q as f32 + m;
-        }
+        let mut q = [0i8; 32];
+        offset(self.ints(&mut q), &q, out);
     }
 }
 
 impl Block for BlockQ5_1 {
     const DTYPE: DType = DType::Q5_1;
     fn dequantize(&self, out: &mut [f32]) {
-        let (d, m) = (half(self.d), half(self.m));
-        for (o, q) in out.iter_mut().zip(five_bits(&self.qs, self.qh)) {
-            *o = d * q as f32 + m;
-        }
+        let mut q = [0i8; 32];
+        offset(self.ints(&mut q), &q, out);
+    }
+}
+
+/// Integer values, scale and minimum of a `Q4_1` or `Q5_1` block (see
+/// [`super::block_offset_ints`]).
+pub fn offset_ints(format: DType, bytes: &[u8], q: &mut [i8; 32]) -> (f32, f32) {
+    match format {
+        DType::Q4_1 => bytemuck::from_bytes::<BlockQ4_1>(bytes).ints(q),
+        DType::Q5_1 => bytemuck::from_bytes::<BlockQ5_1>(bytes).ints(q),
+        _ => unreachable!("{format} has no minimum per block"),
     }
 }
 

@@ -222,6 +222,19 @@ pub fn has_block_ints(format: DType) -> bool {
     )
 }
 
+/// Whether `format`'s blocks are int8 values with one scale and one minimum per 32 values
+/// ([`block_offset_ints`]: `Q4_1`, `Q5_1`), which take `Q8_0` activations in integers too:
+/// `Σ a · (d · q + m) = d · Σ a · q + m · Σ a` (llama.cpp's `Q8_1` carries `Σ a` with them).
+pub fn has_offset_ints(format: DType) -> bool {
+    matches!(format, DType::Q4_1 | DType::Q5_1)
+}
+
+/// Integer values, scale and minimum of one block of a format with [`has_offset_ints`]:
+/// `value[i] = d · q[i] + m`.
+pub fn block_offset_ints(format: DType, bytes: &[u8], q: &mut [i8; 32]) -> (f32, f32) {
+    legacy::offset_ints(format, bytes, q)
+}
+
 /// Quantizes whole rows: `x.len()` is a multiple of `format`'s block length and `out` holds
 /// `x.len() / block_len · block_bytes` bytes. `format` is one that [`can_quantize`].
 pub fn quantize(format: DType, x: &[f32], out: &mut [u8]) {

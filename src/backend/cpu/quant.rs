@@ -102,12 +102,26 @@ fn decode_f32(format: DType, w: &[u8], k: usize, j: usize, out: &mut [f32]) {
     quant::dequantize(format, &w[j * row_bytes..(j + 1) * row_bytes], out);
 }
 
-/// Decodes weight row `j` into int8 values and one scale per 32 values.
-fn decode_int(format: DType, w: &[u8], k: usize, j: usize, q: &mut [i8], d: &mut [f32]) {
+/// Decodes weight row `j` into int8 values and one scale per 32 values, and for `Q4_1`/`Q5_1`
+/// one minimum per 32 values into `m` (left alone for the other formats).
+fn decode_int(
+    format: DType,
+    (w, k, j): (&[u8], usize, usize),
+    q: &mut [i8],
+    d: &mut [f32],
+    m: &mut [f32],
+) {
     let row_bytes = format.row_bytes(k);
     let row = &w[j * row_bytes..(j + 1) * row_bytes];
     let blocks = row.chunks_exact(format.block_bytes());
-    if format.is_ternary() {
+    if quant::has_offset_ints(format) {
+        let mut t = [0i8; 32];
+        let scales = d.iter_mut().zip(m.iter_mut());
+        for ((b, q), (d, m)) in blocks.zip(q.chunks_mut(32)).zip(scales) {
+            (*d, *m) = quant::block_offset_ints(format, b, &mut t);
+            q.copy_from_slice(&t);
+        }
+    } else if format.is_ternary() {
         let mut t = [0i8; ternary::BLOCK];
         for ((b, q), d) in blocks.zip(q.chunks_mut(256)).zip(d.chunks_mut(8)) {
             d.fill(ternary::block_trits(format, b, &mut t));
@@ -199,11 +213,28 @@ pub(super) fn qmatmul_prepared(
                 let chunks = k / 32;
                 let mut wq = vec![0i8; k];
                 let mut wd = vec![0f32; chunks];
+                // `Q4_1`/`Q5_1`: `Σ a · (d · q + m)` adds `m · Σ a` per block, from the sums
+                // of the activations' blocks.
+                let offsets = quant::has_offset_ints(format);
+                let mut wm = vec![0f32; chunks];
+                let sums: Vec<i32> = if offsets {
+                    aq.chunks(32)
+                        .map(|b| b.iter().map(|&v| v as i32).sum())
+                        .collect()
+                } else {
+                    Vec::new()
+                };
                 for j in j0..j1 {
-                    decode_int(format, w, k, j, &mut wq, &mut wd);
+                    decode_int(format, (w, k, j), &mut wq, &mut wd, &mut wm);
                     for i in 0..m {
                         let (aq, ad) = (&aq[i * k..(i + 1) * k], &ad[i * chunks..(i + 1) * chunks]);
-                        tile[i * width + (j - j0)] = dot_q8(level, aq, ad, &wq, &wd);
+                        let mut sum = dot_q8(level, aq, ad, &wq, &wd);
+                        if offsets {
+                            let sums = &sums[i * chunks..(i + 1) * chunks];
+                            let blocks = ad.iter().zip(&wm).zip(sums);
+                            sum += blocks.map(|((&a, &m), &s)| a * m * s as f32).sum::<f32>();
+                        }
+                        tile[i * width + (j - j0)] = sum;
                     }
                 }
             }
