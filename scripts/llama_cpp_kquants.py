@@ -26,9 +26,16 @@ sdist (vendor/llama.cpp at ggml-org/llama.cpp@0c1e57098); for example, with a CP
     cmake -S vendor/llama.cpp -B build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DCMAKE_BUILD_TYPE=Release
     cmake --build build --target llama-quantize -j2
 
-Then, from the repository root:
+The committed files were made with tools/quantize/{main,quantize}.cpp compiled alone and linked
+against the static libraries scripts/build_llama_cpp_peer.sh leaves in target/peer/build-vulkan
+(libllama-common.a, libllama-common-base.a, libllama.a, libggml.a, libggml-vulkan.a,
+libggml-cpu.a, libggml-base.a, libcpp-httplib.a; -lvulkan): the quantizers are ggml's scalar
+reference code either way. Then, from the repository root:
 
     python3 scripts/llama_cpp_kquants.py --quantize build/bin/llama-quantize
+
+Rerunning it rewrites the fixtures; a llama.cpp of another version may choose other formats
+for some tensors (the test reads whatever each file holds).
 """
 
 import argparse
