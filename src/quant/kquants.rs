@@ -173,10 +173,16 @@ fn scale_min_k4(scales: &[u8; 12], j: usize) -> (u8, u8) {
     }
 }
 
-/// The 4-bit value `v` of a `Q4_K`/`Q5_K` super-block's `qs`.
-fn k4_nibble(qs: &[u8; 128], v: usize) -> u8 {
-    let (c, h, m) = (v / 64, (v / 32) % 2, v % 32);
-    (qs[32 * c + m] >> (4 * h)) & 15
+/// The 4-bit values of a `Q4_K`/`Q5_K` super-block's `qs`: value `64c + m` is the low
+/// nibble of `qs[32c + m]`, value `64c + 32 + m` its high nibble.
+fn k4_nibbles(qs: &[u8; 128], q: &mut [i8; 256]) {
+    for (qs, values) in qs.chunks_exact(32).zip(q.chunks_exact_mut(64)) {
+        let (low, high) = values.split_at_mut(32);
+        for ((l, h), &b) in low.iter_mut().zip(high).zip(qs) {
+            *l = (b & 15) as i8;
+            *h = (b >> 4) as i8;
+        }
+    }
 }
 
 /// The scales and minimums of the 32-value sub-blocks of `Q4_K`/`Q5_K`, per 16 values.
@@ -216,9 +222,13 @@ impl SuperBlock for BlockQ2K {
             out.scale[j] = d * (s & 15) as f32;
             out.min[j] = dmin * (s >> 4) as f32;
         }
-        for (v, q) in out.q.iter_mut().enumerate() {
-            let (c, l, m) = (v / 128, (v / 32) % 4, v % 32);
-            *q = ((self.qs[32 * c + m] >> (2 * l)) & 3) as i8;
+        for (c, qs) in self.qs.chunks_exact(32).enumerate() {
+            for l in 0..4 {
+                let values = &mut out.q[128 * c + 32 * l..128 * c + 32 * l + 32];
+                for (q, &b) in values.iter_mut().zip(qs) {
+                    *q = ((b >> (2 * l)) & 3) as i8;
+                }
+            }
         }
     }
 }
@@ -232,11 +242,16 @@ impl SuperBlock for BlockQ3K {
             *scale = d * ((low | (high << 4)) as i8 - 32) as f32;
         }
         out.min = [0.0; 16];
-        for (v, q) in out.q.iter_mut().enumerate() {
-            let (c, l, m) = (v / 128, (v / 32) % 4, v % 32);
-            let low = ((self.qs[32 * c + m] >> (2 * l)) & 3) as i8;
-            let set = (self.hmask[v % 32] >> (v / 32)) & 1 == 1;
-            *q = if set { low } else { low - 4 };
+        for (c, qs) in self.qs.chunks_exact(32).enumerate() {
+            for l in 0..4 {
+                // Value 128c + 32l + m: its high bit is bit 4c + l of hmask[m].
+                let bit = 4 * c + l;
+                let values = &mut out.q[128 * c + 32 * l..128 * c + 32 * l + 32];
+                for ((q, &b), &h) in values.iter_mut().zip(qs).zip(&self.hmask) {
+                    let low = ((b >> (2 * l)) & 3) as i8;
+                    *q = low - 4 * (((h >> bit) & 1) ^ 1) as i8;
+                }
+            }
         }
     }
 }
@@ -244,18 +259,18 @@ impl SuperBlock for BlockQ3K {
 impl SuperBlock for BlockQ4K {
     fn ints(&self, out: &mut SuperBlockInts) {
         k4_scales(self.d, self.dmin, &self.scales, out);
-        for (v, q) in out.q.iter_mut().enumerate() {
-            *q = k4_nibble(&self.qs, v) as i8;
-        }
+        k4_nibbles(&self.qs, &mut out.q);
     }
 }
 
 impl SuperBlock for BlockQ5K {
     fn ints(&self, out: &mut SuperBlockInts) {
         k4_scales(self.d, self.dmin, &self.scales, out);
-        for (v, q) in out.q.iter_mut().enumerate() {
-            let high = (self.qh[v % 32] >> (v / 32)) & 1;
-            *q = (k4_nibble(&self.qs, v) | (high << 4)) as i8;
+        k4_nibbles(&self.qs, &mut out.q);
+        for (j, values) in out.q.chunks_exact_mut(32).enumerate() {
+            for (q, &h) in values.iter_mut().zip(&self.qh) {
+                *q |= (((h >> j) & 1) << 4) as i8;
+            }
         }
     }
 }
@@ -267,13 +282,18 @@ impl SuperBlock for BlockQ6K {
             out.scale[j] = d * s as i8 as f32;
         }
         out.min = [0.0; 16];
-        for (v, q) in out.q.iter_mut().enumerate() {
-            let c = v / 128;
-            let (h, m) = ((v / 64) % 2, v % 64);
-            let low = (self.ql[64 * c + m] >> (4 * h)) & 15;
-            let (l, m2) = ((v / 32) % 4, v % 32);
-            let high = (self.qh[32 * c + m2] >> (2 * l)) & 3;
-            *q = (low | (high << 4)) as i8 - 32;
+        for c in 0..2 {
+            let qh = &self.qh[32 * c..32 * c + 32];
+            for l in 0..4 {
+                // Value 128c + 32l + m: nibble l / 2 of ql[64c + 32(l % 2) + m], bits 2l.. of
+                // qh[32c + m].
+                let ql = &self.ql[64 * c + 32 * (l % 2)..64 * c + 32 * (l % 2) + 32];
+                let values = &mut out.q[128 * c + 32 * l..128 * c + 32 * l + 32];
+                for ((q, &low), &high) in values.iter_mut().zip(ql).zip(qh) {
+                    let low = (low >> (4 * (l / 2))) & 15;
+                    *q = (low | (((high >> (2 * l)) & 3) << 4)) as i8 - 32;
+                }
+            }
         }
     }
 }
@@ -289,10 +309,12 @@ impl SuperBlock for BlockIq4Xs {
             out.scale[2 * j..2 * j + 2].fill(dl);
         }
         out.min = [0.0; 16];
-        for (v, q) in out.q.iter_mut().enumerate() {
-            let (j, h, m) = (v / 32, (v / 16) % 2, v % 16);
-            let index = (self.qs[16 * j + m] >> (4 * h)) & 15;
-            *q = IQ4_NL_LEVELS[index as usize];
+        for (qs, values) in self.qs.chunks_exact(16).zip(out.q.chunks_exact_mut(32)) {
+            let (low, high) = values.split_at_mut(16);
+            for ((l, h), &b) in low.iter_mut().zip(high).zip(qs) {
+                *l = IQ4_NL_LEVELS[(b & 15) as usize];
+                *h = IQ4_NL_LEVELS[(b >> 4) as usize];
+            }
         }
     }
 }

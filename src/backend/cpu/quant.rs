@@ -7,7 +7,7 @@
 //! weights stream from memory once per column block.
 
 use super::act_quant::quantize_i8;
-use super::int_dot::{dot_i8, dot_q8, dot_q8_k, dot_q_rows, BitSliced};
+use super::int_dot::{dot_i8, dot_q8, dot_q8_k, dot_q_rows, sums_of_16, BitSliced};
 use super::parallel::{for_each_row, map_tasks};
 use super::repack::{Repacked, GROUP};
 use super::simd::{dot4, SimdLevel};
@@ -198,6 +198,7 @@ pub(super) fn qmatmul_prepared(
                 let blocks = k / 256;
                 let row_bytes = format.row_bytes(k);
                 let mut ints = vec![SuperBlockInts::default(); blocks];
+                let sums = sums_of_16(aq);
                 for j in j0..j1 {
                     let row = &w[j * row_bytes..(j + 1) * row_bytes];
                     for (b, out) in row.chunks_exact(format.block_bytes()).zip(&mut ints) {
@@ -205,7 +206,8 @@ pub(super) fn qmatmul_prepared(
                     }
                     for i in 0..m {
                         let (aq, ad) = (&aq[i * k..(i + 1) * k], &ad[i * blocks..(i + 1) * blocks]);
-                        tile[i * width + (j - j0)] = dot_q8_k(aq, ad, &ints);
+                        let sums = &sums[i * k / 16..(i + 1) * k / 16];
+                        tile[i * width + (j - j0)] = dot_q8_k(aq, ad, sums, &ints);
                     }
                 }
             }
