@@ -10,10 +10,13 @@
 //! Set `WEBTENSOR_CPU_SIMD=scalar|avx2|avx512` to run the cpu rows on one SIMD path.
 
 mod common;
+#[path = "conformance/formats.rs"]
+mod formats;
 #[path = "conformance/fused.rs"]
 mod fused;
 
 use common::{assert_close, reference, rng, tensor, uniform};
+use formats::{llama_cpp_formats_gguf_fixtures, llama_cpp_formats_qmatmul};
 use fused::{
     linear_residual, norm_linear, norm_linear_into, norm_linear_rope, norm_swiglu_linear,
     paged_attention, shared_rounding, swiglu_linear,
@@ -1442,6 +1445,8 @@ matrix!(
     chained,
     quant_gguf_fixtures,
     quant_roundtrip,
+    llama_cpp_formats_gguf_fixtures,
+    llama_cpp_formats_qmatmul,
     qmatmul,
     ternary_dot,
     linear_scan,

@@ -150,6 +150,17 @@ fn permute_rows(values: &[f32], rows: usize, cols: usize, heads: usize) -> Vec<f
 
 /// The same model as a GGUF file, matrices in `format` (F32 or a block format).
 fn gguf_file(s: Shape, format: DType, tag: &str) -> PathBuf {
+    gguf_file_mixed(
+        s,
+        &|name| (!name.contains("token_embd")).then_some(format),
+        tag,
+    )
+}
+
+/// A GGUF Llama whose matrices each take the format `pick` gives their GGUF name (f32 for
+/// `None` or `F32`): quantized from the random weights where webtensor quantizes to it, random
+/// valid blocks otherwise (the K-quants and `IQ4` formats, which only llama.cpp writes).
+fn gguf_file_mixed(s: Shape, pick: &dyn Fn(&str) -> Option<DType>, tag: &str) -> PathBuf {
     let gguf_name = |hf: &str| -> String {
         let map = [
             ("model.embed_tokens.weight", "token_embd.weight"),
@@ -179,6 +190,7 @@ fn gguf_file(s: Shape, format: DType, tag: &str) -> PathBuf {
         format!("blk.{i}.{g}")
     };
     let reference = reference();
+    let mut blocks = rng(8);
     let mut tensors = Vec::new();
     for (name, shape, mut values) in weights(s, 7) {
         if name.contains("q_proj") || name.contains("k_proj") {
@@ -190,18 +202,25 @@ fn gguf_file(s: Shape, format: DType, tag: &str) -> PathBuf {
             let cols = shape.get(1).copied().unwrap_or(1);
             values = permute_rows(&values, shape[0], cols, heads);
         }
-        let packed = shape.len() == 2 && format != DType::F32 && !name.contains("embed");
-        let (dtype, bytes) = if packed {
-            let t = Tensor::from_slice(&reference, &values, shape.as_slice()).unwrap();
-            let q = webtensor::ops::quantize(&t, format).unwrap();
-            (StoredDType::Packed(format), q.to_bytes().unwrap())
+        let name = gguf_name(&name);
+        let format = pick(&name).filter(|&f| shape.len() == 2 && f != DType::F32);
+        let (dtype, bytes) = if let Some(format) = format {
+            let bytes = if webtensor::quant::can_quantize(format) {
+                let t = Tensor::from_slice(&reference, &values, shape.as_slice()).unwrap();
+                let q = webtensor::ops::quantize(&t, format).unwrap();
+                q.to_bytes().unwrap()
+            } else {
+                let n = values.len() / format.block_len();
+                common::random_blocks(&mut blocks, format, n, 0.002)
+            };
+            (StoredDType::Packed(format), bytes)
         } else {
             (
                 StoredDType::F32,
                 values.iter().flat_map(|v| v.to_le_bytes()).collect(),
             )
         };
-        tensors.push((gguf_name(&name), dtype, shape, bytes));
+        tensors.push((name, dtype, shape, bytes));
     }
     let u = |v: usize| GgufValue::U64(v as u64);
     let meta = vec![
@@ -297,6 +316,71 @@ fn gguf_models_match_their_hugging_face_original() {
         for dev in devices() {
             let what = format!("gguf {format} on {}", dev.backend_name());
             assert_close(&what, &logits(&dev, &path), &want, TOL);
+        }
+    }
+}
+
+/// GGUF files that mix llama.cpp's formats as its quantizer does (Q4_K_M: Q4_K with Q6_K
+/// for some matrices; and the 32-value formats), each tensor in its own format (gate and up
+/// in two: no fused gate·up product), the token embedding packed too: the cpu forward equals the reference's, the products are named, and
+/// the wgpu backend, which has no kernels for them yet, refuses the model when it loads.
+#[test]
+fn gguf_models_mixing_llama_cpp_formats_run_on_the_host() {
+    let s = Shape {
+        hidden: 256,
+        ffn: 256,
+        heads: 4,
+        kv_heads: 2,
+        ..GQA
+    };
+    // Each matrix's format by (part of) its GGUF name.
+    let k_quants = [
+        ("token_embd", DType::Q4_K),
+        ("attn_q", DType::Q4_K),
+        ("attn_k", DType::Q3_K),
+        ("attn_v", DType::Q6_K),
+        ("attn_output", DType::Q5_K),
+        ("ffn_gate", DType::Q2_K),
+        ("ffn_up", DType::IQ4_XS),
+        ("ffn_down", DType::Q6_K),
+        ("output.weight", DType::Q6_K),
+    ];
+    let legacy = [
+        ("token_embd", DType::Q5_1),
+        ("attn_q", DType::Q4_1),
+        ("attn_k", DType::Q5_0),
+        ("attn_v", DType::Q5_1),
+        ("attn_output", DType::IQ4_NL),
+        ("ffn_gate", DType::Q5_0),
+        ("ffn_up", DType::IQ4_NL),
+        ("ffn_down", DType::Q4_1),
+        ("output.weight", DType::Q5_0),
+    ];
+    let cases = [
+        ("k-quants", k_quants, "q2_k weights × q8_k activations"),
+        ("legacy", legacy, "q5_0 weights × q8_0 activations"),
+    ];
+    for (tag, mix, named) in cases {
+        let pick = |name: &str| mix.iter().find(|(n, _)| name.contains(n)).map(|&(_, f)| f);
+        let path = gguf_file_mixed(s, &pick, &format!("gguf-mixed-{tag}"));
+        let want = logits(&reference(), &path);
+        assert!(
+            want.iter().all(|v| v.is_finite()),
+            "{tag}: reference logits"
+        );
+        let cpu = common::cpu();
+        assert_close(&format!("{tag} on cpu"), &logits(&cpu, &path), &want, TOL);
+        let model = Llama::load(&cpu, ModelFiles::open(&path).unwrap()).unwrap();
+        let path_text = model.activation_path();
+        assert!(path_text.contains(named), "{tag}: {path_text}");
+        if let Some(gpu) = common::wgpu() {
+            match Llama::load(&gpu, ModelFiles::open(&path).unwrap()) {
+                Err(Error::FormatUnsupported { backend, .. }) => {
+                    assert_eq!(backend.name(), "wgpu")
+                }
+                Err(e) => panic!("{tag} on wgpu: wrong error {e}"),
+                Ok(_) => panic!("{tag} on wgpu: loaded"),
+            }
         }
     }
 }

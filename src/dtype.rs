@@ -11,7 +11,8 @@ use std::fmt;
 /// raw little-endian bytes exactly as GGUF lays them out, so a model file's tensor bytes are
 /// used as they are. Block formats group the last axis into blocks (32 or 256 values) that
 /// share a scale; a tensor of a block format needs a last dimension divisible by the block
-/// length. See [`crate::quant`] for each layout.
+/// length. See [`crate::quant`] for each layout ([`crate::quant::FORMATS`]: one row per
+/// block format).
 #[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
@@ -30,6 +31,33 @@ pub enum DType {
     /// GGUF `Q4_0`: blocks of 32 values, an f16 scale and 16 bytes of 4-bit values
     /// (18 bytes, 4.5 bits/value).
     Q4_0,
+    /// GGUF `Q4_1`: blocks of 32 4-bit values with an f16 scale and an f16 minimum (20 bytes).
+    Q4_1,
+    /// GGUF `Q5_0`: blocks of 32 5-bit values (low nibbles and a word of fifth bits) with an
+    /// f16 scale (22 bytes).
+    Q5_0,
+    /// GGUF `Q5_1`: `Q5_0`'s values with an f16 scale and an f16 minimum (24 bytes).
+    Q5_1,
+    /// GGUF `Q2_K`: super-blocks of 256 2-bit values, 16 sub-blocks with 4-bit scales and
+    /// minimums, f16 super-scales (84 bytes, 2.625 bits/value).
+    Q2_K,
+    /// GGUF `Q3_K`: super-blocks of 256 3-bit values, 16 sub-blocks with 6-bit scales, an f16
+    /// super-scale (110 bytes, 3.4375 bits/value).
+    Q3_K,
+    /// GGUF `Q4_K`: super-blocks of 256 4-bit values, 8 sub-blocks with 6-bit scales and
+    /// minimums, f16 super-scales (144 bytes, 4.5 bits/value).
+    Q4_K,
+    /// GGUF `Q5_K`: `Q4_K` with a fifth bit per value (176 bytes, 5.5 bits/value).
+    Q5_K,
+    /// GGUF `Q6_K`: super-blocks of 256 6-bit values, 16 sub-blocks with int8 scales, an f16
+    /// super-scale (210 bytes, 6.5625 bits/value).
+    Q6_K,
+    /// GGUF `IQ4_NL`: blocks of 32 4-bit indices into a fixed non-linear table of 16 levels,
+    /// an f16 scale (18 bytes, 4.5 bits/value).
+    IQ4_NL,
+    /// GGUF `IQ4_XS`: super-blocks of 256 `IQ4_NL` indices, 8 sub-blocks with 6-bit scales, an
+    /// f16 super-scale (136 bytes, 4.25 bits/value).
+    IQ4_XS,
     /// GGUF `TQ1_0`: ternary blocks of 256 values in base-3 packing and an f16 scale
     /// (54 bytes, 1.6875 bits/value).
     TQ1_0,
@@ -44,7 +72,7 @@ pub enum DType {
 
 impl DType {
     /// Every dtype.
-    pub const ALL: [DType; 10] = [
+    pub const ALL: [DType; 20] = [
         DType::F32,
         DType::U32,
         DType::I32,
@@ -52,6 +80,16 @@ impl DType {
         DType::I8,
         DType::Q8_0,
         DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q2_K,
+        DType::Q3_K,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+        DType::IQ4_NL,
+        DType::IQ4_XS,
         DType::TQ1_0,
         DType::TQ2_0,
         DType::TernaryPlanes,
@@ -82,23 +120,44 @@ impl DType {
         matches!(self, DType::TQ1_0 | DType::TQ2_0 | DType::TernaryPlanes)
     }
 
-    /// Values per block: 1 for plain types, 32 for `Q8_0`/`Q4_0`, 256 for the ternary formats.
-    pub fn block_len(self) -> usize {
+    /// Values per block: 1 for plain types, 32 for the legacy formats (`Q8_0`, `Q4_0`, `Q4_1`,
+    /// `Q5_0`, `Q5_1`) and `IQ4_NL`, 256 for the K-quants, `IQ4_XS` and the ternary formats.
+    pub const fn block_len(self) -> usize {
         match self {
-            DType::Q8_0 | DType::Q4_0 => 32,
-            DType::TQ1_0 | DType::TQ2_0 | DType::TernaryPlanes => 256,
-            _ => 1,
+            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::IQ4_NL => {
+                32
+            }
+            DType::Q2_K
+            | DType::Q3_K
+            | DType::Q4_K
+            | DType::Q5_K
+            | DType::Q6_K
+            | DType::IQ4_XS
+            | DType::TQ1_0
+            | DType::TQ2_0
+            | DType::TernaryPlanes => 256,
+            DType::F32 | DType::U32 | DType::I32 | DType::F16 | DType::I8 => 1,
         }
     }
 
     /// Bytes per block (per element for plain types).
-    pub fn block_bytes(self) -> usize {
+    pub const fn block_bytes(self) -> usize {
         match self {
             DType::F32 | DType::U32 | DType::I32 => 4,
             DType::F16 => 2,
             DType::I8 => 1,
             DType::Q8_0 => 34,
             DType::Q4_0 => 18,
+            DType::Q4_1 => 20,
+            DType::Q5_0 => 22,
+            DType::Q5_1 => 24,
+            DType::Q2_K => 84,
+            DType::Q3_K => 110,
+            DType::Q4_K => 144,
+            DType::Q5_K => 176,
+            DType::Q6_K => 210,
+            DType::IQ4_NL => 18,
+            DType::IQ4_XS => 136,
             DType::TQ1_0 => 54,
             DType::TQ2_0 => 66,
             DType::TernaryPlanes => 68,
@@ -144,6 +203,16 @@ impl DType {
             DType::I8 => "i8",
             DType::Q8_0 => "q8_0",
             DType::Q4_0 => "q4_0",
+            DType::Q4_1 => "q4_1",
+            DType::Q5_0 => "q5_0",
+            DType::Q5_1 => "q5_1",
+            DType::Q2_K => "q2_k",
+            DType::Q3_K => "q3_k",
+            DType::Q4_K => "q4_k",
+            DType::Q5_K => "q5_k",
+            DType::Q6_K => "q6_k",
+            DType::IQ4_NL => "iq4_nl",
+            DType::IQ4_XS => "iq4_xs",
             DType::TQ1_0 => "tq1_0",
             DType::TQ2_0 => "tq2_0",
             DType::TernaryPlanes => "ternary_planes",

@@ -265,6 +265,19 @@ pub enum Error {
         source: Box<Error>,
     },
 
+    /// A tensor of a block format the backend has no kernels for (the llama.cpp formats run
+    /// on the cpu and reference backends first); nothing is converted behind the caller's back.
+    #[error(
+        "the {backend} backend has no kernels for {dtype} tensors yet; run the model on the cpu \
+         backend (--backend cpu), or use a model in q8_0, q4_0, f16 or f32"
+    )]
+    FormatUnsupported {
+        /// The block format.
+        dtype: DType,
+        /// The backend that cannot hold it.
+        backend: BackendKind,
+    },
+
     /// A model tensor is larger than one buffer of the device can be.
     #[error(
         "tensor `{tensor}` needs a buffer of {bytes} bytes, beyond the {backend} device's \

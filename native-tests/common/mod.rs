@@ -146,3 +146,37 @@ pub fn chat_model_dir(tag: &str) -> std::path::PathBuf {
     std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
     dir
 }
+
+/// The byte offsets of the f16 scales (and minimums) in one block of each llama.cpp format,
+/// from gguf-py's and ggml's layouts (not from webtensor): a block of random bytes with these
+/// set to finite values is a valid block.
+pub fn block_scales(format: webtensor::DType) -> &'static [usize] {
+    use webtensor::DType;
+    match format {
+        DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
+        DType::Q5_0 | DType::IQ4_NL | DType::IQ4_XS => &[0],
+        DType::Q2_K => &[80, 82],
+        DType::Q3_K => &[108],
+        DType::Q6_K => &[208],
+        other => panic!("no random blocks of {other}"),
+    }
+}
+
+/// `blocks` random valid blocks of a llama.cpp `format` (see [`block_scales`]), their scales
+/// f16 values in `[-scale, scale)`.
+pub fn random_blocks(
+    rng: &mut StdRng,
+    format: webtensor::DType,
+    blocks: usize,
+    scale: f32,
+) -> Vec<u8> {
+    let size = format.block_bytes();
+    let mut bytes: Vec<u8> = (0..blocks * size).map(|_| rng.random()).collect();
+    for block in bytes.chunks_exact_mut(size) {
+        for &at in block_scales(format) {
+            let d = half::f16::from_f32(rng.random_range(-scale..scale));
+            block[at..at + 2].copy_from_slice(&d.to_le_bytes());
+        }
+    }
+    bytes
+}

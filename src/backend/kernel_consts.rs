@@ -10,6 +10,7 @@
 //! that they are exactly what this table emits (`WEBTENSOR_BLESS=1` rewrites them), and that
 //! no kernel source types a block size again.
 
+use crate::backend::kind::BackendKind;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -78,6 +79,16 @@ pub(crate) fn format_code(op: &'static str, format: DType) -> Result<u32> {
         .find(|f| f.dtype == format)
         .map(|f| f.code)
         .ok_or_else(|| Error::invalid(op, format!("{format} is not a packed format")))
+}
+
+/// Fails with [`Error::FormatUnsupported`] when `dtype` is a block format that no kernel of
+/// the GPU `backend` reads (the llama.cpp formats, for now): a tensor of it is refused when it
+/// is uploaded, so a model with such weights fails at load, not at its first product.
+pub(crate) fn check_kernels_read(backend: BackendKind, dtype: DType) -> Result<()> {
+    if dtype.is_quantized() && !PACKED_FORMATS.iter().any(|f| f.dtype == dtype) {
+        return Err(Error::FormatUnsupported { dtype, backend });
+    }
+    Ok(())
 }
 
 /// The committed WGSL prelude.
@@ -173,6 +184,14 @@ mod tests {
         }
         assert_eq!(format_code("t", DType::Q4_0).unwrap(), 3);
         assert!(format_code("t", DType::F32).is_err());
+        assert!(check_kernels_read(BackendKind::Wgpu, DType::Q4_0).is_ok());
+        assert!(check_kernels_read(BackendKind::Wgpu, DType::F32).is_ok());
+        let e = check_kernels_read(BackendKind::Wgpu, DType::Q4_K).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("wgpu backend has no kernels for q4_k"),
+            "{e}"
+        );
     }
 
     /// Every `.wgsl` under `shaders/` and `.cu` under the cuda kernels, comments removed.

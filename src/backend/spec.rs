@@ -52,6 +52,7 @@ pub enum RopeLayout {
 }
 
 /// How [`OpSpec::QMatmul`] treats its activations (the left operand).
+#[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Activations {
@@ -66,21 +67,26 @@ pub enum Activations {
     /// f32 activations rounded to int8 with one scale per row (`d = max|x| / 127`, the
     /// BitNet b1.58 absmax rule) first.
     I8,
+    /// f32 activations rounded to llama.cpp's `Q8_K` per block of 256 first
+    /// ([`crate::quant::quantize_q8_k`], scale kept in f32): the activations llama.cpp pairs
+    /// with the K-quants and `IQ4_XS`.
+    Q8_K,
 }
 
 impl Activations {
     /// The rounded activations the product actually uses, per row of `k` values (f64 so the
     /// reference can use them exactly): `d · q` for the quantizing modes, `x` otherwise.
     pub fn effective(self, row: &[f32]) -> Vec<f64> {
-        let block = match self {
+        let (block, round): (usize, crate::quant::RoundFn) = match self {
             Activations::F32 | Activations::F16 => return row.iter().map(|&v| v as f64).collect(),
-            Activations::Q8_0 => 32,
-            Activations::I8 => row.len().max(1),
+            Activations::Q8_0 => (32, crate::quant::quantize_i8),
+            Activations::I8 => (row.len().max(1), crate::quant::quantize_i8),
+            Activations::Q8_K => (256, crate::quant::quantize_q8_k),
         };
         let mut out = Vec::with_capacity(row.len());
         let mut q = vec![0i8; block];
         for chunk in row.chunks(block) {
-            let d = crate::quant::quantize_i8(chunk, &mut q[..chunk.len()]);
+            let d = round(chunk, &mut q[..chunk.len()]);
             out.extend(q[..chunk.len()].iter().map(|&v| v as f64 * d as f64));
         }
         out

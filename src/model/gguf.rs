@@ -9,7 +9,6 @@
 use std::collections::BTreeMap;
 
 use super::weights::{RawTensor, StoredDType};
-use crate::dtype::DType;
 use crate::error::{Error, Result};
 
 mod value;
@@ -31,32 +30,80 @@ pub struct Gguf {
     pub tensors: BTreeMap<String, RawTensor>,
 }
 
-/// The ggml type ids webtensor reads, and their dtypes.
+/// The ggml type ids webtensor reads, and their dtypes: the plain types here, the block
+/// formats from their rows in [`crate::quant::FORMATS`].
 fn stored_dtype(ggml_type: u32) -> Option<StoredDType> {
     Some(match ggml_type {
         0 => StoredDType::F32,
         1 => StoredDType::F16,
-        2 => StoredDType::Packed(DType::Q4_0),
-        8 => StoredDType::Packed(DType::Q8_0),
         30 => StoredDType::BF16,
-        34 => StoredDType::Packed(DType::TQ1_0),
-        35 => StoredDType::Packed(DType::TQ2_0),
-        _ => return None,
+        id => StoredDType::Packed(crate::quant::format_of_ggml(id)?.dtype),
     })
 }
 
 /// The ggml type id of a dtype webtensor writes.
 fn ggml_type(dtype: StoredDType) -> Option<u32> {
-    Some(match dtype {
-        StoredDType::F32 => 0,
-        StoredDType::F16 => 1,
-        StoredDType::BF16 => 30,
-        StoredDType::Packed(DType::Q4_0) => 2,
-        StoredDType::Packed(DType::Q8_0) => 8,
-        StoredDType::Packed(DType::TQ1_0) => 34,
-        StoredDType::Packed(DType::TQ2_0) => 35,
-        StoredDType::Packed(_) => return None,
-    })
+    match dtype {
+        StoredDType::F32 => Some(0),
+        StoredDType::F16 => Some(1),
+        StoredDType::BF16 => Some(30),
+        StoredDType::Packed(d) => crate::quant::format(d)?.ggml_type,
+    }
+}
+
+/// ggml's name of type id `id` (gguf-py's `GGMLQuantizationType`), for messages about types
+/// webtensor does not read.
+fn ggml_type_name(id: u32) -> &'static str {
+    const NAMES: [(u32, &str); 35] = [
+        (0, "F32"),
+        (1, "F16"),
+        (2, "Q4_0"),
+        (3, "Q4_1"),
+        (4, "Q4_2 (removed from ggml)"),
+        (5, "Q4_3 (removed from ggml)"),
+        (6, "Q5_0"),
+        (7, "Q5_1"),
+        (8, "Q8_0"),
+        (9, "Q8_1"),
+        (10, "Q2_K"),
+        (11, "Q3_K"),
+        (12, "Q4_K"),
+        (13, "Q5_K"),
+        (14, "Q6_K"),
+        (15, "Q8_K"),
+        (16, "IQ2_XXS"),
+        (17, "IQ2_XS"),
+        (18, "IQ3_XXS"),
+        (19, "IQ1_S"),
+        (20, "IQ4_NL"),
+        (21, "IQ3_S"),
+        (22, "IQ2_S"),
+        (23, "IQ4_XS"),
+        (24, "I8"),
+        (25, "I16"),
+        (26, "I32"),
+        (27, "I64"),
+        (28, "F64"),
+        (29, "IQ1_M"),
+        (30, "BF16"),
+        (34, "TQ1_0"),
+        (35, "TQ2_0"),
+        (39, "MXFP4"),
+        (40, "NVFP4"),
+    ];
+    NAMES
+        .iter()
+        .find(|(n, _)| *n == id)
+        .map_or("unknown to ggml", |(_, name)| name)
+}
+
+/// The types [`stored_dtype`] reads, by ggml's names, for messages.
+fn readable_types() -> String {
+    (0..64)
+        .filter(|&id| stored_dtype(id).is_some())
+        .map(ggml_type_name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Bytes of `count` values of `dtype`, or `None` when the row is not whole blocks.
@@ -274,7 +321,9 @@ fn parse_prefix(path: &str, bytes: &[u8], file_len: usize) -> Result<Gguf> {
         let bad = |reason: String| Error::model_file(path, format!("tensor `{name}` {reason}"));
         let dtype = stored_dtype(kind).ok_or_else(|| {
             bad(format!(
-                "has ggml type {kind}; webtensor loads F32, F16, BF16, Q8_0, Q4_0, TQ1_0, TQ2_0"
+                "has ggml type {kind} ({}); webtensor loads {}",
+                ggml_type_name(kind),
+                readable_types()
             ))
         })?;
         let count = shape
@@ -419,6 +468,7 @@ pub fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dtype::DType;
 
     fn sample() -> Vec<u8> {
         let meta = vec![
@@ -491,5 +541,76 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("version"));
+    }
+
+    /// A file of one `[1, 256]` tensor `k` of `dtype`, and where its ggml type id lies.
+    fn one_tensor(dtype: DType) -> (Vec<u8>, usize) {
+        let tensor = vec![(
+            "k".to_string(),
+            StoredDType::Packed(dtype),
+            vec![1, 256],
+            vec![0u8; dtype.row_bytes(256)],
+        )];
+        let bytes = write(&[], &tensor).unwrap();
+        // The info: name (u64 length, "k"), 2 dims as u32, the dims innermost first, the type.
+        let mut info = 1u64.to_le_bytes().to_vec();
+        info.extend_from_slice(b"k");
+        info.extend_from_slice(&2u32.to_le_bytes());
+        info.extend_from_slice(&256u64.to_le_bytes());
+        info.extend_from_slice(&1u64.to_le_bytes());
+        let at = bytes.windows(info.len()).position(|w| w == info).unwrap() + info.len();
+        (bytes, at)
+    }
+
+    /// The llama.cpp formats are read with ggml's ids (Q4_K is 12, Q6_K 14, IQ4_XS 23, ...),
+    /// and a type webtensor does not read is named in the error.
+    #[test]
+    fn block_formats_by_ggml_id() {
+        for (dtype, id) in [
+            (DType::Q4_1, 3u32),
+            (DType::Q5_0, 6),
+            (DType::Q5_1, 7),
+            (DType::Q2_K, 10),
+            (DType::Q3_K, 11),
+            (DType::Q4_K, 12),
+            (DType::Q5_K, 13),
+            (DType::Q6_K, 14),
+            (DType::IQ4_NL, 20),
+            (DType::IQ4_XS, 23),
+        ] {
+            let (bytes, at) = one_tensor(dtype);
+            assert_eq!(bytes[at..at + 4], id.to_le_bytes(), "{dtype}");
+            let g = parse("t.gguf", &bytes).unwrap();
+            assert_eq!(g.tensors["k"].dtype, StoredDType::Packed(dtype));
+            assert_eq!(
+                g.tensors["k"].range.len(),
+                dtype.block_bytes() * 256 / dtype.block_len()
+            );
+        }
+        let (mut bytes, at) = one_tensor(DType::Q4_K);
+        bytes[at..at + 4].copy_from_slice(&16u32.to_le_bytes());
+        let e = parse("t.gguf", &bytes).unwrap_err().to_string();
+        assert!(e.contains("ggml type 16 (IQ2_XXS)"), "{e}");
+        assert!(e.contains("Q4_K, Q5_K, Q6_K"), "{e}");
+        bytes[at..at + 4].copy_from_slice(&77u32.to_le_bytes());
+        let e = parse("t.gguf", &bytes).unwrap_err().to_string();
+        assert!(e.contains("ggml type 77 (unknown to ggml)"), "{e}");
+    }
+
+    /// A K-quant row must be whole super-blocks of 256 values.
+    #[test]
+    fn k_quant_rows_are_whole_super_blocks() {
+        let tensor = vec![(
+            "k".to_string(),
+            StoredDType::Packed(DType::Q6_K),
+            vec![2, 128],
+            vec![0u8; 210],
+        )];
+        let bytes = write(&[], &tensor).unwrap();
+        let e = parse("t.gguf", &bytes).unwrap_err().to_string();
+        assert!(
+            e.contains("rows of 128 values, not whole blocks of 256"),
+            "{e}"
+        );
     }
 }

@@ -7,6 +7,10 @@
 //! the integer products read the packed weights several times faster than f32 activations
 //! against decoded weights. [`ActivationMode::F32`] keeps the activations as they are (the
 //! exact product of the stored weights), for comparison.
+//!
+//! The K-quants and `IQ4_XS` take `Q8_K` activations (256 values and an f32 scale), as in
+//! llama.cpp; `Q4_1`/`Q5_1` take `Q8_0` ones, whose values are llama.cpp's `Q8_1` (which also
+//! stores each block's sum, rounded to f16; here the sum is exact).
 
 use std::fmt;
 
@@ -14,13 +18,15 @@ use crate::backend::Activations;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops;
+use crate::quant;
 use crate::tensor::Tensor;
 
 /// How a model's linear layers treat their activations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ActivationMode {
-    /// `Q8_0` activations for `Q8_0`/`Q4_0` weights, per-row int8 for ternary weights; f32
-    /// for f32 and f16 weights (llama.cpp's choice).
+    /// `Q8_0` activations for the 32-value formats (`Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`,
+    /// `IQ4_NL`), `Q8_K` for the K-quants and `IQ4_XS`, per-row int8 for ternary weights
+    /// (llama.cpp's and BitNet's choices); f32 for f32 and f16 weights.
     #[default]
     Integer,
     /// f32 activations for every weight.
@@ -43,7 +49,12 @@ impl ActivationMode {
     /// The activations a product with a `weight`-dtype matrix uses in this mode.
     pub fn for_weight(self, weight: DType) -> Activations {
         match (self, weight) {
-            (ActivationMode::Integer, DType::Q8_0 | DType::Q4_0) => Activations::Q8_0,
+            (ActivationMode::Integer, w)
+                if quant::has_block_ints(w) || quant::has_offset_ints(w) =>
+            {
+                Activations::Q8_0
+            }
+            (ActivationMode::Integer, w) if quant::kquants::is_super_block(w) => Activations::Q8_K,
             (ActivationMode::Integer, w) if w.is_ternary() => Activations::I8,
             _ => Activations::F32,
         }
@@ -63,6 +74,7 @@ impl ActivationMode {
             .map(|&d| {
                 let act = match self.for_weight(d) {
                     Activations::Q8_0 => "q8_0",
+                    Activations::Q8_K => "q8_k",
                     Activations::I8 => "per-row i8",
                     Activations::F16 => "f16",
                     Activations::F32 => "f32",
@@ -104,6 +116,13 @@ mod tests {
         assert_eq!(int.for_weight(DType::TQ2_0), Activations::I8);
         assert_eq!(int.for_weight(DType::F16), Activations::F32);
         assert_eq!(int.for_weight(DType::F32), Activations::F32);
+        assert_eq!(int.for_weight(DType::Q5_0), Activations::Q8_0);
+        assert_eq!(int.for_weight(DType::IQ4_NL), Activations::Q8_0);
+        assert_eq!(int.for_weight(DType::Q4_K), Activations::Q8_K);
+        assert_eq!(int.for_weight(DType::Q6_K), Activations::Q8_K);
+        assert_eq!(int.for_weight(DType::IQ4_XS), Activations::Q8_K);
+        assert_eq!(int.for_weight(DType::Q4_1), Activations::Q8_0);
+        assert_eq!(int.for_weight(DType::Q5_1), Activations::Q8_0);
         assert_eq!(
             ActivationMode::F32.for_weight(DType::Q4_0),
             Activations::F32

@@ -384,13 +384,22 @@ impl Llama {
     }
 
     /// The feed-forward block's `silu(gate) ⊙ up` of `x`'s rows RMS-normed by the layer's
-    /// `ffn_norm`, the norm folded in as [`Llama::normed_products`] does.
+    /// `ffn_norm`, the norm folded in as [`Llama::normed_products`] does (one fused op where
+    /// gate and up share a dtype).
     fn normed_swiglu(
         &self,
         x: &Tensor,
         layer: &Layer,
         (index, first): (usize, bool),
     ) -> Result<Tensor> {
+        if layer.gate.dtype() != layer.up.dtype() {
+            // llama.cpp's quantizer may store the two in different formats, which the fused
+            // op does not take: the two normed products (the norm made once), then the gate.
+            let products = [(&layer.gate, None), (&layer.up, None)];
+            let hook = (HookPoint::FfnNorm, index, first);
+            let gate_up = self.normed_products(x, &layer.ffn_norm, &products, hook)?;
+            return ops::swiglu(&gate_up[0], &gate_up[1]);
+        }
         let eps = self.config.rms_norm_eps;
         let act = self.activations.for_weight(layer.gate.dtype());
         if self.wants(HookPoint::FfnNorm) {

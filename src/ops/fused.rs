@@ -375,14 +375,16 @@ fn linear_spec(
     let fits = match activations {
         Activations::F32 => true,
         Activations::F16 => false,
-        Activations::Q8_0 | Activations::I8 => format.is_quantized(),
+        Activations::Q8_0 | Activations::I8 => super::quant::int_weights(format),
+        Activations::Q8_K => crate::quant::kquants::is_super_block(format),
     };
     if !fits {
         return Err(Error::invalid(
             op,
             format!(
                 "{activations:?} activations do not go with {format} weights: use f32 \
-                 activations, or q8_0 / i8 ones with block-quantized weights"
+                 activations, q8_0 / i8 ones with q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl or \
+                 ternary weights, or q8_k ones with the K-quants and iq4_xs"
             ),
         ));
     }

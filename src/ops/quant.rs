@@ -5,20 +5,22 @@ use super::{dispatch, expect_dtype, expect_min_rank};
 use crate::backend::{Activations, OpSpec};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::quant;
 use crate::shape::Shape;
 use crate::tensor::{expect_storage_len, Tensor};
 
 /// Rounds an f32 tensor to `format` (`F16` or a block format such as `Q8_0`, `Q4_0`,
-/// `TQ1_0`, `TQ2_0`, `TernaryPlanes`), bit for bit as GGUF's reference quantizers do. Block
-/// formats need a last dimension that is a multiple of the block length (32 or 256).
+/// `Q4_1`, `Q5_0`, `Q5_1`, `TQ1_0`, `TQ2_0`, `TernaryPlanes`), bit for bit as GGUF's reference
+/// quantizers do. Block formats need a last dimension that is a multiple of the block length
+/// (32 or 256). The K-quants and the `IQ4` formats are read, not written: no quantizer.
 pub fn quantize(x: &Tensor, format: DType) -> Result<Tensor> {
     expect_dtype("quantize", "x", x, DType::F32)?;
-    if !(format == DType::F16 || format.is_quantized()) {
+    if !quant::can_quantize(format) {
         return Err(Error::invalid(
             "quantize",
             format!(
-                "cannot quantize to {format}; the targets are f16, q8_0, q4_0, tq1_0, tq2_0 \
-                 and ternary_planes"
+                "cannot quantize to {format}; the targets are {}",
+                quant::quantize_targets()
             ),
         ));
     }
@@ -60,8 +62,8 @@ pub fn dequantize(x: &Tensor) -> Result<Tensor> {
 /// `a · wᵀ` for activations `a` `[..., k]` and a packed weight `w` `[n, k]` (`F16` or a block
 /// format, as GGUF stores a linear layer): output f32 `[..., n]`. `activations` chooses how
 /// `a` enters the product (see [`Activations`]): f32 or f16 as they are, or rounded to
-/// `Q8_0` blocks or to per-row int8 first, which lets integer dot products run (llama.cpp's
-/// and BitNet's way) at the cost of that rounding. The weight is read packed on every backend.
+/// `Q8_0` blocks, to per-row int8 or to `Q8_K` super-blocks first, which lets integer dot
+/// products run (llama.cpp's and BitNet's way) at the cost of that rounding. The weight is read packed on every backend.
 pub fn qmatmul_t(a: &Tensor, w: &Tensor, activations: Activations) -> Result<Tensor> {
     const OP: &str = "qmatmul_t";
     let format = w.dtype();
@@ -96,11 +98,20 @@ pub fn qmatmul_t(a: &Tensor, w: &Tensor, activations: Activations) -> Result<Ten
             &[a.shape(), w.shape()],
         ));
     }
-    if matches!(activations, Activations::Q8_0 | Activations::I8) && format == DType::F16 {
+    if matches!(activations, Activations::Q8_0 | Activations::I8) && !int_weights(format) {
         return Err(Error::invalid(
             OP,
-            "int8 activations need block-quantized weights (q8_0, q4_0 or ternary); f16 \
-             weights take f32 or f16 activations",
+            format!(
+                "int8 activations need weights of int8 values times block scales (q8_0, \
+                 q4_0, q4_1, q5_0, q5_1, iq4_nl or ternary); {format} weights take f32 or \
+                 (the K-quants) q8_k activations"
+            ),
+        ));
+    }
+    if activations == Activations::Q8_K && !quant::kquants::is_super_block(format) {
+        return Err(Error::invalid(
+            OP,
+            format!("q8_k activations go with the K-quants and iq4_xs, not {format} weights"),
         ));
     }
     let mut out_dims = a.dims()[..a.shape().rank() - 1].to_vec();
@@ -117,6 +128,13 @@ pub fn qmatmul_t(a: &Tensor, w: &Tensor, activations: Activations) -> Result<Ten
         k,
     };
     dispatch(OP, spec, &[a, w], out_shape, DType::F32, None)
+}
+
+/// Whether products with `format` weights may take int8 activations: its blocks are int8
+/// values with one scale (and minimum) per 32 ([`quant::has_block_ints`],
+/// [`quant::has_offset_ints`]) or ternary.
+pub(crate) fn int_weights(format: DType) -> bool {
+    quant::has_block_ints(format) || quant::has_offset_ints(format) || format.is_ternary()
 }
 
 /// The exact integer dot products of ternary weights `w` `[n, k]` (`TQ1_0`, `TQ2_0` or

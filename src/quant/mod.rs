@@ -1,11 +1,19 @@
 //! Block formats shared by every backend: byte layouts, quantize (f32 → blocks) and
 //! dequantize (blocks → f32), bit for bit as GGUF defines them.
 //!
+//! A block format is one row of [`FORMATS`]: its dtype (block length and bytes in
+//! [`DType`]), its ggml type id in GGUF files, its dequantize and, where GGUF's reference
+//! quantizer is implemented, its quantize. The formats laid out as typed block structs
+//! ([`Block`]) have their struct size checked against [`DType::block_bytes`] when the table is
+//! compiled.
+//!
 //! | dtype | values/block | bytes/block | layout (little-endian) |
 //! | --- | --- | --- | --- |
 //! | `F16` | 1 | 2 | IEEE binary16 |
 //! | `Q8_0` | 32 | 34 | `d: f16`, `qs: [i8; 32]`; value `i` = `d · qs[i]` |
 //! | `Q4_0` | 32 | 18 | `d: f16`, `qs: [u8; 16]`; value `i < 16` = `d · ((qs[i] & 15) − 8)`, value `i + 16` = `d · ((qs[i] >> 4) − 8)` |
+//! | `Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL` | 32 | 20, 22, 24, 18 | see [`legacy`] |
+//! | `Q2_K` … `Q6_K`, `IQ4_XS` | 256 | 84, 110, 144, 176, 210, 136 | see [`kquants`] |
 //! | `TQ1_0` | 256 | 54 | `qs: [u8; 48]`, `qh: [u8; 4]`, `d: f16`; five (four in `qh`) base-3 trits per byte, see [`ternary`] |
 //! | `TQ2_0` | 256 | 66 | `qs: [u8; 64]`, `d: f16`; value `32·(4j + l) + m` in bits `2l..2l+2` of `qs[32j + m]`, stored as trit + 1 |
 //! | `TernaryPlanes` | 256 | 68 | `d: f32`, `plus: [u32; 8]`, `minus: [u32; 8]`; bit `i % 32` of word `i / 32` |
@@ -13,15 +21,20 @@
 //! Quantization follows the GGUF reference quantizers (ggml's `quantize_row_*_ref`, also
 //! `gguf.quants` in gguf-py): per block `Q8_0` uses `d = max|x| / 127` and
 //! `round(x · (1/d))`, `Q4_0` uses `d = m / −8` where `m` is the value of largest magnitude
-//! and `min(15, trunc(x · (1/d) + 8.5))`, and the ternary formats use `d = max|x|` and
-//! `round(x · (1/d))`; all arithmetic is f32, `round` is half away from zero, and scales are
-//! rounded to f16 to nearest even. `TernaryPlanes` rounds like the ternary formats but keeps
-//! the f32 scale. The tests check every format against bytes written by gguf-py
-//! (`scripts/quant_fixtures.py`).
+//! and `min(15, trunc(x · (1/d) + 8.5))` (`Q4_1`, `Q5_0`, `Q5_1`: [`legacy`]), and the ternary
+//! formats use `d = max|x|` and `round(x · (1/d))`; all arithmetic is f32, `round` is half
+//! away from zero, and scales are rounded to f16 to nearest even. `TernaryPlanes` rounds like
+//! the ternary formats but keeps the f32 scale. The K-quants and the `IQ4` formats are read,
+//! not written (gguf-py has no quantizer for them either). A scale that is NaN or infinite
+//! is not an error: its block's values are what GGUF's arithmetic gives (NaN or ±∞), as in
+//! gguf-py and llama.cpp. The tests check every format against values and bytes written by
+//! gguf-py (`scripts/quant_fixtures.py`).
 //!
 //! The per-row activation quantization of [`crate::ops::Activations`] lives here too:
 //! [`quantize_i8`] is `Q8_0`'s rounding over any block length.
 
+pub mod kquants;
+pub mod legacy;
 pub mod ternary;
 
 use std::sync::OnceLock;
@@ -60,89 +73,246 @@ pub fn quantize_i8(x: &[f32], q: &mut [i8]) -> f32 {
     d
 }
 
-/// Quantizes whole rows: `x.len()` is a multiple of `format`'s block length and `out` holds
-/// `x.len() / block_len · block_bytes` bytes. `format` is `F16`, `I8` is not a target (it
-/// has no scale), and every block format.
-pub fn quantize(format: DType, x: &[f32], out: &mut [u8]) {
-    let (len, bytes) = (format.block_len(), format.block_bytes());
-    for (xb, ob) in x.chunks_exact(len).zip(out.chunks_exact_mut(bytes)) {
-        quantize_block(format, xb, ob);
+/// llama.cpp's `Q8_K` rounding of activations (`quantize_row_q8_K_ref`), for 256 values: from
+/// the signed value of largest magnitude `max` (the first on ties), `s = −127 / max`, each
+/// `q = min(127, round_half_even(x · s))`, and `d = 1 / s`, all in f32; a block of zeros has
+/// `d = 0`. Returns `d`.
+pub fn quantize_q8_k(x: &[f32], q: &mut [i8]) -> f32 {
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax == 0.0 {
+        q.fill(0);
+        return 0.0;
+    }
+    let iscale = -127.0 / max;
+    for (q, &v) in q.iter_mut().zip(x) {
+        *q = ((v * iscale).round_ties_even() as i32).min(127) as i8;
+    }
+    1.0 / iscale
+}
+
+/// Encodes one block of values into a format's bytes.
+pub type QuantizeFn = fn(&[f32], &mut [u8]);
+
+/// Rounds values to int8 (`q`) and returns their scale: an activation rounding.
+pub type RoundFn = fn(&[f32], &mut [i8]) -> f32;
+
+/// One block format: everything a backend or a file reader needs to know of it.
+pub struct Format {
+    /// The dtype (its block length and bytes: [`DType::block_len`], [`DType::block_bytes`]).
+    pub dtype: DType,
+    /// ggml's type id, as GGUF files name the format.
+    pub ggml_type: Option<u32>,
+    /// Decodes one block of [`DType::block_bytes`] bytes into [`DType::block_len`] values.
+    pub dequantize: fn(&[u8], &mut [f32]),
+    /// Encodes one block of values, where webtensor has GGUF's reference quantizer.
+    pub quantize: Option<QuantizeFn>,
+}
+
+/// A block format laid out as a plain struct of bytes: reading a block is a cast.
+pub trait Block: bytemuck::Pod {
+    /// The format.
+    const DTYPE: DType;
+    /// Writes the block's [`DType::block_len`] values into `out`.
+    fn dequantize(&self, out: &mut [f32]);
+}
+
+/// Decodes one block of `B`'s bytes.
+fn dequantize_as<B: Block>(bytes: &[u8], out: &mut [f32]) {
+    bytemuck::from_bytes::<B>(bytes).dequantize(out)
+}
+
+/// The row of a [`Block`] format; fails to compile when the struct is not the dtype's size.
+const fn row<B: Block>(ggml_type: u32, quantize: Option<QuantizeFn>) -> Format {
+    assert!(std::mem::size_of::<B>() == B::DTYPE.block_bytes());
+    Format {
+        dtype: B::DTYPE,
+        ggml_type: Some(ggml_type),
+        dequantize: dequantize_as::<B>,
+        quantize,
     }
 }
 
-/// Dequantizes whole blocks of `format` (any packed dtype but `I8`) into `out`.
+/// Every block format (and `F16`, one value a block), one row each.
+pub static FORMATS: [Format; 16] = [
+    Format {
+        dtype: DType::F16,
+        ggml_type: Some(1),
+        dequantize: |b, out| out[0] = read_f16(b, 0),
+        quantize: Some(|x, out| out.copy_from_slice(&f16_bits(x[0]).to_le_bytes())),
+    },
+    Format {
+        dtype: DType::Q8_0,
+        ggml_type: Some(8),
+        dequantize: |b, out| dequantize_ints(DType::Q8_0, b, out),
+        quantize: Some(quantize_q8_0),
+    },
+    Format {
+        dtype: DType::Q4_0,
+        ggml_type: Some(2),
+        dequantize: |b, out| dequantize_ints(DType::Q4_0, b, out),
+        quantize: Some(quantize_q4_0),
+    },
+    row::<legacy::BlockQ4_1>(3, Some(legacy::quantize_q4_1)),
+    row::<legacy::BlockQ5_0>(6, Some(legacy::quantize_q5_0)),
+    row::<legacy::BlockQ5_1>(7, Some(legacy::quantize_q5_1)),
+    row::<kquants::BlockQ2K>(10, None),
+    row::<kquants::BlockQ3K>(11, None),
+    row::<kquants::BlockQ4K>(12, None),
+    row::<kquants::BlockQ5K>(13, None),
+    row::<kquants::BlockQ6K>(14, None),
+    row::<legacy::BlockIq4Nl>(20, None),
+    row::<kquants::BlockIq4Xs>(23, None),
+    Format {
+        dtype: DType::TQ1_0,
+        ggml_type: Some(34),
+        dequantize: |b, out| dequantize_trits(DType::TQ1_0, b, out),
+        quantize: Some(|x, out| ternary::quantize_block(DType::TQ1_0, x, out)),
+    },
+    Format {
+        dtype: DType::TQ2_0,
+        ggml_type: Some(35),
+        dequantize: |b, out| dequantize_trits(DType::TQ2_0, b, out),
+        quantize: Some(|x, out| ternary::quantize_block(DType::TQ2_0, x, out)),
+    },
+    Format {
+        dtype: DType::TernaryPlanes,
+        ggml_type: None,
+        dequantize: |b, out| dequantize_trits(DType::TernaryPlanes, b, out),
+        quantize: Some(|x, out| ternary::quantize_block(DType::TernaryPlanes, x, out)),
+    },
+];
+
+/// The row of `dtype`, if it is `F16` or a block format.
+pub fn format(dtype: DType) -> Option<&'static Format> {
+    FORMATS.iter().find(|f| f.dtype == dtype)
+}
+
+/// The row of ggml type id `ggml_type`, if webtensor reads that format.
+pub fn format_of_ggml(ggml_type: u32) -> Option<&'static Format> {
+    FORMATS.iter().find(|f| f.ggml_type == Some(ggml_type))
+}
+
+/// Whether webtensor can quantize to `format` (GGUF's reference quantizer is implemented).
+pub fn can_quantize(format: DType) -> bool {
+    self::format(format).is_some_and(|f| f.quantize.is_some())
+}
+
+/// The formats [`can_quantize`] accepts, by name, for messages.
+pub fn quantize_targets() -> String {
+    FORMATS
+        .iter()
+        .filter(|f| f.quantize.is_some())
+        .map(|f| f.dtype.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether `format`'s blocks are int8 values times one scale per 32 values
+/// ([`block_ints`]): the formats whose products take `Q8_0` activations in integers.
+pub fn has_block_ints(format: DType) -> bool {
+    matches!(
+        format,
+        DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::IQ4_NL
+    )
+}
+
+/// Whether `format`'s blocks are int8 values with one scale and one minimum per 32 values
+/// ([`block_offset_ints`]: `Q4_1`, `Q5_1`), which take `Q8_0` activations in integers too:
+/// `Σ a · (d · q + m) = d · Σ a · q + m · Σ a` (llama.cpp's `Q8_1` carries `Σ a` with them).
+pub fn has_offset_ints(format: DType) -> bool {
+    matches!(format, DType::Q4_1 | DType::Q5_1)
+}
+
+/// Integer values, scale and minimum of one block of a format with [`has_offset_ints`]:
+/// `value[i] = d · q[i] + m`.
+pub fn block_offset_ints(format: DType, bytes: &[u8], q: &mut [i8; 32]) -> (f32, f32) {
+    legacy::offset_ints(format, bytes, q)
+}
+
+/// Quantizes whole rows: `x.len()` is a multiple of `format`'s block length and `out` holds
+/// `x.len() / block_len · block_bytes` bytes. `format` is one that [`can_quantize`].
+pub fn quantize(format: DType, x: &[f32], out: &mut [u8]) {
+    let (len, bytes) = (format.block_len(), format.block_bytes());
+    let encode = self::format(format)
+        .and_then(|f| f.quantize)
+        .unwrap_or_else(|| unreachable!("{format} is not a quantization target"));
+    for (xb, ob) in x.chunks_exact(len).zip(out.chunks_exact_mut(bytes)) {
+        encode(xb, ob);
+    }
+}
+
+/// Dequantizes whole blocks of `format` (any row of [`FORMATS`]) into `out`.
 pub fn dequantize(format: DType, bytes: &[u8], out: &mut [f32]) {
     if format == DType::F16 {
+        // Per value, without the row's call through a pointer: f16 weights decode here.
         for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
             *o = f16_value(u16::from_le_bytes([b[0], b[1]]));
         }
         return;
     }
     let (len, size) = (format.block_len(), format.block_bytes());
+    let decode = self::format(format)
+        .map(|f| f.dequantize)
+        .unwrap_or_else(|| unreachable!("{format} has no dequantization"));
     for (b, o) in bytes.chunks_exact(size).zip(out.chunks_exact_mut(len)) {
-        dequantize_block(format, b, o);
+        decode(b, o);
     }
 }
 
-/// One block (one value for `F16`).
-pub fn quantize_block(format: DType, x: &[f32], out: &mut [u8]) {
-    match format {
-        DType::F16 => out.copy_from_slice(&f16_bits(x[0]).to_le_bytes()),
-        DType::Q8_0 => {
-            let mut q = [0i8; 32];
-            let d = quantize_i8(x, &mut q);
-            out[..2].copy_from_slice(&f16_bits(d).to_le_bytes());
-            for (o, v) in out[2..].iter_mut().zip(q) {
-                *o = v as u8;
-            }
-        }
-        DType::Q4_0 => quantize_q4_0(x, out),
-        DType::TQ1_0 | DType::TQ2_0 | DType::TernaryPlanes => {
-            ternary::quantize_block(format, x, out)
-        }
-        _ => unreachable!("{format} is not a quantization target"),
+/// `d · q` of `Q8_0` or `Q4_0` ([`block_ints`]).
+fn dequantize_ints(format: DType, bytes: &[u8], out: &mut [f32]) {
+    let mut q = [0i8; 32];
+    let d = block_ints(format, bytes, &mut q);
+    for (o, v) in out.iter_mut().zip(q) {
+        *o = v as f32 * d;
     }
 }
 
-/// One block (one value for `F16`).
-pub fn dequantize_block(format: DType, bytes: &[u8], out: &mut [f32]) {
-    match format {
-        DType::F16 => out[0] = read_f16(bytes, 0),
-        DType::Q8_0 | DType::Q4_0 => {
-            let mut q = [0i8; 32];
-            let d = block_ints(format, bytes, &mut q);
-            for (o, v) in out.iter_mut().zip(q) {
-                *o = v as f32 * d;
-            }
-        }
-        DType::TQ1_0 | DType::TQ2_0 | DType::TernaryPlanes => {
-            let mut t = [0i8; 256];
-            let d = ternary::block_trits(format, bytes, &mut t);
-            for (o, v) in out.iter_mut().zip(t) {
-                *o = v as f32 * d;
-            }
-        }
-        _ => unreachable!("{format} has no dequantization"),
+/// `d · trit` of a ternary format.
+fn dequantize_trits(format: DType, bytes: &[u8], out: &mut [f32]) {
+    let mut t = [0i8; ternary::BLOCK];
+    let d = ternary::block_trits(format, bytes, &mut t);
+    for (o, v) in out.iter_mut().zip(t) {
+        *o = v as f32 * d;
     }
 }
 
-/// Integer values and scale of one `Q8_0` or `Q4_0` block: `value[i] = d · q[i]`.
+/// GGUF `Q8_0`: [`quantize_i8`] with the scale rounded to f16.
+fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
+    let mut q = [0i8; 32];
+    let d = quantize_i8(x, &mut q);
+    out[..2].copy_from_slice(&f16_bits(d).to_le_bytes());
+    for (o, v) in out[2..].iter_mut().zip(q) {
+        *o = v as u8;
+    }
+}
+
+/// Integer values and scale of one block of a format with [`has_block_ints`] (`Q8_0`,
+/// `Q4_0`, `Q5_0`, `IQ4_NL`): `value[i] = d · q[i]`.
 pub fn block_ints(format: DType, bytes: &[u8], q: &mut [i8; 32]) -> f32 {
-    let d = read_f16(bytes, 0);
     match format {
         DType::Q8_0 => {
             for (o, &b) in q.iter_mut().zip(&bytes[2..34]) {
                 *o = b as i8;
             }
         }
-        _ => {
+        DType::Q4_0 => {
             for (i, &b) in bytes[2..18].iter().enumerate() {
                 q[i] = (b & 15) as i8 - 8;
                 q[i + 16] = (b >> 4) as i8 - 8;
             }
         }
+        DType::Q5_0 => return legacy::q5_0_ints(bytes, q),
+        DType::IQ4_NL => return legacy::iq4_nl_ints(bytes, q),
+        _ => unreachable!("{format} has no int8 values with one scale per 32"),
     }
-    d
+    read_f16(bytes, 0)
 }
 
 /// GGUF `Q4_0`: the signed value of largest magnitude `m` (the first one on ties) gives
@@ -180,6 +350,27 @@ mod tests {
         let mut q = [0i8; 32];
         assert_eq!(quantize_i8(&x, &mut q), 1.0);
         assert_eq!(&q[..4], &[127, 3, -3, 0]);
+    }
+
+    /// llama.cpp's `Q8_K`: the scale from the signed largest value, ties to even.
+    #[test]
+    fn q8_k_rounds_ties_to_even() {
+        let mut x = [0f32; 256];
+        x[0] = -127.0;
+        x[1] = 2.5;
+        x[2] = -3.5;
+        x[3] = 127.0;
+        let mut q = [0i8; 256];
+        // s = −127 / −127 = 1.
+        assert_eq!(quantize_q8_k(&x, &mut q), 1.0);
+        assert_eq!(&q[..4], &[-127, 2, -4, 127]);
+        x[0] = 127.0;
+        x[3] = 0.0;
+        // s = −1: the signs flip, d = −1.
+        assert_eq!(quantize_q8_k(&x, &mut q), -1.0);
+        assert_eq!(&q[..3], &[-127, -2, 4]);
+        assert_eq!(quantize_q8_k(&[0.0; 256], &mut q), 0.0);
+        assert!(q.iter().all(|&v| v == 0));
     }
 
     #[test]

@@ -193,7 +193,7 @@ pub fn dequantize(x: &Tensor) -> Result<Tensor, JsValue> {
 
 /// Activations `a` times packed weights `w`ᵀ; `activations` is `"f32"` (exact), `"f16"` (an
 /// f16 `a`, widened),
-/// `"q8_0"` or `"i8"` (activations rounded to int8 first, integer dot products).
+/// `"q8_0"`, `"i8"` or `"q8_k"` (activations rounded to int8 first, integer dot products).
 #[wasm_bindgen(js_name = opQmatmulT)]
 pub fn qmatmul_t(a: &Tensor, w: &Tensor, activations: &str) -> Result<Tensor, JsValue> {
     let activations = match activations {
@@ -201,9 +201,11 @@ pub fn qmatmul_t(a: &Tensor, w: &Tensor, activations: &str) -> Result<Tensor, Js
         "f16" => Activations::F16,
         "q8_0" => Activations::Q8_0,
         "i8" => Activations::I8,
+        "q8_k" => Activations::Q8_K,
         other => {
             return Err(js_error(format!(
-                "qmatmul_t: activations `{other}` are not \"f32\", \"q8_0\" or \"i8\""
+                "qmatmul_t: activations `{other}` are not \"f32\", \"f16\", \"q8_0\", \
+                 \"i8\" or \"q8_k\""
             )))
         }
     };

@@ -7,6 +7,7 @@
 use super::simd::SimdLevel;
 use crate::dtype::DType;
 use crate::quant;
+use crate::quant::kquants::SuperBlockInts;
 
 /// `Σ_c (ad[c] · wd[c]) · Σ_{i < 32} aq[32c + i] · wq[32c + i]` over the chunks `c` that all
 /// four slices cover: an int8 dot product with one scale per 32 values on each side.
@@ -93,6 +94,37 @@ pub fn dot_q_rows(
             }
         }
     }
+}
+
+/// `Σ_b ad[b] · Σ_s (scale_bs · Σ_i aq[i] · q[i] − min_bs · sums[s])`: `Q8_K` activations
+/// (`aq`, one scale `ad` per 256 values, `sums` of each 16) against super-blocks read as
+/// integers, each sum over the 16 values `i` of sub-block `s` exact (i32), as llama.cpp's
+/// K-quant dots group them (the offsets through the activations' sums of 16).
+pub fn dot_q8_k(aq: &[i8], ad: &[f32], sums: &[i32], w: &[SuperBlockInts]) -> f32 {
+    let mut total = 0f32;
+    for (((a, &d), sums), b) in aq.chunks_exact(256).zip(ad).zip(sums.chunks(16)).zip(w) {
+        let mut dots = [0i32; 16];
+        for ((dot, a), q) in dots
+            .iter_mut()
+            .zip(a.chunks_exact(16))
+            .zip(b.q.chunks_exact(16))
+        {
+            *dot = exact_scalar(a, q);
+        }
+        let mut sum = 0f32;
+        for s in 0..16 {
+            sum += b.scale[s] * dots[s] as f32 - b.min[s] * sums[s] as f32;
+        }
+        total += d * sum;
+    }
+    total
+}
+
+/// The sums of each 16 activations, for [`dot_q8_k`].
+pub fn sums_of_16(aq: &[i8]) -> Vec<i32> {
+    aq.chunks(16)
+        .map(|a| a.iter().map(|&v| v as i32).sum())
+        .collect()
 }
 
 /// `Σ a[i] · b[i]` over the common length, exactly (i32). `a` may hold any int8; `b` must

@@ -2,16 +2,18 @@
 //! packed weights, and exact ternary dot products.
 //!
 //! Products decode four weight rows at a time into a small per-thread buffer (f32 for f32/f16
-//! activations, int8 plus one scale per 32 values for the quantizing modes) and reuse it for
-//! every activation row, so the weights stream from memory once per column block.
+//! activations, int8 plus one scale per 32 values for the quantizing modes, a super-block's
+//! integers, scales and offsets for `Q8_K`) and reuse it for every activation row, so the
+//! weights stream from memory once per column block.
 
 use super::act_quant::quantize_i8;
-use super::int_dot::{dot_i8, dot_q8, dot_q_rows, BitSliced};
+use super::int_dot::{dot_i8, dot_q8, dot_q8_k, dot_q_rows, sums_of_16, BitSliced};
 use super::parallel::{for_each_row, map_tasks};
 use super::repack::{Repacked, GROUP};
 use super::simd::{dot4, SimdLevel};
 use crate::backend::Activations;
 use crate::dtype::DType;
+use crate::quant::kquants::{self, SuperBlockInts};
 use crate::quant::{self, ternary};
 
 /// Weight rows handled by one task of a product with several activation rows, at most.
@@ -51,8 +53,9 @@ pub fn dequantize(format: DType, bytes: &[u8], cols: usize) -> Vec<f32> {
     out
 }
 
-/// Activations prepared for the product: f32 values, or int8 values with one scale per 32.
-/// Prepared once, they serve several products of the same input (gate and up).
+/// Activations prepared for the product: f32 values, or int8 values with one scale per 32
+/// (per 256 for `Q8_K`). Prepared once, they serve several products of the same input (gate
+/// and up).
 pub(super) enum PreparedActivations {
     Float(Vec<f32>),
     Int { q: Vec<i8>, d: Vec<f32> },
@@ -68,6 +71,15 @@ pub(super) fn prepare(
         Activations::F32 | Activations::F16 => return PreparedActivations::Float(a.to_vec()),
         Activations::Q8_0 => false,
         Activations::I8 => true,
+        Activations::Q8_K => {
+            let mut q = vec![0i8; a.len()];
+            let d = a
+                .chunks(256)
+                .zip(q.chunks_mut(256))
+                .map(|(x, q)| quant::quantize_q8_k(x, q))
+                .collect();
+            return PreparedActivations::Int { q, d };
+        }
     };
     let chunks = k / 32;
     let mut q = vec![0i8; a.len()];
@@ -90,12 +102,26 @@ fn decode_f32(format: DType, w: &[u8], k: usize, j: usize, out: &mut [f32]) {
     quant::dequantize(format, &w[j * row_bytes..(j + 1) * row_bytes], out);
 }
 
-/// Decodes weight row `j` into int8 values and one scale per 32 values.
-fn decode_int(format: DType, w: &[u8], k: usize, j: usize, q: &mut [i8], d: &mut [f32]) {
+/// Decodes weight row `j` into int8 values and one scale per 32 values, and for `Q4_1`/`Q5_1`
+/// one minimum per 32 values into `m` (left alone for the other formats).
+fn decode_int(
+    format: DType,
+    (w, k, j): (&[u8], usize, usize),
+    q: &mut [i8],
+    d: &mut [f32],
+    m: &mut [f32],
+) {
     let row_bytes = format.row_bytes(k);
     let row = &w[j * row_bytes..(j + 1) * row_bytes];
     let blocks = row.chunks_exact(format.block_bytes());
-    if format.is_ternary() {
+    if quant::has_offset_ints(format) {
+        let mut t = [0i8; 32];
+        let scales = d.iter_mut().zip(m.iter_mut());
+        for ((b, q), (d, m)) in blocks.zip(q.chunks_mut(32)).zip(scales) {
+            (*d, *m) = quant::block_offset_ints(format, b, &mut t);
+            q.copy_from_slice(&t);
+        }
+    } else if format.is_ternary() {
         let mut t = [0i8; ternary::BLOCK];
         for ((b, q), d) in blocks.zip(q.chunks_mut(256)).zip(d.chunks_mut(8)) {
             d.fill(ternary::block_trits(format, b, &mut t));
@@ -166,15 +192,51 @@ pub(super) fn qmatmul_prepared(
                     dot_q_rows(level, format, a, rows, row_bytes, width, out);
                 }
             }
+            PreparedActivations::Int { q: aq, d: ad } if act == Activations::Q8_K => {
+                // Each weight row's super-blocks read once as integers, for every activation
+                // row.
+                let blocks = k / 256;
+                let row_bytes = format.row_bytes(k);
+                let mut ints = vec![SuperBlockInts::default(); blocks];
+                let sums = sums_of_16(aq);
+                for j in j0..j1 {
+                    let row = &w[j * row_bytes..(j + 1) * row_bytes];
+                    for (b, out) in row.chunks_exact(format.block_bytes()).zip(&mut ints) {
+                        kquants::super_block_ints(format, b, out);
+                    }
+                    for i in 0..m {
+                        let (aq, ad) = (&aq[i * k..(i + 1) * k], &ad[i * blocks..(i + 1) * blocks]);
+                        let sums = &sums[i * k / 16..(i + 1) * k / 16];
+                        tile[i * width + (j - j0)] = dot_q8_k(aq, ad, sums, &ints);
+                    }
+                }
+            }
             PreparedActivations::Int { q: aq, d: ad } => {
                 let chunks = k / 32;
                 let mut wq = vec![0i8; k];
                 let mut wd = vec![0f32; chunks];
+                // `Q4_1`/`Q5_1`: `Σ a · (d · q + m)` adds `m · Σ a` per block, from the sums
+                // of the activations' blocks.
+                let offsets = quant::has_offset_ints(format);
+                let mut wm = vec![0f32; chunks];
+                let sums: Vec<i32> = if offsets {
+                    aq.chunks(32)
+                        .map(|b| b.iter().map(|&v| v as i32).sum())
+                        .collect()
+                } else {
+                    Vec::new()
+                };
                 for j in j0..j1 {
-                    decode_int(format, w, k, j, &mut wq, &mut wd);
+                    decode_int(format, (w, k, j), &mut wq, &mut wd, &mut wm);
                     for i in 0..m {
                         let (aq, ad) = (&aq[i * k..(i + 1) * k], &ad[i * chunks..(i + 1) * chunks]);
-                        tile[i * width + (j - j0)] = dot_q8(level, aq, ad, &wq, &wd);
+                        let mut sum = dot_q8(level, aq, ad, &wq, &wd);
+                        if offsets {
+                            let sums = &sums[i * chunks..(i + 1) * chunks];
+                            let blocks = ad.iter().zip(&wm).zip(sums);
+                            sum += blocks.map(|((&a, &m), &s)| a * m * s as f32).sum::<f32>();
+                        }
+                        tile[i * width + (j - j0)] = sum;
                     }
                 }
             }

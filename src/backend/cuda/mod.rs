@@ -283,6 +283,7 @@ impl CudaBackend {
         len: usize,
         dtype: DType,
     ) -> Result<CudaBuffer> {
+        crate::backend::kernel_consts::check_kernels_read(BackendKind::Cuda, dtype)?;
         self.check_size(op, bytes.len() as u64)?;
         self.spoil_capture("host data was uploaded");
         let mut padded = bytes.to_vec();

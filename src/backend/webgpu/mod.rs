@@ -264,6 +264,7 @@ impl WgpuBackend {
         len: usize,
         dtype: DType,
     ) -> Result<GpuBuffer> {
+        crate::backend::kernel_consts::check_kernels_read(BackendKind::Wgpu, dtype)?;
         let buffer = self.mapped_buffer(op, bytes.len() as u64, &[(0, bytes)])?;
         Ok(GpuBuffer::new(buffer, len, dtype, &self.pool))
     }
@@ -311,7 +312,7 @@ impl WgpuBackend {
             Activations::Q8_0 | Activations::I8 => {
                 kernels::int_activation_words((m, k), self.ctx.mv_shape())
             }
-            Activations::F32 | Activations::F16 => None,
+            Activations::F32 | Activations::F16 | Activations::Q8_K => None,
         };
         let mut extras = Vec::new();
         let table = match *spec {
@@ -565,6 +566,9 @@ impl Backend for WgpuBackend {
             let at = end.next_multiple_of(align);
             offsets.push(at);
             end = at + (part.bytes().len() as u64).next_multiple_of(16).max(16);
+        }
+        for part in &parts {
+            crate::backend::kernel_consts::check_kernels_read(BackendKind::Wgpu, part.dtype())?;
         }
         if !self.ctx.row_teams || parts.len() < 2 || !one_dtype || end > self.ctx.max_binding().0 {
             return parts.into_iter().map(|p| self.upload(p)).collect();

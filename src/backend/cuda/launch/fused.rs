@@ -45,6 +45,7 @@ pub(in crate::backend::cuda) fn runs_fused(spec: &OpSpec) -> bool {
             Activations::F32 => true,
             Activations::F16 => false,
             Activations::Q8_0 | Activations::I8 => l.format.is_quantized(),
+            Activations::Q8_K => false,
         };
         format && acts && l.k > 0 && !(l.format == DType::F32 && l.m > ROWS)
     };
@@ -303,6 +304,12 @@ fn product<L: Launcher>(c: &Call<'_, L>, l: &LinearSpec, e: Extras) -> Result<()
         Activations::I8 => 3,
         Activations::F16 => {
             return Err(Error::invalid(op, "f16 activations are not a fused mode"));
+        }
+        Activations::Q8_K => {
+            return Err(Error::invalid(
+                op,
+                "q8_k activations have no cuda kernel yet",
+            ));
         }
     };
     let int = mode != 0;

@@ -49,6 +49,12 @@ pub(in crate::backend::cuda) fn launch<L: Launcher>(c: &Call<'_, L>, spec: &OpSp
                 Activations::F16 => (1, 1),
                 Activations::Q8_0 => (2, 32),
                 Activations::I8 => (3, *k),
+                Activations::Q8_K => {
+                    return Err(Error::invalid(
+                        op,
+                        "q8_k activations have no cuda kernel yet",
+                    ))
+                }
             };
             let scratch;
             let act = if mode == 0 {

@@ -509,6 +509,12 @@ impl Encoder<'_> {
                 }
                 self.run(Shader::Quant, "qmatmul_int", &p, out, &[w, temp], tiles)?;
             }
+            Activations::Q8_K => {
+                return Err(Error::invalid(
+                    OP,
+                    "q8_k activations have no wgpu kernel yet",
+                ));
+            }
         }
         self.epilogue(m, n, out, epilogue)
     }

@@ -1,0 +1,159 @@
+//! Conformance rows of the llama.cpp block formats (`Q4_1`, `Q5_0`, `Q5_1`, the K-quants,
+//! `IQ4_NL`, `IQ4_XS`): on the host backends dequantize bit-exact against gguf-py, quantize
+//! byte-exact where gguf-py quantizes, products against the reference; on the GPU backends,
+//! which have no kernels for them yet, a typed refusal when such a tensor is made.
+
+use super::common::{random_blocks, reference, rng, tensor, uniform};
+use super::{assert_same_values, compare, f32s, fixture, TOL};
+use webtensor::ops::{self, Activations};
+use webtensor::{DType, Device, Error, Tensor};
+
+/// Every llama.cpp format webtensor reads, by its fixture name.
+const LLAMA_CPP_FORMATS: [(&str, DType); 10] = [
+    ("q4_1", DType::Q4_1),
+    ("q5_0", DType::Q5_0),
+    ("q5_1", DType::Q5_1),
+    ("q2_k", DType::Q2_K),
+    ("q3_k", DType::Q3_K),
+    ("q4_k", DType::Q4_K),
+    ("q5_k", DType::Q5_K),
+    ("q6_k", DType::Q6_K),
+    ("iq4_nl", DType::IQ4_NL),
+    ("iq4_xs", DType::IQ4_XS),
+];
+
+/// Whether `dev` computes on the host (cpu, reference), where these formats run.
+fn on_host(dev: &Device) -> bool {
+    matches!(dev.backend_name(), "cpu" | "reference")
+}
+
+/// The GPU backends refuse a tensor of a format they have no kernels for, naming both.
+fn refused(dev: &Device) {
+    for (_, format) in LLAMA_CPP_FORMATS {
+        let bytes = vec![0u8; format.block_bytes()];
+        match Tensor::from_bytes(dev, format, bytes, [1, format.block_len()]) {
+            Err(Error::FormatUnsupported { dtype, backend }) => {
+                assert_eq!(dtype, format);
+                assert_eq!(backend.name(), dev.backend_name());
+            }
+            Err(e) => panic!("{format} on {}: wrong error {e}", dev.backend_name()),
+            Ok(_) => panic!("{format} on {}: accepted", dev.backend_name()),
+        }
+    }
+}
+
+/// Dequantize matches gguf-py value for value on random blocks of every format (NaN, ±inf,
+/// −0 and subnormal scales included: their values are what GGUF's arithmetic gives), and
+/// quantize matches gguf-py byte for byte for the formats it quantizes.
+pub fn llama_cpp_formats_gguf_fixtures(dev: &Device) {
+    if !on_host(dev) {
+        return refused(dev);
+    }
+    for (name, format) in LLAMA_CPP_FORMATS {
+        let bytes = fixture(&format!("{name}.blocks.bin"));
+        let values = bytes.len() / format.block_bytes() * format.block_len();
+        let packed = Tensor::from_bytes(dev, format, bytes, [1, values]).unwrap();
+        let got: Vec<f32> = ops::dequantize(&packed).unwrap().to_vec().unwrap();
+        assert_same_values(
+            &format!("dequantize {name} blocks on {}", dev.backend_name()),
+            &got,
+            &f32s(&fixture(&format!("{name}.blocks.f32"))),
+        );
+    }
+    let input = f32s(&fixture("input.f32"));
+    for (name, format) in [
+        ("q4_1", DType::Q4_1),
+        ("q5_0", DType::Q5_0),
+        ("q5_1", DType::Q5_1),
+    ] {
+        let got = ops::quantize(&tensor(dev, &input, &[16, 256]), format)
+            .unwrap()
+            .to_bytes()
+            .unwrap();
+        let want = fixture(&format!("{name}.bin"));
+        assert_eq!(got.len(), want.len(), "quantize {name}: length");
+        if let Some(i) = got.iter().zip(&want).position(|(g, w)| g != w) {
+            panic!(
+                "quantize {name} on {}: byte {i} (block {}) is {:#04x}, gguf-py wrote {:#04x}",
+                dev.backend_name(),
+                i / format.block_bytes(),
+                got[i],
+                want[i]
+            );
+        }
+        let packed = Tensor::from_bytes(dev, format, want, [16, 256]).unwrap();
+        let values: Vec<f32> = ops::dequantize(&packed).unwrap().to_vec().unwrap();
+        assert_same_values(
+            &format!("dequantize {name} on {}", dev.backend_name()),
+            &values,
+            &f32s(&fixture(&format!("{name}.f32"))),
+        );
+    }
+    // Formats without a quantizer are a typed error, as is a row that is not whole blocks.
+    let x = tensor(dev, &input, &[16, 256]);
+    let e = ops::quantize(&x, DType::Q4_K).unwrap_err().to_string();
+    assert!(e.contains("cannot quantize to q4_k"), "{e}");
+    let ragged = Tensor::from_bytes(dev, DType::Q6_K, vec![0u8; 210], [2, 128]);
+    assert!(ragged.is_err(), "a Q6_K row of 128 values");
+    let ragged = ops::quantize(&tensor(dev, &input[..48], &[48]), DType::Q5_0);
+    assert!(ragged.is_err(), "a Q5_0 row of 48 values");
+}
+
+/// Products with weights of each format against the reference (which multiplies the
+/// dequantized weights in f64): f32 activations for every format, `Q8_0` and per-row int8
+/// activations with the 32-value formats (int8 values with a scale, and for `Q4_1`/`Q5_1` a
+/// minimum, per block), `Q8_K` ones with the super-block formats; decode and prefill shapes, the plain product and the fused residual
+/// one. Tolerance: matmul's 1e-5·√k.
+pub fn llama_cpp_formats_qmatmul(dev: &Device) {
+    if !on_host(dev) {
+        return;
+    }
+    let mut r = rng(61);
+    for (_, format) in LLAMA_CPP_FORMATS {
+        let k_options: &[usize] = if format.block_len() == 32 {
+            &[96, 512]
+        } else {
+            &[256, 768]
+        };
+        for &k in k_options {
+            for (m, n) in [(1, 37), (5, 70)] {
+                let w = random_blocks(&mut r, format, n * k / format.block_len(), 0.01);
+                let a = uniform(&mut r, m * k, 2.0);
+                let residual = uniform(&mut r, m * n, 1.0);
+                let modes: &[Activations] = match format {
+                    DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::IQ4_NL => {
+                        &[Activations::F32, Activations::Q8_0, Activations::I8]
+                    }
+                    _ => &[Activations::F32, Activations::Q8_K],
+                };
+                for &act in modes {
+                    let what = format!("qmatmul {format} {act:?} {m}x{n}x{k}");
+                    let tol = TOL * (k as f64).sqrt();
+                    let weight =
+                        |d: &Device| Tensor::from_bytes(d, format, w.clone(), [n, k]).unwrap();
+                    compare(&what, dev, tol, |d| {
+                        ops::qmatmul_t(&tensor(d, &a, &[m, k]), &weight(d), act).unwrap()
+                    });
+                    compare(&format!("linear_residual: {what}"), dev, tol, |d| {
+                        let x = tensor(d, &a, &[m, k]);
+                        let res = tensor(d, &residual, &[m, n]);
+                        ops::linear_residual(&x, &weight(d), &res, act).unwrap()
+                    });
+                }
+                // Activations a format does not pair with are a typed error.
+                let d = reference();
+                let x = tensor(&d, &a, &[m, k]);
+                let wt = Tensor::from_bytes(&d, format, w.clone(), [n, k]).unwrap();
+                for act in [Activations::Q8_0, Activations::Q8_K] {
+                    if !modes.contains(&act) {
+                        let e = ops::qmatmul_t(&x, &wt, act).unwrap_err();
+                        assert!(
+                            matches!(e, Error::InvalidArgument { .. }),
+                            "{format} {act:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""Files written by llama.cpp's own quantizer in its K-quant and IQ4 mixes, and what an
+implementation independent of webtensor says about them, for native-tests/llama_cpp_formats.rs.
+
+1. A tiny random Llama (1 layer, hidden 256, FFN 256, 2 heads, 1 key/value head, vocabulary
+   32: every row is whole 256-value super-blocks) written as an F32 GGUF with gguf-py
+   (target/llama_cpp_kquants/tiny.f32.gguf, not committed: 1.6 MB).
+2. `llama-quantize tiny.f32.gguf tiny.<mix>.gguf <MIX>` for each mix in MIXES, committed under
+   native-tests/fixtures/llama_cpp_kquants/ (each well under 1 MB). llama.cpp picks each
+   tensor's format itself (Q4_K_M: Q4_K, with Q6_K for `output`, `attn_v` and `ffn_down`).
+3. For each file, with gguf-py and numpy only (`<file>.json`):
+   - every tensor's ggml type and a checksum of gguf-py's dequantized f32 values (the sum over
+     values of `bits(v_i) · (i + 1)` modulo 2^64), so the test checks every value bit for bit
+     without committing them;
+   - the logits of PROMPT under a float64 numpy forward pass of the Llama architecture as
+     llama.cpp computes it (RMS norm, rope on adjacent pairs of the stored q/k rows, grouped
+     attention, SwiGLU) over gguf-py's dequantized weights, as `<file>.logits.f32`; and
+     with the input of every product rounded to llama.cpp's Q8_K first (its
+     quantize_row_q8_K_ref, written here in numpy: per 256 values `s = -127 / max` from the
+     signed largest value, `q = min(127, round_half_even(x * s))`, `d = 1 / s`, in f32), as
+     `<file>.q8_k.logits.f32`.
+
+llama-quantize: llama.cpp's tools/quantize built on the CPU. Its source is the llama-cpp-python
+sdist (vendor/llama.cpp at ggml-org/llama.cpp@0c1e57098); for example, with a CPU-only build:
+
+    cmake -S vendor/llama.cpp -B build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DCMAKE_BUILD_TYPE=Release
+    cmake --build build --target llama-quantize -j2
+
+The committed files were made with tools/quantize/{main,quantize}.cpp compiled alone and linked
+against the static libraries scripts/build_llama_cpp_peer.sh leaves in target/peer/build-vulkan
+(libllama-common.a, libllama-common-base.a, libllama.a, libggml.a, libggml-vulkan.a,
+libggml-cpu.a, libggml-base.a, libcpp-httplib.a; -lvulkan): the quantizers are ggml's scalar
+reference code either way. Then, from the repository root:
+
+    python3 scripts/llama_cpp_kquants.py --quantize build/bin/llama-quantize
+
+Rerunning it rewrites the fixtures; a llama.cpp of another version may choose other formats
+for some tensors (the test reads whatever each file holds).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as T
+from gguf.quants import dequantize
+
+WORK = "target/llama_cpp_kquants"
+OUT = "native-tests/fixtures/llama_cpp_kquants"
+MIXES = ["Q4_K_M", "Q3_K_M", "Q2_K", "IQ4_XS"]
+PROMPT = [1, 5, 9, 31, 3, 3, 17, 22, 0]
+
+VOCAB, HIDDEN, FFN, HEADS, KV_HEADS = 32, 256, 256, 2, 1
+HEAD_DIM = HIDDEN // HEADS
+EPS, THETA = 1e-5, 10000.0
+
+
+def write_f32(path):
+    """The tiny random model as an F32 GGUF."""
+    rng = np.random.default_rng(20261129)
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_context_length(64)
+    w.add_embedding_length(HIDDEN)
+    w.add_block_count(1)
+    w.add_feed_forward_length(FFN)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV_HEADS)
+    w.add_layer_norm_rms_eps(EPS)
+    w.add_rope_freq_base(THETA)
+    w.add_vocab_size(VOCAB)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+
+    def mat(rows, cols, scale):
+        return (rng.normal(0, scale, (rows, cols))).astype(np.float32)
+
+    def norm(n):
+        return (1.0 + rng.normal(0, 0.1, n)).astype(np.float32)
+
+    kv = KV_HEADS * HEAD_DIM
+    w.add_tensor("token_embd.weight", mat(VOCAB, HIDDEN, 1.0))
+    w.add_tensor("blk.0.attn_norm.weight", norm(HIDDEN))
+    w.add_tensor("blk.0.attn_q.weight", mat(HIDDEN, HIDDEN, 0.06))
+    w.add_tensor("blk.0.attn_k.weight", mat(kv, HIDDEN, 0.06))
+    w.add_tensor("blk.0.attn_v.weight", mat(kv, HIDDEN, 0.06))
+    w.add_tensor("blk.0.attn_output.weight", mat(HIDDEN, HIDDEN, 0.06))
+    w.add_tensor("blk.0.ffn_norm.weight", norm(HIDDEN))
+    w.add_tensor("blk.0.ffn_gate.weight", mat(FFN, HIDDEN, 0.06))
+    w.add_tensor("blk.0.ffn_up.weight", mat(FFN, HIDDEN, 0.06))
+    w.add_tensor("blk.0.ffn_down.weight", mat(HIDDEN, FFN, 0.06))
+    w.add_tensor("output_norm.weight", norm(HIDDEN))
+    w.add_tensor("output.weight", mat(VOCAB, HIDDEN, 0.06))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def weights(path):
+    """Every tensor of a GGUF as gguf-py dequantizes it (float32, row-major), and its type."""
+    out = {}
+    for t in gguf.GGUFReader(path).tensors:
+        shape = tuple(int(d) for d in reversed(t.shape))
+        values = dequantize(t.data, t.tensor_type).astype(np.float32).reshape(shape)
+        out[t.name] = (values, t.tensor_type)
+    return out
+
+
+def checksum(values):
+    """Σ bits(v_i) · (i + 1) mod 2^64 over the f32 values in order."""
+    bits = values.reshape(-1).view(np.uint32).astype(np.uint64)
+    index = np.arange(1, bits.size + 1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        return int(np.sum(bits * index, dtype=np.uint64))
+
+
+def rms_norm(x, w):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + EPS) * w
+
+
+def rope(x, positions):
+    """llama.cpp's rope for `llama` files: element 2i of each head pairs with 2i + 1."""
+    t, width = x.shape
+    x = x.reshape(t, width // HEAD_DIM, HEAD_DIM // 2, 2)
+    inv = THETA ** (-np.arange(0, HEAD_DIM, 2) / HEAD_DIM)
+    ang = positions[:, None] * inv[None, :]
+    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    a, b = x[..., 0], x[..., 1]
+    return np.stack([a * cos - b * sin, a * sin + b * cos], axis=-1).reshape(t, width)
+
+
+def q8_k(x):
+    """Rows of f32 `x` rounded as llama.cpp's quantize_row_q8_K_ref, as float64 `d * q`."""
+    x = x.astype(np.float32)
+    out = np.zeros(x.shape)
+    for r in range(x.shape[0]):
+        for b in range(0, x.shape[1], 256):
+            block = x[r, b:b + 256]
+            top = block[np.argmax(np.abs(block))]
+            if top == 0:
+                continue
+            s = np.float32(-127.0) / top
+            q = np.minimum(np.round(block * s), 127)
+            out[r, b:b + 256] = np.float64(np.float32(1.0) / s) * q
+    return out
+
+
+def forward(w, tokens, round_acts=False):
+    """The logits of `tokens` in float64; with `round_acts`, every product's input rounded to
+    Q8_K first."""
+    g = {name: v.astype(np.float64) for name, (v, _) in w.items()}
+
+    def lin(x, name):
+        return (q8_k(x) if round_acts else x) @ g[name].T
+
+    t = len(tokens)
+    x = g["token_embd.weight"][tokens]
+    pos = np.arange(t, dtype=np.float64)
+    h = rms_norm(x, g["blk.0.attn_norm.weight"])
+    q = rope(lin(h, "blk.0.attn_q.weight"), pos).reshape(t, HEADS, HEAD_DIM)
+    k = rope(lin(h, "blk.0.attn_k.weight"), pos).reshape(t, KV_HEADS, HEAD_DIM)
+    v = lin(h, "blk.0.attn_v.weight").reshape(t, KV_HEADS, HEAD_DIM)
+    group = HEADS // KV_HEADS
+    out = np.zeros((t, HEADS, HEAD_DIM))
+    mask = np.triu(np.full((t, t), -np.inf), 1)
+    for hd in range(HEADS):
+        s = q[:, hd] @ k[:, hd // group].T / np.sqrt(HEAD_DIM) + mask
+        p = np.exp(s - s.max(axis=-1, keepdims=True))
+        p /= p.sum(axis=-1, keepdims=True)
+        out[:, hd] = p @ v[:, hd // group]
+    x = x + lin(out.reshape(t, HIDDEN), "blk.0.attn_output.weight")
+    h = rms_norm(x, g["blk.0.ffn_norm.weight"])
+    gate = lin(h, "blk.0.ffn_gate.weight")
+    up = lin(h, "blk.0.ffn_up.weight")
+    x = x + lin(gate / (1 + np.exp(-gate)) * up, "blk.0.ffn_down.weight")
+    return lin(rms_norm(x, g["output_norm.weight"]), "output.weight")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quantize", required=True, help="llama.cpp's llama-quantize binary")
+    args = ap.parse_args()
+    os.makedirs(WORK, exist_ok=True)
+    os.makedirs(OUT, exist_ok=True)
+    f32 = os.path.join(WORK, "tiny.f32.gguf")
+    write_f32(f32)
+    for mix in MIXES:
+        path = os.path.join(OUT, f"tiny.{mix.lower()}.gguf")
+        subprocess.run([args.quantize, f32, path, mix], check=True, capture_output=True)
+        w = weights(path)
+        forward(w, PROMPT).astype(np.float32).tofile(path + ".logits.f32")
+        forward(w, PROMPT, True).astype(np.float32).tofile(path + ".q8_k.logits.f32")
+        manifest = {
+            "mix": mix,
+            "prompt": PROMPT,
+            "tensors": {
+                name: {"type": T(qtype).name, "checksum": str(checksum(values))}
+                for name, (values, qtype) in sorted(w.items())
+            },
+        }
+        with open(path + ".json", "w") as f:
+            json.dump(manifest, f, indent=1)
+        types = sorted({m["type"] for m in manifest["tensors"].values()})
+        print(mix, os.path.getsize(path), "bytes:", ", ".join(types))
+
+
+if __name__ == "__main__":
+    main()
