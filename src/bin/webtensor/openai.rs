@@ -1,5 +1,6 @@
 //! The OpenAI-compatible routes of `webtensor serve --model`: `GET /v1/models`,
-//! `POST /v1/chat/completions` (the model's chat template) and `POST /v1/completions`, each
+//! `POST /v1/chat/completions` (the model's chat template, or ChatML for a model without one,
+//! or the `--chat-template` file; its render bounded by the context) and `POST /v1/completions`, each
 //! answered whole or, with `"stream": true`, as Server-Sent Events (`sse.rs`). Requests are
 //! read and checked in `params.rs`, then run by the batching scheduler (`scheduler.rs`),
 //! which decodes all of them together. Errors are OpenAI's JSON error objects.
@@ -139,14 +140,9 @@ impl Api {
         };
         let ids = match route {
             Kind::Chat => {
-                if self.tokenizer.chat_template().is_none() {
-                    return Err(ApiError::invalid(
-                        "messages",
-                        "the model has no chat template; use /v1/completions",
-                    ));
-                }
                 let messages = params::messages(obj.get("messages"))?;
-                let text = chat_prompt(&self.tokenizer, &messages)
+                let context = self.llama.config.context_len();
+                let text = chat_prompt(&self.tokenizer, &messages, context)
                     .map_err(|e| model_error("messages", e))?;
                 prompt_ids(&self.llama, &self.tokenizer, &text, true)
                     .map_err(|e| model_error("messages", e))?
