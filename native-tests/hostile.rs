@@ -579,3 +579,32 @@ fn chat_templates_stay_within_bounds() {
     }
     eprintln!("{}", report.join("\n"));
 }
+
+/// A `Split` pattern of a `tokenizer.json` is input too: one that backtracks without end
+/// on a text stops at its bound of a million steps with an error naming it, not a hang.
+#[test]
+fn tokenizer_patterns_that_backtrack_without_end_are_refused() {
+    use webtensor::model::Tokenizer;
+    const PATTERN: &str = "((a|a)*)(?!a)b";
+    let file = serde_json::json!({
+        "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []},
+        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": PATTERN}, "behavior": "Isolated"},
+        "decoder": {"type": "ByteLevel"},
+    });
+    let tokenizer = Tokenizer::from_json(&file.to_string(), "hostile/tokenizer.json").unwrap();
+    // Short runs end within the bound: (a|a)* has 2^n ways through n letters, each tried
+    // before the look-ahead gives up.
+    assert_eq!(tokenizer.encode("aab").unwrap(), [0, 0, 1]);
+    let start = std::time::Instant::now();
+    let err = tokenizer.encode(&"a".repeat(64)).unwrap_err();
+    let seconds = start.elapsed().as_secs_f64();
+    match &err {
+        Error::PatternLimit {
+            pattern,
+            limit: 1_000_000,
+        } => assert_eq!(pattern, PATTERN),
+        other => panic!("{other}"),
+    }
+    eprintln!("{seconds:.3} s: {err}");
+    assert!(seconds < 10.0, "{seconds} s");
+}

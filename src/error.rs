@@ -300,6 +300,21 @@ pub enum Error {
         bound: TemplateBound,
     },
 
+    /// A pattern of the model's tokenizer (a `Split` pre-tokenizer, a `Replace` normalizer)
+    /// backtracked past its bound on a text: such a pattern is input from the tokenizer file,
+    /// and one that backtracks without end would otherwise hang the encode.
+    #[error(
+        "the tokenizer pattern {pattern:?} went past its bound of {limit} backtracking steps on \
+         this text; the tokenizer file's pattern backtracks without end on it: fix the pattern, \
+         or shorten runs of repeated characters in the text"
+    )]
+    PatternLimit {
+        /// The pattern, as the tokenizer file writes it.
+        pattern: String,
+        /// Backtracking steps one match may take.
+        limit: usize,
+    },
+
     /// An I/O error with the path that caused it.
     #[error("{path}: {source}")]
     Io {
