@@ -179,10 +179,15 @@ enum Command {
         #[command(flatten)]
         model: ModelArgs,
         /// With --model: requests generated at the same time (each a sequence of the paged
-        /// cache, which holds this many full contexts); a request beyond them gets a 503.
+        /// cache, which holds this many full contexts); requests beyond them wait in line.
         #[arg(long, value_name = "N", default_value_t = 16,
               value_parser = clap::value_parser!(u16).range(1..=256))]
         max_sequences: u16,
+        /// With --model: requests that may wait for a sequence, served in the order they
+        /// came; a request that finds the line full gets a 503 with Retry-After.
+        #[arg(long, value_name = "N", default_value_t = 64,
+              value_parser = clap::value_parser!(u16).range(0..=1024))]
+        queue: u16,
         /// With --model: render /v1/chat/completions with this Jinja chat template instead
         /// of the model's own.
         #[arg(long, value_name = "FILE", requires = "model")]
@@ -411,13 +416,14 @@ fn main() -> ExitCode {
             dir,
             model,
             max_sequences,
+            queue,
             chat_template,
         } => serve_command(
             &dir,
             port,
             &model,
             chat_template.as_deref(),
-            max_sequences.into(),
+            (max_sequences.into(), queue.into()),
         ),
     };
     match result {
@@ -435,7 +441,7 @@ fn serve_command(
     port: u16,
     args: &ModelArgs,
     chat_template: Option<&std::path::Path>,
-    max_sequences: usize,
+    (max_sequences, queue): (usize, usize),
 ) -> Result<(), Error> {
     let api = match &args.model {
         Some(path) => {
@@ -446,6 +452,7 @@ fn serve_command(
                 tokenizer,
                 name,
                 max_sequences,
+                queue,
             )?)
         }
         None => None,

@@ -48,15 +48,17 @@ fn now() -> u64 {
 }
 
 impl Api {
-    /// Starts the scheduler for up to `max_sequences` concurrent requests.
+    /// Starts the scheduler for up to `max_sequences` concurrent requests, and up to `queue`
+    /// more waiting for a place.
     pub fn start(
         llama: Llama,
         tokenizer: Tokenizer,
         name: String,
         max_sequences: usize,
+        queue: usize,
     ) -> Result<Api, Error> {
         let llama = Arc::new(llama);
-        let scheduler = Scheduler::start(llama.clone(), max_sequences)?;
+        let scheduler = Scheduler::start(llama.clone(), max_sequences, queue)?;
         Ok(Api {
             llama,
             tokenizer,
@@ -72,9 +74,9 @@ impl Api {
         &self.name
     }
 
-    /// Requests generated at the same time.
-    pub fn max_sequences(&self) -> usize {
-        self.scheduler.max_sequences()
+    /// Requests in flight or waiting at most: each holds a worker thread.
+    pub fn max_requests(&self) -> usize {
+        self.scheduler.max_sequences() + self.scheduler.queue()
     }
 
     /// Answers one API request (its path starts with `/v1/`) with its body already read.
@@ -169,8 +171,9 @@ impl Api {
                 let e = ApiError {
                     status: Status::Unavailable,
                     message: format!(
-                        "all {} sequences of the model are generating; retry shortly",
-                        busy.max_sequences
+                        "all {} sequences of the model are generating and {} requests wait \
+                         for one; retry shortly",
+                        busy.max_sequences, busy.queue
                     ),
                     param: None,
                     kind: "server_busy",
