@@ -69,6 +69,7 @@ const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.cont
 
 /// The most bytes a template file may have: real templates have a few to a few tens of
 /// kilobytes, and reading a file without end (`/dev/zero`) must stop.
+#[cfg(not(target_arch = "wasm32"))]
 const MAX_TEMPLATE_FILE_BYTES: u64 = 1 << 20;
 
 impl ChatTemplate {
