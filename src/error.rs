@@ -378,7 +378,6 @@ impl std::fmt::Display for TemplateBound {
     }
 }
 
-/// A byte count for messages: exact, with a binary unit where it helps.
 /// Backend names joined by commas, as a priority list is written.
 fn kinds_text(kinds: &[BackendKind]) -> String {
     kinds
@@ -388,6 +387,7 @@ fn kinds_text(kinds: &[BackendKind]) -> String {
         .join(", ")
 }
 
+/// A byte count for messages: exact, with a binary unit where it helps.
 fn bytes_text(bytes: u64) -> String {
     const GIB: u64 = 1 << 30;
     const MIB: u64 = 1 << 20;
