@@ -103,7 +103,7 @@ test("models load from a picked folder and from URLs, with typed errors", { time
   }
 });
 
-test("Model.chat renders the model's chat template and takes turns", { timeout: 300_000 }, async () => {
+test("Model.chat renders the model's chat template (ChatML without one) and takes turns", { timeout: 300_000 }, async () => {
   const browser = await launch({ webgpu: false });
   try {
     await browser.page.goto(`${server.url}tests/blank.html`);
@@ -135,7 +135,11 @@ test("Model.chat renders the model's chat template and takes turns", { timeout: 
         builtinTemplate: builtin.chatTemplate ?? null,
         first: first.promptTokens,
         second: second.promptTokens,
-        noTemplate: await rejected(builtin.chat(messages)),
+        // Without a template of its own the model renders ChatML: the same prompt as that
+        // text given to generate.
+        chatml: (await builtin.chat([{ role: "user", content: "In the beginning" }], { maxTokens: 1 })).promptTokens,
+        chatmlText: (await builtin.generate("<|im_start|>user\nIn the beginning<|im_end|>\n<|im_start|>assistant\n", { maxTokens: 1 })).promptTokens,
+        plainText: (await builtin.generate("In the beginning", { maxTokens: 1 })).promptTokens,
         badMessages: await rejected(model.chat([{ role: "user" }])),
       };
     });
@@ -144,7 +148,8 @@ test("Model.chat renders the model's chat template and takes turns", { timeout: 
     // "<s>user: In the beginning</s>\n<s>assistant:" is 21 tokens for Hugging Face tokenizers.
     assert.equal(r.first, 21);
     assert.ok(r.second > r.first, `${r.second}`);
-    assert.match(r.noTemplate, /chat template/);
+    assert.equal(r.chatml, r.chatmlText);
+    assert.ok(r.chatml > r.plainText, `${r.chatml} ≤ ${r.plainText}`);
     assert.match(r.badMessages, /messages/);
   } catch (e) {
     console.error(browser.logs.join("\n"));
