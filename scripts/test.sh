@@ -30,7 +30,7 @@ done
 
 # The wgpu f16 path for adapters without shader-f16 (lavapipe has it, so force the fallback).
 echo "== wgpu f16 products with WEBTENSOR_WGPU_F16=off (unpack2x16float path)"
-WEBTENSOR_WGPU_F16=off cargo test --test conformance wgpu::qmatmul
+WEBTENSOR_WGPU_F16=off cargo test --test conformance -- wgpu::qmatmul wgpu::kquant_products
 
 # The int8-activation decode products with `idot4` written out, for platforms without WGSL's
 # dot4I8Packed (every native one has it).
@@ -53,9 +53,9 @@ WEBTENSOR_WGPU_WEIGHT_TEXELS=off cargo test --test conformance -- wgpu::qmatmul 
 # WEBTENSOR_WGPU_TILED_PREFILL=off the row-dot kernel; and weights beyond one binding, bound
 # in row ranges, through the tiles.
 echo "== wgpu row teams (WEBTENSOR_WGPU_ROW_TEAMS=on), with and without subgroups and tiles"
-WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test conformance -- wgpu::qmatmul wgpu::matmul wgpu::linear_residual wgpu::swiglu_linear wgpu::norm_ wgpu::rms_norm wgpu::paged_attention
-WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_SUBGROUPS=off cargo test --test conformance -- wgpu::qmatmul wgpu::matmul
-WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_TILED_PREFILL=off cargo test --test conformance -- wgpu::qmatmul wgpu::linear_residual
+WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test conformance -- wgpu::qmatmul wgpu::kquant_products wgpu::matmul wgpu::linear_residual wgpu::swiglu_linear wgpu::norm_ wgpu::rms_norm wgpu::paged_attention
+WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_SUBGROUPS=off cargo test --test conformance -- wgpu::qmatmul wgpu::kquant_products wgpu::matmul
+WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_TILED_PREFILL=off cargo test --test conformance -- wgpu::qmatmul wgpu::kquant_products wgpu::linear_residual
 WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test wgpu_split
 # The engine on the GPU shapes: a layer's gate and up weights uploaded together and multiplied
 # in one dispatch, decode steps recorded once and replayed, against the reference and single
