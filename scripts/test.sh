@@ -62,13 +62,15 @@ WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test wgpu_split
 # steps, attention split over the keys of a wide cache (past 256 columns; the lanes shape
 # splits past 64, in the plain run above).
 WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test engine
+# The Q4_K_M mix (Q4_K and Q6_K weights) on the row-team shapes: prefill tiles, decode teams.
+WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test llama_cpp_agreement wgpu_runs_the_q4_k_m_mix
 # Subgroup teams take four rows per subgroup: lavapipe's subgroups of 8 give 32 rows per
 # workgroup, SwiftShader's (Chromium's Vulkan ICD) subgroups of 4 give 64, as a GPU's of 32 give 8.
 swiftshader=/usr/lib/chromium/vk_swiftshader_icd.json
 [ -f "$swiftshader" ] || { echo "no SwiftShader ICD at $swiftshader: run scripts/setup.sh" >&2; exit 1; }
 echo "== wgpu row teams on SwiftShader (subgroups of 4)"
 VK_ICD_FILENAMES="$swiftshader" WEBTENSOR_WGPU_ROW_TEAMS=on \
-  cargo test --test conformance -- wgpu::qmatmul wgpu::matmul wgpu::linear_residual wgpu::swiglu_linear
+  cargo test --test conformance -- wgpu::qmatmul wgpu::kquant_products wgpu::matmul wgpu::linear_residual wgpu::swiglu_linear
 # Attention's lanes kernel on the adapter headless Chromium uses (SIMD groups of 4, not
 # lavapipe's 8), with its heads per lane a pipeline constant.
 echo "== wgpu attention on SwiftShader (the lanes shape)"
