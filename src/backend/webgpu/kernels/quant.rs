@@ -428,12 +428,15 @@ impl Encoder<'_> {
             // The K-quants decode only inside `mv` and `mm_tiled` (`kquants/decode.wgsl`), with
             // f32 activations (the engine picks those for them on wgpu:
             // `ActivationMode::for_weight_on`).
+            let why = if activations == Activations::F32 {
+                let max_k = self.ctx.mv_shape().max_k();
+                format!("rows of {k} values are longer than this adapter's {max_k}")
+            } else {
+                format!("they take f32 activations there, not {activations:?}")
+            };
             return Err(Error::invalid(
                 OP,
-                format!(
-                    "{format} weights take f32 activations on wgpu, with k ≤ {} on this adapter                      (got {activations:?} activations, k = {k})",
-                    self.ctx.mv_shape().max_k()
-                ),
+                format!("wgpu has no product of {format} weights here: {why}"),
             ));
         }
         // The `mv` kernel binds six operands: the epilogue's, the norm's weight, the rotary
