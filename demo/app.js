@@ -101,7 +101,8 @@ async function loadModel() {
     if (from.url) await refreshCache();
     const c = page.model.config();
     status.textContent = `${page.model.name}: ${c.num_hidden_layers} layers, hidden ${c.hidden_size}, vocabulary ${c.vocab_size}, on ${page.device.backend}`;
-    // Chat mode needs the model's chat template.
+    // Chat mode is offered for models with a chat template of their own: without one
+    // Model.chat renders ChatML, which a model not trained on it rarely answers in.
     const chat = $("chat-mode");
     chat.disabled = !page.model.chatTemplate;
     chat.checked = chat.checked && !chat.disabled;

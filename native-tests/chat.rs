@@ -6,7 +6,7 @@
 mod common;
 
 use webtensor::model::chat::render_template;
-use webtensor::model::{ChatMessage, ChatOptions};
+use webtensor::model::{ChatMessage, ChatOptions, ChatTemplate};
 
 fn fixture() -> serde_json::Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -24,17 +24,19 @@ fn templates_render_like_transformers() {
     println!("| template | exact / cases |");
     println!("| --- | --- |");
     for (name, t) in f["templates"].as_object().unwrap() {
-        let template = t["template"].as_str().unwrap();
+        let template = ChatTemplate::new(t["template"].as_str().unwrap(), name.as_str());
         let cases = t["cases"].as_array().unwrap();
         let mut exact = 0;
         for case in cases {
             let messages: Vec<ChatMessage> =
                 serde_json::from_value(case["messages"].clone()).unwrap();
+            // The smallest context of these models (Phi-3.5's is 128k, Llama 3.1's too).
             let options = ChatOptions {
                 add_generation_prompt: case["add_generation_prompt"].as_bool().unwrap(),
                 now: Some(now),
+                context: 4096,
             };
-            let got = render_template(template, &messages, &options, bos, eos);
+            let got = render_template(&template, &messages, &options, bos, eos);
             let ok = match (&got, case["text"].as_str(), case["error"].as_str()) {
                 (Ok(text), Some(want), _) => text == want,
                 (Err(e), None, Some(want)) => e.to_string().contains(want),
@@ -87,6 +89,7 @@ fn chat_cli_takes_turns_with_the_template() {
     let options = ChatOptions {
         add_generation_prompt: true,
         now: None,
+        context: 256,
     };
     let rendered = tokenizer.render_chat(&first, &options).unwrap();
     assert_eq!(rendered, "<s>user: In the beginning</s>\n<s>assistant:");
@@ -138,9 +141,91 @@ fn chat_cli_takes_turns_with_the_template() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The prompt's token count in a CLI report (`prompt: N tokens, ...`).
+fn prompt_tokens(err: &str) -> usize {
+    err.split("prompt: ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no prompt count in {err}"))
+}
+
 #[test]
-fn chat_without_a_template_says_so() {
-    let (ok, _, err) = run_cli(&["chat", "--backend", "cpu"], "hi\n");
-    assert!(!ok);
-    assert!(err.contains("no chat template"), "{err}");
+fn a_model_without_a_template_chats_in_chatml() {
+    // The built-in model has no chat template.
+    let (ok, out, err) = run_cli(
+        &["chat", "--backend", "cpu", "--max-tokens", "3"],
+        "In the beginning\n",
+    );
+    assert!(ok, "{out}{err}");
+    assert!(err.contains("no chat template: chat uses ChatML"), "{err}");
+    let chatml = "<|im_start|>user\nIn the beginning<|im_end|>\n<|im_start|>assistant\n";
+    let tokenizer = webtensor::model::builtin::files()
+        .unwrap()
+        .tokenizer
+        .unwrap();
+    let ids = tokenizer.encode_with_special(chatml).unwrap();
+    assert_eq!(prompt_tokens(&err), ids.len(), "{err}");
+}
+
+#[test]
+fn chat_template_files_replace_the_models() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("chat-template-files");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("plain.jinja");
+    std::fs::write(
+        &file,
+        "{% for m in messages %}{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}And{% endif %}",
+    )
+    .unwrap();
+    let path = file.to_str().unwrap();
+    let args = [
+        "generate",
+        "--chat",
+        "--backend",
+        "cpu",
+        "--max-tokens",
+        "2",
+    ];
+    let (ok, out, err) = run_cli(
+        &[
+            &args[..],
+            &["--chat-template", path, "--prompt", "In the beginning"],
+        ]
+        .concat(),
+        "",
+    );
+    assert!(ok, "{out}{err}");
+    assert!(!err.contains("ChatML"), "{err}");
+    let tokenizer = webtensor::model::builtin::files()
+        .unwrap()
+        .tokenizer
+        .unwrap();
+    let ids = tokenizer
+        .encode_with_special("In the beginning\nAnd")
+        .unwrap();
+    assert_eq!(prompt_tokens(&err), ids.len(), "{err}");
+
+    // A file that is missing, or not a template: one error line naming it, before the load.
+    let missing = dir.join("missing.jinja");
+    let (ok, _, err) = run_cli(
+        &[&args[..], &["--chat-template", missing.to_str().unwrap()]].concat(),
+        "",
+    );
+    assert!(
+        !ok && err.contains("missing.jinja") && err.starts_with("error:"),
+        "{err}"
+    );
+    let broken = dir.join("broken.jinja");
+    std::fs::write(&broken, "{% for m in messages %}{{ m.content }").unwrap();
+    let (ok, _, err) = run_cli(
+        &[&args[..], &["--chat-template", broken.to_str().unwrap()]].concat(),
+        "",
+    );
+    assert!(
+        !ok && err.contains("broken.jinja") && err.contains("not a chat template"),
+        "{err}"
+    );
+    assert!(!err.contains("layers"), "the model was loaded first: {err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

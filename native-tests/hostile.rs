@@ -436,3 +436,175 @@ fn a_weight_beyond_one_binding_is_read_in_row_ranges() {
 fn load_on(device: &Device, bytes: Vec<u8>) -> Result<Llama, Error> {
     Llama::load(device, open_gguf(bytes)?)
 }
+
+/// A chat template is input from the model's files: one that loops, grows a string without
+/// end or writes without end must stop with a typed error naming it and its bound, quickly,
+/// without allocating more than its bounds allow. With a context of 4096 tokens the fuel is
+/// 200,000 + 16 × 4096 = 265,536, and at most 64 bytes a fuel may be made: 17 MB.
+#[test]
+fn chat_templates_stay_within_bounds() {
+    use webtensor::model::chat::render_template;
+    use webtensor::model::{ChatMessage, ChatOptions, ChatTemplate};
+    use webtensor::TemplateBound;
+    let options = ChatOptions {
+        add_generation_prompt: true,
+        now: Some(0),
+        context: 4096,
+    };
+    let messages = [ChatMessage::new("user", "hi")];
+    // (what, template, the bound it must hit: `None` for another error, such as minijinja's
+    // own limits on ranges, recursion and nesting).
+    let fuel = Some(TemplateBound::Fuel { fuel: 265_536 });
+    let output = Some(TemplateBound::Output {
+        bytes: 262_144,
+        context: 4096,
+        bytes_per_token: 64,
+    });
+    let double = |op: &str| {
+        format!(
+            "{{% set ns = namespace(s='ab') %}}{{% for i in range(40) %}}{{% set ns.s = ns.s \
+             {op} ns.s %}}{{% endfor %}}{{{{ ns.s | length }}}}"
+        )
+    };
+    let nested = format!("{{{{ {}1{} }}}}", "(".repeat(100_000), ")".repeat(100_000));
+    let cases: Vec<(&str, String, Option<TemplateBound>)> = vec![
+        ("a string doubled 40 times with ~", double("~"), fuel),
+        ("a string doubled 40 times with +", double("+"), fuel),
+        (
+            "a string doubled by a recursive macro",
+            "{% macro d(s, n) %}{% if n %}{{ d(s ~ s, n - 1) }}{% else %}{{ s | length }}\
+             {% endif %}{% endmacro %}{{ d('ab', 40) }}"
+                .into(),
+            fuel,
+        ),
+        (
+            "a string grown by replace",
+            "{% set ns = namespace(s='abcdefgh') %}{% for i in range(30) %}{% set ns.s = \
+             ns.s.replace('a', ns.s) %}{% endfor %}{{ ns.s | length }}"
+                .into(),
+            fuel,
+        ),
+        ("'x' * 10^12", "{{ 'x' * 1000000000000 }}".into(), fuel),
+        (
+            "'ab' * 10^5 * 10^5",
+            "{{ ('ab' * 100000) * 100000 }}".into(),
+            fuel,
+        ),
+        (
+            "a list repeated 10^5 times, joined",
+            "{{ (range(100000) | list * 100000) | join(',') }}".into(),
+            None,
+        ),
+        (
+            "10,000 x 10,000 empty loops",
+            "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}".into(),
+            fuel,
+        ),
+        (
+            "10^5 x 10^5 loops writing 1000 bytes each",
+            "{% for i in range(100000) %}{% for j in range(100000) %}{{ 'x' * 1000 }}\
+             {% endfor %}{% endfor %}"
+                .into(),
+            output,
+        ),
+        (
+            "tojson with an indent of 10^12",
+            "{{ messages | tojson(indent=1000000000000) }}".into(),
+            fuel,
+        ),
+        (
+            "a format width of 10^9",
+            "{{ '{:>1000000000}'.format(1) }}".into(),
+            fuel,
+        ),
+        (
+            "a printf width of 10^9",
+            "{{ '%1000000000s' | format(1) }}".into(),
+            None,
+        ),
+        (
+            "indent by 10^9",
+            "{{ 'a\nb' | indent(1000000000) }}".into(),
+            None,
+        ),
+        (
+            "strftime_now of a 10^6-field format",
+            "{{ strftime_now('%B' * 1000000) }}".into(),
+            None,
+        ),
+        (
+            "endless macro recursion",
+            "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}".into(),
+            None,
+        ),
+        (
+            "a range of 10^9",
+            "{{ range(1000000000) | list }}".into(),
+            None,
+        ),
+        ("10^5 nested parentheses", nested, None),
+    ];
+    let mut report = Vec::new();
+    for (what, text, bound) in cases {
+        let template = ChatTemplate::new(text, format!("hostile: {what}"));
+        let before = allocated();
+        let start = std::time::Instant::now();
+        let result = render_template(&template, &messages, &options, None, None);
+        let seconds = start.elapsed().as_secs_f64();
+        let bytes = allocated() - before;
+        let err = match result {
+            Ok(text) => panic!("{what}: rendered {} bytes", text.len()),
+            Err(e) => e,
+        };
+        if let Some(bound) = bound {
+            match &err {
+                Error::TemplateLimit { template, bound: b } => {
+                    assert_eq!(*b, bound, "{what}: {err}");
+                    assert_eq!(template, &format!("hostile: {what}"));
+                }
+                other => panic!("{what}: {other}"),
+            }
+        }
+        assert!(
+            err.to_string().contains(&format!("hostile: {what}")),
+            "{what}: {err}"
+        );
+        // Allocations over the whole render, growth included: the 17 MB the fuel allows,
+        // several times over, far from the gigabytes these templates would make.
+        assert!(bytes < 256 << 20, "{what}: allocated {bytes} bytes");
+        report.push(format!(
+            "{what}: {seconds:.3} s, {:.1} MB: {err}",
+            bytes as f64 / 1e6
+        ));
+    }
+    eprintln!("{}", report.join("\n"));
+}
+
+/// A `Split` pattern of a `tokenizer.json` is input too: one that backtracks without end
+/// on a text stops at its bound of a million steps with an error naming it, not a hang.
+#[test]
+fn tokenizer_patterns_that_backtrack_without_end_are_refused() {
+    use webtensor::model::Tokenizer;
+    const PATTERN: &str = "((a|a)*)(?!a)b";
+    let file = serde_json::json!({
+        "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []},
+        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": PATTERN}, "behavior": "Isolated"},
+        "decoder": {"type": "ByteLevel"},
+    });
+    let tokenizer = Tokenizer::from_json(&file.to_string(), "hostile/tokenizer.json").unwrap();
+    // Short runs end within the bound: (a|a)* has 2^n ways through n letters, each tried
+    // before the look-ahead gives up.
+    assert_eq!(tokenizer.encode("aab").unwrap(), [0, 0, 1]);
+    let start = std::time::Instant::now();
+    let err = tokenizer.encode(&"a".repeat(64)).unwrap_err();
+    let seconds = start.elapsed().as_secs_f64();
+    match &err {
+        Error::PatternLimit {
+            pattern,
+            limit: 1_000_000,
+        } => assert_eq!(pattern, PATTERN),
+        other => panic!("{other}"),
+    }
+    eprintln!("{seconds:.3} s: {err}");
+    assert!(seconds < 10.0, "{seconds} s");
+}

@@ -119,6 +119,9 @@ fn the_openai_client_gets_batched_completions_equal_to_generate() {
             &CTX.to_string(),
             "--max-sequences",
             &MAX_SEQ.to_string(),
+            // No line: a request beyond the sequences is a 503 at once (the full-pool check).
+            "--queue",
+            "0",
         ])
         .stdout(Stdio::piped())
         .spawn()

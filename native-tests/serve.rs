@@ -172,3 +172,125 @@ fn failing_accepts_back_off() {
     );
     drop(clients);
 }
+
+/// A chat completion from `server`: the HTTP answer.
+fn chat_completion(server: &common::serve::Server, body: &str) -> String {
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    server.ask(request.as_bytes())
+}
+
+/// The built-in model has no chat template: chat completions render ChatML instead of
+/// answering 400; a `--chat-template` file that loops without end is refused in time with
+/// a 400 naming it and its bound, and the server goes on.
+#[test]
+fn chat_completions_without_a_template_and_with_a_hostile_one() {
+    let body = r#"{"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "In the beginning"}]}"#;
+    let server = common::serve::start_args(
+        "chatml",
+        &["--model", "builtin", "--backend", "cpu", "--ctx", "64"],
+    );
+    let answer = chat_completion(&server, body);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // ChatML's prompt, counted by hand from the built-in tokenizer.
+    let chatml = "<|im_start|>user\nIn the beginning<|im_end|>\n<|im_start|>assistant\n";
+    let tokenizer = webtensor::model::builtin::files()
+        .unwrap()
+        .tokenizer
+        .unwrap();
+    let n = tokenizer.encode_with_special(chatml).unwrap().len();
+    assert!(
+        declared_body(&answer).contains(&format!("\"prompt_tokens\":{n}")),
+        "{answer}"
+    );
+    drop(server);
+
+    let dir = std::env::temp_dir().join(format!("webtensor-spin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spin = dir.join("spin.jinja");
+    std::fs::write(
+        &spin,
+        "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}",
+    )
+    .unwrap();
+    let server = common::serve::start_args(
+        "spin",
+        &[
+            "--model",
+            "builtin",
+            "--backend",
+            "cpu",
+            "--ctx",
+            "64",
+            "--chat-template",
+            spin.to_str().unwrap(),
+        ],
+    );
+    for _ in 0..2 {
+        let start = Instant::now();
+        let answer = chat_completion(&server, body);
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        let message = declared_body(&answer);
+        assert!(
+            message.contains("spin.jinja") && message.contains("fuel"),
+            "{message}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A burst beyond `--max-sequences` waits in line instead of meeting 503s: 24 concurrent
+/// completions on 4 sequences are all answered.
+#[test]
+fn a_burst_beyond_the_sequences_waits_in_line() {
+    let server = std::sync::Arc::new(common::serve::start_args(
+        "burst",
+        &[
+            "--model",
+            "builtin",
+            "--backend",
+            "cpu",
+            "--ctx",
+            "64",
+            "--max-sequences",
+            "4",
+            "--queue",
+            "20",
+        ],
+    ));
+    let body = r#"{"model": "m", "max_tokens": 8, "temperature": 0, "prompt": "In the beginning"}"#;
+    let request = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let clients: Vec<_> = (0..24)
+        .map(|_| {
+            let (server, request) = (server.clone(), request.clone());
+            std::thread::spawn(move || server.ask(request.as_bytes()))
+        })
+        .collect();
+    let answers: Vec<String> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    let texts: Vec<&str> = answers
+        .iter()
+        .map(|a| {
+            assert!(a.starts_with("HTTP/1.1 200"), "{a}");
+            declared_body(a)
+        })
+        .collect();
+    // Greedy and alike: every answer is the same completion.
+    let text = |body: &str| {
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        v["choices"][0]["text"].as_str().unwrap().to_string()
+    };
+    let first = text(texts[0]);
+    assert!(texts.iter().all(|t| text(t) == first), "{texts:?}");
+}

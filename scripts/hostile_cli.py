@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs the release CLI on a few hostile inputs of every class of issue 14 (sizes that
 overflow, whole-context caches, huge tokenizer ids, duplicates, shard paths leaving the folder,
-truncated values, quadratic prompts) under an 8 GB address-space limit, and fails if any run
+truncated values, quadratic prompts, chat templates and tokenizer patterns without end) under an 8 GB address-space limit, and fails if any run
 panics, aborts or is killed: each must end with exit 0 or a one-line error.
 
     cargo build --release && python3 scripts/hostile_cli.py [path/to/webtensor]
@@ -140,6 +140,17 @@ def cases(tmp):
     # 7. quadratic work
     yield "quadratic", "100 KiB one-word prompt", {"m.gguf": ok}, gen[:-1] + ["a" * (100 << 10)]
     yield "quadratic", "100 KiB prompt on the built-in model", {}, ["generate", "--backend", "cpu", "--max-tokens", "2", "--prompt", "ab" * (50 << 10)]
+    # 8. chat templates and tokenizer patterns from the files: loops and growth without end
+    chat = gen + ["--chat"]
+    double = "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}"
+    spin = "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}"
+    for name, template in [("doubling a string 40 times", double), ("10,000 x 10,000 loops", spin)]:
+        yield "templates", f"GGUF chat template {name}", {"m.gguf": gguf(meta(**{"tokenizer.chat_template": (8, template)}), tensors())}, chat
+        yield "templates", f"--chat-template {name}", {"m.gguf": ok, "t.jinja": template.encode()}, chat + ["--chat-template", "{d}/t.jinja"]
+    tok = {"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}, "decoder": {"type": "ByteLevel"},
+           "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "((a|a)*)(?!a)b"}, "behavior": "Isolated"}}
+    yield "tokenizer", "Split pattern backtracking without end", {**hf, "hf/tokenizer.json": json.dumps(tok).encode()}, \
+        on_hf[:-1] + ["a" * 64]
     # Arbitrary junk
     yield "junk", "empty file", {"m.gguf": b""}, gen
     yield "junk", "truncated valid file", {"m.gguf": ok[: len(ok) // 2]}, gen
@@ -159,7 +170,7 @@ def main():
                 p.parent.mkdir(parents=True, exist_ok=True)
                 p.write_bytes(data)
             model = case / "m.gguf" if (case / "m.gguf").exists() else case
-            argv = [exe] + [a.replace("{m}", str(model) if a == "{m}" else str(case)) for a in args]
+            argv = [exe] + [a.replace("{m}", str(model) if a == "{m}" else str(case)).replace("{d}", str(case)) for a in args]
             try:
                 r = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=120,
                                    preexec_fn=limit, env={**os.environ, "RUST_BACKTRACE": "0"})

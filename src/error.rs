@@ -297,6 +297,37 @@ pub enum Error {
         limit: u64,
     },
 
+    /// A chat template went past a bound of its render ([`TemplateBound`]). A template
+    /// comes from the model's files (or `--chat-template`) and is input like its tensors: it
+    /// may loop for minutes or double a string until memory runs out, so its work and its
+    /// output are bounded by the context the prompt must fit.
+    #[error(
+        "the chat template from {template} went past {bound}: the conversation is too long for \
+         the context, or the template loops or grows text without end; shorten the \
+         conversation, or give the model another template (--chat-template FILE)"
+    )]
+    TemplateLimit {
+        /// Where the template came from (`tokenizer_config.json`, a GGUF file's key, a file).
+        template: String,
+        /// The bound it went past.
+        bound: TemplateBound,
+    },
+
+    /// A pattern of the model's tokenizer (a `Split` pre-tokenizer, a `Replace` normalizer)
+    /// backtracked past its bound on a text: such a pattern is input from the tokenizer file,
+    /// and one that backtracks without end would otherwise hang the encode.
+    #[error(
+        "the tokenizer pattern {pattern:?} went past its bound of {limit} backtracking steps on \
+         this text; the tokenizer file's pattern backtracks without end on it: fix the pattern, \
+         or shorten runs of repeated characters in the text"
+    )]
+    PatternLimit {
+        /// The pattern, as the tokenizer file writes it.
+        pattern: String,
+        /// Backtracking steps one match may take.
+        limit: usize,
+    },
+
     /// An I/O error with the path that caused it.
     #[error("{path}: {source}")]
     Io {
@@ -307,7 +338,46 @@ pub enum Error {
     },
 }
 
-/// A byte count for messages: exact, with a binary unit where it helps.
+/// The bounds of a chat template's render, as [`Error::TemplateLimit`] names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TemplateBound {
+    /// Its fuel: minijinja's budget, one fuel per instruction and one per 64 bytes of text
+    /// or list it makes, visits or writes (so that it also bounds memory).
+    Fuel {
+        /// The fuel of the render.
+        fuel: u64,
+    },
+    /// The text it may write: `bytes_per_token` for each token of the context.
+    Output {
+        /// The most bytes.
+        bytes: usize,
+        /// The context's tokens.
+        context: usize,
+        /// Bytes allowed per token.
+        bytes_per_token: usize,
+    },
+}
+
+impl std::fmt::Display for TemplateBound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TemplateBound::Fuel { fuel } => write!(
+                f,
+                "its budget of {fuel} fuel (one per instruction, one per 64 bytes of text it makes)"
+            ),
+            TemplateBound::Output {
+                bytes,
+                context,
+                bytes_per_token,
+            } => write!(
+                f,
+                "its output limit of {bytes} bytes ({bytes_per_token} for each of the context's \
+                 {context} tokens)"
+            ),
+        }
+    }
+}
+
 /// Backend names joined by commas, as a priority list is written.
 fn kinds_text(kinds: &[BackendKind]) -> String {
     kinds
@@ -317,6 +387,7 @@ fn kinds_text(kinds: &[BackendKind]) -> String {
         .join(", ")
 }
 
+/// A byte count for messages: exact, with a binary unit where it helps.
 fn bytes_text(bytes: u64) -> String {
     const GIB: u64 = 1 << 30;
     const MIB: u64 = 1 << 20;

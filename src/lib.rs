@@ -48,7 +48,7 @@ pub mod tensor;
 pub use backend::{BackendInfo, BackendKind, OpKind};
 pub use device::{Device, DeviceBuilder};
 pub use dtype::DType;
-pub use error::{Error, Result};
+pub use error::{Error, Result, TemplateBound};
 /// IEEE binary16, the element type of `DType::F16` tensors (from the `half` crate).
 pub use half::f16;
 pub use shape::Shape;

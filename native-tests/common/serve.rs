@@ -31,6 +31,15 @@ pub fn start(tag: &str) -> Server {
 
 /// The server, with its file-handle limit lowered to `max_files` (through `sh -c ulimit`).
 pub fn start_with(tag: &str, max_files: Option<u32>) -> Server {
+    launch(tag, max_files, &[])
+}
+
+/// The server with more arguments (`--model builtin`, ...).
+pub fn start_args(tag: &str, args: &[&str]) -> Server {
+    launch(tag, None, args)
+}
+
+fn launch(tag: &str, max_files: Option<u32>, args: &[&str]) -> Server {
     let root = std::env::temp_dir().join(format!("webtensor-serve-{tag}-{}", std::process::id()));
     std::fs::remove_dir_all(&root).ok();
     std::fs::create_dir_all(root.join("demo")).unwrap();
@@ -49,6 +58,7 @@ pub fn start_with(tag: &str, max_files: Option<u32>) -> Server {
     let mut child = command
         .args(["serve", "--port", "0", "--dir"])
         .arg(&root)
+        .args(args)
         .stdout(Stdio::piped())
         .spawn()
         .expect("serve starts");

@@ -122,6 +122,9 @@ enum Command {
         /// With --chat: a system message first.
         #[arg(long, value_name = "TEXT", requires = "chat")]
         system: Option<String>,
+        /// With --chat: render with this Jinja chat template instead of the model's own.
+        #[arg(long, value_name = "FILE", requires = "chat")]
+        chat_template: Option<std::path::PathBuf>,
         /// Most tokens to generate.
         #[arg(long, default_value_t = 64)]
         max_tokens: usize,
@@ -137,6 +140,9 @@ enum Command {
         /// A system message at the start of the conversation.
         #[arg(long, value_name = "TEXT")]
         system: Option<String>,
+        /// Render with this Jinja chat template instead of the model's own.
+        #[arg(long, value_name = "FILE")]
+        chat_template: Option<std::path::PathBuf>,
         /// Most tokens per reply.
         #[arg(long, default_value_t = 256)]
         max_tokens: usize,
@@ -173,10 +179,19 @@ enum Command {
         #[command(flatten)]
         model: ModelArgs,
         /// With --model: requests generated at the same time (each a sequence of the paged
-        /// cache, which holds this many full contexts); a request beyond them gets a 503.
+        /// cache, which holds this many full contexts); requests beyond them wait in line.
         #[arg(long, value_name = "N", default_value_t = 16,
               value_parser = clap::value_parser!(u16).range(1..=256))]
         max_sequences: u16,
+        /// With --model: requests that may wait for a sequence, served in the order they
+        /// came; a request that finds the line full gets a 503 with Retry-After.
+        #[arg(long, value_name = "N", default_value_t = 64,
+              value_parser = clap::value_parser!(u16).range(0..=1024))]
+        queue: u16,
+        /// With --model: render /v1/chat/completions with this Jinja chat template instead
+        /// of the model's own.
+        #[arg(long, value_name = "FILE", requires = "model")]
+        chat_template: Option<std::path::PathBuf>,
     },
 }
 
@@ -369,11 +384,13 @@ fn main() -> ExitCode {
             model,
             prompt,
             system,
+            chat_template,
             max_tokens,
             sampling,
             ..
         } => chat::once(
             &model,
+            chat_template.as_deref(),
             system.as_deref(),
             &prompt,
             max_tokens,
@@ -382,9 +399,16 @@ fn main() -> ExitCode {
         Command::Chat {
             model,
             system,
+            chat_template,
             max_tokens,
             sampling,
-        } => chat::interactive(&model, system.as_deref(), max_tokens, sampling.sampling()),
+        } => chat::interactive(
+            &model,
+            chat_template.as_deref(),
+            system.as_deref(),
+            max_tokens,
+            sampling.sampling(),
+        ),
         Command::Eval { model, tokens } => eval(&model, &tokens),
         Command::Models { json } => models::list(json),
         Command::Serve {
@@ -392,7 +416,15 @@ fn main() -> ExitCode {
             dir,
             model,
             max_sequences,
-        } => serve_command(&dir, port, &model, max_sequences.into()),
+            queue,
+            chat_template,
+        } => serve_command(
+            &dir,
+            port,
+            &model,
+            chat_template.as_deref(),
+            (max_sequences.into(), queue.into()),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -408,17 +440,19 @@ fn serve_command(
     dir: &std::path::Path,
     port: u16,
     args: &ModelArgs,
-    max_sequences: usize,
+    chat_template: Option<&std::path::Path>,
+    (max_sequences, queue): (usize, usize),
 ) -> Result<(), Error> {
     let api = match &args.model {
         Some(path) => {
-            let (llama, tokenizer) = load_with_tokenizer(args)?;
+            let (llama, tokenizer) = chat::load(args, chat_template)?;
             let name = models::display_name(path);
             Some(serve::api::Api::start(
                 llama,
                 tokenizer,
                 name,
                 max_sequences,
+                queue,
             )?)
         }
         None => None,

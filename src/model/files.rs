@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::arch::Architecture;
+use super::chat::ChatTemplate;
 use super::gguf;
 use super::safetensors;
 use super::weights::RawTensor;
@@ -165,19 +166,21 @@ impl ModelFiles {
                 .or_else(|| t["content"].as_str())
                 .map(str::to_string)
         };
+        let in_config =
+            |text: &str| ChatTemplate::new(text, "tokenizer_config.json (`chat_template`)");
         let template = match (&v["chat_template"], chat_template_jinja) {
-            (_, Some(jinja)) => Some(jinja.to_string()),
-            (serde_json::Value::String(s), None) => Some(s.clone()),
+            (_, Some(jinja)) => Some(ChatTemplate::new(jinja, "chat_template.jinja")),
+            (serde_json::Value::String(s), None) => Some(in_config(s)),
             // A list of named templates: the default one.
             (serde_json::Value::Array(list), None) => list
                 .iter()
                 .find(|t| t["name"] == "default")
                 .and_then(|t| t["template"].as_str())
-                .map(str::to_string),
+                .map(in_config),
             _ => None,
         };
         tokenizer.set_chat_template(
-            template.or_else(|| tokenizer.chat_template().map(str::to_string)),
+            template.or_else(|| tokenizer.chat_template().cloned()),
             token_text("bos_token"),
             token_text("eos_token"),
         );

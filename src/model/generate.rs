@@ -282,8 +282,8 @@ pub fn generate(
 }
 
 /// The assistant's next turn in a conversation: `messages` rendered with the model's chat
-/// template (with the generation prompt), then generated as [`generate`] does, stopping at
-/// the end of the turn.
+/// template (ChatML for a model without one; with the generation prompt), then generated as
+/// [`generate`] does, stopping at the end of the turn.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn generate_chat(
     model: &Llama,
@@ -293,7 +293,7 @@ pub fn generate_chat(
     sampling: Sampling,
     on_text: impl FnMut(&str),
 ) -> Result<GenerationStats> {
-    let rendered = chat_prompt(tokenizer, messages)?;
+    let rendered = chat_prompt(tokenizer, messages, model.config.context_len())?;
     let (ids, cache) = prepare_prompt(model, tokenizer, &rendered, true, max_tokens)?;
     let pacing = Pacing::for_device(model.device(), PromptChunks::Whole);
     let mut sink = TextSink(on_text);
@@ -303,12 +303,19 @@ pub fn generate_chat(
     pollster::block_on(run)
 }
 
-/// `messages` rendered with the model's chat template, ending with the prompt of the
-/// assistant's turn: the text [`prepare_prompt`] takes with `chat`.
-pub fn chat_prompt(tokenizer: &Tokenizer, messages: &[ChatMessage]) -> Result<String> {
+/// `messages` rendered with the model's chat template (ChatML for a model without one),
+/// ending with the prompt of the assistant's turn: the text [`prepare_prompt`] takes with
+/// `chat`. The render is bounded by the `context` (tokens) the prompt must fit
+/// ([`crate::model::RenderLimits`]).
+pub fn chat_prompt(
+    tokenizer: &Tokenizer,
+    messages: &[ChatMessage],
+    context: usize,
+) -> Result<String> {
     let options = ChatOptions {
         add_generation_prompt: true,
         now: None,
+        context,
     };
     tokenizer.render_chat(messages, &options)
 }

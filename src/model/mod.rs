@@ -22,7 +22,7 @@ pub mod weights;
 
 pub use arch::Architecture;
 pub use cache::{CacheLayout, KvCache, KvPool};
-pub use chat::{ChatMessage, ChatOptions};
+pub use chat::{ChatMessage, ChatOptions, ChatTemplate, RenderLimits};
 pub use config::LlamaConfig;
 pub use files::{FileBytes, ModelFiles};
 pub use generate::GenerationStats;

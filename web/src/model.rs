@@ -283,11 +283,11 @@ impl Model {
         to_js_object(&self.inner.llama.config)
     }
 
-    /// The model's chat template (Jinja), or `undefined` when it has none (then `chat` is
-    /// refused; use `generate`).
+    /// The model's chat template (Jinja), or `undefined` when it has none (then `chat`
+    /// renders ChatML).
     #[wasm_bindgen(getter, js_name = chatTemplate)]
     pub fn chat_template(&self) -> Option<String> {
-        self.inner.tokenizer.chat_template().map(str::to_string)
+        self.inner.tokenizer.chat_template().map(|t| t.text.clone())
     }
 
     /// Generates up to `options.maxTokens` tokens after `prompt`. The answer is a
@@ -334,7 +334,11 @@ impl Model {
                 ))
             })?;
             Ok((
-                js(generate::chat_prompt(&inner.tokenizer, &messages))?,
+                js(generate::chat_prompt(
+                    &inner.tokenizer,
+                    &messages,
+                    inner.llama.config.context_len(),
+                ))?,
                 true,
             ))
         })

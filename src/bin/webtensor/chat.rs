@@ -1,12 +1,31 @@
 //! `webtensor chat` and `webtensor generate --chat`: conversations rendered with the model's
-//! chat template, replies streamed as they are generated and ended at the end-of-turn token.
+//! chat template (or `--chat-template FILE`, or ChatML for a model without one), replies
+//! streamed as they are generated and ended at the end-of-turn token.
 
 use std::io::{BufRead, IsTerminal, Write};
+use std::path::Path;
 
-use webtensor::model::{self, ChatMessage, Llama, Sampling, Tokenizer};
+use webtensor::model::{self, ChatMessage, ChatTemplate, Llama, Sampling, Tokenizer};
 use webtensor::Error;
 
 use super::{load_with_tokenizer, report, ModelArgs};
+
+/// Opens the model and its tokenizer for chat (here and in `serve`): with `template` (a file,
+/// read and parsed before the model loads) in place of the model's own template; a model
+/// left without one renders ChatML, which one line on standard error says.
+pub fn load(args: &ModelArgs, template: Option<&Path>) -> Result<(Llama, Tokenizer), Error> {
+    let template = template.map(ChatTemplate::from_file).transpose()?;
+    let (llama, mut tokenizer) = load_with_tokenizer(args)?;
+    match template {
+        Some(t) => tokenizer.set_chat_template(Some(t), None, None),
+        None if tokenizer.chat_template().is_none() => eprintln!(
+            "the model has no chat template: chat uses ChatML (<|im_start|>role ... \
+             <|im_end|>); --chat-template FILE gives another"
+        ),
+        None => {}
+    }
+    Ok((llama, tokenizer))
+}
 
 /// Generates the assistant's reply to `messages`, printing it as it comes; returns its text.
 fn reply(
@@ -31,12 +50,13 @@ fn reply(
 /// One exchange: an optional system message, the user's, and the reply.
 pub fn once(
     args: &ModelArgs,
+    template: Option<&Path>,
     system: Option<&str>,
     user: &str,
     max_tokens: usize,
     sampling: Sampling,
 ) -> Result<(), Error> {
-    let (llama, tokenizer) = load_with_tokenizer(args)?;
+    let (llama, tokenizer) = load(args, template)?;
     let mut messages: Vec<ChatMessage> = system
         .map(|s| ChatMessage::new("system", s))
         .into_iter()
@@ -49,23 +69,12 @@ pub fn once(
 /// The conversation loop over standard input.
 pub fn interactive(
     args: &ModelArgs,
+    template: Option<&Path>,
     system: Option<&str>,
     max_tokens: usize,
     sampling: Sampling,
 ) -> Result<(), Error> {
-    let (llama, tokenizer) = load_with_tokenizer(args)?;
-    if tokenizer.chat_template().is_none() {
-        return Err(Error::ModelFile {
-            path: args
-                .model
-                .as_ref()
-                .map_or("the built-in model".into(), |p| p.display().to_string()),
-            reason: "the model has no chat template (tokenizer_config.json `chat_template`, \
-                     chat_template.jinja, or GGUF `tokenizer.chat_template`); use \
-                     `webtensor generate` to continue a text"
-                .into(),
-        });
-    }
+    let (llama, tokenizer) = load(args, template)?;
     let start: Vec<ChatMessage> = system
         .map(|s| ChatMessage::new("system", s))
         .into_iter()

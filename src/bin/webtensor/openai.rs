@@ -1,5 +1,6 @@
 //! The OpenAI-compatible routes of `webtensor serve --model`: `GET /v1/models`,
-//! `POST /v1/chat/completions` (the model's chat template) and `POST /v1/completions`, each
+//! `POST /v1/chat/completions` (the model's chat template, or ChatML for a model without one,
+//! or the `--chat-template` file; its render bounded by the context) and `POST /v1/completions`, each
 //! answered whole or, with `"stream": true`, as Server-Sent Events (`sse.rs`). Requests are
 //! read and checked in `params.rs`, then run by the batching scheduler (`scheduler.rs`),
 //! which decodes all of them together. Errors are OpenAI's JSON error objects.
@@ -47,15 +48,17 @@ fn now() -> u64 {
 }
 
 impl Api {
-    /// Starts the scheduler for up to `max_sequences` concurrent requests.
+    /// Starts the scheduler for up to `max_sequences` concurrent requests, and up to `queue`
+    /// more waiting for a place.
     pub fn start(
         llama: Llama,
         tokenizer: Tokenizer,
         name: String,
         max_sequences: usize,
+        queue: usize,
     ) -> Result<Api, Error> {
         let llama = Arc::new(llama);
-        let scheduler = Scheduler::start(llama.clone(), max_sequences)?;
+        let scheduler = Scheduler::start(llama.clone(), max_sequences, queue)?;
         Ok(Api {
             llama,
             tokenizer,
@@ -71,9 +74,9 @@ impl Api {
         &self.name
     }
 
-    /// Requests generated at the same time.
-    pub fn max_sequences(&self) -> usize {
-        self.scheduler.max_sequences()
+    /// Requests in flight or waiting at most: each holds a worker thread.
+    pub fn max_requests(&self) -> usize {
+        self.scheduler.max_sequences() + self.scheduler.queue()
     }
 
     /// Answers one API request (its path starts with `/v1/`) with its body already read.
@@ -139,14 +142,9 @@ impl Api {
         };
         let ids = match route {
             Kind::Chat => {
-                if self.tokenizer.chat_template().is_none() {
-                    return Err(ApiError::invalid(
-                        "messages",
-                        "the model has no chat template; use /v1/completions",
-                    ));
-                }
                 let messages = params::messages(obj.get("messages"))?;
-                let text = chat_prompt(&self.tokenizer, &messages)
+                let context = self.llama.config.context_len();
+                let text = chat_prompt(&self.tokenizer, &messages, context)
                     .map_err(|e| model_error("messages", e))?;
                 prompt_ids(&self.llama, &self.tokenizer, &text, true)
                     .map_err(|e| model_error("messages", e))?
@@ -173,8 +171,9 @@ impl Api {
                 let e = ApiError {
                     status: Status::Unavailable,
                     message: format!(
-                        "all {} sequences of the model are generating; retry shortly",
-                        busy.max_sequences
+                        "all {} sequences of the model are generating and {} requests wait \
+                         for one; retry shortly",
+                        busy.max_sequences, busy.queue
                     ),
                     param: None,
                     kind: "server_busy",

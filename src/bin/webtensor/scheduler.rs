@@ -10,11 +10,12 @@
 //!
 //! Admission is bounded: at most `max_sequences` requests are in flight; the pool holds that
 //! many full contexts, so no admitted request can run out of cache blocks. A request beyond
-//! that is refused at once ([`Busy`]) for the HTTP layer to answer 503.
+//! that waits in a line of at most `queue` requests, admitted in the order they came as places
+//! free up; a request that finds the line full is refused at once ([`Busy`]) for the HTTP
+//! layer to answer 503.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use webtensor::model::generate::is_stop;
 use webtensor::model::{
@@ -74,28 +75,96 @@ impl Finish {
     }
 }
 
-/// The pool is full: every sequence is taken.
+/// The pool is full and so is the line waiting for it.
 #[derive(Debug)]
 pub struct Busy {
     pub max_sequences: usize,
+    pub queue: usize,
 }
 
 /// The handle requests are submitted through; cloning shares the engine.
 #[derive(Clone)]
 pub struct Scheduler {
     submit: Sender<Job>,
-    in_flight: Arc<AtomicUsize>,
+    admission: Arc<Admission>,
+}
+
+/// The places among the in-flight requests, and the line of requests waiting for one.
+struct Admission {
+    line: Mutex<Line>,
+    /// Signalled when a place is given back or the head of the line moves.
+    changed: Condvar,
     max_sequences: usize,
+    queue: usize,
+}
+
+/// The state of [`Admission`]: numbers are handed out in order of arrival to requests that
+/// must wait, and admitted in that order.
+#[derive(Default)]
+struct Line {
+    in_flight: usize,
+    /// The number the next waiting request takes.
+    next: u64,
+    /// The number admitted next: `next - serving` requests are waiting.
+    serving: u64,
+}
+
+impl Admission {
+    fn new(max_sequences: usize, queue: usize) -> Arc<Admission> {
+        Arc::new(Admission {
+            line: Mutex::new(Line::default()),
+            changed: Condvar::new(),
+            max_sequences,
+            queue,
+        })
+    }
+
+    /// The line; a panic while it was held cannot leave it inconsistent (each update is one
+    /// step), so a poisoned lock is used as it is.
+    fn lock(&self) -> MutexGuard<'_, Line> {
+        self.line.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// See [`Scheduler::admit`].
+    fn admit(self: &Arc<Self>) -> Result<Ticket, Busy> {
+        let mut line = self.lock();
+        let waiting = line.next - line.serving;
+        if waiting == 0 && line.in_flight < self.max_sequences {
+            line.in_flight += 1;
+        } else if waiting >= self.queue as u64 {
+            return Err(Busy {
+                max_sequences: self.max_sequences,
+                queue: self.queue,
+            });
+        } else {
+            let mine = line.next;
+            line.next += 1;
+            while line.serving != mine || line.in_flight >= self.max_sequences {
+                line = self
+                    .changed
+                    .wait(line)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            line.serving += 1;
+            line.in_flight += 1;
+            // The next in line may find a place too.
+            self.changed.notify_all();
+        }
+        Ok(Ticket {
+            admission: self.clone(),
+        })
+    }
 }
 
 /// A place among the in-flight requests, given back when dropped.
 pub struct Ticket {
-    in_flight: Arc<AtomicUsize>,
+    admission: Arc<Admission>,
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.admission.lock().in_flight -= 1;
+        self.admission.changed.notify_all();
     }
 }
 
@@ -103,7 +172,12 @@ impl Scheduler {
     /// Allocates a paged pool for `max_sequences` full contexts and starts the engine thread.
     /// A pool the device cannot hold is an error here, before the server listens (lower
     /// `--ctx` or `--max-sequences`).
-    pub fn start(llama: Arc<Llama>, max_sequences: usize) -> Result<Scheduler, Error> {
+    /// Up to `queue` requests beyond them wait for a place.
+    pub fn start(
+        llama: Arc<Llama>,
+        max_sequences: usize,
+        queue: usize,
+    ) -> Result<Scheduler, Error> {
         let c = &llama.config;
         let token_bytes = c.num_hidden_layers * 2 * c.kv_dim() * 4;
         let tokens = max_sequences * c.context_len().div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
@@ -122,28 +196,24 @@ impl Scheduler {
             })?;
         Ok(Scheduler {
             submit,
-            in_flight: Arc::new(AtomicUsize::new(0)),
-            max_sequences,
+            admission: Admission::new(max_sequences, queue),
         })
     }
 
     /// Requests that may be in flight.
     pub fn max_sequences(&self) -> usize {
-        self.max_sequences
+        self.admission.max_sequences
     }
 
-    /// Takes a place for a request, or [`Busy`] when `max_sequences` are in flight.
+    /// Requests that may wait for a place.
+    pub fn queue(&self) -> usize {
+        self.admission.queue
+    }
+
+    /// Takes a place for a request, waiting in line (behind the requests that came before it)
+    /// while `max_sequences` are in flight; [`Busy`] when `queue` requests wait already.
     pub fn admit(&self) -> Result<Ticket, Busy> {
-        let taken = self.in_flight.fetch_add(1, Ordering::SeqCst);
-        let ticket = Ticket {
-            in_flight: self.in_flight.clone(),
-        };
-        if taken >= self.max_sequences {
-            return Err(Busy {
-                max_sequences: self.max_sequences,
-            });
-        }
-        Ok(ticket)
+        self.admission.admit()
     }
 
     /// Hands a job to the engine (its [`Ticket`] held by the caller until it is done).
@@ -310,4 +380,41 @@ fn step(llama: &Llama, tokenizer: &Tokenizer, running: &mut Vec<Running>) -> Res
         sent.is_ok()
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With one place and a line of two: the two waiting are admitted in the order they came,
+    /// and a third finds the line full.
+    #[test]
+    fn the_line_is_served_in_order() {
+        let admission = Admission::new(1, 2);
+        let first = admission.admit().unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut waiting = Vec::new();
+        for name in ["second", "third"] {
+            let (line, order) = (admission.clone(), order.clone());
+            let before = admission.lock().next;
+            waiting.push(std::thread::spawn(move || {
+                let ticket = line.admit().unwrap();
+                order.lock().unwrap().push(name);
+                drop(ticket);
+            }));
+            // Wait until it has taken its number.
+            while admission.lock().next == before {
+                std::thread::yield_now();
+            }
+        }
+        let busy = admission.admit().err().unwrap();
+        assert_eq!((busy.max_sequences, busy.queue), (1, 2));
+        assert!(order.lock().unwrap().is_empty());
+        drop(first);
+        for w in waiting {
+            w.join().unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), ["second", "third"]);
+        assert_eq!(admission.lock().in_flight, 0);
+    }
 }

@@ -12,8 +12,8 @@
 //! `scheduler.rs`: the engine thread that decodes all requests in one batch).
 //!
 //! Whatever clients do, the server keeps a bounded footprint: a fixed pool of [`WORKERS`]
-//! threads (plus one per model sequence with the API, since a worker waits on its request's
-//! generation) takes connections from a queue of [`QUEUE`]; a connection that finds the queue
+//! threads (plus, with the API, one per model sequence and one per place in the line of
+//! requests waiting for a sequence, since a worker waits on its request's generation) takes connections from a queue of [`QUEUE`]; a connection that finds the queue
 //! full gets a 503 at once and is closed; reading a request head has a deadline
 //! ([`HEAD_TIMEOUT`]) and a size cap (see `http.rs`), and so does a request body
 //! ([`BODY_TIMEOUT`], `http::MAX_BODY`); writing has a timeout; and when `accept` fails (out
@@ -89,7 +89,7 @@ fn listen(root: &Path, port: u16, api: Option<Api>) -> io::Result<()> {
         root.display()
     );
     io::stdout().flush()?;
-    let workers = WORKERS + api.as_ref().map_or(0, Api::max_sequences);
+    let workers = WORKERS + api.as_ref().map_or(0, Api::max_requests);
     let queue = start_workers(root.to_path_buf(), api.map(Arc::new), workers)?;
     let mut backoff = Duration::ZERO;
     loop {

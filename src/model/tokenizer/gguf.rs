@@ -6,6 +6,7 @@ use super::bpe::{piece_ids, Merges};
 use super::split::{self, Behavior, Normalizer, PreStep, GPT2_PATTERN};
 use super::{AddedToken, Encoding, Parts, PieceKind, Tokenizer};
 use crate::error::{Error, Result};
+use crate::model::chat::ChatTemplate;
 use crate::model::gguf::{Gguf, GgufArray, GgufItem, GgufValue};
 
 /// Llama 3's pattern: digits in groups of up to three, newlines kept apart.
@@ -257,7 +258,8 @@ impl Tokenizer {
         };
         let mut t = Tokenizer::build(parts)?;
         if let Some(template) = meta("tokenizer.chat_template").and_then(GgufValue::as_str) {
-            t.set_chat_template(Some(template.to_string()), None, None);
+            let origin = format!("{source} (`tokenizer.chat_template`)");
+            t.set_chat_template(Some(ChatTemplate::new(template, origin)), None, None);
         }
         Ok(t)
     }

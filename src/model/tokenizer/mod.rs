@@ -28,6 +28,8 @@ use std::collections::HashMap;
 
 use aho_corasick::{AhoCorasick, MatchKind};
 
+use super::chat::ChatTemplate;
+
 pub use decode::StreamDecoder;
 
 use crate::error::{Error, Result};
@@ -136,7 +138,7 @@ pub struct Tokenizer {
     stop: Vec<u32>,
     bos_text: Option<String>,
     eos_text: Option<String>,
-    chat_template: Option<String>,
+    chat_template: Option<ChatTemplate>,
 }
 
 /// The parts a file reader hands to [`Tokenizer::build`].
@@ -295,17 +297,18 @@ impl Tokenizer {
         }
     }
 
-    /// The chat template of the model's files (`tokenizer_config.json`'s `chat_template`, or
-    /// GGUF's `tokenizer.chat_template`), if any.
-    pub fn chat_template(&self) -> Option<&str> {
-        self.chat_template.as_deref()
+    /// The chat template of the model's files (`tokenizer_config.json`'s `chat_template`,
+    /// `chat_template.jinja`, or GGUF's `tokenizer.chat_template`) or the one set in its place
+    /// (`--chat-template`), if any.
+    pub fn chat_template(&self) -> Option<&ChatTemplate> {
+        self.chat_template.as_ref()
     }
 
     /// Sets the chat template and the texts of the BOS/EOS tokens templates refer to
     /// (`None` keeps those of the vocabulary).
     pub fn set_chat_template(
         &mut self,
-        template: Option<String>,
+        template: Option<ChatTemplate>,
         bos: Option<String>,
         eos: Option<String>,
     ) {

@@ -23,6 +23,16 @@ pub const GPT2_PATTERN: &str =
 static COMPILED: Mutex<Vec<(String, Regex)>> = Mutex::new(Vec::new());
 const CACHED_PATTERNS: usize = 32;
 
+/// Backtracking steps one match of a pattern may take. Patterns with look-around run on
+/// fancy-regex's backtracking machine (the others on `regex`'s automata, which never
+/// backtrack); a tokenizer file's pattern is input, and one that backtracks without end
+/// (`((a|a)*)(?!a)b` on a run of `a`s) must end in an [`Error::PatternLimit`], not hang the
+/// encode. Real patterns (GPT-2's, Llama 3's, Qwen's) backtrack a few steps per match; a
+/// million takes tens of milliseconds. The bound counts steps, not the work of the automata a
+/// step runs: a look-ahead that scans the rest of the text at every step (`(?:a(?=a*))*b`)
+/// still costs a million scans (seconds on a run of 10,000 letters) before it ends.
+pub const BACKTRACK_LIMIT: usize = 1_000_000;
+
 /// Compiles one of the patterns a tokenizer file names (or reuses it, compiled before);
 /// `what` says where it came from.
 pub fn regex(pattern: &str, what: &str) -> Result<Regex> {
@@ -34,12 +44,15 @@ pub fn regex(pattern: &str, what: &str) -> Result<Regex> {
     if let Some(re) = COMPILED.lock().ok().and_then(|list| cached(&list)) {
         return Ok(re);
     }
-    let re = Regex::new(pattern).map_err(|e| {
-        Error::invalid(
-            "tokenizer",
-            format!("{what}: the pattern {pattern:?} does not compile: {e}"),
-        )
-    })?;
+    let re = fancy_regex::RegexBuilder::new(pattern)
+        .backtrack_limit(BACKTRACK_LIMIT)
+        .build()
+        .map_err(|e| {
+            Error::invalid(
+                "tokenizer",
+                format!("{what}: the pattern {pattern:?} does not compile: {e}"),
+            )
+        })?;
     if let Ok(mut list) = COMPILED.lock() {
         if list.len() < CACHED_PATTERNS && cached(&list).is_none() {
             list.push((pattern.to_string(), re.clone()));
@@ -87,7 +100,7 @@ impl Normalizer {
                 let mut out = String::with_capacity(text.len());
                 let mut last = 0;
                 for m in re.find_iter(&text) {
-                    let m = m.map_err(regex_failed)?;
+                    let m = m.map_err(|e| regex_failed(re, e))?;
                     out.push_str(&text[last..m.start()]);
                     out.push_str(to);
                     last = m.end();
@@ -187,11 +200,25 @@ pub enum PreStep {
     },
 }
 
-fn regex_failed(e: fancy_regex::Error) -> Error {
-    Error::invalid(
-        "tokenize",
-        format!("the pre-tokenizer pattern gave up on this text ({e}); shorten runs of repeated characters"),
-    )
+/// The error of a pattern that failed on a text: past its backtracking bound, an
+/// [`Error::PatternLimit`].
+fn regex_failed(re: &Regex, e: fancy_regex::Error) -> Error {
+    match e {
+        fancy_regex::Error::RuntimeError(fancy_regex::RuntimeError::BacktrackLimitExceeded) => {
+            Error::PatternLimit {
+                pattern: re.as_str().to_string(),
+                limit: BACKTRACK_LIMIT,
+            }
+        }
+        e => Error::invalid(
+            "tokenize",
+            format!(
+                "the tokenizer pattern {:?} gave up on this text ({e}); shorten runs of \
+                 repeated characters",
+                re.as_str()
+            ),
+        ),
+    }
 }
 
 /// The spans `(start, end, matched)` of `text` in order, matches of `re` and the text between
@@ -200,7 +227,7 @@ fn spans(re: &Regex, text: &str) -> Result<Vec<(usize, usize, bool)>> {
     let mut out = Vec::new();
     let mut last = 0;
     for m in re.find_iter(text) {
-        let m = m.map_err(regex_failed)?;
+        let m = m.map_err(|e| regex_failed(re, e))?;
         if m.start() == m.end() {
             continue;
         }
