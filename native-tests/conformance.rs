@@ -16,7 +16,7 @@ mod formats;
 mod fused;
 
 use common::{assert_close, reference, rng, tensor, uniform};
-use formats::{llama_cpp_formats_gguf_fixtures, llama_cpp_formats_qmatmul};
+use formats::{kquant_products, llama_cpp_formats_gguf_fixtures, llama_cpp_formats_qmatmul};
 use fused::{
     linear_residual, norm_linear, norm_linear_into, norm_linear_rope, norm_swiglu_linear,
     paged_attention, shared_rounding, swiglu_linear,
@@ -1447,6 +1447,7 @@ matrix!(
     quant_roundtrip,
     llama_cpp_formats_gguf_fixtures,
     llama_cpp_formats_qmatmul,
+    kquant_products,
     qmatmul,
     ternary_dot,
     linear_scan,

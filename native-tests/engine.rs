@@ -323,7 +323,8 @@ fn gguf_models_match_their_hugging_face_original() {
 /// GGUF files that mix llama.cpp's formats as its quantizer does (Q4_K_M: Q4_K with Q6_K
 /// for some matrices; and the 32-value formats), each tensor in its own format (gate and up
 /// in two: no fused gate·up product), the token embedding packed too: the cpu forward equals the reference's, the products are named, and
-/// the wgpu backend, which has no kernels for them yet, refuses the model when it loads.
+/// the wgpu backend, which has kernels for only two of them (`Q4_K` and `Q6_K`, the Q4_K_M
+/// mix: `llama_cpp_agreement.rs` runs that), refuses the model when it loads.
 #[test]
 fn gguf_models_mixing_llama_cpp_formats_run_on_the_host() {
     let s = Shape {

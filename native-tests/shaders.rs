@@ -53,6 +53,8 @@ fn every_shader_validates() {
     assert_eq!(dot4.len(), 2, "builtin and portable idot4 preludes");
     let rotary = preludes(&dir, "rotary");
     assert_eq!(rotary.len(), 1, "the sin_cos prelude");
+    let kquants = preludes(&dir, "kquants");
+    assert_eq!(kquants.len(), 1, "the K-quant decode prelude");
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).expect("shaders/ exists") {
         let path = entry.expect("readable entry").path();
@@ -69,12 +71,18 @@ fn every_shader_validates() {
         for r in choices(&file, "reduce", &reduce) {
             for d in choices(&file, "dot4", &dot4) {
                 for s in choices(&file, "rotary", &rotary) {
-                    let chosen: Vec<&(String, String)> =
-                        r.iter().chain(d.iter()).chain(s.iter()).collect();
-                    let names: Vec<&str> = chosen.iter().map(|(n, _)| n.as_str()).collect();
-                    let sources: Vec<&str> = chosen.iter().map(|(_, s)| s.as_str()).collect();
-                    let what = format!("{} + {name}", names.join(" + "));
-                    modules.push(validate(&what, &compose_module(&file, &sources)));
+                    for kq in choices(&file, "kquants", &kquants) {
+                        let chosen: Vec<&(String, String)> = r
+                            .iter()
+                            .chain(d.iter())
+                            .chain(s.iter())
+                            .chain(kq.iter())
+                            .collect();
+                        let names: Vec<&str> = chosen.iter().map(|(n, _)| n.as_str()).collect();
+                        let sources: Vec<&str> = chosen.iter().map(|(_, s)| s.as_str()).collect();
+                        let what = format!("{} + {name}", names.join(" + "));
+                        modules.push(validate(&what, &compose_module(&file, &sources)));
+                    }
                 }
             }
         }

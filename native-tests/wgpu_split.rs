@@ -2,8 +2,9 @@
 //! limit forced down to 32 KiB (`WEBTENSOR_WGPU_MAX_BINDING`), weights and embedding tables
 //! far larger than that are read one row range per binding, and every product and gather
 //! against them matches the reference backend, as does a model whose embedding and tied LM
-//! head are larger than one binding; the fused decode ops with such a weight or KV pool run
-//! their composition. Ops that cannot be split still refuse such a tensor with a typed error.
+//! head are larger than one binding (the K-quants' products too); the fused decode ops with
+//! such a weight or KV pool run their composition. Ops that cannot be split still refuse such
+//! a tensor with a typed error.
 //!
 //! The limit is read when the wgpu backend starts, once per process, so this binary holds one
 //! test that sets it before anything starts a backend.
@@ -70,6 +71,34 @@ fn products(gpu: &Device) {
                     2e-3,
                 );
             }
+        }
+    }
+}
+
+/// `a · wᵀ` for the K-quants wgpu reads (`Q4_K`, `Q6_K`, random super-blocks) with f32
+/// activations, the weight larger than one binding: row ranges of 144- and 210-byte blocks.
+fn kquant_products(gpu: &Device) {
+    let rf = reference();
+    let mut r = rng(13);
+    let k = 512;
+    for format in [DType::Q4_K, DType::Q6_K] {
+        let bytes = common::random_blocks(&mut r, format, N * k / format.block_len(), 0.01);
+        assert!(
+            bytes.len() as u64 > CAP,
+            "the {format} weight must exceed a binding"
+        );
+        let packed = Tensor::from_bytes(&rf, format, bytes, [N, k]).unwrap();
+        let on_gpu = packed.to_device(gpu).unwrap();
+        for m in [1usize, 3, 5] {
+            let a = uniform(&mut r, m * k, 1.0);
+            let got = ops::qmatmul_t(&tensor(gpu, &a, &[m, k]), &on_gpu, Activations::F32);
+            let want = ops::qmatmul_t(&tensor(&rf, &a, &[m, k]), &packed, Activations::F32);
+            assert_close(
+                &format!("{format} qmatmul_t f32 m={m}"),
+                &vec_of(&got.unwrap()),
+                &vec_of(&want.unwrap()),
+                2e-3,
+            );
         }
     }
 }
@@ -200,6 +229,7 @@ fn tensors_beyond_one_binding_are_read_in_row_ranges() {
     assert_eq!(limit, Some(CAP), "the binding limit was not forced down");
 
     products(&gpu);
+    kquant_products(&gpu);
     fused(&gpu);
     gather(&gpu);
     model(&gpu);

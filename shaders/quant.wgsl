@@ -6,6 +6,8 @@
 // @prelude(dot4): and after one of shaders/dot4/*.wgsl, which defines `idot4` (the dot product
 // of two words' four signed bytes).
 // @prelude(rotary): and after shaders/rotary/sin_cos.wgsl, which defines `sin_cos`.
+// @prelude(kquants): and after shaders/kquants/decode.wgsl, which decodes groups of the Q4_K
+// and Q6_K super-blocks (`kq_q4_k_group`, `kq_q6_k_group`).
 //
 // Bindings: 0 = params, 1 = output as u32 words (f32 and i32 results are bit-cast),
 // 2 = `q`: the packed data (for `quantize` and `quantize_acts_*`: the f32 input),
@@ -507,6 +509,20 @@ fn dequantize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
         let end = min(32u, p.k - 32u * g);
         for (var i = 0u; i < end; i = i + 1u) {
             out[first + i] = bitcast<u32>(f16_to_f32(half_at(2u * (first + i))));
+        }
+        return;
+    }
+    if (p.format == FMT_Q4_K || p.format == FMT_Q6_K) {
+        // The super-blocks' groups come decoded, every scale applied (kquants/decode.wgsl).
+        var w: Group;
+        if (p.format == FMT_Q4_K) {
+            w = kq_q4_k_group(row, g);
+        } else {
+            w = kq_q6_k_group(row, g);
+        }
+        let vals = array<vec4<f32>, 8>(w.v0, w.v1, w.v2, w.v3, w.v4, w.v5, w.v6, w.v7);
+        for (var i = 0u; i < 32u; i = i + 1u) {
+            out[first + i] = bitcast<u32>(vals[i / 4u][i % 4u]);
         }
         return;
     }
@@ -1236,6 +1252,12 @@ fn mv_decode(row: u32, g: u32) -> Group {
             return Group(q4_low_vals(w.a.x), q4_low_vals(w.a.y), q4_low_vals(w.a.z), q4_low_vals(w.a.w),
                          q4_high_vals(w.a.x), q4_high_vals(w.a.y), q4_high_vals(w.a.z), q4_high_vals(w.a.w),
                          w.scale);
+        }
+        case FMT_Q4_K: {
+            return kq_q4_k_group(row, g);
+        }
+        case FMT_Q6_K: {
+            return kq_q6_k_group(row, g);
         }
         case FMT_TQ2_0: {
             // TQ2_0 blocks of 66 bytes: 64 bytes of 2-bit trits, then the f16 scale. Group g

@@ -1,9 +1,11 @@
 //! Conformance rows of the llama.cpp block formats (`Q4_1`, `Q5_0`, `Q5_1`, the K-quants,
 //! `IQ4_NL`, `IQ4_XS`): on the host backends dequantize bit-exact against gguf-py, quantize
-//! byte-exact where gguf-py quantizes, products against the reference; on the GPU backends,
-//! which have no kernels for them yet, a typed refusal when such a tensor is made.
+//! byte-exact where gguf-py quantizes, products against the reference; on the GPU backends a
+//! typed refusal when a tensor of a format they have no kernels for is made (on wgpu all but
+//! `Q4_K` and `Q6_K`, whose products and dequantization [`kquant_products`] checks against the
+//! reference; on cuda all of them).
 
-use super::common::{random_blocks, reference, rng, tensor, uniform};
+use super::common::{assert_close, random_blocks, reference, rng, tensor, uniform};
 use super::{assert_same_values, compare, f32s, fixture, TOL};
 use webtensor::ops::{self, Activations};
 use webtensor::{DType, Device, Error, Tensor};
@@ -27,9 +29,21 @@ fn on_host(dev: &Device) -> bool {
     matches!(dev.backend_name(), "cpu" | "reference")
 }
 
+/// Whether `dev` runs products of `format` (the host backends all of them, wgpu the Q4_K_M
+/// mix's `Q4_K` and `Q6_K`).
+fn runs(dev: &Device, format: DType) -> bool {
+    on_host(dev) || (dev.backend_name() == "wgpu" && WGPU_FORMATS.contains(&format))
+}
+
+/// The llama.cpp formats the wgpu backend has kernels for.
+const WGPU_FORMATS: [DType; 2] = [DType::Q4_K, DType::Q6_K];
+
 /// The GPU backends refuse a tensor of a format they have no kernels for, naming both.
 fn refused(dev: &Device) {
     for (_, format) in LLAMA_CPP_FORMATS {
+        if runs(dev, format) {
+            continue;
+        }
         let bytes = vec![0u8; format.block_bytes()];
         match Tensor::from_bytes(dev, format, bytes, [1, format.block_len()]) {
             Err(Error::FormatUnsupported { dtype, backend }) => {
@@ -153,6 +167,117 @@ pub fn llama_cpp_formats_qmatmul(dev: &Device) {
                         );
                     }
                 }
+            }
+        }
+    }
+}
+
+/// `Q4_K` and `Q6_K` (the Q4_K_M mix) as the wgpu backend runs them, against the reference on
+/// every backend that reads them: f32 activations (the engine's choice for them on wgpu,
+/// `ActivationMode::for_weight_on`), decode rows (m ≤ 4, the `mv` kernel) and prefill rows
+/// (on GPUs past 64 rows `mm_tiled`'s tiles), the plain product, `linear_residual`,
+/// `swiglu_linear` with the weights uploaded one by one and together (the paired product on
+/// GPUs where n is even), and the normed products, which the wgpu backend composes (the norm
+/// folds only into an int8 rounding); then dequantization, and on wgpu the typed refusal of
+/// `Q8_K` activations, which it has no kernel for. Tolerance: matmul's 1e-5·√k (twice that
+/// for the SwiGLU products, each output a product of two sums; dequantization 1e-6 of the
+/// largest value: the GPU may fuse `(d·sc)·q − dmin·mn` into one rounding).
+pub fn kquant_products(dev: &Device) {
+    if !WGPU_FORMATS.iter().all(|&f| runs(dev, f)) {
+        return;
+    }
+    let mut r = rng(65);
+    let shapes = [
+        (1, 37, 256),
+        (4, 70, 768),
+        (3, 6, 2048),
+        (5, 37, 512),
+        (70, 130, 256),
+    ];
+    for format in WGPU_FORMATS {
+        for (m, n, k) in shapes {
+            let blocks = n * k / format.block_len();
+            let w = random_blocks(&mut r, format, blocks, 0.01);
+            let u = random_blocks(&mut r, format, blocks, 0.01);
+            let a = uniform(&mut r, m * k, 2.0);
+            let residual = uniform(&mut r, m * n, 1.0);
+            let nw = uniform(&mut r, k, 1.0);
+            let act = Activations::F32;
+            let what = format!("{format} f32 {m}x{n}x{k}");
+            let tol = TOL * (k as f64).sqrt();
+            let weight =
+                |d: &Device, b: &[u8]| Tensor::from_bytes(d, format, b.to_vec(), [n, k]).unwrap();
+            compare(&format!("qmatmul {what}"), dev, tol, |d| {
+                ops::qmatmul_t(&tensor(d, &a, &[m, k]), &weight(d, &w), act).unwrap()
+            });
+            compare(&format!("linear_residual {what}"), dev, tol, |d| {
+                let res = tensor(d, &residual, &[m, n]);
+                ops::linear_residual(&tensor(d, &a, &[m, k]), &weight(d, &w), &res, act).unwrap()
+            });
+            compare(&format!("swiglu_linear {what}"), dev, 2.0 * tol, |d| {
+                let x = tensor(d, &a, &[m, k]);
+                ops::swiglu_linear(&x, &weight(d, &w), &weight(d, &u), act).unwrap()
+            });
+            compare(
+                &format!("swiglu_linear grouped {what}"),
+                dev,
+                2.0 * tol,
+                |d| {
+                    let shape = webtensor::Shape::from([n, k]);
+                    let parts = vec![
+                        (format, w.clone(), shape.clone()),
+                        (format, u.clone(), shape),
+                    ];
+                    let [gate, up]: [Tensor; 2] = Tensor::from_bytes_group(d, parts)
+                        .unwrap()
+                        .try_into()
+                        .unwrap();
+                    ops::swiglu_linear(&tensor(d, &a, &[m, k]), &gate, &up, act).unwrap()
+                },
+            );
+            compare(&format!("rms_norm_linear {what}"), dev, tol, |d| {
+                let norm = ops::RmsNormParams {
+                    weight: &tensor(d, &nw, &[k]),
+                    eps: 1e-5,
+                };
+                let product = ops::NormProduct {
+                    weight: &weight(d, &w),
+                    activations: act,
+                    rope: None,
+                };
+                let x = tensor(d, &a, &[m, k]);
+                ops::rms_norm_linears(&x, norm, &[product])
+                    .unwrap()
+                    .remove(0)
+            });
+            compare(
+                &format!("rms_norm_swiglu_linear {what}"),
+                dev,
+                2.0 * tol,
+                |d| {
+                    let norm = ops::RmsNormParams {
+                        weight: &tensor(d, &nw, &[k]),
+                        eps: 1e-5,
+                    };
+                    let x = tensor(d, &a, &[m, k]);
+                    ops::rms_norm_swiglu_linear(&x, norm, &weight(d, &w), &weight(d, &u), act)
+                        .unwrap()
+                },
+            );
+            let got: Vec<f32> = ops::dequantize(&weight(dev, &w)).unwrap().to_vec().unwrap();
+            let want: Vec<f32> = ops::dequantize(&weight(&reference(), &w))
+                .unwrap()
+                .to_vec()
+                .unwrap();
+            assert_close(&format!("dequantize {what}"), &got, &want, 1e-6);
+            if dev.backend_name() == "wgpu" {
+                let x = tensor(dev, &a, &[m, k]);
+                let e = ops::qmatmul_t(&x, &weight(dev, &w), Activations::Q8_K).unwrap_err();
+                assert!(
+                    matches!(e, Error::InvalidArgument { .. })
+                        && e.to_string().contains("take f32 activations"),
+                    "{what}: Q8_K activations on wgpu: {e}"
+                );
             }
         }
     }

@@ -14,7 +14,7 @@
 
 use std::fmt;
 
-use crate::backend::Activations;
+use crate::backend::{Activations, BackendKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops;
@@ -60,9 +60,26 @@ impl ActivationMode {
         }
     }
 
-    /// One line naming the path each weight dtype of `weights` takes, e.g.
+    /// The activations a product with a `weight`-dtype matrix held by `backend` uses in this
+    /// mode: [`ActivationMode::for_weight`]'s, except that the wgpu backend has no `Q8_K`
+    /// kernels (yet), so its K-quant products (`Q4_K`, `Q6_K`) take f32 activations in the
+    /// `Integer` mode too, rather than failing. [`ActivationMode::describe`] says so
+    /// (`q4_k weights × f32 activations`), and the logits differ from the cpu backend's by the
+    /// activations' rounding (see docs/DESIGN.md's tolerance table).
+    pub fn for_weight_on(self, weight: DType, backend: BackendKind) -> Activations {
+        match self.for_weight(weight) {
+            Activations::Q8_K if backend == BackendKind::Wgpu => Activations::F32,
+            act => act,
+        }
+    }
+
+    /// One line naming the path each weight dtype of `weights` takes on `backend`, e.g.
     /// `q4_0 weights × q8_0 activations`.
-    pub fn describe(self, weights: impl IntoIterator<Item = DType>) -> String {
+    pub fn describe(
+        self,
+        weights: impl IntoIterator<Item = DType>,
+        backend: BackendKind,
+    ) -> String {
         let mut dtypes: Vec<DType> = Vec::new();
         for d in weights {
             if !dtypes.contains(&d) {
@@ -72,7 +89,7 @@ impl ActivationMode {
         let parts: Vec<String> = dtypes
             .iter()
             .map(|&d| {
-                let act = match self.for_weight(d) {
+                let act = match self.for_weight_on(d, backend) {
                     Activations::Q8_0 => "q8_0",
                     Activations::Q8_K => "q8_k",
                     Activations::I8 => "per-row i8",
@@ -96,9 +113,9 @@ impl fmt::Display for ActivationMode {
 }
 
 /// `x · wᵀ` for a linear layer's weight `w` `[n, k]` in its stored dtype, with the
-/// activations `mode` picks for that dtype.
+/// activations `mode` picks for that dtype on the backend holding `w`.
 pub fn linear(x: &Tensor, w: &Tensor, mode: ActivationMode) -> Result<Tensor> {
-    match mode.for_weight(w.dtype()) {
+    match mode.for_weight_on(w.dtype(), w.backend().kind()) {
         Activations::F32 => ops::matmul_t(x, w),
         act => ops::qmatmul_t(x, w, act),
     }
@@ -129,8 +146,34 @@ mod tests {
         );
         assert!(ActivationMode::parse("f16").is_err());
         assert_eq!(
-            int.describe([DType::Q4_0, DType::Q4_0, DType::F32]),
+            int.describe([DType::Q4_0, DType::Q4_0, DType::F32], BackendKind::Cpu),
             "q4_0 weights × q8_0 activations, f32 weights × f32 activations"
+        );
+    }
+
+    #[test]
+    fn wgpu_takes_f32_activations_for_the_k_quants() {
+        let int = ActivationMode::Integer;
+        for (w, on_wgpu) in [
+            (DType::Q4_K, Activations::F32),
+            (DType::Q6_K, Activations::F32),
+            (DType::Q4_0, Activations::Q8_0),
+            (DType::TQ2_0, Activations::I8),
+        ] {
+            assert_eq!(int.for_weight_on(w, BackendKind::Wgpu), on_wgpu, "{w}");
+            assert_eq!(
+                int.for_weight_on(w, BackendKind::Cpu),
+                int.for_weight(w),
+                "{w}"
+            );
+        }
+        assert_eq!(
+            int.describe([DType::Q4_K, DType::Q6_K], BackendKind::Wgpu),
+            "q4_k weights × f32 activations, q6_k weights × f32 activations"
+        );
+        assert_eq!(
+            int.describe([DType::Q4_K], BackendKind::Cpu),
+            "q4_k weights × q8_k activations"
         );
     }
 }

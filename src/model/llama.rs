@@ -305,7 +305,15 @@ impl Llama {
             .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down])
             .chain([&self.lm_head])
             .map(Tensor::dtype);
-        self.activations.describe(dtypes)
+        self.activations
+            .describe(dtypes, self.ranks[0].device.primary().kind())
+    }
+
+    /// The activations of a product with `weight`: the mode's for its dtype on the backend
+    /// holding it ([`ActivationMode::for_weight_on`]).
+    fn activations_for(&self, weight: &Tensor) -> crate::backend::Activations {
+        self.activations
+            .for_weight_on(weight.dtype(), weight.backend().kind())
     }
 
     /// Rank `rank`'s part of decoder layer `i`: resident, or uploaded now from the files.
@@ -378,7 +386,7 @@ impl Llama {
     ) -> ops::NormProduct<'a> {
         ops::NormProduct {
             weight,
-            activations: self.activations.for_weight(weight.dtype()),
+            activations: self.activations_for(weight),
             rope,
         }
     }
@@ -401,7 +409,7 @@ impl Llama {
             return ops::swiglu(&gate_up[0], &gate_up[1]);
         }
         let eps = self.config.rms_norm_eps;
-        let act = self.activations.for_weight(layer.gate.dtype());
+        let act = self.activations_for(&layer.gate);
         if self.wants(HookPoint::FfnNorm) {
             let h = ops::rms_norm(x, &layer.ffn_norm, eps)?;
             if first {
@@ -419,7 +427,7 @@ impl Llama {
     /// `x · wᵀ`, plus `residual` folded into the same op when given.
     fn project(&self, x: &Tensor, w: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
         match residual {
-            Some(r) => ops::linear_residual(x, w, r, self.activations.for_weight(w.dtype())),
+            Some(r) => ops::linear_residual(x, w, r, self.activations_for(w)),
             None => linear(x, w, self.activations),
         }
     }

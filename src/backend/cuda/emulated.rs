@@ -151,7 +151,7 @@ impl Launcher for Emulator {
         static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: the wrapper reads each argument with the type the kernel declares; the
-        // launch code passes the kernels' parameter lists (this test checks it does).
+        // launch code passes the kernels' parameter lists (`signatures.rs` checks it does).
         unsafe { f(grid.0, grid.1, grid.2, BLOCK, argv.as_mut_ptr()) };
         Ok(())
     }
@@ -173,7 +173,7 @@ impl Inputs {
 }
 
 /// Every op at small awkward shapes, with its inputs.
-fn cases() -> Vec<(OpSpec, Vec<HostData>)> {
+pub(super) fn cases() -> Vec<(OpSpec, Vec<HostData>)> {
     let mut r = Inputs(StdRng::seed_from_u64(11));
     let mut c: Vec<(OpSpec, Vec<HostData>)> = Vec::new();
     for op in [
@@ -522,10 +522,10 @@ fn copy_into_copies_a_region_in_place() {
 
 /// A fused op's case: its spec, inputs, the target of an in-place op, and its tolerance
 /// (docs/DESIGN.md) relative to the largest expected value.
-struct FusedCase {
-    spec: OpSpec,
-    inputs: Vec<HostData>,
-    target: Option<HostData>,
+pub(super) struct FusedCase {
+    pub(super) spec: OpSpec,
+    pub(super) inputs: Vec<HostData>,
+    pub(super) target: Option<HostData>,
     tol: f32,
 }
 
@@ -597,7 +597,7 @@ fn fused_formats() -> Vec<(DType, Activations)> {
 /// the pool; attention with GQA, windows, more keys than a chunk, row tables wider than the
 /// keys (columns past the pool, never read), heads of 16, 72 (three value groups) and 300
 /// values (wider than a block).
-fn fused_cases() -> Vec<FusedCase> {
+pub(super) fn fused_cases() -> Vec<FusedCase> {
     let mut r = Inputs(StdRng::seed_from_u64(29));
     let mut c = Vec::new();
     let eps = 0.25;

@@ -139,7 +139,8 @@ impl Launcher for CudaBackend {
             block_dim: (BLOCK, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: each kernel's parameter list matches `args` (see the `.cu` files), and every
+        // SAFETY: each kernel's parameter list matches `args` (the `.cu` files; checked by
+        // `signatures.rs`), and every
         // pointer is a live buffer at least as large as the sizes passed say.
         unsafe { builder.launch(cfg) }
             .map(|_| ())

@@ -22,6 +22,8 @@ mod emulated;
 mod graph;
 mod kernels;
 mod launch;
+#[cfg(test)]
+mod signatures;
 pub mod sources;
 
 use std::collections::HashMap;

@@ -30,6 +30,9 @@ pub(crate) const TEXTURE_INPUTS: usize = 7;
 /// `sin_cos` of rotary angles, for `rope.wgsl` and `quant.wgsl`'s rotary epilogue.
 const ROTARY_PRELUDE: &str = include_str!("../../../shaders/rotary/sin_cos.wgsl");
 
+/// The K-quant super-blocks decoded a group at a time, for `quant.wgsl`'s products.
+const KQUANTS_PRELUDE: &str = include_str!("../../../shaders/kquants/decode.wgsl");
+
 /// One `.wgsl` file of `shaders/`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Shader {
@@ -111,6 +114,7 @@ impl Shader {
                 reduce_prelude(shape),
                 dot4_prelude(int_dot).into(),
                 ROTARY_PRELUDE.into(),
+                KQUANTS_PRELUDE.into(),
             ],
             Shader::Rope => vec![ROTARY_PRELUDE.into()],
             _ => vec![],
@@ -217,6 +221,7 @@ pub(crate) fn sources_fingerprint() -> u64 {
         dot4_prelude(builtin).hash(&mut h);
     }
     ROTARY_PRELUDE.hash(&mut h);
+    KQUANTS_PRELUDE.hash(&mut h);
     h.finish()
 }
 

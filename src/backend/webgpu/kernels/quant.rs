@@ -18,6 +18,11 @@
 //! ([`folds_norm`]); `swiglu_linear`'s up product reads what its gate product rounded
 //! ([`ActTable`]).
 //!
+//! The K-quants Q4_K and Q6_K take f32 activations and the `mv` and `mm_tiled` kernels only,
+//! which decode their super-blocks a group of 32 values at a time (`shaders/kquants/decode.wgsl`);
+//! a product they cannot take (other activations, rows longer than the lanes shape's `max_k`)
+//! is an error.
+//!
 //! On CPU adapters a Q4_0 tensor also has a copy as texels (`texels.rs`), which the int8
 //! products fetch instead of loading words: `mv_pairs_texels` for decode's one row,
 //! `mv_texels` for prefill's chunks of rows.
@@ -417,6 +422,23 @@ impl Encoder<'_> {
         let mv_grid = self.row_block_grid(OP, m, n, self.ctx.mv_shape().rows_per_workgroup())?;
         let fits_mv = k <= self.ctx.mv_shape().max_k();
         let tiled = self.ctx.tiled_prefill && takes_tiled(pr, self.ctx.mv_shape(), folds, epilogue);
+        if crate::quant::kquants::is_super_block(format)
+            && !(activations == Activations::F32 && (tiled || fits_mv))
+        {
+            // The K-quants decode only inside `mv` and `mm_tiled` (`kquants/decode.wgsl`), with
+            // f32 activations (the engine picks those for them on wgpu:
+            // `ActivationMode::for_weight_on`).
+            let why = if activations == Activations::F32 {
+                let max_k = self.ctx.mv_shape().max_k();
+                format!("rows of {k} values are longer than this adapter's {max_k}")
+            } else {
+                format!("they take f32 activations there, not {activations:?}")
+            };
+            return Err(Error::invalid(
+                OP,
+                format!("wgpu has no product of {format} weights here: {why}"),
+            ));
+        }
         // The `mv` kernel binds six operands: the epilogue's, the norm's weight, the rotary
         // positions and the pool slots, or an operand again, unread. `mv_pairs_texels` binds
         // the same, then the weights' texel scales and their texture.
