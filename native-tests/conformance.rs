@@ -498,27 +498,35 @@ const GGUF_FORMATS: [(&str, DType); 4] = [
 fn quant_gguf_fixtures(dev: &Device) {
     let input = f32s(&fixture("input.f32"));
     for (name, format) in GGUF_FORMATS {
-        let x = tensor(dev, &input, &[16, 256]);
-        let got = ops::quantize(&x, format).unwrap().to_bytes().unwrap();
-        let want = fixture(&format!("{name}.bin"));
-        if let Some(i) = got.iter().zip(&want).position(|(g, w)| g != w) {
-            panic!(
-                "quantize {name} on {}: byte {i} (block {}) is {:#04x}, gguf-py wrote {:#04x}",
-                dev.backend_name(),
-                i / format.block_bytes(),
-                got[i],
-                want[i]
-            );
-        }
-        assert_eq!(got.len(), want.len(), "quantize {name}: length");
-        let packed = Tensor::from_bytes(dev, format, want, [16, 256]).unwrap();
-        let values: Vec<f32> = ops::dequantize(&packed).unwrap().to_vec().unwrap();
-        assert_same_values(
-            &format!("dequantize {name} on {}", dev.backend_name()),
-            &values,
-            &f32s(&fixture(&format!("{name}.f32"))),
+        quantizes_like_gguf_py(dev, &input, name, format);
+    }
+}
+
+/// `input` ([16, 256], `input.f32`) quantized to `format` is gguf-py's `{name}.bin` byte for
+/// byte, and those bytes dequantize to gguf-py's `{name}.f32` value for value.
+fn quantizes_like_gguf_py(dev: &Device, input: &[f32], name: &str, format: DType) {
+    let got = ops::quantize(&tensor(dev, input, &[16, 256]), format)
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    let want = fixture(&format!("{name}.bin"));
+    if let Some(i) = got.iter().zip(&want).position(|(g, w)| g != w) {
+        panic!(
+            "quantize {name} on {}: byte {i} (block {}) is {:#04x}, gguf-py wrote {:#04x}",
+            dev.backend_name(),
+            i / format.block_bytes(),
+            got[i],
+            want[i]
         );
     }
+    assert_eq!(got.len(), want.len(), "quantize {name}: length");
+    let packed = Tensor::from_bytes(dev, format, want, [16, 256]).unwrap();
+    let values: Vec<f32> = ops::dequantize(&packed).unwrap().to_vec().unwrap();
+    assert_same_values(
+        &format!("dequantize {name} on {}", dev.backend_name()),
+        &values,
+        &f32s(&fixture(&format!("{name}.f32"))),
+    );
 }
 
 /// Every format on random rows of several shapes, and f16 at its edge cases, bit-exact against

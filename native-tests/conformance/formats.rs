@@ -6,7 +6,7 @@
 //! reference; on cuda all of them).
 
 use super::common::{assert_close, random_blocks, reference, rng, tensor, uniform};
-use super::{assert_same_values, compare, f32s, fixture, TOL};
+use super::{assert_same_values, compare, f32s, fixture, quantizes_like_gguf_py, TOL};
 use webtensor::ops::{self, Activations};
 use webtensor::{DType, Device, Error, Tensor};
 
@@ -80,28 +80,7 @@ pub fn llama_cpp_formats_gguf_fixtures(dev: &Device) {
         ("q5_0", DType::Q5_0),
         ("q5_1", DType::Q5_1),
     ] {
-        let got = ops::quantize(&tensor(dev, &input, &[16, 256]), format)
-            .unwrap()
-            .to_bytes()
-            .unwrap();
-        let want = fixture(&format!("{name}.bin"));
-        assert_eq!(got.len(), want.len(), "quantize {name}: length");
-        if let Some(i) = got.iter().zip(&want).position(|(g, w)| g != w) {
-            panic!(
-                "quantize {name} on {}: byte {i} (block {}) is {:#04x}, gguf-py wrote {:#04x}",
-                dev.backend_name(),
-                i / format.block_bytes(),
-                got[i],
-                want[i]
-            );
-        }
-        let packed = Tensor::from_bytes(dev, format, want, [16, 256]).unwrap();
-        let values: Vec<f32> = ops::dequantize(&packed).unwrap().to_vec().unwrap();
-        assert_same_values(
-            &format!("dequantize {name} on {}", dev.backend_name()),
-            &values,
-            &f32s(&fixture(&format!("{name}.f32"))),
-        );
+        quantizes_like_gguf_py(dev, &input, name, format);
     }
     // Formats without a quantizer are a typed error, as is a row that is not whole blocks.
     let x = tensor(dev, &input, &[16, 256]);
