@@ -612,7 +612,8 @@ fn bench_model_counts_wgpu_dispatches_per_decode_step() {
 }
 
 /// The host's cost of a decode step in a `bench --model --json` row: its thread's CPU time
-/// per token and per dispatch (one divided by the other), and a replayed step on wgpu.
+/// per token and per dispatch (one divided by the other), and a replayed step on wgpu whose
+/// steps share submits (each step its own submit would be one per token).
 fn check_host_cost(r: &serde_json::Value) {
     let ms = r["host_ms_per_token"].as_f64().expect("host ms per token");
     let us = r["host_us_per_dispatch"]
@@ -631,6 +632,8 @@ fn check_host_cost(r: &serde_json::Value) {
         "{r}"
     );
     assert_eq!(r["decode_replayed"], true, "{r}");
+    let submits = r["submits_per_token"].as_f64().expect("submits per token");
+    assert!(submits > 0.0 && submits <= 0.5, "{r}");
 }
 
 /// With the `wgpu-noop` feature and `WGPU_BACKEND=noop`, `bench --model` times the host's side

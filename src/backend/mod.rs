@@ -296,6 +296,25 @@ impl KernelProfile {
     }
 }
 
+/// What a recording backend has sent the device since it started ([`Backend::recorded_work`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordedWork {
+    /// Kernel dispatches recorded.
+    pub dispatches: u64,
+    /// Submits that carried recorded work to the device.
+    pub submits: u64,
+}
+
+impl RecordedWork {
+    /// What was sent after `earlier` (a reading of the same backend).
+    pub fn since(self, earlier: RecordedWork) -> RecordedWork {
+        RecordedWork {
+            dispatches: self.dispatches - earlier.dispatches,
+            submits: self.submits - earlier.submits,
+        }
+    }
+}
+
 /// One place where ops run. Implementations must be thread-safe: a device may be used from
 /// several threads.
 pub trait Backend: Send + Sync + fmt::Debug {
@@ -434,9 +453,9 @@ pub trait Backend: Send + Sync + fmt::Debug {
         Ok(())
     }
 
-    /// Kernel dispatches recorded since the backend started, for backends that count them
-    /// (`bench --model` shows dispatches per decode step); `None` elsewhere.
-    fn dispatches(&self) -> Option<u64> {
+    /// Kernel dispatches and submits since the backend started, for backends that record
+    /// work (`bench --model` shows both per decode step); `None` elsewhere.
+    fn recorded_work(&self) -> Option<RecordedWork> {
         None
     }
 

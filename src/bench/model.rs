@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::clock::thread_cpu_secs;
 use super::{ceilings, Size};
-use crate::backend::{registry, BackendKind, BackendRef, DeviceClass, KernelProfile};
+use crate::backend::{registry, BackendKind, BackendRef, DeviceClass, KernelProfile, RecordedWork};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::model::generate::{decodes_ahead, DecodeBatches, MULTI_STEP};
@@ -59,6 +59,9 @@ pub struct ModelBenchRow {
     pub frac_read: Option<f64>,
     /// Kernel dispatches per decode step (sampling included), where the backend counts them.
     pub dispatches_per_token: Option<f64>,
+    /// Submits to the device per decode step, where the backend counts them: below one when
+    /// steps share a submit.
+    pub submits_per_token: Option<f64>,
     /// CPU time of the thread that records and submits the decode, per token (the median
     /// sample), where the platform measures thread CPU time: what the host spends on a step
     /// whatever the device does meanwhile.
@@ -257,6 +260,7 @@ pub fn run(
             frac_copy: None,
             frac_read: None,
             dispatches_per_token: None,
+            submits_per_token: None,
             host_ms_per_token: None,
             host_us_per_dispatch: None,
             host_samples: Vec::new(),
@@ -273,9 +277,9 @@ pub fn run(
                 let timed = time_once(&model, &prompt, decode_tokens, &mut cache, &backend)?;
                 row.prompt_samples.push(timed.prompt_rate);
                 row.decode_samples.extend(timed.decode_rate);
-                row.dispatches_per_token = timed
-                    .dispatches
-                    .map(|n| n as f64 / decode_tokens.max(1) as f64);
+                let per_token = |n: u64| n as f64 / decode_tokens.max(1) as f64;
+                row.dispatches_per_token = timed.work.map(|w| per_token(w.dispatches));
+                row.submits_per_token = timed.work.map(|w| per_token(w.submits));
                 row.decode_replayed = cache.decode_is_replayed();
                 if let Some(secs) = timed.host_cpu_secs {
                     row.host_samples
@@ -346,8 +350,8 @@ struct Timed {
     prompt_rate: f64,
     /// Decode tokens/s, if any were asked for.
     decode_rate: Option<f64>,
-    /// The decode's kernel dispatches, where the backend counts them.
-    dispatches: Option<u64>,
+    /// The decode's kernel dispatches and submits, where the backend counts them.
+    work: Option<RecordedWork>,
     /// CPU seconds of this thread during the decode, where the platform tells.
     host_cpu_secs: Option<f64>,
     /// The decode's GPU time per kernel, where the backend measures it.
@@ -369,7 +373,7 @@ fn time_once(
     let start = Instant::now();
     let mut next = model.sample_next(prompt, cache, &mut sampler)?;
     let prompt_rate = prompt.len() as f64 / start.elapsed().as_secs_f64();
-    let before = backend.dispatches();
+    let before = backend.recorded_work();
     let profile_before = backend.kernel_profile();
     let start = Instant::now();
     let cpu_start = thread_cpu_secs();
@@ -383,10 +387,10 @@ fn time_once(
     let host_cpu_secs = thread_cpu_secs()
         .zip(cpu_start)
         .map(|(end, start)| end - start);
-    let dispatches = backend
-        .dispatches()
+    let work = backend
+        .recorded_work()
         .zip(before)
-        .map(|(after, before)| after - before);
+        .map(|(after, before)| after.since(before));
     let profile = backend
         .kernel_profile()
         .zip(profile_before)
@@ -394,7 +398,7 @@ fn time_once(
     Ok(Timed {
         prompt_rate,
         decode_rate,
-        dispatches,
+        work,
         host_cpu_secs,
         profile,
     })
@@ -435,10 +439,11 @@ pub(crate) fn max_difference(a: &[f32], b: &[f32]) -> f64 {
 pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
     let opt = |v: Option<f64>, p: usize| v.map_or("-".into(), |v| format!("{v:.p$}"));
     let paths: Vec<&str> = rows.iter().map(|r| r.activations.as_str()).collect();
-    let line = |c: [&str; 13]| {
+    let line = |c: [&str; 14]| {
         format!(
-            "{:<10} {:>6} {:>20} {:>6} {:>20} {:>12} {:>7} {:>7} {:>12} {:>6} {:>11} {:>12}  {}\n",
-            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12]
+            "{:<10} {:>6} {:>20} {:>6} {:>20} {:>12} {:>7} {:>7} {:>12} {:>10} {:>6} {:>11} \
+             {:>12}  {}\n",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], c[13]
         )
     };
     let mut out = format!("{model} ({})\n", paths.first().copied().unwrap_or(""));
@@ -452,6 +457,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
         "% copy",
         "% read",
         "dispatch/tok",
+        "submit/tok",
         "replay",
         "host ms/tok",
         "host µs/disp",
@@ -479,6 +485,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
             &percent(r.frac_copy),
             &percent(r.frac_read),
             &opt(r.dispatches_per_token, 1),
+            &opt(r.submits_per_token, 2),
             if r.decode_replayed { "yes" } else { "no" },
             &opt(r.host_ms_per_token, 3),
             &opt(r.host_us_per_dispatch, 2),
@@ -502,6 +509,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
                 "",
                 "",
                 "",
+                "",
                 &peer.name,
             ]);
             out += &line([
@@ -510,6 +518,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
                 &ratio(&r.prompt_samples, &peer.prompt_samples),
                 "",
                 &ratio(&r.decode_samples, &peer.decode_samples),
+                "",
                 "",
                 "",
                 "",

@@ -37,6 +37,7 @@ mod readback;
 mod recorder;
 mod selfcheck;
 mod shared_rounding;
+mod staging;
 mod texels;
 
 use std::fmt;
@@ -57,7 +58,7 @@ use self::shared_rounding::SharedRounding;
 use self::texels::WeightTexels;
 use crate::backend::{
     Activations, Backend, BackendFuture, BackendInfo, BackendKind, CapturedStep, HostData,
-    KernelProfile, OpSpec, RopeLayout, Storage,
+    KernelProfile, OpSpec, RecordedWork, RopeLayout, Storage,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -653,9 +654,8 @@ impl Backend for WgpuBackend {
         Ok(Storage::Wgpu(out))
     }
 
-    /// `write_buffer` into the target's own memory. It lands before the next submit's
-    /// commands, so whatever is recorded and not yet submitted (which may read the old
-    /// contents) is submitted first.
+    /// Writes into the target's own memory in the write's place in the recording (the
+    /// recorder's `write`): recorded work before it reads the old contents, after it the new.
     fn write(&self, target: &mut Storage, data: HostData) -> Result<()> {
         let target = gpu_storage("write", target)?;
         self.spoil_capture("host data was written")?;
@@ -673,20 +673,12 @@ impl Backend for WgpuBackend {
                 ),
             ));
         }
-        {
-            let mut recorder = self.recorder()?;
-            if recorder.has_pending() {
-                recorder.submit(&self.ctx);
-            }
-        }
-        // write_buffer moves whole 4-byte words; pooled buffers are padded to 16 bytes.
+        // Buffer writes and copies move whole 4-byte words; pooled buffers are padded to 16
+        // bytes.
         let mut padded = bytes.to_vec();
         padded.resize(bytes.len().next_multiple_of(4), 0);
-        if !padded.is_empty() {
-            self.ctx
-                .queue
-                .write_buffer(target.raw(), target.offset(), &padded);
-        }
+        self.recorder()?
+            .write(&self.ctx, (target.raw(), target.offset()), &padded);
         self.check_errors()
     }
 
@@ -771,8 +763,8 @@ impl Backend for WgpuBackend {
         )))
     }
 
-    fn dispatches(&self) -> Option<u64> {
-        self.recorder().ok().map(|r| r.dispatches())
+    fn recorded_work(&self) -> Option<RecordedWork> {
+        self.recorder().ok().map(|r| r.recorded_work())
     }
 
     fn kernel_profile(&self) -> Option<KernelProfile> {

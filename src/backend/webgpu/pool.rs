@@ -9,7 +9,9 @@
 //! freed runs after every op recorded before, so a recycled buffer is only written once its
 //! previous readers are done. The one exception is `queue.write_buffer`, which runs at the next
 //! submit *before* that submit's command buffers; the backend therefore never writes a pooled
-//! buffer with `write_buffer` (uploads get a fresh buffer mapped at creation).
+//! buffer with `write_buffer` while work that reads it is recorded and unsubmitted (uploads
+//! get a fresh buffer mapped at creation; in-place writes are copies recorded in their place,
+//! `staging.rs`).
 
 use std::collections::HashMap;
 use std::fmt;

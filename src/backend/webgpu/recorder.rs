@@ -2,8 +2,10 @@
 //!
 //! Ops do not run when they are called: each is recorded as a dispatch into one open compute
 //! pass of a single open `CommandEncoder`, and the batch is submitted only when the host needs
-//! a result (`download`), when asked (`synchronize`), or when the parameter arena is full. A
-//! decode step is therefore one submit. The pass stays open from dispatch to dispatch (wgpu
+//! a result (`download`), when asked (`synchronize`), or when the parameter arena or the
+//! staging arena (`staging.rs`, small host writes in their place in the recording) is full.
+//! So a batch of decode steps, each with its inputs written before it, is one submit. The
+//! pass stays open from dispatch to dispatch (wgpu
 //! puts the barriers between dispatches that one's writes and the next one's reads need) and
 //! ends only for a buffer copy or the submit: a pass per dispatch cost the host a pass's
 //! begin, end and state tracking each time. With the profiler on, each dispatch has its own
@@ -33,7 +35,8 @@ use super::context::{GpuContext, Profiling};
 use super::pipelines::{Kernel, KernelId, PARAMS_BYTES};
 use super::pool::BufferPool;
 use super::profiler::Profiler;
-use crate::backend::KernelProfile;
+use super::staging::{Staging, MAX_STAGED_WRITE};
+use crate::backend::{KernelProfile, RecordedWork};
 
 /// Bytes of the parameter arena: 4096 dispatches of 256 bytes per batch.
 const ARENA_BYTES: u64 = 1 << 20;
@@ -83,12 +86,14 @@ pub(crate) struct Recorder {
     bind_groups: HashMap<BindKey, wgpu::BindGroup>,
     /// The pool's release count when the bind group cache was last checked.
     seen_releases: u64,
-    /// Dispatches recorded since the backend started.
-    dispatches: u64,
+    /// Dispatches recorded and submits made since the backend started.
+    work: RecordedWork,
     /// The timestamp profiler, when profiling is on (`None` costs nothing per dispatch).
     profiler: Option<Profiler<KernelId>>,
     /// The capture in progress, if any (`capture.rs`).
     capture: Option<CaptureLog>,
+    /// Host writes staged for this batch (`staging.rs`).
+    staging: Staging,
 }
 
 impl Recorder {
@@ -114,10 +119,11 @@ impl Recorder {
             pool,
             bind_groups: HashMap::new(),
             seen_releases: 0,
-            dispatches: 0,
+            work: RecordedWork::default(),
             profiler: (ctx.profiling == Profiling::On)
                 .then(|| Profiler::new(&ctx.device, &ctx.queue)),
             capture: None,
+            staging: Staging::new(&ctx.device),
         }
     }
 
@@ -158,7 +164,7 @@ impl Recorder {
         self.arena.extend_from_slice(&d.params[..used]);
         self.arena.resize(offset + self.slot as usize, 0);
 
-        self.dispatches += 1;
+        self.work.dispatches += 1;
         let key = self.bind_key(&d);
         let bind_group = self.bind_group(ctx, &d, &key);
         if let Some(log) = &mut self.capture {
@@ -231,9 +237,9 @@ impl Recorder {
         bind_group
     }
 
-    /// Dispatches recorded since the backend started.
-    pub(crate) fn dispatches(&self) -> u64 {
-        self.dispatches
+    /// Dispatches recorded and submits made since the backend started.
+    pub(crate) fn recorded_work(&self) -> RecordedWork {
+        self.work
     }
 
     /// The profiler's totals, when profiling is on.
@@ -289,22 +295,18 @@ impl Recorder {
         (self.slot, PARAMS_BYTES)
     }
 
-    /// Whether something is recorded and not yet submitted.
+    /// Whether something is recorded and not yet submitted (a staged write is recorded as its
+    /// copy).
     pub(crate) fn has_pending(&self) -> bool {
         self.encoder.is_some() || !self.arena.is_empty()
     }
 
     /// Records a captured step again (see `capture.rs`) with its attention kernels' key count
-    /// set to `keys`. The count is written into the step's own parameter blocks with
-    /// `write_buffer`, which lands before the next submit's commands, so whatever is recorded
-    /// and still unsubmitted (an earlier replay reading those blocks) is submitted first.
+    /// set to `keys`: the count is written into the step's own parameter blocks in its place
+    /// in the recording (`staging.rs`), so steps replayed one after another share a submit.
     pub(crate) fn replay(&mut self, ctx: &GpuContext, step: &WgpuStep, keys: u32) {
-        if self.has_pending() {
-            self.submit(ctx);
-        }
         for &field in &step.key_fields {
-            ctx.queue
-                .write_buffer(&step.params, field, &keys.to_le_bytes());
+            self.write(ctx, (&step.params, field), &keys.to_le_bytes());
         }
         for item in &step.items {
             match item {
@@ -325,7 +327,36 @@ impl Recorder {
                 }
             }
         }
-        self.dispatches += step.dispatches as u64;
+        self.work.dispatches += step.dispatches as u64;
+    }
+
+    /// Writes `data` (a multiple of 4 bytes) into `dst` from byte `offset` on, in its place in
+    /// the recording: work recorded before reads the old contents, work recorded after the
+    /// new. A small write is staged and copied (`staging.rs`); a larger one submits what is
+    /// recorded and goes by `write_buffer`, which lands before the next submit's commands.
+    pub(crate) fn write(
+        &mut self,
+        ctx: &GpuContext,
+        (dst, offset): (&wgpu::Buffer, u64),
+        data: &[u8],
+    ) {
+        if data.is_empty() {
+            return;
+        }
+        if data.len() > MAX_STAGED_WRITE {
+            if self.has_pending() {
+                self.submit(ctx);
+            }
+            ctx.queue.write_buffer(dst, offset, data);
+            return;
+        }
+        if !self.staging.has_room(data.len()) {
+            self.submit(ctx);
+        }
+        let at = self.staging.stage(data);
+        let src = self.staging.buffer().clone();
+        self.encoder(ctx)
+            .copy_buffer_to_buffer(&src, at, dst, offset, data.len() as u64);
     }
 
     /// The pool temporary buffers come from.
@@ -343,9 +374,11 @@ impl Recorder {
             ctx.queue.write_buffer(&self.arena_buffer, 0, &self.arena);
             self.arena.clear();
         }
+        self.staging.flush(&ctx.queue);
         if let (Some(profiler), Some(encoder)) = (&self.profiler, &mut encoder) {
             profiler.resolve(encoder);
         }
+        self.work.submits += u64::from(encoder.is_some());
         let index = ctx.queue.submit(encoder.map(|e| e.finish()));
         if let Some(profiler) = &mut self.profiler {
             profiler.collect();
