@@ -20,7 +20,7 @@ use std::future::Future;
 use std::time::Instant;
 
 use webtensor::model::generate::{self, Checkpoint, Observer, Pacing, PromptChunks};
-use webtensor::model::{GenerationStats, Llama, ModelFiles, Sampling};
+use webtensor::model::{GenerationStats, Llama, ModelFiles, PromptCache, Sampling};
 use webtensor::Device;
 
 /// Times each piece's arrival.
@@ -88,7 +88,7 @@ fn main() -> webtensor::Result<()> {
             // `prompt_tokens` (the first run is a warm-up of a short prompt).
             let len = if round == 0 { 8 } else { prompt_tokens };
             let ids: Vec<u32> = (0..len as u32).map(|i| 1000 + i % 512).collect();
-            let cache = llama.new_cache(len + tokens)?;
+            let mut cache = PromptCache::for_one_prompt();
             let mut pacing = Pacing::for_device(llama.device(), chunks);
             if std::env::var("PAGE_BATCHES").is_ok_and(|v| v == "whole") {
                 pacing.token_latency = None;
@@ -103,7 +103,7 @@ fn main() -> webtensor::Result<()> {
                 llama,
                 &tokenizer,
                 ids,
-                cache,
+                &mut cache,
                 tokens,
                 Sampling::default(),
                 pacing,

@@ -155,7 +155,7 @@ fn a_model_without_a_template_chats_in_chatml() {
     // The built-in model has no chat template.
     let (ok, out, err) = run_cli(
         &["chat", "--backend", "cpu", "--max-tokens", "3"],
-        "In the beginning\n",
+        "In the beginning\nAnd God said\n",
     );
     assert!(ok, "{out}{err}");
     assert!(err.contains("no chat template: chat uses ChatML"), "{err}");
@@ -166,6 +166,17 @@ fn a_model_without_a_template_chats_in_chatml() {
         .unwrap();
     let ids = tokenizer.encode_with_special(chatml).unwrap();
     assert_eq!(prompt_tokens(&err), ids.len(), "{err}");
+    // The second turn runs only what follows the first turn's prompt and reply: the cache
+    // keeps the prompt and the two replied tokens that were fed back.
+    let second = err
+        .lines()
+        .filter(|l| l.starts_with("prompt:"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no second turn in {err}"));
+    assert!(
+        second.contains(&format!("({} kept from the last turn)", ids.len() + 2)),
+        "{err}"
+    );
 }
 
 #[test]

@@ -936,17 +936,26 @@ fn loading_reports_each_layer_then_the_unsplit_tensors() {
 /// The decode loop with the next batch recorded from the device's last id while the previous
 /// one is read back (`Pacing::decode_ahead`, what a hardware GPU gets) on the wgpu device
 /// (lavapipe in CI, which does not get it by default): the same text as one batch at a time,
-/// and as the cpu backend's. 21 decode steps: batches of 8, 8 and 5.
+/// and as the cpu backend's. 21 decode steps: batches of 8, 8 and 5. Then a second generation
+/// after the first's prompt and text, with the first's cache kept (`PromptCache`: cut back
+/// past the steps recorded ahead, then only the new tokens run): the same text as from a
+/// fresh cache.
 #[test]
 fn decode_ahead_on_wgpu_gives_the_same_text() {
-    use webtensor::model::generate::{prepare, run_async, Pacing, PromptChunks, TextSink};
-    use webtensor::model::{builtin, sampler::Sampling};
+    use webtensor::model::generate::{prompt_ids, run_async, Pacing, PromptChunks, TextSink};
+    use webtensor::model::{builtin, sampler::Sampling, PromptCache};
     let Some(dev) = common::wgpu() else { return };
-    let text = |dev: &Device, decode_ahead: bool, steps_per_submit: usize| {
+    let load = |dev: &Device| {
         let mut files = builtin::files().unwrap();
         let tokenizer = files.tokenizer.take().unwrap();
-        let model = Llama::load(dev, files).unwrap();
-        let (ids, cache) = prepare(&model, &tokenizer, "In the beginning", 22).unwrap();
+        (Llama::load(dev, files).unwrap(), tokenizer)
+    };
+    let text = |(model, tokenizer): &(Llama, webtensor::model::Tokenizer),
+                prompt: &str,
+                cache: &mut PromptCache,
+                decode_ahead: bool,
+                steps_per_submit: usize| {
+        let ids = prompt_ids(model, tokenizer, prompt, false).unwrap();
         let pacing = Pacing {
             steps_per_submit,
             token_latency: None,
@@ -957,8 +966,8 @@ fn decode_ahead_on_wgpu_gives_the_same_text() {
         let mut out = String::new();
         let mut sink = TextSink(|piece: &str| out.push_str(piece));
         let run = run_async(
-            &model,
-            &tokenizer,
+            model,
+            tokenizer,
             ids,
             cache,
             22,
@@ -968,11 +977,19 @@ fn decode_ahead_on_wgpu_gives_the_same_text() {
         );
         let stats = pollster::block_on(run).unwrap();
         assert_eq!(stats.generated_tokens, 22);
-        out
+        (out, stats.prompt_tokens_reused)
     };
-    let ahead = text(&dev, true, 8);
-    assert_eq!(ahead, text(&dev, false, 8));
-    assert_eq!(ahead, text(&Device::new("cpu").unwrap(), false, 1));
+    let (wgpu, cpu) = (load(&dev), load(&Device::new("cpu").unwrap()));
+    let first = "In the beginning";
+    let mut kept = PromptCache::new();
+    let (ahead, _) = text(&wgpu, first, &mut kept, true, 8);
+    let fresh = || PromptCache::new();
+    assert_eq!(ahead, text(&wgpu, first, &mut fresh(), false, 8).0);
+    assert_eq!(ahead, text(&cpu, first, &mut fresh(), false, 1).0);
+    let second = format!("{first}{ahead} And");
+    let (continued, reused) = text(&wgpu, &second, &mut kept, true, 8);
+    assert!(reused > 20, "{reused} prompt tokens kept");
+    assert_eq!(continued, text(&wgpu, &second, &mut fresh(), true, 8).0);
 }
 
 /// A decode step of a Q4_0 model with int8 activations on wgpu: the dispatches one more layer

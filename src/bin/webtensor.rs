@@ -565,10 +565,16 @@ fn load_with_tokenizer(args: &ModelArgs) -> Result<(Llama, model::Tokenizer), Er
 
 /// Prints a generation's speed to standard error.
 fn report(stats: &model::GenerationStats) {
+    let kept = match stats.prompt_tokens_reused {
+        0 => String::new(),
+        n => format!(" ({n} kept from the last turn)"),
+    };
     eprintln!(
-        "prompt: {} tokens, {:.1} tokens/s; decode: {} tokens, {:.1} tokens/s{}",
+        "prompt: {} tokens{kept}, {:.1} tokens/s, first token after {:.3} s; decode: {} tokens, \
+         {:.1} tokens/s{}",
         stats.prompt_tokens,
         stats.prompt_tokens_per_sec(),
+        stats.prompt_secs,
         stats.generated_tokens,
         stats.decode_tokens_per_sec(),
         if stats.stopped_at_eos {

@@ -259,6 +259,21 @@ impl KvCache {
         self.len = 0;
     }
 
+    /// Keeps the first `len` tokens (fewer than held, or all) and gives the blocks past them
+    /// back to the pool: the next token written goes to position `len`. A conversation's
+    /// cache is cut back to the prompt it shares with the next turn this way.
+    pub fn truncate(&mut self, len: usize) -> Result<()> {
+        if len >= self.len {
+            return Ok(());
+        }
+        let block_size = self.pool.block_size()?;
+        let kept = len.div_ceil(block_size);
+        let mut pool = self.pool.lock()?;
+        pool.free.extend(self.table.drain(kept..));
+        self.len = len;
+        Ok(())
+    }
+
     fn release(&mut self) {
         if let Ok(mut pool) = self.pool.lock() {
             pool.free.append(&mut self.table);

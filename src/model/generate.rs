@@ -4,7 +4,8 @@ use std::collections::VecDeque;
 use std::future::Future;
 
 use super::{
-    ChatMessage, ChatOptions, KvCache, Llama, Sampler, Sampling, SequenceInput, Tokenizer,
+    ChatMessage, ChatOptions, KvCache, Llama, PromptCache, Sampler, Sampling, SequenceInput,
+    Tokenizer,
 };
 use crate::backend::{BackendKind, DeviceClass};
 use crate::bench::clock::now_secs;
@@ -27,9 +28,13 @@ pub const TOKEN_LATENCY_SECS: f64 = 0.25;
 pub struct GenerationStats {
     /// Tokens of the prompt (with the beginning-of-sequence token).
     pub prompt_tokens: usize,
-    /// Tokens of the prompt run through the model: all of them, unless the generation was
-    /// stopped during the prompt.
+    /// Tokens of the prompt in the cache when the first token was drawn: all of them, unless
+    /// the generation was stopped during the prompt (those kept from the last generation
+    /// included).
     pub prompt_tokens_run: usize,
+    /// Tokens of the prompt whose keys and values were kept from the last generation
+    /// ([`PromptCache`]) and not run again.
+    pub prompt_tokens_reused: usize,
     /// Tokens drawn, the end-of-sequence token that ended the generation included: it was
     /// drawn like any other and cost a decode step (llama.cpp and transformers count it too),
     /// and `max_tokens` bounds the tokens drawn, so a generation never draws more than it.
@@ -45,9 +50,12 @@ pub struct GenerationStats {
 }
 
 impl GenerationStats {
-    /// Prompt tokens per second.
+    /// Prompt tokens run per second (those kept from the last generation not counted).
     pub fn prompt_tokens_per_sec(&self) -> f64 {
-        self.prompt_tokens as f64 / self.prompt_secs.max(1e-9)
+        let run = self
+            .prompt_tokens_run
+            .saturating_sub(self.prompt_tokens_reused);
+        run as f64 / self.prompt_secs.max(1e-9)
     }
 
     /// Generated tokens per second after the first.
@@ -181,31 +189,14 @@ impl<F: FnMut(&str)> Observer for TextSink<F> {
     }
 }
 
-/// The ids a generation starts from and a cache with room for them and `max_tokens` more:
-/// within the model's context, but not all of it, since a large model's full-context cache
-/// can take gigabytes. A plain prompt starts with what the tokenizer file puts in front of a
-/// text (the BOS token of models that want one; the config's BOS token when the file does
-/// not say) and reads special tokens written in it as text; a `chat` prompt (a rendered chat
-/// template) has its special tokens recognized and nothing added, since the template writes
-/// them. An empty prompt without a BOS token is an error, and so is a prompt that fills the
-/// context ([`Error::CacheFull`]): that check runs before the costly tokenizer steps, so a
-/// huge prompt is refused at once.
-pub fn prepare_prompt(
-    model: &Llama,
-    tokenizer: &Tokenizer,
-    prompt: &str,
-    chat: bool,
-    max_tokens: usize,
-) -> Result<(Vec<u32>, KvCache)> {
-    let ids = prompt_ids(model, tokenizer, prompt, chat)?;
-    let context = model.config.context_len();
-    // Saturating: `max_tokens` may be anything a user typed, up to 2^64 − 1.
-    let cache = model.new_cache(context.min(ids.len().saturating_add(max_tokens.max(1))))?;
-    Ok((ids, cache))
-}
-
-/// The ids of [`prepare_prompt`] without the cache, for callers that keep their own (a
-/// server's paged pool): checked to leave room in the context for at least one new token.
+/// The ids a generation starts from, checked to leave room in the context for at least one
+/// new token. A plain prompt starts with what the tokenizer file puts in front of a text (the
+/// BOS token of models that want one; the config's BOS token when the file does not say) and
+/// reads special tokens written in it as text; a `chat` prompt (a rendered chat template) has
+/// its special tokens recognized and nothing added, since the template writes them. An empty
+/// prompt without a BOS token is an error, and so is a prompt that fills the context
+/// ([`Error::CacheFull`]): that check runs before the costly tokenizer steps, so a huge prompt
+/// is refused at once.
 pub fn prompt_ids(
     model: &Llama,
     tokenizer: &Tokenizer,
@@ -250,16 +241,6 @@ pub fn prompt_ids(
     Ok(ids)
 }
 
-/// [`prepare_prompt`] for a plain prompt.
-pub fn prepare(
-    model: &Llama,
-    tokenizer: &Tokenizer,
-    prompt: &str,
-    max_tokens: usize,
-) -> Result<(Vec<u32>, KvCache)> {
-    prepare_prompt(model, tokenizer, prompt, false, max_tokens)
-}
-
 /// Generates up to `max_tokens` tokens after `prompt`, calling `on_text` with each piece of
 /// text as soon as it is complete (never half a character): [`run_async`] with the prompt in
 /// one pass, run to its end on this thread.
@@ -272,29 +253,33 @@ pub fn generate(
     sampling: Sampling,
     on_text: impl FnMut(&str),
 ) -> Result<GenerationStats> {
-    let (ids, cache) = prepare(model, tokenizer, prompt, max_tokens)?;
+    let ids = prompt_ids(model, tokenizer, prompt, false)?;
     let pacing = Pacing::for_device(model.device(), PromptChunks::Whole);
     let mut sink = TextSink(on_text);
+    let mut cache = PromptCache::for_one_prompt();
     let run = run_async(
-        model, tokenizer, ids, cache, max_tokens, sampling, pacing, &mut sink,
+        model, tokenizer, ids, &mut cache, max_tokens, sampling, pacing, &mut sink,
     );
     pollster::block_on(run)
 }
 
 /// The assistant's next turn in a conversation: `messages` rendered with the model's chat
 /// template (ChatML for a model without one; with the generation prompt), then generated as
-/// [`generate`] does, stopping at the end of the turn.
+/// [`generate`] does, stopping at the end of the turn. `cache` keeps the conversation's keys
+/// and values from turn to turn: pass the same one each turn, and each turn runs only what
+/// its prompt adds to the last.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn generate_chat(
     model: &Llama,
     tokenizer: &Tokenizer,
     messages: &[ChatMessage],
+    cache: &mut PromptCache,
     max_tokens: usize,
     sampling: Sampling,
     on_text: impl FnMut(&str),
 ) -> Result<GenerationStats> {
     let rendered = chat_prompt(tokenizer, messages, model.config.context_len())?;
-    let (ids, cache) = prepare_prompt(model, tokenizer, &rendered, true, max_tokens)?;
+    let ids = prompt_ids(model, tokenizer, &rendered, true)?;
     let pacing = Pacing::for_device(model.device(), PromptChunks::Whole);
     let mut sink = TextSink(on_text);
     let run = run_async(
@@ -304,7 +289,7 @@ pub fn generate_chat(
 }
 
 /// `messages` rendered with the model's chat template (ChatML for a model without one),
-/// ending with the prompt of the assistant's turn: the text [`prepare_prompt`] takes with
+/// ending with the prompt of the assistant's turn: the text [`prompt_ids`] takes with
 /// `chat`. The render is bounded by the `context` (tokens) the prompt must fit
 /// ([`crate::model::RenderLimits`]).
 pub fn chat_prompt(
@@ -454,39 +439,68 @@ impl DecodeBatches {
 
 /// The generation loop, the same natively ([`generate`] runs it with `pollster::block_on`)
 /// and in the browser (awaited on the page's event loop): the prompt `ids` (from
-/// [`prepare_prompt`], with its `cache`) in chunks as `pacing` says, the first token drawn
-/// from its last row, then up to `max_tokens − 1` more, `pacing.steps_per_submit` decode steps
-/// per submit with the ids kept on the device ([`Llama::decode_on_device`]) and only they read
-/// back, one batch recorded ahead on a GPU ([`DecodeBatches`]). Each piece of text goes to
-/// `observer` as soon as it is complete, and the loop stops at an end-of-sequence or end-of-turn token
-/// ([`is_stop`]), when the context is full, or when `observer` asks at a [`Checkpoint`].
+/// [`prompt_ids`]) past what `cache` keeps of them ([`PromptCache`]) in chunks as `pacing`
+/// says, the first token drawn from its last row, then up to `max_tokens − 1` more,
+/// `pacing.steps_per_submit` decode steps per submit with the ids kept on the device
+/// ([`Llama::decode_on_device`]) and only they read back, one batch recorded ahead on a GPU
+/// ([`DecodeBatches`]). Each piece of text goes to `observer` as soon as it is complete, and
+/// the loop stops at an end-of-sequence or end-of-turn token ([`is_stop`]), when the context
+/// is full, or when `observer` asks at a [`Checkpoint`]. `cache` then keeps the prompt and the
+/// generated ids for the next generation; after an error it is empty.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_async(
     model: &Llama,
     tokenizer: &Tokenizer,
     ids: Vec<u32>,
-    mut cache: KvCache,
+    cache: &mut PromptCache,
     max_tokens: usize,
     sampling: Sampling,
     pacing: Pacing,
     observer: &mut impl Observer,
 ) -> Result<GenerationStats> {
+    let (mut kv, reused) = cache.take(model, &ids, max_tokens)?;
+    let mut drawn = Vec::new();
+    let stats = run_with(
+        model, tokenizer, &ids, &mut kv, reused, max_tokens, sampling, pacing, observer, &mut drawn,
+    )
+    .await?;
+    cache.keep(kv, ids, &drawn)?;
+    Ok(stats)
+}
+
+/// [`run_async`] on the cache taken for it, which holds the first `reused` of `ids`; every id
+/// the loop takes from the device goes to `drawn`.
+#[allow(clippy::too_many_arguments)]
+async fn run_with(
+    model: &Llama,
+    tokenizer: &Tokenizer,
+    ids: &[u32],
+    cache: &mut KvCache,
+    reused: usize,
+    max_tokens: usize,
+    sampling: Sampling,
+    pacing: Pacing,
+    observer: &mut impl Observer,
+    drawn: &mut Vec<u32>,
+) -> Result<GenerationStats> {
     let total = ids.len();
     let mut stats = GenerationStats {
         prompt_tokens: total,
+        prompt_tokens_reused: reused,
+        prompt_tokens_run: reused,
         ..Default::default()
     };
     let mut sampler = Sampler::new(sampling);
     let mut decoder = tokenizer.stream();
     let start = now_secs();
     // Every chunk but the last only fills the cache; a stop request is answered between them.
-    let mut done = 0;
+    let mut done = reused;
     loop {
-        let chunk = pacing.chunk(total - done, done, now_secs() - start);
+        let chunk = pacing.chunk(total - done, done - reused, now_secs() - start);
         if done + chunk == total {
             break;
         }
-        model.prefill(&ids[done..done + chunk], &mut cache)?;
+        model.prefill(&ids[done..done + chunk], cache)?;
         // On a GPU the chunk was only recorded: wait for it, so that the next chunk's size
         // is measured and a stop is answered while the prompt runs.
         model.device().synchronize_async().await?;
@@ -503,7 +517,7 @@ pub async fn run_async(
     }
     let mut batch = [SequenceInput {
         tokens: &ids[done..],
-        cache: &mut cache,
+        cache: &mut *cache,
     }];
     let first = model.next_tokens_on_device(&mut batch, &mut sampler)?;
     let mut queue: VecDeque<u32> = first.to_vec_async::<u32>().await?.into();
@@ -516,12 +530,13 @@ pub async fn run_async(
     let mut batches = DecodeBatches::paced(&pacing, wanted);
     while stats.generated_tokens < max_tokens {
         let Some(next) = queue.pop_front() else {
-            match batches.next(model, last, &mut cache, &mut sampler).await? {
+            match batches.next(model, last, cache, &mut sampler).await? {
                 Some(ids) => queue.extend(ids),
                 None => break,
             }
             continue;
         };
+        drawn.push(next);
         stats.generated_tokens += 1;
         stats.decode_secs = now_secs() - decode_start;
         if is_stop(model, tokenizer, next) {

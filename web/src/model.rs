@@ -17,7 +17,9 @@ use wasm_bindgen_futures::future_to_promise;
 use webtensor::bench::clock::pause;
 
 use webtensor::model::generate::{self, Pacing, PromptChunks};
-use webtensor::model::{builtin, ChatMessage, FileBytes, Llama, ModelFiles, Sampling, Tokenizer};
+use webtensor::model::{
+    builtin, ChatMessage, FileBytes, Llama, ModelFiles, PromptCache, Sampling, Tokenizer,
+};
 
 use crate::device::Device;
 use crate::error::{js, js_error, to_js_object};
@@ -57,6 +59,9 @@ struct Inner {
     /// The stop flag of the current generation.
     stop: RefCell<Rc<Cell<bool>>>,
     busy: Cell<bool>,
+    /// The last generation's keys and values, so the next one runs only what its prompt adds
+    /// (a chat's next turn); taken out while a generation runs.
+    prompt_cache: RefCell<PromptCache>,
 }
 
 /// Sampling and length of one generation; every field is optional. (`signal`, an
@@ -130,6 +135,9 @@ pub struct GenerationStats {
     prompt_tokens: usize,
     /// Prompt tokens run: all of them unless the generation was stopped during the prompt.
     prompt_tokens_run: usize,
+    /// Prompt tokens whose keys and values were kept from the model's last generation (the
+    /// earlier turns of a chat), not run again.
+    prompt_tokens_reused: usize,
     /// Tokens drawn, with the end-of-sequence token that ended the generation.
     generated_tokens: usize,
     /// Seconds of the prompt pass, up to the first generated token.
@@ -314,7 +322,8 @@ impl Model {
     /// The assistant's next turn in a conversation: `messages` (`{role, content}` objects)
     /// rendered with the model's chat template, then generated as `generate` does, ending at
     /// the end of the turn. Add the reply (`stats.text`) to `messages` as an "assistant"
-    /// message for the next turn.
+    /// message for the next turn. The model keeps its last generation's keys and values, so
+    /// the next turn runs only what its prompt adds (`stats.promptTokensReused` were kept).
     #[wasm_bindgen(unchecked_return_type = "Generation")]
     pub fn chat(
         &self,
@@ -403,6 +412,7 @@ impl Model {
                 name: name.to_string(),
                 stop: RefCell::new(Rc::new(Cell::new(false))),
                 busy: Cell::new(false),
+                prompt_cache: RefCell::new(PromptCache::new()),
             }),
         })
     }
@@ -461,12 +471,11 @@ impl Inner {
         options: &GenerateOptions,
         observer: &mut PageObserver,
     ) -> Result<GenerationStats, JsValue> {
-        let (ids, cache) = js(generate::prepare_prompt(
+        let ids = js(generate::prompt_ids(
             &self.llama,
             &self.tokenizer,
             prompt,
             chat,
-            options.max_tokens,
         ))?;
         let sampling = Sampling {
             temperature: options.temperature,
@@ -479,20 +488,23 @@ impl Inner {
             None => PromptChunks::Seconds(PROMPT_CHUNK_SECS),
         };
         let pacing = Pacing::for_device(self.llama.device(), chunks);
+        let mut cache = self.prompt_cache.take();
         let s = js(generate::run_async(
             &self.llama,
             &self.tokenizer,
             ids,
-            cache,
+            &mut cache,
             options.max_tokens,
             sampling,
             pacing,
             observer,
         )
         .await)?;
+        self.prompt_cache.replace(cache);
         Ok(GenerationStats {
             prompt_tokens: s.prompt_tokens,
             prompt_tokens_run: s.prompt_tokens_run,
+            prompt_tokens_reused: s.prompt_tokens_reused,
             generated_tokens: s.generated_tokens,
             prompt_secs: s.prompt_secs,
             decode_secs: s.decode_secs,

@@ -5,7 +5,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 
-use webtensor::model::{self, ChatMessage, ChatTemplate, Llama, Sampling, Tokenizer};
+use webtensor::model::{self, ChatMessage, ChatTemplate, Llama, PromptCache, Sampling, Tokenizer};
 use webtensor::Error;
 
 use super::{load_with_tokenizer, report, ModelArgs};
@@ -28,20 +28,25 @@ pub fn load(args: &ModelArgs, template: Option<&Path>) -> Result<(Llama, Tokeniz
 }
 
 /// Generates the assistant's reply to `messages`, printing it as it comes; returns its text.
+/// `cache` keeps the conversation's keys and values from turn to turn.
 fn reply(
     llama: &Llama,
     tokenizer: &Tokenizer,
     messages: &[ChatMessage],
+    cache: &mut PromptCache,
     max_tokens: usize,
     sampling: Sampling,
 ) -> Result<String, Error> {
     let mut out = std::io::stdout();
     let mut text = String::new();
-    let stats = model::generate_chat(llama, tokenizer, messages, max_tokens, sampling, |piece| {
+    let print = |piece: &str| {
         text.push_str(piece);
         print!("{piece}");
         let _ = out.flush();
-    })?;
+    };
+    let stats = model::generate_chat(
+        llama, tokenizer, messages, cache, max_tokens, sampling, print,
+    )?;
     println!();
     report(&stats);
     Ok(text.trim().to_string())
@@ -62,7 +67,10 @@ pub fn once(
         .into_iter()
         .collect();
     messages.push(ChatMessage::new("user", user));
-    reply(&llama, &tokenizer, &messages, max_tokens, sampling)?;
+    let mut cache = PromptCache::new();
+    reply(
+        &llama, &tokenizer, &messages, &mut cache, max_tokens, sampling,
+    )?;
     Ok(())
 }
 
@@ -80,6 +88,7 @@ pub fn interactive(
         .into_iter()
         .collect();
     let mut messages = start.clone();
+    let mut cache = PromptCache::new();
     eprintln!("chat: type a message and press Enter; /reset starts over, /exit ends");
     let stdin = std::io::stdin();
     // Typed input is on the screen already; piped input is echoed so the output reads as a
@@ -110,7 +119,9 @@ pub fn interactive(
             _ => {}
         }
         messages.push(ChatMessage::new("user", &line));
-        match reply(&llama, &tokenizer, &messages, max_tokens, sampling) {
+        match reply(
+            &llama, &tokenizer, &messages, &mut cache, max_tokens, sampling,
+        ) {
             Ok(answer) => messages.push(ChatMessage::new("assistant", &answer)),
             // A turn the model cannot take (the context is full, the template refuses the
             // conversation) is reported and undone; the conversation goes on.

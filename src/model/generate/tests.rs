@@ -31,16 +31,18 @@ fn run(
     pacing: Pacing,
     observer: &mut impl Observer,
 ) -> GenerationStats {
-    let (ids, cache) = prepare(model, tokenizer, prompt, max_tokens).unwrap();
+    let ids = prompt_ids(model, tokenizer, prompt, false).unwrap();
+    let mut cache = PromptCache::new();
     let run = run_async(
-        model, tokenizer, ids, cache, max_tokens, GREEDY, pacing, observer,
+        model, tokenizer, ids, &mut cache, max_tokens, GREEDY, pacing, observer,
     );
     pollster::block_on(run).unwrap()
 }
 
 /// The greedy ids after `prompt`, drawn by the engine directly (not by the loop).
 fn greedy_ids(model: &Llama, tokenizer: &Tokenizer, prompt: &str, n: usize) -> Vec<u32> {
-    let (ids, mut cache) = prepare(model, tokenizer, prompt, n).unwrap();
+    let ids = prompt_ids(model, tokenizer, prompt, false).unwrap();
+    let mut cache = model.new_cache(ids.len() + n).unwrap();
     let mut sampler = Sampler::new(GREEDY);
     let mut out = vec![model.sample_next(&ids, &mut cache, &mut sampler).unwrap()];
     let last = out[0];
@@ -288,4 +290,52 @@ fn decode_batches_are_sized_to_the_token_latency() {
     assert_eq!(batches.batch_steps(), 1);
     // Without a latency every batch is whole.
     assert_eq!(DecodeBatches::new(8, false, 100).batch_steps(), 8);
+}
+
+/// A conversation's turns with one [`PromptCache`]: each later turn runs only what its prompt
+/// adds to the kept ids (the reply, the new message), and draws what a fresh cache (the whole
+/// conversation run again) draws. The built-in model has no template: ChatML.
+#[test]
+fn a_conversation_keeps_its_earlier_turns_and_draws_the_same_replies() {
+    let (model, tokenizer) = model();
+    let pacing = Pacing::for_device(model.device(), PromptChunks::Whole);
+    let turn = |messages: &[ChatMessage], cache: &mut PromptCache| {
+        let rendered = chat_prompt(&tokenizer, messages, model.config.context_len()).unwrap();
+        let ids = prompt_ids(&model, &tokenizer, &rendered, true).unwrap();
+        let mut text = String::new();
+        let mut sink = TextSink(|p: &str| text.push_str(p));
+        let run = run_async(
+            &model, &tokenizer, ids, cache, 10, GREEDY, pacing, &mut sink,
+        );
+        let stats = pollster::block_on(run).unwrap();
+        (text, stats)
+    };
+    let mut kept = PromptCache::new();
+    let system = "Answer from the book. ".repeat(3);
+    let mut messages = vec![ChatMessage::new("system", &system)];
+    for (i, question) in ["And God said", "Who divided the waters?", "And the evening"]
+        .into_iter()
+        .enumerate()
+    {
+        messages.push(ChatMessage::new("user", question));
+        let (text, stats) = turn(&messages, &mut kept);
+        let (fresh_text, fresh) = turn(&messages, &mut PromptCache::new());
+        assert_eq!(text, fresh_text, "turn {i}");
+        assert_eq!(fresh.prompt_tokens_reused, 0);
+        assert_eq!(stats.prompt_tokens_run, stats.prompt_tokens);
+        if i == 0 {
+            assert_eq!(stats.prompt_tokens_reused, 0);
+        } else {
+            // Everything before this turn's reply is kept: well over half the prompt.
+            assert!(
+                stats.prompt_tokens_reused * 2 > stats.prompt_tokens,
+                "turn {i}: {stats:?}"
+            );
+        }
+        assert_eq!(
+            kept.held().len(),
+            stats.prompt_tokens + stats.generated_tokens - 1
+        );
+        messages.push(ChatMessage::new("assistant", &text));
+    }
 }
