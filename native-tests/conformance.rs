@@ -18,8 +18,8 @@ mod fused;
 use common::{assert_close, reference, rng, tensor, uniform};
 use formats::{kquant_products, llama_cpp_formats_gguf_fixtures, llama_cpp_formats_qmatmul};
 use fused::{
-    linear_residual, norm_linear, norm_linear_into, norm_linear_rope, norm_swiglu_linear,
-    paged_attention, shared_rounding, swiglu_linear,
+    linear_residual, norm_linear, norm_linear_into, norm_linear_rope, norm_linears_into,
+    norm_swiglu_linear, paged_attention, shared_rounding, swiglu_linear,
 };
 use webtensor::ops::{self, Activations, RopeLayout, SampleParams};
 use webtensor::{DType, Device, Tensor};
@@ -1474,6 +1474,7 @@ matrix!(
     norm_linear,
     norm_linear_rope,
     norm_linear_into,
+    norm_linears_into,
     shared_rounding,
     norm_swiglu_linear,
     paged_attention,

@@ -32,6 +32,9 @@ struct Params {
     window: u32,     // sliding window in keys; 0 for full causal attention
     stride: u32,     // columns of the row table (≥ n)
     chunks: u32,     // runs of keys each query is split into (1: no split)
+    keys_from: u32,  // the word of binding 3 where the keys start, and of binding 4 where the
+    values_from: u32, // values do: 0, but where both pools are views of one buffer, bound as
+                      // one range to both, their places in it
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -73,7 +76,7 @@ fn score(qbase: u32, row: u32) -> f32 {
         return bitcast<f32>(0x7fc00000u | (row & 0u));
     }
     let hd = p.head_dim;
-    let kbase = row * hd;
+    let kbase = p.keys_from + row * hd;
     var s0 = 0.0;
     var s1 = 0.0;
     var d = 0u;
@@ -141,7 +144,7 @@ fn paged_attention(@builtin(workgroup_id) wid: vec3<u32>,
                 let row = slots[u];
                 poisoned = poisoned || row >= p.pool_rows;
                 chunk_sum = chunk_sum + w;
-                let at = row * hd + d0 + lid;
+                let at = p.values_from + row * hd + d0 + lid;
                 acc0 = acc0 + w * values[at];
                 if (two) {
                     acc1 = acc1 + w * values[at + WG];
@@ -379,7 +382,7 @@ fn paged_attention_lanes(@builtin(workgroup_id) wid: vec3<u32>,
         let row = rows[table + c];
         // A row past the pool reads clamped words; the output is NaN whatever they give.
         poisoned = poisoned || row >= p.pool_rows;
-        let kb = row * hd;
+        let kb = p.keys_from + row * hd;
         let k = key_dims(kb + d0, d0, hd);
         var s = vec4<f32>(dot_dims(xa, k), 0.0, 0.0, 0.0);
         if (LANE_HEADS > 1u) {
@@ -407,7 +410,7 @@ fn paged_attention_lanes(@builtin(workgroup_id) wid: vec3<u32>,
         let w = exp(s - m);
         run_max = m;
         total = total * r + w;
-        let v = value_dims(kb + d0);
+        let v = value_dims(p.values_from + row * hd + d0);
         aa = scale_add(aa, r.x, w.x, v);
         if (LANE_HEADS > 1u) {
             ab = scale_add(ab, r.y, w.y, v);

@@ -35,7 +35,13 @@ struct Params {
     rope_dim: u32, // epilogue 3: elements per head
     store_dim: u32, // `mv` storing into a KV pool (see `out_at`): its row width; 0 stores [m, n]
     pool_rows: u32, // and the pool's rows
-    up_at: u32,    // epilogue 4: the byte where the up weights start in binding 2
+    second_at: u32, // the byte where a second weight's rows start in binding 2 (see `row_start`);
+                    // 0: one weight
+    values_at: u32, // `mv` storing into a key and a value pool bound as one range (see `out_at`):
+                    // the value pool's first word; 0: one pool
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -250,12 +256,13 @@ fn row_bytes() -> u32 {
 }
 
 // The first byte of weight row `row` of `bytes` bytes in binding 2: rows follow one another,
-// but for the paired SwiGLU product (epilogue 4), whose n rows are the n / 2 rows of the gate
-// weights, then those of the up weights from byte p.up_at (a multiple of the storage offset
-// alignment: each was uploaded to be bound on its own too).
+// but for a product over two weights bound together (p.second_at: the paired SwiGLU product,
+// epilogue 4, and a paired KV store, p.values_at), whose n rows are the n / 2 rows of the first
+// weights (gate, k), then those of the second (up, v) from byte p.second_at (a multiple of the
+// storage offset alignment: each was uploaded to be bound on its own too).
 fn row_start(row: u32, bytes: u32) -> u32 {
     let half = p.n / 2u;
-    return select(row * bytes, p.up_at + (row - half) * bytes, p.epilogue == 4u && row >= half);
+    return select(row * bytes, p.second_at + (row - half) * bytes, p.second_at > 0u && row >= half);
 }
 
 // Trit of value v (0..256) of the TQ1_0 block at byte `base`.
@@ -2008,7 +2015,9 @@ fn mv_load_rows(g: u32, rows: u32) -> RowGroups {
 }
 
 fn mv_store(wid: vec3<u32>, row0: u32, s: array<vec4<f32>, 4>) {
-    if (p.epilogue == 3u) {
+    // A paired KV store rotates its key rows only, the first n / 2 (whole teams: n / 2 is a
+    // multiple of 4).
+    if (p.epilogue == 3u && (p.values_at == 0u || row0 < p.n / 2u)) {
         mv_store_rotated(row0, s);
         return;
     }
@@ -2052,17 +2061,22 @@ const NO_WORD: u32 = 0xffffffffu;
 
 // The output word of the product's value at the workgroup's activation row `i` and output
 // column `col`: row-major [m, n], or with p.store_dim the KV pool's row of its head in
-// heads-first order, `store_slots[head · m + row]` (OpSpec::NormLinearInto).
+// heads-first order, `store_slots[head · m + row]` (OpSpec::NormLinearInto). A paired store
+// (p.values_at) puts the first n / 2 columns (the keys) into the pool at word 0 and the others
+// (the values, at the same slots) into the one at word p.values_at.
 fn out_at(i: u32, col: u32) -> u32 {
     let r = mv_a0 + i;
     if (p.store_dim == 0u) {
         return r * p.n + col;
     }
-    let slot = store_slots[(col / p.store_dim) * p.m + r];
+    let half = p.n / 2u;
+    let second = p.values_at > 0u && col >= half;
+    let c = select(col, col - half, second);
+    let slot = store_slots[(c / p.store_dim) * p.m + r];
     if (slot >= p.pool_rows) {
         return NO_WORD;
     }
-    return slot * p.store_dim + col % p.store_dim;
+    return select(0u, p.values_at, second) + slot * p.store_dim + c % p.store_dim;
 }
 
 // `mv_store` with the rotary epilogue: rows row0..row0 + 4 (row0 a multiple of 4, the head size

@@ -19,7 +19,11 @@ struct Params {
     rope_dim: u32,
     store_dim: u32,
     pool_rows: u32,
-    up_at: u32,    // unused here (`quant.wgsl`: the paired SwiGLU product)
+    second_at: u32, // unused here (`quant.wgsl`: products over two weights)
+    values_at: u32, // unused here (`quant.wgsl`: a paired KV store)
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;

@@ -141,16 +141,28 @@ impl Tensor {
     /// [`Error::OutOfMemory`], not an abort.
     pub fn zeros(device: &Device, shape: impl Into<Shape>) -> Result<Tensor> {
         let shape = shape.into();
-        let n = shape.checked_numel().unwrap_or(usize::MAX);
-        let mut data: Vec<f32> = Vec::new();
-        data.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
-            what: format!("a zero tensor of shape {shape}"),
-            bytes: (n as u64).saturating_mul(4),
-            available: None,
-            hint: "use a smaller shape".into(),
-        })?;
-        data.resize(n, 0.0);
-        Self::from_vec(device, data, shape)
+        Self::from_vec(device, zero_data(&shape)?, shape)
+    }
+
+    /// Tensors of zeros of `shapes`, allocated together as [`Tensor::from_bytes_group`]
+    /// uploads its parts: where the backend can, views of one allocation that a kernel can
+    /// also write as one (a layer's key and value pools, which the wgpu backend's decode
+    /// step stores into in one dispatch). Each is written in place on its own.
+    pub fn zeros_group(device: &Device, shapes: &[Shape]) -> Result<Vec<Tensor>> {
+        let hosts = shapes
+            .iter()
+            .map(|s| Ok(HostData::F32(zero_data(s)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let backend = device.primary().clone();
+        let storages = backend.upload_group(hosts)?;
+        Ok(storages
+            .into_iter()
+            .zip(shapes)
+            .map(|(storage, shape)| {
+                let (backend, device) = (backend.clone(), device.clone());
+                Tensor::from_parts(storage, shape.clone(), DType::F32, backend, device, None)
+            })
+            .collect())
     }
 
     /// A tensor of a packed dtype (`f16`, `i8`, a block format) from its raw bytes, laid out
@@ -556,6 +568,21 @@ fn host_from_bytes(dtype: DType, bytes: Vec<u8>, shape: &Shape) -> Result<HostDa
         DType::U32 => HostData::U32(bytemuck::pod_collect_to_vec(&bytes)),
         _ => HostData::Bytes(dtype, bytes),
     })
+}
+
+/// The f32 zeros of `shape` on the host, or [`Error::OutOfMemory`] where they cannot be
+/// allocated.
+fn zero_data(shape: &Shape) -> Result<Vec<f32>> {
+    let n = shape.checked_numel().unwrap_or(usize::MAX);
+    let mut data: Vec<f32> = Vec::new();
+    data.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+        what: format!("a zero tensor of shape {shape}"),
+        bytes: (n as u64).saturating_mul(4),
+        available: None,
+        hint: "use a smaller shape".into(),
+    })?;
+    data.resize(n, 0.0);
+    Ok(data)
 }
 
 /// The raw little-endian bytes of downloaded data.

@@ -54,6 +54,19 @@ fn grouped_weights(
         .unwrap()
 }
 
+/// Two f32 tensors of `shape` allocated together (`Tensor::from_bytes_group`), as the engine
+/// allocates a layer's key and value pools: on wgpu's GPU shapes views of one buffer.
+fn grouped_pools(d: &Device, data: [&[f32]; 2], shape: [usize; 2]) -> [Tensor; 2] {
+    let part = |v: &[f32]| {
+        let bytes = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        (DType::F32, bytes, Shape::from(shape))
+    };
+    Tensor::from_bytes_group(d, data.map(part).to_vec())
+        .unwrap()
+        .try_into()
+        .unwrap()
+}
+
 /// Weight formats with the activation modes the engine pairs with each.
 fn formats() -> Vec<(DType, Activations)> {
     let mut out = vec![
@@ -452,6 +465,101 @@ pub fn norm_linear_into(dev: &Device) {
     }
 }
 
+/// A layer's key and value products stored in place into its two pools in one op
+/// (`rms_norm_linears_into`), the key rows rotated (or not, with `None`): both pools
+/// afterwards, the rows not written included. Pools and weights each allocated together
+/// (`Tensor::from_bytes_group`, as the engine allocates them: the wgpu backend's GPU shapes
+/// store both with one dispatch there) and apart (two stores). Tolerance: as [`norm_linear`].
+pub fn norm_linears_into(dev: &Device) {
+    let mut r = rng(67);
+    for (m, n, k, hd) in [
+        (1, 64, 256, 16),
+        (1, 96, 512, 32),
+        (3, 48, 1280, 8),
+        (6, 32, 2560, 16),
+    ] {
+        let NormedRows { x, nw, normed } = normed_rows(&mut r, m, k);
+        let (wk, wv) = (uniform(&mut r, n * k, 1.0), uniform(&mut r, n * k, 1.0));
+        let count = m * n / hd;
+        let pool_rows = count + 5;
+        let pools = [
+            uniform(&mut r, pool_rows * hd, 1.0),
+            uniform(&mut r, pool_rows * hd, 1.0),
+        ];
+        let slots: Vec<u32> = (0..count)
+            .map(|i| ((i * 7 + 2) % pool_rows) as u32)
+            .collect();
+        let positions: Vec<u32> = [5, 1500, 8, 90, 20_000, 3][..m].to_vec();
+        let inv_freq = ops::rope_inv_freq(10_000.0, hd);
+        let refd = reference();
+        for layout in [
+            None,
+            Some(RopeLayout::Interleaved),
+            Some(RopeLayout::HalfSplit),
+        ] {
+            for (format, act) in [
+                (DType::Q4_0, Activations::Q8_0),
+                (DType::Q8_0, Activations::I8),
+                (DType::F32, Activations::F32),
+            ] {
+                for together in [true, false] {
+                    let what = format!(
+                        "rms_norm_linears_into {layout:?} {format} {act:?} {m}x{n}x{k}, \
+                         allocated together: {together}"
+                    );
+                    let run = |d: &Device| {
+                        let norm = ops::RmsNormParams {
+                            weight: &tensor(d, &nw, &[k]),
+                            eps: NORM_EPS,
+                        };
+                        let (pos, freq) =
+                            (tensor(d, &positions, &[m]), tensor(d, &inv_freq, &[hd / 2]));
+                        let rope = layout.map(|layout| ops::Rotary {
+                            positions: &pos,
+                            inv_freq: &freq,
+                            head_dim: hd,
+                            layout,
+                        });
+                        let ([wk, wv], [mut keys, mut values]) = if together {
+                            let [keys, values] = &pools;
+                            (
+                                grouped_weights(d, (&wk, &wv), n, k, format),
+                                grouped_pools(d, [keys, values], [pool_rows, hd]),
+                            )
+                        } else {
+                            (
+                                [&wk, &wv].map(|w| weight(d, w, n, k, format)),
+                                pools.each_ref().map(|p| tensor(d, p, &[pool_rows, hd])),
+                            )
+                        };
+                        let products =
+                            [(&wk, rope), (&wv, None)].map(|(weight, rope)| ops::NormProduct {
+                                weight,
+                                activations: act,
+                                rope,
+                            });
+                        let slots = tensor(d, &slots, &[count]);
+                        let x = tensor(d, &x, &[m, k]);
+                        let pools = (&mut keys, &mut values);
+                        ops::rms_norm_linears_into(pools, &slots, &x, norm, products).unwrap();
+                        let both = [keys.to_vec::<f32>().unwrap(), values.to_vec().unwrap()];
+                        tensor(&reference(), &both.concat(), &[2 * pool_rows, hd])
+                    };
+                    let want: Vec<f32> = run(&refd).to_vec().unwrap();
+                    let tol = normed_tolerance(
+                        TOL * (k as f64).sqrt(),
+                        act,
+                        &normed,
+                        1.0,
+                        largest(&want),
+                    );
+                    three_ways(&what, dev, OpKind::NormLinearInto, tol, run);
+                }
+            }
+        }
+    }
+}
+
 /// `swiglu_linear` of RMS-normed rows (`rms_norm_swiglu_linear`), as [`norm_linear`].
 /// Tolerance: [`swiglu_linear`]'s, plus rounding flips of int8 activations, each moving an
 /// output `silu(g)·u` by up to its step times `|u|·max silu' + |silu(g)|` per unit of g or u
@@ -538,6 +646,35 @@ fn attention_case(
             ops::paged_attention(
                 &tensor(d, q, &[t, heads * hd]),
                 (&pool(keys), &pool(values)),
+                (&tensor(d, &table, &[kv, columns]), n),
+                heads,
+                scale,
+                window,
+            )
+            .unwrap()
+        },
+    );
+    // The pools as views of one buffer (`Tensor::from_bytes_group`, as the engine allocates a
+    // layer's), values after keys or, for odd n, before them: wgpu binds them as one range.
+    compare(
+        &format!("{what}, pools allocated together"),
+        dev,
+        TOL * (n as f64).sqrt(),
+        |d| {
+            let swapped = n % 2 == 1;
+            let order = if swapped {
+                [values, keys]
+            } else {
+                [keys, values]
+            };
+            let [first, second] = grouped_pools(d, order, [pool_rows, hd]);
+            let (k, v) = match swapped {
+                true => (&second, &first),
+                false => (&first, &second),
+            };
+            ops::paged_attention(
+                &tensor(d, q, &[t, heads * hd]),
+                (k, v),
                 (&tensor(d, &table, &[kv, columns]), n),
                 heads,
                 scale,

@@ -206,18 +206,50 @@ impl<K: HostKernels> Backend for K {
         Ok(())
     }
 
-    fn write_into(&self, spec: &OpSpec, target: &mut Storage, inputs: &[&Storage]) -> Result<()> {
+    fn write_into(
+        &self,
+        spec: &OpSpec,
+        targets: &mut [&mut Storage],
+        inputs: &[&Storage],
+    ) -> Result<()> {
+        let kind = HostKernels::kind(self);
+        let wrong_targets = || {
+            Error::backend(
+                kind,
+                format!("{} writes {} targets", spec.kind(), spec.targets()),
+            )
+        };
+        let wrong_inputs = || Error::backend(kind, format!("{}: missing inputs", spec.kind()));
+        if targets.len() != spec.targets() {
+            return Err(wrong_targets());
+        }
+        if let Some(stores) = spec.paired_stores() {
+            // The two stores, one after the other: the op's definition.
+            for (target, (store, picks)) in targets.iter_mut().zip(stores) {
+                let inputs = picks
+                    .iter()
+                    .map(|&i| inputs.get(i).copied().ok_or_else(wrong_inputs))
+                    .collect::<Result<Vec<_>>>()?;
+                self.write_into(&store, &mut [&mut **target], &inputs)?;
+            }
+            return Ok(());
+        }
+        let [target] = targets else {
+            return Err(wrong_targets());
+        };
         match *spec {
             OpSpec::NormLinearInto {
                 l,
                 head_dim,
                 pool_rows,
+                ..
             } => {
                 // The product, its heads-first rows, then the scatter: the op's definition.
-                let (product, slots) = inputs.split_at(inputs.len() - 1);
+                let (product, slots) = inputs.split_at(inputs.len().saturating_sub(1));
+                let slots = slots.first().copied().ok_or_else(wrong_inputs)?;
                 let y = execute(self, &OpSpec::NormLinear(l), product)?;
                 let HostData::F32(y) = y else {
-                    return Err(Error::backend(HostKernels::kind(self), "a product not f32"));
+                    return Err(Error::backend(kind, "a product not f32"));
                 };
                 let heads = l.n / head_dim;
                 let rows = self.permute(&y, &[l.m, heads, head_dim], &[1, 0, 2]);
@@ -227,14 +259,9 @@ impl<K: HostKernels> Backend for K {
                     cols: head_dim,
                     count: heads * l.m,
                 };
-                scatter_rows(
-                    HostKernels::kind(self),
-                    &scatter,
-                    target,
-                    &[&rows, slots[0]],
-                )
+                scatter_rows(kind, &scatter, target, &[&rows, slots])
             }
-            _ => scatter_rows(HostKernels::kind(self), spec, target, inputs),
+            _ => scatter_rows(kind, spec, target, inputs),
         }
     }
 

@@ -358,23 +358,35 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// [`Backend::synchronize`].
     fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage>;
 
-    /// Runs an in-place `spec` ([`OpSpec::ScatterRows`]): changes `target`, which no other
-    /// handle shares, reading `inputs`. GPU backends may only record the work.
+    /// Runs an in-place `spec` ([`OpSpec::ScatterRows`], [`OpSpec::NormLinearInto`]):
+    /// changes `targets` (as many as [`OpSpec::targets`]), which no other handle shares,
+    /// reading `inputs`. GPU backends may only record the work.
     ///
-    /// The default computes on the host with the reference backend and uploads the result:
+    /// The default computes on the host with the reference backend and uploads the results:
     /// correct everywhere a blocking download works, for backends without an in-place kernel.
-    fn write_into(&self, spec: &OpSpec, target: &mut Storage, inputs: &[&Storage]) -> Result<()> {
+    fn write_into(
+        &self,
+        spec: &OpSpec,
+        targets: &mut [&mut Storage],
+        inputs: &[&Storage],
+    ) -> Result<()> {
         let to_host =
             |s: &Storage| -> Result<Storage> { Ok(Storage::Host(Arc::new(self.download(s)?))) };
-        let mut host_target = to_host(target)?;
+        let mut host_targets = targets
+            .iter()
+            .map(|s| to_host(s))
+            .collect::<Result<Vec<_>>>()?;
         let host_inputs = inputs
             .iter()
             .map(|s| to_host(s))
             .collect::<Result<Vec<_>>>()?;
         let refs: Vec<&Storage> = host_inputs.iter().collect();
-        reference::ReferenceBackend.write_into(spec, &mut host_target, &refs)?;
-        let data = host_data(BackendKind::Reference, &host_target)?.clone();
-        *target = self.upload(data)?;
+        let mut written: Vec<&mut Storage> = host_targets.iter_mut().collect();
+        reference::ReferenceBackend.write_into(spec, &mut written, &refs)?;
+        for (target, host) in targets.iter_mut().zip(&host_targets) {
+            let data = host_data(BackendKind::Reference, host)?.clone();
+            **target = self.upload(data)?;
+        }
         Ok(())
     }
 
@@ -619,13 +631,16 @@ mod tests {
             cols: 2,
             count: 2,
         };
-        b.write_into(&spec, &mut target, &[&src, &slots]).unwrap();
+        b.write_into(&spec, &mut [&mut target], &[&src, &slots])
+            .unwrap();
         assert_eq!(
             b.download(&target).unwrap(),
             HostData::F32(vec![3.0, 4.0, 0.0, 0.0, 1.0, 2.0])
         );
         // An op that is not in place is refused, not run.
         let not_in_place = OpSpec::Argmax { rows: 1, cols: 1 };
-        assert!(b.write_into(&not_in_place, &mut target, &[]).is_err());
+        assert!(b
+            .write_into(&not_in_place, &mut [&mut target], &[])
+            .is_err());
     }
 }

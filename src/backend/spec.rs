@@ -410,6 +410,11 @@ pub enum OpSpec {
     /// `slots[g · m + i]` (a slot `≥ pool_rows` writes nothing). This is `NormLinear`, then
     /// the heads-first transpose, then `ScatterRows`: the new keys or values of a decode step
     /// stored by the product that makes them.
+    ///
+    /// With `paired`, two targets of that shape (a layer's key pool, then its value pool) and
+    /// after the slots a second weight `[n, k]` of `l`'s format (the values'): the first
+    /// weight's product, rotated by `l.rope`, goes into the first target, the second's, never
+    /// rotated, into the second, at the same slots. This is the op without `paired` twice.
     NormLinearInto {
         /// The product, as in [`OpSpec::NormLinear`].
         l: LinearSpec,
@@ -417,6 +422,8 @@ pub enum OpSpec {
         head_dim: usize,
         /// Rows of the pool.
         pool_rows: usize,
+        /// Whether a second product goes into a second pool (keys and values in one op).
+        paired: bool,
     },
     /// Inputs: `a` f32 `[m, k]`, `gate` and `up` of `format` `[n, k]` (f32, f16 or a block
     /// format), then with `norm` its weight f32 `[k]` (`a` is normed first, as in
@@ -528,6 +535,45 @@ impl OpSpec {
             | OpSpec::ScanGradA { .. }
             | OpSpec::ScanGradInit { .. } => OpKind::ScanBackward,
         }
+    }
+
+    /// How many tensors an in-place op writes ([`OpSpec::ScatterRows`],
+    /// [`OpSpec::NormLinearInto`]): two for a paired store, one otherwise.
+    pub fn targets(&self) -> usize {
+        match self {
+            OpSpec::NormLinearInto { paired: true, .. } => 2,
+            _ => 1,
+        }
+    }
+
+    /// A paired [`OpSpec::NormLinearInto`] as the two stores it is (its definition): for the
+    /// first target and then the second, the unpaired spec and the positions in the paired
+    /// op's inputs of that store's inputs, in its order. `None` for any other op.
+    pub fn paired_stores(&self) -> Option<[(OpSpec, Vec<usize>); 2]> {
+        let OpSpec::NormLinearInto {
+            l,
+            head_dim,
+            pool_rows,
+            paired: true,
+        } = *self
+        else {
+            return None;
+        };
+        let store = |l| OpSpec::NormLinearInto {
+            l,
+            head_dim,
+            pool_rows,
+            paired: false,
+        };
+        // `NormLinear`'s inputs (x, w, the norm's weight, a rope's two), the slots, then the
+        // second weight, which the second store reads in place of the first, with no rope.
+        let slots = 3 + 2 * usize::from(l.rope.is_some());
+        let first = (0..=slots).collect();
+        let second = vec![0, slots + 1, 2, slots];
+        Some([
+            (store(l), first),
+            (store(LinearSpec { rope: None, ..l }), second),
+        ])
     }
 
     /// The dtype of the output; `input` is the dtype of the first input.

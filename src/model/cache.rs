@@ -25,6 +25,7 @@ use super::LlamaConfig;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ops;
+use crate::shape::Shape;
 use crate::tensor::Tensor;
 
 /// How a [`KvPool`] lays out its memory.
@@ -166,10 +167,18 @@ impl KvPool {
                 format!("{} needs more than 2^32 rows per layer; {hint}", what()),
             ));
         };
+        // A layer's keys and values allocated together, so that a device whose decode step
+        // stores both in one dispatch can (`ops::rms_norm_linears_into`).
         let layers = |device: &Device| {
-            let zeros = || Tensor::zeros(device, [rows, head_dim]);
+            let shape = Shape::from([rows, head_dim]);
             (0..config.num_hidden_layers)
-                .map(|_| Ok([zeros()?, zeros()?]))
+                .map(|_| {
+                    let [keys, values]: [Tensor; 2] =
+                        Tensor::zeros_group(device, &[shape.clone(), shape.clone()])?
+                            .try_into()
+                            .map_err(|_| Error::invalid("kv cache", "two pool tensors expected"))?;
+                    Ok([keys, values])
+                })
                 .collect::<Result<Vec<_>>>()
         };
         let ranks = devices.iter().map(layers).collect::<Result<Vec<_>>>()?;
@@ -465,7 +474,7 @@ impl CachePlan {
     /// [`CachePlan::write_and_attend`] with the writing left to `write(keys, values,
     /// write_rows)`: the layer's and rank's pool tensors, and the pool rows of the new keys and
     /// values (`[kv_heads · t]`, heads-first) to write in place (the decode products that make
-    /// them store them there: `ops::rms_norm_linear_into`).
+    /// them store them there: `ops::rms_norm_linears_into`).
     pub(crate) fn store_and_attend(
         &self,
         cache: &KvCache,

@@ -220,11 +220,17 @@ impl<'a> Loader<'a> {
                 .map_err(|_| Error::invalid("llama", "qkv split into the wrong count"))?;
             (wq, wk, wv)
         } else {
-            (
-                self.matrix_rows(n("self_attn.q_proj.weight", "attn_q.weight"), [q, d])?,
-                self.matrix_rows(n("self_attn.k_proj.weight", "attn_k.weight"), [kv, d])?,
-                self.matrix_rows(n("self_attn.v_proj.weight", "attn_v.weight"), [kv, d])?,
-            )
+            // k and v together: the backend may store both products in one op
+            // (`ops::rms_norm_linears_into`).
+            let [wk, wv]: [Tensor; 2] = self
+                .matrices_grouped(&[
+                    (n("self_attn.k_proj.weight", "attn_k.weight"), [kv, d]),
+                    (n("self_attn.v_proj.weight", "attn_v.weight"), [kv, d]),
+                ])?
+                .try_into()
+                .map_err(|_| Error::invalid("llama", "k and v came back as the wrong count"))?;
+            let wq = self.matrix_rows(n("self_attn.q_proj.weight", "attn_q.weight"), [q, d])?;
+            (wq, wk, wv)
         };
         let (gate, up) = if arch.fused_projections() {
             let [gate, up]: [Tensor; 2] = self

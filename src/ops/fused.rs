@@ -165,14 +165,81 @@ pub fn rms_norm_linear_into(
     norm: RmsNormParams<'_>,
     product: NormProduct<'_>,
 ) -> Result<()> {
-    const OP: &str = "rms_norm_linear_into";
-    expect_dtype(OP, "pool", pool, DType::F32)?;
-    let [(OpSpec::NormLinear(l), _)] = norm_linear_specs(x, norm, &[product])?[..] else {
-        return Err(Error::invalid(OP, "one product's spec expected"));
+    let (l, head_dim, pool_rows) = store_sizes(pool, slots, x, norm, &product)?;
+    let spec = OpSpec::NormLinearInto {
+        l,
+        head_dim,
+        pool_rows,
+        paired: false,
+    };
+    if !pool.device().primary_fuses(&spec, DType::F32) || l.k == 0 || l.m == 0 {
+        let y = rms_norm_linears(x, norm, &[product])?.remove(0);
+        let (rows, heads) = (l.m, l.n / head_dim);
+        let heads_first = match rows {
+            1 => y.reshape([heads, head_dim])?,
+            _ => ops::transpose(&y.reshape([rows, heads, head_dim])?, 0, 1)?
+                .reshape([heads * rows, head_dim])?,
+        };
+        return super::scatter_rows(pool, slots, &heads_first);
+    }
+    let mut inputs = norm_linear_inputs(x, norm, &product);
+    inputs.push(slots);
+    super::dispatch_in_place(OP_INTO, spec, &mut [pool], &inputs)
+}
+
+/// [`rms_norm_linear_into`] of a layer's key product `k` into `keys` and its value product
+/// `v` into `values`, at the same `slots`: one op where the device folds the pair (its
+/// kernels read both weights in one product and store into both pools: on wgpu's GPU shapes
+/// where the weights and the pools were each allocated together, `Tensor::from_bytes_group`
+/// and `Tensor::zeros_group`). The pair folds only where `k` and `v` differ in nothing but
+/// their weights and `k`'s rope, and the pools have one shape; otherwise, and on devices
+/// that do not fold it, the two stores run one after the other.
+pub fn rms_norm_linears_into(
+    (keys, values): (&mut Tensor, &mut Tensor),
+    slots: &Tensor,
+    x: &Tensor,
+    norm: RmsNormParams<'_>,
+    [k, v]: [NormProduct<'_>; 2],
+) -> Result<()> {
+    let (l, head_dim, pool_rows) = store_sizes(keys, slots, x, norm, &k)?;
+    let (lv, ..) = store_sizes(values, slots, x, norm, &v)?;
+    let alike = LinearSpec { rope: l.rope, ..lv } == l
+        && v.rope.is_none()
+        && keys.shape() == values.shape();
+    let paired = OpSpec::NormLinearInto {
+        l,
+        head_dim,
+        pool_rows,
+        paired: true,
+    };
+    if !alike || !keys.device().primary_fuses(&paired, DType::F32) || l.k == 0 || l.m == 0 {
+        rms_norm_linear_into(keys, slots, x, norm, k)?;
+        return rms_norm_linear_into(values, slots, x, norm, v);
+    }
+    let mut inputs = norm_linear_inputs(x, norm, &k);
+    inputs.extend([slots, v.weight]);
+    super::dispatch_in_place(OP_INTO, paired, &mut [keys, values], &inputs)
+}
+
+/// The name the pool stores report errors under.
+const OP_INTO: &str = "rms_norm_linear_into";
+
+/// Checks one pool store's arguments ([`rms_norm_linear_into`]): the sizes of its
+/// [`OpSpec::NormLinearInto`], the product's spec, `head_dim` and `pool_rows`.
+fn store_sizes(
+    pool: &Tensor,
+    slots: &Tensor,
+    x: &Tensor,
+    norm: RmsNormParams<'_>,
+    product: &NormProduct<'_>,
+) -> Result<(LinearSpec, usize, usize)> {
+    expect_dtype(OP_INTO, "pool", pool, DType::F32)?;
+    let [(OpSpec::NormLinear(l), _)] = norm_linear_specs(x, norm, &[*product])?[..] else {
+        return Err(Error::invalid(OP_INTO, "one product's spec expected"));
     };
     let &[pool_rows, head_dim] = pool.dims() else {
         return Err(Error::shape(
-            OP,
+            OP_INTO,
             "the pool must be [pool_rows, head_dim]",
             &[pool.shape()],
         ));
@@ -180,7 +247,7 @@ pub fn rms_norm_linear_into(
     let rows = x.shape().rows();
     if head_dim == 0 || l.n % head_dim != 0 || slots.dims() != [rows * (l.n / head_dim)] {
         return Err(Error::shape(
-            OP,
+            OP_INTO,
             "the pool's head_dim must divide the product's n, and `slots` hold one pool row per \
              head of each row of `x`",
             &[
@@ -194,7 +261,7 @@ pub fn rms_norm_linear_into(
     if let Some(bound) = slots.index_bound() {
         if bound as usize > pool_rows {
             return Err(Error::invalid(
-                OP,
+                OP_INTO,
                 format!(
                     "slot {} is out of range for {pool_rows} pool rows",
                     bound - 1
@@ -202,24 +269,7 @@ pub fn rms_norm_linear_into(
             ));
         }
     }
-    let spec = OpSpec::NormLinearInto {
-        l,
-        head_dim,
-        pool_rows,
-    };
-    if !pool.device().primary_fuses(&spec, DType::F32) || l.k == 0 || rows == 0 {
-        let y = rms_norm_linears(x, norm, &[product])?.remove(0);
-        let heads = l.n / head_dim;
-        let heads_first = match rows {
-            1 => y.reshape([heads, head_dim])?,
-            _ => ops::transpose(&y.reshape([rows, heads, head_dim])?, 0, 1)?
-                .reshape([heads * rows, head_dim])?,
-        };
-        return super::scatter_rows(pool, slots, &heads_first);
-    }
-    let mut inputs = norm_linear_inputs(x, norm, &product);
-    inputs.push(slots);
-    super::dispatch_in_place(OP, spec, pool, &inputs)
+    Ok((l, head_dim, pool_rows))
 }
 
 /// What [`rms_norm_linears`] does after its norm: each product of the normed rows `h`,
@@ -593,6 +643,35 @@ mod tests {
         assert!(linear_residual(&x, &w, &zeros(&d, &[2, 4]), Activations::F32).is_err());
         assert!(linear_residual(&x, &q8, &zeros(&d, &[2, 3]), Activations::Q8_0).is_ok());
         assert!(swiglu_linear(&x, &q8, &q8, Activations::Q8_0).is_ok());
+    }
+
+    #[test]
+    fn pool_stores_that_do_not_fit_are_typed_errors() {
+        let d = Device::reference();
+        let x = zeros(&d, &[1, 32]);
+        let w = ops::quantize(&zeros(&d, &[8, 32]), DType::Q8_0).unwrap();
+        let nw = zeros(&d, &[32]);
+        let norm = RmsNormParams {
+            weight: &nw,
+            eps: 1e-5,
+        };
+        let product = NormProduct {
+            weight: &w,
+            activations: Activations::Q8_0,
+            rope: None,
+        };
+        let slots = Tensor::from_vec(&d, vec![0u32, 1], [2]).unwrap();
+        let far = Tensor::from_vec(&d, vec![0u32, 9], [2]).unwrap();
+        let (mut keys, mut values) = (zeros(&d, &[6, 4]), zeros(&d, &[6, 4]));
+        let stores = |keys: &mut Tensor, values: &mut Tensor, slots: &Tensor| {
+            rms_norm_linears_into((keys, values), slots, &x, norm, [product; 2])
+        };
+        assert!(stores(&mut keys, &mut values, &slots).is_ok());
+        // A value pool of another width; a slot past the pools.
+        assert!(stores(&mut keys, &mut zeros(&d, &[6, 3]), &slots).is_err());
+        assert!(stores(&mut keys, &mut values, &far).is_err());
+        // Pools of other rows than the slots name are fine.
+        assert!(stores(&mut keys, &mut zeros(&d, &[9, 4]), &slots).is_ok());
     }
 
     #[test]

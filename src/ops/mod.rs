@@ -23,8 +23,8 @@ pub use elementwise::{add, gelu, gelu_erf, mul, scale, sigmoid, silu, swiglu};
 pub use embedding::embedding;
 pub use fused::{
     folds_rms_norm_linears, linear_residual, linears_of_normed, paged_attention,
-    rms_norm_linear_into, rms_norm_linears, rms_norm_swiglu_linear, swiglu_linear, NormProduct,
-    RmsNormParams, Rotary,
+    rms_norm_linear_into, rms_norm_linears, rms_norm_linears_into, rms_norm_swiglu_linear,
+    swiglu_linear, NormProduct, RmsNormParams, Rotary,
 };
 pub use layout::{concat, narrow, permute, transpose};
 pub use matmul::{matmul, matmul_t};
@@ -82,24 +82,45 @@ pub(crate) fn dispatch(
     ))
 }
 
-/// Runs the in-place `spec` on `target` (on the backend that holds it) reading `inputs`.
-/// When another tensor shares the target's memory, the target is copied first, so the write
-/// changes `target` only.
+/// Runs the in-place `spec` on `targets` (as many as [`OpSpec::targets`], on the backend that
+/// holds the first) reading `inputs`. When another tensor shares a target's memory, that
+/// target is copied first, so the write changes `targets` only.
 pub(crate) fn dispatch_in_place(
     op_name: &'static str,
     spec: OpSpec,
-    target: &mut Tensor,
+    targets: &mut [&mut Tensor],
     inputs: &[&Tensor],
 ) -> Result<()> {
-    expect_same_device(op_name, target.device(), inputs)?;
+    let Some(first) = targets.first() else {
+        return Err(Error::invalid(op_name, "an in-place op needs a target"));
+    };
+    let (device, backend) = (first.device().clone(), first.backend().clone());
+    if targets.len() != spec.targets() {
+        return Err(Error::invalid(
+            op_name,
+            format!("writes {} targets, got {}", spec.targets(), targets.len()),
+        ));
+    }
+    let others: Vec<&Tensor> = targets[1..].iter().map(|t| &**t).collect();
+    expect_same_device(op_name, &device, &others)?;
+    if others.iter().any(|t| t.backend().kind() != backend.kind()) {
+        return Err(Error::invalid(
+            op_name,
+            "its targets live on different backends of the device",
+        ));
+    }
+    expect_same_device(op_name, &device, inputs)?;
     check_inputs(&spec, inputs)?;
-    let backend = target.backend().clone();
     let moved = inputs
         .iter()
         .map(|t| t.to_backend(&backend))
         .collect::<Result<Vec<_>>>()?;
     let storages: Vec<_> = moved.iter().map(|t| t.storage()).collect();
-    backend.write_into(&spec, target.storage_for_write()?, &storages)
+    let mut written = targets
+        .iter_mut()
+        .map(|t| t.storage_for_write())
+        .collect::<Result<Vec<_>>>()?;
+    backend.write_into(&spec, &mut written, &storages)
 }
 
 /// Fails unless the tensors are the inputs `spec` reads ([`OpSpec::inputs`]): checked here

@@ -47,5 +47,5 @@ pub fn scatter_rows(dst: &mut Tensor, slots: &Tensor, src: &Tensor) -> Result<()
         return Ok(());
     }
     let spec = OpSpec::ScatterRows { rows, cols, count };
-    dispatch_in_place(OP, spec, dst, &[src, slots])
+    dispatch_in_place(OP, spec, &mut [dst], &[src, slots])
 }

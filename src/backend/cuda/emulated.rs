@@ -456,7 +456,7 @@ fn scatter_rows_in_place_matches_the_reference() {
     let slots = HostData::U32(vec![4, 7, 1]);
     let mut want = host(&target);
     ReferenceBackend
-        .write_into(&spec, &mut want, &[&host(&src), &host(&slots)])
+        .write_into(&spec, &mut [&mut want], &[&host(&src), &host(&slots)])
         .expect("reference scatter");
     let t = EmuBuffer::from_host(&target);
     let (s, sl) = (EmuBuffer::from_host(&src), EmuBuffer::from_host(&slots));
@@ -795,6 +795,7 @@ pub(super) fn fused_cases() -> Vec<FusedCase> {
                     l,
                     head_dim: hd,
                     pool_rows,
+                    paired: false,
                 },
                 inputs,
                 target: Some(pool.clone()),
@@ -869,7 +870,7 @@ fn fused_launches_match_the_reference_on_the_emulated_kernels() {
             Some(target) => {
                 let mut want = host(target);
                 ReferenceBackend
-                    .write_into(&case.spec, &mut want, &refs)
+                    .write_into(&case.spec, &mut [&mut want], &refs)
                     .expect(&what);
                 let out = EmuBuffer::from_host(target);
                 launch_in_place(&emu, &case.spec, &out, &buf_refs).expect(&what);

@@ -459,8 +459,20 @@ impl Backend for CudaBackend {
         Ok(Storage::Cuda(out))
     }
 
-    fn write_into(&self, spec: &OpSpec, target: &mut Storage, inputs: &[&Storage]) -> Result<()> {
+    /// One target: a paired pool store is composed here (`launch::fused::runs_fused`).
+    fn write_into(
+        &self,
+        spec: &OpSpec,
+        targets: &mut [&mut Storage],
+        inputs: &[&Storage],
+    ) -> Result<()> {
         let op = spec.kind().name();
+        let [target] = targets else {
+            return Err(Error::backend(
+                BackendKind::Cuda,
+                format!("{op}: the cuda kernels write one target"),
+            ));
+        };
         let target = cuda_storage(op, target)?;
         let buffers = inputs
             .iter()

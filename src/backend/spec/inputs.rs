@@ -165,7 +165,12 @@ impl OpSpec {
                 }
                 inputs
             }
-            OpSpec::NormLinearInto { l, head_dim, .. } => {
+            OpSpec::NormLinearInto {
+                l,
+                head_dim,
+                paired,
+                ..
+            } => {
                 if *head_dim == 0 || l.n % head_dim != 0 {
                     return Err(Error::invalid(
                         op,
@@ -174,6 +179,9 @@ impl OpSpec {
                 }
                 let mut inputs = OpSpec::NormLinear(*l).inputs()?;
                 inputs.push(of(U32, l.m * l.n / head_dim));
+                if *paired {
+                    inputs.push(of(l.format, l.weight_len()));
+                }
                 inputs
             }
             OpSpec::SwigluLinear(l) if l.rope.is_some() => {

@@ -31,7 +31,7 @@ mod scan;
 mod split;
 
 pub(super) use fused::AttentionPlan;
-pub(super) use quant::{folds_norm, int_activation_words};
+pub(super) use quant::{folds_norm, int_activation_words, pairs_store};
 pub(super) use sample::sample_temp_words;
 pub(super) use scan::scan_temp_len;
 pub(super) use split::split_operand;
@@ -87,6 +87,24 @@ impl<'a> Operand<'a> {
         }
     }
 
+    /// This view and `other`, a view of the same buffer that starts after this one's start
+    /// (two tensors uploaded together), as one operand bound from this one's first byte to
+    /// `other`'s last, and the byte where `other` starts in it; `None` for any other pair.
+    pub(crate) fn spanning(&self, other: &Operand<'a>) -> Option<(Operand<'a>, u32)> {
+        let ((at, _), (other_at, other_size)) = (self.view?, other.view?);
+        if self.buffer != other.buffer || other_at <= at {
+            return None;
+        }
+        let from = u32::try_from(other_at - at).ok()?;
+        let both = Operand {
+            len: self.len + other.len,
+            texels: None,
+            view: Some((at, other_at + other_size - at)),
+            ..*self
+        };
+        Some((both, from))
+    }
+
     /// The binding range of a view, `None` for a whole buffer.
     pub(crate) fn window(&self) -> Option<Window> {
         self.view.map(|(offset, size)| Window {
@@ -108,6 +126,10 @@ pub(crate) struct Encoder<'a> {
     /// Whether the op's int8-activation buffer already holds its normed rows' rounding
     /// (`shared_rounding.rs`): a normed product then skips its rounding dispatch.
     pub(crate) table_filled: bool,
+    /// For a paired pool store ([`OpSpec::NormLinearInto`] with two targets), the element of
+    /// the output range where the value pool starts (the key pool starts at 0); `None`
+    /// otherwise.
+    pub(crate) values_at: Option<u32>,
 }
 
 /// `v` as u32, or an error naming the op: every size a kernel sees must fit 32 bits.
@@ -277,6 +299,7 @@ impl Encoder<'_> {
                 l,
                 head_dim,
                 pool_rows,
+                ..
             } => self.norm_linear_into((l, *head_dim, *pool_rows), out, inputs),
             OpSpec::LinearResidual(l) => self.linear_residual(l, out, inputs),
             OpSpec::SwigluLinear(l) => self.swiglu_linear(l, out, inputs),

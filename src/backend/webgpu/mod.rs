@@ -242,6 +242,7 @@ impl WgpuBackend {
                 recorder: &mut rec,
                 windows: Vec::new(),
                 table_filled: false,
+                values_at: None,
             };
             work(&mut encoder)?;
         }
@@ -363,7 +364,15 @@ impl WgpuBackend {
     /// the last normed rounding's where that rounded the same rows with the same norm
     /// ([`SharedRounding`]), and the product then skips its own rounding; a product that
     /// rounded is remembered for the next.
-    fn record_op(&self, spec: &OpSpec, out: &GpuBuffer, inputs: &[&GpuBuffer]) -> Result<()> {
+    ///
+    /// An output that is a view is bound as its range; for a paired pool store it spans both
+    /// pools, the value pool from element `values_at` on ([`Encoder::values_at`]).
+    fn record_op(
+        &self,
+        spec: &OpSpec,
+        (out, values_at): (&GpuBuffer, Option<u32>),
+        inputs: &[&GpuBuffer],
+    ) -> Result<()> {
         let mut extras = self.extra_buffers(spec)?;
         let mut filled = false;
         if let ([table], Some(rounded)) = (
@@ -377,8 +386,12 @@ impl WgpuBackend {
         operands.extend(extras.iter().map(Operand::of));
         self.record(|encoder| {
             encoder.table_filled = filled;
-            // Views of grouped tensors are bound as their ranges.
-            encoder.windows = operands.iter().filter_map(Operand::window).collect();
+            encoder.values_at = values_at;
+            // Views of grouped tensors are bound as their ranges, the output's first.
+            encoder.windows = std::iter::once(Operand::of(out))
+                .chain(operands.iter().copied())
+                .filter_map(|o| o.window())
+                .collect();
             encoder.encode(spec, out.raw(), &operands)
         })?;
         let bound: Vec<&GpuBuffer> = std::iter::once(out)
@@ -388,6 +401,44 @@ impl WgpuBackend {
         self.pin_to_capture(&bound)?;
         if let ([table], false) = (extras.as_slice(), filled) {
             self.shared_rounding.remember(spec, inputs, table);
+        }
+        Ok(())
+    }
+
+    /// Records a paired pool store ([`OpSpec::NormLinearInto`] into a layer's `keys` and
+    /// `values`): one dispatch where the two pools are views of one buffer, the values' after
+    /// the keys' (`KvPool` allocates them so, `Tensor::zeros_group`), as are the two weights
+    /// (`Tensor::from_bytes_group`), and the product pairs at its sizes
+    /// ([`kernels::pairs_store`]); otherwise its two `stores`, one after the other.
+    fn store_pair(
+        &self,
+        spec: &OpSpec,
+        (keys, values): (&GpuBuffer, &GpuBuffer),
+        stores: [(OpSpec, Vec<usize>); 2],
+        inputs: &[&GpuBuffer],
+    ) -> Result<()> {
+        let weights = |(_, picks): &(OpSpec, Vec<usize>)| inputs.get(picks[1]).copied();
+        let (k, v) = (weights(&stores[0]), weights(&stores[1]));
+        let pairs = match (spec, k.zip(v)) {
+            (OpSpec::NormLinearInto { l, .. }, Some((k, v))) => {
+                Operand::of(k).spanning(&Operand::of(v)).is_some()
+                    && kernels::pairs_store(l, self.ctx.mv_shape())
+            }
+            _ => false,
+        };
+        if let Some((both, at)) = keys.spanning(values).filter(|_| pairs) {
+            let at = u32::try_from(at).map_err(|_| {
+                Error::backend(BackendKind::Wgpu, "a value pool past 2^32 elements")
+            })?;
+            return self.record_op(spec, (&both, Some(at)), inputs);
+        }
+        for ((store, picks), target) in stores.iter().zip([keys, values]) {
+            let picked = picks
+                .iter()
+                .map(|&i| inputs.get(i).copied())
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| Error::backend(BackendKind::Wgpu, "a pool store's inputs"))?;
+            self.record_op(store, (target, None), &picked)?;
         }
         Ok(())
     }
@@ -513,12 +564,20 @@ impl Backend for WgpuBackend {
             OpSpec::PagedAttention(a) => {
                 a.t > kernels::MATVEC_MAX_M || over(a.pool_rows.checked_mul(a.head_dim * 4))
             }
-            // The pool is bound whole as the output.
+            // The pool is bound whole as the output (both pools, for a paired store).
             OpSpec::NormLinearInto {
                 head_dim,
                 pool_rows,
+                paired,
                 ..
-            } if over(pool_rows.checked_mul(head_dim * 4)) => true,
+            } if over(
+                pool_rows
+                    .checked_mul(head_dim * 4)
+                    .and_then(|b| b.checked_mul(1 + usize::from(paired))),
+            ) =>
+            {
+                true
+            }
             OpSpec::NormLinear(l)
             | OpSpec::NormLinearInto { l, .. }
             | OpSpec::SwigluLinear(l)
@@ -604,18 +663,43 @@ impl Backend for WgpuBackend {
         }
     }
 
-    fn write_into(&self, spec: &OpSpec, target: &mut Storage, inputs: &[&Storage]) -> Result<()> {
+    fn write_into(
+        &self,
+        spec: &OpSpec,
+        targets: &mut [&mut Storage],
+        inputs: &[&Storage],
+    ) -> Result<()> {
         let op = spec.kind().name();
-        if let Storage::Wgpu(b) = target {
-            b.drop_texels();
+        for target in targets.iter_mut() {
+            if let Storage::Wgpu(b) = target {
+                b.drop_texels();
+            }
         }
-        let target = gpu_storage(op, target)?;
-        self.shared_rounding.forget_writes_to(target);
+        let targets = targets
+            .iter()
+            .map(|t| gpu_storage(op, t))
+            .collect::<Result<Vec<_>>>()?;
+        for target in &targets {
+            self.shared_rounding.forget_writes_to(target);
+        }
         let buffers = inputs
             .iter()
             .map(|s| gpu_storage(op, s))
             .collect::<Result<Vec<_>>>()?;
-        self.record_op(spec, target, &buffers)
+        match (spec.paired_stores(), targets.as_slice()) {
+            (Some(stores), &[keys, values]) => {
+                self.store_pair(spec, (keys, values), stores, &buffers)
+            }
+            (None, &[target]) => self.record_op(spec, (target, None), &buffers),
+            _ => Err(Error::backend(
+                BackendKind::Wgpu,
+                format!(
+                    "{op} writes {} targets, got {}",
+                    spec.targets(),
+                    targets.len()
+                ),
+            )),
+        }
     }
 
     fn execute(&self, spec: &OpSpec, inputs: &[&Storage]) -> Result<Storage> {
@@ -633,7 +717,7 @@ impl Backend for WgpuBackend {
         }
         let out_dtype = spec.output_dtype(buffers.first().map_or(DType::F32, |b| b.dtype()));
         let out = self.alloc(op, spec.output_len(), out_dtype)?;
-        self.record_op(spec, &out, &buffers)?;
+        self.record_op(spec, (&out, None), &buffers)?;
         Ok(Storage::Wgpu(out))
     }
 

@@ -100,7 +100,8 @@ params!(
     /// `residual` 1 when the `mv` product adds its residual operand.
     QuantParams for [Quant, QuantF16] {
         format: u32, m: u32, n: u32, k: u32, mode: u32, zero: u32, epilogue: u32, eps: f32,
-        rope_dim: u32, store_dim: u32, pool_rows: u32, up_at: u32,
+        rope_dim: u32, store_dim: u32, pool_rows: u32, second_at: u32, values_at: u32,
+        _pad0: u32, _pad1: u32, _pad2: u32,
     }
 );
 params!(
@@ -126,7 +127,7 @@ params!(
     /// `attention.wgsl`: attention over a paged KV pool; `window` 0 means full causal.
     AttentionParams for [Attention] {
         t: u32, n: u32, heads: u32, kv_heads: u32, head_dim: u32, pool_rows: u32, scale: f32,
-        window: u32, stride: u32, chunks: u32,
+        window: u32, stride: u32, chunks: u32, keys_from: u32, values_from: u32,
     }
 );
 

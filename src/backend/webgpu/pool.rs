@@ -153,6 +153,10 @@ fn round_up(x: u64, to: u64) -> u64 {
 #[derive(Clone)]
 pub struct GpuBuffer {
     inner: Arc<Inner>,
+    /// The handles on this tensor's bytes (the whole buffer, or one view of it), which decide
+    /// whether an in-place write must copy first: views of one buffer are separate tensors
+    /// (a layer's key and value pools are written in place, each on its own).
+    part: Arc<Part>,
     /// Where the tensor's bytes start in the buffer: 0, or for a view a multiple of the
     /// device's storage offset alignment, so it can be bound on its own.
     offset: u64,
@@ -170,6 +174,12 @@ struct Inner {
     pool: Weak<BufferPool>,
     /// Handles held by recorded work ([`PinnedBuffer`]): they keep the memory out of the pool
     /// without making the tensor shared (an in-place write still writes it, not a copy).
+    pins: AtomicUsize,
+}
+
+/// One part of a buffer that tensors share: the pins among its handles.
+#[derive(Default)]
+struct Part {
     pins: AtomicUsize,
 }
 
@@ -194,6 +204,7 @@ impl GpuBuffer {
                 pool: Arc::downgrade(pool),
                 pins: AtomicUsize::new(0),
             }),
+            part: Arc::default(),
             offset: 0,
             view: false,
             len,
@@ -207,6 +218,7 @@ impl GpuBuffer {
     pub(crate) fn view(&self, offset: u64, len: usize, dtype: DType) -> GpuBuffer {
         GpuBuffer {
             inner: self.inner.clone(),
+            part: Arc::default(),
             offset,
             view: true,
             len,
@@ -273,18 +285,37 @@ impl GpuBuffer {
         self.inner.buffer.size() - self.offset
     }
 
-    /// Whether another handle shares this buffer (a pin is not one: see [`PinnedBuffer`]).
+    /// Whether another handle shares this tensor's bytes (a pin is not one: see
+    /// [`PinnedBuffer`]; another view of the same buffer is not either).
     pub(crate) fn is_shared(&self) -> bool {
-        let pins = self.inner.pins.load(Ordering::Acquire);
-        Arc::strong_count(&self.inner).saturating_sub(pins) > 1
+        let pins = self.part.pins.load(Ordering::Acquire);
+        Arc::strong_count(&self.part).saturating_sub(pins) > 1
     }
 
     /// A handle that keeps this buffer's memory out of the pool for recorded work that binds
     /// it, without counting as a sharer.
     pub(crate) fn pin(&self) -> PinnedBuffer {
-        let inner = self.inner.clone();
+        let (inner, part) = (self.inner.clone(), self.part.clone());
         inner.pins.fetch_add(1, Ordering::AcqRel);
-        PinnedBuffer(inner)
+        part.pins.fetch_add(1, Ordering::AcqRel);
+        PinnedBuffer(inner, part)
+    }
+
+    /// A view from this one's first byte to the last of `other`, a view of the same buffer
+    /// that lies after it (two tensors allocated together, bound as one range), and where
+    /// `other`'s data starts in it, in elements; `None` for any other pair.
+    pub(crate) fn spanning(&self, other: &GpuBuffer) -> Option<(GpuBuffer, u64)> {
+        let unit = self.dtype.unit_bytes() as u64;
+        let from = other.offset.checked_sub(self.offset)?;
+        let fits = Arc::ptr_eq(&self.inner, &other.inner)
+            && self.view
+            && other.view
+            && self.dtype == other.dtype
+            && from >= self.byte_len()
+            && from.is_multiple_of(unit);
+        let at = from / unit;
+        let len = usize::try_from(at).ok()?.checked_add(other.len)?;
+        fits.then(|| (self.view(self.offset, len, self.dtype), at))
     }
 
     pub(crate) fn raw(&self) -> &wgpu::Buffer {
@@ -296,7 +327,7 @@ impl GpuBuffer {
 /// binds it: the memory stays out of the pool while the pin lives. A tensor whose other
 /// handles are pins is not shared, so the engine's in-place writes (the KV cache, the decode
 /// step's inputs) land in the very buffer the recorded work reads.
-pub(crate) struct PinnedBuffer(Arc<Inner>);
+pub(crate) struct PinnedBuffer(Arc<Inner>, Arc<Part>);
 
 impl PinnedBuffer {
     /// Whether only pins hold the buffer: no tensor has it any more.
@@ -321,6 +352,7 @@ impl fmt::Debug for PinnedBuffer {
 impl Drop for PinnedBuffer {
     fn drop(&mut self) {
         self.0.pins.fetch_sub(1, Ordering::AcqRel);
+        self.1.pins.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

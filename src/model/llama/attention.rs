@@ -46,7 +46,8 @@ impl Llama {
             self.norm_product(&layer.wv, None),
         ];
         // One sequence whose new k and v nothing else reads: where the device folds the norm
-        // and rope into their products, each product stores its rows straight into the pool.
+        // and rope into their products, the products store their rows straight into the
+        // pools (both in one op where the device pairs them).
         let watched = [HookPoint::AttnNorm, HookPoint::K, HookPoint::V];
         if let ([(_, cache)], [plan], Some(_)) = (seqs, plans, rotary) {
             if !watched.iter().any(|&p| self.wants(p))
@@ -57,10 +58,8 @@ impl Llama {
                 if rank.shard.is_first() {
                     self.emit(HookPoint::Q, index, &q.reshape([rows, heads, hd])?);
                 }
-                let [k, v] = kv_products;
                 let store = |keys: &mut Tensor, values: &mut Tensor, slots: &Tensor| {
-                    ops::rms_norm_linear_into(keys, slots, x, norm, k)?;
-                    ops::rms_norm_linear_into(values, slots, x, norm, v)
+                    ops::rms_norm_linears_into((keys, values), slots, x, norm, kv_products)
                 };
                 return plan.store_and_attend(
                     cache,

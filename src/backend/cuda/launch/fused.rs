@@ -51,9 +51,13 @@ pub(in crate::backend::cuda) fn runs_fused(spec: &OpSpec) -> bool {
     };
     match spec {
         OpSpec::NormLinear(l) | OpSpec::SwigluLinear(l) | OpSpec::LinearResidual(l) => product(l),
-        OpSpec::NormLinearInto { l, head_dim, .. } => {
-            product(l) && l.rope.is_none_or(|r| r.head_dim == *head_dim)
-        }
+        // A paired store (keys and values) runs as its two stores.
+        OpSpec::NormLinearInto {
+            l,
+            head_dim,
+            paired,
+            ..
+        } => !paired && product(l) && l.rope.is_none_or(|r| r.head_dim == *head_dim),
         OpSpec::PagedAttention(a) => {
             a.head_dim <= ATTENTION_MAX_HEAD_DIM && a.t <= ATTENTION_MAX_QUERIES
         }
@@ -241,6 +245,7 @@ pub(in crate::backend::cuda) fn launch<L: Launcher>(c: &Call<'_, L>, spec: &OpSp
             l,
             head_dim,
             pool_rows,
+            ..
         } => {
             if l.rope.is_some_and(|r| r.head_dim != *head_dim) {
                 return Err(Error::backend(

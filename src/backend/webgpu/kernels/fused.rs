@@ -6,7 +6,8 @@
 //!   CPU adapters) where `rms_norm`, the rounding, the product and `rope` took three (four).
 //!   With a norm, [`OpSpec::SwigluLinear`]'s two products norm the same way (on CPU adapters
 //!   the up product reads what the gate product rounded), and [`OpSpec::NormLinearInto`]
-//!   stores into the KV pool where `scatter_rows` took another dispatch.
+//!   stores into the KV pool where `scatter_rows` took another dispatch; paired, on GPUs,
+//!   one `mv` dispatch over a layer's k and v weights stores into both its pools.
 //! - [`OpSpec::LinearResidual`]: the product with packed weights adds the residual as the
 //!   `mv` kernel's epilogue, so a decode projection and its residual connection are one
 //!   dispatch.
@@ -24,7 +25,9 @@
 //! Off the `mv` kernel (f32 weights, long rows) the products of the first two are followed by
 //! the `epilogue` kernel.
 
-use super::quant::{folds_norm, pairs_swiglu, ActTable, Epilogue, Folds, Norm, PoolStore, Product};
+use super::quant::{
+    folds_norm, pairs_swiglu, ActTable, Epilogue, Folds, Norm, PairedStore, PoolStore, Product,
+};
 use super::{u32_of, Encoder, Operand, Shader, LOOP_BUDGET};
 use crate::backend::webgpu::context::MvShape;
 use crate::backend::webgpu::params::AttentionParams;
@@ -127,7 +130,6 @@ fn paired<'a>(
     up: Operand<'a>,
     shape: MvShape,
 ) -> Option<(Operand<'a>, u32)> {
-    let ((g_at, _), (u_at, u_size)) = (gate.view?, up.view?);
     let product = Product {
         format: l.format,
         activations: l.activations,
@@ -135,17 +137,7 @@ fn paired<'a>(
         n: 2 * l.n,
         k: l.k,
     };
-    if gate.buffer != up.buffer || u_at <= g_at || !pairs_swiglu(product, shape) {
-        return None;
-    }
-    let up_at = u32::try_from(u_at - g_at).ok()?;
-    let both = Operand {
-        len: gate.len + up.len,
-        texels: None,
-        view: Some((g_at, u_at + u_size - g_at)),
-        ..gate
-    };
-    Some((both, up_at))
+    gate.spanning(&up).filter(|_| pairs_swiglu(product, shape))
 }
 
 impl Encoder<'_> {
@@ -175,21 +167,47 @@ impl Encoder<'_> {
     }
 
     /// Records [`OpSpec::NormLinearInto`] into the pool `target`: `inputs` are
-    /// [`Encoder::norm_linear`]'s before its int8-activation buffer, then the slots, then that
-    /// buffer when the backend allocated it.
+    /// [`Encoder::norm_linear`]'s before its int8-activation buffer, then the slots, then a
+    /// paired store's value weights, then that buffer when the backend allocated it. A
+    /// paired store ([`Encoder::values_at`]: `target` is both pools, bound as one range) is
+    /// one product over the key and value weights bound together, its n counting both, the
+    /// rope applied to the key rows only (`out_at` and `mv_store` in `quant.wgsl`).
     pub(super) fn norm_linear_into(
         &mut self,
         (l, head_dim, pool_rows): (&LinearSpec, usize, usize),
         target: &wgpu::Buffer,
         inputs: &[Operand<'_>],
     ) -> Result<()> {
+        let slots = normed_inputs(l);
         let store = PoolStore {
-            slots: inputs[normed_inputs(l)].buffer,
+            slots: inputs[slots].buffer,
             head_dim,
             pool_rows,
+            values: None,
         };
-        let temp = inputs.get(normed_inputs(l) + 1);
-        self.normed(l, target, inputs, temp, Some(store))
+        let Some(pool_at) = self.values_at else {
+            return self.normed(l, target, inputs, inputs.get(slots + 1), Some(store));
+        };
+        let (k, v) = (inputs[1], inputs[slots + 1]);
+        let Some((both, weights_at)) = k.spanning(&v) else {
+            return Err(Error::backend(
+                BackendKind::Wgpu,
+                "a paired pool store needs its two weights bound as one range",
+            ));
+        };
+        let store = PoolStore {
+            values: Some(PairedStore {
+                weights_at,
+                pool_at,
+            }),
+            ..store
+        };
+        let mut operands = inputs.to_vec();
+        operands[1] = both;
+        let l = LinearSpec { n: 2 * l.n, ..*l };
+        self.bound_as(both.window(), |e| {
+            e.normed(&l, target, &operands, inputs.get(slots + 2), Some(store))
+        })
     }
 
     /// The product of a normed op: `inputs` `a`, `w`, the norm's weight, then with a rope its
@@ -333,7 +351,42 @@ impl Encoder<'_> {
             window: s.window.map_or(0, |w| w.min(s.stride) as u32),
             stride: u32_of(OP, "stride", s.stride)?,
             chunks: plan.chunks as u32,
+            keys_from: 0,
+            values_from: 0,
         };
+        // Keys and values in one buffer (a layer's pools, allocated together) are bound as
+        // one range to both bindings, each read from its place in it.
+        let (keys, values) = (inputs[1], inputs[2]);
+        let unit = DType::F32.unit_bytes() as u32;
+        let (window, p) = match (keys.spanning(&values), values.spanning(&keys)) {
+            (Some((both, at)), _) => (
+                both.window(),
+                AttentionParams {
+                    values_from: at / unit,
+                    ..p
+                },
+            ),
+            (_, Some((both, at))) => (
+                both.window(),
+                AttentionParams {
+                    keys_from: at / unit,
+                    ..p
+                },
+            ),
+            _ => (None, p),
+        };
+        self.bound_as(window, |e| e.attend(s, (&p, plan), out, inputs))
+    }
+
+    /// Records [`Encoder::paged_attention`]'s dispatches with the parameters `p`.
+    fn attend(
+        &mut self,
+        s: &AttentionSpec,
+        (p, plan): (&AttentionParams, AttentionPlan),
+        out: &wgpu::Buffer,
+        inputs: &[Operand<'_>],
+    ) -> Result<()> {
+        const OP: &str = "paged_attention";
         let raw: Vec<&wgpu::Buffer> = inputs[..4].iter().map(|o| o.buffer).collect();
         let (entry, grid) = match plan.lane_heads {
             Some(heads) => {
@@ -355,7 +408,7 @@ impl Encoder<'_> {
             return self.run_keyed(
                 Shader::Attention,
                 entry,
-                (&p, keys_at),
+                (p, keys_at),
                 out,
                 (&raw, None),
                 grid,
@@ -364,7 +417,7 @@ impl Encoder<'_> {
         self.run_keyed(
             Shader::Attention,
             entry,
-            (&p, keys_at),
+            (p, keys_at),
             partials,
             (&raw, None),
             grid,
@@ -374,7 +427,7 @@ impl Encoder<'_> {
         self.run_keyed(
             Shader::Attention,
             ("attention_combine", 0),
-            (&p, keys_at),
+            (p, keys_at),
             out,
             (&[partials], None),
             grid,

@@ -35,7 +35,7 @@ use crate::backend::webgpu::context::MvShape;
 use crate::backend::webgpu::params::QuantParams;
 use crate::backend::webgpu::texels::WeightTexels;
 use crate::backend::BackendKind;
-use crate::backend::{Activations, OpSpec};
+use crate::backend::{Activations, LinearSpec, OpSpec, RopeLayout};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -103,6 +103,18 @@ pub(super) fn pairs_swiglu(pr: Product, shape: MvShape) -> bool {
             pr.activations,
             Activations::F32 | Activations::Q8_0 | Activations::I8
         )
+}
+
+/// Whether `l`, the product of a layer's key and value stores, runs as one `mv` dispatch
+/// over both weights into both pools (a paired [`OpSpec::NormLinearInto`]) when each pair is
+/// bound together: on GPUs (the row-team shapes) where the norm folds into the kernel's
+/// rounding, with whole teams of four rows per product, so no team holds a key row and a
+/// value row.
+pub(in crate::backend::webgpu) fn pairs_store(l: &LinearSpec, shape: MvShape) -> bool {
+    shape != MvShape::Lanes
+        && folds_norm(l.format, l.activations, (l.m, l.k), shape)
+        && l.n.is_multiple_of(4)
+        && l.rope.is_none_or(|r| r.layout == RopeLayout::Interleaved)
 }
 
 /// Output rows and columns of an `mm_tiled` workgroup's tile (`quant.wgsl`).
@@ -309,6 +321,17 @@ pub(super) struct PoolStore<'a> {
     pub slots: &'a wgpu::Buffer,
     pub head_dim: usize,
     pub pool_rows: usize,
+    /// A paired store's second half ([`PairedStore`]), or `None` for one pool.
+    pub values: Option<PairedStore>,
+}
+
+/// Where the value half of a paired pool store goes and comes from: the product's n counts
+/// the key rows, then as many value rows, read from the weights bound from byte
+/// `weights_at` on and stored into the value pool from element `pool_at` of the output.
+#[derive(Clone, Copy)]
+pub(super) struct PairedStore {
+    pub weights_at: u32,
+    pub pool_at: u32,
 }
 
 /// What the `mv` kernel folds into a product besides its epilogue, only where
@@ -413,10 +436,12 @@ impl Encoder<'_> {
             },
             store_dim: u32_of(OP, "head_dim", store.map_or(0, |s| s.head_dim))?,
             pool_rows: u32_of(OP, "pool rows", store.map_or(0, |s| s.pool_rows))?,
-            up_at: match epilogue {
-                Epilogue::Paired { up_at } => up_at,
+            second_at: match (epilogue, store.and_then(|s| s.values)) {
+                (Epilogue::Paired { up_at }, _) => up_at,
+                (_, Some(v)) => v.weights_at,
                 _ => 0,
             },
+            values_at: store.and_then(|s| s.values).map_or(0, |v| v.pool_at),
             ..params(OP, format, m, n, k, mode)?
         };
         let mv_grid = self.row_block_grid(OP, m, n, self.ctx.mv_shape().rows_per_workgroup())?;
