@@ -1050,3 +1050,35 @@ fn a_wgpu_decode_layer_takes_few_dispatches() {
         );
     }
 }
+
+/// Tensors allocated together (`Tensor::zeros_group`: on the GPU shapes, views of one buffer,
+/// as a layer's key and value pools are) in one op: each is read from its own memory, in
+/// either order, and an op's output may be one of them.
+#[test]
+fn ops_on_tensors_allocated_together_read_each_its_own_memory() {
+    use webtensor::ops;
+    let Some(dev) = common::wgpu() else { return };
+    let shapes = [
+        webtensor::Shape::from([4, 8]),
+        webtensor::Shape::from([4, 8]),
+    ];
+    let mut parts = Tensor::zeros_group(&dev, &shapes).unwrap();
+    let a: Vec<f32> = (0..32).map(|i| i as f32).collect();
+    let b: Vec<f32> = (0..32).map(|i| 100.0 - 3.0 * i as f32).collect();
+    parts[0].write(&a).unwrap();
+    parts[1].write(&b).unwrap();
+    let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+    for (x, y) in [(0, 1), (1, 0)] {
+        let got: Vec<f32> = ops::add(&parts[x], &parts[y]).unwrap().to_vec().unwrap();
+        assert_eq!(got, want, "{x} + {y}");
+    }
+    // Into one of them: the values' rows copied over the keys' first two.
+    let (keys, values) = parts.split_at_mut(1);
+    let slots = Tensor::from_vec(&dev, vec![0u32, 1], [2]).unwrap();
+    let rows = ops::narrow(&values[0], 0, 0, 2).unwrap();
+    ops::scatter_rows(&mut keys[0], &slots, &rows).unwrap();
+    let got: Vec<f32> = keys[0].to_vec().unwrap();
+    assert_eq!(&got[..16], &b[..16]);
+    assert_eq!(&got[16..], &a[16..]);
+    assert_eq!(values[0].to_vec::<f32>().unwrap(), b);
+}

@@ -373,6 +373,13 @@ impl WgpuBackend {
         (out, values_at): (&GpuBuffer, Option<u32>),
         inputs: &[&GpuBuffer],
     ) -> Result<()> {
+        let copies = self.apart_from_other_views(spec, out, inputs)?;
+        let inputs: Vec<&GpuBuffer> = inputs
+            .iter()
+            .zip(&copies)
+            .map(|(&b, copy)| copy.as_ref().unwrap_or(b))
+            .collect();
+        let inputs = inputs.as_slice();
         let mut extras = self.extra_buffers(spec)?;
         let mut filled = false;
         if let ([table], Some(rounded)) = (
@@ -403,6 +410,50 @@ impl WgpuBackend {
             self.shared_rounding.remember(spec, inputs, table);
         }
         Ok(())
+    }
+
+    /// Copies of the inputs of `spec` that must not be bound as they are: views of a buffer
+    /// that the output or an earlier input views at another range (tensors allocated
+    /// together, `Tensor::zeros_group`). The encoder binds a buffer's views by the buffer, so
+    /// such a pair would both be bound at one range. Kernels that read views of one buffer as
+    /// one range themselves (the paired gate · up product, the paired key · value store,
+    /// attention over key and value pools) take none; for any other op the input is copied
+    /// into memory of its own first (a user's op on grouped tensors, never the engine's).
+    fn apart_from_other_views(
+        &self,
+        spec: &OpSpec,
+        out: &GpuBuffer,
+        inputs: &[&GpuBuffer],
+    ) -> Result<Vec<Option<GpuBuffer>>> {
+        let spans_views = matches!(
+            spec,
+            OpSpec::SwigluLinear(_) | OpSpec::NormLinearInto { .. } | OpSpec::PagedAttention(_)
+        );
+        let clashes = |a: &GpuBuffer, b: &GpuBuffer| {
+            (a.is_view() || b.is_view()) && a.raw() == b.raw() && a.offset() != b.offset()
+        };
+        let mut copies = Vec::with_capacity(inputs.len());
+        for (i, &input) in inputs.iter().enumerate() {
+            let earlier = std::iter::once(out).chain(inputs[..i].iter().copied());
+            let copy = match !spans_views && earlier.into_iter().any(|b| clashes(b, input)) {
+                true => Some(self.copy_of(input, input.len())?),
+                false => None,
+            };
+            copies.push(copy);
+        }
+        Ok(copies)
+    }
+
+    /// A copy of the first `len` elements of `b` in a pooled buffer of its own, recorded in
+    /// order.
+    fn copy_of(&self, b: &GpuBuffer, len: usize) -> Result<GpuBuffer> {
+        let copy = self.alloc("copy", len, b.dtype())?;
+        // Buffer copies move whole 4-byte words; pooled buffers are padded to 16 bytes.
+        let bytes = (len as u64 * b.dtype().unit_bytes() as u64).next_multiple_of(4);
+        self.recorder()?
+            .copy_region(&self.ctx, (b.raw(), b.offset()), (copy.raw(), 0), bytes);
+        self.pin_to_capture(&[b, &copy])?;
+        Ok(copy)
     }
 
     /// Records a paired pool store ([`OpSpec::NormLinearInto`] into a layer's `keys` and
@@ -729,13 +780,7 @@ impl Backend for WgpuBackend {
                 format!("cannot copy {len} elements from a buffer of {}", src.len()),
             ));
         }
-        let out = self.alloc("copy", len, src.dtype())?;
-        // Buffer copies move whole 4-byte words; pooled buffers are padded to 16 bytes.
-        let bytes = (len as u64 * src.dtype().unit_bytes() as u64).next_multiple_of(4);
-        self.recorder()?
-            .copy_region(&self.ctx, (src.raw(), src.offset()), (out.raw(), 0), bytes);
-        self.pin_to_capture(&[src, &out])?;
-        Ok(Storage::Wgpu(out))
+        Ok(Storage::Wgpu(self.copy_of(src, len)?))
     }
 
     /// Writes into the target's own memory in the write's place in the recording (the
