@@ -10,9 +10,13 @@ and its logits are written next to the file (`<file>.llama_cpp.f32`), so the tes
 error on the quantized files by llama.cpp's own.
 
 Needs: transformers, torch, sentencepiece, gguf (pip), and llama.cpp's source tree (the
-llama-cpp-python sdist carries it under vendor/llama.cpp). Run from the repository root:
+llama-cpp-python sdist carries it under vendor/llama.cpp). llama-cpp-python may also be the
+sdist's own `llama_cpp` package on PYTHONPATH with LLAMA_CPP_LIB_PATH naming the folder of a
+`libllama.so` built from that tree with cmake (target `llama`, BUILD_SHARED_LIBS=ON): the
+`olmo2` and `smollm3` logits were written that way, and that build gives the other cases'
+committed logits bit for bit. Run from the repository root:
 
-    python3 scripts/make_gguf_fixtures.py --llama-cpp /path/to/vendor/llama.cpp
+    python3 scripts/make_gguf_fixtures.py --llama-cpp /path/to/vendor/llama.cpp [--cases NAME...]
 
 It runs scripts/make_hf_fixtures.py first (with a tokenizer, which the converter needs).
 """

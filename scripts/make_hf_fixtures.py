@@ -11,7 +11,8 @@ Dimensions are chosen so rope scaling and the sliding windows matter within the 
 `original_max_position_embeddings`, windows shorter than the prompt, a `dynamic` case whose
 prompt exceeds `max_position_embeddings`) and the files stay small.
 
-Writes native-tests/fixtures/hf/<case>/{config.json, model.safetensors, logits.f32} and
+Writes native-tests/fixtures/hf/<case>/{config.json, model.safetensors, logits.f32} (and for
+the cases of GREEDY `greedy.json`, transformers' greedy continuation of the prompt) and
 native-tests/fixtures/hf/cases.json. Run from the repository root:
 
     python3 scripts/make_hf_fixtures.py
@@ -153,6 +154,30 @@ def logits_of(folder, ids):
     return out.numpy().astype("<f4")
 
 
+# The cases whose greedy continuation of the prompt is written too (`greedy.json`): what the
+# engine's decode steps (recorded and replayed on a GPU) must draw.
+GREEDY = {"olmo2", "smollm3"}
+GREEDY_STEPS = 8
+
+
+def greedy_continuation(folder, ids):
+    """transformers' greedy next ids after `ids`, each from a full forward pass, and the
+    smallest gap between the best and second-best logit on the way (a near tie would make the
+    expected ids depend on rounding)."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    seq, gaps = list(ids), []
+    with torch.no_grad():
+        for _ in range(GREEDY_STEPS):
+            last = model(torch.tensor([seq])).logits[0, -1]
+            top = torch.topk(last, 2).values
+            gaps.append(float(top[0] - top[1]))
+            seq.append(int(last.argmax()))
+    assert min(gaps) > 1e-2, f"{folder}: a near tie in the greedy continuation ({min(gaps)})"
+    return {"ids": seq[len(ids):], "min_gap": min(gaps)}
+
+
 def plain(config):
     """The same config without rope scaling, sliding windows and layers without rope."""
     c = dict(config)
@@ -271,6 +296,9 @@ def main():
         os.remove(os.path.join(folder, "generation_config.json"))
         logits = logits_of(folder, ids)
         logits.tofile(os.path.join(folder, "logits.f32"))
+        if name in GREEDY:
+            with open(os.path.join(folder, "greedy.json"), "w") as f:
+                json.dump(greedy_continuation(folder, ids), f)
         entry = {"name": name, "weights": name}
         if only:
             entry["transformers"] = transformers.__version__
@@ -304,7 +332,9 @@ def main():
         for name in only or CASES:
             dst = os.path.join(args.keep_tokenizer, name)
             shutil.copytree(os.path.join(OUT, name), dst)
-            os.remove(os.path.join(dst, "logits.f32"))
+            for expected in ("logits.f32", "greedy.json"):
+                if os.path.exists(os.path.join(dst, expected)):
+                    os.remove(os.path.join(dst, expected))
             shutil.copy(os.path.join(args.keep_tokenizer, "tokenizer.model"), dst)
             with open(os.path.join(dst, "tokenizer_config.json"), "w") as f:
                 json.dump({"tokenizer_class": "LlamaTokenizer", "add_bos_token": False}, f)

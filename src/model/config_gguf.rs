@@ -162,7 +162,8 @@ impl LlamaConfig {
 /// `no_rope_layers`; llama.cpp runs every fourth layer without rope (transformers' default
 /// `no_rope_layer_interval`), and so does the engine.
 fn layer_rope(architecture: Architecture, layers: usize) -> Vec<bool> {
-    let without_rope = |i: usize| architecture == Architecture::SmolLM3 && (i + 1).is_multiple_of(4);
+    let without_rope =
+        |i: usize| architecture == Architecture::SmolLM3 && (i + 1).is_multiple_of(4);
     (0..layers).map(|i| !without_rope(i)).collect()
 }
 
