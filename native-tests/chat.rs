@@ -35,6 +35,7 @@ fn templates_render_like_transformers() {
                 add_generation_prompt: case["add_generation_prompt"].as_bool().unwrap(),
                 now: Some(now),
                 context: 4096,
+                enable_thinking: case["enable_thinking"].as_bool(),
             };
             let got = render_template(&template, &messages, &options, bos, eos);
             let ok = match (&got, case["text"].as_str(), case["error"].as_str()) {
@@ -90,6 +91,7 @@ fn chat_cli_takes_turns_with_the_template() {
         add_generation_prompt: true,
         now: None,
         context: 256,
+        enable_thinking: None,
     };
     let rendered = tokenizer.render_chat(&first, &options).unwrap();
     assert_eq!(rendered, "<s>user: In the beginning</s>\n<s>assistant:");

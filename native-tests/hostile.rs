@@ -450,6 +450,7 @@ fn chat_templates_stay_within_bounds() {
         add_generation_prompt: true,
         now: Some(0),
         context: 4096,
+        enable_thinking: None,
     };
     let messages = [ChatMessage::new("user", "hi")];
     // (what, template, the bound it must hit: `None` for another error, such as minijinja's

@@ -1,7 +1,8 @@
 //! Checkpoints written by transformers itself (scripts/make_hf_fixtures.py) against
-//! transformers' own logits: one tiny random model per architecture and rope type, saved as
-//! transformers 5.x writes them plus configs in the 4.x style, each run on a 48-token prompt
-//! long enough for rope scaling and sliding windows to matter. The same checkpoints converted
+//! transformers' own logits: one tiny random model per architecture (OLMo 2 and SmolLM3
+//! included) and rope type, saved as transformers 5.x writes them plus configs in the 4.x
+//! style, each run on a 48-token prompt long enough for rope scaling, sliding windows and
+//! SmolLM3's layer without rope to matter. The same checkpoints converted
 //! by llama.cpp's `convert_hf_to_gguf.py` (scripts/make_gguf_fixtures.py) must load and match
 //! too: f32 within the same bound, Q8_0/Q4_0 within a bound set from llama.cpp's own error on
 //! those files.
@@ -11,7 +12,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use webtensor::model::gguf::{self, GgufValue};
-use webtensor::model::{FileBytes, Llama, ModelFiles};
+use webtensor::model::{FileBytes, Llama, ModelFiles, Sampler, Sampling};
 use webtensor::Device;
 
 /// transformers' f32 logits against ours.
@@ -121,7 +122,16 @@ fn decoding_token_by_token_matches_transformers() {
     let (prompt, cases) = manifest();
     let dev = common::cpu();
     for case in cases.iter().filter(|c| {
-        ["mistral", "qwen2_swa", "phi3", "llama_yarn", "qwen3"].contains(&c.name.as_str())
+        [
+            "mistral",
+            "qwen2_swa",
+            "phi3",
+            "llama_yarn",
+            "qwen3",
+            "olmo2",
+            "smollm3",
+        ]
+        .contains(&c.name.as_str())
     }) {
         let want = read_f32(&fixtures().join(&case.name).join("logits.f32"));
         let model = Llama::load(&dev, hf_files(case)).unwrap();
@@ -141,21 +151,183 @@ fn decoding_token_by_token_matches_transformers() {
     }
 }
 
+/// OLMo 2 and SmolLM3 one token at a time on every backend, as safetensors and as their GGUF
+/// conversion: the single-row path of decode (the fused products, the key and value stored
+/// straight into the cache where nothing comes between, attention per token) against
+/// transformers' logits of the whole prompt, which ran through the composition.
+#[test]
+fn olmo2_and_smollm3_decode_token_by_token_on_every_backend() {
+    let (prompt, cases) = manifest();
+    let gguf_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/gguf");
+    let mut failures = Vec::new();
+    for (dev_name, dev) in devices() {
+        for case in cases
+            .iter()
+            .filter(|c| ["olmo2", "smollm3"].contains(&c.name.as_str()))
+        {
+            let want = read_f32(&fixtures().join(&case.name).join("logits.f32"));
+            let gguf = gguf_dir.join(format!("{}.f32.gguf", case.name));
+            for (format, files) in [
+                ("safetensors", hf_files(case)),
+                ("gguf", ModelFiles::open(&gguf).unwrap()),
+            ] {
+                let model = Llama::load(&dev, files).unwrap();
+                let mut cache = model.new_cache(prompt.len()).unwrap();
+                let mut got = Vec::new();
+                for &token in &prompt {
+                    let logits = model.forward(&[token], &mut cache).unwrap();
+                    got.extend(logits.to_vec::<f32>().unwrap());
+                }
+                let delta = max_delta(&got, &want);
+                println!(
+                    "{dev_name} {:<8} {format:<11} token by token max|Δ| = {delta:.2e}",
+                    case.name
+                );
+                if delta > F32_TOL {
+                    failures.push(format!("{dev_name} {} {format}: {delta}", case.name));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "beyond {F32_TOL}: {failures:?}");
+}
+
+/// OLMo 2 and SmolLM3 decode steps (`Llama::decode`: each id drawn on the device and fed to
+/// the next step; on wgpu the first step recorded and the others replayed, unless another test
+/// uses the device meanwhile, which native-tests/engine/decode.rs rules out to check that) after
+/// the prompt draw transformers' greedy continuation (`greedy.json`), as safetensors and GGUF.
+#[test]
+fn olmo2_and_smollm3_decode_steps_draw_transformers_greedy_ids() {
+    let (prompt, cases) = manifest();
+    let gguf_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/gguf");
+    let (last, before) = prompt.split_last().unwrap();
+    for (dev_name, dev) in devices() {
+        for case in cases
+            .iter()
+            .filter(|c| ["olmo2", "smollm3"].contains(&c.name.as_str()))
+        {
+            let want = greedy_ids(&case.name);
+            let gguf = gguf_dir.join(format!("{}.f32.gguf", case.name));
+            for (format, files) in [
+                ("safetensors", hf_files(case)),
+                ("gguf", ModelFiles::open(&gguf).unwrap()),
+            ] {
+                let model = Llama::load(&dev, files).unwrap();
+                let mut cache = model.new_cache(prompt.len() + want.len()).unwrap();
+                model.forward(before, &mut cache).unwrap();
+                let mut sampler = Sampler::new(Sampling::greedy());
+                let got = model
+                    .decode(*last, &mut cache, want.len(), &mut sampler)
+                    .unwrap();
+                assert_eq!(got, want, "{dev_name} {} {format}", case.name);
+            }
+        }
+    }
+}
+
+/// transformers' greedy continuation of the prompt for a case (`greedy.json`).
+fn greedy_ids(case: &str) -> Vec<u32> {
+    let text = std::fs::read_to_string(fixtures().join(case).join("greedy.json")).unwrap();
+    let greedy: serde_json::Value = serde_json::from_str(&text).unwrap();
+    greedy["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// Generation stops at SmolLM3's end of turn, `<|im_end|>`. The SmolLM3 GGUF's vocabulary
+/// with the second id of transformers' greedy continuation renamed `<|im_end|>` (a control
+/// token, as in SmolLM3's own vocabulary, where the converter also makes it the end of
+/// sequence) draws that id second and stops there; with its own vocabulary it runs on.
+#[test]
+fn smollm3_generation_stops_at_its_end_of_turn() {
+    use webtensor::model::generate::{run_async, Pacing, PromptChunks, TextSink};
+    let (prompt, _) = manifest();
+    let greedy = greedy_ids("smollm3");
+    let end_of_turn = greedy[1] as usize;
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/gguf/smollm3.f32.gguf");
+    let bytes = std::fs::read(&path).unwrap();
+    let g = gguf::parse("smollm3.f32.gguf", &bytes).unwrap();
+    let tensors: Vec<_> = g
+        .tensors
+        .iter()
+        .map(|(n, t)| {
+            (
+                n.clone(),
+                t.dtype,
+                t.shape.clone(),
+                bytes[t.range.clone()].to_vec(),
+            )
+        })
+        .collect();
+    let mut metadata: Vec<(String, GgufValue)> = g.metadata.clone().into_iter().collect();
+    let own = metadata.clone();
+    for (key, value) in metadata.iter_mut() {
+        let array = || value.as_array().unwrap().iter();
+        if key == "tokenizer.ggml.tokens" {
+            let mut tokens: Vec<&str> = array().map(|t| t.as_str().unwrap()).collect();
+            tokens[end_of_turn] = "<|im_end|>";
+            *value = GgufValue::Array(gguf::GgufArray::strings(tokens));
+        } else if key == "tokenizer.ggml.token_type" {
+            let mut types: Vec<i64> = array().map(|t| t.as_u64().unwrap() as i64).collect();
+            types[end_of_turn] = 3; // llama.cpp's CONTROL
+            *value = GgufValue::Array(gguf::GgufArray::i64s(types));
+        }
+    }
+    for (dev_name, dev) in devices() {
+        for (vocabulary, metadata) in [("own", &own), ("edited", &metadata)] {
+            let file = FileBytes::Owned(gguf::write(metadata, &tensors).unwrap());
+            let files = ModelFiles::from_gguf("smollm3.gguf", file).unwrap();
+            let tokenizer = files.tokenizer.clone().unwrap();
+            let model = Llama::load(&dev, files).unwrap();
+            let cache = model.new_cache(prompt.len() + greedy.len()).unwrap();
+            let pacing = Pacing::for_device(&dev, PromptChunks::Whole);
+            let mut sink = TextSink(|_: &str| {});
+            let run = run_async(
+                &model,
+                &tokenizer,
+                prompt.clone(),
+                cache,
+                greedy.len(),
+                Sampling::greedy(),
+                pacing,
+                &mut sink,
+            );
+            let stats = pollster::block_on(run).unwrap();
+            let want = if vocabulary == "edited" {
+                2
+            } else {
+                greedy.len()
+            };
+            assert_eq!(
+                stats.generated_tokens, want,
+                "{dev_name}, {vocabulary} vocabulary"
+            );
+            assert_eq!(stats.stopped_at_eos, vocabulary == "edited", "{dev_name}");
+        }
+    }
+}
+
 /// The cases converted to GGUF by llama.cpp's converter (scripts/make_gguf_fixtures.py).
-const GGUF_CASES: [&str; 6] = [
+const GGUF_CASES: [&str; 8] = [
     "llama31",
     "llama_linear",
     "llama_yarn",
     "qwen2",
     "qwen3",
     "phi3",
+    "olmo2",
+    "smollm3",
 ];
 
 /// How far our logits on a quantized file may be from transformers' f32 logits, relative to
 /// how far llama.cpp's own logits on the same file are. The engine rounds activations to Q8_0
 /// blocks for these weights, as llama.cpp does, but not at the same points (llama.cpp also
 /// keeps its KV cache in f16), so the two errors are draws of the same size: measured over the
-/// seven converted cases, ours is 0.93–1.34× llama.cpp's for Q8_0 and 0.97–1.02× for Q4_0.
+/// converted cases, ours is 0.85–1.34× llama.cpp's for Q8_0 and 0.97–1.02× for Q4_0.
 /// A wrong format, scale or rope table gives errors many times larger.
 const QUANT_SLACK: f32 = 1.5;
 
@@ -329,6 +501,64 @@ fn what_would_change_the_numbers_is_refused_by_name() {
     ));
     let err = rewrite(&metadata).unwrap();
     assert!(err.contains("qwen2.rope.scaling.type"), "{err}");
+}
+
+/// What OLMo 2 and SmolLM3 settings the engine does not implement is refused by name:
+/// SmolLM3's sliding windows (on its layers without rope, as transformers places them), a
+/// `no_rope_layers` flag that is neither 0 nor 1, a `no_rope_layers` list of the wrong length,
+/// and OLMo 2 split over devices, whose ranks would each norm only their own heads of q and k.
+#[test]
+fn olmo2_and_smollm3_settings_not_implemented_are_refused_by_name() {
+    let load = |case: &str, edit: &dyn Fn(&mut serde_json::Map<String, serde_json::Value>)| {
+        let dir = fixtures().join(case);
+        let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
+        let mut config: serde_json::Value = serde_json::from_str(&text).unwrap();
+        edit(config.as_object_mut().unwrap());
+        let bytes = FileBytes::Owned(std::fs::read(dir.join("model.safetensors")).unwrap());
+        ModelFiles::from_parts(
+            &config.to_string(),
+            vec![("model.safetensors".into(), bytes)],
+            None,
+        )
+    };
+    let refused = |case: &str, edit: &dyn Fn(&mut serde_json::Map<String, serde_json::Value>)| {
+        load(case, edit)
+            .err()
+            .unwrap_or_else(|| panic!("{case}: the edited config loaded"))
+            .to_string()
+    };
+    let err = refused("smollm3", &|c| {
+        c.remove("layer_types");
+        c.insert("use_sliding_window".into(), true.into());
+        c.insert("sliding_window".into(), 16.into());
+    });
+    assert!(err.contains("use_sliding_window"), "{err}");
+    let err = refused("smollm3", &|c| {
+        c["layer_types"][3] = "sliding_attention".into();
+    });
+    assert!(err.contains("layer_types"), "{err}");
+    let err = refused("smollm3", &|c| {
+        c["no_rope_layers"][0] = 2.into();
+    });
+    assert!(err.contains("no_rope_layers"), "{err}");
+    let err = refused("smollm3", &|c| {
+        c["no_rope_layers"] = serde_json::json!([1, 1, 0]);
+    });
+    assert!(err.contains("no_rope_layers"), "{err}");
+    // Without `no_rope_layers`, transformers' default every fourth layer: the same model.
+    let files = load("smollm3", &|c| {
+        c.remove("no_rope_layers");
+    })
+    .unwrap();
+    assert_eq!(files.config.layer_rope, [true, true, true, false]);
+
+    let olmo2 = load("olmo2", &|_| {}).unwrap();
+    let devices = [common::cpu(), common::cpu()];
+    let err = Llama::load_parallel(&devices, olmo2, webtensor::model::TpConfig { size: 2 })
+        .err()
+        .expect("OLMo 2 split over two devices")
+        .to_string();
+    assert!(err.contains("OLMo 2"), "{err}");
 }
 
 /// transformers' own rope tables and attention factors at real models' sizes (Llama 3.1 8B,

@@ -10,9 +10,13 @@ and its logits are written next to the file (`<file>.llama_cpp.f32`), so the tes
 error on the quantized files by llama.cpp's own.
 
 Needs: transformers, torch, sentencepiece, gguf (pip), and llama.cpp's source tree (the
-llama-cpp-python sdist carries it under vendor/llama.cpp). Run from the repository root:
+llama-cpp-python sdist carries it under vendor/llama.cpp). llama-cpp-python may also be the
+sdist's own `llama_cpp` package on PYTHONPATH with LLAMA_CPP_LIB_PATH naming the folder of a
+`libllama.so` built from that tree with cmake (target `llama`, BUILD_SHARED_LIBS=ON): the
+`olmo2` and `smollm3` logits were written that way, and that build gives the other cases'
+committed logits bit for bit. Run from the repository root:
 
-    python3 scripts/make_gguf_fixtures.py --llama-cpp /path/to/vendor/llama.cpp
+    python3 scripts/make_gguf_fixtures.py --llama-cpp /path/to/vendor/llama.cpp [--cases NAME...]
 
 It runs scripts/make_hf_fixtures.py first (with a tokenizer, which the converter needs).
 """
@@ -34,7 +38,7 @@ WORK = "/tmp/webtensor_gguf_fixtures"
 # window), `qwen2_swa` (the converter writes Qwen2's window only for DFlash models), the 4.x
 # configs (same weights as their 5.x cases), and to keep the fixtures small `llama` and
 # `smollm` (the `llama*` cases cover Llama files, `qwen2` tied embeddings).
-CASES = ["llama31", "llama_linear", "llama_yarn", "qwen2", "qwen3", "phi3"]
+CASES = ["llama31", "llama_linear", "llama_yarn", "qwen2", "qwen3", "phi3", "olmo2", "smollm3"]
 
 
 def copy_with_tensors(reader, out_path, tensors):
@@ -82,13 +86,46 @@ def llama_cpp_logits(path, prompt, vocab):
     return np.array(llm.scores[:len(prompt), :vocab], dtype="<f4")
 
 
+# Cases whose converter class reads the vocabulary only as GPT-2 BPE, from a tokenizer.json
+# with a pre-tokenizer it recognizes by hash: OLMo 2. The tiny checkpoints carry a SentencePiece
+# vocabulary, so for these the converter runs with that class's `set_vocab` replaced by the
+# converter's own SentencePiece reader (what its Llama class uses); every tensor and
+# hyper-parameter is still written by the converter itself. Case → (module, class).
+SENTENCEPIECE_VOCAB = {"olmo2": ("conversion.olmo", "Olmo2Model")}
+
+# Runs the converter's main() in this process after that replacement.
+CONVERT_WITH_SENTENCEPIECE = """
+import importlib, sys
+llama_cpp, module, cls, argv = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+sys.path.insert(0, llama_cpp)
+import convert_hf_to_gguf
+model = getattr(importlib.import_module(module), cls)
+model.set_vocab = lambda self: self._set_vocab_sentencepiece()
+sys.argv = ["convert_hf_to_gguf.py", *argv]
+convert_hf_to_gguf.main()
+"""
+
+
+def convert(llama_cpp, name, outtype, outfile):
+    """llama.cpp's converter on the case's checkpoint (with a tokenizer) in WORK."""
+    args = [os.path.join(WORK, name), "--outtype", outtype, "--outfile", outfile]
+    if name in SENTENCEPIECE_VOCAB:
+        command = [sys.executable, "-c", CONVERT_WITH_SENTENCEPIECE, llama_cpp,
+                   *SENTENCEPIECE_VOCAB[name], *args]
+    else:
+        command = [sys.executable, os.path.join(llama_cpp, "convert_hf_to_gguf.py"), *args]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-cpp", required=True, help="llama.cpp's source tree")
+    ap.add_argument("--cases", nargs="+", metavar="NAME", choices=CASES,
+                    help="convert only these cases (make_hf_fixtures.py writes only them)")
     args = ap.parse_args()
-    subprocess.run([sys.executable, "scripts/make_hf_fixtures.py", "--keep-tokenizer", WORK],
-                   check=True)
-    converter = os.path.join(args.llama_cpp, "convert_hf_to_gguf.py")
+    only = ["--cases", *args.cases] if args.cases else []
+    subprocess.run([sys.executable, "scripts/make_hf_fixtures.py", "--keep-tokenizer", WORK,
+                    *only], check=True)
     prompt = json.load(open(os.path.join(OUT, "cases.json")))["prompt"]
     os.makedirs(GGUF_OUT, exist_ok=True)
     try:
@@ -97,13 +134,11 @@ def main():
     except ImportError:
         have_llama_cpp = False
         print("llama-cpp-python is not installed: no llama.cpp logits")
-    for name in CASES:
+    for name in args.cases or CASES:
         files = {}
         for outtype in ("f32", "q8_0"):
             files[outtype] = os.path.join(GGUF_OUT, f"{name}.{outtype}.gguf")
-            subprocess.run([sys.executable, converter, os.path.join(WORK, name), "--outtype",
-                            outtype, "--outfile", files[outtype]], check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            convert(args.llama_cpp, name, outtype, files[outtype])
         files["q4_0"] = os.path.join(GGUF_OUT, f"{name}.q4_0.gguf")
         q4_0_from(files["f32"], files["q8_0"], files["q4_0"])
         hf = np.fromfile(os.path.join(OUT, name, "logits.f32"), "<f4").reshape(len(prompt), -1)

@@ -11,10 +11,14 @@ Dimensions are chosen so rope scaling and the sliding windows matter within the 
 `original_max_position_embeddings`, windows shorter than the prompt, a `dynamic` case whose
 prompt exceeds `max_position_embeddings`) and the files stay small.
 
-Writes native-tests/fixtures/hf/<case>/{config.json, model.safetensors, logits.f32} and
+Writes native-tests/fixtures/hf/<case>/{config.json, model.safetensors, logits.f32} (and for
+the cases of GREEDY `greedy.json`, transformers' greedy continuation of the prompt) and
 native-tests/fixtures/hf/cases.json. Run from the repository root:
 
     python3 scripts/make_hf_fixtures.py
+
+`--cases NAME...` writes only those cases and keeps the others (the `olmo2` and `smollm3` cases
+were added that way, by the transformers version their manifest entries name).
 
 `--keep-tokenizer DIR` also writes each case with a tiny SentencePiece tokenizer into DIR (what
 llama.cpp's converter needs; see scripts/make_gguf_fixtures.py).
@@ -29,8 +33,9 @@ import numpy as np
 import torch
 import transformers
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
-                          Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                          Qwen3ForCausalLM)
+                          Olmo2Config, Olmo2ForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, SmolLM3Config,
+                          SmolLM3ForCausalLM)
 
 OUT = "native-tests/fixtures/hf"
 PROMPT_LEN = 48
@@ -79,10 +84,19 @@ CASES = {
     "phi3": (Phi3Config, Phi3ForCausalLM,
              dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
                   sliding_window=20, pad_token_id=0, eos_token_id=2)),
+    # Norms after each block, q/k norms over the whole projection.
+    "olmo2": (Olmo2Config, Olmo2ForCausalLM,
+              dict(rope_parameters={"rope_type": "default", "rope_theta": 500000.0})),
+    # Four layers, so that transformers' default `no_rope_layers` (every fourth layer without
+    # rope, as llama.cpp runs every `smollm3` GGUF) has a layer without rope.
+    "smollm3": (SmolLM3Config, SmolLM3ForCausalLM,
+                dict(rope_parameters={"rope_type": "default", "rope_theta": 2000000.0},
+                     num_hidden_layers=4, pad_token_id=0)),
 }
 
 # The cases whose rope scaling or sliding window must move the logits.
-SCALED = {"llama31", "llama_linear", "llama_dynamic", "llama_yarn", "mistral", "qwen2_swa", "phi3"}
+SCALED = {"llama31", "llama_linear", "llama_dynamic", "llama_yarn", "mistral", "qwen2_swa", "phi3",
+          "smollm3"}
 
 # Configs as transformers 4.x wrote them, over the weights of a 5.x case: name → (weights of,
 # function of the saved config dict).
@@ -140,9 +154,35 @@ def logits_of(folder, ids):
     return out.numpy().astype("<f4")
 
 
+# The cases whose greedy continuation of the prompt is written too (`greedy.json`): what the
+# engine's decode steps (recorded and replayed on a GPU) must draw.
+GREEDY = {"olmo2", "smollm3"}
+GREEDY_STEPS = 8
+
+
+def greedy_continuation(folder, ids):
+    """transformers' greedy next ids after `ids`, each from a full forward pass, and the
+    smallest gap between the best and second-best logit on the way (a near tie would make the
+    expected ids depend on rounding)."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    seq, gaps = list(ids), []
+    with torch.no_grad():
+        for _ in range(GREEDY_STEPS):
+            last = model(torch.tensor([seq])).logits[0, -1]
+            top = torch.topk(last, 2).values
+            gaps.append(float(top[0] - top[1]))
+            seq.append(int(last.argmax()))
+    assert min(gaps) > 1e-2, f"{folder}: a near tie in the greedy continuation ({min(gaps)})"
+    return {"ids": seq[len(ids):], "min_gap": min(gaps)}
+
+
 def plain(config):
-    """The same config without rope scaling and sliding windows."""
+    """The same config without rope scaling, sliding windows and layers without rope."""
     c = dict(config)
+    if "no_rope_layers" in c:
+        c["no_rope_layers"] = [1] * len(c["no_rope_layers"])
     c["rope_parameters"] = {"rope_type": "default",
                             "rope_theta": c["rope_parameters"]["rope_theta"]}
     for key in ("sliding_window", "use_sliding_window", "layer_types"):
@@ -151,8 +191,8 @@ def plain(config):
 
 
 def check_sensitive(folder, ids, logits):
-    """Fails unless the case's rope scaling or window changes the logits noticeably (else the
-    fixture could not catch an engine that ignores them)."""
+    """Fails unless the case's rope scaling, window or layers without rope change the logits
+    noticeably (else the fixture could not catch an engine that ignores them)."""
     config = json.load(open(os.path.join(folder, "config.json")))
     if os.path.basename(folder) not in SCALED:
         return None
@@ -230,12 +270,24 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--keep-tokenizer", metavar="DIR",
                     help="also write every case with a tokenizer.model into DIR")
+    ap.add_argument("--cases", nargs="+", metavar="NAME", choices=list(CASES),
+                    help="write only these cases, keeping the other fixtures as they are (each "
+                         "case written records the transformers version that wrote it)")
     args = ap.parse_args()
     ids = np.random.default_rng(0).integers(3, VOCAB, PROMPT_LEN).tolist()
-    manifest = {"transformers": transformers.__version__, "prompt": ids, "cases": []}
-    shutil.rmtree(OUT, ignore_errors=True)
+    only = args.cases
+    if only:
+        manifest = json.load(open(os.path.join(OUT, "cases.json")))
+        assert manifest["prompt"] == ids
+        manifest["cases"] = [c for c in manifest["cases"] if c["name"] not in only]
+    else:
+        manifest = {"transformers": transformers.__version__, "prompt": ids, "cases": []}
+        shutil.rmtree(OUT, ignore_errors=True)
     for seed, (name, (config_cls, model_cls, extra)) in enumerate(CASES.items()):
+        if only and name not in only:
+            continue
         folder = os.path.join(OUT, name)
+        shutil.rmtree(folder, ignore_errors=True)
         config = config_cls(**{**DIMS, **extra})
         torch.manual_seed(seed)
         model = model_cls(config)
@@ -244,11 +296,17 @@ def main():
         os.remove(os.path.join(folder, "generation_config.json"))
         logits = logits_of(folder, ids)
         logits.tofile(os.path.join(folder, "logits.f32"))
-        manifest["cases"].append({"name": name, "weights": name})
+        if name in GREEDY:
+            with open(os.path.join(folder, "greedy.json"), "w") as f:
+                json.dump(greedy_continuation(folder, ids), f)
+        entry = {"name": name, "weights": name}
+        if only:
+            entry["transformers"] = transformers.__version__
+        manifest["cases"].append(entry)
         delta = check_sensitive(folder, ids, logits)
         print(f"{name}: logits |max| {np.abs(logits).max():.2f}, without its rope scaling "
               f"or window they move by {delta}")
-    for name, (base, rewrite) in V4_CASES.items():
+    for name, (base, rewrite) in () if only else V4_CASES.items():
         folder = os.path.join(OUT, name)
         os.makedirs(folder)
         config = json.load(open(os.path.join(OUT, base, "config.json")))
@@ -265,15 +323,18 @@ def main():
         print(f"{name}: 4.x config over {base}'s weights")
     with open(os.path.join(OUT, "cases.json"), "w") as f:
         json.dump(manifest, f, indent=1)
-    rope_tables()
+    if not only:
+        rope_tables()
     if args.keep_tokenizer:
         shutil.rmtree(args.keep_tokenizer, ignore_errors=True)
         os.makedirs(args.keep_tokenizer)
         tiny_sentencepiece(args.keep_tokenizer)
-        for name in CASES:
+        for name in only or CASES:
             dst = os.path.join(args.keep_tokenizer, name)
             shutil.copytree(os.path.join(OUT, name), dst)
-            os.remove(os.path.join(dst, "logits.f32"))
+            for expected in ("logits.f32", "greedy.json"):
+                if os.path.exists(os.path.join(dst, expected)):
+                    os.remove(os.path.join(dst, expected))
             shutil.copy(os.path.join(args.keep_tokenizer, "tokenizer.model"), dst)
             with open(os.path.join(dst, "tokenizer_config.json"), "w") as f:
                 json.dump({"tokenizer_class": "LlamaTokenizer", "add_bos_token": False}, f)

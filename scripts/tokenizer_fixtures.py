@@ -16,7 +16,9 @@ writes today (Metaspace, byte fallback), is transformers' own conversion of llam
 ggml-vocab-llama-spm.gguf: `--convert` writes it into the cache (scripts/fetch_vocabs.sh runs
 that where transformers is installed; the test skips that vocabulary, saying so, elsewhere).
 
-Usage: scripts/tokenizer_fixtures.py [--convert] [CACHE]   (default: target/vocabs)
+Usage: scripts/tokenizer_fixtures.py [--convert | --chat-only] [CACHE]   (default: target/vocabs)
+
+`--chat-only` writes only chat_templates.json (it needs only the templates of the cache).
 """
 
 import json
@@ -200,7 +202,21 @@ CONVERSATIONS = [
 NOW = 1721997296
 
 
-def render(template, messages, add_generation_prompt):
+# Extra cases of a template, for the variables it reads: (conversation, template variables
+# as `apply_chat_template` passes them). SmolLM3's reasoning mode: `enable_thinking`, and a
+# `/think` or `/no_think` in the system message, which wins over it.
+EXTRA_CASES = {
+    "smollm3": [
+        ([{"role": "system", "content": "You are terse. /no_think"}, *CONVERSATIONS[0][1:]], {}),
+        (CONVERSATIONS[1], {"enable_thinking": False}),
+        (CONVERSATIONS[1], {"enable_thinking": True}),
+        ([{"role": "system", "content": "/think Be brief."}, *CONVERSATIONS[1]],
+         {"enable_thinking": False}),
+    ],
+}
+
+
+def render(template, messages, add_generation_prompt, variables):
     import transformers.utils.chat_template_utils as ctu
 
     class Fixed(datetime):
@@ -217,6 +233,7 @@ def render(template, messages, add_generation_prompt):
                 add_generation_prompt=add_generation_prompt,
                 bos_token="<BOS>",
                 eos_token="<EOS>",
+                **variables,
             )[0][0]
         }
     except Exception as e:  # the template refused (raise_exception)
@@ -230,24 +247,26 @@ def chat_fixture(cache):
         if path.endswith(".json"):
             text = json.loads(text)["chat_template"]
         cases = []
-        for messages in CONVERSATIONS:
+        plain = [(messages, {}) for messages in CONVERSATIONS]
+        for messages, variables in plain + EXTRA_CASES.get(name, []):
             for gen in (True, False):
-                case = {"messages": messages, "add_generation_prompt": gen}
-                case.update(render(text, messages, gen))
+                case = {"messages": messages, "add_generation_prompt": gen, **variables}
+                case.update(render(text, messages, gen, variables))
                 cases.append(case)
         out["templates"][name] = {"file": path, "template": text, "cases": cases}
     return out
 
 
 def main():
-    args = [a for a in sys.argv[1:] if a != "--convert"]
+    args = [a for a in sys.argv[1:] if a not in ("--convert", "--chat-only")]
     cache = Path(args[0] if args else ROOT / "target" / "vocabs")
-    convert(cache)
-    layouts(cache)
+    if "--chat-only" not in sys.argv:
+        convert(cache)
+        layouts(cache)
     if "--convert" in sys.argv:
         return
     OUT.mkdir(parents=True, exist_ok=True)
-    for name, (package, path) in HF_VOCABS.items():
+    for name, (package, path) in () if "--chat-only" in sys.argv else HF_VOCABS.items():
         fixture = hf_fixture(name, package, path, cache)
         (OUT / f"hf-{name}.json").write_text(json.dumps(fixture, ensure_ascii=False, indent=1) + "\n")
         print(f"hf-{name}.json: {len(fixture['cases'])} cases")

@@ -19,10 +19,29 @@ pub enum Architecture {
     Qwen3,
     /// Phi-3: q/k/v stored as one `qkv_proj`, gate and up as one `gate_up_proj`.
     Phi3,
+    /// SmolLM3: Llama whose layers marked 0 in `no_rope_layers` attend without the rotary
+    /// embedding.
+    SmolLM3,
+    /// OLMo 2: no norms before the attention and feed-forward blocks; instead an RMS norm of
+    /// each block's output before the residual add, and RMS norms of the whole q and k
+    /// projections (all heads together) before the rotary embedding.
+    Olmo2,
+}
+
+/// Where q and k go through an RMS norm between their projection and the rotary embedding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkNorm {
+    /// Nowhere.
+    None,
+    /// Over each head (Qwen3): one weight of `[head_dim]` for every head.
+    PerHead,
+    /// Over the whole projection, all heads together (OLMo 2): weights of `[q_dim]` and
+    /// `[kv_dim]`.
+    Whole,
 }
 
 /// Every architecture, for messages.
-const ALL: [(Architecture, &str, &str, &str); 5] = [
+const ALL: [(Architecture, &str, &str, &str); 7] = [
     (Architecture::Llama, "LlamaForCausalLM", "llama", "llama"),
     (
         Architecture::Mistral,
@@ -33,6 +52,13 @@ const ALL: [(Architecture, &str, &str, &str); 5] = [
     (Architecture::Qwen2, "Qwen2ForCausalLM", "qwen2", "qwen2"),
     (Architecture::Qwen3, "Qwen3ForCausalLM", "qwen3", "qwen3"),
     (Architecture::Phi3, "Phi3ForCausalLM", "phi3", "phi3"),
+    (
+        Architecture::SmolLM3,
+        "SmolLM3ForCausalLM",
+        "smollm3",
+        "smollm3",
+    ),
+    (Architecture::Olmo2, "Olmo2ForCausalLM", "olmo2", "olmo2"),
 ];
 
 /// `config.json` keys that do not change the numbers of a forward pass (training settings,
@@ -209,11 +235,17 @@ impl Architecture {
             .find(|(a, _, _, gguf)| *gguf == name && *a != Architecture::Mistral)
             .map(|a| a.0)
             .ok_or_else(|| {
+                let supported: Vec<&str> = ALL
+                    .iter()
+                    .filter(|a| a.0 != Architecture::Mistral)
+                    .map(|a| a.3)
+                    .collect();
                 Error::model_file(
                     source,
                     format!(
                         "metadata `general.architecture` = {name:?} is not supported; webtensor \
-                         runs llama, qwen2, qwen3 and phi3"
+                         runs {}",
+                        supported.join(", ")
                     ),
                 )
             })
@@ -234,9 +266,29 @@ impl Architecture {
         self == Architecture::Qwen2
     }
 
-    /// Whether each head of q and k goes through an RMS norm before the rotary embedding.
-    pub fn qk_norm(self) -> bool {
-        self == Architecture::Qwen3
+    /// Where q and k are RMS-normed before the rotary embedding.
+    pub fn qk_norm(self) -> QkNorm {
+        match self {
+            Architecture::Qwen3 => QkNorm::PerHead,
+            Architecture::Olmo2 => QkNorm::Whole,
+            _ => QkNorm::None,
+        }
+    }
+
+    /// Whether the layer's two norms apply to the attention and feed-forward blocks' outputs
+    /// before the residual add (OLMo 2), not to their inputs.
+    pub fn post_norms(self) -> bool {
+        self == Architecture::Olmo2
+    }
+
+    /// Whether llama.cpp's converter permutes the q and k rows of its GGUF files (it does for
+    /// the architectures it runs with llama.cpp's interleaved rope), so that rope pairs are
+    /// neighbouring values rather than the two halves of a head.
+    pub fn gguf_interleaved_rope(self) -> bool {
+        matches!(
+            self,
+            Architecture::Llama | Architecture::Mistral | Architecture::SmolLM3
+        )
     }
 
     /// The fewest tensors one decoder layer has in a file: two norms and the attention and
@@ -268,6 +320,15 @@ impl Architecture {
                 "layer_types",
             ],
             Architecture::Phi3 => &["sliding_window", "original_max_position_embeddings"],
+            Architecture::SmolLM3 => &[
+                "use_sliding_window",
+                "sliding_window",
+                "max_window_layers",
+                "layer_types",
+                "no_rope_layers",
+                "no_rope_layer_interval",
+            ],
+            Architecture::Olmo2 => &[],
         };
         HARMLESS_KEYS.contains(&key) || READ_KEYS.contains(&key) || own.contains(&key)
     }

@@ -50,6 +50,10 @@ pub struct ChatOptions {
     /// The context the rendered prompt must fit, in tokens: it sizes the render's bounds
     /// ([`RenderLimits::for_context`]).
     pub context: usize,
+    /// The template's `enable_thinking` (SmolLM3, Qwen3: whether the model reasons before it
+    /// answers), as `apply_chat_template(..., enable_thinking=...)` passes it; `None` leaves it
+    /// undefined, so the template's own default holds.
+    pub enable_thinking: Option<bool>,
 }
 
 /// A chat template and where it came from, which its errors name.
@@ -473,6 +477,7 @@ pub fn render_template(
     let context = minijinja::context! {
         messages => Value::from(Serde(messages)),
         add_generation_prompt => options.add_generation_prompt,
+        enable_thinking => options.enable_thinking.map_or(Value::UNDEFINED, Value::from),
         bos_token => bos,
         eos_token => eos,
     };
@@ -563,6 +568,7 @@ mod tests {
             add_generation_prompt: true,
             now: Some(0),
             context,
+            enable_thinking: None,
         }
     }
 

@@ -50,6 +50,10 @@ pub struct LlamaConfig {
     /// before it), or `None` for full causal attention.
     #[serde(skip_deserializing)]
     pub layer_windows: Vec<Option<usize>>,
+    /// Per layer, whether its q and k get the rotary embedding: false for the layers
+    /// SmolLM3's `no_rope_layers` marks 0, true for every layer of the other architectures.
+    #[serde(skip_deserializing)]
+    pub layer_rope: Vec<bool>,
     /// Whether the q/k/v projections have biases (always for Qwen2).
     #[serde(default)]
     pub attention_bias: bool,
@@ -139,6 +143,7 @@ impl LlamaConfig {
         }
         let layers = plausible_layers(config.num_hidden_layers, source)?;
         config.layer_windows = layer_windows(obj, architecture, layers, source)?;
+        config.layer_rope = layer_rope(obj, architecture, layers, source)?;
         if architecture.always_qkv_bias() {
             config.attention_bias = true;
         }
@@ -183,6 +188,11 @@ impl LlamaConfig {
         }
         self.context_limit = Some(tokens);
         Ok(())
+    }
+
+    /// Whether `layer` rotates its q and k ([`LlamaConfig::layer_rope`]).
+    pub fn uses_rope(&self, layer: usize) -> bool {
+        self.layer_rope.get(layer).copied().unwrap_or(true)
     }
 
     /// The sliding attention window of `layer`, if it has one.
@@ -306,6 +316,16 @@ impl LlamaConfig {
                 ),
             );
         }
+        if self.layer_rope.len() != self.num_hidden_layers {
+            return fail(
+                "no_rope_layers",
+                format!(
+                    "gives {} layers; num_hidden_layers = {}",
+                    self.layer_rope.len(),
+                    self.num_hidden_layers
+                ),
+            );
+        }
         if self.layer_windows.contains(&Some(0)) {
             return fail("sliding_window", "must be at least 1".into());
         }
@@ -354,7 +374,8 @@ pub(crate) fn plausible_layers(layers: usize, source: &str) -> Result<usize> {
 /// The attention window of each layer, as transformers derives it for `arch`: Mistral and
 /// Phi-3 apply `sliding_window` (Mistral's default 4096) to every layer; Qwen2/3 only with
 /// `use_sliding_window`, to the layers `layer_types` marks `sliding_attention` or else to those
-/// from `max_window_layers` (default 28) on.
+/// from `max_window_layers` (default 28) on. Llama and OLMo 2 have none; SmolLM3's are refused
+/// ([`smollm3_full_attention`]).
 fn layer_windows(
     obj: &Map<String, Value>,
     arch: Architecture,
@@ -377,7 +398,8 @@ fn layer_windows(
         }
     };
     let windows = match arch {
-        Architecture::Llama => vec![None; layers],
+        Architecture::Llama | Architecture::Olmo2 => vec![None; layers],
+        Architecture::SmolLM3 => smollm3_full_attention(obj, layers, source)?,
         Architecture::Mistral => vec![count("sliding_window", Some(4096))?; layers],
         Architecture::Phi3 => vec![count("sliding_window", None)?; layers],
         Architecture::Qwen2 | Architecture::Qwen3 => {
@@ -418,6 +440,85 @@ fn layer_windows(
         }
     };
     Ok(windows)
+}
+
+/// SmolLM3's layers, each with full attention, or an error naming the setting that would give
+/// one a window: transformers slides a window over the layers without rope when
+/// `use_sliding_window` and `sliding_window` are both set (or where `layer_types` says so).
+/// llama.cpp runs SmolLM3 without windows and no published checkpoint uses them, so they are
+/// refused rather than run untested.
+fn smollm3_full_attention(
+    obj: &Map<String, Value>,
+    layers: usize,
+    source: &str,
+) -> Result<Vec<Option<usize>>> {
+    let fail = |field: &str, why: String| Error::Config {
+        source_name: source.to_string(),
+        reason: format!("`{field}` {why}"),
+    };
+    let unsupported = "SmolLM3's sliding windows are not supported";
+    match obj.get("layer_types") {
+        Some(Value::Array(types)) => {
+            if let Some(t) = types.iter().find(|t| t.as_str() != Some("full_attention")) {
+                return Err(fail("layer_types", format!("has {t}: {unsupported}")));
+            }
+            return Ok(vec![None; types.len()]);
+        }
+        None | Some(Value::Null) => {}
+        Some(other) => return Err(fail("layer_types", format!("= {other} is not a list"))),
+    }
+    let enabled = obj.get("use_sliding_window").and_then(Value::as_bool) == Some(true);
+    let window = obj.get("sliding_window").is_some_and(|w| !w.is_null());
+    if enabled && window {
+        return Err(fail("use_sliding_window", format!("= true: {unsupported}")));
+    }
+    Ok(vec![None; layers])
+}
+
+/// Whether each layer rotates q and k: for SmolLM3 its `no_rope_layers` (1 = rope, 0 = none)
+/// or, without it, transformers' default from `no_rope_layer_interval` (every
+/// `interval`-th layer without rope, default 4); every layer for the other architectures.
+fn layer_rope(
+    obj: &Map<String, Value>,
+    arch: Architecture,
+    layers: usize,
+    source: &str,
+) -> Result<Vec<bool>> {
+    let fail = |field: &str, why: String| Error::Config {
+        source_name: source.to_string(),
+        reason: format!("`{field}` {why}"),
+    };
+    if arch != Architecture::SmolLM3 {
+        return Ok(vec![true; layers]);
+    }
+    match obj.get("no_rope_layers") {
+        Some(Value::Array(flags)) => flags
+            .iter()
+            .map(|f| match f.as_u64() {
+                Some(1) => Ok(true),
+                Some(0) => Ok(false),
+                _ => Err(fail(
+                    "no_rope_layers",
+                    format!("has {f}; only 1 (rope) and 0 (no rope) are meaningful"),
+                )),
+            })
+            .collect(),
+        None | Some(Value::Null) => {
+            let interval = match obj.get("no_rope_layer_interval") {
+                None | Some(Value::Null) => 4,
+                Some(v) => v.as_u64().filter(|&n| n > 0).ok_or_else(|| {
+                    fail(
+                        "no_rope_layer_interval",
+                        format!("= {v} is not a positive whole number"),
+                    )
+                })?,
+            };
+            Ok((0..layers as u64)
+                .map(|i| (i + 1) % interval != 0)
+                .collect())
+        }
+        Some(other) => Err(fail("no_rope_layers", format!("= {other} is not a list"))),
+    }
 }
 
 #[cfg(test)]

@@ -125,6 +125,12 @@ impl LlamaConfig {
         }
         let layers = super::config::plausible_layers(int("block_count")?, name)?;
         let window = opt_int("attention.sliding_window")?.filter(|&w| w > 0);
+        if window.is_some() && architecture == Architecture::SmolLM3 {
+            return Err(bad(
+                "attention.sliding_window",
+                "is given: SmolLM3's sliding windows are not supported",
+            ));
+        }
         let max_positions = opt_int("context_length")?.unwrap_or(2048);
         let config = LlamaConfig {
             architecture,
@@ -140,6 +146,7 @@ impl LlamaConfig {
             hidden_act: "silu".into(),
             rope: rope_of(g, bytes, &prefix, name, dim)?,
             layer_windows: vec![window; layers],
+            layer_rope: layer_rope(architecture, layers),
             attention_bias: g.tensors.contains_key("blk.0.attn_q.bias"),
             tie_word_embeddings: !g.tensors.contains_key("output.weight"),
             bos_token_id: token_id("bos_token_id")?,
@@ -149,6 +156,15 @@ impl LlamaConfig {
         config.validate(name)?;
         Ok(config)
     }
+}
+
+/// Whether each layer rotates q and k. The converter does not write SmolLM3's
+/// `no_rope_layers`; llama.cpp runs every fourth layer without rope (transformers' default
+/// `no_rope_layer_interval`), and so does the engine.
+fn layer_rope(architecture: Architecture, layers: usize) -> Vec<bool> {
+    let without_rope =
+        |i: usize| architecture == Architecture::SmolLM3 && (i + 1).is_multiple_of(4);
+    (0..layers).map(|i| !without_rope(i)).collect()
 }
 
 /// The rope settings of GGUF metadata (`{prefix}rope.*`) and the `rope_freqs.weight` tensor.

@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 #[cfg(not(target_arch = "wasm32"))]
 use std::path::{Path, PathBuf};
 
-use super::arch::Architecture;
 use super::chat::ChatTemplate;
 use super::gguf;
 use super::safetensors;
@@ -198,15 +197,12 @@ impl ModelFiles {
     }
 
     /// The rotary pairing the q/k weights were stored for: llama.cpp's converter permutes
-    /// the rows of GGUF `llama` files (Mistral's included) for interleaved pairs; Hugging Face
-    /// weights, and GGUF `qwen2`/`qwen3`/`phi3` files (llama.cpp's NEOX rope), use half-split
+    /// the rows of GGUF `llama` (Mistral's included) and `smollm3` files for interleaved pairs
+    /// ([`gguf_interleaved_rope`](super::arch::Architecture::gguf_interleaved_rope)); Hugging
+    /// Face weights, and the other GGUF architectures (llama.cpp's NEOX rope), use half-split
     /// pairs.
     pub fn rope_layout(&self) -> RopeLayout {
-        let permuted = matches!(
-            self.config.architecture,
-            Architecture::Llama | Architecture::Mistral
-        );
-        if self.is_gguf && permuted {
+        if self.is_gguf && self.config.architecture.gguf_interleaved_rope() {
             RopeLayout::Interleaved
         } else {
             RopeLayout::HalfSplit
@@ -242,8 +238,8 @@ fn eos_ids(json: &str, source: &str) -> Result<Vec<u32>> {
 }
 
 /// Fails unless the files could hold the config's layers: each layer has at least
-/// [`Architecture::min_tensors_per_layer`] tensors, so a layer count beyond that is a lie that
-/// would only surface (or allocate) later.
+/// [`min_tensors_per_layer`](super::arch::Architecture::min_tensors_per_layer) tensors, so a
+/// layer count beyond that is a lie that would only surface (or allocate) later.
 fn check_layer_count(config: &LlamaConfig, tensors: usize, names: &[String]) -> Result<()> {
     let per_layer = config.architecture.min_tensors_per_layer();
     if config.num_hidden_layers > tensors / per_layer {

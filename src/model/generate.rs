@@ -301,6 +301,7 @@ pub fn chat_prompt(
         add_generation_prompt: true,
         now: None,
         context,
+        enable_thinking: None,
     };
     tokenizer.render_chat(messages, &options)
 }

@@ -348,15 +348,16 @@ impl Llama {
             .is_some_and(|(points, _)| points.contains(&point))
     }
 
-    /// `x`'s rows RMS-normed by `norm` and multiplied by each weight of `products` (with the
-    /// activations of its dtype), rotated where it carries a rotary embedding: the norm and
-    /// the rotation fold into the products where the device does that
-    /// (`ops::rms_norm_linears`), unless a hook wants the normed rows at `hook`, which are then
-    /// made and shown to it (on the first rank).
+    /// `x`'s rows RMS-normed by `norm` (or as they are, without one: OLMo 2's blocks have no
+    /// input norm) and multiplied by each weight of `products` (with the activations of its
+    /// dtype), rotated where it carries a rotary embedding: the norm and the rotation fold
+    /// into the products where the device does that (`ops::rms_norm_linears`), unless a hook
+    /// wants the normed rows at `hook`, which are then made and shown to it (on the first
+    /// rank).
     fn normed_products(
         &self,
         x: &Tensor,
-        norm: &Tensor,
+        norm: Option<&Tensor>,
         products: &[(&Tensor, Option<ops::Rotary<'_>>)],
         (hook, index, first): (HookPoint, usize, bool),
     ) -> Result<Vec<Tensor>> {
@@ -365,6 +366,9 @@ impl Llama {
             .iter()
             .map(|&(weight, rope)| self.norm_product(weight, rope))
             .collect();
+        let Some(norm) = norm else {
+            return ops::linears_of_normed(x, &products);
+        };
         let norm = ops::RmsNormParams { weight: norm, eps };
         if self.wants(hook) {
             // The norm as its own op, its output shown, then the products without it (a norm
@@ -392,35 +396,36 @@ impl Llama {
     }
 
     /// The feed-forward block's `silu(gate) ⊙ up` of `x`'s rows RMS-normed by the layer's
-    /// `ffn_norm`, the norm folded in as [`Llama::normed_products`] does (one fused op where
-    /// gate and up share a dtype).
+    /// `ffn_norm` (as they are where the norm follows the block, OLMo 2), the norm folded in as
+    /// [`Llama::normed_products`] does (one fused op where gate and up share a dtype).
     fn normed_swiglu(
         &self,
         x: &Tensor,
         layer: &Layer,
         (index, first): (usize, bool),
     ) -> Result<Tensor> {
+        let pre_norm = (!layer.post_norms).then_some(&layer.ffn_norm);
         if layer.gate.dtype() != layer.up.dtype() {
             // llama.cpp's quantizer may store the two in different formats, which the fused
             // op does not take: the two normed products (the norm made once), then the gate.
             let products = [(&layer.gate, None), (&layer.up, None)];
             let hook = (HookPoint::FfnNorm, index, first);
-            let gate_up = self.normed_products(x, &layer.ffn_norm, &products, hook)?;
+            let gate_up = self.normed_products(x, pre_norm, &products, hook)?;
             return ops::swiglu(&gate_up[0], &gate_up[1]);
         }
         let eps = self.config.rms_norm_eps;
         let act = self.activations_for(&layer.gate);
+        let Some(norm) = pre_norm else {
+            return ops::swiglu_linear(x, &layer.gate, &layer.up, act);
+        };
         if self.wants(HookPoint::FfnNorm) {
-            let h = ops::rms_norm(x, &layer.ffn_norm, eps)?;
+            let h = ops::rms_norm(x, norm, eps)?;
             if first {
                 self.emit(HookPoint::FfnNorm, index, &h);
             }
             return ops::swiglu_linear(&h, &layer.gate, &layer.up, act);
         }
-        let norm = ops::RmsNormParams {
-            weight: &layer.ffn_norm,
-            eps,
-        };
+        let norm = ops::RmsNormParams { weight: norm, eps };
         ops::rms_norm_swiglu_linear(x, norm, &layer.gate, &layer.up, act)
     }
 
@@ -434,12 +439,13 @@ impl Llama {
 
     /// The residual stream after a block whose per-rank outputs are `partial`: those
     /// themselves when [`Llama::project`] folded the residual in, otherwise their all-reduced
-    /// sum (shown to the hook at `point`) added to `xs`.
+    /// sum (shown to the hook at `point`), RMS-normed by each rank's `post_norm` where the
+    /// norm follows the block (OLMo 2), added to `xs`.
     fn residual(
         &self,
         xs: Vec<Tensor>,
         partial: Vec<Tensor>,
-        folded: bool,
+        (folded, post_norm): (bool, Option<&[&Tensor]>),
         (point, layer): (HookPoint, usize),
     ) -> Result<Vec<Tensor>> {
         if folded {
@@ -447,7 +453,16 @@ impl Llama {
         }
         let out = self.collective.all_reduce_sum(&partial)?;
         self.emit(point, layer, &out[0]);
-        self.each_rank(|r| ops::add(&xs[r.shard.rank], &out[r.shard.rank]))
+        self.each_rank(|r| {
+            let rank = r.shard.rank;
+            match post_norm {
+                Some(norms) => {
+                    let normed = ops::rms_norm(&out[rank], norms[rank], self.config.rms_norm_eps)?;
+                    ops::add(&xs[rank], &normed)
+                }
+                None => ops::add(&xs[rank], &out[rank]),
+            }
+        })
     }
 
     fn emit(&self, point: HookPoint, layer: usize, t: &Tensor) {
@@ -682,12 +697,19 @@ impl Llama {
         let mut xs = self.collective.broadcast(&x)?;
         // The residual adds fold into the projections before them on a single rank (with
         // several, the add must follow the all-reduce of the partial sums), unless a hook
-        // wants the projection's output alone.
-        let single = self.ranks.len() == 1;
-        let fold_attn = single && !self.wants(HookPoint::AttnOut);
-        let fold_ffn = single && !self.wants(HookPoint::FfnOut);
+        // wants the projection's output alone, or a norm after the block (OLMo 2) comes
+        // between the projection and the add.
+        let foldable = self.ranks.len() == 1 && !c.architecture.post_norms();
+        let fold_attn = foldable && !self.wants(HookPoint::AttnOut);
+        let fold_ffn = foldable && !self.wants(HookPoint::FfnOut);
         for i in 0..c.num_hidden_layers {
             let layers = self.each_rank(|r| self.layer(r, i))?;
+            let post = |norm: fn(&Layer) -> &Tensor| -> Option<Vec<&Tensor>> {
+                c.architecture
+                    .post_norms()
+                    .then(|| layers.iter().map(|l| norm(l)).collect())
+            };
+            let (post_attn, post_ffn) = (post(|l| &l.attn_norm), post(|l| &l.ffn_norm));
             let partial = self.each_rank(|r| {
                 let (layer, first) = (&layers[r.shard.rank], r.shard.is_first());
                 let rope = (
@@ -701,14 +723,16 @@ impl Llama {
                 }
                 self.project(&attn, &layer.wo, fold_attn.then_some(&xs[0]))
             })?;
-            xs = self.residual(xs, partial, fold_attn, (HookPoint::AttnOut, i))?;
+            let attn_end = (fold_attn, post_attn.as_deref());
+            xs = self.residual(xs, partial, attn_end, (HookPoint::AttnOut, i))?;
             let partial = self.each_rank(|r| {
                 let layer = &layers[r.shard.rank];
                 let first = (i, r.shard.is_first());
                 let act = self.normed_swiglu(&xs[r.shard.rank], layer, first)?;
                 self.project(&act, &layer.down, fold_ffn.then_some(&xs[0]))
             })?;
-            xs = self.residual(xs, partial, fold_ffn, (HookPoint::FfnOut, i))?;
+            let ffn_end = (fold_ffn, post_ffn.as_deref());
+            xs = self.residual(xs, partial, ffn_end, (HookPoint::FfnOut, i))?;
             self.emit(HookPoint::Residual, i, &xs[0]);
         }
         Ok(xs.swap_remove(0))

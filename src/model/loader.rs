@@ -1,12 +1,14 @@
 //! Weights of a model on a device, read by name from its files for each [`Architecture`]:
 //! Hugging Face or GGUF names, fused Phi-3 projections split at load (by row ranges of the
-//! stored bytes, so packed block formats split too), Qwen2's biases, Qwen3's q/k norms. Every
-//! tensor of the files must be used: one left over is an error that names it.
+//! stored bytes, so packed block formats split too), Qwen2's biases, Qwen3's and OLMo 2's q/k
+//! norms, OLMo 2's norms after each block. Every tensor of the files must be used: one left
+//! over is an error that names it.
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::ops::Range;
 
+use super::arch::QkNorm;
 use super::files::ModelFiles;
 use super::parallel::Shard;
 use super::weights::{RawTensor, StoredDType};
@@ -18,16 +20,23 @@ use crate::tensor::Tensor;
 /// One decoder layer's weights.
 #[derive(Clone)]
 pub(crate) struct Layer {
+    /// The attention block's RMS norm weight: of its input, or with `post_norms` of its output.
     pub attn_norm: Tensor,
     pub wq: Tensor,
     pub wk: Tensor,
     pub wv: Tensor,
     /// q, k, v biases (Qwen2, or `attention_bias`).
     pub biases: Option<[Tensor; 3]>,
-    /// RMS norm weights over each head of q and of k (Qwen3), `[head_dim]`.
+    /// RMS norm weights of q and of k: over each head (Qwen3), `[head_dim]`, or over the
+    /// whole projection (OLMo 2), `[q_dim]` and `[kv_dim]` ([`QkNorm`]).
     pub qk_norms: Option<[Tensor; 2]>,
     pub wo: Tensor,
+    /// The feed-forward block's RMS norm weight: of its input, or with `post_norms` of its
+    /// output.
     pub ffn_norm: Tensor,
+    /// Whether the two norms apply to the blocks' outputs before the residual add (OLMo 2,
+    /// [`Architecture::post_norms`](super::arch::Architecture::post_norms)).
+    pub post_norms: bool,
     pub gate: Tensor,
     pub up: Tensor,
     pub down: Tensor,
@@ -257,27 +266,46 @@ impl<'a> Loader<'a> {
         } else {
             None
         };
-        let qk_norms = if arch.qk_norm() {
-            let hd = c.head_dim();
-            Some([
-                self.vector(n("self_attn.q_norm.weight", "attn_q_norm.weight"), hd)?,
-                self.vector(n("self_attn.k_norm.weight", "attn_k_norm.weight"), hd)?,
-            ])
+        let qk_sizes = match arch.qk_norm() {
+            QkNorm::None => None,
+            QkNorm::PerHead => Some((c.head_dim(), c.head_dim())),
+            QkNorm::Whole => Some((q, kv)),
+        };
+        let qk_norms = match qk_sizes {
+            Some((q_len, k_len)) => Some([
+                self.vector(n("self_attn.q_norm.weight", "attn_q_norm.weight"), q_len)?,
+                self.vector(n("self_attn.k_norm.weight", "attn_k_norm.weight"), k_len)?,
+            ]),
+            None => None,
+        };
+        let post_norms = arch.post_norms();
+        let (attn_norm, ffn_norm) = if post_norms {
+            (
+                n(
+                    "post_attention_layernorm.weight",
+                    "post_attention_norm.weight",
+                ),
+                n("post_feedforward_layernorm.weight", "post_ffw_norm.weight"),
+            )
         } else {
-            None
+            (
+                n("input_layernorm.weight", "attn_norm.weight"),
+                n("post_attention_layernorm.weight", "ffn_norm.weight"),
+            )
         };
         // Old transformers checkpoints saved the rotary table as a buffer; transformers
         // recomputes it from the config, and so does the engine.
         self.mark_used(&n("self_attn.rotary_emb.inv_freq", "-"));
         Ok(Layer {
-            attn_norm: self.vector(n("input_layernorm.weight", "attn_norm.weight"), d)?,
+            attn_norm: self.vector(attn_norm, d)?,
             wq,
             wk,
             wv,
             biases,
             qk_norms,
             wo: self.matrix_cols(n("self_attn.o_proj.weight", "attn_output.weight"), [d, q])?,
-            ffn_norm: self.vector(n("post_attention_layernorm.weight", "ffn_norm.weight"), d)?,
+            ffn_norm: self.vector(ffn_norm, d)?,
+            post_norms,
             gate,
             up,
             down: self.matrix_cols(n("mlp.down_proj.weight", "ffn_down.weight"), [d, f])?,

@@ -20,6 +20,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
+use super::arch::QkNorm;
 use super::LlamaConfig;
 
 /// How many devices a model is split over ([`crate::model::Llama::load_parallel`]).
@@ -32,7 +33,8 @@ pub struct TpConfig {
 
 impl TpConfig {
     /// Fails with [`Error::TpIndivisible`] unless `size` splits `config`'s heads, key/value
-    /// heads and FFN width evenly (and is at least 1).
+    /// heads and FFN width evenly (and is at least 1), and is 1 for OLMo 2, whose q/k norms
+    /// span every head.
     pub fn check(&self, config: &LlamaConfig) -> Result<()> {
         let size = self.size;
         let parts = [
@@ -40,7 +42,10 @@ impl TpConfig {
             ("key/value heads", config.kv_heads()),
             ("FFN columns (intermediate_size)", config.intermediate_size),
         ];
-        for (what, count) in parts {
+        // OLMo 2 norms q and k over all heads together: one group, which cannot be split.
+        let qk_groups = ("q/k RMS norm groups (OLMo 2 norms all heads together)", 1);
+        let whole_qk = config.architecture.qk_norm() == QkNorm::Whole;
+        for (what, count) in whole_qk.then_some(qk_groups).into_iter().chain(parts) {
             if size == 0 || !count.is_multiple_of(size) {
                 return Err(Error::TpIndivisible {
                     size,

@@ -3,6 +3,7 @@
 
 use super::{HookPoint, Layer, Llama, Rank};
 use crate::error::{Error, Result};
+use crate::model::arch::QkNorm;
 use crate::model::cache::{CachePlan, KvCache};
 use crate::ops;
 use crate::tensor::Tensor;
@@ -27,9 +28,13 @@ impl Llama {
         let rows = x.dims()[0];
         let (heads, kv, hd) = rank.heads(c);
         let hook = (HookPoint::AttnNorm, index, rank.shard.is_first());
-        // q and k rotated by their products (folded into them where the device does that),
-        // unless a bias or Qwen3's per-head norm comes between the product and the rotation.
-        let rotary = (layer.biases.is_none() && layer.qk_norms.is_none()).then_some(ops::Rotary {
+        // The products of q and k are final unless a bias or a q/k norm comes after them.
+        let direct = layer.biases.is_none() && layer.qk_norms.is_none();
+        // Layers SmolLM3 marks in `no_rope_layers` attend without the rotation.
+        let uses_rope = c.uses_rope(index);
+        // q and k rotated by their products (folded into them where the device does that)
+        // where they are final.
+        let rotary = (direct && uses_rope).then_some(ops::Rotary {
             positions,
             inv_freq,
             head_dim: hd,
@@ -49,7 +54,7 @@ impl Llama {
         // and rope into their products, the products store their rows straight into the
         // pools (both in one op where the device pairs them).
         let watched = [HookPoint::AttnNorm, HookPoint::K, HookPoint::V];
-        if let ([(_, cache)], [plan], Some(_)) = (seqs, plans, rotary) {
+        if let ([(_, cache)], [plan], true, false) = (seqs, plans, direct, layer.post_norms) {
             if !watched.iter().any(|&p| self.wants(p))
                 && ops::folds_rms_norm_linears(x, norm, &kv_products)
             {
@@ -72,7 +77,8 @@ impl Llama {
             }
         }
         let products = [(&layer.wq, rotary), (&layer.wk, rotary), (&layer.wv, None)];
-        let mut qkv = self.normed_products(x, &layer.attn_norm, &products, hook)?;
+        let pre_norm = (!layer.post_norms).then_some(&layer.attn_norm);
+        let mut qkv = self.normed_products(x, pre_norm, &products, hook)?;
         if let Some(biases) = &layer.biases {
             for (y, b) in qkv.iter_mut().zip(biases.iter()) {
                 *y = ops::add(y, b)?;
@@ -81,26 +87,32 @@ impl Llama {
         let [q, k, v]: [Tensor; 3] = qkv
             .try_into()
             .map_err(|_| Error::invalid("llama", "three projections expected"))?;
-        let q = q.reshape([rows, heads, hd])?;
-        let k = k.reshape([rows, kv, hd])?;
-        let v = v.reshape([rows, kv, hd])?;
+        // The RMS norm of q and k before the rotation: over each head (Qwen3) or over the
+        // whole projection (OLMo 2, whose one rank holds every head).
         let (q, k) = match &layer.qk_norms {
-            // Qwen3: an RMS norm over each head before the rotation.
             Some([qn, kn]) => {
                 let norm = |x: &Tensor, w: &Tensor, n: usize| -> Result<Tensor> {
-                    ops::rms_norm(&x.reshape([rows * n, hd])?, w, c.rms_norm_eps)?
-                        .reshape([rows, n, hd])
+                    let width = match c.architecture.qk_norm() {
+                        QkNorm::PerHead => hd,
+                        QkNorm::Whole | QkNorm::None => n * hd,
+                    };
+                    let groups = x.reshape([rows * n * hd / width, width])?;
+                    ops::rms_norm(&groups, w, c.rms_norm_eps)?.reshape([rows, n * hd])
                 };
                 (norm(&q, qn, heads)?, norm(&k, kn, kv)?)
             }
             None => (q, k),
         };
-        let (q, k) = match rotary {
-            Some(_) => (q, k),
-            None => (
+        let q = q.reshape([rows, heads, hd])?;
+        let k = k.reshape([rows, kv, hd])?;
+        let v = v.reshape([rows, kv, hd])?;
+        let (q, k) = if uses_rope && rotary.is_none() {
+            (
                 ops::rope(&q, positions, inv_freq, self.layout)?,
                 ops::rope(&k, positions, inv_freq, self.layout)?,
-            ),
+            )
+        } else {
+            (q, k)
         };
         if rank.shard.is_first() {
             self.emit(HookPoint::Q, index, &q);
