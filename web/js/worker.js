@@ -121,6 +121,12 @@ class WorkerModel {
     for (const [id, p] of this._pending) if (p.generation) this._worker.postMessage({ op: "abort", id });
   }
 
+  /// Forgets the keys and values the model kept from its last generation (Model.clearCache);
+  /// a generation asked for after it runs its whole prompt (messages arrive in order).
+  clearCache() {
+    this._worker.postMessage({ op: "clearCache" });
+  }
+
   /// Ends the worker (and frees the model's memory); the model cannot be used afterwards.
   terminate() {
     this._worker.terminate();
@@ -188,6 +194,7 @@ async function serve() {
     if (m.op === "abort") aborts.get(m.id)?.abort();
     else if (m.op === "load") load(m);
     else if (m.op === "generate" || m.op === "chat") generate(m);
+    else if (m.op === "clearCache") model?.clearCache();
   };
   post({ type: "ready" });
 }

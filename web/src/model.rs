@@ -357,6 +357,14 @@ impl Model {
     pub fn stop(&self) {
         self.inner.stop.borrow().set(true);
     }
+
+    /// Forgets the keys and values kept from the last generation (and frees their memory):
+    /// the next one runs its whole prompt. Call it between generations (a benchmark timing
+    /// prompts does, before each).
+    #[wasm_bindgen(js_name = clearCache)]
+    pub fn clear_cache(&self) {
+        self.inner.prompt_cache.borrow_mut().clear();
+    }
 }
 
 /// The text of the file called `name` among `files`, if there is one.

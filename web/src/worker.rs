@@ -33,6 +33,8 @@ export interface WorkerModel {
   generate(prompt: string, options?: GenerateOptions, onToken?: TokenCallback | null): Generation;
   chat(messages: ChatMessage[], options?: GenerateOptions, onToken?: TokenCallback | null): Generation;
   stop(): void;
+  /** Forgets the keys and values kept from the last generation, as `Model.clearCache`. */
+  clearCache(): void;
   /** Ends the worker and frees the model. */
   terminate(): void;
 }

@@ -129,12 +129,18 @@ test("Model.chat renders the model's chat template (ChatML without one) and take
       const first = await model.chat(messages, { maxTokens: 6 });
       messages.push({ role: "assistant", content: first.text }, { role: "user", content: "And God said" });
       const second = await model.chat(messages, { maxTokens: 6 });
+      model.clearCache();
+      const again = await model.chat(messages, { maxTokens: 6 });
       const builtin = await wt.Model.builtin(dev);
       return {
         template: model.chatTemplate,
         builtinTemplate: builtin.chatTemplate ?? null,
         first: first.promptTokens,
         second: second.promptTokens,
+        firstReused: first.promptTokensReused,
+        secondReused: second.promptTokensReused,
+        secondText: second.text,
+        again: [again.promptTokensReused, again.text],
         // Without a template of its own the model renders ChatML: the prompt of that text
         // given to generate, less the BOS token generate puts first (a chat template writes
         // its own, and ChatML writes none).
@@ -149,6 +155,11 @@ test("Model.chat renders the model's chat template (ChatML without one) and take
     // "<s>user: In the beginning</s>\n<s>assistant:" is 21 tokens for Hugging Face tokenizers.
     assert.equal(r.first, 21);
     assert.ok(r.second > r.first, `${r.second}`);
+    // The second turn runs only what follows the first's prompt and reply; after clearCache
+    // the same turn runs whole, and draws the same reply.
+    assert.equal(r.firstReused, 0);
+    assert.ok(r.secondReused >= r.first, `${r.secondReused} of ${r.second} kept`);
+    assert.deepEqual(r.again, [0, r.secondText]);
     assert.equal(r.chatml + 1, r.chatmlText);
     assert.ok(r.chatml > r.plainText, `${r.chatml} ≤ ${r.plainText}`);
     assert.match(r.badMessages, /messages/);
