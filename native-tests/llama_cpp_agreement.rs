@@ -142,16 +142,14 @@ fn llama_cpp_quantizer_mixes_read_as_gguf_py_reads_them() {
             );
         }
         let prompt: Vec<u32> = serde_json::from_value(manifest["prompt"].clone()).unwrap();
-        let read = |suffix: &str| -> Vec<f32> {
-            std::fs::read(dir.join(format!("{name}.{suffix}")))
-                .unwrap()
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect()
-        };
+        let read = |suffix: &str| read_f32(&dir.join(format!("{name}.{suffix}")));
         let (numpy, numpy_q8_k) = (read("logits.f32"), read("q8_k.logits.f32"));
         let rounding = rms_difference(&numpy_q8_k, &numpy);
         assert!(rounding > 1e-4, "{name}: the Q8_K rounding changes nothing");
+        // llama.cpp's own logits on the file, and how far it keeps from the float64 forward.
+        let llama_cpp = read("llama_cpp.f32");
+        let spread = rms_difference(&llama_cpp, &numpy);
+        assert!(spread > 0.0, "{name}: llama.cpp's logits are numpy's");
         for dev in [reference(), common::cpu()] {
             let mut model = Llama::load(&dev, ModelFiles::open(&path).unwrap()).unwrap();
             let what = format!("{name} on {}", dev.backend_name());
@@ -161,6 +159,13 @@ fn llama_cpp_quantizer_mixes_read_as_gguf_py_reads_them() {
             assert!(
                 err <= 1e-3 * rounding,
                 "{what}: {err:.3e}, rounding {rounding:.3e}"
+            );
+            let from_llama_cpp = rms_difference(&integer, &llama_cpp);
+            eprintln!("{what}: {from_llama_cpp:.3e} from llama.cpp's (llama.cpp {spread:.3e} from float64)");
+            assert!(
+                from_llama_cpp <= 1.5 * spread,
+                "{what}: {from_llama_cpp:.3e} from llama.cpp's logits, which are {spread:.3e} from \
+                 the float64 forward"
             );
             model.set_activations(ActivationMode::F32);
             let exact: Vec<f32> = model.logits(&prompt).unwrap().to_vec().unwrap();
@@ -227,11 +232,7 @@ fn wgpu_runs_the_q4_k_m_mix() {
     let (want, want_ids) = greedy_decode(&cpu_model, &prompt, steps);
     common::assert_close("tiny.q4_k_m on wgpu against cpu", &got, &want, 1e-3);
     assert_eq!(got_ids, want_ids, "greedy ids on wgpu and cpu");
-    let numpy: Vec<f32> = std::fs::read(dir.join("tiny.q4_k_m.gguf.logits.f32"))
-        .unwrap()
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
+    let numpy = read_f32(&dir.join("tiny.q4_k_m.gguf.logits.f32"));
     let prompt_logits = &got[..numpy.len()];
     common::assert_close(
         "tiny.q4_k_m on wgpu against numpy",
@@ -239,4 +240,22 @@ fn wgpu_runs_the_q4_k_m_mix() {
         &numpy,
         1e-3,
     );
+    // And against llama.cpp's own logits on the file, as on the host backends.
+    let llama_cpp = read_f32(&dir.join("tiny.q4_k_m.gguf.llama_cpp.f32"));
+    let spread = rms_difference(&llama_cpp, &numpy);
+    let err = rms_difference(prompt_logits, &llama_cpp);
+    assert!(
+        err <= 1.5 * spread,
+        "tiny.q4_k_m on wgpu: {err:.3e} from llama.cpp's logits, which are {spread:.3e} from the \
+         float64 forward"
+    );
+}
+
+/// The little-endian f32 values of a fixture file.
+fn read_f32(path: &Path) -> Vec<f32> {
+    std::fs::read(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }

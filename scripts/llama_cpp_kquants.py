@@ -36,6 +36,19 @@ reference code either way. Then, from the repository root:
 
 Rerunning it rewrites the fixtures; a llama.cpp of another version may choose other formats
 for some tensors (the test reads whatever each file holds).
+
+4. With `--llama-cpp-logits`, llama.cpp's own logits of PROMPT on each committed file
+   (`<file>.llama_cpp.f32`), through llama-cpp-python on one CPU thread: the sdist's
+   `llama_cpp` package on PYTHONPATH and LLAMA_CPP_LIB_PATH naming the folder of a build's
+   libllama (for example the sdist's own vendor/llama.cpp built with `-DBUILD_SHARED_LIBS=ON`,
+   as scripts/make_gguf_fixtures.py describes). The files carry no vocabulary, which llama.cpp
+   requires, so it runs a copy (in target/llama_cpp_kquants/) with `tokenizer.ggml.model =
+   "none"` added and every other key and tensor byte as they are. The test holds webtensor's
+   logits to llama.cpp's within the distance llama.cpp itself keeps from the float64 forward
+   pass (llama.cpp keeps its KV cache in f16 and rounds differently from step 3's numpy).
+
+    PYTHONPATH=$SDIST LLAMA_CPP_LIB_PATH=$SDIST/vendor/llama.cpp/build/bin \
+        python3 scripts/llama_cpp_kquants.py --llama-cpp-logits
 """
 
 import argparse
@@ -178,17 +191,65 @@ def forward(w, tokens, round_acts=False):
     return lin(rms_norm(x, g["output_norm.weight"]), "output.weight")
 
 
+def without_vocabulary_refusal(path, copy):
+    """Copies the GGUF at `path` to `copy` with `tokenizer.ggml.model = "none"` added: the
+    same model for llama.cpp, which refuses a file that does not name its vocabulary type."""
+    r = gguf.GGUFReader(path)
+    w = gguf.GGUFWriter(copy, r.fields["general.architecture"].contents())
+    for name, field in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        kind = field.types[0]
+        sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(name, field.contents(), kind, sub_type=sub)
+    w.add_string("tokenizer.ggml.model", "none")
+    for t in r.tensors:
+        w.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_llama_cpp_logits():
+    """llama.cpp's logits of PROMPT on every committed mix, as `<file>.llama_cpp.f32`."""
+    from llama_cpp import Llama
+    for name in sorted(os.listdir(OUT)):
+        if not name.endswith(".gguf"):
+            continue
+        copy = os.path.join(WORK, name + ".with-vocab-type.gguf")
+        without_vocabulary_refusal(os.path.join(OUT, name), copy)
+        llm = Llama(model_path=copy, logits_all=True, n_threads=1, n_ctx=len(PROMPT) + 16,
+                    n_batch=len(PROMPT), verbose=False)
+        llm.eval(PROMPT)
+        logits = np.array(llm.scores[:len(PROMPT), :VOCAB], dtype="<f4")
+        logits.tofile(os.path.join(OUT, name + ".llama_cpp.f32"))
+        print(name, "llama.cpp logits written")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quantize", required=True, help="llama.cpp's llama-quantize binary")
+    ap.add_argument("--quantize", help="llama.cpp's llama-quantize binary: rewrite the mixes")
+    ap.add_argument("--llama-cpp-logits", action="store_true",
+                    help="write llama.cpp's logits of each committed mix (llama-cpp-python)")
     args = ap.parse_args()
+    if not (args.quantize or args.llama_cpp_logits):
+        ap.error("nothing to do: give --quantize, --llama-cpp-logits or both")
     os.makedirs(WORK, exist_ok=True)
     os.makedirs(OUT, exist_ok=True)
+    if args.quantize:
+        write_mixes(args.quantize)
+    if args.llama_cpp_logits:
+        write_llama_cpp_logits()
+
+
+def write_mixes(quantize):
+    """Steps 1–3: the F32 model, each mix quantized by llama.cpp, and numpy's view of it."""
     f32 = os.path.join(WORK, "tiny.f32.gguf")
     write_f32(f32)
     for mix in MIXES:
         path = os.path.join(OUT, f"tiny.{mix.lower()}.gguf")
-        subprocess.run([args.quantize, f32, path, mix], check=True, capture_output=True)
+        subprocess.run([quantize, f32, path, mix], check=True, capture_output=True)
         w = weights(path)
         forward(w, PROMPT).astype(np.float32).tofile(path + ".logits.f32")
         forward(w, PROMPT, True).astype(np.float32).tofile(path + ".q8_k.logits.f32")
