@@ -12,7 +12,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use webtensor::model::gguf::{self, GgufValue};
-use webtensor::model::{FileBytes, Llama, ModelFiles, Sampler, Sampling};
+use webtensor::model::{FileBytes, Llama, ModelFiles, PromptCache, Sampler, Sampling};
 use webtensor::Device;
 
 /// transformers' f32 logits against ours.
@@ -283,14 +283,14 @@ fn smollm3_generation_stops_at_its_end_of_turn() {
             let files = ModelFiles::from_gguf("smollm3.gguf", file).unwrap();
             let tokenizer = files.tokenizer.clone().unwrap();
             let model = Llama::load(&dev, files).unwrap();
-            let cache = model.new_cache(prompt.len() + greedy.len()).unwrap();
+            let mut cache = PromptCache::for_one_prompt();
             let pacing = Pacing::for_device(&dev, PromptChunks::Whole);
             let mut sink = TextSink(|_: &str| {});
             let run = run_async(
                 &model,
                 &tokenizer,
                 prompt.clone(),
-                cache,
+                &mut cache,
                 greedy.len(),
                 Sampling::greedy(),
                 pacing,

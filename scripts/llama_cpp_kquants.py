@@ -34,8 +34,11 @@ reference code either way. Then, from the repository root:
 
     python3 scripts/llama_cpp_kquants.py --quantize build/bin/llama-quantize
 
-Rerunning it rewrites the fixtures; a llama.cpp of another version may choose other formats
-for some tensors (the test reads whatever each file holds).
+`--quantize llama-cpp-python` runs the same quantizer in this process instead, through
+llama-cpp-python's `llama_model_quantize` (the `llama_cpp` package and library as in step 4
+below); at 0c1e57098 it writes the committed Q4_K_M file byte for byte, and it wrote the Q5_K_M
+one. Rerunning it rewrites the fixtures; a llama.cpp of another version may choose other
+formats for some tensors (the test reads whatever each file holds).
 
 4. With `--llama-cpp-logits`, llama.cpp's own logits of PROMPT on each committed file
    (`<file>.llama_cpp.f32`), through llama-cpp-python on one CPU thread: the sdist's
@@ -63,7 +66,7 @@ from gguf.quants import dequantize
 
 WORK = "target/llama_cpp_kquants"
 OUT = "native-tests/fixtures/llama_cpp_kquants"
-MIXES = ["Q4_K_M", "Q3_K_M", "Q2_K", "IQ4_XS"]
+MIXES = ["Q4_K_M", "Q5_K_M", "Q3_K_M", "Q2_K", "IQ4_XS"]
 PROMPT = [1, 5, 9, 31, 3, 3, 17, 22, 0]
 
 VOCAB, HIDDEN, FFN, HEADS, KV_HEADS = 32, 256, 256, 2, 1
@@ -229,7 +232,8 @@ def write_llama_cpp_logits():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quantize", help="llama.cpp's llama-quantize binary: rewrite the mixes")
+    ap.add_argument("--quantize", help="llama.cpp's llama-quantize binary, or llama-cpp-python "
+                    "to quantize in this process: rewrite the mixes")
     ap.add_argument("--llama-cpp-logits", action="store_true",
                     help="write llama.cpp's logits of each committed mix (llama-cpp-python)")
     args = ap.parse_args()
@@ -243,13 +247,27 @@ def main():
         write_llama_cpp_logits()
 
 
+def quantize_mix(quantize, f32, path, mix):
+    """llama.cpp's quantizer writes `mix` of the F32 file `f32` to `path`: the binary
+    `quantize`, or with `llama-cpp-python` its `llama_model_quantize` in this process."""
+    if quantize != "llama-cpp-python":
+        subprocess.run([quantize, f32, path, mix], check=True, capture_output=True)
+        return
+    import ctypes
+    import llama_cpp
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{mix}")
+    if llama_cpp.llama_model_quantize(f32.encode(), path.encode(), ctypes.byref(params)) != 0:
+        raise SystemExit(f"llama_model_quantize failed for {mix}")
+
+
 def write_mixes(quantize):
     """Steps 1–3: the F32 model, each mix quantized by llama.cpp, and numpy's view of it."""
     f32 = os.path.join(WORK, "tiny.f32.gguf")
     write_f32(f32)
     for mix in MIXES:
         path = os.path.join(OUT, f"tiny.{mix.lower()}.gguf")
-        subprocess.run([quantize, f32, path, mix], check=True, capture_output=True)
+        quantize_mix(quantize, f32, path, mix)
         w = weights(path)
         forward(w, PROMPT).astype(np.float32).tofile(path + ".logits.f32")
         forward(w, PROMPT, True).astype(np.float32).tofile(path + ".q8_k.logits.f32")

@@ -7,7 +7,7 @@
 // of two words' four signed bytes).
 // @prelude(rotary): and after shaders/rotary/sin_cos.wgsl, which defines `sin_cos`.
 // @prelude(kquants): and after shaders/kquants/decode.wgsl, which decodes groups of the Q4_K
-// and Q6_K super-blocks (`kq_q4_k_group`, `kq_q6_k_group`).
+// Q5_K and Q6_K super-blocks (`kq_q4_k_group`, `kq_q5_k_group`, `kq_q6_k_group`).
 //
 // Bindings: 0 = params, 1 = output as u32 words (f32 and i32 results are bit-cast),
 // 2 = `q`: the packed data (for `quantize` and `quantize_acts_*`: the f32 input),
@@ -519,11 +519,13 @@ fn dequantize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
         }
         return;
     }
-    if (p.format == FMT_Q4_K || p.format == FMT_Q6_K) {
+    if (p.format == FMT_Q4_K || p.format == FMT_Q5_K || p.format == FMT_Q6_K) {
         // The super-blocks' groups come decoded, every scale applied (kquants/decode.wgsl).
         var w: Group;
         if (p.format == FMT_Q4_K) {
             w = kq_q4_k_group(row, g);
+        } else if (p.format == FMT_Q5_K) {
+            w = kq_q5_k_group(row, g);
         } else {
             w = kq_q6_k_group(row, g);
         }
@@ -1262,6 +1264,9 @@ fn mv_decode(row: u32, g: u32) -> Group {
         }
         case FMT_Q4_K: {
             return kq_q4_k_group(row, g);
+        }
+        case FMT_Q5_K: {
+            return kq_q5_k_group(row, g);
         }
         case FMT_Q6_K: {
             return kq_q6_k_group(row, g);

@@ -2,8 +2,8 @@
 //! `IQ4_NL`, `IQ4_XS`): on the host backends dequantize bit-exact against gguf-py, quantize
 //! byte-exact where gguf-py quantizes, products against the reference; on the GPU backends a
 //! typed refusal when a tensor of a format they have no kernels for is made (on wgpu all but
-//! `Q4_K` and `Q6_K`, whose products and dequantization [`kquant_products`] checks against the
-//! reference; on cuda all of them).
+//! `Q4_K`, `Q5_K` and `Q6_K`, whose products and dequantization [`kquant_products`] checks
+//! against the reference; on cuda all of them).
 
 use super::common::{assert_close, random_blocks, reference, rng, tensor, uniform};
 use super::{assert_same_values, compare, f32s, fixture, quantizes_like_gguf_py, TOL};
@@ -29,14 +29,14 @@ fn on_host(dev: &Device) -> bool {
     matches!(dev.backend_name(), "cpu" | "reference")
 }
 
-/// Whether `dev` runs products of `format` (the host backends all of them, wgpu the Q4_K_M
-/// mix's `Q4_K` and `Q6_K`).
+/// Whether `dev` runs products of `format` (the host backends all of them, wgpu those of the
+/// Q4_K_M and Q5_K_M mixes: `Q4_K`, `Q5_K` and `Q6_K`).
 fn runs(dev: &Device, format: DType) -> bool {
     on_host(dev) || (dev.backend_name() == "wgpu" && WGPU_FORMATS.contains(&format))
 }
 
 /// The llama.cpp formats the wgpu backend has kernels for.
-const WGPU_FORMATS: [DType; 2] = [DType::Q4_K, DType::Q6_K];
+const WGPU_FORMATS: [DType; 3] = [DType::Q4_K, DType::Q5_K, DType::Q6_K];
 
 /// The GPU backends refuse a tensor of a format they have no kernels for, naming both.
 fn refused(dev: &Device) {
@@ -151,8 +151,8 @@ pub fn llama_cpp_formats_qmatmul(dev: &Device) {
     }
 }
 
-/// `Q4_K` and `Q6_K` (the Q4_K_M mix) as the wgpu backend runs them, against the reference on
-/// every backend that reads them: f32 activations (the engine's choice for them on wgpu,
+/// `Q4_K`, `Q5_K` and `Q6_K` (the Q4_K_M and Q5_K_M mixes) as the wgpu backend runs them,
+/// against the reference on every backend that reads them: f32 activations (the engine's choice for them on wgpu,
 /// `ActivationMode::for_weight_on`), decode rows (m ≤ 4, the `mv` kernel) and prefill rows
 /// (on GPUs past 64 rows `mm_tiled`'s tiles), the plain product, `linear_residual`,
 /// `swiglu_linear` with the weights uploaded one by one and together (the paired product on
