@@ -85,9 +85,9 @@ fn checksum(values: &[f32]) -> u64 {
 /// with its activations rounded as llama.cpp's `quantize_row_q8_K_ref`. Measured when this
 /// was written: 0.4–1.6e-7 against a rounding effect of 1.06–1.25e-2. Both also lie within
 /// 1.5× of llama.cpp's own distance from the float64 pass from llama.cpp's logits on the file
-/// (measured: 0.8–1.0×). The wgpu backend runs the Q4_K_M and Q5_K_M mixes with f32
-/// activations, its choice for the K-quants ([`ActivationMode::for_weight_on`]; see
-/// [`wgpu_runs_the_k_quant_mixes_it_reads`]), and refuses the other mixes by name.
+/// (measured: 0.8–1.0×). The wgpu backend runs every mix with f32 activations, its choice for
+/// the super-block formats ([`ActivationMode::for_weight_on`]; see
+/// [`wgpu_runs_every_llama_cpp_mix`]).
 #[test]
 fn llama_cpp_quantizer_mixes_read_as_gguf_py_reads_them() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/llama_cpp_kquants");
@@ -172,17 +172,6 @@ fn llama_cpp_quantizer_mixes_read_as_gguf_py_reads_them() {
             let exact: Vec<f32> = model.logits(&prompt).unwrap().to_vec().unwrap();
             common::assert_close(&format!("{what}, f32 activations"), &exact, &numpy, 1e-3);
         }
-        // Mixes of formats wgpu reads run in `wgpu_runs_the_k_quant_mixes_it_reads`.
-        let wgpu_reads = tensors
-            .values()
-            .all(|t| WGPU_MIX_TYPES.contains(&t["type"].as_str().unwrap()));
-        if let Some(gpu) = common::wgpu().filter(|_| !wgpu_reads) {
-            let e = Llama::load(&gpu, ModelFiles::open(&path).unwrap()).err();
-            assert!(
-                matches!(e, Some(webtensor::Error::FormatUnsupported { .. })),
-                "{name} on wgpu: {e:?}"
-            );
-        }
     }
 }
 
@@ -205,25 +194,34 @@ fn greedy_decode(model: &Llama, prompt: &[u32], steps: usize) -> (Vec<f32>, Vec<
     (logits, ids)
 }
 
-/// The tensor types of the mixes the wgpu backend runs (Q4_K_M and Q5_K_M).
-const WGPU_MIX_TYPES: [&str; 4] = ["F32", "Q4_K", "Q5_K", "Q6_K"];
-
-/// The Q4_K_M and Q5_K_M mixes (llama.cpp's most downloaded: `Q4_K` or `Q5_K` weights with
-/// `Q6_K` ones) on wgpu: in the default integer mode the wgpu backend takes f32 activations
-/// for the K-quants (it has no `Q8_K` kernels; `activation_path` says so), so its logits (a
-/// prefill pass, then greedy decode steps, which run the decode kernels) match the cpu
-/// backend's with f32 activations within the engine tolerance (1e-3 of the largest logit,
-/// docs/DESIGN.md), and so do its prompt logits numpy's float64 forward, and llama.cpp's
-/// within 1.5× its own distance from that forward; the greedy ids are the cpu backend's.
+/// Every mix of llama.cpp's quantizer (Q4_K_M, Q5_K_M, Q3_K_M, Q2_K, IQ4_XS: the super-block
+/// formats with some `Q6_K` and the odd `Q4_K`/`Q5_K` tensor) on wgpu: in the default integer
+/// mode the wgpu backend takes f32 activations for them (it has no `Q8_K` kernels;
+/// `activation_path` names each format so), so its logits (a prefill pass, then greedy decode
+/// steps, which run the decode kernels) match the cpu backend's with f32 activations within
+/// the engine tolerance (1e-3 of the largest logit, docs/DESIGN.md), and so do its prompt
+/// logits numpy's float64 forward, and llama.cpp's within 1.5× its own distance from that
+/// forward; the greedy ids are the cpu backend's.
 #[test]
-fn wgpu_runs_the_k_quant_mixes_it_reads() {
+fn wgpu_runs_every_llama_cpp_mix() {
     let Some(gpu) = common::wgpu() else {
         return;
     };
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/llama_cpp_kquants");
-    for (mix, types) in [("q4_k_m", "q4_k"), ("q5_k_m", "q5_k")] {
-        let name = format!("tiny.{mix}.gguf");
-        let path = dir.join(&name);
+    let mut mixes: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
+        .collect();
+    mixes.sort();
+    assert!(
+        mixes.len() >= 5,
+        "{} mixes in {}",
+        mixes.len(),
+        dir.display()
+    );
+    for path in mixes {
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
         let manifest: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap(),
         )
@@ -233,11 +231,14 @@ fn wgpu_runs_the_k_quant_mixes_it_reads() {
         let model = Llama::load(&gpu, ModelFiles::open(&path).unwrap()).unwrap();
         assert_eq!(model.activations(), ActivationMode::Integer);
         let path_text = model.activation_path();
-        assert!(
-            path_text.contains(&format!("{types} weights × f32 activations"))
-                && path_text.contains("q6_k weights × f32 activations"),
-            "{name}: {path_text}"
-        );
+        for tensor in manifest["tensors"].as_object().unwrap().values() {
+            let format = tensor["type"].as_str().unwrap().to_lowercase();
+            assert!(
+                format == "f32"
+                    || path_text.contains(&format!("{format} weights × f32 activations")),
+                "{name}: {format} in {path_text}"
+            );
+        }
         let (got, got_ids) = greedy_decode(&model, &prompt, steps);
         let mut cpu_model = Llama::load(&common::cpu(), ModelFiles::open(&path).unwrap()).unwrap();
         cpu_model.set_activations(ActivationMode::F32);

@@ -62,9 +62,9 @@ WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test wgpu_split
 # steps, attention split over the keys of a wide cache (past 256 columns; the lanes shape
 # splits past 64, in the plain run above).
 WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test engine
-# The Q4_K_M and Q5_K_M mixes (Q4_K or Q5_K, and Q6_K weights) on the row-team shapes:
-# prefill tiles, decode teams.
-WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test llama_cpp_agreement wgpu_runs_the_k_quant_mixes_it_reads
+# llama.cpp's mixes (Q4_K_M, Q5_K_M, Q3_K_M, Q2_K, IQ4_XS) on the row-team shapes: prefill
+# tiles, decode teams.
+WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test llama_cpp_agreement wgpu_runs_every_llama_cpp_mix
 # Subgroup teams take four rows per subgroup: lavapipe's subgroups of 8 give 32 rows per
 # workgroup, SwiftShader's (Chromium's Vulkan ICD) subgroups of 4 give 64, as a GPU's of 32 give 8.
 swiftshader=/usr/lib/chromium/vk_swiftshader_icd.json

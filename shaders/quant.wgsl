@@ -7,7 +7,7 @@
 // of two words' four signed bytes).
 // @prelude(rotary): and after shaders/rotary/sin_cos.wgsl, which defines `sin_cos`.
 // @prelude(kquants): and after shaders/kquants/decode.wgsl, which decodes groups of the Q4_K
-// Q5_K and Q6_K super-blocks (`kq_q4_k_group`, `kq_q5_k_group`, `kq_q6_k_group`).
+// Q5_K and Q6_K super-blocks (`kq_q4_k_group` …), Q2_K, Q3_K and IQ4_XS too.
 //
 // Bindings: 0 = params, 1 = output as u32 words (f32 and i32 results are bit-cast),
 // 2 = `q`: the packed data (for `quantize` and `quantize_acts_*`: the f32 input),
@@ -519,16 +519,9 @@ fn dequantize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
         }
         return;
     }
-    if (p.format == FMT_Q4_K || p.format == FMT_Q5_K || p.format == FMT_Q6_K) {
+    if (kq_reads(p.format)) {
         // The super-blocks' groups come decoded, every scale applied (kquants/decode.wgsl).
-        var w: Group;
-        if (p.format == FMT_Q4_K) {
-            w = kq_q4_k_group(row, g);
-        } else if (p.format == FMT_Q5_K) {
-            w = kq_q5_k_group(row, g);
-        } else {
-            w = kq_q6_k_group(row, g);
-        }
+        let w = kq_group(p.format, row, g);
         let vals = array<vec4<f32>, 8>(w.v0, w.v1, w.v2, w.v3, w.v4, w.v5, w.v6, w.v7);
         for (var i = 0u; i < 32u; i = i + 1u) {
             out[first + i] = bitcast<u32>(vals[i / 4u][i % 4u]);
@@ -1262,14 +1255,8 @@ fn mv_decode(row: u32, g: u32) -> Group {
                          q4_high_vals(w.a.x), q4_high_vals(w.a.y), q4_high_vals(w.a.z), q4_high_vals(w.a.w),
                          w.scale);
         }
-        case FMT_Q4_K: {
-            return kq_q4_k_group(row, g);
-        }
-        case FMT_Q5_K: {
-            return kq_q5_k_group(row, g);
-        }
-        case FMT_Q6_K: {
-            return kq_q6_k_group(row, g);
+        case FMT_Q2_K, FMT_Q3_K, FMT_Q4_K, FMT_Q5_K, FMT_Q6_K, FMT_IQ4_XS: {
+            return kq_group(MV_FORMAT % FMT_INT_ACTIVATIONS, row, g);
         }
         case FMT_TQ2_0: {
             // TQ2_0 blocks of 66 bytes: 64 bytes of 2-bit trits, then the f16 scale. Group g

@@ -1,8 +1,9 @@
 //! Conformance rows of the llama.cpp block formats (`Q4_1`, `Q5_0`, `Q5_1`, the K-quants,
 //! `IQ4_NL`, `IQ4_XS`): on the host backends dequantize bit-exact against gguf-py, quantize
 //! byte-exact where gguf-py quantizes, products against the reference; on the GPU backends a
-//! typed refusal when a tensor of a format they have no kernels for is made (on wgpu all but
-//! `Q4_K`, `Q5_K` and `Q6_K`, whose products and dequantization [`kquant_products`] checks
+//! typed refusal when a tensor of a format they have no kernels for is made (on wgpu the legacy
+//! ones, `Q4_1`, `Q5_0`, `Q5_1` and `IQ4_NL`: the super-block formats `Q2_K` … `Q6_K` and
+//! `IQ4_XS` run there, and [`kquant_products`] checks their products and dequantization
 //! against the reference; on cuda all of them).
 
 use super::common::{assert_close, random_blocks, reference, rng, tensor, uniform};
@@ -30,13 +31,20 @@ fn on_host(dev: &Device) -> bool {
 }
 
 /// Whether `dev` runs products of `format` (the host backends all of them, wgpu those of the
-/// Q4_K_M and Q5_K_M mixes: `Q4_K`, `Q5_K` and `Q6_K`).
+/// super-block formats of the K-quant mixes).
 fn runs(dev: &Device, format: DType) -> bool {
     on_host(dev) || (dev.backend_name() == "wgpu" && WGPU_FORMATS.contains(&format))
 }
 
 /// The llama.cpp formats the wgpu backend has kernels for.
-const WGPU_FORMATS: [DType; 3] = [DType::Q4_K, DType::Q5_K, DType::Q6_K];
+const WGPU_FORMATS: [DType; 6] = [
+    DType::Q2_K,
+    DType::Q3_K,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+    DType::IQ4_XS,
+];
 
 /// The GPU backends refuse a tensor of a format they have no kernels for, naming both.
 fn refused(dev: &Device) {
@@ -151,7 +159,7 @@ pub fn llama_cpp_formats_qmatmul(dev: &Device) {
     }
 }
 
-/// `Q4_K`, `Q5_K` and `Q6_K` (the Q4_K_M and Q5_K_M mixes) as the wgpu backend runs them,
+/// The super-block formats (`Q2_K` … `Q6_K`, `IQ4_XS`: llama.cpp's K-quant mixes) as the wgpu backend runs them,
 /// against the reference on every backend that reads them: f32 activations (the engine's choice for them on wgpu,
 /// `ActivationMode::for_weight_on`), decode rows (m ≤ 4, the `mv` kernel) and prefill rows
 /// (on GPUs past 64 rows `mm_tiled`'s tiles), the plain product, `linear_residual`,

@@ -1,10 +1,42 @@
-// The K-quant super-blocks (llama.cpp's Q4_K, Q5_K and Q6_K, 256 values each) decoded in registers,
-// one group of 32 values at a time, for the `mv` and `mm_tiled` products of `quant.wgsl` (a
-// prelude of it: it reads that file's `q`, `p`, `row_start`, `Group` and value helpers).
-// Layouts are those of src/quant/kquants.rs. Each group comes back as its f32 values, every
-// scale and minimum applied (the group's scale is 1): a Q4_K group is one sub-block with one
-// scale and minimum (Q5_K too), but a Q6_K group spans two sub-blocks of 16 with a scale each,
-// and Q4_K's `(d·sc)·q − dmin·mn` is not a multiple of one scale anyway.
+// The super-block formats (llama.cpp's Q2_K … Q6_K and IQ4_XS, 256 values each) decoded in
+// registers, one group of 32 values at a time, for the `mv` and `mm_tiled` products and the
+// `dequantize` kernel of `quant.wgsl` (a prelude of it: it reads that file's `q`, `p`,
+// `row_start`, `Group` and value helpers). Layouts are those of src/quant/kquants.rs. Each
+// group comes back as its f32 values, every scale and minimum applied (the group's scale is
+// 1): a Q4_K group is one sub-block with one scale and minimum (Q5_K and IQ4_XS too), but a
+// Q2_K, Q3_K or Q6_K group spans two sub-blocks of 16 with a scale each, and Q4_K's
+// `(d·sc)·q − dmin·mn` is not a multiple of one scale anyway.
+
+// Whether `format` is one of the super-block formats decoded here.
+fn kq_reads(format: u32) -> bool {
+    return format == FMT_Q2_K || format == FMT_Q3_K || format == FMT_Q4_K || format == FMT_Q5_K
+        || format == FMT_Q6_K || format == FMT_IQ4_XS;
+}
+
+// Group g (values 32g..) of weight row `row` of the super-block format `format`, every scale
+// and minimum applied.
+fn kq_group(format: u32, row: u32, g: u32) -> Group {
+    switch format {
+        case FMT_Q2_K: {
+            return kq_q2_k_group(row, g);
+        }
+        case FMT_Q3_K: {
+            return kq_q3_k_group(row, g);
+        }
+        case FMT_Q4_K: {
+            return kq_q4_k_group(row, g);
+        }
+        case FMT_Q5_K: {
+            return kq_q5_k_group(row, g);
+        }
+        case FMT_Q6_K: {
+            return kq_q6_k_group(row, g);
+        }
+        default: {
+            return kq_iq4_xs_group(row, g);
+        }
+    }
+}
 
 // Byte `i` of the bytes from word `w` of `q` on.
 fn kq_byte(w: u32, i: u32) -> u32 {
@@ -120,4 +152,110 @@ fn kq_q6_k_group(row: u32, g: u32) -> Group {
 fn kq_q6(lw: u32, hw: u32, ls: u32, hs: u32) -> vec4<f32> {
     let v = ((lw >> ls) & 0x0f0f0f0fu) | (((hw >> hs) & 0x03030303u) << 4u);
     return unsigned_byte_vals(v) - 32.0;
+}
+
+// Group g of Q2_K weight row `row`. A super-block is word-aligned: 16 bytes of scales (low
+// nibble the scale, high nibble the min, one byte per 16 values; words 0..4), 64 bytes of
+// 2-bit quants (words 4..20), d and dmin (word 20). Group j = g % 8 is part c = j / 4 of the
+// quants, bits 2l.. (l = j % 4) of `qs` bytes 32c..; its two halves take scales 2j and 2j + 1.
+fn kq_q2_k_group(row: u32, g: u32) -> Group {
+    let wb = (row_start(row, (p.k / 256u) * Q2_K_BLOCK_BYTES) + (g / 8u) * Q2_K_BLOCK_BYTES) / 4u;
+    let j = g % 8u;
+    let d = f16_scale(q[wb + 20u] & 0xffffu);
+    let dmin = f16_scale(q[wb + 20u] >> 16u);
+    let s0 = kq_byte(wb, 2u * j);
+    let s1 = kq_byte(wb, 2u * j + 1u);
+    let am0 = vec2<f32>(d * f32(s0 & 15u), dmin * f32(s0 >> 4u));
+    let am1 = vec2<f32>(d * f32(s1 & 15u), dmin * f32(s1 >> 4u));
+    let qb = wb + 4u + 8u * (j / 4u);
+    let s = 2u * (j % 4u);
+    return Group(kq_q2(q[qb], s, am0), kq_q2(q[qb + 1u], s, am0), kq_q2(q[qb + 2u], s, am0),
+                 kq_q2(q[qb + 3u], s, am0), kq_q2(q[qb + 4u], s, am1), kq_q2(q[qb + 5u], s, am1),
+                 kq_q2(q[qb + 6u], s, am1), kq_q2(q[qb + 7u], s, am1), 1.0);
+}
+
+// Four Q2_K values `a·q − m` (`am`): the 2-bit fields at bit `s` of each byte of `w`.
+fn kq_q2(w: u32, s: u32, am: vec2<f32>) -> vec4<f32> {
+    return am.x * unsigned_byte_vals((w >> s) & 0x03030303u) - am.y;
+}
+
+// Group g of Q3_K weight row `row`. A super-block (110 bytes) starts on an even byte: 32
+// bytes `hmask`, 64 bytes of 2-bit quants `qs`, 12 bytes of packed 6-bit scales, the f16 d.
+// Group j = g % 8 is part c = j / 4, l = j % 4: bits 2l.. of `qs` bytes 32c.. less 4 where bit
+// 4c + l of the `hmask` byte is clear; its halves take scales 2j and 2j + 1, each `d·(s − 32)`
+// with s's low four bits nibble i / 8 of scale byte i % 8 and its top two bits 2(i / 4).. of
+// scale byte 8 + i % 4.
+fn kq_q3_k_group(row: u32, g: u32) -> Group {
+    let o = row_start(row, (p.k / 256u) * Q3_K_BLOCK_BYTES) + (g / 8u) * Q3_K_BLOCK_BYTES;
+    let j = g % 8u;
+    let lo_at = o + 32u + 32u * (j / 4u);
+    let l = words9(lo_at / 4u);
+    let lodd = (lo_at & 2u) != 0u;
+    let h = words9(o / 4u);
+    let hodd = (o & 2u) != 0u;
+    let d = f16_scale(half_at(o + 108u));
+    let s0 = d * f32(kq_q3_scale(o, 2u * j));
+    let s1 = d * f32(kq_q3_scale(o, 2u * j + 1u));
+    let ls = 2u * (j % 4u);
+    let hs = j;
+    return Group(
+        s0 * kq_q3(shifted_word(l.w0, l.w1, lodd), shifted_word(h.w0, h.w1, hodd), ls, hs),
+        s0 * kq_q3(shifted_word(l.w1, l.w2, lodd), shifted_word(h.w1, h.w2, hodd), ls, hs),
+        s0 * kq_q3(shifted_word(l.w2, l.w3, lodd), shifted_word(h.w2, h.w3, hodd), ls, hs),
+        s0 * kq_q3(shifted_word(l.w3, l.w4, lodd), shifted_word(h.w3, h.w4, hodd), ls, hs),
+        s1 * kq_q3(shifted_word(l.w4, l.w5, lodd), shifted_word(h.w4, h.w5, hodd), ls, hs),
+        s1 * kq_q3(shifted_word(l.w5, l.w6, lodd), shifted_word(h.w5, h.w6, hodd), ls, hs),
+        s1 * kq_q3(shifted_word(l.w6, l.w7, lodd), shifted_word(h.w6, h.w7, hodd), ls, hs),
+        s1 * kq_q3(shifted_word(l.w7, l.w8, lodd), shifted_word(h.w7, h.w8, hodd), ls, hs),
+        1.0);
+}
+
+// Scale i (of 16) of the Q3_K super-block at byte `o`, as its signed 6-bit value − 32.
+fn kq_q3_scale(o: u32, i: u32) -> i32 {
+    let low = (byte_at(o + 96u + i % 8u) >> (4u * (i / 8u))) & 15u;
+    let high = (byte_at(o + 104u + i % 4u) >> (2u * (i / 4u))) & 3u;
+    return i32(low | (high << 4u)) - 32;
+}
+
+// Four Q3_K quants as values −4..3: the 2-bit fields at bit `ls` of the `qs` word `lw`, less 4
+// where bit `hs` of the `hmask` word's byte is clear (hmask bit j = 4c + l: c and l of the
+// group's part, here j itself since j = 4c + l).
+fn kq_q3(lw: u32, hw: u32, ls: u32, hs: u32) -> vec4<f32> {
+    let low = unsigned_byte_vals((lw >> ls) & 0x03030303u);
+    let high = unsigned_byte_vals((hw >> hs) & 0x01010101u);
+    return low + 4.0 * high - 4.0;
+}
+
+// The 16 levels of IQ4_NL and IQ4_XS as signed bytes, four to a word (level n is byte n % 4
+// of word n / 4): −127, −104, −83, −65, −49, −35, −22, −10, 1, 13, 25, 38, 53, 69, 89, 113.
+const IQ4_LEVELS: vec4<u32> = vec4<u32>(0xbfad9881u, 0xf6eaddcfu, 0x26190d01u, 0x71594535u);
+
+// Group g of IQ4_XS weight row `row`. A super-block is word-aligned: d and the top bits of
+// the scales `scales_h` (word 0), the low nibbles of the scales `scales_l` (word 1), 128 bytes
+// of 4-bit level indices (words 2..34). Group j = g % 8 is sub-block j: `qs` bytes 16j.., low
+// nibbles values 0..16 and high nibbles 16..32, all scaled by `d·(s − 32)` with s's low four
+// bits nibble j % 2 of `scales_l` byte j / 2 and its top two bits 2j.. of `scales_h`.
+fn kq_iq4_xs_group(row: u32, g: u32) -> Group {
+    let wb = (row_start(row, (p.k / 256u) * IQ4_XS_BLOCK_BYTES) + (g / 8u) * IQ4_XS_BLOCK_BYTES) / 4u;
+    let j = g % 8u;
+    let low = (kq_byte(wb + 1u, j / 2u) >> (4u * (j % 2u))) & 15u;
+    let high = (q[wb] >> (16u + 2u * j)) & 3u;
+    let s = f16_scale(q[wb] & 0xffffu) * f32(i32(low | (high << 4u)) - 32);
+    let qb = wb + 2u + 4u * j;
+    return Group(s * iq4_levels(q[qb]), s * iq4_levels(q[qb + 1u]),
+                 s * iq4_levels(q[qb + 2u]), s * iq4_levels(q[qb + 3u]),
+                 s * iq4_levels(q[qb] >> 4u), s * iq4_levels(q[qb + 1u] >> 4u),
+                 s * iq4_levels(q[qb + 2u] >> 4u), s * iq4_levels(q[qb + 3u] >> 4u), 1.0);
+}
+
+// The levels of the low nibbles of each byte of `w`.
+fn iq4_levels(w: u32) -> vec4<f32> {
+    return vec4<f32>(iq4_level(w & 15u), iq4_level((w >> 8u) & 15u), iq4_level((w >> 16u) & 15u),
+                     iq4_level((w >> 24u) & 15u));
+}
+
+// Level n (0..16) of IQ4_LEVELS.
+fn iq4_level(n: u32) -> f32 {
+    let levels = IQ4_LEVELS;
+    return f32(bitcast<i32>(levels[n >> 2u] << (24u - 8u * (n & 3u))) >> 24u);
 }

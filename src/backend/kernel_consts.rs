@@ -31,7 +31,7 @@ pub(crate) struct PackedFormat {
 }
 
 /// Every packed format a kernel reads, with one numbering for WGSL and CUDA.
-pub(crate) const PACKED_FORMATS: [PackedFormat; 9] = [
+pub(crate) const PACKED_FORMATS: [PackedFormat; 12] = [
     PackedFormat {
         dtype: DType::F16,
         code: 1,
@@ -86,6 +86,24 @@ pub(crate) const PACKED_FORMATS: [PackedFormat; 9] = [
         stem: "Q5_K",
         cuda: false,
     },
+    PackedFormat {
+        dtype: DType::Q2_K,
+        code: 10,
+        stem: "Q2_K",
+        cuda: false,
+    },
+    PackedFormat {
+        dtype: DType::Q3_K,
+        code: 11,
+        stem: "Q3_K",
+        cuda: false,
+    },
+    PackedFormat {
+        dtype: DType::IQ4_XS,
+        code: 12,
+        stem: "IQ4_XS",
+        cuda: false,
+    },
 ];
 
 /// Added to a weight format's code in the wgpu `MV_FORMAT` constant for int8 activations.
@@ -109,7 +127,7 @@ pub(crate) fn format_code(op: &'static str, format: DType) -> Result<u32> {
 }
 
 /// Fails with [`Error::FormatUnsupported`] when `dtype` is a block format that no kernel of
-/// the GPU `backend` reads (on wgpu the llama.cpp formats but Q4_K, Q5_K and Q6_K; on cuda all of
+/// the GPU `backend` reads (on wgpu the legacy llama.cpp formats `Q4_1`, `Q5_0`, `Q5_1` and `IQ4_NL`; on cuda all of
 /// them): a tensor of it is refused when it is uploaded, so a model with such weights fails at
 /// load, not at its first product.
 pub(crate) fn check_kernels_read(backend: BackendKind, dtype: DType) -> Result<()> {
@@ -220,10 +238,10 @@ mod tests {
         assert!(check_kernels_read(BackendKind::Wgpu, DType::Q4_K).is_ok());
         assert!(check_kernels_read(BackendKind::Wgpu, DType::Q5_K).is_ok());
         assert!(check_kernels_read(BackendKind::Wgpu, DType::Q6_K).is_ok());
-        let e = check_kernels_read(BackendKind::Wgpu, DType::Q3_K).unwrap_err();
+        let e = check_kernels_read(BackendKind::Wgpu, DType::Q4_1).unwrap_err();
         assert!(
             e.to_string()
-                .contains("wgpu backend has no kernels for q3_k"),
+                .contains("wgpu backend has no kernels for q4_1"),
             "{e}"
         );
         let e = check_kernels_read(BackendKind::Cuda, DType::Q4_K).unwrap_err();

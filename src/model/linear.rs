@@ -62,7 +62,7 @@ impl ActivationMode {
 
     /// The activations a product with a `weight`-dtype matrix held by `backend` uses in this
     /// mode: [`ActivationMode::for_weight`]'s, except that the wgpu backend has no `Q8_K`
-    /// kernels (yet), so its K-quant products (`Q4_K`, `Q5_K`, `Q6_K`) take f32 activations in the
+    /// kernels (yet), so its super-block products (`Q2_K` … `Q6_K`, `IQ4_XS`) take f32 activations in the
     /// `Integer` mode too, rather than failing. [`ActivationMode::describe`] says so
     /// (`q4_k weights × f32 activations`), and the logits differ from the cpu backend's by the
     /// activations' rounding (see docs/DESIGN.md's tolerance table).

@@ -18,7 +18,7 @@
 //! ([`folds_norm`]); `swiglu_linear`'s up product reads what its gate product rounded
 //! ([`ActTable`]).
 //!
-//! The K-quants Q4_K, Q5_K and Q6_K take f32 activations and the `mv` and `mm_tiled` kernels only,
+//! The super-block formats (Q2_K … Q6_K, IQ4_XS) take f32 activations and the `mv` and `mm_tiled` kernels only,
 //! which decode their super-blocks a group of 32 values at a time (`shaders/kquants/decode.wgsl`);
 //! a product they cannot take (other activations, rows longer than the lanes shape's `max_k`)
 //! is an error.
