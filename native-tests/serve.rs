@@ -1,9 +1,12 @@
 //! `webtensor serve` under hostile clients, over real sockets on 127.0.0.1: many idle
 //! connections, oversized heads, methods it does not serve, a FIFO in the served folder, a
 //! client that never finishes its request. The server must answer each with a complete HTTP
-//! response (or close), keep a bounded number of threads, and go on serving.
+//! response (or close), keep a bounded number of threads, and go on serving. `serve/observe.rs`:
+//! `/health`, `/metrics` and the request log.
 
 mod common;
+#[path = "serve/observe.rs"]
+mod observe;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -173,10 +176,10 @@ fn failing_accepts_back_off() {
     drop(clients);
 }
 
-/// A chat completion from `server`: the HTTP answer.
-fn chat_completion(server: &common::serve::Server, body: &str) -> String {
+/// `body` posted as JSON to `path` on `server`: the HTTP answer.
+fn post(server: &common::serve::Server, path: &str, body: &str) -> String {
     let request = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\n\r\n{body}",
         body.len()
     );
@@ -193,7 +196,7 @@ fn chat_completions_without_a_template_and_with_a_hostile_one() {
         "chatml",
         &["--model", "builtin", "--backend", "cpu", "--ctx", "64"],
     );
-    let answer = chat_completion(&server, body);
+    let answer = post(&server, "/v1/chat/completions", body);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     // ChatML's prompt, counted by hand from the built-in tokenizer.
     let chatml = "<|im_start|>user\nIn the beginning<|im_end|>\n<|im_start|>assistant\n";
@@ -231,7 +234,7 @@ fn chat_completions_without_a_template_and_with_a_hostile_one() {
     );
     for _ in 0..2 {
         let start = Instant::now();
-        let answer = chat_completion(&server, body);
+        let answer = post(&server, "/v1/chat/completions", body);
         assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
         let message = declared_body(&answer);
         assert!(

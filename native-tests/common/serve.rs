@@ -5,7 +5,8 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// A served throwaway checkout and the server process; killed and removed on drop.
 pub struct Server {
@@ -14,6 +15,8 @@ pub struct Server {
     pub addr: String,
     /// The served checkout: `demo/index.html` and `web/pkg/webtensor.js`; tests may add files.
     pub root: PathBuf,
+    /// The lines the server has written on stderr so far (also passed on to the test's).
+    stderr: Arc<Mutex<Vec<String>>>,
 }
 
 impl Drop for Server {
@@ -60,8 +63,18 @@ fn launch(tag: &str, max_files: Option<u32>, args: &[&str]) -> Server {
         .arg(&root)
         .args(args)
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("serve starts");
+    // Read stderr all along, so the server never blocks on a full pipe.
+    let stderr = Arc::new(Mutex::new(Vec::new()));
+    let (lines, pipe) = (stderr.clone(), child.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            eprintln!("{line}");
+            lines.lock().unwrap().push(line);
+        }
+    });
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
@@ -72,7 +85,12 @@ fn launch(tag: &str, max_files: Option<u32>, args: &[&str]) -> Server {
         .and_then(|s| s.split('/').next())
         .unwrap_or_else(|| panic!("no address in {line:?}"))
         .to_string();
-    Server { child, addr, root }
+    Server {
+        child,
+        addr,
+        root,
+        stderr,
+    }
 }
 
 impl Server {
@@ -91,6 +109,26 @@ impl Server {
         let mut answer = Vec::new();
         let _ = s.read_to_end(&mut answer);
         String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    /// The server's stderr lines that `keep` selects, once there are `count` of them (within
+    /// 20 s; what there is then, if fewer).
+    pub fn stderr_lines(&self, count: usize, keep: impl Fn(&str) -> bool) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let lines: Vec<String> = self
+                .stderr
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|l| keep(l))
+                .cloned()
+                .collect();
+            if lines.len() >= count || Instant::now() > deadline {
+                return lines;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The threads the server runs (Linux; 0 elsewhere).

@@ -168,7 +168,9 @@ enum Command {
     /// Serve the browser demo (demo/ and web/pkg, built by ./web/build.sh) on 127.0.0.1 with
     /// cross-origin isolation headers, and print its address. With --model, also an
     /// OpenAI-compatible API: /v1/chat/completions, /v1/completions (streamed with
-    /// `"stream": true`) and /v1/models, concurrent requests decoded in one batch.
+    /// `"stream": true`) and /v1/models, concurrent requests decoded in one batch. /health and
+    /// /metrics (Prometheus text format) report the server; each request logs one line on
+    /// stderr with its timings.
     Serve {
         /// Port to listen on (0: any free port).
         #[arg(long, default_value_t = 8080)]

@@ -68,6 +68,11 @@ impl Status {
             Status::Unavailable => "503 Service Unavailable",
         }
     }
+
+    /// The three-digit code alone (the start of [`Status::line`]).
+    pub fn code(self) -> &'static str {
+        &self.line()[..3]
+    }
 }
 
 /// What a request asks for.

@@ -3,13 +3,14 @@
 //! or the `--chat-template` file; its render bounded by the context) and `POST /v1/completions`, each
 //! answered whole or, with `"stream": true`, as Server-Sent Events (`sse.rs`). Requests are
 //! read and checked in `params.rs`, then run by the batching scheduler (`scheduler.rs`),
-//! which decodes all of them together. Errors are OpenAI's JSON error objects.
+//! which decodes all of them together. Errors are OpenAI's JSON error objects. Each answer
+//! fills in the request's [`Record`] (status, tokens, queue wait, token times).
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 use webtensor::model::generate::{chat_prompt, prompt_ids};
@@ -17,8 +18,9 @@ use webtensor::model::{Llama, Tokenizer};
 use webtensor::Error;
 
 use super::http::{Request, Status};
+use super::metrics::Record;
 use super::params::{self, ApiError, Params, StopCut};
-use super::scheduler::{Event, Finish, Job, Scheduler};
+use super::scheduler::{Event, Finish, Job, Load, Scheduler};
 use super::sse::{self, Events};
 
 /// The model being served and the scheduler that runs its requests.
@@ -74,20 +76,32 @@ impl Api {
         &self.name
     }
 
+    /// The scheduler's load now (see [`Scheduler::load`]).
+    pub fn load(&self) -> Result<Load, Error> {
+        self.scheduler.load()
+    }
+
     /// Requests in flight or waiting at most: each holds a worker thread.
     pub fn max_requests(&self) -> usize {
         self.scheduler.max_sequences() + self.scheduler.queue()
     }
 
     /// Answers one API request (its path starts with `/v1/`) with its body already read.
-    pub fn handle(&self, request: &Request, body: &[u8], out: &mut impl Write) -> io::Result<()> {
+    pub fn handle(
+        &self,
+        request: &Request,
+        body: &[u8],
+        out: &mut impl Write,
+        record: &mut Record,
+    ) -> io::Result<()> {
         let route = match (request.method, request.path.as_str()) {
-            ("GET", "/v1/models") => return sse::json(out, Status::Ok, &self.models()),
+            ("GET", "/v1/models") => return send(out, record, Status::Ok, &self.models()),
             ("POST", "/v1/chat/completions") => Kind::Chat,
             ("POST", "/v1/completions") => Kind::Text,
             (_, "/v1/models" | "/v1/chat/completions" | "/v1/completions") => {
                 return refuse(
                     out,
+                    record,
                     &error(Status::MethodNotAllowed, "this route takes another method"),
                 )
             }
@@ -96,14 +110,14 @@ impl Api {
                     "no route {}; there are /v1/models, /v1/chat/completions, /v1/completions",
                     request.path
                 );
-                return refuse(out, &error(Status::NotFound, &message));
+                return refuse(out, record, &error(Status::NotFound, &message));
             }
         };
         let job = match self.prepare(route, body) {
             Ok(job) => job,
-            Err(e) => return refuse(out, &e),
+            Err(e) => return refuse(out, record, &e),
         };
-        self.complete(route, job, out)
+        self.complete(route, job, out, record)
     }
 
     /// `/v1/models`: the one model served.
@@ -164,7 +178,9 @@ impl Api {
         route: Kind,
         (params, ids): (Params, Vec<u32>),
         out: &mut impl Write,
+        record: &mut Record,
     ) -> io::Result<()> {
+        let asked = Instant::now();
         let ticket = match self.scheduler.admit() {
             Ok(ticket) => ticket,
             Err(busy) => {
@@ -178,9 +194,10 @@ impl Api {
                     param: None,
                     kind: "server_busy",
                 };
-                return refuse(out, &e);
+                return refuse(out, record, &e);
             }
         };
+        record.queue_wait = Some(asked.elapsed());
         let (events, receive) = mpsc::channel();
         let prompt_tokens = ids.len();
         let job = Job {
@@ -191,8 +208,9 @@ impl Api {
             ticket,
         };
         if let Err(e) = self.scheduler.run(job) {
-            return refuse(out, &error(Status::InternalError, &e.to_string()));
+            return refuse(out, record, &error(Status::InternalError, &e.to_string()));
         }
+        record.prompt_tokens = prompt_tokens;
         let answer = Answer {
             api: self,
             route,
@@ -202,13 +220,14 @@ impl Api {
         };
         let mut cut = StopCut::new(params.stops.clone());
         if params.stream {
-            answer.stream(&receive, &mut cut, params.include_usage, out)
+            answer.stream(&receive, &mut cut, params.include_usage, out, record)
         } else {
-            match collect(&receive, &mut cut) {
-                Ok((text, finish, tokens)) => {
-                    sse::json(out, Status::Ok, &answer.whole(&text, finish, tokens))
+            match collect(&receive, &mut cut, record) {
+                Ok((text, finish)) => {
+                    let whole = answer.whole(&text, finish, record.generated_tokens());
+                    send(out, record, Status::Ok, &whole)
                 }
-                Err(message) => refuse(out, &error(Status::InternalError, &message)),
+                Err(message) => refuse(out, record, &error(Status::InternalError, &message)),
             }
         }
     }
@@ -229,8 +248,15 @@ fn error(status: Status, message: &str) -> ApiError {
     }
 }
 
-fn refuse(out: &mut impl Write, e: &ApiError) -> io::Result<()> {
-    sse::json(out, e.status, &e.body())
+/// Writes a whole JSON answer and records its status.
+fn send(out: &mut impl Write, record: &mut Record, status: Status, body: &Value) -> io::Result<()> {
+    record.answered(status);
+    sse::json(out, status, body)
+}
+
+/// Answers with an OpenAI error object.
+pub fn refuse(out: &mut impl Write, record: &mut Record, e: &ApiError) -> io::Result<()> {
+    send(out, record, e.status, &e.body())
 }
 
 /// What the engine says next, cut at stop strings: a piece, or the last piece and why.
@@ -239,15 +265,16 @@ enum Piece {
     Last(String, Finish),
 }
 
-/// Receives the next event and applies the stop strings; counts tokens in `tokens`.
+/// Receives the next event and applies the stop strings; counts tokens and their times in
+/// `record`.
 fn next_piece(
     receive: &mpsc::Receiver<Event>,
     cut: &mut StopCut,
-    tokens: &mut usize,
+    record: &mut Record,
 ) -> Result<Piece, String> {
     match receive.recv() {
         Ok(Event::Token(text)) => {
-            *tokens += 1;
+            record.token();
             Ok(match cut.push(&text) {
                 (text, false) => Piece::More(text),
                 (text, true) => Piece::Last(text, Finish::Stop),
@@ -258,7 +285,7 @@ fn next_piece(
             finish,
             tokens: all,
         }) => {
-            *tokens = all;
+            record.generated(all);
             Ok(match cut.push(&tail) {
                 (text, false) => Piece::Last(text + &cut.finish(), finish),
                 (text, true) => Piece::Last(text, Finish::Stop),
@@ -269,17 +296,17 @@ fn next_piece(
     }
 }
 
-/// The whole completion: its text, why it ended, and its token count.
+/// The whole completion: its text and why it ended (its tokens counted in `record`).
 fn collect(
     receive: &mpsc::Receiver<Event>,
     cut: &mut StopCut,
-) -> Result<(String, Finish, usize), String> {
+    record: &mut Record,
+) -> Result<(String, Finish), String> {
     let mut text = String::new();
-    let mut tokens = 0;
     loop {
-        match next_piece(receive, cut, &mut tokens)? {
+        match next_piece(receive, cut, record)? {
             Piece::More(piece) => text += &piece,
-            Piece::Last(piece, finish) => return Ok((text + &piece, finish, tokens)),
+            Piece::Last(piece, finish) => return Ok((text + &piece, finish)),
         }
     }
 }
@@ -368,14 +395,15 @@ impl Answer<'_> {
         cut: &mut StopCut,
         include_usage: bool,
         out: &mut impl Write,
+        record: &mut Record,
     ) -> io::Result<()> {
+        record.answered(Status::Ok);
         let mut events = Events::start(out)?;
         if self.route == Kind::Chat {
             events.send(&self.chunk(None, None, true))?;
         }
-        let mut tokens = 0;
         loop {
-            match next_piece(receive, cut, &mut tokens) {
+            match next_piece(receive, cut, record) {
                 Ok(Piece::More(piece)) => {
                     if !piece.is_empty() {
                         events.send(&self.chunk(Some(&piece), None, false))?;
@@ -401,7 +429,7 @@ impl Answer<'_> {
                 Kind::Text => "text_completion",
             };
             let mut usage = self.envelope(object, json!([]));
-            usage["usage"] = self.usage(tokens);
+            usage["usage"] = self.usage(record.generated_tokens());
             events.send(&usage)?;
         }
         events.done()

@@ -13,13 +13,17 @@
 //! that waits in a line of at most `queue` requests, admitted in the order they came as places
 //! free up; a request that finds the line full is refused at once ([`Busy`]) for the HTTP
 //! layer to answer 503.
+//!
+//! [`Scheduler::load`] reports the places taken, the line and the pool's blocks for `/health`
+//! and `/metrics`. A finished sequence gives its blocks back before its request hears that it
+//! is done, like its place.
 
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use webtensor::model::generate::is_stop;
 use webtensor::model::{
-    CacheLayout, KvCache, Llama, Sampler, Sampling, SequenceInput, StreamDecoder, Tokenizer,
+    CacheLayout, KvCache, KvPool, Llama, Sampler, Sampling, SequenceInput, StreamDecoder, Tokenizer,
 };
 use webtensor::{ops, Error, Tensor};
 
@@ -82,11 +86,28 @@ pub struct Busy {
     pub queue: usize,
 }
 
+/// What the scheduler holds at one moment, for `/health` and `/metrics`.
+#[derive(Clone, Copy, Debug)]
+pub struct Load {
+    /// Requests holding a sequence place (generating, or about to).
+    pub active_sequences: usize,
+    pub max_sequences: usize,
+    /// Requests waiting in line for a place.
+    pub queue_depth: usize,
+    /// Requests that may wait in line.
+    pub queue_capacity: usize,
+    /// Blocks of the pool that sequences hold.
+    pub kv_blocks_used: usize,
+    pub kv_blocks_total: usize,
+}
+
 /// The handle requests are submitted through; cloning shares the engine.
 #[derive(Clone)]
 pub struct Scheduler {
     submit: Sender<Job>,
     admission: Arc<Admission>,
+    /// The engine's pool, shared to report its blocks.
+    pool: KvPool,
 }
 
 /// The places among the in-flight requests, and the line of requests waiting for one.
@@ -187,9 +208,10 @@ impl Scheduler {
         };
         let pool = llama.new_pool(layout)?;
         let (submit, jobs) = mpsc::channel();
+        let engine_pool = pool.clone();
         std::thread::Builder::new()
             .name("engine".into())
-            .spawn(move || engine(&llama, &pool, &jobs))
+            .spawn(move || engine(&llama, &engine_pool, &jobs))
             .map_err(|e| Error::Tool {
                 part: "serve",
                 message: format!("the engine thread did not start: {e}"),
@@ -197,6 +219,7 @@ impl Scheduler {
         Ok(Scheduler {
             submit,
             admission: Admission::new(max_sequences, queue),
+            pool,
         })
     }
 
@@ -214,6 +237,24 @@ impl Scheduler {
     /// while `max_sequences` are in flight; [`Busy`] when `queue` requests wait already.
     pub fn admit(&self) -> Result<Ticket, Busy> {
         self.admission.admit()
+    }
+
+    /// The places taken, the line and the pool's blocks now; an error only when the pool's
+    /// lock was poisoned by a panic.
+    pub fn load(&self) -> Result<Load, Error> {
+        let (active_sequences, queue_depth) = {
+            let line = self.admission.lock();
+            (line.in_flight, (line.next - line.serving) as usize)
+        };
+        let kv_blocks_total = self.pool.total_blocks()?;
+        Ok(Load {
+            active_sequences,
+            max_sequences: self.admission.max_sequences,
+            queue_depth,
+            queue_capacity: self.admission.queue,
+            kv_blocks_used: kv_blocks_total.saturating_sub(self.pool.free_blocks()?),
+            kv_blocks_total,
+        })
     }
 
     /// Hands a job to the engine (its [`Ticket`] held by the caller until it is done).
@@ -240,7 +281,7 @@ struct Running<'t> {
 }
 
 /// The engine loop: waits for work when idle, otherwise admits what arrived and runs a step.
-fn engine(llama: &Llama, pool: &webtensor::model::KvPool, jobs: &Receiver<Job>) {
+fn engine(llama: &Llama, pool: &KvPool, jobs: &Receiver<Job>) {
     let Some(tokenizer) = llama.tokenizer.as_ref() else {
         return;
     };
@@ -273,7 +314,7 @@ fn engine(llama: &Llama, pool: &webtensor::model::KvPool, jobs: &Receiver<Job>) 
     }
 }
 
-fn start<'t>(job: Job, pool: &webtensor::model::KvPool, tokenizer: &'t Tokenizer) -> Running<'t> {
+fn start<'t>(job: Job, pool: &KvPool, tokenizer: &'t Tokenizer) -> Running<'t> {
     Running {
         cache: pool.sequence(),
         pending: job.ids,
@@ -366,8 +407,9 @@ fn step(llama: &Llama, tokenizer: &Tokenizer, running: &mut Vec<Running>) -> Res
                 let tail = text + &r.decoder.finish();
                 let tokens = r.generated;
                 // The request is over whether or not its client still listens; its place
-                // is free before the client can hear so.
+                // and its cache blocks are free before the client can hear so.
                 drop(r.ticket.take());
+                r.cache.reset();
                 let _ = r.events.send(Event::Done {
                     tail,
                     finish,

@@ -11,6 +11,9 @@
 //! routes; `params.rs`: the request fields; `sse.rs`: JSON and event-stream answers;
 //! `scheduler.rs`: the engine thread that decodes all requests in one batch).
 //!
+//! `GET /health` and `GET /metrics` (Prometheus' text format) report the server, and every
+//! answered request gets one `key=value` line on stderr with its timings (`metrics.rs`).
+//!
 //! Whatever clients do, the server keeps a bounded footprint: a fixed pool of [`WORKERS`]
 //! threads (plus, with the API, one per model sequence and one per place in the line of
 //! requests waiting for a sequence, since a worker waits on its request's generation) takes connections from a queue of [`QUEUE`]; a connection that finds the queue
@@ -30,6 +33,8 @@ use std::time::{Duration, Instant};
 pub mod api;
 #[path = "http.rs"]
 mod http;
+#[path = "metrics.rs"]
+mod metrics;
 #[path = "params.rs"]
 mod params;
 #[path = "scheduler.rs"]
@@ -39,6 +44,7 @@ mod sse;
 
 use api::Api;
 use http::{ReadError, Request, Status};
+use metrics::{Metrics, Record};
 use webtensor::Error;
 
 /// Threads answering requests.
@@ -54,6 +60,13 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest pause after failed `accept` calls (out of file handles): the wait doubles from
 /// 10 ms up to this, so the loop never spins.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// What every worker serves: the checkout's files, the API when there is one, and the counts.
+struct Site {
+    root: PathBuf,
+    api: Option<Api>,
+    metrics: Metrics,
+}
 
 /// Serves `root`'s demo, and the API when there is one, on `127.0.0.1:port` (0: any free
 /// port) until the process ends, printing the address first.
@@ -90,13 +103,18 @@ fn listen(root: &Path, port: u16, api: Option<Api>) -> io::Result<()> {
     );
     io::stdout().flush()?;
     let workers = WORKERS + api.as_ref().map_or(0, Api::max_requests);
-    let queue = start_workers(root.to_path_buf(), api.map(Arc::new), workers)?;
+    let site = Arc::new(Site {
+        root: root.to_path_buf(),
+        api,
+        metrics: Metrics::new(),
+    });
+    let queue = start_workers(&site, workers)?;
     let mut backoff = Duration::ZERO;
     loop {
         match listener.accept() {
             Ok((stream, _)) => {
                 backoff = Duration::ZERO;
-                dispatch(&queue, stream);
+                dispatch(&queue, stream, &site.metrics);
             }
             Err(e) => {
                 backoff = (backoff * 2).clamp(Duration::from_millis(10), MAX_BACKOFF);
@@ -108,44 +126,46 @@ fn listen(root: &Path, port: u16, api: Option<Api>) -> io::Result<()> {
 }
 
 /// Starts the worker pool; connections sent to the queue are answered in order.
-fn start_workers(
-    root: PathBuf,
-    api: Option<Arc<Api>>,
-    workers: usize,
-) -> io::Result<SyncSender<TcpStream>> {
+fn start_workers(site: &Arc<Site>, workers: usize) -> io::Result<SyncSender<TcpStream>> {
     let (send, receive) = mpsc::sync_channel::<TcpStream>(QUEUE);
     let receive = Arc::new(Mutex::new(receive));
     for i in 0..workers {
-        let (receive, root, api) = (receive.clone(), root.clone(), api.clone());
+        let (receive, site) = (receive.clone(), site.clone());
         std::thread::Builder::new()
             .name(format!("serve-{i}"))
-            .spawn(move || work(&receive, &root, api.as_deref()))?;
+            .spawn(move || work(&receive, &site))?;
     }
     Ok(send)
 }
 
-fn work(receive: &Mutex<Receiver<TcpStream>>, root: &Path, api: Option<&Api>) {
+/// Answers connections one after another; each request is counted and logged before its
+/// connection closes.
+fn work(receive: &Mutex<Receiver<TcpStream>>, site: &Site) {
     loop {
         let next = match receive.lock() {
             Ok(r) => r.recv(),
             Err(_) => return,
         };
-        let Ok(stream) = next else { return };
-        if let Err(e) = handle(stream, root, api) {
+        let Ok(mut stream) = next else { return };
+        let mut record = Record::start();
+        if let Err(e) = handle(&mut stream, site, &mut record) {
             log::debug!("serve: connection ended: {e}");
         }
+        site.metrics.finish(record);
     }
 }
 
 /// Queues a connection, or answers 503 and closes it when every worker is busy and the
 /// queue is full.
-fn dispatch(queue: &SyncSender<TcpStream>, stream: TcpStream) {
+fn dispatch(queue: &SyncSender<TcpStream>, stream: TcpStream, metrics: &Metrics) {
     match queue.try_send(stream) {
         Ok(()) => {}
         Err(TrySendError::Full(mut stream)) => {
             // A fresh socket's send buffer is empty: this short write does not block.
             let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
-            let _ = refuse(&mut stream, Status::Unavailable, false);
+            let mut record = Record::start();
+            let _ = refuse(&mut stream, &mut record, Status::Unavailable, false);
+            metrics.finish(record);
         }
         Err(TrySendError::Disconnected(_)) => log::error!("serve: no worker is left"),
     }
@@ -170,51 +190,69 @@ impl Read for Deadline<'_> {
     }
 }
 
-/// Answers one request and closes the connection.
-fn handle(mut stream: TcpStream, root: &Path, api: Option<&Api>) -> io::Result<()> {
+/// Answers one request (the caller closes the connection), filling in `record`.
+fn handle(stream: &mut TcpStream, site: &Site, record: &mut Record) -> io::Result<()> {
     stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
     let mut input = Deadline {
-        stream: &stream,
+        stream,
         until: Instant::now() + HEAD_TIMEOUT,
     };
     let request = match http::read_request(&mut input) {
         Ok(request) => request,
         Err(ReadError::Refuse(status)) => {
-            refuse(&mut stream, status, false)?;
-            return linger(&mut stream);
+            refuse(stream, record, status, false)?;
+            return linger(stream);
         }
         Err(ReadError::Closed) => return Ok(()),
         Err(ReadError::Io(e)) => return Err(e),
     };
+    record.request(request.method, &request.path);
+    let api = site.api.as_ref();
     if let Some(api) = api.filter(|_| request.path.starts_with("/v1/")) {
-        return answer_api(api, &request, stream);
+        return answer_api(api, &request, stream, record);
     }
     if request.method == "POST" {
-        refuse(&mut stream, Status::MethodNotAllowed, false)?;
-        return linger(&mut stream);
+        refuse(stream, record, Status::MethodNotAllowed, false)?;
+        return linger(stream);
     }
-    let file = match http::resolve(root, &request.path) {
+    if let Some((status, kind, body)) = site.metrics.endpoint(&request.path, api) {
+        return respond(
+            stream,
+            record,
+            status,
+            kind,
+            body.as_bytes(),
+            request.head_only,
+        );
+    }
+    let file = match http::resolve(&site.root, &request.path) {
         Ok(file) => file,
-        Err(status) => return refuse(&mut stream, status, request.head_only),
+        Err(status) => return refuse(stream, record, status, request.head_only),
     };
     match read_regular_file(&file) {
         Ok(body) => respond(
-            &mut stream,
+            stream,
+            record,
             Status::Ok,
             http::mime(&file),
             &body,
             request.head_only,
         ),
-        Err(status) => refuse(&mut stream, status, request.head_only),
+        Err(status) => refuse(stream, record, status, request.head_only),
     }
 }
 
 /// Reads an API request's body (POST) within [`BODY_TIMEOUT`] and answers it; a body that
 /// is missing its length, too long or too slow gets an OpenAI-style JSON error.
-fn answer_api(api: &Api, request: &Request, mut stream: TcpStream) -> io::Result<()> {
+fn answer_api(
+    api: &Api,
+    request: &Request,
+    stream: &mut TcpStream,
+    record: &mut Record,
+) -> io::Result<()> {
     let body = if request.method == "POST" {
         let mut input = Deadline {
-            stream: &stream,
+            stream,
             until: Instant::now() + BODY_TIMEOUT,
         };
         match http::read_body(request, &mut input) {
@@ -227,8 +265,8 @@ fn answer_api(api: &Api, request: &Request, mut stream: TcpStream) -> io::Result
                     param: None,
                     kind: "invalid_request_error",
                 };
-                sse::json(&mut stream, status, &e.body())?;
-                return linger(&mut stream);
+                api::refuse(stream, record, &e)?;
+                return linger(stream);
             }
             Err(ReadError::Closed) => return Ok(()),
             Err(ReadError::Io(e)) => return Err(e),
@@ -236,7 +274,7 @@ fn answer_api(api: &Api, request: &Request, mut stream: TcpStream) -> io::Result
     } else {
         Vec::new()
     };
-    api.handle(request, &body, &mut stream)
+    api.handle(request, &body, stream, record)
 }
 
 /// The bytes of `file`, checked on the opened handle to be a regular file (a FIFO swapped in
@@ -253,10 +291,16 @@ fn read_regular_file(file: &Path) -> Result<Vec<u8>, Status> {
 }
 
 /// Answers with `status` and a one-line body naming it.
-fn refuse(out: &mut TcpStream, status: Status, head_only: bool) -> io::Result<()> {
+fn refuse(
+    out: &mut TcpStream,
+    record: &mut Record,
+    status: Status,
+    head_only: bool,
+) -> io::Result<()> {
     let body = format!("{}\n", status.line());
     respond(
         out,
+        record,
         status,
         "text/plain; charset=utf-8",
         body.as_bytes(),
@@ -277,11 +321,13 @@ fn linger(out: &mut TcpStream) -> io::Result<()> {
 /// Writes the head and, unless `head_only`, the body it declares.
 fn respond(
     out: &mut TcpStream,
+    record: &mut Record,
     status: Status,
     content_type: &str,
     body: &[u8],
     head_only: bool,
 ) -> io::Result<()> {
+    record.answered(status);
     out.write_all(http::response_head(status, content_type, body.len()).as_bytes())?;
     if !head_only {
         out.write_all(body)?;
