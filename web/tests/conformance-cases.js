@@ -171,6 +171,35 @@ export async function run(backend) {
     }
   }
 
+  // llama.cpp's super-block formats (what its K-quant files hold), read from random blocks
+  // whose f16 scales are small normal numbers: dequantization (1e-6, as natively: a GPU may
+  // fuse a scale's multiply-add) and products with f32 activations against the reference.
+  // Format: [block bytes, byte offsets of its f16 scales].
+  const SUPER_BLOCKS = { q2_k: [84, [80, 82]], q3_k: [110, [108]], q4_k: [144, [0, 2]], q5_k: [176, [0, 2]], q6_k: [210, [208]], iq4_xs: [136, [0]] };
+  u = rng(11);
+  const randomBlocks = (count, [size, scales]) => {
+    const bytes = Uint8Array.from(u(count * size, 1), (v) => Math.floor((v + 1) * 128) & 255);
+    for (let b = 0; b < count; b++) {
+      for (const at of scales) {
+        // 2^-9 · (1 + m / 1024): exponent 6, a random mantissa.
+        const half = 0x1800 | (bytes[b * size + at] << 2);
+        bytes[b * size + at] = half & 255;
+        bytes[b * size + at + 1] = half >> 8;
+      }
+    }
+    return bytes;
+  };
+  for (const [format, layout] of Object.entries(SUPER_BLOCKS)) {
+    const k = 512;
+    for (const [m, n] of [[1, 5], [9, 7]]) {
+      const w = randomBlocks((n * k) / 256, layout);
+      const a = u(m * k, 2);
+      const W = (d) => d.tensorFromBytes(format, w, [n, k]);
+      await compare(`dequantize ${format} ${n}x${k}`, 1e-6, (d) => wt.opDequantize(W(d)));
+      await compare(`qmatmul_t ${format} ${m}x${n}x${k} f32`, TOL * Math.sqrt(k), (d) => wt.opQmatmulT(T(d, a, [m, k]), W(d), "f32"));
+    }
+  }
+
   // Bad input is an Error with the library's message, not a crash.
   let errorMessage = null;
   try {
