@@ -278,6 +278,22 @@ pub enum Error {
         backend: BackendKind,
     },
 
+    /// A product of a block format the backend runs, but not with these activations (wgpu's
+    /// super-block products take f32 ones: the engine gives them those there,
+    /// `ActivationMode::for_weight_on`).
+    #[error(
+        "the {backend} backend has no product of {weight} weights with {activations} \
+         activations; give it f32 activations (the engine does: ActivationMode::for_weight_on)"
+    )]
+    ActivationsUnsupported {
+        /// The weights' block format.
+        weight: DType,
+        /// The activations asked for, by name.
+        activations: String,
+        /// The backend without the product.
+        backend: BackendKind,
+    },
+
     /// A model tensor is larger than one buffer of the device can be.
     #[error(
         "tensor `{tensor}` needs a buffer of {bytes} bytes, beyond the {backend} device's \

@@ -261,8 +261,8 @@ pub fn kquant_products(dev: &Device) {
                 let x = tensor(dev, &a, &[m, k]);
                 let e = ops::qmatmul_t(&x, &weight(dev, &w), Activations::Q8_K).unwrap_err();
                 assert!(
-                    matches!(e, Error::InvalidArgument { .. })
-                        && e.to_string().contains("take f32 activations"),
+                    matches!(e, Error::ActivationsUnsupported { weight, .. } if weight == format)
+                        && e.to_string().contains("give it f32 activations"),
                     "{what}: Q8_K activations on wgpu: {e}"
                 );
             }

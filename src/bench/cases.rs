@@ -403,11 +403,47 @@ fn scan_cases(cases: &mut Vec<Case>, label: &str, rows: usize, d: usize) {
     }
 }
 
-/// `w` `[n, k]` quantized on the host.
+/// `t[0] · t[1]ᵀ` with f32 activations.
+fn f32_product(t: &[Tensor]) -> Result<Tensor> {
+    ops::qmatmul_t(&t[0], &t[1], Activations::F32)
+}
+
+/// `t[0] · t[1]ᵀ` with `Q8_0` activations.
+fn q8_0_product(t: &[Tensor]) -> Result<Tensor> {
+    ops::qmatmul_t(&t[0], &t[1], Activations::Q8_0)
+}
+
+/// `t[0] · t[1]ᵀ` with int8 activations, one scale per row.
+fn i8_product(t: &[Tensor]) -> Result<Tensor> {
+    ops::qmatmul_t(&t[0], &t[1], Activations::I8)
+}
+
+/// `t[0] · t[1]ᵀ` with `Q8_K` activations.
+fn q8_k_product(t: &[Tensor]) -> Result<Tensor> {
+    ops::qmatmul_t(&t[0], &t[1], Activations::Q8_K)
+}
+
+/// `w` `[n, k]` quantized on the host; for a format webtensor cannot quantize (llama.cpp's
+/// K-quants, `IQ4_NL`, `IQ4_XS`), blocks of random bytes with small f16 scales (any bytes are
+/// valid quants), which cost a product what real weights cost.
 fn packed_input(format: DType, n: usize, k: usize, seed: u64) -> Input {
     let values = values(n * k, seed);
     let mut bytes = vec![0u8; format.storage_len(n * k, k).unwrap_or(0) * format.unit_bytes()];
-    crate::quant::quantize(format, &values, &mut bytes);
+    match crate::quant::format(format) {
+        Some(f) if f.quantize.is_none() => {
+            let noise = self::values(bytes.len(), seed ^ 0x5eed);
+            for (b, v) in bytes.iter_mut().zip(noise) {
+                *b = ((v + 1.0) * 127.5) as u8;
+            }
+            let scale = crate::quant::f16_bits(0.01).to_le_bytes();
+            for block in bytes.chunks_exact_mut(format.block_bytes()) {
+                for &at in f.f16_scales {
+                    block[at..at + 2].copy_from_slice(&scale);
+                }
+            }
+        }
+        _ => crate::quant::quantize(format, &values, &mut bytes),
+    }
     Input::Packed(format, bytes, vec![n, k])
 }
 
@@ -417,38 +453,41 @@ fn packed_input(format: DType, n: usize, k: usize, seed: u64) -> Input {
 fn quant_cases(cases: &mut Vec<Case>, label: &str, rows: usize, d: usize, ffn: usize) {
     type Variant = (DType, &'static str, RunFn);
     let decode: &[Variant] = &[
-        (DType::F16, "f32 acts", |t| {
-            ops::qmatmul_t(&t[0], &t[1], Activations::F32)
-        }),
-        (DType::Q8_0, "f32 acts", |t| {
-            ops::qmatmul_t(&t[0], &t[1], Activations::F32)
-        }),
-        (DType::Q8_0, "q8_0 acts", |t| {
-            ops::qmatmul_t(&t[0], &t[1], Activations::Q8_0)
-        }),
-        (DType::Q4_0, "f32 acts", |t| {
-            ops::qmatmul_t(&t[0], &t[1], Activations::F32)
-        }),
-        (DType::Q4_0, "q8_0 acts", |t| {
-            ops::qmatmul_t(&t[0], &t[1], Activations::Q8_0)
-        }),
-        (DType::TQ1_0, "i8 acts", |t| {
-            ops::qmatmul_t(&t[0], &t[1], Activations::I8)
-        }),
-        (DType::TQ2_0, "f32 acts", |t| {
-            ops::qmatmul_t(&t[0], &t[1], Activations::F32)
-        }),
-        (DType::TQ2_0, "i8 acts", |t| {
-            ops::qmatmul_t(&t[0], &t[1], Activations::I8)
-        }),
-        (DType::TernaryPlanes, "i8 acts", |t| {
-            ops::qmatmul_t(&t[0], &t[1], Activations::I8)
-        }),
+        (DType::F16, "f32 acts", f32_product),
+        (DType::Q8_0, "f32 acts", f32_product),
+        (DType::Q8_0, "q8_0 acts", q8_0_product),
+        (DType::Q4_0, "f32 acts", f32_product),
+        (DType::Q4_0, "q8_0 acts", q8_0_product),
+        (DType::TQ1_0, "i8 acts", i8_product),
+        (DType::TQ2_0, "f32 acts", f32_product),
+        (DType::TQ2_0, "i8 acts", i8_product),
+        (DType::TernaryPlanes, "i8 acts", i8_product),
+        // llama.cpp's formats: the super-blocks with f32 activations (what wgpu runs) and
+        // with Q8_K ones (what the cpu backend and llama.cpp run; wgpu has no such product, a
+        // row that says so), the legacy blocks with Q8_0 ones (the cpu backend's).
+        (DType::Q4_K, "f32 acts", f32_product),
+        (DType::Q4_K, "q8_k acts", q8_k_product),
+        (DType::Q5_K, "f32 acts", f32_product),
+        (DType::Q5_K, "q8_k acts", q8_k_product),
+        (DType::Q6_K, "f32 acts", f32_product),
+        (DType::Q6_K, "q8_k acts", q8_k_product),
+        (DType::Q3_K, "f32 acts", f32_product),
+        (DType::Q3_K, "q8_k acts", q8_k_product),
+        (DType::Q2_K, "f32 acts", f32_product),
+        (DType::Q2_K, "q8_k acts", q8_k_product),
+        (DType::IQ4_XS, "f32 acts", f32_product),
+        (DType::IQ4_XS, "q8_k acts", q8_k_product),
+        (DType::Q4_1, "q8_0 acts", q8_0_product),
+        (DType::Q5_0, "q8_0 acts", q8_0_product),
+        (DType::Q5_1, "q8_0 acts", q8_0_product),
+        (DType::IQ4_NL, "q8_0 acts", q8_0_product),
     ];
+    // Prefill: Q8_0 with f32 activations, Q4_0 and TQ2_0 with integer ones, and Q4_K (the
+    // Q4_K_M files) with f32 ones (wgpu's) and Q8_K ones (the cpu backend's).
     let variants: Vec<&Variant> = if rows == 1 {
         decode.iter().collect()
     } else {
-        [1, 4, 7].iter().map(|&i| &decode[i]).collect()
+        [1, 4, 7, 9, 10].iter().map(|&i| &decode[i]).collect()
     };
     let flops = 2 * (rows * d * ffn) as u64;
     for &&(format, acts, run) in &variants {

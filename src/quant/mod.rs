@@ -112,6 +112,10 @@ pub struct Format {
     pub dequantize: fn(&[u8], &mut [f32]),
     /// Encodes one block of values, where webtensor has GGUF's reference quantizer.
     pub quantize: Option<QuantizeFn>,
+    /// Byte offsets of the block's f16 scales (`d`, and `dmin` where it has one): what a
+    /// block of random bytes needs set to a finite value to stand for real weights (tests and
+    /// benchmarks of the formats without a quantizer).
+    pub f16_scales: &'static [usize],
 }
 
 /// A block format laid out as a plain struct of bytes: reading a block is a cast.
@@ -128,13 +132,18 @@ fn dequantize_as<B: Block>(bytes: &[u8], out: &mut [f32]) {
 }
 
 /// The row of a [`Block`] format; fails to compile when the struct is not the dtype's size.
-const fn row<B: Block>(ggml_type: u32, quantize: Option<QuantizeFn>) -> Format {
+const fn row<B: Block>(
+    ggml_type: u32,
+    quantize: Option<QuantizeFn>,
+    f16_scales: &'static [usize],
+) -> Format {
     assert!(std::mem::size_of::<B>() == B::DTYPE.block_bytes());
     Format {
         dtype: B::DTYPE,
         ggml_type: Some(ggml_type),
         dequantize: dequantize_as::<B>,
         quantize,
+        f16_scales,
     }
 }
 
@@ -145,46 +154,53 @@ pub static FORMATS: [Format; 16] = [
         ggml_type: Some(1),
         dequantize: |b, out| out[0] = read_f16(b, 0),
         quantize: Some(|x, out| out.copy_from_slice(&f16_bits(x[0]).to_le_bytes())),
+        f16_scales: &[],
     },
     Format {
         dtype: DType::Q8_0,
         ggml_type: Some(8),
         dequantize: |b, out| dequantize_ints(DType::Q8_0, b, out),
         quantize: Some(quantize_q8_0),
+        f16_scales: &[0],
     },
     Format {
         dtype: DType::Q4_0,
         ggml_type: Some(2),
         dequantize: |b, out| dequantize_ints(DType::Q4_0, b, out),
         quantize: Some(quantize_q4_0),
+        f16_scales: &[0],
     },
-    row::<legacy::BlockQ4_1>(3, Some(legacy::quantize_q4_1)),
-    row::<legacy::BlockQ5_0>(6, Some(legacy::quantize_q5_0)),
-    row::<legacy::BlockQ5_1>(7, Some(legacy::quantize_q5_1)),
-    row::<kquants::BlockQ2K>(10, None),
-    row::<kquants::BlockQ3K>(11, None),
-    row::<kquants::BlockQ4K>(12, None),
-    row::<kquants::BlockQ5K>(13, None),
-    row::<kquants::BlockQ6K>(14, None),
-    row::<legacy::BlockIq4Nl>(20, None),
-    row::<kquants::BlockIq4Xs>(23, None),
+    row::<legacy::BlockQ4_1>(3, Some(legacy::quantize_q4_1), &[0, 2]),
+    row::<legacy::BlockQ5_0>(6, Some(legacy::quantize_q5_0), &[0]),
+    row::<legacy::BlockQ5_1>(7, Some(legacy::quantize_q5_1), &[0, 2]),
+    row::<kquants::BlockQ2K>(10, None, &[80, 82]),
+    row::<kquants::BlockQ3K>(11, None, &[108]),
+    row::<kquants::BlockQ4K>(12, None, &[0, 2]),
+    row::<kquants::BlockQ5K>(13, None, &[0, 2]),
+    row::<kquants::BlockQ6K>(14, None, &[208]),
+    row::<legacy::BlockIq4Nl>(20, None, &[0]),
+    row::<kquants::BlockIq4Xs>(23, None, &[0]),
     Format {
         dtype: DType::TQ1_0,
         ggml_type: Some(34),
         dequantize: |b, out| dequantize_trits(DType::TQ1_0, b, out),
         quantize: Some(|x, out| ternary::quantize_block(DType::TQ1_0, x, out)),
+        f16_scales: &[52],
     },
     Format {
         dtype: DType::TQ2_0,
         ggml_type: Some(35),
         dequantize: |b, out| dequantize_trits(DType::TQ2_0, b, out),
         quantize: Some(|x, out| ternary::quantize_block(DType::TQ2_0, x, out)),
+        f16_scales: &[64],
     },
     Format {
         dtype: DType::TernaryPlanes,
         ggml_type: None,
         dequantize: |b, out| dequantize_trits(DType::TernaryPlanes, b, out),
         quantize: Some(|x, out| ternary::quantize_block(DType::TernaryPlanes, x, out)),
+        // Its scale is an f32.
+        f16_scales: &[],
     },
 ];
 

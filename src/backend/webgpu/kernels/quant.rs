@@ -453,15 +453,20 @@ impl Encoder<'_> {
             // The K-quants decode only inside `mv` and `mm_tiled` (`kquants/decode.wgsl`), with
             // f32 activations (the engine picks those for them on wgpu:
             // `ActivationMode::for_weight_on`).
-            let why = if activations == Activations::F32 {
-                let max_k = self.ctx.mv_shape().max_k();
-                format!("rows of {k} values are longer than this adapter's {max_k}")
-            } else {
-                format!("they take f32 activations there, not {activations:?}")
-            };
+            if activations != Activations::F32 {
+                return Err(Error::ActivationsUnsupported {
+                    weight: format,
+                    activations: format!("{activations:?}").to_lowercase(),
+                    backend: BackendKind::Wgpu,
+                });
+            }
+            let max_k = self.ctx.mv_shape().max_k();
             return Err(Error::invalid(
                 OP,
-                format!("wgpu has no product of {format} weights here: {why}"),
+                format!(
+                    "wgpu has no product of {format} weights here: rows of {k} values are longer \
+                     than this adapter's {max_k}"
+                ),
             ));
         }
         // The `mv` kernel binds six operands: the epilogue's, the norm's weight, the rotary
