@@ -141,6 +141,20 @@ impl ModelFiles {
         })
     }
 
+    /// A Hugging Face folder from its texts and its weight files (named as
+    /// [`folder_shards`] lists them, with their bytes).
+    pub fn from_folder(texts: FolderTexts, shards: Vec<(String, FileBytes)>) -> Result<ModelFiles> {
+        let mut files = ModelFiles::from_parts(&texts.config, shards, texts.tokenizer.as_deref())?;
+        files.add_tokenizer_config(
+            texts.tokenizer_config.as_deref(),
+            texts.chat_template.as_deref(),
+        )?;
+        if let Some(generation) = &texts.generation_config {
+            files.add_generation_config(generation)?;
+        }
+        Ok(files)
+    }
+
     /// Reads what `tokenizer_config.json` says about chat (its `chat_template`, and the
     /// `bos_token`/`eos_token` texts templates use), and `chat_template.jinja` (where newer
     /// transformers save the template; it wins over the one in `tokenizer_config.json`).
@@ -255,6 +269,76 @@ fn check_layer_count(config: &LlamaConfig, tensors: usize, names: &[String]) -> 
     Ok(())
 }
 
+/// The index of a sharded Hugging Face folder.
+pub const INDEX: &str = "model.safetensors.index.json";
+
+/// The weights of an unsharded Hugging Face folder.
+const SINGLE_SHARD: &str = "model.safetensors";
+
+/// The texts a Hugging Face folder holds beside its weights, read by whoever has the folder
+/// (the file system natively, the files a page was given in the browser) and turned into a
+/// model by [`ModelFiles::from_folder`], so both read the same files the same way.
+pub struct FolderTexts {
+    config: String,
+    tokenizer: Option<String>,
+    tokenizer_config: Option<String>,
+    chat_template: Option<String>,
+    generation_config: Option<String>,
+}
+
+impl FolderTexts {
+    /// The files read, in the order [`FolderTexts::from_texts`] takes them: `config.json`
+    /// (required), `tokenizer.json`, `tokenizer_config.json` (the chat template and the BOS
+    /// and EOS texts), `chat_template.jinja` (where newer transformers save the template) and
+    /// `generation_config.json` (more end-of-sequence ids).
+    pub const NAMES: [&'static str; 5] = [
+        "config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+        "generation_config.json",
+    ];
+
+    /// The texts of [`FolderTexts::NAMES`], `None` for a file the folder lacks; `folder`
+    /// names it in the error when it has no `config.json`.
+    pub fn from_texts(texts: Vec<Option<String>>, folder: &str) -> Result<FolderTexts> {
+        let mut texts = texts.into_iter();
+        let mut next = || texts.next().flatten();
+        let config = next().ok_or_else(|| {
+            Error::model_file(
+                folder,
+                "no config.json: a Hugging Face model folder has config.json and its \
+                 *.safetensors weights (or give a .gguf file)",
+            )
+        })?;
+        Ok(FolderTexts {
+            config,
+            tokenizer: next(),
+            tokenizer_config: next(),
+            chat_template: next(),
+            generation_config: next(),
+        })
+    }
+}
+
+/// The weight files of a Hugging Face folder, in load order: the shards its
+/// [`INDEX`] lists (`index_json`, checked by [`shard_names`]) where it has one, else its one
+/// `model.safetensors` (`has` says which files the folder holds). `folder` names it in errors.
+pub fn folder_shards(
+    has: impl Fn(&str) -> bool,
+    index_json: Option<&str>,
+    folder: &str,
+) -> Result<Vec<String>> {
+    match index_json {
+        Some(index) => shard_names(index, &format!("{folder}/{INDEX}")),
+        None if has(SINGLE_SHARD) => Ok(vec![SINGLE_SHARD.to_string()]),
+        None => Err(Error::model_file(
+            folder,
+            format!("no {SINGLE_SHARD} and no {INDEX} listing shards: the folder has no weights"),
+        )),
+    }
+}
+
 /// The shard files a `model.safetensors.index.json` lists (`weight_map` values), sorted and
 /// without repeats; `source` names the index in errors. Each must be a relative path of plain
 /// names: an absolute path, or one with `..` or `.` parts, is refused, since a downloaded
@@ -324,32 +408,66 @@ fn open_folder(dir: &Path) -> Result<ModelFiles> {
             source,
         })
     };
-    let config = read(dir.join("config.json"))?;
     let optional = |name: &str| {
         let path = dir.join(name);
         path.exists().then(|| read(path)).transpose()
     };
-    let tokenizer = optional("tokenizer.json")?;
-    let index = dir.join("model.safetensors.index.json");
-    let shard_names = if index.exists() {
-        shard_names(&read(index.clone())?, &index.display().to_string())?
-    } else {
-        vec!["model.safetensors".into()]
-    };
-    let shards = shard_names
+    let texts = FolderTexts::NAMES
+        .iter()
+        .map(|name| optional(name))
+        .collect::<Result<Vec<_>>>()?;
+    let texts = FolderTexts::from_texts(texts, &dir.display().to_string())?;
+    let index = dir.join(INDEX);
+    let names = folder_shards(
+        |name| dir.join(name).is_file(),
+        optional(INDEX)?.as_deref(),
+        &dir.display().to_string(),
+    )?;
+    let shards = names
         .into_iter()
         .map(|n| {
             let path = shard_path(dir, &index, &n)?;
             Ok((path.display().to_string(), FileBytes::map(&path)?))
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut files = ModelFiles::from_parts(&config, shards, tokenizer.as_deref())?;
-    files.add_tokenizer_config(
-        optional("tokenizer_config.json")?.as_deref(),
-        optional("chat_template.jinja")?.as_deref(),
-    )?;
-    if let Some(generation) = optional("generation_config.json")? {
-        files.add_generation_config(&generation)?;
+    ModelFiles::from_folder(texts, shards)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_folders_weights_are_its_index_shards_or_its_one_file() {
+        let index = r#"{"weight_map": {"b": "model-2.safetensors", "a": "model-1.safetensors",
+            "c": "model-2.safetensors"}}"#;
+        let all = |_: &str| true;
+        assert_eq!(
+            folder_shards(all, Some(index), "f").unwrap(),
+            ["model-1.safetensors", "model-2.safetensors"]
+        );
+        assert_eq!(
+            folder_shards(|n| n == "model.safetensors", None, "f").unwrap(),
+            ["model.safetensors"]
+        );
+        let e = folder_shards(|_| false, None, "dir")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("dir") && e.contains("no model.safetensors"),
+            "{e}"
+        );
+        let escape = r#"{"weight_map": {"a": "../model.safetensors"}}"#;
+        assert!(folder_shards(all, Some(escape), "f").is_err());
     }
-    Ok(files)
+
+    #[test]
+    fn a_folder_without_config_json_is_an_error_that_names_it() {
+        let texts = vec![None, Some("{}".to_string()), None, None, None];
+        let e = FolderTexts::from_texts(texts, "picked")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("picked") && e.contains("no config.json"), "{e}");
+    }
 }

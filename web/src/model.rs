@@ -16,6 +16,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 use webtensor::bench::clock::pause;
 
+use webtensor::model::files::{folder_shards, FolderTexts, INDEX};
 use webtensor::model::generate::{self, Pacing, PromptChunks};
 use webtensor::model::{
     builtin, ChatMessage, FileBytes, Llama, ModelFiles, PromptCache, Sampling, Tokenizer,
@@ -196,10 +197,11 @@ impl Model {
     }
 
     /// A model from files the user picked: one `.gguf` file, or a Hugging Face folder's
-    /// `config.json`, `tokenizer.json` and `*.safetensors`, with `tokenizer_config.json`
-    /// (or `chat_template.jinja`) for chat and `generation_config.json` (e.g. from
-    /// `<input type=file webkitdirectory>`). Progress reports the bytes read; aborting
-    /// `signal` rejects with its reason.
+    /// `config.json`, `tokenizer.json` and `model.safetensors` (or the shards its
+    /// `model.safetensors.index.json` lists), with `tokenizer_config.json` (or
+    /// `chat_template.jinja`) for chat and `generation_config.json` (e.g. from
+    /// `<input type=file webkitdirectory>`), read as a folder is natively. Progress reports
+    /// the bytes read; aborting `signal` rejects with its reason.
     #[wasm_bindgen(js_name = fromFiles)]
     pub async fn from_files(
         device: &Device,
@@ -226,28 +228,28 @@ impl Model {
             let bytes = read_file(gguf, progress, &signal).await?;
             return Model::from_gguf(device, bytes, &gguf.name(), progress, &signal).await;
         }
-        let config = read_text(&files, "config.json").await?.ok_or_else(|| {
-            js_error("fromFiles: pick a .gguf file, or a folder with config.json and *.safetensors")
-        })?;
-        let tokenizer = read_text(&files, "tokenizer.json").await?;
-        let mut shards = with_suffix(".safetensors");
-        shards.sort_by_key(|f| f.name());
-        if shards.is_empty() {
-            return Err(js_error("fromFiles: the folder has no *.safetensors file"));
+        // The folder's rules are the library's (`FolderTexts`, `folder_shards`): the same
+        // files as a folder opened natively.
+        let mut texts = Vec::new();
+        for name in FolderTexts::NAMES {
+            texts.push(read_text(&files, name).await?);
         }
-        let mut parts = Vec::new();
-        for f in shards {
-            let bytes = read_file(f, progress, &signal).await?;
-            parts.push((f.name(), FileBytes::Owned(bytes)));
+        let texts = js(FolderTexts::from_texts(texts, "the picked folder"))?;
+        let index = read_text(&files, INDEX).await?;
+        let has = |name: &str| files.iter().any(|f| f.name() == name);
+        let names = js(folder_shards(has, index.as_deref(), "the picked folder"))?;
+        let mut shards = Vec::new();
+        for name in names {
+            let file = files.iter().find(|f| f.name() == name).ok_or_else(|| {
+                js_error(format!(
+                    "fromFiles: {INDEX} lists {name}, which is not among the picked files"
+                ))
+            })?;
+            let bytes = read_file(file, progress, &signal).await?;
+            shards.push((name, FileBytes::Owned(bytes)));
         }
         report(progress, "parse", 0.0, 1.0);
-        let mut model_files = js(ModelFiles::from_parts(&config, parts, tokenizer.as_deref()))?;
-        let tokenizer_config = read_text(&files, "tokenizer_config.json").await?;
-        let jinja = read_text(&files, "chat_template.jinja").await?;
-        js(model_files.add_tokenizer_config(tokenizer_config.as_deref(), jinja.as_deref()))?;
-        if let Some(generation) = read_text(&files, "generation_config.json").await? {
-            js(model_files.add_generation_config(&generation))?;
-        }
+        let model_files = js(ModelFiles::from_folder(texts, shards))?;
         Model::place(device, model_files, "model folder", progress, &signal).await
     }
 

@@ -73,12 +73,25 @@ test("models load from a picked folder and from URLs, with typed errors", { time
       });
       const fromFolder = await folder.generate("And God said", greedy);
       const rejected = async (p) => p.then(() => "resolved", (e) => (e instanceof Error ? e.message : `not an Error: ${e}`));
+      // The same weights as the one shard an index lists, as sharded checkpoints are saved
+      // (read by the library's folder rules, as natively).
+      const shard = "model-00001-of-00001.safetensors";
+      const sharded = [
+        files[0],
+        files[1],
+        new File([files[2]], shard),
+        new File([JSON.stringify({ weight_map: { "lm_head.weight": shard } })], "model.safetensors.index.json"),
+      ];
+      const fromShards = await (await wt.Model.fromFiles(dev, sharded)).generate("And God said", greedy);
       return {
         builtin: builtin.text,
         folder: fromFolder.text,
         phases: [...phases],
         uploads,
         layers: folder.config().num_hidden_layers,
+        shards: fromShards.text,
+        noWeights: await rejected(wt.Model.fromFiles(dev, files.slice(0, 2))),
+        missingShard: await rejected(wt.Model.fromFiles(dev, [files[0], files[1], sharded[3]])),
         missing: await rejected(wt.Model.fromUrl(dev, "/tests/tiny-kjv/nothing.gguf")),
         notGguf: await rejected(wt.Model.fromUrl(dev, "/tests/tiny-kjv/model.safetensors")),
         badOptions: await rejected(folder.generate("x", { temperature: -1 })),
@@ -87,6 +100,9 @@ test("models load from a picked folder and from URLs, with typed errors", { time
     });
     assert.ok(r.builtin.length > 20, r.builtin);
     assert.equal(r.folder, r.builtin, "the folder and the built-in model generate the same greedy text");
+    assert.equal(r.shards, r.builtin, "a sharded folder loads the shards its index lists");
+    assert.match(r.noWeights, /no model\.safetensors/);
+    assert.match(r.missingShard, /model-00001-of-00001\.safetensors, which is not among the picked files/);
     assert.deepEqual(r.phases.sort(), ["parse", "read", "upload"]);
     // The upload reports every layer as it reaches the device, then the output head.
     const steps = r.layers + 1;
