@@ -12,7 +12,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use webtensor::model::gguf::{self, GgufValue};
-use webtensor::model::{FileBytes, Llama, ModelFiles, Sampler, Sampling};
+use webtensor::model::{FileBytes, Llama, ModelFiles, PromptCache, Sampler, Sampling};
 use webtensor::Device;
 
 /// transformers' f32 logits against ours.
@@ -130,6 +130,7 @@ fn decoding_token_by_token_matches_transformers() {
             "qwen3",
             "olmo2",
             "smollm3",
+            "gemma2",
         ]
         .contains(&c.name.as_str())
     }) {
@@ -163,13 +164,17 @@ fn olmo2_and_smollm3_decode_token_by_token_on_every_backend() {
     for (dev_name, dev) in devices() {
         for case in cases
             .iter()
-            .filter(|c| ["olmo2", "smollm3"].contains(&c.name.as_str()))
+            .filter(|c| ["olmo2", "smollm3", "gemma2"].contains(&c.name.as_str()))
         {
-            let want = read_f32(&fixtures().join(&case.name).join("logits.f32"));
+            let own = read_f32(&fixtures().join(&case.name).join("logits.f32"));
             let gguf = gguf_dir.join(format!("{}.f32.gguf", case.name));
-            for (format, files) in [
-                ("safetensors", hf_files(case)),
-                ("gguf", ModelFiles::open(&gguf).unwrap()),
+            for (format, files, want) in [
+                ("safetensors", hf_files(case), own),
+                (
+                    "gguf",
+                    ModelFiles::open(&gguf).unwrap(),
+                    gguf_expected(&case.name),
+                ),
             ] {
                 let model = Llama::load(&dev, files).unwrap();
                 let mut cache = model.new_cache(prompt.len()).unwrap();
@@ -204,14 +209,17 @@ fn olmo2_and_smollm3_decode_steps_draw_transformers_greedy_ids() {
     for (dev_name, dev) in devices() {
         for case in cases
             .iter()
-            .filter(|c| ["olmo2", "smollm3"].contains(&c.name.as_str()))
+            .filter(|c| ["olmo2", "smollm3", "gemma2"].contains(&c.name.as_str()))
         {
             let want = greedy_ids(&case.name);
             let gguf = gguf_dir.join(format!("{}.f32.gguf", case.name));
-            for (format, files) in [
-                ("safetensors", hf_files(case)),
-                ("gguf", ModelFiles::open(&gguf).unwrap()),
-            ] {
+            let mut formats = vec![("safetensors", hf_files(case))];
+            // Gemma 2's GGUF describes another model (`gguf_expected`), whose greedy ids
+            // transformers did not write.
+            if case.name != "gemma2" {
+                formats.push(("gguf", ModelFiles::open(&gguf).unwrap()));
+            }
+            for (format, files) in formats {
                 let model = Llama::load(&dev, files).unwrap();
                 let mut cache = model.new_cache(prompt.len() + want.len()).unwrap();
                 model.forward(before, &mut cache).unwrap();
@@ -283,14 +291,14 @@ fn smollm3_generation_stops_at_its_end_of_turn() {
             let files = ModelFiles::from_gguf("smollm3.gguf", file).unwrap();
             let tokenizer = files.tokenizer.clone().unwrap();
             let model = Llama::load(&dev, files).unwrap();
-            let cache = model.new_cache(prompt.len() + greedy.len()).unwrap();
+            let mut cache = PromptCache::for_one_prompt();
             let pacing = Pacing::for_device(&dev, PromptChunks::Whole);
             let mut sink = TextSink(|_: &str| {});
             let run = run_async(
                 &model,
                 &tokenizer,
                 prompt.clone(),
-                cache,
+                &mut cache,
                 greedy.len(),
                 Sampling::greedy(),
                 pacing,
@@ -312,7 +320,7 @@ fn smollm3_generation_stops_at_its_end_of_turn() {
 }
 
 /// The cases converted to GGUF by llama.cpp's converter (scripts/make_gguf_fixtures.py).
-const GGUF_CASES: [&str; 8] = [
+const GGUF_CASES: [&str; 9] = [
     "llama31",
     "llama_linear",
     "llama_yarn",
@@ -321,7 +329,19 @@ const GGUF_CASES: [&str; 8] = [
     "phi3",
     "olmo2",
     "smollm3",
+    "gemma2",
 ];
+
+/// transformers' logits of the model a case's GGUF conversion describes: `logits_gguf.f32`
+/// where that is another model (Gemma 2: llama.cpp's converter drops `query_pre_attn_scalar`,
+/// and llama.cpp scales attention by 1/√head_dim), else the checkpoint's own.
+fn gguf_expected(case: &str) -> Vec<f32> {
+    let own = fixtures().join(case).join("logits_gguf.f32");
+    match own.exists() {
+        true => read_f32(&own),
+        false => read_f32(&fixtures().join(case).join("logits.f32")),
+    }
+}
 
 /// How far our logits on a quantized file may be from transformers' f32 logits, relative to
 /// how far llama.cpp's own logits on the same file are. The engine rounds activations to Q8_0
@@ -361,7 +381,7 @@ fn converted_gguf_files_match_transformers_logits() {
     let mut failures = Vec::new();
     for (dev_name, dev) in devices() {
         for case in GGUF_CASES {
-            let want = read_f32(&fixtures().join(case).join("logits.f32"));
+            let want = gguf_expected(case);
             let vocab = want.len() / prompt.len();
             let f32_file = dir.join(format!("{case}.f32.gguf"));
             let theirs_f32 = llama_cpp_logits(&f32_file);

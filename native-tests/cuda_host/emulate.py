@@ -111,7 +111,8 @@ def elementwise(lib):
                 1: np.array([0.5 * v * (1 + tanh(sqrt(2 / pi) * (v + 0.044715 * v ** 3))) for v in x.astype(float)]),
                 2: np.array([0.5 * v * (1 + erf(v / sqrt(2))) for v in x.astype(float)]),
                 3: x.astype(np.float64) * -0.37,
-                4: 1 / (1 + np.exp(-x.astype(np.float64)))}
+                4: 1 / (1 + np.exp(-x.astype(np.float64))),
+                5: -0.37 * np.tanh(x.astype(np.float64) / -0.37)}
         for op, w in want.items():
             out = np.zeros(n, np.float32)
             launch(lib, "unary_f32", blocks(n), [ptr(out), ptr(x), u32(n), u32(op), f32(-0.37)])

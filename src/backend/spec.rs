@@ -28,6 +28,9 @@ pub enum UnaryOp {
     Sigmoid,
     /// `x · factor`.
     Scale(f32),
+    /// Soft-capping at `cap` (Gemma 2's attention and final logits): `cap · tanh(x / cap)`,
+    /// which keeps every value within ±cap and leaves small ones nearly as they are.
+    Softcap(f32),
 }
 
 /// An elementwise op on two f32 inputs.
@@ -486,6 +489,10 @@ impl OpSpec {
                 op: UnaryOp::Scale(_),
                 ..
             } => OpKind::Scale,
+            OpSpec::Unary {
+                op: UnaryOp::Softcap(_),
+                ..
+            } => OpKind::Softcap,
             OpSpec::Binary {
                 op: BinaryOp::Add, ..
             } => OpKind::Add,

@@ -182,6 +182,7 @@ pub(super) fn cases() -> Vec<(OpSpec, Vec<HostData>)> {
         UnaryOp::GeluErf,
         UnaryOp::Sigmoid,
         UnaryOp::Scale(-0.37),
+        UnaryOp::Softcap(2.5),
     ] {
         c.push((
             OpSpec::Unary { op, len: 1000 },
@@ -838,6 +839,7 @@ pub(super) fn fused_cases() -> Vec<FusedCase> {
             pool_rows,
             scale: 0.25,
             window,
+            softcap: None,
         });
         let inputs = vec![
             r.f32(t * heads * hd, -2.0, 2.0),
@@ -909,6 +911,7 @@ fn attention_reads_the_key_count_from_memory_when_given_its_address() {
         pool_rows,
         scale: 0.5,
         window: None,
+        softcap: None,
     };
     let inputs = [
         r.f32(heads * hd, -2.0, 2.0),

@@ -59,7 +59,10 @@ pub(in crate::backend::cuda) fn runs_fused(spec: &OpSpec) -> bool {
             ..
         } => !paired && product(l) && l.rope.is_none_or(|r| r.head_dim == *head_dim),
         OpSpec::PagedAttention(a) => {
-            a.head_dim <= ATTENTION_MAX_HEAD_DIM && a.t <= ATTENTION_MAX_QUERIES
+            // The kernel has no soft-capping (Gemma 2): capped attention composes.
+            a.head_dim <= ATTENTION_MAX_HEAD_DIM
+                && a.t <= ATTENTION_MAX_QUERIES
+                && a.softcap.is_none()
         }
         _ => true,
     }
