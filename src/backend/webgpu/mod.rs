@@ -607,16 +607,13 @@ impl Backend for WgpuBackend {
     /// (`kernels/split.rs`). Attention for more than a decode step's few queries composes
     /// too: the kernel's one workgroup per (query, head) reads every key once per query, and
     /// the gathered keys' tiled products were faster on lavapipe (prompt 57–60 against
-    /// 41–46 tok/s on a SmolLM-135M-shape model). The attention kernel has no soft-capping,
-    /// so soft-capped attention (Gemma 2) composes too.
+    /// 41–46 tok/s on a SmolLM-135M-shape model).
     fn prefers_composition(&self, spec: &OpSpec) -> bool {
         let binding = self.ctx.max_binding().0;
         let over = |bytes: Option<usize>| bytes.is_none_or(|b| b as u64 > binding);
         match *spec {
             OpSpec::PagedAttention(a) => {
-                a.t > kernels::MATVEC_MAX_M
-                    || a.softcap.is_some()
-                    || over(a.pool_rows.checked_mul(a.head_dim * 4))
+                a.t > kernels::MATVEC_MAX_M || over(a.pool_rows.checked_mul(a.head_dim * 4))
             }
             // The pool is bound whole as the output (both pools, for a paired store).
             OpSpec::NormLinearInto {
