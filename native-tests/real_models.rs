@@ -152,12 +152,12 @@ fn decoding_token_by_token_matches_transformers() {
     }
 }
 
-/// OLMo 2 and SmolLM3 one token at a time on every backend, as safetensors and as their GGUF
+/// OLMo 2, SmolLM3 and Gemma 2 one token at a time on every backend, as safetensors and as their GGUF
 /// conversion: the single-row path of decode (the fused products, the key and value stored
 /// straight into the cache where nothing comes between, attention per token) against
 /// transformers' logits of the whole prompt, which ran through the composition.
 #[test]
-fn olmo2_and_smollm3_decode_token_by_token_on_every_backend() {
+fn olmo2_smollm3_and_gemma2_decode_token_by_token_on_every_backend() {
     let (prompt, cases) = manifest();
     let gguf_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/gguf");
     let mut failures = Vec::new();
@@ -197,12 +197,13 @@ fn olmo2_and_smollm3_decode_token_by_token_on_every_backend() {
     assert!(failures.is_empty(), "beyond {F32_TOL}: {failures:?}");
 }
 
-/// OLMo 2 and SmolLM3 decode steps (`Llama::decode`: each id drawn on the device and fed to
+/// OLMo 2, SmolLM3 and Gemma 2 decode steps (`Llama::decode`: each id drawn on the device and fed to
 /// the next step; on wgpu the first step recorded and the others replayed, unless another test
 /// uses the device meanwhile, which native-tests/engine/decode.rs rules out to check that) after
-/// the prompt draw transformers' greedy continuation (`greedy.json`), as safetensors and GGUF.
+/// the prompt draw transformers' greedy continuation (`greedy.json`), as safetensors and GGUF
+/// (Gemma 2 as safetensors only: its GGUF describes another model, see [`gguf_expected`]).
 #[test]
-fn olmo2_and_smollm3_decode_steps_draw_transformers_greedy_ids() {
+fn olmo2_smollm3_and_gemma2_decode_steps_draw_transformers_greedy_ids() {
     let (prompt, cases) = manifest();
     let gguf_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/gguf");
     let (last, before) = prompt.split_last().unwrap();
