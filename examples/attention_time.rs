@@ -83,12 +83,18 @@ fn main() -> webtensor::Result<()> {
         for &n in &keys {
             let cols = if columns == 0 { n } else { columns };
             let rows = table(&d, slots, cols)?;
-            let run = || ops::paged_attention(&q, (&k, &v), (&rows, n), HEADS, 0.125, None);
+            let run = || ops::paged_attention(&q, (&k, &v), (&rows, n), HEADS, 0.125, (None, None));
             let got = run()?.to_vec::<f32>()?;
             let rows_ref = table(&r, slots, cols)?;
-            let want =
-                ops::paged_attention(&q_ref, (&k_ref, &v_ref), (&rows_ref, n), HEADS, 0.125, None)?
-                    .to_vec::<f32>()?;
+            let want = ops::paged_attention(
+                &q_ref,
+                (&k_ref, &v_ref),
+                (&rows_ref, n),
+                HEADS,
+                0.125,
+                (None, None),
+            )?
+            .to_vec::<f32>()?;
             let err = got
                 .iter()
                 .zip(&want)

@@ -63,12 +63,14 @@ fn unary(dev: &Device) {
     let mut r = rng(1);
     for len in LENGTHS {
         let x = uniform(&mut r, len, 8.0);
-        let cases: [(&str, UnaryFn); 5] = [
+        let cases: [(&str, UnaryFn); 7] = [
             ("silu", ops::silu),
             ("gelu", ops::gelu),
             ("gelu_erf", ops::gelu_erf),
             ("sigmoid", ops::sigmoid),
             ("scale", |t| ops::scale(t, -0.37)),
+            ("softcap", |t| ops::softcap(t, 2.5)),
+            ("softcap negative cap", |t| ops::softcap(t, -0.7)),
         ];
         for (name, f) in cases {
             compare(&format!("{name} len {len}"), dev, TOL, |d| {
@@ -78,7 +80,14 @@ fn unary(dev: &Device) {
     }
     // Large magnitudes must not overflow intermediate exp/tanh into NaN.
     let big: Vec<f32> = vec![-200.0, -90.0, -30.0, 30.0, 90.0, 200.0];
-    for f in [ops::silu as UnaryFn, ops::gelu, ops::gelu_erf, ops::sigmoid] {
+    let softcap: UnaryFn = |t| ops::softcap(t, 0.5);
+    for f in [
+        ops::silu as UnaryFn,
+        ops::gelu,
+        ops::gelu_erf,
+        ops::sigmoid,
+        softcap,
+    ] {
         compare("unary big", dev, TOL, |d| {
             f(&tensor(d, &big, &[6])).unwrap()
         });
@@ -404,7 +413,14 @@ fn special_values(dev: &Device) {
     compare("scale NaN/inf", dev, TOL, |d| {
         ops::scale(&tensor(d, &x, &[8]), 2.0).unwrap()
     });
-    for f in [ops::silu as UnaryFn, ops::gelu, ops::gelu_erf, ops::sigmoid] {
+    let softcap: UnaryFn = |t| ops::softcap(t, 3.0);
+    for f in [
+        ops::silu as UnaryFn,
+        ops::gelu,
+        ops::gelu_erf,
+        ops::sigmoid,
+        softcap,
+    ] {
         let finite_or_nan = [1.0, f32::NAN, -2.0, 0.5, 3.0, -0.0];
         compare("activation NaN", dev, TOL, |d| {
             f(&tensor(d, &finite_or_nan, &[6])).unwrap()

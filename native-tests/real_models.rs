@@ -130,6 +130,7 @@ fn decoding_token_by_token_matches_transformers() {
             "qwen3",
             "olmo2",
             "smollm3",
+            "gemma2",
         ]
         .contains(&c.name.as_str())
     }) {
@@ -151,25 +152,29 @@ fn decoding_token_by_token_matches_transformers() {
     }
 }
 
-/// OLMo 2 and SmolLM3 one token at a time on every backend, as safetensors and as their GGUF
+/// OLMo 2, SmolLM3 and Gemma 2 one token at a time on every backend, as safetensors and as their GGUF
 /// conversion: the single-row path of decode (the fused products, the key and value stored
 /// straight into the cache where nothing comes between, attention per token) against
 /// transformers' logits of the whole prompt, which ran through the composition.
 #[test]
-fn olmo2_and_smollm3_decode_token_by_token_on_every_backend() {
+fn olmo2_smollm3_and_gemma2_decode_token_by_token_on_every_backend() {
     let (prompt, cases) = manifest();
     let gguf_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/gguf");
     let mut failures = Vec::new();
     for (dev_name, dev) in devices() {
         for case in cases
             .iter()
-            .filter(|c| ["olmo2", "smollm3"].contains(&c.name.as_str()))
+            .filter(|c| ["olmo2", "smollm3", "gemma2"].contains(&c.name.as_str()))
         {
-            let want = read_f32(&fixtures().join(&case.name).join("logits.f32"));
+            let own = read_f32(&fixtures().join(&case.name).join("logits.f32"));
             let gguf = gguf_dir.join(format!("{}.f32.gguf", case.name));
-            for (format, files) in [
-                ("safetensors", hf_files(case)),
-                ("gguf", ModelFiles::open(&gguf).unwrap()),
+            for (format, files, want) in [
+                ("safetensors", hf_files(case), own),
+                (
+                    "gguf",
+                    ModelFiles::open(&gguf).unwrap(),
+                    gguf_expected(&case.name),
+                ),
             ] {
                 let model = Llama::load(&dev, files).unwrap();
                 let mut cache = model.new_cache(prompt.len()).unwrap();
@@ -192,26 +197,30 @@ fn olmo2_and_smollm3_decode_token_by_token_on_every_backend() {
     assert!(failures.is_empty(), "beyond {F32_TOL}: {failures:?}");
 }
 
-/// OLMo 2 and SmolLM3 decode steps (`Llama::decode`: each id drawn on the device and fed to
+/// OLMo 2, SmolLM3 and Gemma 2 decode steps (`Llama::decode`: each id drawn on the device and fed to
 /// the next step; on wgpu the first step recorded and the others replayed, unless another test
 /// uses the device meanwhile, which native-tests/engine/decode.rs rules out to check that) after
-/// the prompt draw transformers' greedy continuation (`greedy.json`), as safetensors and GGUF.
+/// the prompt draw transformers' greedy continuation (`greedy.json`), as safetensors and GGUF
+/// (Gemma 2 as safetensors only: its GGUF describes another model, see [`gguf_expected`]).
 #[test]
-fn olmo2_and_smollm3_decode_steps_draw_transformers_greedy_ids() {
+fn olmo2_smollm3_and_gemma2_decode_steps_draw_transformers_greedy_ids() {
     let (prompt, cases) = manifest();
     let gguf_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/gguf");
     let (last, before) = prompt.split_last().unwrap();
     for (dev_name, dev) in devices() {
         for case in cases
             .iter()
-            .filter(|c| ["olmo2", "smollm3"].contains(&c.name.as_str()))
+            .filter(|c| ["olmo2", "smollm3", "gemma2"].contains(&c.name.as_str()))
         {
             let want = greedy_ids(&case.name);
             let gguf = gguf_dir.join(format!("{}.f32.gguf", case.name));
-            for (format, files) in [
-                ("safetensors", hf_files(case)),
-                ("gguf", ModelFiles::open(&gguf).unwrap()),
-            ] {
+            let mut formats = vec![("safetensors", hf_files(case))];
+            // Gemma 2's GGUF describes another model (`gguf_expected`), whose greedy ids
+            // transformers did not write.
+            if case.name != "gemma2" {
+                formats.push(("gguf", ModelFiles::open(&gguf).unwrap()));
+            }
+            for (format, files) in formats {
                 let model = Llama::load(&dev, files).unwrap();
                 let mut cache = model.new_cache(prompt.len() + want.len()).unwrap();
                 model.forward(before, &mut cache).unwrap();
@@ -243,14 +252,37 @@ fn greedy_ids(case: &str) -> Vec<u32> {
 /// sequence) draws that id second and stops there; with its own vocabulary it runs on.
 #[test]
 fn smollm3_generation_stops_at_its_end_of_turn() {
+    let greedy = greedy_ids("smollm3");
+    stops_at_end_of_turn("smollm3", "<|im_end|>", greedy[1], (greedy.len(), 2));
+}
+
+/// Generation stops at Gemma 2's end of turn, `<end_of_turn>`: the Gemma 2 GGUF's vocabulary
+/// with llama.cpp's greedy next id after the prompt (the last row of its logits on the file)
+/// renamed `<end_of_turn>` stops at the first token; with its own vocabulary it runs on.
+#[test]
+fn gemma2_generation_stops_at_its_end_of_turn() {
+    let (prompt, _) = manifest();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/gguf");
+    let theirs = llama_cpp_logits(&dir.join("gemma2.f32.gguf"));
+    let vocab = theirs.len() / prompt.len();
+    let last = &theirs[theirs.len() - vocab..];
+    let next = (0..vocab)
+        .max_by(|&a, &b| last[a].total_cmp(&last[b]))
+        .unwrap();
+    stops_at_end_of_turn("gemma2", "<end_of_turn>", next as u32, (6, 1));
+}
+
+/// Runs the prompt through `case`'s f32 GGUF on every device, once with its own vocabulary
+/// (`steps.0` tokens generated, no stop) and once with `end_of_turn`'s piece renamed `piece`
+/// as a control token (`steps.1` tokens generated, stopped there).
+fn stops_at_end_of_turn(case: &str, piece: &str, end_of_turn: u32, steps: (usize, usize)) {
     use webtensor::model::generate::{run_async, Pacing, PromptChunks, TextSink};
     let (prompt, _) = manifest();
-    let greedy = greedy_ids("smollm3");
-    let end_of_turn = greedy[1] as usize;
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/gguf/smollm3.f32.gguf");
+    let end_of_turn = end_of_turn as usize;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("native-tests/fixtures/gguf/{case}.f32.gguf"));
     let bytes = std::fs::read(&path).unwrap();
-    let g = gguf::parse("smollm3.f32.gguf", &bytes).unwrap();
+    let g = gguf::parse("f32.gguf", &bytes).unwrap();
     let tensors: Vec<_> = g
         .tensors
         .iter()
@@ -269,7 +301,7 @@ fn smollm3_generation_stops_at_its_end_of_turn() {
         let array = || value.as_array().unwrap().iter();
         if key == "tokenizer.ggml.tokens" {
             let mut tokens: Vec<&str> = array().map(|t| t.as_str().unwrap()).collect();
-            tokens[end_of_turn] = "<|im_end|>";
+            tokens[end_of_turn] = piece;
             *value = GgufValue::Array(gguf::GgufArray::strings(tokens));
         } else if key == "tokenizer.ggml.token_type" {
             let mut types: Vec<i64> = array().map(|t| t.as_u64().unwrap() as i64).collect();
@@ -280,7 +312,7 @@ fn smollm3_generation_stops_at_its_end_of_turn() {
     for (dev_name, dev) in devices() {
         for (vocabulary, metadata) in [("own", &own), ("edited", &metadata)] {
             let file = FileBytes::Owned(gguf::write(metadata, &tensors).unwrap());
-            let files = ModelFiles::from_gguf("smollm3.gguf", file).unwrap();
+            let files = ModelFiles::from_gguf("edited.gguf", file).unwrap();
             let tokenizer = files.tokenizer.clone().unwrap();
             let model = Llama::load(&dev, files).unwrap();
             let mut cache = PromptCache::for_one_prompt();
@@ -291,28 +323,32 @@ fn smollm3_generation_stops_at_its_end_of_turn() {
                 &tokenizer,
                 prompt.clone(),
                 &mut cache,
-                greedy.len(),
+                steps.0,
                 Sampling::greedy(),
                 pacing,
                 &mut sink,
             );
             let stats = pollster::block_on(run).unwrap();
             let want = if vocabulary == "edited" {
-                2
+                steps.1
             } else {
-                greedy.len()
+                steps.0
             };
             assert_eq!(
                 stats.generated_tokens, want,
-                "{dev_name}, {vocabulary} vocabulary"
+                "{case} {dev_name}, {vocabulary} vocabulary"
             );
-            assert_eq!(stats.stopped_at_eos, vocabulary == "edited", "{dev_name}");
+            assert_eq!(
+                stats.stopped_at_eos,
+                vocabulary == "edited",
+                "{case} {dev_name}"
+            );
         }
     }
 }
 
 /// The cases converted to GGUF by llama.cpp's converter (scripts/make_gguf_fixtures.py).
-const GGUF_CASES: [&str; 8] = [
+const GGUF_CASES: [&str; 9] = [
     "llama31",
     "llama_linear",
     "llama_yarn",
@@ -321,7 +357,19 @@ const GGUF_CASES: [&str; 8] = [
     "phi3",
     "olmo2",
     "smollm3",
+    "gemma2",
 ];
+
+/// transformers' logits of the model a case's GGUF conversion describes: `logits_gguf.f32`
+/// where that is another model (Gemma 2: llama.cpp's converter drops `query_pre_attn_scalar`,
+/// and llama.cpp scales attention by 1/√head_dim), else the checkpoint's own.
+fn gguf_expected(case: &str) -> Vec<f32> {
+    let own = fixtures().join(case).join("logits_gguf.f32");
+    match own.exists() {
+        true => read_f32(&own),
+        false => read_f32(&fixtures().join(case).join("logits.f32")),
+    }
+}
 
 /// How far our logits on a quantized file may be from transformers' f32 logits, relative to
 /// how far llama.cpp's own logits on the same file are. The engine rounds activations to Q8_0
@@ -361,7 +409,7 @@ fn converted_gguf_files_match_transformers_logits() {
     let mut failures = Vec::new();
     for (dev_name, dev) in devices() {
         for case in GGUF_CASES {
-            let want = read_f32(&fixtures().join(case).join("logits.f32"));
+            let want = gguf_expected(case);
             let vocab = want.len() / prompt.len();
             let f32_file = dir.join(format!("{case}.f32.gguf"));
             let theirs_f32 = llama_cpp_logits(&f32_file);
@@ -507,8 +555,12 @@ fn what_would_change_the_numbers_is_refused_by_name() {
 /// SmolLM3's sliding windows (on its layers without rope, as transformers places them), a
 /// `no_rope_layers` flag that is neither 0 nor 1, a `no_rope_layers` list of the wrong length,
 /// and OLMo 2 split over devices, whose ranks would each norm only their own heads of q and k.
+/// Gemma 2's bidirectional attention, another activation, a layer type other than sliding or
+/// full, a cap that is not positive; its settings on another architecture. Gemma 2's defaults
+/// as transformers' (every even layer sliding, tied embeddings) where its config leaves them
+/// out.
 #[test]
-fn olmo2_and_smollm3_settings_not_implemented_are_refused_by_name() {
+fn olmo2_smollm3_and_gemma2_settings_not_implemented_are_refused_by_name() {
     let load = |case: &str, edit: &dyn Fn(&mut serde_json::Map<String, serde_json::Value>)| {
         let dir = fixtures().join(case);
         let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
@@ -551,6 +603,36 @@ fn olmo2_and_smollm3_settings_not_implemented_are_refused_by_name() {
     })
     .unwrap();
     assert_eq!(files.config.layer_rope, [true, true, true, false]);
+
+    let err = refused("gemma2", &|c| {
+        c.insert("use_bidirectional_attention".into(), true.into());
+    });
+    assert!(err.contains("use_bidirectional_attention"), "{err}");
+    let err = refused("gemma2", &|c| {
+        c.insert("hidden_activation".into(), "gelu".into());
+    });
+    assert!(err.contains("gelu") && err.contains("Gemma2"), "{err}");
+    let err = refused("gemma2", &|c| {
+        c["layer_types"][1] = "chunked_attention".into();
+    });
+    assert!(err.contains("layer_types"), "{err}");
+    for cap in ["attn_logit_softcapping", "final_logit_softcapping"] {
+        let err = refused("gemma2", &|c| {
+            c.insert(cap.into(), 0.0.into());
+        });
+        assert!(err.contains(cap), "{err}");
+        let err = refused("olmo2", &|c| {
+            c.insert(cap.into(), 30.0.into());
+        });
+        assert!(err.contains(cap), "{err}");
+    }
+    let files = load("gemma2", &|c| {
+        c.remove("layer_types");
+        c.remove("tie_word_embeddings");
+    })
+    .unwrap();
+    assert_eq!(files.config.layer_windows, [Some(12), None, Some(12), None]);
+    assert!(files.config.tie_word_embeddings);
 
     let olmo2 = load("olmo2", &|_| {}).unwrap();
     let devices = [common::cpu(), common::cpu()];

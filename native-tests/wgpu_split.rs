@@ -137,7 +137,7 @@ fn fused(gpu: &Device) {
             (&rows, 40),
             2,
             0.125,
-            None,
+            (None, None),
         );
         vec_of(&out.unwrap())
     };

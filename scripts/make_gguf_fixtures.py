@@ -38,7 +38,8 @@ WORK = "/tmp/webtensor_gguf_fixtures"
 # window), `qwen2_swa` (the converter writes Qwen2's window only for DFlash models), the 4.x
 # configs (same weights as their 5.x cases), and to keep the fixtures small `llama` and
 # `smollm` (the `llama*` cases cover Llama files, `qwen2` tied embeddings).
-CASES = ["llama31", "llama_linear", "llama_yarn", "qwen2", "qwen3", "phi3", "olmo2", "smollm3"]
+CASES = ["llama31", "llama_linear", "llama_yarn", "qwen2", "qwen3", "phi3", "olmo2", "smollm3",
+         "gemma2"]
 
 
 def copy_with_tensors(reader, out_path, tensors):
@@ -141,7 +142,12 @@ def main():
             convert(args.llama_cpp, name, outtype, files[outtype])
         files["q4_0"] = os.path.join(GGUF_OUT, f"{name}.q4_0.gguf")
         q4_0_from(files["f32"], files["q8_0"], files["q4_0"])
-        hf = np.fromfile(os.path.join(OUT, name, "logits.f32"), "<f4").reshape(len(prompt), -1)
+        # The logits of the model the conversion describes (Gemma 2's differ: see
+        # make_hf_fixtures.gguf_meaning).
+        expected = os.path.join(OUT, name, "logits_gguf.f32")
+        if not os.path.exists(expected):
+            expected = os.path.join(OUT, name, "logits.f32")
+        hf = np.fromfile(expected, "<f4").reshape(len(prompt), -1)
         for outtype, path in files.items():
             line = f"{name} {outtype}: {os.path.getsize(path)} bytes"
             if have_llama_cpp:

@@ -32,7 +32,8 @@ import shutil
 import numpy as np
 import torch
 import transformers
-from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+from transformers import (Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM,
+                          MistralConfig, MistralForCausalLM,
                           Olmo2Config, Olmo2ForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, SmolLM3Config,
                           SmolLM3ForCausalLM)
@@ -92,11 +93,21 @@ CASES = {
     "smollm3": (SmolLM3Config, SmolLM3ForCausalLM,
                 dict(rope_parameters={"rope_type": "default", "rope_theta": 2000000.0},
                      num_hidden_layers=4, pad_token_id=0)),
+    # Gemma 2: GeGLU, (1 + w) norms before and after each block, embeddings scaled by
+    # √hidden, tied embeddings, and transformers' default layer pattern (sliding, full, ...)
+    # with a window shorter than the prompt; soft-capping small enough to bind, and a
+    # `query_pre_attn_scalar` other than head_dim.
+    "gemma2": (Gemma2Config, Gemma2ForCausalLM,
+               dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                    head_dim=16, num_attention_heads=4, num_key_value_heads=2,
+                    num_hidden_layers=4, query_pre_attn_scalar=24, sliding_window=12,
+                    attn_logit_softcapping=3.0, final_logit_softcapping=10.0,
+                    tie_word_embeddings=True, pad_token_id=0)),
 }
 
 # The cases whose rope scaling or sliding window must move the logits.
 SCALED = {"llama31", "llama_linear", "llama_dynamic", "llama_yarn", "mistral", "qwen2_swa", "phi3",
-          "smollm3"}
+          "smollm3", "gemma2"}
 
 # Configs as transformers 4.x wrote them, over the weights of a 5.x case: name → (weights of,
 # function of the saved config dict).
@@ -156,8 +167,28 @@ def logits_of(folder, ids):
 
 # The cases whose greedy continuation of the prompt is written too (`greedy.json`): what the
 # engine's decode steps (recorded and replayed on a GPU) must draw.
-GREEDY = {"olmo2", "smollm3"}
+GREEDY = {"olmo2", "smollm3", "gemma2"}
 GREEDY_STEPS = 8
+
+
+def gguf_meaning(folder, ids):
+    """transformers' logits of the model a GGUF conversion of `folder` describes. llama.cpp's
+    converter does not write Gemma 2's `query_pre_attn_scalar`, and llama.cpp scales attention
+    by 1/√head_dim instead (hidden/heads for the 46-layer model): these are transformers'
+    logits with `query_pre_attn_scalar` = head_dim (`logits_gguf.f32`)."""
+    probe = folder + ".gguf"
+    shutil.copytree(folder, probe)
+    config = json.load(open(os.path.join(folder, "config.json")))
+    config["query_pre_attn_scalar"] = config["head_dim"]
+    with open(os.path.join(probe, "config.json"), "w") as f:
+        json.dump(config, f)
+    logits = logits_of(probe, ids)
+    shutil.rmtree(probe)
+    return logits
+
+
+# Cases whose GGUF conversion means another model than the checkpoint (see gguf_meaning).
+GGUF_MEANING = {"gemma2"}
 
 
 def greedy_continuation(folder, ids):
@@ -296,6 +327,8 @@ def main():
         os.remove(os.path.join(folder, "generation_config.json"))
         logits = logits_of(folder, ids)
         logits.tofile(os.path.join(folder, "logits.f32"))
+        if name in GGUF_MEANING:
+            gguf_meaning(folder, ids).tofile(os.path.join(folder, "logits_gguf.f32"))
         if name in GREEDY:
             with open(os.path.join(folder, "greedy.json"), "w") as f:
                 json.dump(greedy_continuation(folder, ids), f)
@@ -332,7 +365,7 @@ def main():
         for name in only or CASES:
             dst = os.path.join(args.keep_tokenizer, name)
             shutil.copytree(os.path.join(OUT, name), dst)
-            for expected in ("logits.f32", "greedy.json"):
+            for expected in ("logits.f32", "logits_gguf.f32", "greedy.json"):
                 if os.path.exists(os.path.join(dst, expected)):
                     os.remove(os.path.join(dst, expected))
             shutil.copy(os.path.join(args.keep_tokenizer, "tokenizer.model"), dst)

@@ -204,8 +204,16 @@ NOW = 1721997296
 
 # Extra cases of a template, for the variables it reads: (conversation, template variables
 # as `apply_chat_template` passes them). SmolLM3's reasoning mode: `enable_thinking`, and a
-# `/think` or `/no_think` in the system message, which wins over it.
+# `/think` or `/no_think` in the system message, which wins over it. Gemma 2: contents trimmed
+# inside each turn, and turns that do not alternate user/model refused.
 EXTRA_CASES = {
+    "gemma-2": [
+        ([{"role": "user", "content": "  What is 2+2?\n"},
+          {"role": "assistant", "content": " 4. "},
+          {"role": "user", "content": "And 3+3?"}], {}),
+        ([{"role": "user", "content": "Hi"}, {"role": "user", "content": "Hello?"}], {}),
+        ([{"role": "assistant", "content": "Hi"}], {}),
+    ],
     "smollm3": [
         ([{"role": "system", "content": "You are terse. /no_think"}, *CONVERSATIONS[0][1:]], {}),
         (CONVERSATIONS[1], {"enable_thinking": False}),

@@ -35,6 +35,10 @@ struct Params {
     keys_from: u32,  // the word of binding 3 where the keys start, and of binding 4 where the
     values_from: u32, // values do: 0, but where both pools are views of one buffer, bound as
                       // one range to both, their places in it
+    softcap: f32,    // scores become softcap · tanh(score / softcap); 0 for no capping
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -69,6 +73,20 @@ fn chunk_keys(i: u32, chunk: u32) -> vec2<u32> {
     return vec2<u32>(first, min(first + per, end));
 }
 
+fn is_nan(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}
+
+// A scaled score soft-capped where `p.softcap` asks (Gemma 2). The argument is clamped to ±10,
+// where tanh is ±1 in f32, so no exp-based tanh meets inf / inf; a NaN stays NaN.
+fn capped(s: f32) -> f32 {
+    if (p.softcap == 0.0) {
+        return s;
+    }
+    let c = p.softcap * tanh(clamp(s / p.softcap, -10.0, 10.0));
+    return select(c, s, is_nan(s));
+}
+
 // scale · (q · key) for query vector at `qbase` and pool row `row`; NaN past the pool.
 fn score(qbase: u32, row: u32) -> f32 {
     if (row >= p.pool_rows) {
@@ -88,7 +106,7 @@ fn score(qbase: u32, row: u32) -> f32 {
     for (; d < hd; d = d + 1u) {
         s0 = s0 + q[qbase + d] * keys[kbase + d];
     }
-    return (s0 + s1) * p.scale;
+    return capped((s0 + s1) * p.scale);
 }
 
 @compute @workgroup_size(64)
@@ -405,6 +423,7 @@ fn paged_attention_lanes(@builtin(workgroup_id) wid: vec3<u32>,
             s = s + kd * vec4<f32>(q[qa + d], q[qb + d], q[qc + d], q[qd + d]);
         }
         s = s * p.scale;
+        s = vec4<f32>(capped(s.x), capped(s.y), capped(s.z), capped(s.w));
         let m = max(run_max, s);
         let r = exp(run_max - m);
         let w = exp(s - m);

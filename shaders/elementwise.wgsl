@@ -160,6 +160,20 @@ fn scale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     }
 }
 
+// `factor · tanh(x / factor)`; the argument is clamped to ±10 (where tanh is ±1 in f32) so
+// that no implementation's exp-based tanh meets inf / inf, and a NaN, which clamp would turn
+// into a bound, stays NaN.
+@compute @workgroup_size(256)
+fn softcap(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+    let i = linear_index(wid, nwg, lid);
+    if (i < p.len) {
+        let x = a[i];
+        let capped = p.factor * tanh(clamp(x / p.factor, -10.0, 10.0));
+        out[i] = select(capped, x, is_nan(x));
+    }
+}
+
 @compute @workgroup_size(256)
 fn add(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
        @builtin(local_invocation_index) lid: u32) {

@@ -622,7 +622,7 @@ fn attention_case(
     (rows, unread): (&[u32], usize),
     (t, heads, kv, hd, n): (usize, usize, usize, usize, usize),
     scale: f32,
-    window: Option<usize>,
+    (window, softcap): (Option<usize>, Option<f32>),
 ) {
     let pool_rows = keys.len() / hd;
     let columns = n + unread;
@@ -634,7 +634,8 @@ fn attention_case(
         })
         .collect();
     let what = format!(
-        "paged_attention {heads}/{kv} heads hd={hd} t={t} n={n} of {columns} columns {window:?}"
+        "paged_attention {heads}/{kv} heads hd={hd} t={t} n={n} of {columns} columns {window:?} \
+         softcap {softcap:?}"
     );
     three_ways(
         &what,
@@ -649,7 +650,7 @@ fn attention_case(
                 (&tensor(d, &table, &[kv, columns]), n),
                 heads,
                 scale,
-                window,
+                (window, softcap),
             )
             .unwrap()
         },
@@ -678,7 +679,7 @@ fn attention_case(
                 (&tensor(d, &table, &[kv, columns]), n),
                 heads,
                 scale,
-                window,
+                (window, softcap),
             )
             .unwrap()
         },
@@ -704,10 +705,15 @@ pub fn paged_attention(dev: &Device) {
                 .flat_map(|g| seq.iter().map(move |&s| (g * slots) as u32 + s))
                 .collect();
             let q = uniform(&mut r, t * heads * hd, 2.0);
-            for window in [None, Some(1), Some(4), Some(64)] {
+            // Soft-capping (Gemma 2) with a cap the scores pass, with and without a window.
+            let masks = [None, Some(1), Some(4), Some(64)]
+                .map(|w| (w, None))
+                .into_iter()
+                .chain([(None, Some(0.3)), (Some(4), Some(0.3))]);
+            for mask in masks {
                 let sizes = (t, heads, kv, hd, n);
                 let table = (&rows[..], 3 * (n % 2));
-                attention_case(dev, &q, (&keys, &values), table, sizes, 0.25, window);
+                attention_case(dev, &q, (&keys, &values), table, sizes, 0.25, mask);
             }
         }
     }
@@ -724,7 +730,15 @@ pub fn paged_attention(dev: &Device) {
         for window in [None, Some(100)] {
             let sizes = (t, heads, kv, hd, n);
             let table = (&rows[..], 3 * (n % 2));
-            attention_case(dev, &q, (&keys, &values), table, sizes, 0.125, window);
+            attention_case(
+                dev,
+                &q,
+                (&keys, &values),
+                table,
+                sizes,
+                0.125,
+                (window, None),
+            );
         }
     }
     paged_attention_split(dev, &mut r);
@@ -761,6 +775,14 @@ fn paged_attention_split(dev: &Device, r: &mut StdRng) {
         let q = uniform(r, t * heads * hd, 0.5);
         let sizes = (t, heads, kv, hd, n);
         let table = (&rows[..], unread);
-        attention_case(dev, &q, (&keys, &values), table, sizes, 0.125, window);
+        attention_case(
+            dev,
+            &q,
+            (&keys, &values),
+            table,
+            sizes,
+            0.125,
+            (window, None),
+        );
     }
 }

@@ -111,7 +111,8 @@ def elementwise(lib):
                 1: np.array([0.5 * v * (1 + tanh(sqrt(2 / pi) * (v + 0.044715 * v ** 3))) for v in x.astype(float)]),
                 2: np.array([0.5 * v * (1 + erf(v / sqrt(2))) for v in x.astype(float)]),
                 3: x.astype(np.float64) * -0.37,
-                4: 1 / (1 + np.exp(-x.astype(np.float64)))}
+                4: 1 / (1 + np.exp(-x.astype(np.float64))),
+                5: -0.37 * np.tanh(x.astype(np.float64) / -0.37)}
         for op, w in want.items():
             out = np.zeros(n, np.float32)
             launch(lib, "unary_f32", blocks(n), [ptr(out), ptr(x), u32(n), u32(op), f32(-0.37)])
@@ -456,7 +457,7 @@ def fused(lib):
     keys, values = uniform(kv * slots, hd), uniform(kv * slots, hd)
     rows = np.array([[g * slots + (j * 7 + 1) % slots for j in range(n)] for g in range(kv)], np.uint32)
     q = uniform(t, heads * hd, scale=2)
-    for window in (0, 5):
+    for window, softcap in ((0, 0.0), (5, 0.0), (0, 0.3), (5, 0.3)):
         want = np.zeros((t, heads, hd))
         for i in range(t):
             end = n - t + i + 1
@@ -466,13 +467,15 @@ def fused(lib):
                 kk = keys[rows[g, start:end]].astype(np.float64)
                 vv = values[rows[g, start:end]].astype(np.float64)
                 sc = kk @ q[i, h * hd:(h + 1) * hd].astype(np.float64) * 0.25
+                if softcap:
+                    sc = softcap * np.tanh(sc / softcap)
                 p = np.exp(sc - sc.max())
                 want[i, h] = (p / p.sum()) @ vv
         out = np.zeros((t, heads * hd), np.float32)
         args = [ptr(out), ptr(q), ptr(keys), ptr(values), ptr(rows), u32(n), u64(0), u32(t), u32(n),
-                u32(heads), u32(kv), u32(hd), u32(kv * slots), f32(0.25), u32(window)]
+                u32(heads), u32(kv), u32(hd), u32(kv * slots), f32(0.25), u32(window), f32(softcap)]
         launch(lib, "paged_attention", (heads, t, 1), args)
-        check(f"paged_attention window {window}", out, want.reshape(t, -1), tol=1e-5 * np.sqrt(n))
+        check(f"paged_attention window {window} softcap {softcap}", out, want.reshape(t, -1), tol=1e-5 * np.sqrt(n))
 
 
 SOURCES = ["elementwise.cu", "norm.cu", "matmul.cu", "quant.cu", "scan.cu", "sample.cu", "fused.cu"]

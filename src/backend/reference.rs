@@ -250,6 +250,7 @@ fn unary(op: UnaryOp, x: &[f32]) -> Vec<f32> {
                 UnaryOp::GeluErf => 0.5 * v * (1.0 + libm::erf(v / std::f64::consts::SQRT_2)),
                 UnaryOp::Sigmoid => sigmoid(v),
                 UnaryOp::Scale(s) => v * s as f64,
+                UnaryOp::Softcap(cap) => cap as f64 * (v / cap as f64).tanh(),
             };
             y as f32
         })

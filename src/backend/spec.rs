@@ -28,6 +28,9 @@ pub enum UnaryOp {
     Sigmoid,
     /// `x · factor`.
     Scale(f32),
+    /// Soft-capping at `cap` (Gemma 2's attention and final logits): `cap · tanh(x / cap)`,
+    /// which keeps every value within ±cap and leaves small ones nearly as they are.
+    Softcap(f32),
 }
 
 /// An elementwise op on two f32 inputs.
@@ -444,10 +447,12 @@ pub enum OpSpec {
     /// reads as NaN), of which the first `n` columns are read. Output f32
     /// `[t, heads · head_dim]`: for query `i` and head `h` (key/value head
     /// `g = h / (heads / kv_heads)`),
-    /// `Σ_j p_j · values[rows[g, j]]` with `p = softmax_j(scale · q[i, h] · keys[rows[g, j]])`
-    /// over the keys [`AttentionSpec::visible`] gives (the new queries are the last `t` of
-    /// the `n` keys, `softmax_causal`'s convention); hidden keys weigh exactly 0. The same as
-    /// gathering the keys, `matmul_t`, `scale`, the window mask, `softmax_causal` and
+    /// `Σ_j p_j · values[rows[g, j]]` with
+    /// `p = softmax_j(capped(scale · q[i, h] · keys[rows[g, j]]))` over the keys
+    /// [`AttentionSpec::visible`] gives (the new queries are the last `t` of the `n` keys,
+    /// `softmax_causal`'s convention; `capped` is [`AttentionSpec::capped`], the identity
+    /// without a soft-cap); hidden keys weigh exactly 0. The same as gathering the keys,
+    /// `matmul_t`, `scale`, `softcap` where capped, the window mask, `softmax_causal` and
     /// `matmul`, within the product tolerance (1e-5·√n·scale).
     PagedAttention(AttentionSpec),
     /// Inputs: `x` f32 `[rows, cols]` with `cols ≥ 1`. Output u32 `[rows]`: the index of the
@@ -486,6 +491,10 @@ impl OpSpec {
                 op: UnaryOp::Scale(_),
                 ..
             } => OpKind::Scale,
+            OpSpec::Unary {
+                op: UnaryOp::Softcap(_),
+                ..
+            } => OpKind::Softcap,
             OpSpec::Binary {
                 op: BinaryOp::Add, ..
             } => OpKind::Add,

@@ -225,6 +225,14 @@ pub fn all(size: Size) -> Vec<Case> {
             n,
             0,
         ));
+        cases.push(case(
+            OpKind::Softcap,
+            label,
+            vec![x()],
+            |t| ops::softcap(&t[0], 2.0),
+            n,
+            0,
+        ));
         let g = || f32_input(&[rows, ffn], 4);
         let u = || f32_input(&[rows, ffn], 5);
         cases.push(case(

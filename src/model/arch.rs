@@ -26,6 +26,11 @@ pub enum Architecture {
     /// each block's output before the residual add, and RMS norms of the whole q and k
     /// projections (all heads together) before the rotary embedding.
     Olmo2,
+    /// Gemma 2: a GeGLU feed-forward block (tanh GELU), RMS norms whose weights apply as
+    /// `1 + w` before and after each block, embeddings scaled by √hidden, soft-capped
+    /// attention scores and final logits, an attention scale of `query_pre_attn_scalar`, and
+    /// layers alternating between a sliding window and full attention.
+    Gemma2,
 }
 
 /// Where q and k go through an RMS norm between their projection and the rotary embedding.
@@ -41,7 +46,7 @@ pub enum QkNorm {
 }
 
 /// Every architecture, for messages.
-const ALL: [(Architecture, &str, &str, &str); 7] = [
+const ALL: [(Architecture, &str, &str, &str); 8] = [
     (Architecture::Llama, "LlamaForCausalLM", "llama", "llama"),
     (
         Architecture::Mistral,
@@ -59,6 +64,12 @@ const ALL: [(Architecture, &str, &str, &str); 7] = [
         "smollm3",
     ),
     (Architecture::Olmo2, "Olmo2ForCausalLM", "olmo2", "olmo2"),
+    (
+        Architecture::Gemma2,
+        "Gemma2ForCausalLM",
+        "gemma2",
+        "gemma2",
+    ),
 ];
 
 /// `config.json` keys that do not change the numbers of a forward pass (training settings,
@@ -275,10 +286,27 @@ impl Architecture {
         }
     }
 
-    /// Whether the layer's two norms apply to the attention and feed-forward blocks' outputs
-    /// before the residual add (OLMo 2), not to their inputs.
+    /// Whether the attention and feed-forward blocks' inputs are RMS-normed (every
+    /// architecture but OLMo 2).
+    pub fn pre_norms(self) -> bool {
+        self != Architecture::Olmo2
+    }
+
+    /// Whether the attention and feed-forward blocks' outputs are RMS-normed before the
+    /// residual add (OLMo 2, Gemma 2).
     pub fn post_norms(self) -> bool {
-        self == Architecture::Olmo2
+        matches!(self, Architecture::Olmo2 | Architecture::Gemma2)
+    }
+
+    /// Whether a Hugging Face checkpoint's RMS norm weights `w` apply as `1 + w` (Gemma 2;
+    /// llama.cpp's converter adds the 1 when it writes a GGUF file, so those apply as stored).
+    pub fn norm_plus_one(self) -> bool {
+        self == Architecture::Gemma2
+    }
+
+    /// Whether the embedding rows are multiplied by √hidden before the first layer (Gemma 2).
+    pub fn scales_embedding(self) -> bool {
+        self == Architecture::Gemma2
     }
 
     /// Whether llama.cpp's converter permutes the q and k rows of its GGUF files (it does for
@@ -329,6 +357,17 @@ impl Architecture {
                 "no_rope_layer_interval",
             ],
             Architecture::Olmo2 => &[],
+            Architecture::Gemma2 => &[
+                "sliding_window",
+                "layer_types",
+                "hidden_activation",
+                "query_pre_attn_scalar",
+                "attn_logit_softcapping",
+                "final_logit_softcapping",
+                // Read by `LlamaConfig::from_json`, which refuses `true`.
+                "use_bidirectional_attention",
+                "cache_implementation",
+            ],
         };
         HARMLESS_KEYS.contains(&key) || READ_KEYS.contains(&key) || own.contains(&key)
     }

@@ -40,9 +40,19 @@ pub struct LlamaConfig {
     /// Epsilon of the RMS norms.
     #[serde(default = "default_eps")]
     pub rms_norm_eps: f32,
-    /// Activation of the feed-forward gate; only `silu` is supported.
-    #[serde(default = "default_act")]
+    /// Activation of the feed-forward gate: `silu`, or for Gemma 2 (its `hidden_activation`)
+    /// `gelu_pytorch_tanh`.
+    #[serde(default = "default_act", alias = "hidden_activation")]
     pub hidden_act: String,
+    /// Gemma 2: the attention scale is `1/√query_pre_attn_scalar` (else `1/√head_dim`).
+    #[serde(default)]
+    pub query_pre_attn_scalar: Option<f64>,
+    /// Gemma 2: attention scores soft-capped as `cap · tanh(score / cap)` before the softmax.
+    #[serde(default)]
+    pub attn_logit_softcapping: Option<f32>,
+    /// Gemma 2: the logits soft-capped as `cap · tanh(logit / cap)`.
+    #[serde(default)]
+    pub final_logit_softcapping: Option<f32>,
     /// Rotary embedding: base and scaling (`rope_theta`, `rope_scaling`, `rope_parameters`).
     #[serde(skip_deserializing)]
     pub rope: Rope,
@@ -124,6 +134,29 @@ impl LlamaConfig {
         let mut config = LlamaConfig::deserialize(&value)
             .map_err(|e| fail(format!("not a Llama-family config.json: {e}")))?;
         config.architecture = architecture;
+        if architecture == Architecture::Gemma2 {
+            if obj
+                .get("use_bidirectional_attention")
+                .and_then(Value::as_bool)
+                == Some(true)
+            {
+                return Err(fail(
+                    "`use_bidirectional_attention` = true: only causal attention is supported"
+                        .into(),
+                ));
+            }
+            // Gemma 2 ties its embeddings unless the config says otherwise (transformers
+            // leaves the default out of a saved config).
+            if !obj.contains_key("tie_word_embeddings") {
+                config.tie_word_embeddings = true;
+            }
+            if !obj.contains_key("hidden_activation") && !obj.contains_key("hidden_act") {
+                config.hidden_act = "gelu_pytorch_tanh".into();
+            }
+            if !obj.contains_key("query_pre_attn_scalar") {
+                config.query_pre_attn_scalar = Some(256.0);
+            }
+        }
         let original = match obj.get("original_max_position_embeddings") {
             Some(v) if !v.is_null() => Some(v.as_f64().ok_or_else(|| {
                 fail(format!(
@@ -198,6 +231,19 @@ impl LlamaConfig {
     /// The sliding attention window of `layer`, if it has one.
     pub fn window(&self, layer: usize) -> Option<usize> {
         self.layer_windows.get(layer).copied().flatten()
+    }
+
+    /// Whether the feed-forward gate is tanh GELU (GeGLU, Gemma 2) rather than SiLU.
+    pub fn gelu_gate(&self) -> bool {
+        self.hidden_act == "gelu_pytorch_tanh"
+    }
+
+    /// The multiplier of every attention score `q · k`: `1/√query_pre_attn_scalar` where the
+    /// config gives it (Gemma 2), else `1/√head_dim`; times yarn's attention factor squared
+    /// (yarn scales the rotated q and k).
+    pub fn attention_scale(&self) -> f32 {
+        let base = self.query_pre_attn_scalar.unwrap_or(self.head_dim() as f64);
+        (self.rope.attention_factor().powi(2) / base.sqrt()) as f32
     }
 
     /// Key/value heads (the query heads when the config does not say).
@@ -329,11 +375,34 @@ impl LlamaConfig {
         if self.layer_windows.contains(&Some(0)) {
             return fail("sliding_window", "must be at least 1".into());
         }
-        if self.hidden_act != "silu" {
+        let act = match self.architecture {
+            Architecture::Gemma2 => "gelu_pytorch_tanh",
+            _ => "silu",
+        };
+        if self.hidden_act != act {
             return fail(
                 "hidden_act",
-                format!("= {:?} is not supported (only \"silu\")", self.hidden_act),
+                format!(
+                    "= {:?} is not supported for {} (only {act:?})",
+                    self.hidden_act,
+                    self.architecture.class_name()
+                ),
             );
+        }
+        if let Some(s) = self.query_pre_attn_scalar {
+            if !(s.is_finite() && s > 0.0) {
+                return fail("query_pre_attn_scalar", format!("= {s} must be positive"));
+            }
+        }
+        for (field, cap) in [
+            ("attn_logit_softcapping", self.attn_logit_softcapping),
+            ("final_logit_softcapping", self.final_logit_softcapping),
+        ] {
+            if let Some(cap) = cap {
+                if !(cap.is_finite() && cap > 0.0) {
+                    return fail(field, format!("= {cap} must be positive"));
+                }
+            }
         }
         for (field, id) in [
             ("bos_token_id", self.bos_token_id),
@@ -374,7 +443,8 @@ pub(crate) fn plausible_layers(layers: usize, source: &str) -> Result<usize> {
 /// The attention window of each layer, as transformers derives it for `arch`: Mistral and
 /// Phi-3 apply `sliding_window` (Mistral's default 4096) to every layer; Qwen2/3 only with
 /// `use_sliding_window`, to the layers `layer_types` marks `sliding_attention` or else to those
-/// from `max_window_layers` (default 28) on. Llama and OLMo 2 have none; SmolLM3's are refused
+/// from `max_window_layers` (default 28) on; Gemma 2 to the layers `layer_types` marks, by
+/// default every even one (window 4096). Llama and OLMo 2 have none; SmolLM3's are refused
 /// ([`smollm3_full_attention`]).
 fn layer_windows(
     obj: &Map<String, Value>,
@@ -397,8 +467,36 @@ fn layer_windows(
                 .ok_or_else(|| fail(key, format!("= {v} is not a whole number that fits"))),
         }
     };
+    // Each layer's window from transformers' `layer_types`.
+    let typed = |types: &[Value], window: Option<usize>| {
+        types
+            .iter()
+            .map(|t| match t.as_str() {
+                Some("full_attention") => Ok(None),
+                Some("sliding_attention") => Ok(window),
+                _ => Err(fail(
+                    "layer_types",
+                    format!(
+                        "has {t}; only \"full_attention\" and \"sliding_attention\" are \
+                         supported"
+                    ),
+                )),
+            })
+            .collect::<Result<Vec<_>>>()
+    };
     let windows = match arch {
         Architecture::Llama | Architecture::Olmo2 => vec![None; layers],
+        // Without `layer_types`, transformers' default: even layers slide, odd ones see all.
+        Architecture::Gemma2 => {
+            let window = count("sliding_window", Some(4096))?;
+            match obj.get("layer_types") {
+                Some(Value::Array(types)) => typed(types, window)?,
+                None | Some(Value::Null) => (0..layers)
+                    .map(|i| if i % 2 == 0 { window } else { None })
+                    .collect(),
+                Some(other) => return Err(fail("layer_types", format!("= {other} is not a list"))),
+            }
+        }
         Architecture::SmolLM3 => smollm3_full_attention(obj, layers, source)?,
         Architecture::Mistral => vec![count("sliding_window", Some(4096))?; layers],
         Architecture::Phi3 => vec![count("sliding_window", None)?; layers],
@@ -415,20 +513,7 @@ fn layer_windows(
                 None
             };
             match obj.get("layer_types") {
-                Some(Value::Array(types)) => types
-                    .iter()
-                    .map(|t| match t.as_str() {
-                        Some("full_attention") => Ok(None),
-                        Some("sliding_attention") => Ok(window),
-                        _ => Err(fail(
-                            "layer_types",
-                            format!(
-                                "has {t}; only \"full_attention\" and \"sliding_attention\" \
-                                 are supported"
-                            ),
-                        )),
-                    })
-                    .collect::<Result<Vec<_>>>()?,
+                Some(Value::Array(types)) => typed(types, window)?,
                 None | Some(Value::Null) => {
                     let first = count("max_window_layers", Some(28))?.unwrap_or(0);
                     (0..layers)

@@ -36,6 +36,9 @@ const KNOWN_KEYS: &[&str] = &[
     "rope.scaling.yarn_beta_slow",
 ];
 
+/// The keys read for Gemma 2 only (refused for the other architectures, which do not cap).
+const GEMMA2_KEYS: &[&str] = &["attn_logit_softcapping", "final_logit_softcapping"];
+
 impl LlamaConfig {
     /// The config of a GGUF file: its metadata, and `bytes` (the file) for the
     /// `rope_freqs.weight` tensor; `name` names the file in errors.
@@ -48,10 +51,14 @@ impl LlamaConfig {
             .to_string();
         let architecture = Architecture::from_gguf(&arch_name, name)?;
         let prefix = format!("{arch_name}.");
-        if let Some(key) = g.metadata.keys().find(|k| {
-            k.strip_prefix(&prefix)
-                .is_some_and(|rest| !KNOWN_KEYS.contains(&rest))
-        }) {
+        let gemma2 = architecture == Architecture::Gemma2;
+        let known =
+            |rest: &str| KNOWN_KEYS.contains(&rest) || (gemma2 && GEMMA2_KEYS.contains(&rest));
+        if let Some(key) = g
+            .metadata
+            .keys()
+            .find(|k| k.strip_prefix(&prefix).is_some_and(|rest| !known(rest)))
+        {
             return Err(Error::model_file(
                 name,
                 format!(
@@ -132,6 +139,11 @@ impl LlamaConfig {
             ));
         }
         let max_positions = opt_int("context_length")?.unwrap_or(2048);
+        // Gemma 2 alternates: even layers slide, odd ones see everything (llama.cpp's pattern).
+        let layer_windows = (0..layers)
+            .map(|i| if gemma2 && i % 2 == 1 { None } else { window })
+            .collect();
+        let cap = |key: &str| -> Result<Option<f32>> { Ok(float(key)?.map(|c| c as f32)) };
         let config = LlamaConfig {
             architecture,
             vocab_size,
@@ -143,9 +155,12 @@ impl LlamaConfig {
             head_dim,
             max_position_embeddings: max_positions,
             rms_norm_eps: float("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5) as f32,
-            hidden_act: "silu".into(),
+            hidden_act: if gemma2 { "gelu_pytorch_tanh" } else { "silu" }.into(),
+            query_pre_attn_scalar: gemma2.then(|| gemma2_query_scalar(layers, hidden, heads, dim)),
+            attn_logit_softcapping: cap("attn_logit_softcapping")?,
+            final_logit_softcapping: cap("final_logit_softcapping")?,
             rope: rope_of(g, bytes, &prefix, name, dim)?,
-            layer_windows: vec![window; layers],
+            layer_windows,
             layer_rope: layer_rope(architecture, layers),
             attention_bias: g.tensors.contains_key("blk.0.attn_q.bias"),
             tie_word_embeddings: !g.tensors.contains_key("output.weight"),
@@ -161,6 +176,18 @@ impl LlamaConfig {
 /// Whether each layer rotates q and k. The converter does not write SmolLM3's
 /// `no_rope_layers`; llama.cpp runs every fourth layer without rope (transformers' default
 /// `no_rope_layer_interval`), and so does the engine.
+/// Gemma 2's `query_pre_attn_scalar`, which llama.cpp's converter does not write: llama.cpp's
+/// own rule, `hidden / heads` for the 46-layer model (27B, whose config says 144) and the head
+/// width otherwise (2B and 9B say 256, their head width). A GGUF file of a checkpoint whose
+/// config says something else runs as llama.cpp runs it, not as transformers does.
+fn gemma2_query_scalar(layers: usize, hidden: usize, heads: usize, head_dim: usize) -> f64 {
+    if layers == 46 {
+        (hidden / heads.max(1)) as f64
+    } else {
+        head_dim as f64
+    }
+}
+
 fn layer_rope(architecture: Architecture, layers: usize) -> Vec<bool> {
     let without_rope =
         |i: usize| architecture == Architecture::SmolLM3 && (i + 1).is_multiple_of(4);

@@ -27,6 +27,19 @@ use crate::error::{Error, Result};
 use crate::ops;
 use crate::tensor::Tensor;
 
+/// Gemma 2's embedding multiplier √hidden as transformers makes it: in the dtype of the
+/// hidden states, which is the checkpoint's (a bf16 or f16 checkpoint rounds it to that
+/// dtype; llama.cpp, and GGUF files here, keep it in f32).
+fn embedding_scale(hidden: usize, stored: super::weights::StoredDType) -> f32 {
+    use super::weights::StoredDType;
+    let s = (hidden as f32).sqrt();
+    match stored {
+        StoredDType::BF16 => half::bf16::from_f32(s).to_f32(),
+        StoredDType::F16 => half::f16::from_f32(s).to_f32(),
+        StoredDType::F32 | StoredDType::Packed(_) => s,
+    }
+}
+
 /// A loaded model on a device.
 pub struct Llama {
     /// Hyper-parameters.
@@ -41,6 +54,8 @@ pub struct Llama {
     collective: Box<dyn Collective>,
     /// On rank 0's device: the embedding, the final norm and the output head.
     embed: Tensor,
+    /// The multiplier of the embedding rows (Gemma 2's √hidden), if the architecture has one.
+    embed_scale: Option<f32>,
     norm: Tensor,
     lm_head: Tensor,
     /// The debug hook and the points it wants; `None` costs one check per tensor.
@@ -194,6 +209,10 @@ impl Llama {
             [c.vocab_size, c.hidden_size],
         )
         .map_err(named(&embed_name))?;
+        let embed_scale = c
+            .architecture
+            .scales_embedding()
+            .then(|| embedding_scale(c.hidden_size, embed_raw.dtype));
         let mut ranks = Vec::with_capacity(size);
         for (d, &shard) in devices.iter().zip(&shards) {
             let rank_loader = Loader::for_shard(d, &files, shard);
@@ -228,7 +247,7 @@ impl Llama {
                 layers,
             });
         }
-        let norm = loader.vector(
+        let norm = loader.norm(
             name(
                 files.is_gguf,
                 None,
@@ -259,6 +278,7 @@ impl Llama {
             ranks,
             collective: Box::new(HostCollective::new(devices)),
             embed,
+            embed_scale,
             norm,
             lm_head,
             hook: None,
@@ -395,23 +415,29 @@ impl Llama {
         }
     }
 
-    /// The feed-forward block's `silu(gate) ⊙ up` of `x`'s rows RMS-normed by the layer's
-    /// `ffn_norm` (as they are where the norm follows the block, OLMo 2), the norm folded in as
-    /// [`Llama::normed_products`] does (one fused op where gate and up share a dtype).
+    /// The feed-forward block's `silu(gate) ⊙ up` (Gemma 2: `gelu_tanh(gate) ⊙ up`) of `x`'s
+    /// rows RMS-normed by the layer's `ffn_norm` (as they are without one, OLMo 2), the norm
+    /// folded in as [`Llama::normed_products`] does (one fused op where gate and up share a
+    /// dtype and the gate is SiLU).
     fn normed_swiglu(
         &self,
         x: &Tensor,
         layer: &Layer,
         (index, first): (usize, bool),
     ) -> Result<Tensor> {
-        let pre_norm = (!layer.post_norms).then_some(&layer.ffn_norm);
-        if layer.gate.dtype() != layer.up.dtype() {
+        let pre_norm = layer.ffn_norm.as_ref();
+        let gelu = self.config.gelu_gate();
+        if layer.gate.dtype() != layer.up.dtype() || gelu {
             // llama.cpp's quantizer may store the two in different formats, which the fused
-            // op does not take: the two normed products (the norm made once), then the gate.
+            // op does not take, and it fuses only SiLU: the two normed products (the norm
+            // made once), then the gate.
             let products = [(&layer.gate, None), (&layer.up, None)];
             let hook = (HookPoint::FfnNorm, index, first);
             let gate_up = self.normed_products(x, pre_norm, &products, hook)?;
-            return ops::swiglu(&gate_up[0], &gate_up[1]);
+            return match gelu {
+                true => ops::mul(&ops::gelu(&gate_up[0])?, &gate_up[1]),
+                false => ops::swiglu(&gate_up[0], &gate_up[1]),
+            };
         }
         let eps = self.config.rms_norm_eps;
         let act = self.activations_for(&layer.gate);
@@ -692,6 +718,10 @@ impl Llama {
     fn layers(&self, ids: &Tensor, pass: &Pass<'_>, seqs: &[(usize, &KvCache)]) -> Result<Tensor> {
         let c = &self.config;
         let x = ops::embedding(&self.embed, ids)?;
+        let x = match self.embed_scale {
+            Some(s) => ops::scale(&x, s)?,
+            None => x,
+        };
         self.emit(HookPoint::Embedding, 0, &x);
         // The residual stream, one copy per rank.
         let mut xs = self.collective.broadcast(&x)?;
@@ -704,12 +734,13 @@ impl Llama {
         let fold_ffn = foldable && !self.wants(HookPoint::FfnOut);
         for i in 0..c.num_hidden_layers {
             let layers = self.each_rank(|r| self.layer(r, i))?;
-            let post = |norm: fn(&Layer) -> &Tensor| -> Option<Vec<&Tensor>> {
-                c.architecture
-                    .post_norms()
-                    .then(|| layers.iter().map(|l| norm(l)).collect())
+            let post = |block: usize| -> Option<Vec<&Tensor>> {
+                layers
+                    .iter()
+                    .map(|l| l.post_norms.as_ref().map(|n| &n[block]))
+                    .collect()
             };
-            let (post_attn, post_ffn) = (post(|l| &l.attn_norm), post(|l| &l.ffn_norm));
+            let (post_attn, post_ffn) = (post(0), post(1));
             let partial = self.each_rank(|r| {
                 let (layer, first) = (&layers[r.shard.rank], r.shard.is_first());
                 let rope = (
@@ -744,6 +775,10 @@ impl Llama {
         let x = ops::rms_norm(x, &self.norm, self.config.rms_norm_eps)?;
         self.emit(HookPoint::FinalNorm, 0, &x);
         let logits = linear(&x, &self.lm_head, self.activations)?;
+        let logits = match self.config.final_logit_softcapping {
+            Some(cap) => ops::softcap(&logits, cap)?,
+            None => logits,
+        };
         self.emit(HookPoint::Logits, 0, &logits);
         Ok(logits)
     }

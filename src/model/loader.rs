@@ -20,8 +20,8 @@ use crate::tensor::Tensor;
 /// One decoder layer's weights.
 #[derive(Clone)]
 pub(crate) struct Layer {
-    /// The attention block's RMS norm weight: of its input, or with `post_norms` of its output.
-    pub attn_norm: Tensor,
+    /// The RMS norm weight of the attention block's input (none in OLMo 2).
+    pub attn_norm: Option<Tensor>,
     pub wq: Tensor,
     pub wk: Tensor,
     pub wv: Tensor,
@@ -31,12 +31,12 @@ pub(crate) struct Layer {
     /// whole projection (OLMo 2), `[q_dim]` and `[kv_dim]` ([`QkNorm`]).
     pub qk_norms: Option<[Tensor; 2]>,
     pub wo: Tensor,
-    /// The feed-forward block's RMS norm weight: of its input, or with `post_norms` of its
-    /// output.
-    pub ffn_norm: Tensor,
-    /// Whether the two norms apply to the blocks' outputs before the residual add (OLMo 2,
+    /// The RMS norm weight of the feed-forward block's input (none in OLMo 2).
+    pub ffn_norm: Option<Tensor>,
+    /// The RMS norm weights of the attention and the feed-forward blocks' outputs, before the
+    /// residual add (OLMo 2, Gemma 2:
     /// [`Architecture::post_norms`](super::arch::Architecture::post_norms)).
-    pub post_norms: bool,
+    pub post_norms: Option<[Tensor; 2]>,
     pub gate: Tensor,
     pub up: Tensor,
     pub down: Tensor,
@@ -99,6 +99,19 @@ impl<'a> Loader<'a> {
     pub fn matrix(&self, n: String, shape: [usize; 2]) -> Result<Tensor> {
         let (t, bytes) = self.fetch(&n, &shape)?;
         t.to_device(self.device, bytes).map_err(named(&n))
+    }
+
+    /// An RMS norm's weight as the engine applies it: `1 + w` where a Hugging Face checkpoint
+    /// stores Gemma's `w` ([`Architecture::norm_plus_one`](super::arch::Architecture)), in
+    /// f32 as transformers adds it; as stored otherwise.
+    pub fn norm(&self, n: String, len: usize) -> Result<Tensor> {
+        let c = &self.files.config;
+        if !c.architecture.norm_plus_one() || self.files.is_gguf {
+            return self.vector(n, len);
+        }
+        let (t, bytes) = self.fetch(&n, &[len])?;
+        let values = t.to_f32(bytes).into_iter().map(|w| 1.0 + w).collect();
+        Tensor::from_vec(self.device, values, [len]).map_err(named(&n))
     }
 
     pub fn vector(&self, n: String, len: usize) -> Result<Tensor> {
@@ -278,33 +291,48 @@ impl<'a> Loader<'a> {
             ]),
             None => None,
         };
-        let post_norms = arch.post_norms();
-        let (attn_norm, ffn_norm) = if post_norms {
-            (
-                n(
-                    "post_attention_layernorm.weight",
-                    "post_attention_norm.weight",
-                ),
-                n("post_feedforward_layernorm.weight", "post_ffw_norm.weight"),
-            )
-        } else {
-            (
-                n("input_layernorm.weight", "attn_norm.weight"),
-                n("post_attention_layernorm.weight", "ffn_norm.weight"),
-            )
+        // Before the feed-forward block: Gemma 2 names it `pre_feedforward_layernorm`, as its
+        // `post_attention_layernorm` follows the attention block.
+        let ffn_pre = match arch.post_norms() {
+            true => "pre_feedforward_layernorm.weight",
+            false => "post_attention_layernorm.weight",
+        };
+        let pre_norms = match arch.pre_norms() {
+            true => Some([
+                self.norm(n("input_layernorm.weight", "attn_norm.weight"), d)?,
+                self.norm(n(ffn_pre, "ffn_norm.weight"), d)?,
+            ]),
+            false => None,
+        };
+        let [attn_norm, ffn_norm] = pre_norms.map_or([None, None], |[a, f]| [Some(a), Some(f)]);
+        let post_norms = match arch.post_norms() {
+            true => Some([
+                self.norm(
+                    n(
+                        "post_attention_layernorm.weight",
+                        "post_attention_norm.weight",
+                    ),
+                    d,
+                )?,
+                self.norm(
+                    n("post_feedforward_layernorm.weight", "post_ffw_norm.weight"),
+                    d,
+                )?,
+            ]),
+            false => None,
         };
         // Old transformers checkpoints saved the rotary table as a buffer; transformers
         // recomputes it from the config, and so does the engine.
         self.mark_used(&n("self_attn.rotary_emb.inv_freq", "-"));
         Ok(Layer {
-            attn_norm: self.vector(attn_norm, d)?,
+            attn_norm,
             wq,
             wk,
             wv,
             biases,
             qk_norms,
             wo: self.matrix_cols(n("self_attn.o_proj.weight", "attn_output.weight"), [d, q])?,
-            ffn_norm: self.vector(ffn_norm, d)?,
+            ffn_norm,
             post_norms,
             gate,
             up,

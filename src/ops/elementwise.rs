@@ -68,6 +68,19 @@ pub fn scale(x: &Tensor, factor: f32) -> Result<Tensor> {
     unary("scale", x, UnaryOp::Scale(factor))
 }
 
+/// Soft-capping at `cap`: `cap · tanh(x / cap)`, every value within ±cap (Gemma 2's
+/// attention scores and final logits). `cap` must be finite and not 0.
+pub fn softcap(x: &Tensor, cap: f32) -> Result<Tensor> {
+    expect_finite("softcap", "cap", cap)?;
+    if cap == 0.0 {
+        return Err(crate::error::Error::invalid(
+            "softcap",
+            "a cap of 0 divides by zero; give the cap the model's config names",
+        ));
+    }
+    unary("softcap", x, UnaryOp::Softcap(cap))
+}
+
 /// SiLU (swish): `x · sigmoid(x)`.
 pub fn silu(x: &Tensor) -> Result<Tensor> {
     unary("silu", x, UnaryOp::Silu)

@@ -478,14 +478,15 @@ fn linear_spec(
 /// serves every length). Query `i` is the
 /// sequence's position `n − t + i` and sees the keys up to it (`softmax_causal`'s
 /// convention), only the last `window` of them with a sliding window. Scores are
-/// `scale · q·k`. Output f32 `[t, heads · head_dim]`; see [`OpSpec::PagedAttention`].
+/// `scale · q·k`, soft-capped as `cap · tanh(score / cap)` when `softcap` is given. Output f32
+/// `[t, heads · head_dim]`; see [`OpSpec::PagedAttention`].
 pub fn paged_attention(
     q: &Tensor,
     (keys, values): (&Tensor, &Tensor),
     (rows, n): (&Tensor, usize),
     heads: usize,
     scale: f32,
-    window: Option<usize>,
+    (window, softcap): (Option<usize>, Option<f32>),
 ) -> Result<Tensor> {
     const OP: &str = "paged_attention";
     expect_dtype(OP, "q", q, DType::F32)?;
@@ -493,6 +494,12 @@ pub fn paged_attention(
     expect_dtype(OP, "values", values, DType::F32)?;
     expect_dtype(OP, "rows", rows, DType::U32)?;
     expect_finite(OP, "scale", scale)?;
+    if let Some(cap) = softcap {
+        expect_finite(OP, "softcap", cap)?;
+        if cap == 0.0 {
+            return Err(Error::invalid(OP, "a soft-cap of 0 divides by zero"));
+        }
+    }
     let shapes = [q.shape(), keys.shape(), values.shape(), rows.shape()];
     if keys.shape().rank() != 2 || keys.shape() != values.shape() || rows.shape().rank() != 2 {
         return Err(Error::shape(
@@ -520,6 +527,7 @@ pub fn paged_attention(
         pool_rows,
         scale,
         window,
+        softcap,
     };
     let op = OpSpec::PagedAttention(spec);
     // The sizes the op cannot mean (t > n, kv_heads not dividing heads, an empty window).
@@ -542,7 +550,8 @@ pub fn paged_attention(
 }
 
 /// [`paged_attention`] from existing ops: the keys and values gathered
-/// (`embedding`), only the window's tail of them kept, `matmul_t`, `scale`, an additive mask
+/// (`embedding`), only the window's tail of them kept, `matmul_t`, `scale`, `softcap` where
+/// the scores are capped, an additive mask
 /// when queries of one pass see different windows, `softmax_causal`, `matmul`.
 fn attention_composed(
     q: &Tensor,
@@ -582,7 +591,12 @@ fn attention_composed(
     };
     // Heads of one key/value group are consecutive: [kv, group · t, hd] against [kv, n, hd].
     let q = swap(q, t, s.heads)?.reshape([kv, group * t, hd])?;
-    let scores = ops::scale(&ops::matmul_t(&q, &k)?, s.scale)?.reshape([s.heads, t, kept])?;
+    let scores = ops::scale(&ops::matmul_t(&q, &k)?, s.scale)?;
+    let scores = match s.softcap {
+        Some(cap) => ops::softcap(&scores, cap)?,
+        None => scores,
+    };
+    let scores = scores.reshape([s.heads, t, kept])?;
     let scores = match window_mask(s, start, kept) {
         Some(mask) => ops::add(&scores, &Tensor::from_vec(q.device(), mask, [t, kept])?)?,
         None => scores,
@@ -687,7 +701,7 @@ mod tests {
                 (rows, rows.dims()[1]),
                 heads,
                 0.5,
-                window,
+                (window, None),
             )
         };
         assert!(run(&q(2, 4), &rows(2, 3), 4, None).is_ok());
@@ -705,15 +719,38 @@ mod tests {
             (&rows(2, 3), 3),
             4,
             f32::NAN,
-            None,
+            (None, None),
         );
         assert!(nan.is_err());
         // More keys than the table has columns; fewer are fine.
-        assert!(paged_attention(&q(1, 4), (&pool, &pool), (&rows(2, 3), 4), 4, 0.5, None).is_err());
-        assert!(paged_attention(&q(1, 4), (&pool, &pool), (&rows(2, 3), 2), 4, 0.5, None).is_ok());
+        assert!(paged_attention(
+            &q(1, 4),
+            (&pool, &pool),
+            (&rows(2, 3), 4),
+            4,
+            0.5,
+            (None, None)
+        )
+        .is_err());
+        assert!(paged_attention(
+            &q(1, 4),
+            (&pool, &pool),
+            (&rows(2, 3), 2),
+            4,
+            0.5,
+            (None, None)
+        )
+        .is_ok());
         // Pools of different shapes.
         let other = zeros(&d, &[8, 5]);
-        let other = paged_attention(&q(1, 4), (&pool, &other), (&rows(2, 3), 3), 4, 0.5, None);
+        let other = paged_attention(
+            &q(1, 4),
+            (&pool, &other),
+            (&rows(2, 3), 3),
+            4,
+            0.5,
+            (None, None),
+        );
         assert!(other.is_err());
     }
 }

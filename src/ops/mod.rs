@@ -19,7 +19,7 @@ mod scan;
 mod scatter;
 mod softmax;
 
-pub use elementwise::{add, gelu, gelu_erf, mul, scale, sigmoid, silu, swiglu};
+pub use elementwise::{add, gelu, gelu_erf, mul, scale, sigmoid, silu, softcap, swiglu};
 pub use embedding::embedding;
 pub use fused::{
     folds_rms_norm_linears, linear_residual, linears_of_normed, paged_attention,

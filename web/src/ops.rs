@@ -55,6 +55,12 @@ pub fn gelu_erf(x: &Tensor) -> Result<Tensor, JsValue> {
     wrap(ops::gelu_erf(&x.inner))
 }
 
+/// Soft-capping at `cap`: `cap · tanh(x / cap)`.
+#[wasm_bindgen(js_name = opSoftcap)]
+pub fn softcap(x: &Tensor, cap: f32) -> Result<Tensor, JsValue> {
+    wrap(ops::softcap(&x.inner, cap))
+}
+
 /// The logistic sigmoid `1 / (1 + e^(−x))`.
 #[wasm_bindgen(js_name = opSigmoid)]
 pub fn sigmoid(x: &Tensor) -> Result<Tensor, JsValue> {

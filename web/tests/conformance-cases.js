@@ -74,7 +74,7 @@ export async function run(backend) {
   let u = rng(1);
   for (const len of LENGTHS) {
     const x = u(len, 8), y = u(len, 4);
-    const unary = { silu: wt.opSilu, gelu: wt.opGelu, gelu_erf: wt.opGeluErf, sigmoid: wt.opSigmoid, scale: (t) => wt.opScale(t, -0.37) };
+    const unary = { silu: wt.opSilu, gelu: wt.opGelu, gelu_erf: wt.opGeluErf, sigmoid: wt.opSigmoid, scale: (t) => wt.opScale(t, -0.37), softcap: (t) => wt.opSoftcap(t, 2.5) };
     for (const [name, f] of Object.entries(unary)) await compare(`${name} len ${len}`, TOL, (d) => f(T(d, x, [len])));
     const binary = { add: wt.opAdd, mul: wt.opMul, swiglu: wt.opSwiglu };
     for (const [name, f] of Object.entries(binary)) await compare(`${name} len ${len}`, TOL, (d) => f(T(d, x, [len]), T(d, y, [len])));

@@ -126,8 +126,13 @@ pub(super) fn paged_attention(
         let mut scores: Vec<f32> = pool_rows
             .iter()
             .map(|&r| {
-                pool_row(keys, r, hd, s.pool_rows)
-                    .map_or(f32::NAN, |k| simd::dot(level, qh, k) * s.scale)
+                pool_row(keys, r, hd, s.pool_rows).map_or(f32::NAN, |k| {
+                    let score = simd::dot(level, qh, k) * s.scale;
+                    match s.softcap {
+                        Some(cap) => cap * (score / cap).tanh(),
+                        None => score,
+                    }
+                })
             })
             .collect();
         let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);

@@ -22,6 +22,7 @@ pub fn unary(op: UnaryOp, x: &[f32]) -> Vec<f32> {
             UnaryOp::GeluErf => 0.5 * v * (1.0 + libm::erff(v * std::f32::consts::FRAC_1_SQRT_2)),
             UnaryOp::Sigmoid => sigmoid(v),
             UnaryOp::Scale(s) => v * s,
+            UnaryOp::Softcap(cap) => cap * (v / cap).tanh(),
         }
     };
     for_each_row(&mut out, 4096, 4, |_, chunk| {

@@ -182,6 +182,7 @@ pub(super) fn cases() -> Vec<(OpSpec, Vec<HostData>)> {
         UnaryOp::GeluErf,
         UnaryOp::Sigmoid,
         UnaryOp::Scale(-0.37),
+        UnaryOp::Softcap(2.5),
     ] {
         c.push((
             OpSpec::Unary { op, len: 1000 },
@@ -803,15 +804,17 @@ pub(super) fn fused_cases() -> Vec<FusedCase> {
             });
         }
     }
-    // Attention: (heads, kv_heads, head_dim, t, n, extra columns, window).
-    for (heads, kv, hd, t, n, extra, window) in [
-        (4, 2, 16, 1, 1, 0, None),
-        (4, 2, 16, 3, 29, 3, None),
-        (3, 1, 16, 3, 7, 0, Some(4)),
-        (2, 2, 72, 2, 40, 5, Some(64)),
-        (2, 1, 300, 1, 9, 0, None),
-        (2, 1, 16, 2, 600, 7, None),
-        (2, 1, 16, 1, 600, 0, Some(300)),
+    // Attention: (heads, kv_heads, head_dim, t, n, extra columns, window, soft-cap).
+    for (heads, kv, hd, t, n, extra, window, softcap) in [
+        (4, 2, 16, 1, 1, 0, None, None),
+        (4, 2, 16, 3, 29, 3, None, None),
+        (4, 2, 16, 3, 29, 3, None, Some(0.3)),
+        (3, 1, 16, 3, 7, 0, Some(4), None),
+        (3, 1, 16, 3, 7, 0, Some(4), Some(0.3)),
+        (2, 2, 72, 2, 40, 5, Some(64), None),
+        (2, 1, 300, 1, 9, 0, None, None),
+        (2, 1, 16, 2, 600, 7, None, None),
+        (2, 1, 16, 1, 600, 0, Some(300), None),
     ] {
         let slots = n + 11;
         let pool_rows = kv * slots;
@@ -838,6 +841,7 @@ pub(super) fn fused_cases() -> Vec<FusedCase> {
             pool_rows,
             scale: 0.25,
             window,
+            softcap,
         });
         let inputs = vec![
             r.f32(t * heads * hd, -2.0, 2.0),
@@ -909,6 +913,7 @@ fn attention_reads_the_key_count_from_memory_when_given_its_address() {
         pool_rows,
         scale: 0.5,
         window: None,
+        softcap: None,
     };
     let inputs = [
         r.f32(heads * hd, -2.0, 2.0),
@@ -940,6 +945,7 @@ fn attention_reads_the_key_count_from_memory_when_given_its_address() {
         pool_rows: pool_rows as u32,
         scale: 0.5,
         window: 0,
+        softcap: 0.0,
     };
     let args: Vec<Arg> = args
         .args()

@@ -90,7 +90,7 @@ pub(super) fn paged_attention(
                 .map(|j| {
                     let key = pool_row(keys, rows[g * s.stride + j]);
                     let dot: f64 = qh.iter().zip(&key).map(|(&a, b)| a as f64 * b).sum();
-                    dot * s.scale as f64
+                    s.capped(dot * s.scale as f64)
                 })
                 .collect();
             let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);

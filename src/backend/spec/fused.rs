@@ -99,9 +99,21 @@ pub struct AttentionSpec {
     /// Sliding window: query at position `p` sees keys at `p − window < j ≤ p`; `None` for
     /// full causal attention.
     pub window: Option<usize>,
+    /// Soft-capping of the scaled scores before the softmax (Gemma 2's
+    /// `attn_logit_softcapping`): each becomes `cap · tanh(score / cap)`; `None` for none.
+    pub softcap: Option<f32>,
 }
 
 impl AttentionSpec {
+    /// A scaled score `q · k · scale` as the softmax takes it: soft-capped where
+    /// [`AttentionSpec::softcap`] says so.
+    pub fn capped(&self, score: f64) -> f64 {
+        match self.softcap {
+            Some(cap) => cap as f64 * (score / cap as f64).tanh(),
+            None => score,
+        }
+    }
+
     /// The first and one-past-last key query `i` (`0 ≤ i < t`) sees: its causal prefix,
     /// cut to its window.
     pub fn visible(&self, i: usize) -> (usize, usize) {

@@ -24,6 +24,8 @@ pub enum OpKind {
     GeluErf,
     /// The logistic sigmoid.
     Sigmoid,
+    /// Soft-capping `cap · tanh(x / cap)`.
+    Softcap,
     /// silu(a)·b.
     SwiGlu,
     /// RMS normalisation.
@@ -80,7 +82,7 @@ pub enum OpKind {
 
 impl OpKind {
     /// Every op family.
-    pub const ALL: [OpKind; 33] = [
+    pub const ALL: [OpKind; 34] = [
         OpKind::Add,
         OpKind::Mul,
         OpKind::Scale,
@@ -88,6 +90,7 @@ impl OpKind {
         OpKind::GeluTanh,
         OpKind::GeluErf,
         OpKind::Sigmoid,
+        OpKind::Softcap,
         OpKind::SwiGlu,
         OpKind::RmsNorm,
         OpKind::LayerNorm,
@@ -126,6 +129,7 @@ impl OpKind {
             OpKind::GeluTanh => "gelu_tanh",
             OpKind::GeluErf => "gelu_erf",
             OpKind::Sigmoid => "sigmoid",
+            OpKind::Softcap => "softcap",
             OpKind::SwiGlu => "swiglu",
             OpKind::RmsNorm => "rms_norm",
             OpKind::LayerNorm => "layer_norm",

@@ -124,10 +124,12 @@ params!(
     }
 );
 params!(
-    /// `attention.wgsl`: attention over a paged KV pool; `window` 0 means full causal.
+    /// `attention.wgsl`: attention over a paged KV pool; `window` 0 means full causal,
+    /// `softcap` 0 no soft-capping.
     AttentionParams for [Attention] {
         t: u32, n: u32, heads: u32, kv_heads: u32, head_dim: u32, pool_rows: u32, scale: f32,
-        window: u32, stride: u32, chunks: u32, keys_from: u32, values_from: u32,
+        window: u32, stride: u32, chunks: u32, keys_from: u32, values_from: u32, softcap: f32,
+        _pad0: u32, _pad1: u32, _pad2: u32,
     }
 );
 

@@ -40,12 +40,8 @@ impl Llama {
             head_dim: hd,
             layout: self.layout,
         });
-        // Yarn scales the rotated q and k: the scores by its square.
-        let factor = (c.rope.attention_factor().powi(2) / (hd as f64).sqrt()) as f32;
-        let norm = ops::RmsNormParams {
-            weight: &layer.attn_norm,
-            eps: c.rms_norm_eps,
-        };
+        let factor = c.attention_scale();
+        let mask = (c.window(index), c.attn_logit_softcapping);
         let kv_products = [
             self.norm_product(&layer.wk, rotary),
             self.norm_product(&layer.wv, None),
@@ -54,7 +50,12 @@ impl Llama {
         // and rope into their products, the products store their rows straight into the
         // pools (both in one op where the device pairs them).
         let watched = [HookPoint::AttnNorm, HookPoint::K, HookPoint::V];
-        if let ([(_, cache)], [plan], true, false) = (seqs, plans, direct, layer.post_norms) {
+        if let ([(_, cache)], [plan], true, Some(weight)) = (seqs, plans, direct, &layer.attn_norm)
+        {
+            let norm = ops::RmsNormParams {
+                weight,
+                eps: c.rms_norm_eps,
+            };
             if !watched.iter().any(|&p| self.wants(p))
                 && ops::folds_rms_norm_linears(x, norm, &kv_products)
             {
@@ -70,14 +71,12 @@ impl Llama {
                     cache,
                     (rank.shard.rank, index),
                     store,
-                    |pool, rows| {
-                        ops::paged_attention(&q, pool, rows, heads, factor, c.window(index))
-                    },
+                    |pool, rows| ops::paged_attention(&q, pool, rows, heads, factor, mask),
                 );
             }
         }
         let products = [(&layer.wq, rotary), (&layer.wk, rotary), (&layer.wv, None)];
-        let pre_norm = (!layer.post_norms).then_some(&layer.attn_norm);
+        let pre_norm = layer.attn_norm.as_ref();
         let mut qkv = self.normed_products(x, pre_norm, &products, hook)?;
         if let Some(biases) = &layer.biases {
             for (y, b) in qkv.iter_mut().zip(biases.iter()) {
@@ -142,7 +141,7 @@ impl Llama {
             let q = q.reshape([t, heads * hd])?;
             let o =
                 plan.write_and_attend(cache, (rank.shard.rank, index), (&k, &v), |pool, rows| {
-                    ops::paged_attention(&q, pool, rows, heads, factor, c.window(index))
+                    ops::paged_attention(&q, pool, rows, heads, factor, mask)
                 })?;
             out = Some(match out {
                 None => o,

@@ -5,7 +5,8 @@ __device__ __forceinline__ float wt_sigmoid(float x) {
     return 1.0f / (1.0f + expf(-x));
 }
 
-// op: 0 silu, 1 gelu (tanh), 2 gelu (erf), 3 scale by `factor`, 4 sigmoid.
+// op: 0 silu, 1 gelu (tanh), 2 gelu (erf), 3 scale by `factor`, 4 sigmoid, 5 soft-capping at
+// `factor` (factor · tanh(x / factor)).
 extern "C" __global__ void unary_f32(float* out, const float* x, u32 len, u32 op, float factor) {
     u64 i = wt_gid();
     if (i >= len) return;
@@ -20,6 +21,7 @@ extern "C" __global__ void unary_f32(float* out, const float* x, u32 len, u32 op
         }
         case 2: y = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f)); break;
         case 4: y = wt_sigmoid(v); break;
+        case 5: y = factor * tanhf(v / factor); break;
         default: y = v * factor; break;
     }
     out[i] = y;

@@ -386,7 +386,7 @@ extern "C" __global__ void paged_attention(float* out, const float* q, const flo
                                            const float* values, const u32* rows, u32 n,
                                            const u32* n_at, u32 t, u32 stride, u32 heads,
                                            u32 kv_heads, u32 head_dim, u32 pool_rows, float scale,
-                                           u32 window) {
+                                           u32 window, float softcap) {
     __shared__ float sq[WT_ATT_MAX_HEAD_DIM];
     __shared__ float sp[WT_ATT_CHUNK];
     __shared__ u32 sr[WT_ATT_CHUNK];
@@ -422,6 +422,8 @@ extern "C" __global__ void paged_attention(float* out, const float* q, const flo
                 float dot = 0.0f;
                 for (u32 d = 0; d < hd; ++d) dot = fmaf(sq[d], key[d], dot);
                 s = dot * scale;
+                // Soft-capped scores (Gemma 2): softcap · tanh(s / softcap); 0 for none.
+                if (softcap != 0.0f) s = softcap * tanhf(s / softcap);
             } else {
                 s = WT_NAN;
             }

@@ -17,6 +17,7 @@ pub(in crate::backend::cuda) fn launch<L: Launcher>(c: &Call<'_, L>, spec: &OpSp
                 UnaryOp::GeluErf => (2, 0.0),
                 UnaryOp::Sigmoid => (4, 0.0),
                 UnaryOp::Scale(f) => (3, *f),
+                UnaryOp::Softcap(cap) => (5, *cap),
             };
             be.run_1d(
                 "unary_f32",

@@ -164,6 +164,8 @@ pub(in crate::backend::cuda) struct AttentionArgs {
     pub(in crate::backend::cuda) pool_rows: u32,
     pub(in crate::backend::cuda) scale: f32,
     pub(in crate::backend::cuda) window: u32,
+    /// Soft-capping of the scaled scores; 0 for none.
+    pub(in crate::backend::cuda) softcap: f32,
 }
 
 impl AttentionArgs {
@@ -185,6 +187,7 @@ impl AttentionArgs {
             Arg::U32(self.pool_rows),
             Arg::F32(self.scale),
             Arg::U32(self.window),
+            Arg::F32(self.softcap),
         ]
     }
 }
@@ -460,6 +463,7 @@ fn attention<L: Launcher>(c: &Call<'_, L>, a: &AttentionSpec) -> Result<()> {
         pool_rows: size(op, a.pool_rows)?,
         scale: a.scale,
         window: size(op, a.window.unwrap_or(0))?,
+        softcap: a.softcap.unwrap_or(0.0),
     };
     let t = size(op, a.t)?;
     if t > 65_535 {

@@ -23,6 +23,7 @@ impl Encoder<'_> {
                     UnaryOp::GeluErf => ("gelu_erf", 0.0),
                     UnaryOp::Sigmoid => ("sigmoid", 0.0),
                     UnaryOp::Scale(s) => ("scale", *s),
+                    UnaryOp::Softcap(cap) => ("softcap", *cap),
                 };
                 let p = ElementwiseParams {
                     len: u32_of(op, "len", *len)?,

@@ -353,6 +353,8 @@ impl Encoder<'_> {
             chunks: plan.chunks as u32,
             keys_from: 0,
             values_from: 0,
+            softcap: s.softcap.unwrap_or(0.0),
+            ..Default::default()
         };
         // Keys and values in one buffer (a layer's pools, allocated together) are bound as
         // one range to both bindings, each read from its place in it.
