@@ -352,25 +352,20 @@ impl LlamaConfig {
                 format!("= {} must be above 1", self.rope.theta),
             );
         }
-        if self.layer_windows.len() != self.num_hidden_layers {
-            return fail(
-                "layer_types",
-                format!(
-                    "gives {} layers; num_hidden_layers = {}",
-                    self.layer_windows.len(),
-                    self.num_hidden_layers
-                ),
-            );
-        }
-        if self.layer_rope.len() != self.num_hidden_layers {
-            return fail(
-                "no_rope_layers",
-                format!(
-                    "gives {} layers; num_hidden_layers = {}",
-                    self.layer_rope.len(),
-                    self.num_hidden_layers
-                ),
-            );
+        // Settings given per layer must give one per layer.
+        for (key, len) in [
+            ("layer_types", self.layer_windows.len()),
+            ("no_rope_layers", self.layer_rope.len()),
+        ] {
+            if len != self.num_hidden_layers {
+                return fail(
+                    key,
+                    format!(
+                        "gives {len} layers; num_hidden_layers = {}",
+                        self.num_hidden_layers
+                    ),
+                );
+            }
         }
         if self.layer_windows.contains(&Some(0)) {
             return fail("sliding_window", "must be at least 1".into());
