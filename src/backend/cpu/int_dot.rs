@@ -99,18 +99,18 @@ pub fn dot_q_rows(
 /// `Σ_b ad[b] · Σ_s (scale_bs · Σ_i aq[i] · q[i] − min_bs · sums[s])`: `Q8_K` activations
 /// (`aq`, one scale `ad` per 256 values, `sums` of each 16) against super-blocks read as
 /// integers, each sum over the 16 values `i` of sub-block `s` exact (i32), as llama.cpp's
-/// K-quant dots group them (the offsets through the activations' sums of 16).
-pub fn dot_q8_k(aq: &[i8], ad: &[f32], sums: &[i32], w: &[SuperBlockInts]) -> f32 {
+/// K-quant dots group them (the offsets through the activations' sums of 16). The integer
+/// sums are exact on every path, so every path gives the same result.
+pub fn dot_q8_k(
+    level: SimdLevel,
+    aq: &[i8],
+    ad: &[f32],
+    sums: &[i32],
+    w: &[SuperBlockInts],
+) -> f32 {
     let mut total = 0f32;
     for (((a, &d), sums), b) in aq.chunks_exact(256).zip(ad).zip(sums.chunks(16)).zip(w) {
-        let mut dots = [0i32; 16];
-        for ((dot, a), q) in dots
-            .iter_mut()
-            .zip(a.chunks_exact(16))
-            .zip(b.q.chunks_exact(16))
-        {
-            *dot = exact_scalar(a, q);
-        }
+        let dots = dots_of_16(level, a, &b.q);
         let mut sum = 0f32;
         for s in 0..16 {
             sum += b.scale[s] * dots[s] as f32 - b.min[s] * sums[s] as f32;
@@ -118,6 +118,28 @@ pub fn dot_q8_k(aq: &[i8], ad: &[f32], sums: &[i32], w: &[SuperBlockInts]) -> f3
         total += d * sum;
     }
     total
+}
+
+/// `Σ a[i] · q[i]` over each 16 of a super-block's 256 values, exactly. `q` holds no −128
+/// (no super-block format's integers do).
+fn dots_of_16(level: SimdLevel, a: &[i8], q: &[i8; 256]) -> [i32; 16] {
+    let mut dots = [0i32; 16];
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2 was detected at run time; `a` holds the block's 256 values (a chunk of
+        // 256 of the activations).
+        SimdLevel::Avx2 | SimdLevel::Avx512 => unsafe { x86::dots_of_16(a, q, &mut dots) },
+        _ => {
+            for ((dot, a), q) in dots
+                .iter_mut()
+                .zip(a.chunks_exact(16))
+                .zip(q.chunks_exact(16))
+            {
+                *dot = exact_scalar(a, q);
+            }
+        }
+    }
+    dots
 }
 
 /// The sums of each 16 activations, for [`dot_q8_k`].
@@ -212,6 +234,24 @@ mod x86 {
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products(va, vw)), scale, acc);
         }
         hsum256(acc)
+    }
+
+    /// # Safety
+    /// AVX2 must be present; `a` and `q` hold 256 values.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn dots_of_16(a: &[i8], q: &[i8; 256], dots: &mut [i32; 16]) {
+        debug_assert!(a.len() >= 256);
+        for c in 0..8 {
+            let va = _mm256_loadu_si256(a.as_ptr().add(32 * c) as *const __m256i);
+            let vq = _mm256_loadu_si256(q.as_ptr().add(32 * c) as *const __m256i);
+            // Lanes 0..4 hold the sums of four of values 0..16, lanes 4..8 of values 16..32.
+            let p = products(va, vq);
+            let (low, high) = (_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+            let pairs = _mm_hadd_epi32(low, high);
+            let both = _mm_hadd_epi32(pairs, pairs);
+            dots[2 * c] = _mm_cvtsi128_si32(both);
+            dots[2 * c + 1] = _mm_extract_epi32(both, 1);
+        }
     }
 
     /// Eight i32 lanes of the pairwise products of a (any int8) and w (no −128).
@@ -387,5 +427,26 @@ mod tests {
             sliced.dot_planes(1, &plus[1..], &minus[1..]),
             want - sliced.dot_planes(0, &plus[..1], &minus[..1])
         );
+    }
+
+    /// The super-block dots of every 16 values: the detected path equals plain sums, with
+    /// activations at both ends of int8 (−128 included) and weights at the ends of theirs.
+    #[test]
+    fn dots_of_16_match_plain_sums() {
+        let a: Vec<i8> = (0..256)
+            .map(|i| ((i * 97 + 13) % 256) as u8 as i8)
+            .collect();
+        let mut q = [0i8; 256];
+        for (i, v) in q.iter_mut().enumerate() {
+            *v = (((i * 53 + 7) % 255) as i32 - 127) as i8;
+        }
+        let want: Vec<i32> = a
+            .chunks(16)
+            .zip(q.chunks(16))
+            .map(|(a, q)| a.iter().zip(q).map(|(&x, &y)| x as i32 * y as i32).sum())
+            .collect();
+        for level in [SimdLevel::Scalar, SimdLevel::detect()] {
+            assert_eq!(dots_of_16(level, &a, &q).to_vec(), want, "{level:?}");
+        }
     }
 }

@@ -207,7 +207,7 @@ pub(super) fn qmatmul_prepared(
                     for i in 0..m {
                         let (aq, ad) = (&aq[i * k..(i + 1) * k], &ad[i * blocks..(i + 1) * blocks]);
                         let sums = &sums[i * k / 16..(i + 1) * k / 16];
-                        tile[i * width + (j - j0)] = dot_q8_k(aq, ad, sums, &ints);
+                        tile[i * width + (j - j0)] = dot_q8_k(level, aq, ad, sums, &ints);
                     }
                 }
             }
