@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::reference;
 use webtensor::model::{ActivationMode, Llama, ModelFiles};
@@ -90,27 +90,10 @@ fn checksum(values: &[f32]) -> u64 {
 /// [`wgpu_runs_every_llama_cpp_mix`]).
 #[test]
 fn llama_cpp_quantizer_mixes_read_as_gguf_py_reads_them() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/llama_cpp_kquants");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
-        .collect();
-    files.sort();
-    assert!(
-        files.len() >= 4,
-        "{} mixes in {}",
-        files.len(),
-        dir.display()
-    );
-    for path in files {
-        let name = path.file_name().unwrap().to_string_lossy().to_string();
-        let manifest: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap(),
-        )
-        .unwrap();
-        let model_files = ModelFiles::open(&path).unwrap();
-        let tensors = manifest["tensors"].as_object().unwrap();
+    for mix in llama_cpp_mixes() {
+        let (path, name) = (&mix.path, &mix.name);
+        let model_files = ModelFiles::open(path).unwrap();
+        let tensors = mix.manifest["tensors"].as_object().unwrap();
         assert_eq!(
             tensors.len(),
             model_files.tensors.len(),
@@ -142,17 +125,12 @@ fn llama_cpp_quantizer_mixes_read_as_gguf_py_reads_them() {
                 "{name}: {tensor} dequantized on cpu"
             );
         }
-        let prompt: Vec<u32> = serde_json::from_value(manifest["prompt"].clone()).unwrap();
-        let read = |suffix: &str| read_f32(&dir.join(format!("{name}.{suffix}")));
-        let (numpy, numpy_q8_k) = (read("logits.f32"), read("q8_k.logits.f32"));
+        let prompt = mix.prompt();
+        let (numpy, numpy_q8_k) = (mix.read("logits.f32"), mix.read("q8_k.logits.f32"));
         let rounding = rms_difference(&numpy_q8_k, &numpy);
         assert!(rounding > 1e-4, "{name}: the Q8_K rounding changes nothing");
-        // llama.cpp's own logits on the file, and how far it keeps from the float64 forward.
-        let llama_cpp = read("llama_cpp.f32");
-        let spread = rms_difference(&llama_cpp, &numpy);
-        assert!(spread > 0.0, "{name}: llama.cpp's logits are numpy's");
         for dev in [reference(), common::cpu()] {
-            let mut model = Llama::load(&dev, ModelFiles::open(&path).unwrap()).unwrap();
+            let mut model = Llama::load(&dev, ModelFiles::open(path).unwrap()).unwrap();
             let what = format!("{name} on {}", dev.backend_name());
             let integer: Vec<f32> = model.logits(&prompt).unwrap().to_vec().unwrap();
             let err = rms_difference(&integer, &numpy_q8_k);
@@ -161,13 +139,7 @@ fn llama_cpp_quantizer_mixes_read_as_gguf_py_reads_them() {
                 err <= 1e-3 * rounding,
                 "{what}: {err:.3e}, rounding {rounding:.3e}"
             );
-            let from_llama_cpp = rms_difference(&integer, &llama_cpp);
-            eprintln!("{what}: {from_llama_cpp:.3e} from llama.cpp's (llama.cpp {spread:.3e} from float64)");
-            assert!(
-                from_llama_cpp <= 1.5 * spread,
-                "{what}: {from_llama_cpp:.3e} from llama.cpp's logits, which are {spread:.3e} from \
-                 the float64 forward"
-            );
+            mix.assert_near_llama_cpp(&what, &integer);
             model.set_activations(ActivationMode::F32);
             let exact: Vec<f32> = model.logits(&prompt).unwrap().to_vec().unwrap();
             common::assert_close(&format!("{what}, f32 activations"), &exact, &numpy, 1e-3);
@@ -207,31 +179,14 @@ fn wgpu_runs_every_llama_cpp_mix() {
     let Some(gpu) = common::wgpu() else {
         return;
     };
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/llama_cpp_kquants");
-    let mut mixes: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
-        .collect();
-    mixes.sort();
-    assert!(
-        mixes.len() >= 5,
-        "{} mixes in {}",
-        mixes.len(),
-        dir.display()
-    );
-    for path in mixes {
-        let name = path.file_name().unwrap().to_string_lossy().to_string();
-        let manifest: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap(),
-        )
-        .unwrap();
-        let prompt: Vec<u32> = serde_json::from_value(manifest["prompt"].clone()).unwrap();
+    for mix in llama_cpp_mixes() {
+        let (path, name) = (&mix.path, &mix.name);
+        let prompt = mix.prompt();
         let steps = 6;
-        let model = Llama::load(&gpu, ModelFiles::open(&path).unwrap()).unwrap();
+        let model = Llama::load(&gpu, ModelFiles::open(path).unwrap()).unwrap();
         assert_eq!(model.activations(), ActivationMode::Integer);
         let path_text = model.activation_path();
-        for tensor in manifest["tensors"].as_object().unwrap().values() {
+        for tensor in mix.manifest["tensors"].as_object().unwrap().values() {
             let format = tensor["type"].as_str().unwrap().to_lowercase();
             assert!(
                 format == "f32"
@@ -240,12 +195,12 @@ fn wgpu_runs_every_llama_cpp_mix() {
             );
         }
         let (got, got_ids) = greedy_decode(&model, &prompt, steps);
-        let mut cpu_model = Llama::load(&common::cpu(), ModelFiles::open(&path).unwrap()).unwrap();
+        let mut cpu_model = Llama::load(&common::cpu(), ModelFiles::open(path).unwrap()).unwrap();
         cpu_model.set_activations(ActivationMode::F32);
         let (want, want_ids) = greedy_decode(&cpu_model, &prompt, steps);
         common::assert_close(&format!("{name} on wgpu against cpu"), &got, &want, 1e-3);
         assert_eq!(got_ids, want_ids, "{name}: greedy ids on wgpu and cpu");
-        let numpy = read_f32(&dir.join(format!("{name}.logits.f32")));
+        let numpy = mix.read("logits.f32");
         let prompt_logits = &got[..numpy.len()];
         common::assert_close(
             &format!("{name} on wgpu against numpy"),
@@ -254,22 +209,80 @@ fn wgpu_runs_every_llama_cpp_mix() {
             1e-3,
         );
         // And against llama.cpp's own logits on the file, as on the host backends.
-        let llama_cpp = read_f32(&dir.join(format!("{name}.llama_cpp.f32")));
-        let spread = rms_difference(&llama_cpp, &numpy);
-        let err = rms_difference(prompt_logits, &llama_cpp);
-        assert!(
-            err <= 1.5 * spread,
-            "{name} on wgpu: {err:.3e} from llama.cpp's logits, which are {spread:.3e} from the \
-             float64 forward"
-        );
+        mix.assert_near_llama_cpp(&format!("{name} on wgpu"), prompt_logits);
     }
 }
 
-/// The little-endian f32 values of a fixture file.
-fn read_f32(path: &Path) -> Vec<f32> {
-    std::fs::read(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+/// A file of llama.cpp's quantizer in fixtures/llama_cpp_kquants and its manifest
+/// (scripts/llama_cpp_kquants.py).
+struct Mix {
+    path: PathBuf,
+    name: String,
+    manifest: serde_json::Value,
+}
+
+/// Every mix, in name order: Q4_K_M, Q5_K_M, Q3_K_M, Q2_K and IQ4_XS at least.
+fn llama_cpp_mixes() -> Vec<Mix> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/llama_cpp_kquants");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
+        .collect();
+    paths.sort();
+    assert!(
+        paths.len() >= 5,
+        "{} mixes in {}",
+        paths.len(),
+        dir.display()
+    );
+    paths
+        .into_iter()
+        .map(|path| {
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            let text = std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap();
+            let manifest = serde_json::from_str(&text).unwrap();
+            Mix {
+                path,
+                name,
+                manifest,
+            }
+        })
         .collect()
+}
+
+impl Mix {
+    /// The prompt whose logits the fixtures hold.
+    fn prompt(&self) -> Vec<u32> {
+        serde_json::from_value(self.manifest["prompt"].clone()).unwrap()
+    }
+
+    /// The little-endian f32 values of the fixture `<file>.<suffix>`.
+    fn read(&self, suffix: &str) -> Vec<f32> {
+        let path = self.path.with_file_name(format!("{}.{suffix}", self.name));
+        std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    /// `got` (the prompt's logits, `what` says whose) lies within 1.5× of the RMS distance
+    /// llama.cpp's own logits on the file keep from the float64 forward, from llama.cpp's.
+    fn assert_near_llama_cpp(&self, what: &str, got: &[f32]) {
+        let llama_cpp = self.read("llama_cpp.f32");
+        let spread = rms_difference(&llama_cpp, &self.read("logits.f32"));
+        assert!(
+            spread > 0.0,
+            "{}: llama.cpp's logits are numpy's",
+            self.name
+        );
+        let err = rms_difference(got, &llama_cpp);
+        eprintln!("{what}: {err:.3e} from llama.cpp's (llama.cpp {spread:.3e} from float64)");
+        assert!(
+            err <= 1.5 * spread,
+            "{what}: {err:.3e} from llama.cpp's logits, which are {spread:.3e} from the float64 \
+             forward"
+        );
+    }
 }
