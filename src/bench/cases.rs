@@ -435,11 +435,10 @@ fn q8_k_product(t: &[Tensor]) -> Result<Tensor> {
 /// K-quants, `IQ4_NL`, `IQ4_XS`), blocks of random bytes with small f16 scales (any bytes are
 /// valid quants), which cost a product what real weights cost.
 fn packed_input(format: DType, n: usize, k: usize, seed: u64) -> Input {
-    let values = values(n * k, seed);
     let mut bytes = vec![0u8; format.storage_len(n * k, k).unwrap_or(0) * format.unit_bytes()];
     match crate::quant::format(format) {
         Some(f) if f.quantize.is_none() => {
-            let noise = self::values(bytes.len(), seed ^ 0x5eed);
+            let noise = values(bytes.len(), seed);
             for (b, v) in bytes.iter_mut().zip(noise) {
                 *b = ((v + 1.0) * 127.5) as u8;
             }
@@ -450,7 +449,7 @@ fn packed_input(format: DType, n: usize, k: usize, seed: u64) -> Input {
                 }
             }
         }
-        _ => crate::quant::quantize(format, &values, &mut bytes),
+        _ => crate::quant::quantize(format, &values(n * k, seed), &mut bytes),
     }
     Input::Packed(format, bytes, vec![n, k])
 }
