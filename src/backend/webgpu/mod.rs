@@ -374,12 +374,12 @@ impl WgpuBackend {
         inputs: &[&GpuBuffer],
     ) -> Result<()> {
         let copies = self.apart_from_other_views(spec, out, inputs)?;
-        let inputs: Vec<&GpuBuffer> = inputs
+        let apart: Vec<&GpuBuffer> = copies
             .iter()
-            .zip(&copies)
-            .map(|(&b, copy)| copy.as_ref().unwrap_or(b))
+            .zip(inputs)
+            .map(|(copy, &b)| copy.as_ref().unwrap_or(b))
             .collect();
-        let inputs = inputs.as_slice();
+        let inputs = if copies.is_empty() { inputs } else { &apart };
         let mut extras = self.extra_buffers(spec)?;
         let mut filled = false;
         if let ([table], Some(rounded)) = (
@@ -419,6 +419,7 @@ impl WgpuBackend {
     /// one range themselves (the paired gate · up product, the paired key · value store,
     /// attention over key and value pools) take none; for any other op the input is copied
     /// into memory of its own first (a user's op on grouped tensors, never the engine's).
+    /// Empty, and nothing allocated, when no input needs one (every op without views).
     fn apart_from_other_views(
         &self,
         spec: &OpSpec,
@@ -432,16 +433,21 @@ impl WgpuBackend {
         let clashes = |a: &GpuBuffer, b: &GpuBuffer| {
             (a.is_view() || b.is_view()) && a.raw() == b.raw() && a.offset() != b.offset()
         };
-        let mut copies = Vec::with_capacity(inputs.len());
-        for (i, &input) in inputs.iter().enumerate() {
-            let earlier = std::iter::once(out).chain(inputs[..i].iter().copied());
-            let copy = match !spans_views && earlier.into_iter().any(|b| clashes(b, input)) {
-                true => Some(self.copy_of(input, input.len())?),
-                false => None,
-            };
-            copies.push(copy);
+        let clashing = |i: usize| {
+            std::iter::once(out)
+                .chain(inputs[..i].iter().copied())
+                .any(|b| clashes(b, inputs[i]))
+        };
+        if spans_views || !(0..inputs.len()).any(clashing) {
+            return Ok(Vec::new());
         }
-        Ok(copies)
+        (0..inputs.len())
+            .map(|i| {
+                clashing(i)
+                    .then(|| self.copy_of(inputs[i], inputs[i].len()))
+                    .transpose()
+            })
+            .collect()
     }
 
     /// A copy of the first `len` elements of `b` in a pooled buffer of its own, recorded in

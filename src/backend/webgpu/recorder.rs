@@ -5,11 +5,10 @@
 //! a result (`download`), when asked (`synchronize`), or when the parameter arena or the
 //! staging arena (`staging.rs`, small host writes in their place in the recording) is full.
 //! So a batch of decode steps, each with its inputs written before it, is one submit. The
-//! pass stays open from dispatch to dispatch (wgpu
-//! puts the barriers between dispatches that one's writes and the next one's reads need) and
-//! ends only for a buffer copy or the submit: a pass per dispatch cost the host a pass's
-//! begin, end and state tracking each time. With the profiler on, each dispatch has its own
-//! pass, which carries its timestamp writes.
+//! pass stays open from dispatch to dispatch (wgpu puts the barriers between dispatches that
+//! one's writes and the next one's reads need) and ends only for a buffer copy or the submit:
+//! a pass per dispatch cost the host a pass's begin, end and state tracking each time. With
+//! the profiler on, each dispatch has its own pass, which carries its timestamp writes.
 //!
 //! # Why parameters live in an arena
 //!
