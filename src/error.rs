@@ -444,6 +444,14 @@ impl Error {
         }
     }
 
+    /// A configuration error: `field` of the file `source` is wrong, and `why`.
+    pub(crate) fn config_field(source: &str, field: &str, why: String) -> Self {
+        Error::Config {
+            source_name: source.to_string(),
+            reason: format!("`{field}` {why}"),
+        }
+    }
+
     pub(crate) fn model_file(path: impl Into<String>, reason: impl Into<String>) -> Self {
         Error::ModelFile {
             path: path.into(),

@@ -175,10 +175,7 @@ impl Architecture {
         model_type: Option<&str>,
         source: &str,
     ) -> Result<Architecture> {
-        let fail = |field: &str, why: String| Error::Config {
-            source_name: source.to_string(),
-            reason: format!("`{field}` {why}"),
-        };
+        let fail = |field: &str, why: String| Error::config_field(source, field, why);
         let supported = || {
             ALL.iter()
                 .map(|(_, class, _, _)| *class)

@@ -269,12 +269,7 @@ impl LlamaConfig {
 
     /// Rejects a config the engine cannot run, naming the field; `source` names the file.
     pub fn validate(&self, source: &str) -> Result<()> {
-        let fail = |field: &str, why: String| {
-            Err(Error::Config {
-                source_name: source.to_string(),
-                reason: format!("`{field}` {why}"),
-            })
-        };
+        let fail = |field: &str, why: String| Err(Error::config_field(source, field, why));
         for (field, v) in [
             ("vocab_size", self.vocab_size),
             ("hidden_size", self.hidden_size),
@@ -447,10 +442,7 @@ fn layer_windows(
     layers: usize,
     source: &str,
 ) -> Result<Vec<Option<usize>>> {
-    let fail = |field: &str, why: String| Error::Config {
-        source_name: source.to_string(),
-        reason: format!("`{field}` {why}"),
-    };
+    let fail = |field: &str, why: String| Error::config_field(source, field, why);
     let count = |key: &str, default: Option<usize>| -> Result<Option<usize>> {
         match obj.get(key) {
             None => Ok(default),
@@ -532,10 +524,7 @@ fn smollm3_full_attention(
     layers: usize,
     source: &str,
 ) -> Result<Vec<Option<usize>>> {
-    let fail = |field: &str, why: String| Error::Config {
-        source_name: source.to_string(),
-        reason: format!("`{field}` {why}"),
-    };
+    let fail = |field: &str, why: String| Error::config_field(source, field, why);
     let unsupported = "SmolLM3's sliding windows are not supported";
     match obj.get("layer_types") {
         Some(Value::Array(types)) => {
@@ -564,10 +553,7 @@ fn layer_rope(
     layers: usize,
     source: &str,
 ) -> Result<Vec<bool>> {
-    let fail = |field: &str, why: String| Error::Config {
-        source_name: source.to_string(),
-        reason: format!("`{field}` {why}"),
-    };
+    let fail = |field: &str, why: String| Error::config_field(source, field, why);
     if arch != Architecture::SmolLM3 {
         return Ok(vec![true; layers]);
     }

@@ -193,10 +193,7 @@ impl Rope {
         original: Option<f64>,
         source: &str,
     ) -> Result<Rope> {
-        let fail = |field: &str, why: String| Error::Config {
-            source_name: source.to_string(),
-            reason: format!("`{field}` {why}"),
-        };
+        let fail = |field: &str, why: String| Error::config_field(source, field, why);
         let nonnull = |key: &str| config.get(key).filter(|v| !v.is_null());
         let (key, params) = match (nonnull("rope_scaling"), nonnull("rope_parameters")) {
             (Some(p), _) => ("rope_scaling", p),
