@@ -114,11 +114,31 @@ def numpy_peers(report):
     return rows
 
 
+# Mixes written by llama.cpp's own quantizer (llama-cpp-python's `llama_model_quantize`) from
+# the f32 file: the files users download. A matrix whose rows are not a multiple of 256 gets
+# llama.cpp's fallback type (SmolLM-135M's 576-wide rows: Q5_0 in Q4_K_M, Q8_0 in Q6_K).
+LLAMA_CPP_MIXES = ["q4_k_m", "q5_k_m", "q6_k"]
+
+
 def make_gguf(path, dim=None, layers=None, ffn=None, heads=None, kv_heads=None, vocab=None,
               qtype="f32"):
     """Writes assets/tiny-kjv, or a random model of a given shape (hidden size, layers, ffn,
     heads, kv heads, vocabulary), as a GGUF whose matrices are f32, q8_0 or q4_0 (quantized by
-    gguf-py; norms stay f32, as llama.cpp's converter keeps them)."""
+    gguf-py; norms stay f32, as llama.cpp's converter keeps them), or one of LLAMA_CPP_MIXES
+    (the f32 file quantized by llama.cpp)."""
+    if qtype in LLAMA_CPP_MIXES:
+        import ctypes
+        import llama_cpp
+        f32 = path + ".f32.tmp"
+        make_gguf(f32, dim, layers, ffn, heads, kv_heads, vocab)
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{qtype.upper()}")
+        status = llama_cpp.llama_model_quantize(f32.encode(), path.encode(), ctypes.byref(params))
+        os.remove(f32)
+        if status != 0:
+            raise SystemExit(f"llama_model_quantize failed for {qtype}")
+        print(f"wrote {path} ({qtype} by llama.cpp)", file=sys.stderr)
+        return
     import gguf
     from safetensors.numpy import load_file
 
@@ -305,8 +325,8 @@ def main():
     ap.add_argument("--heads", type=int, help="with --dim: attention heads (default dim / 32)")
     ap.add_argument("--kv-heads", type=int, help="with --dim: key/value heads (default heads / 2)")
     ap.add_argument("--vocab", type=int, help="with --dim: vocabulary size (default 512)")
-    ap.add_argument("--type", default="f32", choices=["f32", "q8_0", "q4_0"],
-                    help="with --make-gguf: the matrices' format")
+    ap.add_argument("--type", default="f32", choices=["f32", "q8_0", "q4_0"] + LLAMA_CPP_MIXES,
+                    help="with --make-gguf: the matrices' format (the mixes need llama-cpp-python)")
     ap.add_argument("--make-only", action="store_true", help="write the GGUF and stop")
     ap.add_argument("--llama-cpp-sample", action="store_true",
                     help="with --gguf: time llama.cpp once and print JSON (used by "
