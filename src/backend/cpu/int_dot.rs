@@ -27,11 +27,21 @@ pub fn dot_q8(level: SimdLevel, aq: &[i8], ad: &[f32], wq: &[i8], wd: &[f32]) ->
     }
 }
 
+/// The block formats [`dot_q_rows`] reads in place: every 32-value format with `Q8_0`
+/// activations.
+pub fn reads_in_place(format: DType) -> bool {
+    matches!(
+        format,
+        DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::IQ4_NL
+    )
+}
+
 /// Products of `acts` activation rows (1 or 2; `aq` and `ad` hold them one after the other)
-/// with `n` packed `Q8_0` or `Q4_0` weight rows of `row_bytes` each:
-/// `out[i · n + r] = Σ_c ad_i[c] · d_rc · Σ_{j < 32} aq_i[32c + j] · q_rc[j]`. The blocks are read
-/// in place (no decoded copy), their int8 or 4-bit values and f16 scales straight from the
-/// bytes; four weight rows share each load of the activations, and both activation rows
+/// with `n` packed weight rows of `row_bytes` each, in a format that [`reads_in_place`]:
+/// `out[i · n + r] = Σ_c ad_i[c] · (d_rc · Σ_{j < 32} aq_i[32c + j] · q_rc[j] + m_rc · Σ_{j < 32}
+/// aq_i[32c + j])`, where `m` is the minimum of `Q4_1`/`Q5_1` blocks (0 for the others). The
+/// blocks are read in place (no decoded copy), their integers and f16 scales straight from
+/// the bytes; four weight rows share each load of the activations, and both activation rows
 /// share each weight block's unpacking.
 #[allow(clippy::too_many_arguments)]
 pub fn dot_q_rows(
@@ -43,6 +53,7 @@ pub fn dot_q_rows(
     n: usize,
     out: &mut [f32],
 ) {
+    debug_assert!(reads_in_place(format), "{format} is not read in place");
     let size = format.block_bytes();
     let chunks = ad.len() / acts.max(1);
     let blocks = chunks
@@ -54,8 +65,8 @@ pub fn dot_q_rows(
     match level {
         #[cfg(target_arch = "x86_64")]
         SimdLevel::Avx2 | SimdLevel::Avx512 if x86::has_f16c() && matches!(acts, 1 | 2) => {
-            // Where AVX512-VNNI is present the repacked kernels (`repack.rs`) run instead.
-            let q4 = format == DType::Q4_0;
+            // Where AVX512-VNNI is present the repacked kernels (`repack.rs`) run instead
+            // for `Q4_0` and `Q8_0`.
             let args = x86::RowArgs {
                 aq,
                 ad,
@@ -70,11 +81,13 @@ pub fn dot_q_rows(
             // `row_bytes` ≥ `blocks · size` bytes lie in `rows`, each activation row covers
             // `blocks` blocks and `out` holds `acts · n` values.
             unsafe {
-                match (q4, acts) {
-                    (true, 1) => x86::dot_q_rows_avx2::<true, 1>(args),
-                    (true, _) => x86::dot_q_rows_avx2::<true, 2>(args),
-                    (false, 1) => x86::dot_q_rows_avx2::<false, 1>(args),
-                    (false, _) => x86::dot_q_rows_avx2::<false, 2>(args),
+                match format {
+                    DType::Q4_0 => x86::dot_q_rows_avx2::<{ x86::Q4_0 }>(acts, args),
+                    DType::Q4_1 => x86::dot_q_rows_avx2::<{ x86::Q4_1 }>(acts, args),
+                    DType::Q5_0 => x86::dot_q_rows_avx2::<{ x86::Q5_0 }>(acts, args),
+                    DType::Q5_1 => x86::dot_q_rows_avx2::<{ x86::Q5_1 }>(acts, args),
+                    DType::IQ4_NL => x86::dot_q_rows_avx2::<{ x86::IQ4_NL }>(acts, args),
+                    _ => x86::dot_q_rows_avx2::<{ x86::Q8_0 }>(acts, args),
                 }
             }
         }
@@ -86,8 +99,15 @@ pub fn dot_q_rows(
                     let w = &rows[r * row_bytes..(r + 1) * row_bytes];
                     out[i * n + r] = (0..blocks)
                         .map(|c| {
-                            let d = quant::block_ints(format, &w[c * size..(c + 1) * size], &mut q);
-                            exact_scalar(&aq[32 * c..32 * c + 32], &q) as f32 * (ad[c] * d)
+                            let (b, a) = (&w[c * size..(c + 1) * size], &aq[32 * c..32 * c + 32]);
+                            if quant::has_offset_ints(format) {
+                                let (d, m) = quant::block_offset_ints(format, b, &mut q);
+                                let sum: i32 = a.iter().map(|&v| v as i32).sum();
+                                ad[c] * (d * exact_scalar(a, &q) as f32 + m * sum as f32)
+                            } else {
+                                let d = quant::block_ints(format, b, &mut q);
+                                exact_scalar(a, &q) as f32 * (ad[c] * d)
+                            }
                         })
                         .sum();
                 }
@@ -215,6 +235,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::super::simd::x86::hsum256;
+    use crate::quant::legacy::IQ4_NL_LEVELS;
 
     /// # Safety
     /// AVX2 and FMA must be present; `aq`, `wq` hold `32 · chunks` values, `ad`, `wd` `chunks`.
@@ -287,36 +308,100 @@ mod x86 {
         pub out: &'a mut [f32],
     }
 
+    /// The formats of [`rows_kernel`], as its const parameter.
+    pub const Q8_0: u8 = 0;
+    pub const Q4_0: u8 = 1;
+    pub const Q4_1: u8 = 2;
+    pub const Q5_0: u8 = 3;
+    pub const Q5_1: u8 = 4;
+    pub const IQ4_NL: u8 = 5;
+
     /// # Safety
-    /// AVX2, FMA and F16C must be present; see [`rows_kernel`].
+    /// AVX2, FMA and F16C must be present; `acts` is 1 or 2; see [`rows_kernel`].
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot_q_rows_avx2<const Q4: bool, const A: usize>(args: RowArgs<'_>) {
-        rows_kernel::<Q4, A>(args)
+    pub(super) unsafe fn dot_q_rows_avx2<const F: u8>(acts: usize, args: RowArgs<'_>) {
+        if acts == 1 {
+            rows_kernel::<F, 1>(args)
+        } else {
+            rows_kernel::<F, 2>(args)
+        }
     }
 
     /// `Σ_i u[i] · s[i]` in 8 i32 lanes (4 neighbouring products per lane) for unsigned `u`
     /// and signed `s` bytes by `maddubs` + `madd` (exact here: no pair of products reaches
-    /// the i16 limit, |u| ≤ 128 and |s| ≤ 127 or |u| ≤ 15).
+    /// the i16 limit, |u| ≤ 128 and |s| ≤ 127 or |u| ≤ 31).
     #[inline(always)]
     unsafe fn dot_us(u: __m256i, s: __m256i) -> __m256i {
         _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+    }
+
+    /// 16 in byte `i` where bit `i` of `qh` is set, else 0: the fifth bits of a `Q5_0`/`Q5_1`
+    /// block's 32 values.
+    #[inline(always)]
+    unsafe fn fifth_bits(qh: u32) -> __m256i {
+        // Byte i takes byte i / 8 of qh (every 128-bit lane holds all four), then bit i % 8.
+        let spread = _mm256_shuffle_epi8(
+            _mm256_set1_epi32(qh as i32),
+            _mm256_setr_epi64x(
+                0,
+                0x0101_0101_0101_0101,
+                0x0202_0202_0202_0202,
+                0x0303_0303_0303_0303,
+            ),
+        );
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+        let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+        _mm256_and_si256(set, _mm256_set1_epi8(16))
+    }
+
+    /// The 32 integers of the block at `p` in format `F`, in value order: unsigned (`0..16`
+    /// or `0..32`) for `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`; signed for `Q8_0` and `IQ4_NL` (its
+    /// table's levels).
+    #[inline(always)]
+    unsafe fn block_values<const F: u8>(p: *const u8, levels: __m256i) -> __m256i {
+        if F == Q8_0 {
+            return _mm256_loadu_si256(p.add(2) as *const __m256i);
+        }
+        // Where the 16 bytes of nibbles start: after d, and m and qh where the format has them.
+        let nibbles_at = match F {
+            Q4_1 => 4,
+            Q5_0 => 6,
+            Q5_1 => 8,
+            _ => 2,
+        };
+        let packed = _mm_loadu_si128(p.add(nibbles_at) as *const __m128i);
+        // Values 0..16 are the low nibbles, 16..32 the high ones.
+        let low = _mm_set1_epi8(15);
+        let lo = _mm_and_si128(packed, low);
+        let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low);
+        let nibbles = _mm256_set_m128i(hi, lo);
+        match F {
+            IQ4_NL => _mm256_shuffle_epi8(levels, nibbles),
+            Q5_0 | Q5_1 => {
+                let qh = (p.add(nibbles_at - 4) as *const u32).read_unaligned();
+                _mm256_or_si256(nibbles, fifth_bits(u32::from_le(qh)))
+            }
+            _ => nibbles,
+        }
     }
 
     /// The weight rows of `args` in groups of four that share each activation load (a short
     /// last group repeats its final row), against `A` activation rows that share each
     /// weight block's unpacking; the next group's rows are prefetched as these are read.
     ///
-    /// `Q4_0` values are used unsigned (`u = q + 8`, 0..16) against the signed activations,
-    /// and `8 · Σ a` of each activation block is taken off once per block:
-    /// `Σ q·a = Σ u·a − 8 Σ a`. `Q8_0` values are signed; the sign of each activation moves
-    /// onto the weight (`|a| · sign(a)·w`).
+    /// Unsigned integers (`Q4_0`: `u = q + 8`; `Q5_0`: `u = q + 16`) meet the signed
+    /// activations directly, and the offset times `Σ a` of each activation block is taken
+    /// off once per block: `Σ q·a = Σ u·a − 8 Σ a`. `Q4_1`/`Q5_1` add their minimum times
+    /// `Σ a` instead. Signed integers (`Q8_0`, `IQ4_NL`) take the sign of each activation
+    /// (`|a| · sign(a)·w`).
     ///
     /// # Safety
     /// Inlined only into the `target_feature` functions above. `rows` points at `n` rows of
-    /// `row_bytes` bytes, each with `blocks` blocks; `aq` holds `A · 32 · chunks` values and
-    /// `ad` `A · chunks` scales with `blocks ≤ chunks`; `out` holds `A · n` values.
+    /// `row_bytes` bytes, each with `blocks` blocks of format `F`; `aq` holds
+    /// `A · 32 · chunks` values and `ad` `A · chunks` scales with `blocks ≤ chunks`; `out`
+    /// holds `A · n` values.
     #[inline(always)]
-    unsafe fn rows_kernel<const Q4: bool, const A: usize>(args: RowArgs<'_>) {
+    unsafe fn rows_kernel<const F: u8, const A: usize>(args: RowArgs<'_>) {
         let RowArgs {
             aq,
             ad,
@@ -327,9 +412,16 @@ mod x86 {
             n,
             out,
         } = args;
-        let size = if Q4 { 18 } else { 34 };
-        let low = _mm_set1_epi8(15);
-        let eights = _mm256_set1_epi8(8);
+        let size = match F {
+            Q8_0 => 34,
+            Q4_1 => 20,
+            Q5_0 => 22,
+            Q5_1 => 24,
+            _ => 18,
+        };
+        let with_minimum = matches!(F, Q4_1 | Q5_1);
+        let levels =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4_NL_LEVELS.as_ptr() as *const __m128i));
         for g in 0..n.div_ceil(4) {
             let count = (n - 4 * g).min(4);
             let rows = [0, 1, 2, 3].map(|r| base.add((4 * g + r.min(count - 1)) * row_bytes));
@@ -339,36 +431,33 @@ mod x86 {
                     _mm256_loadu_si256(aq.as_ptr().add(32 * (i * chunks + c)) as *const __m256i)
                 });
                 let da: [f32; A] = std::array::from_fn(|i| *ad.get_unchecked(i * chunks + c));
-                // Q4_0: 8 · Σ a; Q8_0: |a|.
-                let shared: [__m256i; A] = std::array::from_fn(|i| {
-                    if Q4 {
-                        dot_us(eights, va[i])
-                    } else {
-                        _mm256_sign_epi8(va[i], va[i])
-                    }
+                // The unsigned formats' offset times Σ a (Q4_0, Q5_0) or Σ a (Q4_1, Q5_1);
+                // |a| for the signed ones.
+                let shared: [__m256i; A] = std::array::from_fn(|i| match F {
+                    Q4_0 => dot_us(_mm256_set1_epi8(8), va[i]),
+                    Q5_0 => dot_us(_mm256_set1_epi8(16), va[i]),
+                    Q4_1 | Q5_1 => dot_us(_mm256_set1_epi8(1), va[i]),
+                    _ => _mm256_sign_epi8(va[i], va[i]),
                 });
                 for (w, row) in rows.iter().enumerate() {
                     let p = row.add(size * c);
                     // A prefetch never faults, so one past the weights is harmless.
                     _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(4 * row_bytes) as *const i8);
                     let dw = f16_at(p);
-                    let values = if Q4 {
-                        let packed = _mm_loadu_si128(p.add(2) as *const __m128i);
-                        // Values 0..16 are the low nibbles, 16..32 the high ones.
-                        let lo = _mm_and_si128(packed, low);
-                        let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low);
-                        _mm256_set_m128i(hi, lo)
-                    } else {
-                        _mm256_loadu_si256(p.add(2) as *const __m256i)
-                    };
+                    let values = block_values::<F>(p, levels);
                     for i in 0..A {
-                        let sums = if Q4 {
-                            _mm256_sub_epi32(dot_us(values, va[i]), shared[i])
-                        } else {
-                            dot_us(shared[i], _mm256_sign_epi8(values, va[i]))
+                        let sums = match F {
+                            Q4_0 | Q5_0 => _mm256_sub_epi32(dot_us(values, va[i]), shared[i]),
+                            Q4_1 | Q5_1 => dot_us(values, va[i]),
+                            _ => dot_us(shared[i], _mm256_sign_epi8(values, va[i])),
                         };
                         let s = _mm256_set1_ps(da[i] * dw);
                         acc[i][w] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), s, acc[i][w]);
+                        if with_minimum {
+                            let m = _mm256_set1_ps(da[i] * f16_at(p.add(2)));
+                            let sum = _mm256_cvtepi32_ps(shared[i]);
+                            acc[i][w] = _mm256_fmadd_ps(sum, m, acc[i][w]);
+                        }
                     }
                 }
             }
@@ -447,6 +536,95 @@ mod tests {
             .collect();
         for level in [SimdLevel::Scalar, SimdLevel::detect()] {
             assert_eq!(dots_of_16(level, &a, &q).to_vec(), want, "{level:?}");
+        }
+    }
+
+    /// Every format read in place, on the detected path and the plain one, for one and two
+    /// activation rows and a short last group of weight rows: equal to the products of the
+    /// decoded blocks (`block_ints`, `block_offset_ints`) in f64. Random bytes reach every
+    /// nibble, fifth bit and table level; a fifth bit or nibble taken from the wrong value
+    /// moves a sum by whole units of `d · a`, far past the tolerance.
+    #[test]
+    fn rows_read_in_place_match_their_decoded_blocks() {
+        let (blocks, n) = (3, 5);
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for format in [
+            DType::Q8_0,
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::IQ4_NL,
+        ] {
+            let size = format.block_bytes();
+            let row_bytes = blocks * size;
+            let mut rows: Vec<u8> = (0..n * row_bytes).map(|_| next() as u8).collect();
+            for block in rows.chunks_exact_mut(size) {
+                // Finite scales (f16 0.5 ... 2) and, for Q4_1/Q5_1, minimums (−2 ... −0.5).
+                block[..2].copy_from_slice(&(0x3800 + (next() % 0x800) as u16).to_le_bytes());
+                if quant::has_offset_ints(format) {
+                    block[2..4].copy_from_slice(&(0xb800 + (next() % 0x800) as u16).to_le_bytes());
+                }
+                if format == DType::Q8_0 {
+                    // Quantized Q8_0 weights never hold −128.
+                    for v in &mut block[2..] {
+                        *v = (*v as i8).max(-127) as u8;
+                    }
+                }
+            }
+            for acts in [1, 2] {
+                let aq: Vec<i8> = (0..acts * blocks * 32)
+                    .map(|_| ((next() % 255) as i32 - 127) as i8)
+                    .collect();
+                let ad: Vec<f32> = (0..acts * blocks)
+                    .map(|i| 0.01 + i as f32 * 0.003)
+                    .collect();
+                let mut want = vec![0f64; acts * n];
+                let mut q = [0i8; 32];
+                for i in 0..acts {
+                    for r in 0..n {
+                        for c in 0..blocks {
+                            let b = &rows[r * row_bytes + c * size..][..size];
+                            let a = &aq[(i * blocks + c) * 32..][..32];
+                            let (d, m) = if quant::has_offset_ints(format) {
+                                quant::block_offset_ints(format, b, &mut q)
+                            } else {
+                                (quant::block_ints(format, b, &mut q), 0.0)
+                            };
+                            let dot: i64 =
+                                a.iter().zip(&q).map(|(&x, &y)| x as i64 * y as i64).sum();
+                            let sum: i64 = a.iter().map(|&x| x as i64).sum();
+                            let scale = ad[i * blocks + c] as f64;
+                            want[i * n + r] +=
+                                scale * (d as f64 * dot as f64 + m as f64 * sum as f64);
+                        }
+                    }
+                }
+                for level in [SimdLevel::Scalar, SimdLevel::detect()] {
+                    let mut out = vec![0f32; acts * n];
+                    dot_q_rows(
+                        level,
+                        format,
+                        (&aq, &ad, acts),
+                        &rows,
+                        row_bytes,
+                        n,
+                        &mut out,
+                    );
+                    for (got, want) in out.iter().zip(&want) {
+                        assert!(
+                            (*got as f64 - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                            "{format} {level:?} acts {acts}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
         }
     }
 }

@@ -7,7 +7,7 @@
 //! weights stream from memory once per column block.
 
 use super::act_quant::quantize_i8;
-use super::int_dot::{dot_i8, dot_q8, dot_q8_k, dot_q_rows, sums_of_16, BitSliced};
+use super::int_dot::{dot_i8, dot_q8, dot_q8_k, dot_q_rows, reads_in_place, sums_of_16, BitSliced};
 use super::parallel::{for_each_row, map_tasks};
 use super::repack::{Repacked, GROUP};
 use super::simd::{dot4, SimdLevel};
@@ -102,37 +102,18 @@ fn decode_f32(format: DType, w: &[u8], k: usize, j: usize, out: &mut [f32]) {
     quant::dequantize(format, &w[j * row_bytes..(j + 1) * row_bytes], out);
 }
 
-/// Decodes weight row `j` into int8 values and one scale per 32 values, and for `Q4_1`/`Q5_1`
-/// one minimum per 32 values into `m` (left alone for the other formats).
-fn decode_int(
-    format: DType,
-    (w, k, j): (&[u8], usize, usize),
-    q: &mut [i8],
-    d: &mut [f32],
-    m: &mut [f32],
-) {
+/// Decodes ternary weight row `j` into its trits and one scale per 32 values.
+fn decode_trits(format: DType, (w, k, j): (&[u8], usize, usize), q: &mut [i8], d: &mut [f32]) {
     let row_bytes = format.row_bytes(k);
     let row = &w[j * row_bytes..(j + 1) * row_bytes];
-    let blocks = row.chunks_exact(format.block_bytes());
-    if quant::has_offset_ints(format) {
-        let mut t = [0i8; 32];
-        let scales = d.iter_mut().zip(m.iter_mut());
-        for ((b, q), (d, m)) in blocks.zip(q.chunks_mut(32)).zip(scales) {
-            (*d, *m) = quant::block_offset_ints(format, b, &mut t);
-            q.copy_from_slice(&t);
-        }
-    } else if format.is_ternary() {
-        let mut t = [0i8; ternary::BLOCK];
-        for ((b, q), d) in blocks.zip(q.chunks_mut(256)).zip(d.chunks_mut(8)) {
-            d.fill(ternary::block_trits(format, b, &mut t));
-            q.copy_from_slice(&t);
-        }
-    } else {
-        let mut t = [0i8; 32];
-        for ((b, q), d) in blocks.zip(q.chunks_mut(32)).zip(d.iter_mut()) {
-            *d = quant::block_ints(format, b, &mut t);
-            q.copy_from_slice(&t);
-        }
+    let mut t = [0i8; ternary::BLOCK];
+    for ((b, q), d) in row
+        .chunks_exact(format.block_bytes())
+        .zip(q.chunks_mut(ternary::BLOCK))
+        .zip(d.chunks_mut(ternary::BLOCK / 32))
+    {
+        d.fill(ternary::block_trits(format, b, &mut t));
+        q.copy_from_slice(&t);
     }
 }
 
@@ -173,9 +154,7 @@ pub(super) fn qmatmul_prepared(
                     }
                 }
             }
-            PreparedActivations::Int { q: aq, d: ad }
-                if matches!(format, DType::Q8_0 | DType::Q4_0) =>
-            {
+            PreparedActivations::Int { q: aq, d: ad } if reads_in_place(format) => {
                 // The blocks are read in place; this block's weight rows stay in cache while
                 // every activation row passes over them.
                 let chunks = k / 32;
@@ -212,31 +191,15 @@ pub(super) fn qmatmul_prepared(
                 }
             }
             PreparedActivations::Int { q: aq, d: ad } => {
+                // The ternary formats, with per-row int8 activations.
                 let chunks = k / 32;
                 let mut wq = vec![0i8; k];
                 let mut wd = vec![0f32; chunks];
-                // `Q4_1`/`Q5_1`: `Σ a · (d · q + m)` adds `m · Σ a` per block, from the sums
-                // of the activations' blocks.
-                let offsets = quant::has_offset_ints(format);
-                let mut wm = vec![0f32; chunks];
-                let sums: Vec<i32> = if offsets {
-                    aq.chunks(32)
-                        .map(|b| b.iter().map(|&v| v as i32).sum())
-                        .collect()
-                } else {
-                    Vec::new()
-                };
                 for j in j0..j1 {
-                    decode_int(format, (w, k, j), &mut wq, &mut wd, &mut wm);
+                    decode_trits(format, (w, k, j), &mut wq, &mut wd);
                     for i in 0..m {
                         let (aq, ad) = (&aq[i * k..(i + 1) * k], &ad[i * chunks..(i + 1) * chunks]);
-                        let mut sum = dot_q8(level, aq, ad, &wq, &wd);
-                        if offsets {
-                            let sums = &sums[i * chunks..(i + 1) * chunks];
-                            let blocks = ad.iter().zip(&wm).zip(sums);
-                            sum += blocks.map(|((&a, &m), &s)| a * m * s as f32).sum::<f32>();
-                        }
-                        tile[i * width + (j - j0)] = sum;
+                        tile[i * width + (j - j0)] = dot_q8(level, aq, ad, &wq, &wd);
                     }
                 }
             }
