@@ -42,7 +42,7 @@ fn cache() -> Option<PathBuf> {
 }
 
 /// llama.cpp's vocabularies webtensor reads, with the models they stand for.
-const GGUF_VOCABS: [(&str, &str); 10] = [
+const GGUF_VOCABS: [(&str, &str); 11] = [
     ("llama-spm", "Llama 2, TinyLlama, Mistral (SentencePiece)"),
     ("phi-3", "Phi-3 (SentencePiece)"),
     ("llama-bpe", "Llama 3, 3.1, 3.2"),
@@ -53,6 +53,7 @@ const GGUF_VOCABS: [(&str, &str); 10] = [
     ("starcoder", "StarCoder (SmolLM's pre-tokenizer)"),
     ("refact", "Refact (SmolLM's pre-tokenizer)"),
     ("deepseek-coder", "DeepSeek Coder"),
+    ("gemma-4", "Gemma 4 (BPE over SentencePiece pieces)"),
 ];
 
 /// llama.cpp's test texts and ids of one vocabulary.

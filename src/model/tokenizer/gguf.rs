@@ -1,6 +1,7 @@
 //! Reading the vocabulary of a GGUF file (`tokenizer.ggml.*`) the way llama.cpp does: model
-//! `llama` (SentencePiece, merged by score) or `gpt2` (byte-level BPE, merged by rank, split
-//! by the patterns of `tokenizer.ggml.pre`).
+//! `llama` (SentencePiece, merged by score), `gpt2` (byte-level BPE, merged by rank, split
+//! by the patterns of `tokenizer.ggml.pre`) or `gemma4` (BPE merged by rank over
+//! SentencePiece-style pieces).
 
 use super::bpe::{piece_ids, Merges};
 use super::split::{self, Behavior, Normalizer, PreStep, GPT2_PATTERN};
@@ -59,7 +60,8 @@ const TYPE_USER_DEFINED: u64 = 4;
 const TYPE_BYTE: u64 = 6;
 
 impl Tokenizer {
-    /// Reads the vocabulary of a GGUF file (`tokenizer.ggml.*`: model `gpt2` or `llama`).
+    /// Reads the vocabulary of a GGUF file (`tokenizer.ggml.*`: model `gpt2`, `llama` or
+    /// `gemma4`).
     pub fn from_gguf(gguf: &Gguf, source: &str) -> Result<Tokenizer> {
         let bad = |reason: String| Error::model_file(source, reason);
         let meta = |key: &str| gguf.metadata.get(key);
@@ -153,6 +155,16 @@ impl Tokenizer {
                 )),
             }
         };
+        // `tokenizer.ggml.merges`: "left right" pairs, ranked by their order.
+        let ranked_merges = |pieces: &[String]| -> Result<Merges> {
+            let ids = piece_ids(pieces);
+            let merges = array_any(meta("tokenizer.ggml.merges")).map(|m| {
+                m.as_str()
+                    .and_then(|s| s.split_once(' '))
+                    .ok_or_else(|| bad(format!("merge {m:?} is not two pieces")))
+            });
+            Merges::ranked(merges, &ids, &bad)
+        };
         let suffix = match (flag("add_eos_token").unwrap_or(false), eos) {
             (true, Some(e)) => vec![e],
             _ => Vec::new(),
@@ -222,13 +234,7 @@ impl Tokenizer {
                     add_prefix_space: false,
                     regex: None,
                 });
-                let ids = piece_ids(&pieces);
-                let merges = array_any(meta("tokenizer.ggml.merges")).map(|m| {
-                    m.as_str()
-                        .and_then(|s| s.split_once(' '))
-                        .ok_or_else(|| bad(format!("merge {m:?} is not two pieces")))
-                });
-                let merges = Merges::ranked(merges, &ids, &bad)?;
+                let merges = ranked_merges(&pieces)?;
                 let default_bos = ignore_merges;
                 Parts {
                     pieces,
@@ -250,9 +256,44 @@ impl Tokenizer {
                     eos,
                 }
             }
+            "gemma4" => {
+                // Gemma 4's: BPE merged by rank over the text's own UTF-8 with each space
+                // written as ▁ (no space added in front), split only between runs of newlines
+                // and the rest; a byte without a piece falls back to `<0xXX>`. (llama.cpp takes
+                // a run of newlines that is a piece whole; the merges reach every such piece
+                // of this vocabulary anyway, so plain BPE gives the same ids.)
+                let merges = ranked_merges(&pieces)?;
+                Parts {
+                    pieces,
+                    kinds,
+                    encoding: Encoding::SentencePiece,
+                    normalizers: vec![Normalizer::Replace(
+                        " ".into(),
+                        split::SPACE_MARK.to_string(),
+                    )],
+                    pre: vec![PreStep::Split {
+                        regex: split::regex(r"[^\n]+|\n+", "the gemma4 pre-tokenizer")?,
+                        behavior: Behavior::Isolated,
+                        invert: false,
+                    }],
+                    merges,
+                    ignore_merges: false,
+                    byte_fallback: true,
+                    unk,
+                    fuse_unk: false,
+                    added,
+                    prefix: with_prefix(flag("add_bos_token").unwrap_or(true))?,
+                    suffix,
+                    strip_leading_space: false,
+                    stop,
+                    bos,
+                    eos,
+                }
+            }
             other => {
                 return Err(bad(format!(
-                    "tokenizer model {other:?}; webtensor reads \"gpt2\" and \"llama\" vocabularies"
+                    "tokenizer model {other:?}; webtensor reads \"gpt2\", \"llama\" and \"gemma4\" \
+                     vocabularies"
                 )))
             }
         };
