@@ -1,5 +1,5 @@
 //! How fast a wgpu adapter's shaders read memory three ways: a storage buffer as `vec4<u32>`,
-//! the same as four `u32` loads (how `quant.wgsl`'s products read packed weights), and an
+//! the same as four `u32` loads (how the products in `shaders/quant/` read packed weights), and an
 //! `rgba32uint` texture through `textureLoad`. Each of 4096 lanes reads 256 consecutive
 //! 16-byte units (16 MiB in all) and folds them into one word; the best of 5 dispatches is
 //! printed for each path, three times alternating.

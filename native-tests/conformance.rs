@@ -703,7 +703,7 @@ fn qmatmul(dev: &Device) {
     }
     // An odd count of 32-value blocks per row (Q8_0 and Q4_0 only: the other formats' blocks
     // are 256 values): odd rows then start two bytes into a word, and CPU adapters' decode
-    // product leaves its pairs of blocks (`mv_pairs` in quant.wgsl) for the `idot` path.
+    // product leaves its pairs of blocks (`mv_pairs` in shaders/quant/) for the `idot` path.
     for (m, n, k) in [(1, 9, 96), (1, 33, 416), (2, 9, 96)] {
         let a = uniform(&mut r, m * k, 2.0);
         let w = uniform(&mut r, n * k, 1.0);

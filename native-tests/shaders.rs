@@ -1,10 +1,11 @@
-//! Every WGSL file in shaders/ parses and validates with naga, so a shader error fails
-//! `cargo test` even on machines without a GPU. Each is checked as the backend composes it
-//! (`compose_module`: after the constants prelude `shaders/generated/formats.wgsl`).
+//! Every WGSL module the backend compiles parses and validates with naga, so a shader error
+//! fails `cargo test` even on machines without a GPU. Each is checked as the backend composes
+//! it (`compose_module`: after the constants prelude `shaders/generated/formats.wgsl`), and
+//! every `.wgsl` file under shaders/ is part of a module or a prelude.
 
 use std::path::Path;
 
-use webtensor::backend::webgpu::compose_module;
+use webtensor::backend::webgpu::{compose_module, shader_modules};
 
 /// Parses and validates one WGSL module; panics with naga's message naming `name`.
 fn validate(name: &str, source: &str) -> naga::Module {
@@ -55,23 +56,18 @@ fn every_shader_validates() {
     assert_eq!(rotary.len(), 1, "the sin_cos prelude");
     let kquants = preludes(&dir, "kquants");
     assert_eq!(kquants.len(), 1, "the K-quant decode prelude");
+    let modules = shader_modules();
     let mut checked = 0;
-    for entry in std::fs::read_dir(&dir).expect("shaders/ exists") {
-        let path = entry.expect("readable entry").path();
-        if path.extension().and_then(|e| e.to_str()) != Some("wgsl") {
-            continue;
-        }
-        let file = std::fs::read_to_string(&path).expect("readable shader");
-        let name = path.display().to_string();
+    for &(name, file) in &modules {
         // A shader marked `@prelude(reduce)` is compiled after each reduction prelude (the
         // backend picks one by the adapter's subgroups), one marked `@prelude(dot4)` after
         // each `idot4` prelude (picked by the platform's WGSL features); each composition
         // must validate.
-        let mut modules = Vec::new();
-        for r in choices(&file, "reduce", &reduce) {
-            for d in choices(&file, "dot4", &dot4) {
-                for s in choices(&file, "rotary", &rotary) {
-                    for kq in choices(&file, "kquants", &kquants) {
+        let mut composed = Vec::new();
+        for r in choices(file, "reduce", &reduce) {
+            for d in choices(file, "dot4", &dot4) {
+                for s in choices(file, "rotary", &rotary) {
+                    for kq in choices(file, "kquants", &kquants) {
                         let chosen: Vec<&(String, String)> = r
                             .iter()
                             .chain(d.iter())
@@ -81,12 +77,12 @@ fn every_shader_validates() {
                         let names: Vec<&str> = chosen.iter().map(|(n, _)| n.as_str()).collect();
                         let sources: Vec<&str> = chosen.iter().map(|(_, s)| s.as_str()).collect();
                         let what = format!("{} + {name}", names.join(" + "));
-                        modules.push(validate(&what, &compose_module(&file, &sources)));
+                        composed.push(validate(&what, &compose_module(file, &sources)));
                     }
                 }
             }
         }
-        for module in modules {
+        for module in composed {
             assert!(
                 module
                     .entry_points
@@ -99,9 +95,26 @@ fn every_shader_validates() {
     }
     assert!(
         checked >= 8,
-        "expected a shader per op family in {}, found {checked}",
-        dir.display()
+        "expected a shader per op family, found {checked}"
     );
+    // No file is left out: each of shaders/*.wgsl and shaders/quant/*.wgsl is (part of) a
+    // module; the preludes' folders were read above.
+    for folder in [dir.clone(), dir.join("quant")] {
+        for entry in std::fs::read_dir(&folder).expect("the shader folder exists") {
+            let path = entry.expect("readable entry").path();
+            if path.extension().and_then(|e| e.to_str()) != Some("wgsl") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("readable shader");
+            assert!(
+                modules
+                    .iter()
+                    .any(|(_, source)| source.contains(text.trim())),
+                "{} is in no module the backend compiles",
+                path.display()
+            );
+        }
+    }
 }
 
 #[test]

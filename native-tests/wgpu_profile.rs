@@ -117,10 +117,7 @@ fn profiler_times_each_kernel() {
         "no kernel labelled with q4_0 in {profile:#?}"
     );
     if texels {
-        assert_eq!(
-            count("quant.wgsl::mv_pairs_texels[q4_0 int8]").dispatches,
-            1
-        );
+        assert_eq!(count("quant::mv_pairs_texels[q4_0 int8]").dispatches, 1);
     }
     for k in &profile.kernels {
         assert!(k.gpu_ns > 0.0, "{} took no GPU time", k.label);
@@ -131,7 +128,7 @@ fn profiler_times_each_kernel() {
     let roundings: u64 = profile
         .kernels
         .iter()
-        .filter(|k| k.label.starts_with("quant.wgsl::quantize_acts"))
+        .filter(|k| k.label.starts_with("quant::quantize_acts"))
         .map(|k| k.dispatches)
         .sum();
     assert_eq!(

@@ -1,6 +1,6 @@
 // Products with f16 weights on adapters that have SHADER_F16: the weight is bound as
 // array<f16> and f16 activations are read as vec2<f16> from u32 words, with f32 accumulation.
-// quant.wgsl's `qmatmul_float` is the same computation for adapters without f16 (it unpacks
+// the quant module's `qmatmul_float` is the same computation for adapters without f16 (it unpacks
 // halves with unpack2x16float); the backend picks one by the adapter's capability.
 //
 // Bindings: 0 = params, 1 = output f32 [m, n], 2 = w f16 [n, k], 3 = x (f32 words or f16 pairs).
@@ -19,8 +19,8 @@ struct Params {
     rope_dim: u32,
     store_dim: u32,
     pool_rows: u32,
-    second_at: u32, // unused here (`quant.wgsl`: products over two weights)
-    values_at: u32, // unused here (`quant.wgsl`: a paired KV store)
+    second_at: u32, // unused here (`shaders/quant/`: products over two weights)
+    values_at: u32, // unused here (`shaders/quant/`: a paired KV store)
     _pad0: u32,
     _pad1: u32,
     _pad2: u32,

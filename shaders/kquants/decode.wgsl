@@ -1,6 +1,6 @@
 // The super-block formats (llama.cpp's Q2_K … Q6_K and IQ4_XS, 256 values each) decoded in
 // registers, one group of 32 values at a time, for the `mv` and `mm_tiled` products and the
-// `dequantize` kernel of `quant.wgsl` (a prelude of it: it reads that file's `q`, `p`,
+// `dequantize` kernel of `shaders/quant/` (a prelude of it: it reads that file's `q`, `p`,
 // `row_start`, `Group` and value helpers). Layouts are those of src/quant/kquants.rs. Each
 // group comes back as its f32 values, every scale and minimum applied (the group's scale is
 // 1): a Q4_K group is one sub-block with one scale and minimum (Q5_K and IQ4_XS too), but a

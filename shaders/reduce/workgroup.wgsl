@@ -1,5 +1,5 @@
 // Row teams reduced through workgroup memory: the portable prelude of the shaders that
-// compute dot products of weight rows (`matvec.wgsl`, `quant.wgsl`). It is prepended to them
+// compute dot products of weight rows (`matvec.wgsl`, `shaders/quant/`). It is prepended to them
 // when the adapter has no subgroups, when WEBTENSOR_WGPU_SUBGROUPS=off, or when the runtime
 // self-check demoted subgroups; its twin `subgroup.wgsl` defines the same entry with
 // `subgroupAdd`.

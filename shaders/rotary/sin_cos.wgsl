@@ -1,5 +1,5 @@
 // sin and cos of a rotary angle, for `rope` (rope.wgsl) and the rotary epilogue of the decode
-// products (quant.wgsl): one function, so both rotate by the same bits.
+// products (shaders/quant/): one function, so both rotate by the same bits.
 //
 // Computed here rather than with WGSL's builtins, which only promise 2^-11 absolute error: a
 // Cody–Waite reduction by π/2 (π/2 split into five 4-bit parts and a remainder, so every

@@ -257,7 +257,7 @@ pub struct KernelProfile {
 /// One kernel's totals in a [`KernelProfile`].
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct KernelTime {
-    /// Shader file and entry point, e.g. `quant.wgsl::mv[q4_0 int8]` (the bracket names the
+    /// Shader module and entry point, e.g. `quant::mv[q4_0 int8]` (the bracket names the
     /// weight format a specialised kernel was compiled for).
     pub label: String,
     /// Dispatches timed.

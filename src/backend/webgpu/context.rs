@@ -140,7 +140,7 @@ pub const WEIGHT_TEXELS_ENV: &str = "WEBTENSOR_WGPU_WEIGHT_TEXELS";
 /// adapter's default (teams on GPUs, one lane per rows on software adapters).
 pub const ROW_TEAMS_ENV: &str = "WEBTENSOR_WGPU_ROW_TEAMS";
 
-/// How the row-dot kernels (`mv` in `matvec.wgsl` and `quant.wgsl`) split their work: the
+/// How the row-dot kernels (`mv` in `matvec.wgsl` and `shaders/quant/`) split their work: the
 /// prelude of `shaders/reduce/` they are compiled after.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum MvShape {

@@ -44,7 +44,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use context::{F16_ENV, PROFILE_ENV, ROW_TEAMS_ENV, SUBGROUPS_ENV, WEIGHT_TEXELS_ENV};
-pub use pipelines::compose_module;
+pub use pipelines::{compose_module, shader_modules};
 pub use pool::GpuBuffer;
 pub use selfcheck::SELFCHECK_ENV;
 

@@ -96,7 +96,7 @@ params!(
     ArgmaxParams for [Argmax] { rows: u32, cols: u32, _pad0: u32, _pad1: u32 }
 );
 params!(
-    /// `quant.wgsl` and `quant_f16.wgsl`; `format` is a `FMT_*` code, `zero` always 0,
+    /// `shaders/quant/` and `quant_f16.wgsl`; `format` is a `FMT_*` code, `zero` always 0,
     /// `residual` 1 when the `mv` product adds its residual operand.
     QuantParams for [Quant, QuantF16] {
         format: u32, m: u32, n: u32, k: u32, mode: u32, zero: u32, epilogue: u32, eps: f32,

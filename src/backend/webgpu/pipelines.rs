@@ -27,13 +27,28 @@ pub(crate) const MAX_INPUTS: usize = 6;
 /// With the output that is eight storage buffers, WebGPU's default per-stage limit.
 pub(crate) const TEXTURE_INPUTS: usize = 7;
 
-/// `sin_cos` of rotary angles, for `rope.wgsl` and `quant.wgsl`'s rotary epilogue.
+/// `sin_cos` of rotary angles, for `rope.wgsl` and the `quant` module's rotary epilogue.
 const ROTARY_PRELUDE: &str = include_str!("../../../shaders/rotary/sin_cos.wgsl");
 
-/// The K-quant super-blocks decoded a group at a time, for `quant.wgsl`'s products.
+/// The K-quant super-blocks decoded a group at a time, for the `quant` module's products.
 const KQUANTS_PRELUDE: &str = include_str!("../../../shaders/kquants/decode.wgsl");
 
-/// One `.wgsl` file of `shaders/`.
+/// The quantized-data module, one file per purpose under `shaders/quant/` (the shared header
+/// and formats, conversions, products, the software adapters' decode shapes, prefill tiles),
+/// compiled as one module in this order.
+const QUANT_MODULE: &str = concat!(
+    include_str!("../../../shaders/quant/common.wgsl"),
+    "\n",
+    include_str!("../../../shaders/quant/convert.wgsl"),
+    "\n",
+    include_str!("../../../shaders/quant/products.wgsl"),
+    "\n",
+    include_str!("../../../shaders/quant/cpu_adapters.wgsl"),
+    "\n",
+    include_str!("../../../shaders/quant/tiled.wgsl"),
+);
+
+/// One `.wgsl` module of `shaders/`: a file, or for `Quant` the files of `shaders/quant/`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Shader {
     Elementwise,
@@ -144,7 +159,7 @@ impl Shader {
             Shader::Embedding => include_str!("../../../shaders/embedding.wgsl"),
             Shader::Permute => include_str!("../../../shaders/permute.wgsl"),
             Shader::Argmax => include_str!("../../../shaders/argmax.wgsl"),
-            Shader::Quant => include_str!("../../../shaders/quant.wgsl"),
+            Shader::Quant => QUANT_MODULE,
             Shader::QuantF16 => include_str!("../../../shaders/quant_f16.wgsl"),
             Shader::Scan => include_str!("../../../shaders/scan.wgsl"),
             Shader::Concat => include_str!("../../../shaders/concat.wgsl"),
@@ -154,7 +169,8 @@ impl Shader {
         }
     }
 
-    /// The file's name, e.g. `quant.wgsl`.
+    /// The module's name: its file's, e.g. `norm.wgsl`, or `quant` for the files of
+    /// `shaders/quant/`.
     pub(crate) fn name(self) -> &'static str {
         match self {
             Shader::Elementwise => "elementwise.wgsl",
@@ -166,7 +182,7 @@ impl Shader {
             Shader::Embedding => "embedding.wgsl",
             Shader::Permute => "permute.wgsl",
             Shader::Argmax => "argmax.wgsl",
-            Shader::Quant => "quant.wgsl",
+            Shader::Quant => "quant",
             Shader::QuantF16 => "quant_f16.wgsl",
             Shader::Scan => "scan.wgsl",
             Shader::Concat => "concat.wgsl",
@@ -199,6 +215,13 @@ pub fn compose_module(file: &str, preludes: &[&str]) -> String {
     out.push('\n');
     out.push_str(&rest.join("\n"));
     out
+}
+
+/// Every WGSL module the backend compiles, as (name, source before [`compose_module`]): public
+/// for `native-tests/shaders.rs`, which validates each as the backend composes it.
+#[doc(hidden)]
+pub fn shader_modules() -> Vec<(&'static str, &'static str)> {
+    Shader::ALL.iter().map(|s| (s.name(), s.source())).collect()
 }
 
 /// A hash of every shader source and prelude: a self-check verdict cached on disk holds only
@@ -249,7 +272,7 @@ pub(crate) struct KernelId {
 
 impl KernelId {
     /// `file::entry`, with the weight format and activation path of a kernel specialised by
-    /// `MV_FORMAT` in brackets, e.g. `quant.wgsl::mv[q4_0 int8]`.
+    /// `MV_FORMAT` in brackets, e.g. `quant::mv[q4_0 int8]`.
     pub(crate) fn label(self) -> String {
         use crate::backend::kernel_consts::{
             INT_ACTIVATIONS, PACKED_FORMATS, QUANTIZE_ACTIVATIONS,

@@ -39,7 +39,7 @@ pub(super) enum Variant {
     /// Int8-activation decode products through `dot4I8Packed` (`shaders/dot4/builtin.wgsl`).
     IntDot,
     /// Prefill products with packed weights in 64 × 64 tiles (`mm_tiled` in
-    /// `shaders/quant.wgsl`): 256-thread workgroups and 16 KiB of workgroup memory.
+    /// `shaders/quant/`): 256-thread workgroups and 16 KiB of workgroup memory.
     TiledPrefill,
 }
 

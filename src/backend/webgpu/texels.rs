@@ -4,7 +4,7 @@
 //! and a scalar load each, while a texel fetch goes through their sampling routine: 16 bytes
 //! per lane and no branch. So on the lanes shape ([`super::context::MvShape::Lanes`]) an
 //! uploaded Q4_0 tensor also gets a copy laid out for fetches, and its products with int8
-//! activations read that (`shaders/quant.wgsl`): decode in `mv_pairs_texels`, about 30%
+//! activations read that (`shaders/quant/`): decode in `mv_pairs_texels`, about 30%
 //! faster on both adapters, and prefill in `mv_texels`, about 1.9 times faster on SwiftShader; for
 //! the copy's memory (as much again as the tensor). The storage buffer stays: every other
 //! kernel (f32 activations, the embedding gather, dequantize) reads it. A block's scale is
@@ -23,7 +23,7 @@ use wgpu::util::DeviceExt;
 
 use crate::dtype::DType;
 
-/// Texels per row of the texture (`2^TEXELS_WIDTH_LOG2` in `quant.wgsl`).
+/// Texels per row of the texture (`2^TEXELS_WIDTH_LOG2` in `shaders/quant/`).
 pub(crate) const TEXELS_WIDTH: u32 = 4096;
 
 /// A Q4_0 tensor's texel copy: the quant bytes as a texture and the scales as words.
@@ -124,12 +124,12 @@ mod tests {
     /// The shader addresses texels with a mask and a shift of this width.
     #[test]
     fn the_width_is_the_shaders_power_of_two() {
-        let wgsl = include_str!("../../../shaders/quant.wgsl");
+        let wgsl = include_str!("../../../shaders/quant/cpu_adapters.wgsl");
         let log2 = TEXELS_WIDTH.trailing_zeros();
         assert!(TEXELS_WIDTH.is_power_of_two());
         assert!(
             wgsl.contains(&format!("const TEXELS_WIDTH_LOG2: u32 = {log2}u;")),
-            "quant.wgsl's TEXELS_WIDTH_LOG2 must be {log2}"
+            "shaders/quant/cpu_adapters.wgsl's TEXELS_WIDTH_LOG2 must be {log2}"
         );
     }
 }

@@ -171,7 +171,7 @@ impl Encoder<'_> {
     /// paired store's value weights, then that buffer when the backend allocated it. A
     /// paired store ([`Encoder::values_at`]: `target` is both pools, bound as one range) is
     /// one product over the key and value weights bound together, its n counting both, the
-    /// rope applied to the key rows only (`out_at` and `mv_store` in `quant.wgsl`).
+    /// rope applied to the key rows only (`out_at` and `mv_store` in `shaders/quant/`).
     pub(super) fn norm_linear_into(
         &mut self,
         (l, head_dim, pool_rows): (&LinearSpec, usize, usize),

@@ -1,4 +1,4 @@
-//! Encoding the quantized ops (`shaders/quant.wgsl`, `shaders/quant_f16.wgsl`).
+//! Encoding the quantized ops (`shaders/quant/`, `shaders/quant_f16.wgsl`).
 //!
 //! Products with f32 or int8 activations (k a multiple of 32, within the shape's `max_k`), for
 //! decode and prefill alike, run the row-dot kernel `mv` compiled once per format and
@@ -46,11 +46,11 @@ const WG: u64 = 64;
 const ROWS: usize = 8;
 
 /// Weight rows per workgroup of the texel products `mv_pairs_texels` and `mv_texels`
-/// (`TEXEL_ROWS` in `quant.wgsl`).
+/// (`TEXEL_ROWS` in `shaders/quant/`).
 const TEXEL_ROWS: usize = 128;
 
 /// The most int8 activation values (m · k) the `mv` kernel rounds in workgroup memory
-/// (`MVQ_MAX_VALUES` of `quant.wgsl`): k up to 8192 for decode's one row.
+/// (`MVQ_MAX_VALUES` of `shaders/quant/`): k up to 8192 for decode's one row.
 const MVQ_MAX_VALUES: usize = 8192;
 
 /// Whether an int8-activation product of `m × k` activations rounds them inside the `mv`
@@ -117,7 +117,7 @@ pub(in crate::backend::webgpu) fn pairs_store(l: &LinearSpec, shape: MvShape) ->
         && l.rope.is_none_or(|r| r.layout == RopeLayout::Interleaved)
 }
 
-/// Output rows and columns of an `mm_tiled` workgroup's tile (`quant.wgsl`).
+/// Output rows and columns of an `mm_tiled` workgroup's tile (`shaders/quant/`).
 const MM_TILE: usize = 64;
 
 /// Whether a product runs `mm_tiled`, which decodes each weight group once per 64 activation
@@ -138,7 +138,7 @@ fn takes_tiled(pr: Product, shape: MvShape, folds: Folds<'_>, epilogue: Epilogue
         && !matches!(epilogue, Epilogue::Rotary { .. })
 }
 
-/// Whether a product runs the entry `mv_pairs_lanes` (`quant.wgsl`), which takes a decode row
+/// Whether a product runs the entry `mv_pairs_lanes` (`shaders/quant/`), which takes a decode row
 /// against Q4_0 or Q8_0 weights two blocks at a time, each nibble or byte multiplied where it
 /// lies in its word: on CPU adapters (the lanes shape), one activation row, int8 activations,
 /// and an even count of blocks per row (so that every pair of blocks starts on a word). An
@@ -185,7 +185,7 @@ fn params(
 }
 
 impl Encoder<'_> {
-    /// The grid of the row-dot kernels in `quant.wgsl`: a workgroup per block of `block_rows`
+    /// The grid of the row-dot kernels in `shaders/quant/`: a workgroup per block of `block_rows`
     /// weight rows (`mv`: the prelude's `MV_ROWS`; the texel products: [`TEXEL_ROWS`]) and
     /// chunk of [`MATVEC_MAX_M`] activation rows.
     fn row_block_grid(
@@ -363,12 +363,12 @@ pub(super) enum Epilogue<'a> {
     },
     /// The paired SwiGLU product (the `mv` kernel only): the weights bound are a layer's gate
     /// rows and then, from byte `up_at`, its up rows, the product's n counting both; stores
-    /// `silu(gate) · up`, `[m, n / 2]` (`mv_store_paired` in `quant.wgsl`).
+    /// `silu(gate) · up`, `[m, n / 2]` (`mv_store_paired` in `shaders/quant/`).
     Paired { up_at: u32 },
 }
 
 impl<'a> Epilogue<'a> {
-    /// `Params::epilogue` of `quant.wgsl`.
+    /// `Params::epilogue` of `shaders/quant/`.
     fn code(self) -> u32 {
         match self {
             Epilogue::None => 0,
@@ -379,7 +379,7 @@ impl<'a> Epilogue<'a> {
         }
     }
 
-    /// The buffer the epilogue reads (`res` in `quant.wgsl`), or `fallback` (bound but unread)
+    /// The buffer the epilogue reads (`res` in `shaders/quant/`), or `fallback` (bound but unread)
     /// when it reads none.
     fn operand(self, fallback: &'a wgpu::Buffer) -> &'a wgpu::Buffer {
         match self {
