@@ -366,7 +366,7 @@ impl KvCache {
 
     /// The block the next token is written into when it is a block already held, part full.
     fn partial_block(&self, block_size: usize) -> Option<usize> {
-        (self.len % block_size != 0).then(|| self.len / block_size)
+        (!self.len.is_multiple_of(block_size)).then(|| self.len / block_size)
     }
 
     /// Fails with [`Error::CacheFull`] unless `tokens` more fit this sequence.

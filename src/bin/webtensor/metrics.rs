@@ -97,6 +97,12 @@ impl Record {
         self.status = Some(status);
     }
 
+    /// The client hung up before its answer: the request is counted and logged as 499 (the
+    /// code nginx uses for this; it is never sent).
+    pub fn client_left(&mut self) {
+        self.status = Some(Status::ClientClosed);
+    }
+
     /// One more token arrived from the engine.
     pub fn token(&mut self) {
         self.generated(self.generated_tokens + 1);
@@ -400,8 +406,16 @@ impl Metrics {
             &mut out,
             "webtensor_prompt_tokens_total",
             "counter",
-            "Prompt tokens the model ran.",
+            "Prompt tokens of the requests run (with those served from shared blocks).",
             counts.prompt_tokens,
+        );
+        single(
+            &mut out,
+            "webtensor_prompt_tokens_reused_total",
+            "counter",
+            "Prompt tokens whose keys and values came from cache blocks computed for an earlier \
+             request with the same start (not run again).",
+            load.prompt_tokens_reused,
         );
         single(
             &mut out,
@@ -471,6 +485,7 @@ mod tests {
             queue_capacity: 8,
             kv_blocks_used: 5,
             kv_blocks_total: 16,
+            prompt_tokens_reused: 7,
         };
         let text = Metrics::new().render(Some(&load));
         for line in [
@@ -480,6 +495,7 @@ mod tests {
             "webtensor_queue_capacity 8",
             "webtensor_kv_blocks_used 5",
             "webtensor_kv_blocks_total 16",
+            "webtensor_prompt_tokens_reused_total 7",
             "# TYPE webtensor_kv_blocks_used gauge",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in {text}");
