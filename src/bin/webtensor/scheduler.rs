@@ -39,7 +39,8 @@ use webtensor::{ops, Error, Tensor};
 /// Tokens per block of the paged pool.
 const BLOCK_SIZE: usize = 16;
 
-/// How often a request waiting in line asks whether its client is still there.
+/// How often a request waiting in line, or for its whole answer, asks whether its client is
+/// still there.
 pub const CLIENT_CHECK: Duration = Duration::from_millis(50);
 
 /// One request for the engine.

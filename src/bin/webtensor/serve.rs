@@ -282,7 +282,9 @@ fn answer_api(
 }
 
 /// Whether the client has closed its side of the connection (or reset it), without waiting
-/// and without consuming what it sent: a read of end of file, or an error, when peeked.
+/// and without consuming what it sent: a read of end of file, or an error, when peeked. A
+/// client that shuts down only its sending side and still waits for the answer reads as gone
+/// too (HTTP clients do not do that; nginx's 499 treats it the same).
 fn hung_up(stream: &TcpStream) -> bool {
     if stream.set_nonblocking(true).is_err() {
         return true;
