@@ -2,11 +2,14 @@
 //! connections, oversized heads, methods it does not serve, a FIFO in the served folder, a
 //! client that never finishes its request. The server must answer each with a complete HTTP
 //! response (or close), keep a bounded number of threads, and go on serving. `serve/observe.rs`:
-//! `/health`, `/metrics` and the request log.
+//! `/health`, `/metrics` and the request log; `serve/share.rs`: prompt blocks shared between
+//! requests, clients that hang up.
 
 mod common;
 #[path = "serve/observe.rs"]
 mod observe;
+#[path = "serve/share.rs"]
+mod share;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

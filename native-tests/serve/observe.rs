@@ -232,6 +232,12 @@ fn metrics_count_what_the_answers_say() {
     assert_eq!(sample(&format!("{ttft}_count")), 3.0);
     assert_eq!(sample(&format!("{ttft}_bucket{{le=\"+Inf\"}}")), 3.0);
     assert!(sample(&format!("{ttft}_sum")) > 0.0);
+    // Each completion found a place at once (its wait is a lock taken; 0.25 s leaves room for
+    // a loaded machine).
+    let wait = "webtensor_queue_wait_seconds";
+    assert_eq!(sample(&format!("{wait}_count")), 3.0);
+    assert_eq!(sample(&format!("{wait}_bucket{{le=\"0.25\"}}")), 3.0);
+    assert_eq!(sample(&format!("{wait}_bucket{{le=\"+Inf\"}}")), 3.0);
     let rate = "webtensor_decode_tokens_per_second";
     let decoded = generated.iter().filter(|&&n| n >= 2).count() as f64;
     assert_eq!(sample(&format!("{rate}_count")), decoded);

@@ -14,13 +14,21 @@
 //! and takes them back when a sequence is reset or dropped, so many sequences of unknown
 //! length share the memory. A cache that cannot take more tokens is a typed error
 //! ([`Error::CacheFull`], [`Error::CacheBlocksExhausted`]); nothing is overwritten.
+//!
+//! Sequences of one pool can share blocks (`blocks.rs`): a sequence offers its full blocks
+//! with the ids they hold ([`KvCache::share`]), and a new sequence whose prompt begins with
+//! those ids starts holding them ([`KvPool::sequence_sharing`]), reference-counted, so only the
+//! rest of its prompt runs. A sequence about to write into a block another one reads (after
+//! [`KvCache::truncate`] into it) writes into a copy (copy-on-write).
 
+mod blocks;
 mod decode;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub(crate) use decode::{DecodeState, Recorded};
 
+use self::blocks::Blocks;
 use super::LlamaConfig;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -65,13 +73,39 @@ struct PoolMemory {
     kv_heads: usize,
     block_size: usize,
     blocks: usize,
-    /// Free block ids; taken from the end.
-    free: Vec<usize>,
+    /// Who holds each block, the free ones, the ones kept for prompts that begin alike.
+    book: Blocks,
 }
 
 impl PoolMemory {
     fn slots(&self) -> usize {
         self.blocks * self.block_size
+    }
+
+    /// Copies block `from`'s keys and values into block `to`, every layer and rank.
+    fn copy_block(&mut self, from: usize, to: usize) -> Result<()> {
+        let (bs, slots, heads) = (self.block_size, self.slots(), self.kv_heads);
+        let rows = |block: usize| -> Vec<u32> {
+            (0..heads)
+                .flat_map(|h| (0..bs).map(move |i| (h * slots + block * bs + i) as u32))
+                .collect()
+        };
+        let (from, to) = (rows(from), rows(to));
+        for layers in &mut self.ranks {
+            let Some([keys, _]) = layers.first() else {
+                continue;
+            };
+            let device = keys.device().clone();
+            let from = Tensor::from_slice(&device, &from, [from.len()])?;
+            let to = Tensor::from_slice(&device, &to, [to.len()])?;
+            for pair in layers.iter_mut() {
+                for tensor in pair.iter_mut() {
+                    let copied = ops::embedding(tensor, &from)?;
+                    ops::scatter_rows(tensor, &to, &copied)?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -188,7 +222,7 @@ impl KvPool {
                 kv_heads,
                 block_size,
                 blocks,
-                free: (0..blocks).rev().collect(),
+                book: Blocks::new(blocks),
             })),
             seq_capacity,
         })
@@ -205,9 +239,33 @@ impl KvPool {
         }
     }
 
-    /// Blocks no sequence holds.
+    /// A new sequence that holds the blocks of this pool already computed for the start of
+    /// `prompt` (offered by [`KvCache::share`]): whole blocks only, and short of `prompt`'s last
+    /// id, whose logits the next pass must compute. Its [`KvCache::len`] is how many ids of
+    /// `prompt` it holds; the pass runs the ids after them. A block that matches `prompt` only
+    /// in part is not taken: its ids run again.
+    pub fn sequence_sharing(&self, prompt: &[u32]) -> Result<KvCache> {
+        let mut pool = self.lock()?;
+        let bs = pool.block_size;
+        let max_blocks = prompt.len().saturating_sub(1) / bs;
+        let table = pool.book.lookup(prompt, bs, max_blocks);
+        for &b in &table {
+            pool.book.hold(b);
+        }
+        drop(pool);
+        let len = table.len() * bs;
+        Ok(KvCache {
+            pool: self.clone(),
+            table,
+            len,
+            decode: None,
+        })
+    }
+
+    /// Blocks a sequence can take: those no sequence holds (free, or kept for prompts that
+    /// begin alike, which are evicted when the pool needs them).
     pub fn free_blocks(&self) -> Result<usize> {
-        Ok(self.lock()?.free.len())
+        Ok(self.lock()?.book.available())
     }
 
     /// Blocks in the pool.
@@ -278,16 +336,37 @@ impl KvCache {
         let block_size = self.pool.block_size()?;
         let kept = len.div_ceil(block_size);
         let mut pool = self.pool.lock()?;
-        pool.free.extend(self.table.drain(kept..));
+        for b in self.table.drain(kept..) {
+            pool.book.release(b);
+        }
         self.len = len;
+        Ok(())
+    }
+
+    /// Offers this sequence's full blocks to the sequences made later by
+    /// [`KvPool::sequence_sharing`]: `ids` are the ids it holds from position 0 (those past
+    /// [`KvCache::len`] are ignored). Its blocks stay its own to read; they are kept for others
+    /// after it ends, until the pool needs them.
+    pub fn share(&self, ids: &[u32]) -> Result<()> {
+        let mut pool = self.pool.lock()?;
+        let bs = pool.block_size;
+        let ids = &ids[..ids.len().min(self.len)];
+        pool.book.publish(&self.table, ids, bs);
         Ok(())
     }
 
     fn release(&mut self) {
         if let Ok(mut pool) = self.pool.lock() {
-            pool.free.append(&mut self.table);
+            for b in self.table.drain(..) {
+                pool.book.release(b);
+            }
         }
         self.table.clear();
+    }
+
+    /// The block the next token is written into when it is a block already held, part full.
+    fn partial_block(&self, block_size: usize) -> Option<usize> {
+        (!self.len.is_multiple_of(block_size)).then(|| self.len / block_size)
     }
 
     /// Fails with [`Error::CacheFull`] unless `tokens` more fit this sequence.
@@ -302,11 +381,45 @@ impl KvCache {
         Ok(())
     }
 
-    /// Blocks needed beyond those held for `tokens` more.
-    fn blocks_needed(&self, block_size: usize, tokens: usize) -> usize {
+    /// Blocks needed beyond those held for `tokens` more: one more when the part-full block
+    /// written first is another sequence's too (it is copied).
+    fn blocks_needed(&self, book: &Blocks, block_size: usize, tokens: usize) -> usize {
+        let copy = self
+            .partial_block(block_size)
+            .filter(|&i| tokens > 0 && book.held_by_others(self.table[i]));
         (self.len + tokens)
             .div_ceil(block_size)
             .saturating_sub(self.table.len())
+            + usize::from(copy.is_some())
+    }
+
+    /// Before `tokens` more are written: a part-full block they go into that another sequence
+    /// holds is replaced by a copy of its own (from `fresh`), and one that is only indexed is
+    /// taken out of the index.
+    fn own_partial_block(&mut self, pool: &mut PoolMemory, tokens: usize) -> Result<()> {
+        let bs = pool.block_size;
+        let Some(i) = self.partial_block(bs).filter(|_| tokens > 0) else {
+            return Ok(());
+        };
+        let old = self.table[i];
+        if !pool.book.shared(old) {
+            return Ok(());
+        }
+        if !pool.book.held_by_others(old) {
+            pool.book.forget(old);
+            return Ok(());
+        }
+        let Some(new) = pool.book.take() else {
+            return Err(Error::CacheBlocksExhausted {
+                block_size: bs,
+                free: 0,
+                needed: 1,
+            });
+        };
+        pool.copy_block(old, new)?;
+        pool.book.release(old);
+        self.table[i] = new;
+        Ok(())
     }
 
     /// Decoder layers the pool holds.
@@ -391,23 +504,32 @@ pub(crate) fn reserve(caches: &mut [(usize, &mut KvCache)]) -> Result<()> {
         let needed: usize = caches
             .iter()
             .filter(|(_, c)| c.shares_pool(cache))
-            .map(|(t, c)| c.blocks_needed(pool.block_size, *t))
+            .map(|(t, c)| c.blocks_needed(&pool.book, pool.block_size, *t))
             .sum();
-        if needed > pool.free.len() {
+        let free = pool.book.available();
+        if needed > free {
             return Err(Error::CacheBlocksExhausted {
                 block_size: pool.block_size,
-                free: pool.free.len(),
+                free,
                 needed,
             });
         }
     }
     for (t, cache) in caches.iter_mut() {
-        let mut pool = cache.pool.lock()?;
-        let needed = cache.blocks_needed(pool.block_size, *t);
-        let at = pool.free.len() - needed;
-        let taken: Vec<usize> = pool.free.drain(at..).rev().collect();
-        drop(pool);
-        cache.table.extend(taken);
+        let pool = cache.pool.clone();
+        let mut pool = pool.lock()?;
+        cache.own_partial_block(&mut pool, *t)?;
+        let grow = (cache.len + *t)
+            .div_ceil(pool.block_size)
+            .saturating_sub(cache.table.len());
+        for _ in 0..grow {
+            let b = pool.book.take().ok_or(Error::CacheBlocksExhausted {
+                block_size: pool.block_size,
+                free: 0,
+                needed: grow,
+            })?;
+            cache.table.push(b);
+        }
     }
     Ok(())
 }
@@ -488,3 +610,6 @@ impl CachePlan {
         attend((keys, values), (&self.read_rows[rank], self.len))
     }
 }
+
+#[cfg(test)]
+mod tests;

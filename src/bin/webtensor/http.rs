@@ -48,6 +48,9 @@ pub enum Status {
     InternalError,
     /// 503: every worker (or every sequence of the model) is busy.
     Unavailable,
+    /// 499 (nginx's): the client hung up before its answer. Never sent; it marks such a
+    /// request in the log and `/metrics`.
+    ClientClosed,
 }
 
 impl Status {
@@ -66,6 +69,7 @@ impl Status {
             Status::PayloadTooLarge => "413 Payload Too Large",
             Status::InternalError => "500 Internal Server Error",
             Status::Unavailable => "503 Service Unavailable",
+            Status::ClientClosed => "499 Client Closed Request",
         }
     }
 

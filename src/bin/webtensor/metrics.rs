@@ -46,6 +46,12 @@ const FIRST_TOKEN_BOUNDS: [f64; 14] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 ];
 
+/// Upper bounds (seconds) of the queue-wait buckets: most requests find a place at once (the
+/// first bucket), a burst waits for the ones ahead of it.
+const QUEUE_WAIT_BOUNDS: [f64; 15] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+
 /// Upper bounds (tokens per second of one request) of the decode-speed buckets.
 const DECODE_RATE_BOUNDS: [f64; 12] = [
     1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0,
@@ -95,6 +101,12 @@ impl Record {
     /// The answer's status is (about to be) written.
     pub fn answered(&mut self, status: Status) {
         self.status = Some(status);
+    }
+
+    /// The client hung up before its answer: the request is counted and logged as 499 (the
+    /// code nginx uses for this; it is never sent).
+    pub fn client_left(&mut self) {
+        self.status = Some(Status::ClientClosed);
     }
 
     /// One more token arrived from the engine.
@@ -251,6 +263,9 @@ struct Counts {
     prompt_tokens: u64,
     generated_tokens: u64,
     first_token: Histogram,
+    /// How long each completion waited in line for a sequence (those whose clients left the
+    /// line included).
+    queue_wait: Histogram,
     /// Decode speed per request as a histogram, not a gauge: a gauge of the last request
     /// loses every other request between two scrapes, and a mean since start cannot be
     /// narrowed to a window; buckets let Prometheus take quantiles
@@ -272,6 +287,7 @@ impl Metrics {
                 prompt_tokens: 0,
                 generated_tokens: 0,
                 first_token: Histogram::new(&FIRST_TOKEN_BOUNDS),
+                queue_wait: Histogram::new(&QUEUE_WAIT_BOUNDS),
                 decode_rate: Histogram::new(&DECODE_RATE_BOUNDS),
             }),
         }
@@ -298,6 +314,9 @@ impl Metrics {
             counts.generated_tokens += record.generated_tokens as u64;
             if let Some(t) = record.first_token() {
                 counts.first_token.observe(t.as_secs_f64());
+            }
+            if let Some(t) = record.queue_wait {
+                counts.queue_wait.observe(t.as_secs_f64());
             }
             if let Some(rate) = record.decode_rate() {
                 counts.decode_rate.observe(rate);
@@ -400,8 +419,16 @@ impl Metrics {
             &mut out,
             "webtensor_prompt_tokens_total",
             "counter",
-            "Prompt tokens the model ran.",
+            "Prompt tokens of the requests run (with those served from shared blocks).",
             counts.prompt_tokens,
+        );
+        single(
+            &mut out,
+            "webtensor_prompt_tokens_reused_total",
+            "counter",
+            "Prompt tokens whose keys and values came from cache blocks computed for an earlier \
+             request with the same start (not run again).",
+            load.prompt_tokens_reused,
         );
         single(
             &mut out,
@@ -414,6 +441,11 @@ impl Metrics {
             &mut out,
             "webtensor_time_to_first_token_seconds",
             "Time from taking a request's connection to its first generated token.",
+        );
+        counts.queue_wait.render(
+            &mut out,
+            "webtensor_queue_wait_seconds",
+            "Time each completion waited in line for a sequence (--max-sequences).",
         );
         counts.decode_rate.render(
             &mut out,
@@ -471,6 +503,7 @@ mod tests {
             queue_capacity: 8,
             kv_blocks_used: 5,
             kv_blocks_total: 16,
+            prompt_tokens_reused: 7,
         };
         let text = Metrics::new().render(Some(&load));
         for line in [
@@ -480,6 +513,7 @@ mod tests {
             "webtensor_queue_capacity 8",
             "webtensor_kv_blocks_used 5",
             "webtensor_kv_blocks_total 16",
+            "webtensor_prompt_tokens_reused_total 7",
             "# TYPE webtensor_kv_blocks_used gauge",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in {text}");

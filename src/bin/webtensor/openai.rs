@@ -20,7 +20,7 @@ use webtensor::Error;
 use super::http::{Request, Status};
 use super::metrics::Record;
 use super::params::{self, ApiError, Params, StopCut};
-use super::scheduler::{Event, Finish, Job, Load, Scheduler};
+use super::scheduler::{Event, Finish, Job, Load, Scheduler, CLIENT_CHECK};
 use super::sse::{self, Events};
 
 /// The model being served and the scheduler that runs its requests.
@@ -87,12 +87,16 @@ impl Api {
     }
 
     /// Answers one API request (its path starts with `/v1/`) with its body already read.
+    /// `gone` says whether the client has hung up: a completion whose client leaves while it
+    /// waits in line, or while its whole (not streamed) answer is generated, is dropped
+    /// unanswered (a streamed one ends when writing to it fails).
     pub fn handle(
         &self,
         request: &Request,
         body: &[u8],
         out: &mut impl Write,
         record: &mut Record,
+        gone: &dyn Fn() -> bool,
     ) -> io::Result<()> {
         let route = match (request.method, request.path.as_str()) {
             ("GET", "/v1/models") => return send(out, record, Status::Ok, &self.models()),
@@ -117,7 +121,7 @@ impl Api {
             Ok(job) => job,
             Err(e) => return refuse(out, record, &e),
         };
-        self.complete(route, job, out, record)
+        self.complete(route, job, (out, gone), record)
     }
 
     /// `/v1/models`: the one model served.
@@ -177,12 +181,17 @@ impl Api {
         &self,
         route: Kind,
         (params, ids): (Params, Vec<u32>),
-        out: &mut impl Write,
+        (out, gone): (&mut impl Write, &dyn Fn() -> bool),
         record: &mut Record,
     ) -> io::Result<()> {
         let asked = Instant::now();
-        let ticket = match self.scheduler.admit() {
-            Ok(ticket) => ticket,
+        let ticket = match self.scheduler.admit(gone) {
+            Ok(Some(ticket)) => ticket,
+            Ok(None) => {
+                record.queue_wait = Some(asked.elapsed());
+                record.client_left();
+                return Ok(());
+            }
             Err(busy) => {
                 let e = ApiError {
                     status: Status::Unavailable,
@@ -222,10 +231,15 @@ impl Api {
         if params.stream {
             answer.stream(&receive, &mut cut, params.include_usage, out, record)
         } else {
-            match collect(&receive, &mut cut, record) {
-                Ok((text, finish)) => {
+            match collect(&receive, &mut cut, record, gone) {
+                Ok(Some((text, finish))) => {
                     let whole = answer.whole(&text, finish, record.generated_tokens());
                     send(out, record, Status::Ok, &whole)
+                }
+                // Dropping the receiver ends the sequence at the engine's next step.
+                Ok(None) => {
+                    record.client_left();
+                    Ok(())
                 }
                 Err(message) => refuse(out, record, &error(Status::InternalError, &message)),
             }
@@ -265,14 +279,14 @@ enum Piece {
     Last(String, Finish),
 }
 
-/// Receives the next event and applies the stop strings; counts tokens and their times in
+/// Applies the stop strings to the engine's next event; counts tokens and their times in
 /// `record`.
 fn next_piece(
-    receive: &mpsc::Receiver<Event>,
+    event: Result<Event, mpsc::RecvError>,
     cut: &mut StopCut,
     record: &mut Record,
 ) -> Result<Piece, String> {
-    match receive.recv() {
+    match event {
         Ok(Event::Token(text)) => {
             record.token();
             Ok(match cut.push(&text) {
@@ -296,17 +310,31 @@ fn next_piece(
     }
 }
 
-/// The whole completion: its text and why it ended (its tokens counted in `record`).
+/// The whole completion: its text and why it ended (its tokens counted in `record`), or
+/// `None` as soon as `gone` (asked every [`CLIENT_CHECK`]) says the client hung up.
 fn collect(
     receive: &mpsc::Receiver<Event>,
     cut: &mut StopCut,
     record: &mut Record,
-) -> Result<(String, Finish), String> {
+    gone: &dyn Fn() -> bool,
+) -> Result<Option<(String, Finish)>, String> {
     let mut text = String::new();
+    let mut checked = Instant::now();
     loop {
-        match next_piece(receive, cut, record)? {
+        if checked.elapsed() >= CLIENT_CHECK {
+            if gone() {
+                return Ok(None);
+            }
+            checked = Instant::now();
+        }
+        let event = match receive.recv_timeout(CLIENT_CHECK) {
+            Ok(event) => Ok(event),
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(mpsc::RecvError),
+        };
+        match next_piece(event, cut, record)? {
             Piece::More(piece) => text += &piece,
-            Piece::Last(piece, finish) => return Ok((text + &piece, finish)),
+            Piece::Last(piece, finish) => return Ok(Some((text + &piece, finish))),
         }
     }
 }
@@ -403,7 +431,7 @@ impl Answer<'_> {
             events.send(&self.chunk(None, None, true))?;
         }
         loop {
-            match next_piece(receive, cut, record) {
+            match next_piece(receive.recv(), cut, record) {
                 Ok(Piece::More(piece)) => {
                     if !piece.is_empty() {
                         events.send(&self.chunk(Some(&piece), None, false))?;

@@ -12,14 +12,23 @@
 //! many full contexts, so no admitted request can run out of cache blocks. A request beyond
 //! that waits in a line of at most `queue` requests, admitted in the order they came as places
 //! free up; a request that finds the line full is refused at once ([`Busy`]) for the HTTP
-//! layer to answer 503.
+//! layer to answer 503, and one whose client hangs up while it waits leaves the line unrun.
 //!
-//! [`Scheduler::load`] reports the places taken, the line and the pool's blocks for `/health`
-//! and `/metrics`. A finished sequence gives its blocks back before its request hears that it
-//! is done, like its place.
+//! Requests share the pool's blocks of the prompts they begin alike with: a prompt's full
+//! blocks are offered once its pass has run ([`KvCache::share`]), and a later prompt that
+//! begins with the same ids starts from them ([`KvPool::sequence_sharing`]), so only the rest
+//! of it runs (a block shared in part runs again). Blocks no request holds stay cached until
+//! the pool needs them, so sharing never refuses a request.
+//!
+//! [`Scheduler::load`] reports the places taken, the line, the pool's blocks and the prompt
+//! tokens served from shared blocks for `/health` and `/metrics`. A finished sequence gives
+//! its blocks back before its request hears that it is done, like its place.
 
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use webtensor::model::generate::is_stop;
 use webtensor::model::{
@@ -29,6 +38,10 @@ use webtensor::{ops, Error, Tensor};
 
 /// Tokens per block of the paged pool.
 const BLOCK_SIZE: usize = 16;
+
+/// How often a request waiting in line, or for its whole answer, asks whether its client is
+/// still there.
+pub const CLIENT_CHECK: Duration = Duration::from_millis(50);
 
 /// One request for the engine.
 pub struct Job {
@@ -99,6 +112,9 @@ pub struct Load {
     /// Blocks of the pool that sequences hold.
     pub kv_blocks_used: usize,
     pub kv_blocks_total: usize,
+    /// Prompt tokens, since the start, whose keys and values came from blocks computed for an
+    /// earlier request rather than run again.
+    pub prompt_tokens_reused: u64,
 }
 
 /// The handle requests are submitted through; cloning shares the engine.
@@ -108,6 +124,8 @@ pub struct Scheduler {
     admission: Arc<Admission>,
     /// The engine's pool, shared to report its blocks.
     pool: KvPool,
+    /// Prompt tokens the engine took from shared blocks ([`Load::prompt_tokens_reused`]).
+    reused: Arc<AtomicU64>,
 }
 
 /// The places among the in-flight requests, and the line of requests waiting for one.
@@ -126,8 +144,23 @@ struct Line {
     in_flight: usize,
     /// The number the next waiting request takes.
     next: u64,
-    /// The number admitted next: `next - serving` requests are waiting.
+    /// The number admitted next: the numbers from it to `next` wait, but those in `left`.
     serving: u64,
+    /// Numbers past `serving` whose clients hung up while waiting.
+    left: BTreeSet<u64>,
+}
+
+impl Line {
+    fn waiting(&self) -> u64 {
+        self.next - self.serving - self.left.len() as u64
+    }
+
+    /// Moves the head of the line past the requests that left it.
+    fn skip_left(&mut self) {
+        while self.left.remove(&self.serving) {
+            self.serving += 1;
+        }
+    }
 }
 
 impl Admission {
@@ -147,9 +180,9 @@ impl Admission {
     }
 
     /// See [`Scheduler::admit`].
-    fn admit(self: &Arc<Self>) -> Result<Ticket, Busy> {
+    fn admit(self: &Arc<Self>, gone: &dyn Fn() -> bool) -> Result<Option<Ticket>, Busy> {
         let mut line = self.lock();
-        let waiting = line.next - line.serving;
+        let waiting = line.waiting();
         if waiting == 0 && line.in_flight < self.max_sequences {
             line.in_flight += 1;
         } else if waiting >= self.queue as u64 {
@@ -163,17 +196,25 @@ impl Admission {
             while line.serving != mine || line.in_flight >= self.max_sequences {
                 line = self
                     .changed
-                    .wait(line)
-                    .unwrap_or_else(PoisonError::into_inner);
+                    .wait_timeout(line, CLIENT_CHECK)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+                if gone() {
+                    line.left.insert(mine);
+                    line.skip_left();
+                    self.changed.notify_all();
+                    return Ok(None);
+                }
             }
             line.serving += 1;
+            line.skip_left();
             line.in_flight += 1;
             // The next in line may find a place too.
             self.changed.notify_all();
         }
-        Ok(Ticket {
+        Ok(Some(Ticket {
             admission: self.clone(),
-        })
+        }))
     }
 }
 
@@ -208,10 +249,11 @@ impl Scheduler {
         };
         let pool = llama.new_pool(layout)?;
         let (submit, jobs) = mpsc::channel();
-        let engine_pool = pool.clone();
+        let reused = Arc::new(AtomicU64::new(0));
+        let (engine_pool, engine_reused) = (pool.clone(), reused.clone());
         std::thread::Builder::new()
             .name("engine".into())
-            .spawn(move || engine(&llama, &engine_pool, &jobs))
+            .spawn(move || engine(&llama, &engine_pool, &jobs, &engine_reused))
             .map_err(|e| Error::Tool {
                 part: "serve",
                 message: format!("the engine thread did not start: {e}"),
@@ -220,6 +262,7 @@ impl Scheduler {
             submit,
             admission: Admission::new(max_sequences, queue),
             pool,
+            reused,
         })
     }
 
@@ -234,9 +277,11 @@ impl Scheduler {
     }
 
     /// Takes a place for a request, waiting in line (behind the requests that came before it)
-    /// while `max_sequences` are in flight; [`Busy`] when `queue` requests wait already.
-    pub fn admit(&self) -> Result<Ticket, Busy> {
-        self.admission.admit()
+    /// while `max_sequences` are in flight; [`Busy`] when `queue` requests wait already, and
+    /// `None` when `gone` (asked every [`CLIENT_CHECK`] while it waits) says its client hung up:
+    /// it left the line.
+    pub fn admit(&self, gone: &dyn Fn() -> bool) -> Result<Option<Ticket>, Busy> {
+        self.admission.admit(gone)
     }
 
     /// The places taken, the line and the pool's blocks now; an error only when the pool's
@@ -244,7 +289,7 @@ impl Scheduler {
     pub fn load(&self) -> Result<Load, Error> {
         let (active_sequences, queue_depth) = {
             let line = self.admission.lock();
-            (line.in_flight, (line.next - line.serving) as usize)
+            (line.in_flight, line.waiting() as usize)
         };
         let kv_blocks_total = self.pool.total_blocks()?;
         Ok(Load {
@@ -254,6 +299,7 @@ impl Scheduler {
             queue_capacity: self.admission.queue,
             kv_blocks_used: kv_blocks_total.saturating_sub(self.pool.free_blocks()?),
             kv_blocks_total,
+            prompt_tokens_reused: self.reused.load(Ordering::Relaxed),
         })
     }
 
@@ -269,8 +315,12 @@ impl Scheduler {
 /// One request in the batch.
 struct Running<'t> {
     cache: KvCache,
-    /// Tokens the next step runs: the prompt, then the last token drawn.
+    /// Tokens the next step runs: the prompt (past the ids shared blocks hold), then the last
+    /// token drawn.
     pending: Vec<u32>,
+    /// The whole prompt until its pass has run, then empty: its blocks are offered to later
+    /// requests then.
+    prompt: Vec<u32>,
     sampler: Sampler,
     decoder: StreamDecoder<'t>,
     generated: usize,
@@ -281,7 +331,7 @@ struct Running<'t> {
 }
 
 /// The engine loop: waits for work when idle, otherwise admits what arrived and runs a step.
-fn engine(llama: &Llama, pool: &KvPool, jobs: &Receiver<Job>) {
+fn engine(llama: &Llama, pool: &KvPool, jobs: &Receiver<Job>, reused: &AtomicU64) {
     let Some(tokenizer) = llama.tokenizer.as_ref() else {
         return;
     };
@@ -299,12 +349,15 @@ fn engine(llama: &Llama, pool: &KvPool, jobs: &Receiver<Job>) {
                 Err(TryRecvError::Disconnected) => return,
             }
         };
-        if let Some(job) = arrived {
-            running.push(start(job, pool, tokenizer));
-            // Take everything else that is waiting into the same step.
-            while let Ok(job) = jobs.try_recv() {
-                running.push(start(job, pool, tokenizer));
-            }
+        // Take everything that is waiting into the same step.
+        for job in arrived
+            .into_iter()
+            .chain(std::iter::from_fn(|| jobs.try_recv().ok()))
+        {
+            running.extend(start(job, pool, tokenizer, reused));
+        }
+        if running.is_empty() {
+            continue;
         }
         if let Err(e) = step(llama, tokenizer, &mut running) {
             for r in running.drain(..) {
@@ -314,17 +367,33 @@ fn engine(llama: &Llama, pool: &KvPool, jobs: &Receiver<Job>) {
     }
 }
 
-fn start<'t>(job: Job, pool: &KvPool, tokenizer: &'t Tokenizer) -> Running<'t> {
-    Running {
-        cache: pool.sequence(),
-        pending: job.ids,
+/// A request's sequence, holding the shared blocks its prompt begins with; `None` (and the
+/// request told) when the pool cannot be read.
+fn start<'t>(
+    job: Job,
+    pool: &KvPool,
+    tokenizer: &'t Tokenizer,
+    reused: &AtomicU64,
+) -> Option<Running<'t>> {
+    let cache = match pool.sequence_sharing(&job.ids) {
+        Ok(cache) => cache,
+        Err(e) => {
+            let _ = job.events.send(Event::Failed(e.to_string()));
+            return None;
+        }
+    };
+    reused.fetch_add(cache.len() as u64, Ordering::Relaxed);
+    Some(Running {
+        pending: job.ids[cache.len()..].to_vec(),
+        cache,
+        prompt: job.ids,
         sampler: Sampler::new(job.sampling),
         decoder: tokenizer.stream(),
         generated: 0,
         max_tokens: job.max_tokens,
         events: job.events,
         ticket: Some(job.ticket),
-    }
+    })
 }
 
 /// Each sequence's next token from its row of `last` (`[sequences, vocab]`), drawn on the
@@ -379,6 +448,12 @@ fn step(llama: &Llama, tokenizer: &Tokenizer, running: &mut Vec<Running>) -> Res
     log::debug!("step: {} sequences, {end} rows", batch.len());
     let logits = llama.forward_batch(&mut batch)?;
     drop(batch);
+    for r in running.iter_mut() {
+        let prompt = std::mem::take(&mut r.prompt);
+        if !prompt.is_empty() {
+            r.cache.share(&prompt)?;
+        }
+    }
     let n = last_rows.len();
     let rows = Tensor::from_vec(logits.device(), last_rows, [n])?;
     let ids = draw(&ops::embedding(&logits, &rows)?, running)?;
@@ -433,14 +508,14 @@ mod tests {
     #[test]
     fn the_line_is_served_in_order() {
         let admission = Admission::new(1, 2);
-        let first = admission.admit().unwrap();
+        let first = admission.admit(&|| false).unwrap().unwrap();
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut waiting = Vec::new();
         for name in ["second", "third"] {
             let (line, order) = (admission.clone(), order.clone());
             let before = admission.lock().next;
             waiting.push(std::thread::spawn(move || {
-                let ticket = line.admit().unwrap();
+                let ticket = line.admit(&|| false).unwrap().unwrap();
                 order.lock().unwrap().push(name);
                 drop(ticket);
             }));
@@ -449,7 +524,7 @@ mod tests {
                 std::thread::yield_now();
             }
         }
-        let busy = admission.admit().err().unwrap();
+        let busy = admission.admit(&|| false).err().unwrap();
         assert_eq!((busy.max_sequences, busy.queue), (1, 2));
         assert!(order.lock().unwrap().is_empty());
         drop(first);
@@ -458,5 +533,39 @@ mod tests {
         }
         assert_eq!(*order.lock().unwrap(), ["second", "third"]);
         assert_eq!(admission.lock().in_flight, 0);
+    }
+
+    /// A request whose client hangs up while it waits leaves the line: it is never admitted,
+    /// and the one behind it takes the place that frees up.
+    #[test]
+    fn a_request_whose_client_leaves_is_not_admitted() {
+        use std::sync::atomic::AtomicBool;
+        let admission = Admission::new(1, 2);
+        let first = admission.admit(&|| false).unwrap().unwrap();
+        let hung_up = Arc::new(AtomicBool::new(false));
+        let waiter = |gone: Arc<AtomicBool>| {
+            let line = admission.clone();
+            let before = admission.lock().next;
+            let thread = std::thread::spawn(move || {
+                line.admit(&|| gone.load(Ordering::Relaxed))
+                    .unwrap()
+                    .is_some()
+            });
+            while admission.lock().next == before {
+                std::thread::yield_now();
+            }
+            thread
+        };
+        let leaving = waiter(hung_up.clone());
+        let staying = waiter(Arc::new(AtomicBool::new(false)));
+        assert_eq!(admission.lock().waiting(), 2);
+        hung_up.store(true, Ordering::Relaxed);
+        assert!(!leaving.join().unwrap(), "admitted after its client left");
+        assert_eq!(admission.lock().waiting(), 1);
+        drop(first);
+        assert!(staying.join().unwrap());
+        let line = admission.lock();
+        assert_eq!((line.in_flight, line.waiting()), (0, 0));
+        assert!(line.left.is_empty());
     }
 }

@@ -274,7 +274,28 @@ fn answer_api(
     } else {
         Vec::new()
     };
-    api.handle(request, &body, stream, record)
+    // A second handle on the socket to look at while the first answers (without one, the
+    // client cannot be seen to leave).
+    let peer = stream.try_clone().ok();
+    let gone = || peer.as_ref().is_some_and(hung_up);
+    api.handle(request, &body, stream, record, &gone)
+}
+
+/// Whether the client has closed its side of the connection (or reset it), without waiting
+/// and without consuming what it sent: a read of end of file, or an error, when peeked. A
+/// client that shuts down only its sending side and still waits for the answer reads as gone
+/// too (HTTP clients do not do that; nginx's 499 treats it the same).
+fn hung_up(stream: &TcpStream) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let mut byte = [0u8];
+    let gone = match stream.peek(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::Interrupted,
+    };
+    gone | stream.set_nonblocking(false).is_err()
 }
 
 /// The bytes of `file`, checked on the opened handle to be a regular file (a FIFO swapped in
