@@ -76,6 +76,10 @@ pub struct ModelBenchRow {
     /// Whether the decode replayed a step recorded at its first one
     /// ([`crate::model::KvCache::decode_is_replayed`]) rather than ran its ops.
     pub decode_replayed: bool,
+    /// The most memory the process held resident from this backend's model load to its last
+    /// sample, in bytes (Linux's `VmHWM`, restarted before the load; the file's mapped pages
+    /// it touched included); `None` where the system does not say.
+    pub peak_rss_bytes: Option<u64>,
     /// A peer timed on the same file between our samples, if one was asked for.
     pub peer: Option<PeerSamples>,
     /// GPU time per kernel of the last sample's decode, where the backend measures it (the
@@ -232,6 +236,8 @@ pub fn run(
         progress(&format!("{kind}: ceilings"));
         let ceilings = ceilings::measure(&backend, Size::Small)?;
         let device = Device::builder().priority(vec![kind]).build()?;
+        // This backend's peak alone: not the reference's pass nor the ceilings' buffers.
+        let peak_measured = crate::memory::reset_peak_resident();
         let mut model = Llama::load(&device, open()?)?;
         model.set_activations(activations);
         progress(&format!("{kind}: prompt"));
@@ -266,6 +272,7 @@ pub fn run(
             host_samples: Vec::new(),
             host_only,
             decode_replayed: false,
+            peak_rss_bytes: None,
             peer: None,
             decode_profile: None,
             profile_note: None,
@@ -319,6 +326,7 @@ pub fn run(
                 row.frac_read = ceilings.read_gb_per_s.map(|read| gb / read);
             }
         }
+        row.peak_rss_bytes = crate::memory::peak_resident().filter(|_| peak_measured);
         rows.push(row);
     }
     Ok(rows)
@@ -439,11 +447,25 @@ pub(crate) fn max_difference(a: &[f32], b: &[f32]) -> f64 {
 pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
     let opt = |v: Option<f64>, p: usize| v.map_or("-".into(), |v| format!("{v:.p$}"));
     let paths: Vec<&str> = rows.iter().map(|r| r.activations.as_str()).collect();
-    let line = |c: [&str; 14]| {
+    let line = |c: [&str; 15]| {
         format!(
             "{:<10} {:>6} {:>20} {:>6} {:>20} {:>12} {:>7} {:>7} {:>12} {:>10} {:>6} {:>11} \
-             {:>12}  {}\n",
-            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], c[13]
+             {:>12} {:>9}  {}\n",
+            c[0],
+            c[1],
+            c[2],
+            c[3],
+            c[4],
+            c[5],
+            c[6],
+            c[7],
+            c[8],
+            c[9],
+            c[10],
+            c[11],
+            c[12],
+            c[13],
+            c[14]
         )
     };
     let mut out = format!("{model} ({})\n", paths.first().copied().unwrap_or(""));
@@ -461,6 +483,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
         "replay",
         "host ms/tok",
         "host µs/disp",
+        "peak RSS",
         "check",
     ]);
     for r in rows {
@@ -489,6 +512,8 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
             if r.decode_replayed { "yes" } else { "no" },
             &opt(r.host_ms_per_token, 3),
             &opt(r.host_us_per_dispatch, 2),
+            &r.peak_rss_bytes
+                .map_or("-".into(), |b| format!("{:.0} MB", b as f64 / 1e6)),
             &check,
         ]);
         if let Some(peer) = &r.peer {
@@ -510,6 +535,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
                 "",
                 "",
                 "",
+                "",
                 &peer.name,
             ]);
             out += &line([
@@ -518,6 +544,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
                 &ratio(&r.prompt_samples, &peer.prompt_samples),
                 "",
                 &ratio(&r.decode_samples, &peer.decode_samples),
+                "",
                 "",
                 "",
                 "",
