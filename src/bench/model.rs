@@ -177,10 +177,23 @@ pub struct PeerSamples {
     pub prompt_samples: Vec<f64>,
     /// Decode tokens per second, one per sample.
     pub decode_samples: Vec<f64>,
+    /// The most memory a sample's process held resident (its whole process: the
+    /// interpreter and its libraries included), over the samples; `None` where not measured.
+    pub peak_rss_bytes: Option<u64>,
 }
 
-/// One timed sample of a peer: `(name, prompt tokens/s, decode tokens/s)`.
-pub type PeerSample = (String, f64, f64);
+/// One timed sample of a peer.
+#[derive(Clone, Debug)]
+pub struct PeerSample {
+    /// The peer and its version.
+    pub name: String,
+    /// Prompt tokens per second.
+    pub prompt_tokens_per_s: f64,
+    /// Decode tokens per second.
+    pub decode_tokens_per_s: f64,
+    /// The sample's process's peak resident memory, where it says.
+    pub peak_rss_bytes: Option<u64>,
+}
 
 /// Bytes of the matrices a decode step reads: every stored tensor but an untied embedding.
 fn weight_bytes(files: &ModelFiles) -> u64 {
@@ -299,11 +312,12 @@ pub fn run(
                     row.decode_profile = Some(DecodeProfile::new(profile, decode_tokens, wall_s));
                 }
                 if let Some(peer) = peer {
-                    let (name, p, d) = peer(prompt_tokens, decode_tokens)?;
+                    let sample = peer(prompt_tokens, decode_tokens)?;
                     let samples = row.peer.get_or_insert_with(PeerSamples::default);
-                    samples.name = name;
-                    samples.prompt_samples.push(p);
-                    samples.decode_samples.push(d);
+                    samples.name = sample.name;
+                    samples.prompt_samples.push(sample.prompt_tokens_per_s);
+                    samples.decode_samples.push(sample.decode_tokens_per_s);
+                    samples.peak_rss_bytes = samples.peak_rss_bytes.max(sample.peak_rss_bytes);
                 }
             }
             let profiler = backend.info().profiler;
@@ -446,6 +460,7 @@ pub(crate) fn max_difference(a: &[f32], b: &[f32]) -> f64 {
 /// each row's peer and the ratio of the medians (webtensor / peer, above 1 is faster).
 pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
     let opt = |v: Option<f64>, p: usize| v.map_or("-".into(), |v| format!("{v:.p$}"));
+    let megabytes = |b: Option<u64>| b.map_or("-".into(), |b| format!("{:.0} MB", b as f64 / 1e6));
     let paths: Vec<&str> = rows.iter().map(|r| r.activations.as_str()).collect();
     let line = |c: [&str; 15]| {
         format!(
@@ -512,8 +527,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
             if r.decode_replayed { "yes" } else { "no" },
             &opt(r.host_ms_per_token, 3),
             &opt(r.host_us_per_dispatch, 2),
-            &r.peak_rss_bytes
-                .map_or("-".into(), |b| format!("{:.0} MB", b as f64 / 1e6)),
+            &megabytes(r.peak_rss_bytes),
             &check,
         ]);
         if let Some(peer) = &r.peer {
@@ -535,7 +549,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
                 "",
                 "",
                 "",
-                "",
+                &megabytes(peer.peak_rss_bytes),
                 &peer.name,
             ]);
             out += &line([
@@ -552,8 +566,11 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
                 "",
                 "",
                 "",
-                "",
-                "webtensor / peer, medians",
+                &match (r.peak_rss_bytes, peer.peak_rss_bytes) {
+                    (Some(a), Some(b)) if b > 0 => format!("{:.2}×", a as f64 / b as f64),
+                    _ => "-".into(),
+                },
+                "webtensor / peer: medians; peak RSS, below 1 is less",
             ]);
         }
         if let Some(profile) = &r.decode_profile {
