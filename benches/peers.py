@@ -287,7 +287,7 @@ def llama_cpp_peer(gguf_path, webtensor, backends, prompt_tokens, decode_tokens,
 def llama_cpp_sample(gguf_path, prompt_tokens, decode_tokens, threads):
     """One timed llama.cpp sample for `webtensor bench --model PATH --peers`: the prompt of
     webtensor's bench (ids (i·7919 + 1) mod vocab) in one pass, then greedy decode one token
-    at a time. Prints one JSON object (tokens/s, or an error) on stdout."""
+    at a time. Prints one JSON object (tokens/s and the peak RSS, or an error) on stdout."""
     try:
         import llama_cpp
     except ImportError as e:
@@ -311,7 +311,20 @@ def llama_cpp_sample(gguf_path, prompt_tokens, decode_tokens, threads):
     decode = decode_tokens / (time.perf_counter() - t)
     print(json.dumps({"peer": f"llama.cpp (llama-cpp-python {llama_cpp.__version__})",
                       "threads": threads, "prompt_tokens_per_s": prefill,
-                      "decode_tokens_per_s": decode}))
+                      "decode_tokens_per_s": decode, "peak_rss_bytes": peak_rss()}))
+
+
+def peak_rss():
+    """The process's peak resident bytes (VmHWM: interpreter, numpy and llama.cpp included),
+    or None where /proc/self/status does not say."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def main():

@@ -107,7 +107,7 @@ fn llama_cpp_quantizer_mixes_read_as_gguf_py_reads_them() {
                 want["type"],
                 "{name}: {tensor}'s type"
             );
-            let on_host = raw.to_f32(bytes);
+            let on_host = raw.to_f32(bytes.bytes());
             let on_cpu: Vec<f32> = raw
                 .to_device(&cpu, bytes)
                 .and_then(|t| match t.dtype() {

@@ -8,7 +8,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::backend::{BackendRef, HostData, Storage};
+use crate::backend::{BackendRef, HostBytes, HostData, Storage};
 use crate::device::Device;
 /// Re-exported here, where they were defined before they got modules of their own, so
 /// `webtensor::tensor::{DType, Shape}` keep working.
@@ -58,7 +58,7 @@ macro_rules! byte_element {
         impl Element for $t {
             const DTYPE: DType = $dtype;
             fn into_host(data: Vec<Self>) -> HostData {
-                HostData::Bytes($dtype, bytemuck::cast_slice(&data).to_vec())
+                HostData::Bytes($dtype, bytemuck::cast_slice(&data).to_vec().into())
             }
             fn from_host(data: HostData) -> Option<Vec<Self>> {
                 match data {
@@ -166,18 +166,19 @@ impl Tensor {
     }
 
     /// A tensor of a packed dtype (`f16`, `i8`, a block format) from its raw bytes, laid out
-    /// exactly as GGUF stores them; a GGUF tensor's bytes can be passed as they are.
+    /// exactly as GGUF stores them; a GGUF tensor's bytes can be passed as they are, owned or
+    /// borrowed from the mapped file ([`HostBytes::borrowed`]: host backends then keep no copy).
     ///
     /// Fails with [`Error::DataLength`] when the byte count does not fit the shape, and with
     /// [`Error::ShapeMismatch`] when the last dimension is not a whole number of blocks.
     pub fn from_bytes(
         device: &Device,
         dtype: DType,
-        bytes: Vec<u8>,
+        bytes: impl Into<HostBytes>,
         shape: impl Into<Shape>,
     ) -> Result<Tensor> {
         let shape = shape.into();
-        let host = host_from_bytes(dtype, bytes, &shape)?;
+        let host = host_from_bytes(dtype, bytes.into(), &shape)?;
         let backend = device.primary().clone();
         let storage = backend.upload(host)?;
         let bound = None;
@@ -195,14 +196,14 @@ impl Tensor {
     /// backend can, into one allocation, each at an offset it binds on its own, so that a
     /// kernel can also read them as one (`Backend::upload_group`: a layer's gate and up
     /// weights, which the wgpu backend multiplies in one dispatch).
-    pub fn from_bytes_group(
+    pub fn from_bytes_group<B: Into<HostBytes>>(
         device: &Device,
-        parts: Vec<(DType, Vec<u8>, Shape)>,
+        parts: Vec<(DType, B, Shape)>,
     ) -> Result<Vec<Tensor>> {
         let mut hosts = Vec::with_capacity(parts.len());
         let mut shapes = Vec::with_capacity(parts.len());
         for (dtype, bytes, shape) in parts {
-            hosts.push(host_from_bytes(dtype, bytes, &shape)?);
+            hosts.push(host_from_bytes(dtype, bytes.into(), &shape)?);
             shapes.push((dtype, shape));
         }
         let backend = device.primary().clone();
@@ -553,7 +554,7 @@ fn same_instance(a: &BackendRef, b: &BackendRef) -> bool {
 
 /// `bytes` as the host data of a tensor of `dtype` and `shape`: fails with
 /// [`Error::DataLength`] when the byte count does not fit the shape.
-fn host_from_bytes(dtype: DType, bytes: Vec<u8>, shape: &Shape) -> Result<HostData> {
+fn host_from_bytes(dtype: DType, bytes: HostBytes, shape: &Shape) -> Result<HostData> {
     let units = expect_storage_len("from_bytes", dtype, shape)?;
     let expected = units * dtype.unit_bytes();
     if bytes.len() != expected {
@@ -590,7 +591,7 @@ fn host_bytes(host: HostData) -> Vec<u8> {
     match host {
         HostData::F32(v) => bytemuck::cast_slice(&v).to_vec(),
         HostData::U32(v) => bytemuck::cast_slice(&v).to_vec(),
-        HostData::Bytes(_, b) => b,
+        HostData::Bytes(_, b) => b.into_vec(),
     }
 }
 

@@ -58,7 +58,7 @@ fn grouped_weights(
 /// allocates a layer's key and value pools: on wgpu's GPU shapes views of one buffer.
 fn grouped_pools(d: &Device, data: [&[f32]; 2], shape: [usize; 2]) -> [Tensor; 2] {
     let part = |v: &[f32]| {
-        let bytes = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
         (DType::F32, bytes, Shape::from(shape))
     };
     Tensor::from_bytes_group(d, data.map(part).to_vec())

@@ -319,7 +319,7 @@ fn execute<K: HostKernels>(k: &K, spec: &OpSpec, inputs: &[&Storage]) -> Result<
             ))
         }
         OpSpec::Quantize { format, cols, .. } => {
-            HostData::Bytes(*format, k.quantize(*format, input.f32(0)?, *cols))
+            HostData::Bytes(*format, k.quantize(*format, input.f32(0)?, *cols).into())
         }
         OpSpec::Dequantize { format, cols, .. } => {
             HostData::F32(k.dequantize(*format, input.bytes(0, *format)?, *cols))
@@ -396,7 +396,7 @@ fn execute<K: HostKernels>(k: &K, spec: &OpSpec, inputs: &[&Storage]) -> Result<
         } => {
             let x: &[i8] = bytemuck::cast_slice(input.bytes(1, DType::I8)?);
             let dots = k.ternary_dot(input.bytes(0, *format)?, x, *format, *m, *n, *depth);
-            HostData::Bytes(DType::I32, bytemuck::cast_slice(&dots).to_vec())
+            HostData::Bytes(DType::I32, bytemuck::cast_slice(&dots).to_vec().into())
         }
         OpSpec::NormLinear(l) => {
             let a = normed(k, &input, 2, l)?;
@@ -596,7 +596,7 @@ mod tests {
                 .iter()
                 .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
                 .collect();
-            HostData::Bytes(DType::F16, b)
+            HostData::Bytes(DType::F16, b.into())
         };
         let spec = OpSpec::QMatmul {
             format: DType::F16,

@@ -13,6 +13,7 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod host;
+mod host_bytes;
 /// The GPU kernels' shared constants: not in the threaded wasm build, which has no GPU backend.
 #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
 pub(crate) mod kernel_consts;
@@ -30,6 +31,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 pub use capture::CapturedStep;
+pub use host_bytes::{HostBytes, SharedBytes};
 pub use kind::BackendKind;
 pub use spec::{
     Activations, AttentionSpec, BinaryOp, LinearSpec, MatmulSpec, OpKind, OpSpec, PreNorm,
@@ -67,8 +69,9 @@ pub enum HostData {
     F32(Vec<f32>),
     /// u32 elements.
     U32(Vec<u32>),
-    /// Raw little-endian bytes of any other dtype: i32, f16, i8 and the block formats.
-    Bytes(DType, Vec<u8>),
+    /// Raw little-endian bytes of any other dtype: i32, f16, i8 and the block formats; owned,
+    /// or borrowed from a mapped model file.
+    Bytes(DType, HostBytes),
 }
 
 impl HostData {
@@ -96,7 +99,7 @@ impl HostData {
         match dtype {
             DType::F32 => HostData::F32(Vec::new()),
             DType::U32 => HostData::U32(Vec::new()),
-            d => HostData::Bytes(d, Vec::new()),
+            d => HostData::Bytes(d, Vec::new().into()),
         }
     }
 
@@ -114,7 +117,7 @@ impl HostData {
         match self {
             HostData::F32(v) => bytemuck::cast_slice_mut(v),
             HostData::U32(v) => bytemuck::cast_slice_mut(v),
-            HostData::Bytes(_, b) => b,
+            HostData::Bytes(_, b) => b.to_mut(),
         }
     }
 
@@ -123,7 +126,9 @@ impl HostData {
         match self {
             HostData::F32(v) => HostData::F32(v[..units].to_vec()),
             HostData::U32(v) => HostData::U32(v[..units].to_vec()),
-            HostData::Bytes(d, b) => HostData::Bytes(*d, b[..units * d.unit_bytes()].to_vec()),
+            HostData::Bytes(d, b) => {
+                HostData::Bytes(*d, b[..units * d.unit_bytes()].to_vec().into())
+            }
         }
     }
 
@@ -418,7 +423,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
         let data = match old.dtype() {
             DType::F32 => HostData::F32(bytemuck::pod_collect_to_vec(&bytes)),
             DType::U32 => HostData::U32(bytemuck::pod_collect_to_vec(&bytes)),
-            d => HostData::Bytes(d, bytes),
+            d => HostData::Bytes(d, bytes.into()),
         };
         *target = self.upload(data)?;
         Ok(())

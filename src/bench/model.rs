@@ -76,6 +76,10 @@ pub struct ModelBenchRow {
     /// Whether the decode replayed a step recorded at its first one
     /// ([`crate::model::KvCache::decode_is_replayed`]) rather than ran its ops.
     pub decode_replayed: bool,
+    /// The most memory the process held resident from this backend's model load to its last
+    /// sample, in bytes (Linux's `VmHWM`, restarted before the load; the file's mapped pages
+    /// it touched included); `None` where the system does not say.
+    pub peak_rss_bytes: Option<u64>,
     /// A peer timed on the same file between our samples, if one was asked for.
     pub peer: Option<PeerSamples>,
     /// GPU time per kernel of the last sample's decode, where the backend measures it (the
@@ -173,10 +177,23 @@ pub struct PeerSamples {
     pub prompt_samples: Vec<f64>,
     /// Decode tokens per second, one per sample.
     pub decode_samples: Vec<f64>,
+    /// The most memory a sample's process held resident (its whole process: the
+    /// interpreter and its libraries included), over the samples; `None` where not measured.
+    pub peak_rss_bytes: Option<u64>,
 }
 
-/// One timed sample of a peer: `(name, prompt tokens/s, decode tokens/s)`.
-pub type PeerSample = (String, f64, f64);
+/// One timed sample of a peer.
+#[derive(Clone, Debug)]
+pub struct PeerSample {
+    /// The peer and its version.
+    pub name: String,
+    /// Prompt tokens per second.
+    pub prompt_tokens_per_s: f64,
+    /// Decode tokens per second.
+    pub decode_tokens_per_s: f64,
+    /// The sample's process's peak resident memory, where it says.
+    pub peak_rss_bytes: Option<u64>,
+}
 
 /// Bytes of the matrices a decode step reads: every stored tensor but an untied embedding.
 fn weight_bytes(files: &ModelFiles) -> u64 {
@@ -232,6 +249,8 @@ pub fn run(
         progress(&format!("{kind}: ceilings"));
         let ceilings = ceilings::measure(&backend, Size::Small)?;
         let device = Device::builder().priority(vec![kind]).build()?;
+        // This backend's peak alone: not the reference's pass nor the ceilings' buffers.
+        let peak_measured = crate::memory::reset_peak_resident();
         let mut model = Llama::load(&device, open()?)?;
         model.set_activations(activations);
         progress(&format!("{kind}: prompt"));
@@ -266,6 +285,7 @@ pub fn run(
             host_samples: Vec::new(),
             host_only,
             decode_replayed: false,
+            peak_rss_bytes: None,
             peer: None,
             decode_profile: None,
             profile_note: None,
@@ -292,11 +312,12 @@ pub fn run(
                     row.decode_profile = Some(DecodeProfile::new(profile, decode_tokens, wall_s));
                 }
                 if let Some(peer) = peer {
-                    let (name, p, d) = peer(prompt_tokens, decode_tokens)?;
+                    let sample = peer(prompt_tokens, decode_tokens)?;
                     let samples = row.peer.get_or_insert_with(PeerSamples::default);
-                    samples.name = name;
-                    samples.prompt_samples.push(p);
-                    samples.decode_samples.push(d);
+                    samples.name = sample.name;
+                    samples.prompt_samples.push(sample.prompt_tokens_per_s);
+                    samples.decode_samples.push(sample.decode_tokens_per_s);
+                    samples.peak_rss_bytes = samples.peak_rss_bytes.max(sample.peak_rss_bytes);
                 }
             }
             let profiler = backend.info().profiler;
@@ -319,6 +340,7 @@ pub fn run(
                 row.frac_read = ceilings.read_gb_per_s.map(|read| gb / read);
             }
         }
+        row.peak_rss_bytes = crate::memory::peak_resident().filter(|_| peak_measured);
         rows.push(row);
     }
     Ok(rows)
@@ -438,12 +460,27 @@ pub(crate) fn max_difference(a: &[f32], b: &[f32]) -> f64 {
 /// each row's peer and the ratio of the medians (webtensor / peer, above 1 is faster).
 pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
     let opt = |v: Option<f64>, p: usize| v.map_or("-".into(), |v| format!("{v:.p$}"));
+    let megabytes = |b: Option<u64>| b.map_or("-".into(), |b| format!("{:.0} MB", b as f64 / 1e6));
     let paths: Vec<&str> = rows.iter().map(|r| r.activations.as_str()).collect();
-    let line = |c: [&str; 14]| {
+    let line = |c: [&str; 15]| {
         format!(
             "{:<10} {:>6} {:>20} {:>6} {:>20} {:>12} {:>7} {:>7} {:>12} {:>10} {:>6} {:>11} \
-             {:>12}  {}\n",
-            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], c[13]
+             {:>12} {:>9}  {}\n",
+            c[0],
+            c[1],
+            c[2],
+            c[3],
+            c[4],
+            c[5],
+            c[6],
+            c[7],
+            c[8],
+            c[9],
+            c[10],
+            c[11],
+            c[12],
+            c[13],
+            c[14]
         )
     };
     let mut out = format!("{model} ({})\n", paths.first().copied().unwrap_or(""));
@@ -461,6 +498,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
         "replay",
         "host ms/tok",
         "host µs/disp",
+        "peak RSS",
         "check",
     ]);
     for r in rows {
@@ -489,6 +527,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
             if r.decode_replayed { "yes" } else { "no" },
             &opt(r.host_ms_per_token, 3),
             &opt(r.host_us_per_dispatch, 2),
+            &megabytes(r.peak_rss_bytes),
             &check,
         ]);
         if let Some(peer) = &r.peer {
@@ -510,6 +549,7 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
                 "",
                 "",
                 "",
+                &megabytes(peer.peak_rss_bytes),
                 &peer.name,
             ]);
             out += &line([
@@ -526,7 +566,11 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
                 "",
                 "",
                 "",
-                "webtensor / peer, medians",
+                &match (r.peak_rss_bytes, peer.peak_rss_bytes) {
+                    (Some(a), Some(b)) if b > 0 => format!("{:.2}×", a as f64 / b as f64),
+                    _ => "-".into(),
+                },
+                "webtensor / peer: medians; peak RSS, below 1 is less",
             ]);
         }
         if let Some(profile) = &r.decode_profile {

@@ -1,18 +1,21 @@
 //! Opening model files: a Hugging Face folder (`config.json`, `model.safetensors` or shards
 //! listed in `model.safetensors.index.json`, `tokenizer.json`) or a single GGUF file. Files
 //! are memory-mapped on native targets, so weights go from the page cache to the device
-//! without a second full copy in memory.
+//! without a second full copy in memory; on the host backends they stay in the map (their
+//! storages borrow it, [`SharedBytes`]), and the file is held once.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 #[cfg(not(target_arch = "wasm32"))]
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::chat::ChatTemplate;
 use super::gguf;
 use super::safetensors;
 use super::weights::RawTensor;
 use super::{LlamaConfig, Tokenizer};
-use crate::backend::RopeLayout;
+use crate::backend::{RopeLayout, SharedBytes};
 use crate::error::{Error, Result};
 
 /// The bytes of one file: memory-mapped natively, owned otherwise.
@@ -49,6 +52,44 @@ impl FileBytes {
     }
 }
 
+impl SharedBytes for FileBytes {
+    fn bytes(&self) -> &[u8] {
+        FileBytes::bytes(self)
+    }
+
+    /// Drops the map's resident pages wholly inside `range` (`MADV_DONTNEED`: the map is
+    /// read-only, so a later read faults in the file's same bytes again); owned bytes stay.
+    fn release(&self, range: Range<usize>) {
+        #[cfg(unix)]
+        if let FileBytes::Mapped(m) = self {
+            let page = page_size();
+            let base = m.as_ptr() as usize;
+            let start = (base + range.start).next_multiple_of(page) - base;
+            let end = ((base + range.end.min(m.len())) / page * page).saturating_sub(base);
+            if start < end {
+                // SAFETY: `DontNeed` on a shared read-only file map only drops pages that the
+                // next access reads back from the file unchanged; nothing was written.
+                let advice = memmap2::UncheckedAdvice::DontNeed;
+                // A failed hint leaves the pages resident: nothing to report.
+                let _ = unsafe { m.unchecked_advise_range(advice, start, end - start) };
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = range;
+    }
+}
+
+/// The size of a memory page.
+#[cfg(unix)]
+fn page_size() -> usize {
+    // SAFETY: `sysconf` only reads a system constant.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size)
+        .ok()
+        .filter(|&s| s > 0)
+        .unwrap_or(4096)
+}
+
 /// Where each tensor is: which file and which bytes.
 pub struct ModelFiles {
     /// The model's hyper-parameters.
@@ -57,8 +98,8 @@ pub struct ModelFiles {
     pub tokenizer: Option<Tokenizer>,
     /// Tensor names as in the files, with the index of their file.
     pub tensors: BTreeMap<String, (usize, RawTensor)>,
-    /// The files' contents.
-    pub files: Vec<FileBytes>,
+    /// The files' contents, shared with the storages that borrow them.
+    pub files: Vec<Arc<FileBytes>>,
     /// Names of the files, for errors.
     pub names: Vec<String>,
     /// `true` for GGUF (its weight names and its q/k row order).
@@ -92,7 +133,7 @@ impl ModelFiles {
             config,
             tokenizer,
             tensors: g.tensors.into_iter().map(|(k, t)| (k, (0, t))).collect(),
-            files: vec![bytes],
+            files: vec![Arc::new(bytes)],
             names: vec![name.to_string()],
             is_gguf: true,
         })
@@ -127,7 +168,7 @@ impl ModelFiles {
                     ));
                 }
             }
-            files.push(bytes);
+            files.push(Arc::new(bytes));
             names.push(name);
         }
         check_layer_count(&config, tensors.len(), &names)?;
@@ -224,14 +265,14 @@ impl ModelFiles {
     }
 
     /// A tensor by name and the bytes of its file, or an error naming what is missing.
-    pub fn get(&self, name: &str) -> Result<(&RawTensor, &[u8])> {
+    pub fn get(&self, name: &str) -> Result<(&RawTensor, &Arc<FileBytes>)> {
         let (file, t) = self.tensors.get(name).ok_or_else(|| {
             Error::model_file(
                 self.names.join(", "),
                 format!("the tensor `{name}` is missing"),
             )
         })?;
-        Ok((t, self.files[*file].bytes()))
+        Ok((t, &self.files[*file]))
     }
 }
 
@@ -469,5 +510,80 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("picked") && e.contains("no config.json"), "{e}");
+    }
+
+    /// Resident bytes of this process's map that starts at `addr` (`Rss` in smaps).
+    #[cfg(target_os = "linux")]
+    fn mapped_rss(addr: usize) -> usize {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut lines = smaps.lines();
+        let start = format!("{addr:x}-");
+        lines
+            .by_ref()
+            .find(|l| l.starts_with(&start))
+            .expect("the map is listed");
+        let rss = lines.find(|l| l.starts_with("Rss:")).unwrap();
+        let kb: usize = rss.split_whitespace().nth(1).unwrap().parse().unwrap();
+        kb * 1024
+    }
+
+    /// A `Q4_0` weight borrowed from a mapped file: the cpu backend's product equals the
+    /// reference's; where it repacks, the weight's pages leave the process's memory (the
+    /// copy replaces them), and the weight still downloads and dequantizes as the file's
+    /// bytes.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_mapped_weight_leaves_memory_once_repacked_and_reads_back_unchanged() {
+        use super::super::weights::StoredDType;
+        use crate::backend::{cpu::CpuBackend, Activations};
+        use crate::dtype::DType;
+        use crate::{ops, Device, Tensor};
+
+        let (n, k) = (96, 2048);
+        let values: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * (1.0 + (i % 7) as f32))
+            .collect();
+        let mut w = vec![0u8; n * DType::Q4_0.row_bytes(k)];
+        crate::quant::quantize(DType::Q4_0, &values, &mut w);
+        let path = std::env::temp_dir().join(format!("webtensor-map-{}.bin", std::process::id()));
+        std::fs::write(&path, &w).unwrap();
+        let file = Arc::new(FileBytes::map(&path).unwrap());
+        std::fs::remove_file(&path).unwrap();
+        let raw = RawTensor {
+            dtype: StoredDType::Packed(DType::Q4_0),
+            shape: vec![n, k],
+            range: 0..w.len(),
+        };
+        let base = file.bytes().as_ptr() as usize;
+        assert_eq!(file.bytes(), &w[..]);
+        assert!(
+            mapped_rss(base) >= w.len() / 4096 * 4096,
+            "read, so resident"
+        );
+
+        let acts: Vec<f32> = (0..3 * k).map(|i| (i % 11) as f32 / 5.0 - 1.0).collect();
+        let product = |device: &Device| {
+            let weight = raw.to_device(device, &file).unwrap();
+            let a = Tensor::from_vec(device, acts.clone(), [3, k]).unwrap();
+            let out = ops::qmatmul_t(&a, &weight, Activations::Q8_0).unwrap();
+            (weight, out.to_vec::<f32>().unwrap())
+        };
+        let (_, want) = product(&Device::reference());
+        let (weight, got) = product(&Device::cpu());
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-3 * w.abs().max(1.0), "{g} vs {w}");
+        }
+        if CpuBackend::new().repacks_weights() {
+            assert!(
+                mapped_rss(base) < 2 * 4096,
+                "released: {}",
+                mapped_rss(base)
+            );
+        }
+        assert_eq!(weight.to_bytes().unwrap(), w);
+        let mut plain = vec![0f32; n * k];
+        crate::quant::dequantize(DType::Q4_0, &w, &mut plain);
+        let dequantized = ops::dequantize(&weight).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(dequantized, plain);
     }
 }

@@ -21,7 +21,7 @@ use super::loader::{check_fits, name, named, Layer, Loader};
 use super::parallel::{shard_failed, Collective, CollectiveStats, HostCollective, Shard, TpConfig};
 use super::sampler::Sampler;
 use super::{LlamaConfig, Tokenizer};
-use crate::backend::RopeLayout;
+use crate::backend::{RopeLayout, SharedBytes};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ops;
@@ -205,10 +205,12 @@ impl Llama {
         let (embed_raw, embed_bytes) = loader.fetch(&embed_name, &[c.vocab_size, c.hidden_size])?;
         let embed = Tensor::from_vec(
             device,
-            embed_raw.to_f32(embed_bytes),
+            embed_raw.to_f32(embed_bytes.bytes()),
             [c.vocab_size, c.hidden_size],
         )
         .map_err(named(&embed_name))?;
+        // Its stored bytes are read again only as a tied output head: out of memory till then.
+        embed_bytes.release(embed_raw.range.clone());
         let embed_scale = c
             .architecture
             .scales_embedding()

@@ -7,9 +7,10 @@
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::ops::Range;
+use std::sync::Arc;
 
 use super::arch::QkNorm;
-use super::files::ModelFiles;
+use super::files::{FileBytes, ModelFiles};
 use super::parallel::Shard;
 use super::weights::{RawTensor, StoredDType};
 use crate::device::Device;
@@ -73,8 +74,8 @@ impl<'a> Loader<'a> {
         }
     }
 
-    /// A tensor with the shape the config needs, or an error naming it.
-    pub fn fetch(&self, n: &str, shape: &[usize]) -> Result<(&'a RawTensor, &'a [u8])> {
+    /// A tensor with the shape the config needs and its file, or an error naming it.
+    pub fn fetch(&self, n: &str, shape: &[usize]) -> Result<(&'a RawTensor, &'a Arc<FileBytes>)> {
         let (t, bytes) = self.files.get(n)?;
         if t.shape != shape {
             return Err(Error::model_file(
@@ -110,20 +111,24 @@ impl<'a> Loader<'a> {
             return self.vector(n, len);
         }
         let (t, bytes) = self.fetch(&n, &[len])?;
-        let values = t.to_f32(bytes).into_iter().map(|w| 1.0 + w).collect();
+        let values = t
+            .to_f32(bytes.bytes())
+            .into_iter()
+            .map(|w| 1.0 + w)
+            .collect();
         Tensor::from_vec(self.device, values, [len]).map_err(named(&n))
     }
 
     pub fn vector(&self, n: String, len: usize) -> Result<Tensor> {
         let (t, bytes) = self.fetch(&n, &[len])?;
-        Tensor::from_vec(self.device, t.to_f32(bytes), [len]).map_err(named(&n))
+        Tensor::from_vec(self.device, t.to_f32(bytes.bytes()), [len]).map_err(named(&n))
     }
 
     /// This rank's part of a vector split like the rows of its matrix.
     fn vector_part(&self, n: String, len: usize) -> Result<Tensor> {
         let (t, bytes) = self.fetch(&n, &[len])?;
         let part = self.shard.range(len);
-        let values = t.to_f32(bytes)[part.clone()].to_vec();
+        let values = t.to_f32(bytes.bytes())[part.clone()].to_vec();
         Tensor::from_vec(self.device, values, [part.len()]).map_err(named(&n))
     }
 
@@ -163,7 +168,7 @@ impl<'a> Loader<'a> {
             part.start / unit_cols * unit_bytes,
             part.end / unit_cols * unit_bytes,
         );
-        let data = &bytes[t.range.clone()];
+        let data = &bytes.bytes()[t.range.clone()];
         let mut out = Vec::with_capacity(rows * (to - from));
         for row in data.chunks_exact(row_bytes.max(1)) {
             out.extend_from_slice(&row[from..to]);
@@ -173,7 +178,8 @@ impl<'a> Loader<'a> {
             shape: vec![rows, part.len()],
             range: 0..out.len(),
         };
-        raw.to_device(self.device, &out).map_err(named(&n))
+        raw.to_device(self.device, &Arc::new(FileBytes::Owned(out)))
+            .map_err(named(&n))
     }
 
     /// A fused matrix `[Σ rows, cols]` split into consecutive row blocks of `rows`; of each
@@ -215,11 +221,11 @@ impl<'a> Loader<'a> {
         let parts = raw
             .iter()
             .zip(matrices)
-            .map(|((t, bytes), (_, shape))| {
-                let (dtype, data) = t.device_bytes(bytes);
-                (dtype, data, Shape::from(shape.to_vec()))
+            .map(|((t, bytes), (n, shape))| {
+                let (dtype, data) = t.device_bytes(bytes).map_err(named(n))?;
+                Ok((dtype, data, Shape::from(shape.to_vec())))
             })
-            .collect();
+            .collect::<Result<_>>()?;
         let names: Vec<&str> = matrices.iter().map(|(n, _)| n.as_str()).collect();
         Tensor::from_bytes_group(self.device, parts).map_err(named(&names.join(", ")))
     }

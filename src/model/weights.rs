@@ -1,7 +1,10 @@
 //! Tensors as stored in a model file, before they are placed on a device.
 
 use std::ops::Range;
+use std::sync::Arc;
 
+use super::files::FileBytes;
+use crate::backend::{HostBytes, SharedBytes};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -54,26 +57,36 @@ pub struct RawTensor {
 }
 
 impl RawTensor {
-    /// Uploads the tensor from the file's `bytes` to `device`: f32, f16 and block formats as
-    /// they are, bf16 widened to f32.
-    pub fn to_device(&self, device: &Device, bytes: &[u8]) -> Result<Tensor> {
-        let (dtype, data) = self.device_bytes(bytes);
+    /// Uploads the tensor from its `file` to `device`: f32, f16 and block formats as they
+    /// are, bf16 widened to f32.
+    pub fn to_device(&self, device: &Device, file: &Arc<FileBytes>) -> Result<Tensor> {
+        let (dtype, data) = self.device_bytes(file)?;
         Tensor::from_bytes(device, dtype, data, self.shape.as_slice())
     }
 
-    /// The dtype and bytes the tensor takes on a device: f32, f16 and block formats as they
-    /// are, bf16 widened to f32.
-    pub(crate) fn device_bytes(&self, bytes: &[u8]) -> (DType, Vec<u8>) {
-        let data = &bytes[self.range.clone()];
-        match self.dtype {
-            StoredDType::F32 => (DType::F32, data.to_vec()),
-            StoredDType::F16 => (DType::F16, data.to_vec()),
-            StoredDType::BF16 => (
+    /// The dtype and bytes the tensor takes on a device: f16 and block formats borrowed from
+    /// the file as they are (a host backend keeps no copy of them), f32 copied (host f32
+    /// data is a vector of floats), bf16 widened to f32; the file's pages of a copied tensor
+    /// are released ([`SharedBytes::release`]), as the copy replaces them.
+    pub(crate) fn device_bytes(&self, file: &Arc<FileBytes>) -> Result<(DType, HostBytes)> {
+        let copied = |dtype, bytes: Vec<u8>| {
+            file.release(self.range.clone());
+            (dtype, bytes.into())
+        };
+        Ok(match self.dtype {
+            StoredDType::F32 => copied(DType::F32, file.bytes()[self.range.clone()].to_vec()),
+            StoredDType::BF16 => copied(
                 DType::F32,
-                bytemuck::cast_slice(&self.to_f32(bytes)).to_vec(),
+                bytemuck::cast_slice(&self.to_f32(file.bytes())).to_vec(),
             ),
-            StoredDType::Packed(d) => (d, data.to_vec()),
-        }
+            StoredDType::F16 => (DType::F16, self.borrowed(file)?),
+            StoredDType::Packed(d) => (d, self.borrowed(file)?),
+        })
+    }
+
+    /// The tensor's bytes, borrowed from its file.
+    fn borrowed(&self, file: &Arc<FileBytes>) -> Result<HostBytes> {
+        HostBytes::borrowed(file.clone(), self.range.clone())
     }
 
     fn dequantized(&self, format: DType, data: &[u8]) -> Vec<f32> {

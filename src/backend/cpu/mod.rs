@@ -82,6 +82,12 @@ impl CpuBackend {
     pub fn simd(&self) -> SimdLevel {
         self.simd
     }
+
+    /// Whether `Q4_0`/`Q8_0` products with `Q8_0` activations run on interleaved copies of
+    /// the weights (which then replace the weights' mapped pages in memory).
+    pub fn repacks_weights(&self) -> bool {
+        repack::supported(self.simd)
+    }
 }
 
 fn cpu_model() -> String {
@@ -129,7 +135,9 @@ impl HostKernels for CpuBackend {
         match x {
             HostData::F32(v) => HostData::F32(parallel_copy(&v[..len])),
             HostData::U32(v) => HostData::U32(parallel_copy(&v[..len])),
-            HostData::Bytes(d, b) => HostData::Bytes(*d, parallel_copy(&b[..len * d.unit_bytes()])),
+            HostData::Bytes(d, b) => {
+                HostData::Bytes(*d, parallel_copy(&b[..len * d.unit_bytes()]).into())
+            }
         }
     }
 

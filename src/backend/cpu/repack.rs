@@ -7,9 +7,12 @@
 //! kernel in `int_dot.rs`.
 //!
 //! The repacked copy is made on a weight's first product and kept in [`RepackCache`] while
-//! the weight lives (the weight's own bytes stay as they are: the reference backend and
-//! every other op read them). It runs only where AVX512-VNNI with AVX512VL and F16C are
-//! present; elsewhere the row-major kernels run.
+//! the weight lives. The weight's own bytes stay as they are (the reference backend and every
+//! other op read them), but where they are borrowed from a mapped model file their pages are
+//! released once the copy is made ([`HostBytes::release`](crate::backend::HostBytes)): the
+//! copy replaces them in memory, and a rare read of the original layout faults them back in
+//! from the file. It runs only where AVX512-VNNI with AVX512VL and F16C are present;
+//! elsewhere the row-major kernels run.
 //!
 //! Layout of one group of eight rows, block by block (`blocks` per row): the eight rows' f16
 //! scales (16 bytes), then the values in 32-byte chunks, chunk `t`, lane `j` (4 bytes) holding
@@ -213,6 +216,9 @@ impl RepackCache {
         }
         entries.retain(|_, e| e.weight.strong_count() > 0);
         let repacked = Arc::new(Repacked::new(format, w, n, k));
+        if let HostData::Bytes(_, bytes) = &**weight {
+            bytes.release();
+        }
         entries.insert(
             key,
             Entry {
@@ -293,7 +299,46 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::{HostBytes, SharedBytes};
     use crate::quant;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Bytes that count the releases asked of them.
+    struct Counted(Vec<u8>, AtomicUsize);
+
+    impl SharedBytes for Counted {
+        fn bytes(&self) -> &[u8] {
+            &self.0
+        }
+        fn release(&self, _range: std::ops::Range<usize>) {
+            self.1.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A weight borrowed from a shared buffer is released once, when its repacked copy is
+    /// made (not again on later products), and it still reads as the original bytes.
+    #[test]
+    fn a_borrowed_weight_is_released_once_its_copy_is_made() {
+        let level = SimdLevel::detect();
+        if !supported(level) {
+            eprintln!("skipped: this CPU has no AVX512-VNNI, so the repacked kernels never run");
+            return;
+        }
+        let (n, k) = (9, 64);
+        let values: Vec<f32> = (0..n * k).map(|i| (i % 13) as f32 - 6.0).collect();
+        let mut w = vec![0u8; n * DType::Q4_0.row_bytes(k)];
+        quant::quantize(DType::Q4_0, &values, &mut w);
+        let source = Arc::new(Counted(w.clone(), AtomicUsize::new(0)));
+        let bytes = HostBytes::borrowed(source.clone(), 0..w.len()).unwrap();
+        let weight = Arc::new(HostData::Bytes(DType::Q4_0, bytes));
+        let cache = RepackCache::default();
+        for _ in 0..2 {
+            let rep = cache.get(level, &weight, (DType::Q4_0, weight.bytes()), n, k);
+            assert!(rep.is_some());
+            assert_eq!(source.1.load(Ordering::Relaxed), 1, "released once");
+        }
+        assert_eq!(weight.bytes(), &w[..]);
+    }
 
     /// Every row of a repacked `Q4_0`/`Q8_0` matrix (with a short last group) against plain
     /// integer sums of the original blocks, for one and four activation rows.

@@ -51,7 +51,7 @@ impl EmuBuffer {
         match self.dtype {
             DType::F32 => HostData::F32(bytemuck::pod_collect_to_vec(bytes)),
             DType::U32 => HostData::U32(bytemuck::pod_collect_to_vec(bytes)),
-            d => HostData::Bytes(d, bytes.to_vec()),
+            d => HostData::Bytes(d, bytes.to_vec().into()),
         }
     }
 }
@@ -168,7 +168,7 @@ impl Inputs {
         let x: Vec<f32> = (0..n).map(|_| self.0.random_range(-2.0..2.0)).collect();
         let mut out = vec![0u8; n / format.block_len() * format.block_bytes()];
         crate::quant::quantize(format, &x, &mut out);
-        HostData::Bytes(format, out)
+        HostData::Bytes(format, out.into())
     }
 }
 
@@ -336,7 +336,10 @@ pub(super) fn cases() -> Vec<(OpSpec, Vec<HostData>)> {
             let spec = OpSpec::TernaryDot { format, m: 2, n, k };
             c.push((
                 spec,
-                vec![r.packed(format, n * k), HostData::Bytes(DType::I8, x)],
+                vec![
+                    r.packed(format, n * k),
+                    HostData::Bytes(DType::I8, x.into()),
+                ],
             ));
         }
     }
@@ -483,8 +486,8 @@ fn write_overwrites_the_buffer_in_place() {
     write(&emu, &target, &data).expect("write");
     assert_eq!(target.to_host(), data);
     assert_eq!(emu.ptr(&target), address, "the same memory");
-    let bytes = EmuBuffer::from_host(&HostData::Bytes(DType::I8, vec![0; 5]));
-    let data = HostData::Bytes(DType::I8, vec![1, 2, 3, 4, 5]);
+    let bytes = EmuBuffer::from_host(&HostData::Bytes(DType::I8, vec![0; 5].into()));
+    let data = HostData::Bytes(DType::I8, vec![1, 2, 3, 4, 5].into());
     write(&emu, &bytes, &data).expect("write bytes");
     assert_eq!(bytes.to_host(), data);
     assert!(write(&emu, &target, &HostData::F32(vec![0.0; 6])).is_err());
@@ -543,7 +546,7 @@ fn weight(r: &mut Inputs, format: DType, n: usize, k: usize) -> HostData {
     }
     let mut out = vec![0u8; n * k / format.block_len() * format.block_bytes()];
     crate::quant::quantize(format, w.as_f32().expect("f32"), &mut out);
-    HostData::Bytes(format, out)
+    HostData::Bytes(format, out.into())
 }
 
 /// The largest magnitude of a weight's values.

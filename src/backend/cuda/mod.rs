@@ -440,7 +440,7 @@ impl Backend for CudaBackend {
         Ok(match b.dtype {
             DType::F32 => HostData::F32(bytemuck::pod_collect_to_vec(&bytes)),
             DType::U32 => HostData::U32(bytemuck::pod_collect_to_vec(&bytes)),
-            d => HostData::Bytes(d, bytes),
+            d => HostData::Bytes(d, bytes.into()),
         })
     }
 

@@ -99,7 +99,7 @@ impl Readback {
             match self.dtype {
                 DType::F32 => HostData::F32(words.map(f32::from_le_bytes).collect()),
                 DType::U32 => HostData::U32(words.map(u32::from_le_bytes).collect()),
-                d => HostData::Bytes(d, data.to_vec()),
+                d => HostData::Bytes(d, data.to_vec().into()),
             }
         };
         self.staging.unmap();

@@ -85,7 +85,7 @@ fn cases(variant: Variant) -> Vec<(String, OpSpec, Vec<HostData>)> {
         let w = values(n * k, 2);
         let mut bytes = vec![0u8; n * k / format.block_len() * format.block_bytes()];
         crate::quant::quantize(format, &w, &mut bytes);
-        HostData::Bytes(format, bytes)
+        HostData::Bytes(format, bytes.into())
     };
     let product = |format: DType, activations: Activations, (m, n, k): (usize, usize, usize)| {
         let spec = OpSpec::QMatmul {

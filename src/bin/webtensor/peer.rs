@@ -115,9 +115,10 @@ pub fn llama_cpp(
         .get("peer")
         .and_then(|v| v.as_str())
         .unwrap_or("llama.cpp");
-    Ok((
-        format!("{name}, {threads} threads"),
-        number("prompt_tokens_per_s")?,
-        number("decode_tokens_per_s")?,
-    ))
+    Ok(PeerSample {
+        name: format!("{name}, {threads} threads"),
+        prompt_tokens_per_s: number("prompt_tokens_per_s")?,
+        decode_tokens_per_s: number("decode_tokens_per_s")?,
+        peak_rss_bytes: json.get("peak_rss_bytes").and_then(|v| v.as_u64()),
+    })
 }
