@@ -288,3 +288,61 @@ impl Mix {
         );
     }
 }
+
+/// What a page reads to size a model before its download (web/src/estimate.rs sums the
+/// tensors' byte ranges of `gguf::parse_header`): every llama.cpp mix's header parses from
+/// the bytes before its first tensor alone, each tensor's range holds its values in ggml's
+/// block size of its type (the table below, from ggml's `type_traits`), and the ranges, in
+/// the order llama.cpp wrote them, tile the data section (each padded to the 32-byte
+/// alignment) to the file's end.
+#[test]
+fn llama_cpp_mixes_are_sized_from_their_headers() {
+    // ggml's (block values, block bytes) by type name.
+    let ggml_sizes = |name: &str| match name {
+        "F32" => (1, 4),
+        "Q4_1" => (32, 20),
+        "Q5_0" => (32, 22),
+        "Q5_1" => (32, 24),
+        "IQ4_NL" => (32, 18),
+        "Q2_K" => (256, 84),
+        "Q3_K" => (256, 110),
+        "Q4_K" => (256, 144),
+        "Q5_K" => (256, 176),
+        "Q6_K" => (256, 210),
+        "IQ4_XS" => (256, 136),
+        other => panic!("no ggml size for {other}"),
+    };
+    for mix in llama_cpp_mixes() {
+        let name = &mix.name;
+        let bytes = std::fs::read(&mix.path).unwrap();
+        let whole = webtensor::model::gguf::parse(name, &bytes).unwrap();
+        let first = whole.tensors.values().map(|t| t.range.start).min().unwrap();
+        let header =
+            webtensor::model::gguf::parse_header(name, &bytes[..first], bytes.len()).unwrap();
+        let mut tensors: Vec<_> = header.tensors.iter().collect();
+        tensors.sort_by_key(|(_, t)| t.range.start);
+        let manifest = mix.manifest["tensors"].as_object().unwrap();
+        let mut end = first;
+        for (tensor, t) in tensors {
+            assert_eq!(
+                t.range.start,
+                end.next_multiple_of(32),
+                "{name}: {tensor}'s offset"
+            );
+            let ggml_type = manifest[tensor]["type"].as_str().unwrap();
+            let (values, block) = ggml_sizes(ggml_type);
+            let n: usize = t.shape.iter().product();
+            assert_eq!(
+                t.range.len(),
+                n / values * block,
+                "{name}: {tensor} ({ggml_type}, {n} values)"
+            );
+            end = t.range.end;
+        }
+        assert_eq!(
+            end.next_multiple_of(32),
+            bytes.len(),
+            "{name}: the data's end"
+        );
+    }
+}
