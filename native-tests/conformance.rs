@@ -16,7 +16,9 @@ mod formats;
 mod fused;
 
 use common::{assert_close, reference, rng, tensor, uniform};
-use formats::{kquant_products, llama_cpp_formats_gguf_fixtures, llama_cpp_formats_qmatmul};
+use formats::{
+    kquant_products, legacy_products, llama_cpp_formats_gguf_fixtures, llama_cpp_formats_qmatmul,
+};
 use fused::{
     linear_residual, norm_linear, norm_linear_into, norm_linear_rope, norm_linears_into,
     norm_swiglu_linear, paged_attention, shared_rounding, swiglu_linear,
@@ -1472,6 +1474,7 @@ matrix!(
     llama_cpp_formats_gguf_fixtures,
     llama_cpp_formats_qmatmul,
     kquant_products,
+    legacy_products,
     qmatmul,
     ternary_dot,
     linear_scan,

@@ -323,12 +323,10 @@ fn gguf_models_match_their_hugging_face_original() {
 /// GGUF files that mix llama.cpp's formats as its quantizer does (Q4_K_M: Q4_K with Q6_K
 /// for some matrices; and the 32-value formats), each tensor in its own format (gate and up
 /// in two: no fused gate·up product), the token embedding packed too: the cpu forward equals
-/// the reference's, and the products are named. The wgpu backend runs the super-block mix with
-/// f32 activations (its choice for them), equal to the reference's forward with f32
-/// activations, and refuses the legacy mix, whose formats it has no kernels for, when it
-/// loads.
+/// the reference's, and the products are named. The wgpu backend runs both mixes with f32
+/// activations (its choice for them), equal to the reference's forward with f32 activations.
 #[test]
-fn gguf_models_mixing_llama_cpp_formats_run_on_the_host() {
+fn gguf_models_mixing_llama_cpp_formats_run_on_every_backend() {
     let s = Shape {
         hidden: 256,
         ffn: 256,
@@ -377,21 +375,14 @@ fn gguf_models_mixing_llama_cpp_formats_run_on_the_host() {
         let path_text = model.activation_path();
         assert!(path_text.contains(named), "{tag}: {path_text}");
         if let Some(gpu) = common::wgpu() {
-            match (tag, Llama::load(&gpu, ModelFiles::open(&path).unwrap())) {
-                ("k-quants", Ok(model)) => {
-                    let got: Vec<f32> = model.logits(&TOKENS).unwrap().to_vec().unwrap();
-                    let mut exact =
-                        Llama::load(&reference(), ModelFiles::open(&path).unwrap()).unwrap();
-                    exact.set_activations(webtensor::model::ActivationMode::F32);
-                    let want: Vec<f32> = exact.logits(&TOKENS).unwrap().to_vec().unwrap();
-                    assert_close(&format!("{tag} on wgpu"), &got, &want, TOL);
-                }
-                ("legacy", Err(Error::FormatUnsupported { backend, .. })) => {
-                    assert_eq!(backend.name(), "wgpu")
-                }
-                (_, Err(e)) => panic!("{tag} on wgpu: {e}"),
-                (_, Ok(_)) => panic!("{tag} on wgpu: loaded"),
-            }
+            // wgpu reads every one of these formats with f32 activations.
+            let model = Llama::load(&gpu, ModelFiles::open(&path).unwrap())
+                .unwrap_or_else(|e| panic!("{tag} on wgpu: {e}"));
+            let got: Vec<f32> = model.logits(&TOKENS).unwrap().to_vec().unwrap();
+            let mut exact = Llama::load(&reference(), ModelFiles::open(&path).unwrap()).unwrap();
+            exact.set_activations(webtensor::model::ActivationMode::F32);
+            let want: Vec<f32> = exact.logits(&TOKENS).unwrap().to_vec().unwrap();
+            assert_close(&format!("{tag} on wgpu"), &got, &want, TOL);
         }
     }
 }

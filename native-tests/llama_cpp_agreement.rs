@@ -75,19 +75,19 @@ fn checksum(values: &[f32]) -> u64 {
     })
 }
 
-/// Files written by llama.cpp's own quantizer in its K-quant and IQ4 mixes
+/// Files written by llama.cpp's own quantizer in its K-quant, IQ4 and legacy mixes
 /// (native-tests/fixtures/llama_cpp_kquants, scripts/llama_cpp_kquants.py): each tensor is
 /// read in the format llama.cpp chose for it and dequantizes bit for bit as gguf-py does
 /// (every value, through a checksum). On the cpu and reference backends, the logits with f32
 /// activations equal those of a float64 numpy forward pass over gguf-py's dequantized weights
-/// within the engine's 1e-3, and those with the default integer activations (`Q8_K`) lie
-/// within a thousandth of the rounding's own effect (an RMS distance) from the same numpy pass
-/// with its activations rounded as llama.cpp's `quantize_row_q8_K_ref`. Measured when this
-/// was written: 0.4–1.6e-7 against a rounding effect of 1.06–1.25e-2. Both also lie within
-/// 1.5× of llama.cpp's own distance from the float64 pass from llama.cpp's logits on the file
+/// within the engine's 1e-3, and those with the default integer activations (`Q8_K` for the
+/// super-blocks, `Q8_0` for the 32-value formats) lie within a thousandth of the rounding's
+/// own effect (an RMS distance) from the same numpy pass with its activations rounded so
+/// (`Q8_K` as llama.cpp's `quantize_row_q8_K_ref`). Measured when this was written:
+/// 0.4–1.6e-7 against a rounding effect of 1.06–1.25e-2. Both also lie within 1.5× of
+/// llama.cpp's own distance from the float64 pass from llama.cpp's logits on the file
 /// (measured: 0.8–1.0×). The wgpu backend runs every mix with f32 activations, its choice for
-/// the super-block formats ([`ActivationMode::for_weight_on`]; see
-/// [`wgpu_runs_every_llama_cpp_mix`]).
+/// these formats ([`ActivationMode::for_weight_on`]; see [`wgpu_runs_every_llama_cpp_mix`]).
 #[test]
 fn llama_cpp_quantizer_mixes_read_as_gguf_py_reads_them() {
     for mix in llama_cpp_mixes() {
@@ -126,15 +126,15 @@ fn llama_cpp_quantizer_mixes_read_as_gguf_py_reads_them() {
             );
         }
         let prompt = mix.prompt();
-        let (numpy, numpy_q8_k) = (mix.read("logits.f32"), mix.read("q8_k.logits.f32"));
-        let rounding = rms_difference(&numpy_q8_k, &numpy);
-        assert!(rounding > 1e-4, "{name}: the Q8_K rounding changes nothing");
+        let (numpy, numpy_int) = (mix.read("logits.f32"), mix.read("int.logits.f32"));
+        let rounding = rms_difference(&numpy_int, &numpy);
+        assert!(rounding > 1e-4, "{name}: the int8 rounding changes nothing");
         for dev in [reference(), common::cpu()] {
             let mut model = Llama::load(&dev, ModelFiles::open(path).unwrap()).unwrap();
             let what = format!("{name} on {}", dev.backend_name());
             let integer: Vec<f32> = model.logits(&prompt).unwrap().to_vec().unwrap();
-            let err = rms_difference(&integer, &numpy_q8_k);
-            eprintln!("{what}: Q8_K activations {err:.3e} from numpy's (rounding {rounding:.3e})");
+            let err = rms_difference(&integer, &numpy_int);
+            eprintln!("{what}: int8 activations {err:.3e} from numpy's (rounding {rounding:.3e})");
             assert!(
                 err <= 1e-3 * rounding,
                 "{what}: {err:.3e}, rounding {rounding:.3e}"
@@ -167,8 +167,9 @@ fn greedy_decode(model: &Llama, prompt: &[u32], steps: usize) -> (Vec<f32>, Vec<
 }
 
 /// Every mix of llama.cpp's quantizer (Q4_K_M, Q5_K_M, Q3_K_M, Q2_K, IQ4_XS: the super-block
-/// formats with some `Q6_K` and the odd `Q4_K`/`Q5_K` tensor) on wgpu: in the default integer
-/// mode the wgpu backend takes f32 activations for them (it has no `Q8_K` kernels;
+/// formats with some `Q6_K` and the odd `Q4_K`/`Q5_K` tensor; Q4_1, Q5_0, Q5_1, IQ4_NL: the
+/// legacy formats with a `Q6_K` output) on wgpu: in the default integer mode the wgpu backend
+/// takes f32 activations for them (it has no int8 kernels for these formats;
 /// `activation_path` names each format so), so its logits (a prefill pass, then greedy decode
 /// steps, which run the decode kernels) match the cpu backend's with f32 activations within
 /// the engine tolerance (1e-3 of the largest logit, docs/DESIGN.md), and so do its prompt
@@ -221,7 +222,8 @@ struct Mix {
     manifest: serde_json::Value,
 }
 
-/// Every mix, in name order: Q4_K_M, Q5_K_M, Q3_K_M, Q2_K and IQ4_XS at least.
+/// Every mix, in name order: Q4_K_M, Q5_K_M, Q3_K_M, Q2_K, IQ4_XS, Q4_1, Q5_0, Q5_1 and
+/// IQ4_NL at least.
 fn llama_cpp_mixes() -> Vec<Mix> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/llama_cpp_kquants");
     let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -231,7 +233,7 @@ fn llama_cpp_mixes() -> Vec<Mix> {
         .collect();
     paths.sort();
     assert!(
-        paths.len() >= 5,
+        paths.len() >= 9,
         "{} mixes in {}",
         paths.len(),
         dir.display()
@@ -283,6 +285,64 @@ impl Mix {
             err <= 1.5 * spread,
             "{what}: {err:.3e} from llama.cpp's logits, which are {spread:.3e} from the float64 \
              forward"
+        );
+    }
+}
+
+/// What a page reads to size a model before its download (web/src/estimate.rs sums the
+/// tensors' byte ranges of `gguf::parse_header`): every llama.cpp mix's header parses from
+/// the bytes before its first tensor alone, each tensor's range holds its values in ggml's
+/// block size of its type (the table below, from ggml's `type_traits`), and the ranges, in
+/// the order llama.cpp wrote them, tile the data section (each padded to the 32-byte
+/// alignment) to the file's end.
+#[test]
+fn llama_cpp_mixes_are_sized_from_their_headers() {
+    // ggml's (block values, block bytes) by type name.
+    let ggml_sizes = |name: &str| match name {
+        "F32" => (1, 4),
+        "Q4_1" => (32, 20),
+        "Q5_0" => (32, 22),
+        "Q5_1" => (32, 24),
+        "IQ4_NL" => (32, 18),
+        "Q2_K" => (256, 84),
+        "Q3_K" => (256, 110),
+        "Q4_K" => (256, 144),
+        "Q5_K" => (256, 176),
+        "Q6_K" => (256, 210),
+        "IQ4_XS" => (256, 136),
+        other => panic!("no ggml size for {other}"),
+    };
+    for mix in llama_cpp_mixes() {
+        let name = &mix.name;
+        let bytes = std::fs::read(&mix.path).unwrap();
+        let whole = webtensor::model::gguf::parse(name, &bytes).unwrap();
+        let first = whole.tensors.values().map(|t| t.range.start).min().unwrap();
+        let header =
+            webtensor::model::gguf::parse_header(name, &bytes[..first], bytes.len()).unwrap();
+        let mut tensors: Vec<_> = header.tensors.iter().collect();
+        tensors.sort_by_key(|(_, t)| t.range.start);
+        let manifest = mix.manifest["tensors"].as_object().unwrap();
+        let mut end = first;
+        for (tensor, t) in tensors {
+            assert_eq!(
+                t.range.start,
+                end.next_multiple_of(32),
+                "{name}: {tensor}'s offset"
+            );
+            let ggml_type = manifest[tensor]["type"].as_str().unwrap();
+            let (values, block) = ggml_sizes(ggml_type);
+            let n: usize = t.shape.iter().product();
+            assert_eq!(
+                t.range.len(),
+                n / values * block,
+                "{name}: {tensor} ({ggml_type}, {n} values)"
+            );
+            end = t.range.end;
+        }
+        assert_eq!(
+            end.next_multiple_of(32),
+            bytes.len(),
+            "{name}: the data's end"
         );
     }
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Files written by llama.cpp's own quantizer in its K-quant and IQ4 mixes, and what an
-implementation independent of webtensor says about them, for native-tests/llama_cpp_formats.rs.
+"""Files written by llama.cpp's own quantizer in its K-quant, IQ4 and legacy (Q4_1, Q5_0, Q5_1,
+IQ4_NL) mixes, and what an implementation independent of webtensor says about them, for
+native-tests/llama_cpp_agreement.rs.
 
 1. A tiny random Llama (1 layer, hidden 256, FFN 256, 2 heads, 1 key/value head, vocabulary
    32: every row is whole 256-value super-blocks) written as an F32 GGUF with gguf-py
@@ -15,10 +16,13 @@ implementation independent of webtensor says about them, for native-tests/llama_
    - the logits of PROMPT under a float64 numpy forward pass of the Llama architecture as
      llama.cpp computes it (RMS norm, rope on adjacent pairs of the stored q/k rows, grouped
      attention, SwiGLU) over gguf-py's dequantized weights, as `<file>.logits.f32`; and
-     with the input of every product rounded to llama.cpp's Q8_K first (its
-     quantize_row_q8_K_ref, written here in numpy: per 256 values `s = -127 / max` from the
-     signed largest value, `q = min(127, round_half_even(x * s))`, `d = 1 / s`, in f32), as
-     `<file>.q8_k.logits.f32`.
+     with the input of every product rounded to the integer activations its weight's format
+     takes (webtensor's default, as llama.cpp): for the super-block formats llama.cpp's Q8_K
+     (its quantize_row_q8_K_ref, written here in numpy: per 256 values `s = -127 / max` from
+     the signed largest value, `q = min(127, round_half_even(x * s))`, `d = 1 / s`, in f32),
+     for the 32-value formats Q8_0's rule (per 32 values `d = max|x| / 127`,
+     `q = round_half_away(x * (1 / d))` in f32, `d` kept in f32 as webtensor keeps it), as
+     `<file>.int.logits.f32`.
 
 llama-quantize: llama.cpp's tools/quantize built on the CPU. Its source is the llama-cpp-python
 sdist (vendor/llama.cpp at ggml-org/llama.cpp@0c1e57098); for example, with a CPU-only build:
@@ -66,7 +70,9 @@ from gguf.quants import dequantize
 
 WORK = "target/llama_cpp_kquants"
 OUT = "native-tests/fixtures/llama_cpp_kquants"
-MIXES = ["Q4_K_M", "Q5_K_M", "Q3_K_M", "Q2_K", "IQ4_XS"]
+MIXES = ["Q4_K_M", "Q5_K_M", "Q3_K_M", "Q2_K", "IQ4_XS", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL"]
+# The formats of 32-value blocks, whose products take Q8_0 activations.
+BLOCKS_OF_32 = {T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.IQ4_NL}
 PROMPT = [1, 5, 9, 31, 3, 3, 17, 22, 0]
 
 VOCAB, HIDDEN, FFN, HEADS, KV_HEADS = 32, 256, 256, 2, 1
@@ -163,13 +169,39 @@ def q8_k(x):
     return out
 
 
+def q8_0(x):
+    """Rows of f32 `x` rounded as Q8_0 activations, as float64 `d * q`."""
+    x = x.astype(np.float32)
+    out = np.zeros(x.shape)
+    for r in range(x.shape[0]):
+        for b in range(0, x.shape[1], 32):
+            block = x[r, b:b + 32]
+            d = np.float32(np.max(np.abs(block))) / np.float32(127.0)
+            if d == 0:
+                continue
+            t = (block * (np.float32(1.0) / d)).astype(np.float64)
+            q = np.sign(t) * np.floor(np.abs(t) + 0.5)
+            out[r, b:b + 32] = np.float64(d) * q
+    return out
+
+
+def int_activations(x, qtype):
+    """`x` rounded to the integer activations of a product with `qtype` weights (none for
+    float weights)."""
+    if qtype in BLOCKS_OF_32:
+        return q8_0(x)
+    if qtype in (T.F32, T.F16, T.BF16):
+        return x
+    return q8_k(x)
+
+
 def forward(w, tokens, round_acts=False):
     """The logits of `tokens` in float64; with `round_acts`, every product's input rounded to
-    Q8_K first."""
+    its weight's integer activations first (`int_activations`)."""
     g = {name: v.astype(np.float64) for name, (v, _) in w.items()}
 
     def lin(x, name):
-        return (q8_k(x) if round_acts else x) @ g[name].T
+        return (int_activations(x, w[name][1]) if round_acts else x) @ g[name].T
 
     t = len(tokens)
     x = g["token_embd.weight"][tokens]
@@ -214,12 +246,11 @@ def without_vocabulary_refusal(path, copy):
     w.close()
 
 
-def write_llama_cpp_logits():
-    """llama.cpp's logits of PROMPT on every committed mix, as `<file>.llama_cpp.f32`."""
+def write_llama_cpp_logits(mixes):
+    """llama.cpp's logits of PROMPT on each committed mix of `mixes`, as
+    `<file>.llama_cpp.f32`."""
     from llama_cpp import Llama
-    for name in sorted(os.listdir(OUT)):
-        if not name.endswith(".gguf"):
-            continue
+    for name in [f"tiny.{mix.lower()}.gguf" for mix in mixes]:
         copy = os.path.join(WORK, name + ".with-vocab-type.gguf")
         without_vocabulary_refusal(os.path.join(OUT, name), copy)
         llm = Llama(model_path=copy, logits_all=True, n_threads=1, n_ctx=len(PROMPT) + 16,
@@ -236,15 +267,21 @@ def main():
                     "to quantize in this process: rewrite the mixes")
     ap.add_argument("--llama-cpp-logits", action="store_true",
                     help="write llama.cpp's logits of each committed mix (llama-cpp-python)")
+    ap.add_argument("--mixes", default=",".join(MIXES),
+                    help="the mixes to write, comma-separated (default: all of MIXES)")
     args = ap.parse_args()
+    mixes = args.mixes.split(",")
+    unknown = [m for m in mixes if m not in MIXES]
+    if unknown:
+        ap.error(f"unknown mixes {unknown}; known: {MIXES}")
     if not (args.quantize or args.llama_cpp_logits):
         ap.error("nothing to do: give --quantize, --llama-cpp-logits or both")
     os.makedirs(WORK, exist_ok=True)
     os.makedirs(OUT, exist_ok=True)
     if args.quantize:
-        write_mixes(args.quantize)
+        write_mixes(args.quantize, mixes)
     if args.llama_cpp_logits:
-        write_llama_cpp_logits()
+        write_llama_cpp_logits(mixes)
 
 
 def quantize_mix(quantize, f32, path, mix):
@@ -261,16 +298,17 @@ def quantize_mix(quantize, f32, path, mix):
         raise SystemExit(f"llama_model_quantize failed for {mix}")
 
 
-def write_mixes(quantize):
-    """Steps 1–3: the F32 model, each mix quantized by llama.cpp, and numpy's view of it."""
+def write_mixes(quantize, mixes):
+    """Steps 1–3: the F32 model, each mix of `mixes` quantized by llama.cpp, and numpy's view
+    of it."""
     f32 = os.path.join(WORK, "tiny.f32.gguf")
     write_f32(f32)
-    for mix in MIXES:
+    for mix in mixes:
         path = os.path.join(OUT, f"tiny.{mix.lower()}.gguf")
         quantize_mix(quantize, f32, path, mix)
         w = weights(path)
         forward(w, PROMPT).astype(np.float32).tofile(path + ".logits.f32")
-        forward(w, PROMPT, True).astype(np.float32).tofile(path + ".q8_k.logits.f32")
+        forward(w, PROMPT, True).astype(np.float32).tofile(path + ".int.logits.f32")
         manifest = {
             "mix": mix,
             "prompt": PROMPT,

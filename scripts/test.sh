@@ -30,7 +30,7 @@ done
 
 # The wgpu f16 path for adapters without shader-f16 (lavapipe has it, so force the fallback).
 echo "== wgpu f16 products with WEBTENSOR_WGPU_F16=off (unpack2x16float path)"
-WEBTENSOR_WGPU_F16=off cargo test --test conformance -- wgpu::qmatmul wgpu::kquant_products
+WEBTENSOR_WGPU_F16=off cargo test --test conformance -- wgpu::qmatmul wgpu::kquant_products wgpu::legacy_products
 
 # The int8-activation decode products with `idot4` written out, for platforms without WGSL's
 # dot4I8Packed (every native one has it).
@@ -53,16 +53,17 @@ WEBTENSOR_WGPU_WEIGHT_TEXELS=off cargo test --test conformance -- wgpu::qmatmul 
 # WEBTENSOR_WGPU_TILED_PREFILL=off the row-dot kernel; and weights beyond one binding, bound
 # in row ranges, through the tiles.
 echo "== wgpu row teams (WEBTENSOR_WGPU_ROW_TEAMS=on), with and without subgroups and tiles"
-WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test conformance -- wgpu::qmatmul wgpu::kquant_products wgpu::matmul wgpu::linear_residual wgpu::swiglu_linear wgpu::norm_ wgpu::rms_norm wgpu::paged_attention
-WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_SUBGROUPS=off cargo test --test conformance -- wgpu::qmatmul wgpu::kquant_products wgpu::matmul
-WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_TILED_PREFILL=off cargo test --test conformance -- wgpu::qmatmul wgpu::kquant_products wgpu::linear_residual
+WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test conformance -- wgpu::qmatmul wgpu::kquant_products wgpu::legacy_products wgpu::matmul wgpu::linear_residual wgpu::swiglu_linear wgpu::norm_ wgpu::rms_norm wgpu::paged_attention
+WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_SUBGROUPS=off cargo test --test conformance -- wgpu::qmatmul wgpu::kquant_products wgpu::legacy_products wgpu::matmul
+WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_TILED_PREFILL=off cargo test --test conformance -- wgpu::qmatmul wgpu::kquant_products wgpu::legacy_products wgpu::linear_residual
 WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test wgpu_split
 # The engine on the GPU shapes: a layer's gate and up weights uploaded together and multiplied
 # in one dispatch, decode steps recorded once and replayed, against the reference and single
 # steps, attention split over the keys of a wide cache (past 256 columns; the lanes shape
 # splits past 64, in the plain run above).
 WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test engine
-# llama.cpp's mixes (Q4_K_M, Q5_K_M, Q3_K_M, Q2_K, IQ4_XS) on the row-team shapes: prefill
+# llama.cpp's mixes (Q4_K_M, Q5_K_M, Q3_K_M, Q2_K, IQ4_XS, Q4_1, Q5_0, Q5_1, IQ4_NL) on the
+# row-team shapes: prefill
 # tiles, decode teams.
 WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test llama_cpp_agreement wgpu_runs_every_llama_cpp_mix
 # Subgroup teams take four rows per subgroup: lavapipe's subgroups of 8 give 32 rows per
@@ -71,7 +72,7 @@ swiftshader=/usr/lib/chromium/vk_swiftshader_icd.json
 [ -f "$swiftshader" ] || { echo "no SwiftShader ICD at $swiftshader: run scripts/setup.sh" >&2; exit 1; }
 echo "== wgpu row teams on SwiftShader (subgroups of 4)"
 VK_ICD_FILENAMES="$swiftshader" WEBTENSOR_WGPU_ROW_TEAMS=on \
-  cargo test --test conformance -- wgpu::qmatmul wgpu::kquant_products wgpu::matmul wgpu::linear_residual wgpu::swiglu_linear
+  cargo test --test conformance -- wgpu::qmatmul wgpu::kquant_products wgpu::legacy_products wgpu::matmul wgpu::linear_residual wgpu::swiglu_linear
 # Attention's lanes kernel on the adapter headless Chromium uses (SIMD groups of 4, not
 # lavapipe's 8), with its heads per lane a pipeline constant.
 echo "== wgpu attention on SwiftShader (the lanes shape)"

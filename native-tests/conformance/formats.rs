@@ -1,10 +1,10 @@
 //! Conformance rows of the llama.cpp block formats (`Q4_1`, `Q5_0`, `Q5_1`, the K-quants,
 //! `IQ4_NL`, `IQ4_XS`): on the host backends dequantize bit-exact against gguf-py, quantize
 //! byte-exact where gguf-py quantizes, products against the reference; on the GPU backends a
-//! typed refusal when a tensor of a format they have no kernels for is made (on wgpu the legacy
-//! ones, `Q4_1`, `Q5_0`, `Q5_1` and `IQ4_NL`: the super-block formats `Q2_K` … `Q6_K` and
-//! `IQ4_XS` run there, and [`kquant_products`] checks their products and dequantization
-//! against the reference; on cuda all of them).
+//! typed refusal when a tensor of a format they have no kernels for is made (on cuda all of
+//! them). The wgpu backend runs every one: [`kquant_products`] checks its products and
+//! dequantization of the super-block formats `Q2_K` … `Q6_K` and `IQ4_XS` against the
+//! reference, [`legacy_products`] those of the legacy `Q4_1`, `Q5_0`, `Q5_1` and `IQ4_NL`.
 
 use super::common::{assert_close, random_blocks, reference, rng, tensor, uniform};
 use super::{assert_same_values, compare, f32s, fixture, quantizes_like_gguf_py, TOL};
@@ -30,14 +30,15 @@ fn on_host(dev: &Device) -> bool {
     matches!(dev.backend_name(), "cpu" | "reference")
 }
 
-/// Whether `dev` runs products of `format` (the host backends all of them, wgpu those of the
-/// super-block formats of the K-quant mixes).
+/// Whether `dev` runs products of `format` (the host backends and wgpu all of them).
 fn runs(dev: &Device, format: DType) -> bool {
-    on_host(dev) || (dev.backend_name() == "wgpu" && WGPU_FORMATS.contains(&format))
+    on_host(dev)
+        || (dev.backend_name() == "wgpu"
+            && (SUPER_BLOCK_FORMATS.contains(&format) || LEGACY_FORMATS.contains(&format)))
 }
 
-/// The llama.cpp formats the wgpu backend has kernels for.
-const WGPU_FORMATS: [DType; 6] = [
+/// The super-block formats (llama.cpp's K-quant mixes), which wgpu runs.
+const SUPER_BLOCK_FORMATS: [DType; 6] = [
     DType::Q2_K,
     DType::Q3_K,
     DType::Q4_K,
@@ -45,6 +46,9 @@ const WGPU_FORMATS: [DType; 6] = [
     DType::Q6_K,
     DType::IQ4_XS,
 ];
+
+/// The legacy 32-value formats beside `Q8_0` and `Q4_0`, which wgpu runs.
+const LEGACY_FORMATS: [DType; 4] = [DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL];
 
 /// The GPU backends refuse a tensor of a format they have no kernels for, naming both.
 fn refused(dev: &Device) {
@@ -159,21 +163,10 @@ pub fn llama_cpp_formats_qmatmul(dev: &Device) {
     }
 }
 
-/// The super-block formats (`Q2_K` … `Q6_K`, `IQ4_XS`: llama.cpp's K-quant mixes) as the wgpu backend runs them,
-/// against the reference on every backend that reads them: f32 activations (the engine's choice for them on wgpu,
-/// `ActivationMode::for_weight_on`), decode rows (m ≤ 4, the `mv` kernel) and prefill rows
-/// (on GPUs past 64 rows `mm_tiled`'s tiles), the plain product, `linear_residual`,
-/// `swiglu_linear` with the weights uploaded one by one and together (the paired product on
-/// GPUs where n is even), and the normed products, which the wgpu backend composes (the norm
-/// folds only into an int8 rounding); then dequantization, and on wgpu the typed refusal of
-/// `Q8_K` activations, which it has no kernel for. Tolerance: matmul's 1e-5·√k (twice that
-/// for the SwiGLU products, each output a product of two sums; dequantization 1e-6 of the
-/// largest value: the GPU may fuse `(d·sc)·q − dmin·mn` into one rounding).
+/// The super-block formats (`Q2_K` … `Q6_K`, `IQ4_XS`: llama.cpp's K-quant mixes) as the
+/// wgpu backend runs them, against the reference on every backend that reads them: see
+/// [`group_decoded_products`]; k a multiple of 256.
 pub fn kquant_products(dev: &Device) {
-    if !WGPU_FORMATS.iter().all(|&f| runs(dev, f)) {
-        return;
-    }
-    let mut r = rng(65);
     let shapes = [
         (1, 37, 256),
         (4, 70, 768),
@@ -181,8 +174,48 @@ pub fn kquant_products(dev: &Device) {
         (5, 37, 512),
         (70, 130, 256),
     ];
-    for format in WGPU_FORMATS {
-        for (m, n, k) in shapes {
+    group_decoded_products(dev, &SUPER_BLOCK_FORMATS, &shapes, 65);
+}
+
+/// The legacy 32-value formats (`Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL`) as the wgpu backend runs
+/// them, against the reference on every backend that reads them: see
+/// [`group_decoded_products`]. Each k is an odd number of blocks, so every other row of the
+/// 22- and 18-byte formats (`Q5_0`, `IQ4_NL`) starts two bytes into a word.
+pub fn legacy_products(dev: &Device) {
+    let shapes = [
+        (1, 37, 96),
+        (4, 70, 800),
+        (3, 6, 2080),
+        (5, 37, 224),
+        (70, 130, 160),
+    ];
+    group_decoded_products(dev, &LEGACY_FORMATS, &shapes, 66);
+}
+
+/// Products of `formats` (which wgpu decodes a group at a time, `kquants/decode.wgsl`) against
+/// the reference on every backend that reads them, for each (m, n, k) of `shapes`: f32
+/// activations (the engine's choice for them on wgpu, `ActivationMode::for_weight_on`), decode
+/// rows (m ≤ 4, the `mv` kernel) and prefill rows (on GPUs past 64 rows `mm_tiled`'s tiles),
+/// the plain product, `linear_residual`, `swiglu_linear` with the weights uploaded one by one
+/// and together (the paired product on GPUs where n is even), and the normed products, which
+/// the wgpu backend composes (the norm folds only into an int8 rounding); then
+/// dequantization, and on wgpu the typed refusal of the int8 activations the engine gives
+/// these formats on the host (`Q8_K`, `Q8_0`), which it has no kernel for. Tolerance: matmul's
+/// 1e-5·√k (twice that for the SwiGLU products, each output a product of two sums;
+/// dequantization 1e-6 of the largest value: the GPU may fuse `(d·sc)·q − dmin·mn` or
+/// `d·q + m` into one rounding).
+fn group_decoded_products(
+    dev: &Device,
+    formats: &[DType],
+    shapes: &[(usize, usize, usize)],
+    seed: u64,
+) {
+    if !formats.iter().all(|&f| runs(dev, f)) {
+        return;
+    }
+    let mut r = rng(seed);
+    for &format in formats {
+        for &(m, n, k) in shapes {
             let blocks = n * k / format.block_len();
             let w = random_blocks(&mut r, format, blocks, 0.01);
             let u = random_blocks(&mut r, format, blocks, 0.01);
@@ -259,11 +292,15 @@ pub fn kquant_products(dev: &Device) {
             assert_close(&format!("dequantize {what}"), &got, &want, 1e-6);
             if dev.backend_name() == "wgpu" {
                 let x = tensor(dev, &a, &[m, k]);
-                let e = ops::qmatmul_t(&x, &weight(dev, &w), Activations::Q8_K).unwrap_err();
+                let int = match format.block_len() {
+                    32 => Activations::Q8_0,
+                    _ => Activations::Q8_K,
+                };
+                let e = ops::qmatmul_t(&x, &weight(dev, &w), int).unwrap_err();
                 assert!(
                     matches!(e, Error::ActivationsUnsupported { weight, .. } if weight == format)
                         && e.to_string().contains("give it f32 activations"),
-                    "{what}: Q8_K activations on wgpu: {e}"
+                    "{what}: {int:?} activations on wgpu: {e}"
                 );
             }
         }

@@ -1,20 +1,22 @@
-// The super-block formats (llama.cpp's Q2_K … Q6_K and IQ4_XS, 256 values each) decoded in
-// registers, one group of 32 values at a time, for the `mv` and `mm_tiled` products and the
-// `dequantize` kernel of `shaders/quant/` (a prelude of it: it reads that file's `q`, `p`,
-// `row_start`, `Group` and value helpers). Layouts are those of src/quant/kquants.rs. Each
-// group comes back as its f32 values, every scale and minimum applied (the group's scale is
-// 1): a Q4_K group is one sub-block with one scale and minimum (Q5_K and IQ4_XS too), but a
-// Q2_K, Q3_K or Q6_K group spans two sub-blocks of 16 with a scale each, and Q4_K's
-// `(d·sc)·q − dmin·mn` is not a multiple of one scale anyway.
+// llama.cpp's formats beyond Q8_0 and Q4_0 decoded in registers, one group of 32 values at a
+// time, for the `mv` and `mm_tiled` products and the `dequantize` kernel of `shaders/quant/` (a
+// prelude of it: it reads that file's `q`, `p`, `row_start`, `Group` and value helpers): the
+// super-block formats (Q2_K … Q6_K and IQ4_XS, 256 values each; layouts of
+// src/quant/kquants.rs) and the legacy 32-value ones (Q4_1, Q5_0, Q5_1 and IQ4_NL; layouts of
+// src/quant/legacy.rs). Each group comes back as its f32 values, every scale and minimum
+// applied (the group's scale is 1): a Q4_K group is one sub-block with one scale and minimum
+// (Q5_K and IQ4_XS too), but a Q2_K, Q3_K or Q6_K group spans two sub-blocks of 16 with a scale
+// each, and `(d·sc)·q − dmin·mn` (Q4_K) or `d·q + m` (Q4_1) is not a multiple of one scale anyway.
 
-// Whether `format` is one of the super-block formats decoded here.
+// Whether `format` is one of the formats decoded here.
 fn kq_reads(format: u32) -> bool {
     return format == FMT_Q2_K || format == FMT_Q3_K || format == FMT_Q4_K || format == FMT_Q5_K
-        || format == FMT_Q6_K || format == FMT_IQ4_XS;
+        || format == FMT_Q6_K || format == FMT_IQ4_XS || format == FMT_Q4_1 || format == FMT_Q5_0
+        || format == FMT_Q5_1 || format == FMT_IQ4_NL;
 }
 
-// Group g (values 32g..) of weight row `row` of the super-block format `format`, every scale
-// and minimum applied.
+// Group g (values 32g..) of weight row `row` of the format `format` (one `kq_reads` takes),
+// every scale and minimum applied.
 fn kq_group(format: u32, row: u32, g: u32) -> Group {
     switch format {
         case FMT_Q2_K: {
@@ -31,6 +33,18 @@ fn kq_group(format: u32, row: u32, g: u32) -> Group {
         }
         case FMT_Q6_K: {
             return kq_q6_k_group(row, g);
+        }
+        case FMT_Q4_1: {
+            return kq_q4_1_group(row, g);
+        }
+        case FMT_Q5_0: {
+            return kq_q5_0_group(row, g);
+        }
+        case FMT_Q5_1: {
+            return kq_q5_1_group(row, g);
+        }
+        case FMT_IQ4_NL: {
+            return kq_iq4_nl_group(row, g);
         }
         default: {
             return kq_iq4_xs_group(row, g);
@@ -258,4 +272,75 @@ fn iq4_levels(w: u32) -> vec4<f32> {
 fn iq4_level(n: u32) -> f32 {
     let levels = IQ4_LEVELS;
     return f32(bitcast<i32>(levels[n >> 2u] << (24u - 8u * (n & 3u))) >> 24u);
+}
+
+// ---- the legacy 32-value formats: one block per group -------------------------------------
+
+// Block g of Q4_1 weight row `row`. A block (20 bytes) is word-aligned: d and m (word 0), then
+// 16 bytes of nibbles (words 1..5), low nibbles values 0..16, high ones 16..32; value
+// `d·q + m`.
+fn kq_q4_1_group(row: u32, g: u32) -> Group {
+    let wb = (row_start(row, (p.k / 32u) * Q4_1_BLOCK_BYTES) + g * Q4_1_BLOCK_BYTES) / 4u;
+    let d = f16_scale(q[wb] & 0xffffu);
+    // `kq_low`/`kq_high` subtract their minimum.
+    let m = -f16_scale(q[wb] >> 16u);
+    return Group(kq_low(q[wb + 1u], d, m), kq_low(q[wb + 2u], d, m), kq_low(q[wb + 3u], d, m),
+                 kq_low(q[wb + 4u], d, m), kq_high(q[wb + 1u], d, m), kq_high(q[wb + 2u], d, m),
+                 kq_high(q[wb + 3u], d, m), kq_high(q[wb + 4u], d, m), 1.0);
+}
+
+// Block g of Q5_1 weight row `row`. A block (24 bytes) is word-aligned: d and m (word 0), the
+// fifth bits `qh` (word 1: bit i is value i's), 16 bytes of nibbles (words 2..6) as in Q4_1;
+// value `d·q + m`.
+fn kq_q5_1_group(row: u32, g: u32) -> Group {
+    let wb = (row_start(row, (p.k / 32u) * Q5_1_BLOCK_BYTES) + g * Q5_1_BLOCK_BYTES) / 4u;
+    let d = f16_scale(q[wb] & 0xffffu);
+    let m = f16_scale(q[wb] >> 16u);
+    let h = q[wb + 1u];
+    return Group(d * kq_five(q[wb + 2u], h, 0u) + m, d * kq_five(q[wb + 3u], h, 1u) + m,
+                 d * kq_five(q[wb + 4u], h, 2u) + m, d * kq_five(q[wb + 5u], h, 3u) + m,
+                 d * kq_five(q[wb + 2u], h, 4u) + m, d * kq_five(q[wb + 3u], h, 5u) + m,
+                 d * kq_five(q[wb + 4u], h, 6u) + m, d * kq_five(q[wb + 5u], h, 7u) + m, 1.0);
+}
+
+// Block g of Q5_0 weight row `row`. A block (22 bytes) starts on an even byte: d, the fifth
+// bits `qh` (bytes 2..6), 16 bytes of nibbles (bytes 6..22) as in Q5_1; value `d·(q − 16)`.
+// Its six words hold exactly its bytes (two bytes before it or after it).
+fn kq_q5_0_group(row: u32, g: u32) -> Group {
+    let o = row_start(row, (p.k / 32u) * Q5_0_BLOCK_BYTES) + g * Q5_0_BLOCK_BYTES;
+    let b = o / 4u;
+    let odd = (o & 2u) != 0u;
+    let u = array<u32, 6>(q[b], q[b + 1u], q[b + 2u], q[b + 3u], q[b + 4u], q[b + 5u]);
+    let d = block_scale(u[0], odd);
+    let h = quant_word(u[0], u[1], odd);
+    let w0 = quant_word(u[1], u[2], odd);
+    let w1 = quant_word(u[2], u[3], odd);
+    let w2 = quant_word(u[3], u[4], odd);
+    let w3 = quant_word(u[4], u[5], odd);
+    return Group(d * (kq_five(w0, h, 0u) - 16.0), d * (kq_five(w1, h, 1u) - 16.0),
+                 d * (kq_five(w2, h, 2u) - 16.0), d * (kq_five(w3, h, 3u) - 16.0),
+                 d * (kq_five(w0, h, 4u) - 16.0), d * (kq_five(w1, h, 5u) - 16.0),
+                 d * (kq_five(w2, h, 6u) - 16.0), d * (kq_five(w3, h, 7u) - 16.0), 1.0);
+}
+
+// Values 4t..4t + 4 (t < 8) of a Q5_0/Q5_1 block as 5-bit values 0..32: the low (t < 4) or
+// high nibbles of the nibble word `w` (the block's word t % 4) with bits 4t.. of `qh` as their
+// fifth bits. The four bits are spread to one per byte by a multiply: bit j of `x` lands at
+// bit 8j of `x·(1 + 2^7 + 2^14 + 2^21)`, and the four copies of `x` do not overlap.
+fn kq_five(w: u32, qh: u32, t: u32) -> vec4<f32> {
+    let x = (qh >> (4u * t)) & 15u;
+    let high = ((x * 0x00204081u) & 0x01010101u) << 4u;
+    return unsigned_byte_vals(((w >> (4u * (t / 4u))) & 0x0f0f0f0fu) | high);
+}
+
+// Block g of IQ4_NL weight row `row`. A block (18 bytes, as Q4_0's) starts on an even byte:
+// d, then 16 bytes of 4-bit level indices, low nibbles values 0..16, high ones 16..32; value
+// `d·level`.
+fn kq_iq4_nl_group(row: u32, g: u32) -> Group {
+    let o = row_start(row, (p.k / 32u) * IQ4_NL_BLOCK_BYTES) + g * IQ4_NL_BLOCK_BYTES;
+    let w = nibble_block(o);
+    let s = w.scale;
+    return Group(s * iq4_levels(w.a.x), s * iq4_levels(w.a.y), s * iq4_levels(w.a.z),
+                 s * iq4_levels(w.a.w), s * iq4_levels(w.a.x >> 4u), s * iq4_levels(w.a.y >> 4u),
+                 s * iq4_levels(w.a.z >> 4u), s * iq4_levels(w.a.w >> 4u), 1.0);
 }

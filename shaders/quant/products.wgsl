@@ -532,9 +532,14 @@ fn q8_block(row: u32, g: u32) -> BlockWords {
         block_scale(u.w0, odd));
 }
 
-// Block g of Q4_0 weight row `row`, from the five words it covers, each read once.
+// Block g of Q4_0 weight row `row`.
 fn q4_block(row: u32, g: u32) -> BlockWords {
-    let o = row_start(row, (p.k / 32u) * Q4_0_BLOCK_BYTES) + g * Q4_0_BLOCK_BYTES;
+    return nibble_block(row_start(row, (p.k / 32u) * Q4_0_BLOCK_BYTES) + g * Q4_0_BLOCK_BYTES);
+}
+
+// The block of an f16 scale and 16 bytes of nibbles (Q4_0, IQ4_NL) at byte `o`, from the five
+// words it covers, each read once.
+fn nibble_block(o: u32) -> BlockWords {
     let b = o / 4u;
     let odd = (o & 2u) != 0u;
     let u0 = q[b];
@@ -566,7 +571,8 @@ fn mv_decode(row: u32, g: u32) -> Group {
                          q4_high_vals(w.a.x), q4_high_vals(w.a.y), q4_high_vals(w.a.z), q4_high_vals(w.a.w),
                          w.scale);
         }
-        case FMT_Q2_K, FMT_Q3_K, FMT_Q4_K, FMT_Q5_K, FMT_Q6_K, FMT_IQ4_XS: {
+        case FMT_Q2_K, FMT_Q3_K, FMT_Q4_K, FMT_Q5_K, FMT_Q6_K, FMT_IQ4_XS, FMT_Q4_1, FMT_Q5_0,
+             FMT_Q5_1, FMT_IQ4_NL: {
             return kq_group(MV_FORMAT % FMT_INT_ACTIVATIONS, row, g);
         }
         case FMT_TQ2_0: {

@@ -31,7 +31,7 @@ pub(crate) struct PackedFormat {
 }
 
 /// Every packed format a kernel reads, with one numbering for WGSL and CUDA.
-pub(crate) const PACKED_FORMATS: [PackedFormat; 12] = [
+pub(crate) const PACKED_FORMATS: [PackedFormat; 16] = [
     PackedFormat {
         dtype: DType::F16,
         code: 1,
@@ -104,18 +104,43 @@ pub(crate) const PACKED_FORMATS: [PackedFormat; 12] = [
         stem: "IQ4_XS",
         cuda: false,
     },
+    PackedFormat {
+        dtype: DType::Q4_1,
+        code: 13,
+        stem: "Q4_1",
+        cuda: false,
+    },
+    PackedFormat {
+        dtype: DType::Q5_0,
+        code: 14,
+        stem: "Q5_0",
+        cuda: false,
+    },
+    PackedFormat {
+        dtype: DType::Q5_1,
+        code: 15,
+        stem: "Q5_1",
+        cuda: false,
+    },
+    PackedFormat {
+        dtype: DType::IQ4_NL,
+        code: 16,
+        stem: "IQ4_NL",
+        cuda: false,
+    },
 ];
 
-/// Added to a weight format's code in the wgpu `MV_FORMAT` constant for int8 activations.
-pub(crate) const INT_ACTIVATIONS: u32 = 16;
+/// Added to a weight format's code in the wgpu `MV_FORMAT` constant for int8 activations
+/// (above every code: `MV_FORMAT % INT_ACTIVATIONS` is the format's).
+pub(crate) const INT_ACTIVATIONS: u32 = 32;
 
 /// Added with [`INT_ACTIVATIONS`] when the wgpu `mv` kernel rounds the f32 activations to
 /// int8 itself, in workgroup memory, instead of reading them from a separate dispatch.
-pub(crate) const QUANTIZE_ACTIVATIONS: u32 = 32;
+pub(crate) const QUANTIZE_ACTIVATIONS: u32 = 64;
 
 /// Added with [`QUANTIZE_ACTIVATIONS`] when the wgpu `mv` kernel first RMS-norms the f32
 /// activations (the norm's weight its fourth input, its eps in the parameters).
-pub(crate) const NORM_ACTIVATIONS: u32 = 64;
+pub(crate) const NORM_ACTIVATIONS: u32 = 128;
 
 /// The kernels' code for a packed format; `backend` names who asked, for the error.
 pub(crate) fn format_code(op: &'static str, format: DType) -> Result<u32> {
@@ -127,9 +152,9 @@ pub(crate) fn format_code(op: &'static str, format: DType) -> Result<u32> {
 }
 
 /// Fails with [`Error::FormatUnsupported`] when `dtype` is a block format that no kernel of
-/// the GPU `backend` reads (on wgpu the legacy llama.cpp formats `Q4_1`, `Q5_0`, `Q5_1` and `IQ4_NL`; on cuda all of
-/// them): a tensor of it is refused when it is uploaded, so a model with such weights fails at
-/// load, not at its first product.
+/// the GPU `backend` reads (wgpu reads every one; cuda none of llama.cpp's formats beyond
+/// `Q8_0` and `Q4_0`): a tensor of it is refused when it is uploaded, so a model with such
+/// weights fails at load, not at its first product.
 pub(crate) fn check_kernels_read(backend: BackendKind, dtype: DType) -> Result<()> {
     let read = PACKED_FORMATS
         .iter()
@@ -138,6 +163,19 @@ pub(crate) fn check_kernels_read(backend: BackendKind, dtype: DType) -> Result<(
         return Err(Error::FormatUnsupported { dtype, backend });
     }
     Ok(())
+}
+
+/// Whether the wgpu kernels read `format` through `shaders/kquants/decode.wgsl` (llama.cpp's
+/// formats beyond `Q8_0` and `Q4_0`: the super-blocks `Q2_K` … `Q6_K`, `IQ4_XS` and the
+/// legacy `Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL`), a group of 32 values with every scale and minimum
+/// applied: their products there take f32 activations only (no int8 kernels yet), which the
+/// engine picks for them (`ActivationMode::for_weight_on`).
+pub(crate) fn wgpu_decodes_groups(format: DType) -> bool {
+    crate::quant::kquants::is_super_block(format)
+        || matches!(
+            format,
+            DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::IQ4_NL
+        )
 }
 
 /// The committed WGSL prelude.
@@ -238,12 +276,13 @@ mod tests {
         assert!(check_kernels_read(BackendKind::Wgpu, DType::Q4_K).is_ok());
         assert!(check_kernels_read(BackendKind::Wgpu, DType::Q5_K).is_ok());
         assert!(check_kernels_read(BackendKind::Wgpu, DType::Q6_K).is_ok());
-        let e = check_kernels_read(BackendKind::Wgpu, DType::Q4_1).unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("wgpu backend has no kernels for q4_1"),
-            "{e}"
-        );
+        for legacy in [DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL] {
+            assert!(check_kernels_read(BackendKind::Wgpu, legacy).is_ok());
+            assert!(wgpu_decodes_groups(legacy), "{legacy}");
+            let e = check_kernels_read(BackendKind::Cuda, legacy).unwrap_err();
+            assert!(e.to_string().contains("cuda backend has no kernels"), "{e}");
+        }
+        assert!(!wgpu_decodes_groups(DType::Q4_0));
         let e = check_kernels_read(BackendKind::Cuda, DType::Q4_K).unwrap_err();
         assert!(
             e.to_string()
@@ -283,12 +322,13 @@ mod tests {
     }
 
     /// A block size typed as a number in a kernel (`34`, `18u`, ...) instead of the prelude's
-    /// constant: it would drift from the table.
+    /// constant: it would drift from the table. `Q4_1`'s 20 bytes and `Q5_1`'s 24 are not
+    /// looked for: the kernels shift by 20 and 24 bits (`>> 24u`) all over.
     #[test]
     fn no_kernel_types_a_block_size() {
         let sizes: Vec<String> = PACKED_FORMATS
             .iter()
-            .filter(|f| f.dtype.block_len() > 1)
+            .filter(|f| f.dtype.block_len() > 1 && !matches!(f.dtype.block_bytes(), 20 | 24))
             .map(|f| f.dtype.block_bytes().to_string())
             .collect();
         let sources = kernel_sources();

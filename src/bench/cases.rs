@@ -471,7 +471,8 @@ fn quant_cases(cases: &mut Vec<Case>, label: &str, rows: usize, d: usize, ffn: u
         (DType::TernaryPlanes, "i8 acts", i8_product),
         // llama.cpp's formats: the super-blocks with f32 activations (what wgpu runs) and
         // with Q8_K ones (what the cpu backend and llama.cpp run; wgpu has no such product, a
-        // row that says so), the legacy blocks with Q8_0 ones (the cpu backend's).
+        // row that says so), the legacy blocks with Q8_0 ones (the cpu backend's; none on
+        // wgpu either) and f32 ones (wgpu's).
         (DType::Q4_K, "f32 acts", f32_product),
         (DType::Q4_K, "q8_k acts", q8_k_product),
         (DType::Q5_K, "f32 acts", f32_product),
@@ -488,6 +489,10 @@ fn quant_cases(cases: &mut Vec<Case>, label: &str, rows: usize, d: usize, ffn: u
         (DType::Q5_0, "q8_0 acts", q8_0_product),
         (DType::Q5_1, "q8_0 acts", q8_0_product),
         (DType::IQ4_NL, "q8_0 acts", q8_0_product),
+        (DType::Q4_1, "f32 acts", f32_product),
+        (DType::Q5_0, "f32 acts", f32_product),
+        (DType::Q5_1, "f32 acts", f32_product),
+        (DType::IQ4_NL, "f32 acts", f32_product),
     ];
     // Prefill: Q8_0 with f32 activations, Q4_0 and TQ2_0 with integer ones, and Q4_K (the
     // Q4_K_M files) with f32 ones (wgpu's) and Q8_K ones (the cpu backend's).

@@ -14,6 +14,7 @@
 
 use std::fmt;
 
+use crate::backend::kernel_consts;
 use crate::backend::{Activations, BackendKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -61,16 +62,18 @@ impl ActivationMode {
     }
 
     /// The activations a product with a `weight`-dtype matrix held by `backend` uses in this
-    /// mode: [`ActivationMode::for_weight`]'s, except that the wgpu backend has no `Q8_K`
-    /// kernels (yet), so its super-block products (`Q2_K` … `Q6_K`, `IQ4_XS`) take f32 activations in the
-    /// `Integer` mode too, rather than failing. [`ActivationMode::describe`] says so
-    /// (`q4_k weights × f32 activations`), and the logits differ from the cpu backend's by the
-    /// activations' rounding (see docs/DESIGN.md's tolerance table).
+    /// mode: [`ActivationMode::for_weight`]'s, except that the wgpu backend has no int8
+    /// kernels (yet) for llama.cpp's formats beyond `Q8_0` and `Q4_0`, so its products of the
+    /// super-blocks (`Q2_K` … `Q6_K`, `IQ4_XS`) and the legacy `Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL`
+    /// take f32 activations in the `Integer` mode too, rather than failing.
+    /// [`ActivationMode::describe`] says so (`q4_k weights × f32 activations`), and the logits
+    /// differ from the cpu backend's by the activations' rounding (see docs/DESIGN.md's
+    /// tolerance table).
     pub fn for_weight_on(self, weight: DType, backend: BackendKind) -> Activations {
-        match self.for_weight(weight) {
-            Activations::Q8_K if backend == BackendKind::Wgpu => Activations::F32,
-            act => act,
+        if backend == BackendKind::Wgpu && kernel_consts::wgpu_decodes_groups(weight) {
+            return Activations::F32;
         }
+        self.for_weight(weight)
     }
 
     /// One line naming the path each weight dtype of `weights` takes on `backend`, e.g.
@@ -152,11 +155,15 @@ mod tests {
     }
 
     #[test]
-    fn wgpu_takes_f32_activations_for_the_k_quants() {
+    fn wgpu_takes_f32_activations_for_llama_cpp_formats_beyond_q4_0() {
         let int = ActivationMode::Integer;
         for (w, on_wgpu) in [
             (DType::Q4_K, Activations::F32),
             (DType::Q6_K, Activations::F32),
+            (DType::Q4_1, Activations::F32),
+            (DType::Q5_0, Activations::F32),
+            (DType::Q5_1, Activations::F32),
+            (DType::IQ4_NL, Activations::F32),
             (DType::Q4_0, Activations::Q8_0),
             (DType::TQ2_0, Activations::I8),
         ] {
@@ -174,6 +181,10 @@ mod tests {
         assert_eq!(
             int.describe([DType::Q4_K], BackendKind::Cpu),
             "q4_k weights × q8_k activations"
+        );
+        assert_eq!(
+            int.describe([DType::Q5_0], BackendKind::Cpu),
+            "q5_0 weights × q8_0 activations"
         );
     }
 }

@@ -171,13 +171,17 @@ export async function run(backend) {
     }
   }
 
-  // llama.cpp's super-block formats (what its K-quant files hold), read from random blocks
-  // whose f16 scales are small normal numbers: dequantization (1e-6, as natively: a GPU may
-  // fuse a scale's multiply-add) and products with f32 activations against the reference.
-  // Format: [block bytes, byte offsets of its f16 scales].
-  const SUPER_BLOCKS = { q2_k: [84, [80, 82]], q3_k: [110, [108]], q4_k: [144, [0, 2]], q5_k: [176, [0, 2]], q6_k: [210, [208]], iq4_xs: [136, [0]] };
+  // llama.cpp's super-block formats (what its K-quant files hold) and its legacy 32-value
+  // ones, read from random blocks whose f16 scales (and minimums) are small normal numbers:
+  // dequantization (1e-6, as natively: a GPU may fuse a scale's multiply-add) and products
+  // with f32 activations against the reference.
+  // Format: [block bytes, values per block, byte offsets of its f16 scales].
+  const LLAMA_CPP_BLOCKS = {
+    q2_k: [84, 256, [80, 82]], q3_k: [110, 256, [108]], q4_k: [144, 256, [0, 2]], q5_k: [176, 256, [0, 2]], q6_k: [210, 256, [208]], iq4_xs: [136, 256, [0]],
+    q4_1: [20, 32, [0, 2]], q5_0: [22, 32, [0]], q5_1: [24, 32, [0, 2]], iq4_nl: [18, 32, [0]],
+  };
   u = rng(11);
-  const randomBlocks = (count, [size, scales]) => {
+  const randomBlocks = (count, [size, , scales]) => {
     const bytes = Uint8Array.from(u(count * size, 1), (v) => Math.floor((v + 1) * 128) & 255);
     for (let b = 0; b < count; b++) {
       for (const at of scales) {
@@ -189,10 +193,10 @@ export async function run(backend) {
     }
     return bytes;
   };
-  for (const [format, layout] of Object.entries(SUPER_BLOCKS)) {
+  for (const [format, layout] of Object.entries(LLAMA_CPP_BLOCKS)) {
     const k = 512;
     for (const [m, n] of [[1, 5], [9, 7]]) {
-      const w = randomBlocks((n * k) / 256, layout);
+      const w = randomBlocks((n * k) / layout[1], layout);
       const a = u(m * k, 2);
       const W = (d) => d.tensorFromBytes(format, w, [n, k]);
       await compare(`dequantize ${format} ${n}x${k}`, 1e-6, (d) => wt.opDequantize(W(d)));

@@ -18,8 +18,9 @@
 //! ([`folds_norm`]); `swiglu_linear`'s up product reads what its gate product rounded
 //! ([`ActTable`]).
 //!
-//! The super-block formats (Q2_K … Q6_K, IQ4_XS) take f32 activations and the `mv` and `mm_tiled` kernels only,
-//! which decode their super-blocks a group of 32 values at a time (`shaders/kquants/decode.wgsl`);
+//! llama.cpp's other formats (the super-blocks Q2_K … Q6_K and IQ4_XS, the legacy Q4_1, Q5_0,
+//! Q5_1 and IQ4_NL) take f32 activations and the `mv` and `mm_tiled` kernels only, which decode
+//! their blocks a group of 32 values at a time (`shaders/kquants/decode.wgsl`);
 //! a product they cannot take (other activations, rows longer than the lanes shape's `max_k`)
 //! is an error.
 //!
@@ -447,10 +448,10 @@ impl Encoder<'_> {
         let mv_grid = self.row_block_grid(OP, m, n, self.ctx.mv_shape().rows_per_workgroup())?;
         let fits_mv = k <= self.ctx.mv_shape().max_k();
         let tiled = self.ctx.tiled_prefill && takes_tiled(pr, self.ctx.mv_shape(), folds, epilogue);
-        if crate::quant::kquants::is_super_block(format)
+        if kernel_consts::wgpu_decodes_groups(format)
             && !(activations == Activations::F32 && (tiled || fits_mv))
         {
-            // The K-quants decode only inside `mv` and `mm_tiled` (`kquants/decode.wgsl`), with
+            // These formats decode only inside `mv` and `mm_tiled` (`kquants/decode.wgsl`), with
             // f32 activations (the engine picks those for them on wgpu:
             // `ActivationMode::for_weight_on`).
             if activations != Activations::F32 {
