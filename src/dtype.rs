@@ -24,6 +24,9 @@ pub enum DType {
     I32,
     /// 16-bit IEEE float (binary16), 2 bytes per value.
     F16,
+    /// bfloat16 (the high half of an f32), 2 bytes per value: Hugging Face's and GGUF's
+    /// `BF16` weights kept as stored.
+    BF16,
     /// 8-bit signed integer: quantized activations.
     I8,
     /// GGUF `Q8_0`: blocks of 32 values, an f16 scale and 32 `i8` (34 bytes, 8.5 bits/value).
@@ -72,11 +75,12 @@ pub enum DType {
 
 impl DType {
     /// Every dtype.
-    pub const ALL: [DType; 20] = [
+    pub const ALL: [DType; 21] = [
         DType::F32,
         DType::U32,
         DType::I32,
         DType::F16,
+        DType::BF16,
         DType::I8,
         DType::Q8_0,
         DType::Q4_0,
@@ -136,7 +140,7 @@ impl DType {
             | DType::TQ1_0
             | DType::TQ2_0
             | DType::TernaryPlanes => 256,
-            DType::F32 | DType::U32 | DType::I32 | DType::F16 | DType::I8 => 1,
+            DType::F32 | DType::U32 | DType::I32 | DType::F16 | DType::BF16 | DType::I8 => 1,
         }
     }
 
@@ -144,7 +148,7 @@ impl DType {
     pub const fn block_bytes(self) -> usize {
         match self {
             DType::F32 | DType::U32 | DType::I32 => 4,
-            DType::F16 => 2,
+            DType::F16 | DType::BF16 => 2,
             DType::I8 => 1,
             DType::Q8_0 => 34,
             DType::Q4_0 => 18,
@@ -200,6 +204,7 @@ impl DType {
             DType::U32 => "u32",
             DType::I32 => "i32",
             DType::F16 => "f16",
+            DType::BF16 => "bf16",
             DType::I8 => "i8",
             DType::Q8_0 => "q8_0",
             DType::Q4_0 => "q4_0",

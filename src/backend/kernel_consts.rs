@@ -151,15 +151,16 @@ pub(crate) fn format_code(op: &'static str, format: DType) -> Result<u32> {
         .ok_or_else(|| Error::invalid(op, format!("{format} is not a packed format")))
 }
 
-/// Fails with [`Error::FormatUnsupported`] when `dtype` is a block format that no kernel of
-/// the GPU `backend` reads (wgpu reads every one; cuda none of llama.cpp's formats beyond
-/// `Q8_0` and `Q4_0`): a tensor of it is refused when it is uploaded, so a model with such
-/// weights fails at load, not at its first product.
+/// Fails with [`Error::FormatUnsupported`] when `dtype` is a weight format that no kernel of
+/// the GPU `backend` reads (wgpu reads every block format; cuda none of llama.cpp's formats
+/// beyond `Q8_0` and `Q4_0`; neither reads `BF16`, which a model widens to f32 for them): a
+/// tensor of it is refused when it is uploaded, so a model with such weights fails at load,
+/// not at its first product.
 pub(crate) fn check_kernels_read(backend: BackendKind, dtype: DType) -> Result<()> {
     let read = PACKED_FORMATS
         .iter()
         .any(|f| f.dtype == dtype && (f.cuda || backend != BackendKind::Cuda));
-    if dtype.is_quantized() && !read {
+    if crate::quant::is_weight_format(dtype) && !read {
         return Err(Error::FormatUnsupported { dtype, backend });
     }
     Ok(())

@@ -4,6 +4,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::files::FileBytes;
+use crate::backend::BackendKind;
 use crate::backend::{HostBytes, SharedBytes};
 use crate::device::Device;
 use crate::dtype::DType;
@@ -56,25 +57,41 @@ pub struct RawTensor {
     pub range: Range<usize>,
 }
 
+/// Whether `device` keeps bf16 weights as they are stored: its primary backend is a host one
+/// (cpu, reference), whose products read bf16; the GPU kernels have no bf16 reader
+/// ([`crate::backend::kernel_consts`]), so those get the weights widened to f32.
+pub(crate) fn keeps_bf16(device: &Device) -> bool {
+    matches!(
+        device.chain().first(),
+        Some(BackendKind::Cpu | BackendKind::Reference)
+    )
+}
+
 impl RawTensor {
     /// Uploads the tensor from its `file` to `device`: f32, f16 and block formats as they
-    /// are, bf16 widened to f32.
+    /// are, bf16 as it is on the host backends and widened to f32 for the GPU ones.
     pub fn to_device(&self, device: &Device, file: &Arc<FileBytes>) -> Result<Tensor> {
-        let (dtype, data) = self.device_bytes(file)?;
+        let (dtype, data) = self.device_bytes(file, keeps_bf16(device))?;
         Tensor::from_bytes(device, dtype, data, self.shape.as_slice())
     }
 
     /// The dtype and bytes the tensor takes on a device: f16 and block formats borrowed from
     /// the file as they are (a host backend keeps no copy of them), f32 copied (host f32
-    /// data is a vector of floats), bf16 widened to f32; the file's pages of a copied tensor
-    /// are released ([`SharedBytes::release`]), as the copy replaces them.
-    pub(crate) fn device_bytes(&self, file: &Arc<FileBytes>) -> Result<(DType, HostBytes)> {
+    /// data is a vector of floats), bf16 borrowed where `keep_bf16`, else widened to f32; the
+    /// file's pages of a copied tensor are released ([`SharedBytes::release`]), as the copy
+    /// replaces them.
+    pub(crate) fn device_bytes(
+        &self,
+        file: &Arc<FileBytes>,
+        keep_bf16: bool,
+    ) -> Result<(DType, HostBytes)> {
         let copied = |dtype, bytes: Vec<u8>| {
             file.release(self.range.clone());
             (dtype, bytes.into())
         };
         Ok(match self.dtype {
             StoredDType::F32 => copied(DType::F32, file.bytes()[self.range.clone()].to_vec()),
+            StoredDType::BF16 if keep_bf16 => (DType::BF16, self.borrowed(file)?),
             StoredDType::BF16 => copied(
                 DType::F32,
                 bytemuck::cast_slice(&self.to_f32(file.bytes())).to_vec(),

@@ -416,10 +416,10 @@ fn linear_spec(
 ) -> Result<(LinearSpec, Shape)> {
     expect_dtype(op, "x", x, DType::F32)?;
     let format = w.dtype();
-    if !(format == DType::F32 || format == DType::F16 || format.is_quantized()) {
+    if !(format == DType::F32 || crate::quant::is_weight_format(format)) {
         return Err(Error::invalid(
             op,
-            format!("the weight must be f32, f16 or a block format, not {format}"),
+            format!("the weight must be f32, f16, bf16 or a block format, not {format}"),
         ));
     }
     let fits = match activations {

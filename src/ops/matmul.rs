@@ -16,10 +16,10 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// a linear layer with weights stored `[out_features, in_features]`. With `m = 1` this is the
 /// matrix-vector product of LLM decoding.
 ///
-/// A packed weight `b` (`F16` or a block format such as `Q8_0`) runs
+/// A packed weight `b` (`F16`, `BF16` or a block format such as `Q8_0`) runs
 /// [`qmatmul_t`](super::qmatmul_t) with the activations used as they are.
 pub fn matmul_t(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    if b.dtype() == DType::F16 || b.dtype().is_quantized() {
+    if crate::quant::is_weight_format(b.dtype()) {
         let activations = if a.dtype() == DType::F16 {
             Activations::F16
         } else {

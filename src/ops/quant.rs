@@ -34,13 +34,14 @@ pub fn quantize(x: &Tensor, format: DType) -> Result<Tensor> {
     dispatch("quantize", spec, &[x], x.shape().clone(), format, None)
 }
 
-/// Expands an `F16` or block-format tensor to f32 (exactly: every stored value is an f32).
+/// Expands an `F16`, `BF16` or block-format tensor to f32 (exactly: every stored value is an
+/// f32).
 pub fn dequantize(x: &Tensor) -> Result<Tensor> {
     let format = x.dtype();
-    if !(format == DType::F16 || format.is_quantized()) {
+    if !quant::is_weight_format(format) {
         return Err(Error::invalid(
             "dequantize",
-            format!("{format} is not f16 or a block format"),
+            format!("{format} is not f16, bf16 or a block format"),
         ));
     }
     expect_min_rank("dequantize", x, 1)?;
@@ -59,7 +60,7 @@ pub fn dequantize(x: &Tensor) -> Result<Tensor> {
     )
 }
 
-/// `a · wᵀ` for activations `a` `[..., k]` and a packed weight `w` `[n, k]` (`F16` or a block
+/// `a · wᵀ` for activations `a` `[..., k]` and a packed weight `w` `[n, k]` (`F16`, `BF16` or a block
 /// format, as GGUF stores a linear layer): output f32 `[..., n]`. `activations` chooses how
 /// `a` enters the product (see [`Activations`]): f32 or f16 as they are, or rounded to
 /// `Q8_0` blocks, to per-row int8 or to `Q8_K` super-blocks first, which lets integer dot
@@ -67,10 +68,12 @@ pub fn dequantize(x: &Tensor) -> Result<Tensor> {
 pub fn qmatmul_t(a: &Tensor, w: &Tensor, activations: Activations) -> Result<Tensor> {
     const OP: &str = "qmatmul_t";
     let format = w.dtype();
-    if !(format == DType::F16 || format.is_quantized()) {
+    if !quant::is_weight_format(format) {
         return Err(Error::invalid(
             OP,
-            format!("the weight must be f16 or a block format, not {format}; use matmul_t for f32"),
+            format!(
+                "the weight must be f16, bf16 or a block format, not {format}; use matmul_t for f32"
+            ),
         ));
     }
     let a_dtype = if activations == Activations::F16 {
@@ -175,4 +178,57 @@ pub fn ternary_dot(w: &Tensor, x: &Tensor) -> Result<Tensor> {
         k,
     };
     dispatch(OP, spec, &[w, x], out_shape, DType::I32, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Device;
+
+    /// bf16 weights kept as stored: on the cpu backend their product and dequantization equal
+    /// the reference backend's on the same values widened to f32, and a GPU backend refuses
+    /// them by name at upload (the engine widens them there).
+    #[test]
+    fn bf16_weights_multiply_as_their_widened_values() {
+        let (m, n, k) = (3, 5, 64);
+        let values: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+            .collect();
+        // bfloat16 keeps an f32's high half: truncate, then the widened values are exact.
+        let bits: Vec<u16> = values.iter().map(|v| (v.to_bits() >> 16) as u16).collect();
+        let widened: Vec<f32> = bits.iter().map(|&b| quant::bf16_value(b)).collect();
+        assert!(
+            widened.iter().zip(&values).any(|(w, v)| w != v),
+            "the rounding shows"
+        );
+        let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
+        let x: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 13 % 29) as f32 - 14.0) / 9.0)
+            .collect();
+
+        let cpu = Device::cpu();
+        let w = Tensor::from_bytes(&cpu, DType::BF16, bytes.clone(), [n, k]).unwrap();
+        let a = Tensor::from_slice(&cpu, &x, [m, k]).unwrap();
+        let got = crate::ops::matmul_t(&a, &w)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        assert_eq!(dequantize(&w).unwrap().to_vec::<f32>().unwrap(), widened);
+
+        let reference = Device::reference();
+        let w32 = Tensor::from_slice(&reference, &widened, [n, k]).unwrap();
+        let a32 = Tensor::from_slice(&reference, &x, [m, k]).unwrap();
+        let want = crate::ops::matmul_t(&a32, &w32)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{g} vs {w}");
+        }
+        assert!(crate::backend::kernel_consts::check_kernels_read(
+            crate::BackendKind::Wgpu,
+            DType::BF16
+        )
+        .is_err());
+    }
 }

@@ -147,13 +147,20 @@ const fn row<B: Block>(
     }
 }
 
-/// Every block format (and `F16`, one value a block), one row each.
-pub static FORMATS: [Format; 16] = [
+/// Every block format (and `F16` and `BF16`, one value a block), one row each.
+pub static FORMATS: [Format; 17] = [
     Format {
         dtype: DType::F16,
         ggml_type: Some(1),
         dequantize: |b, out| out[0] = read_f16(b, 0),
         quantize: Some(|x, out| out.copy_from_slice(&f16_bits(x[0]).to_le_bytes())),
+        f16_scales: &[],
+    },
+    Format {
+        dtype: DType::BF16,
+        ggml_type: Some(30),
+        dequantize: |b, out| out[0] = bf16_value(u16::from_le_bytes([b[0], b[1]])),
+        quantize: None,
         f16_scales: &[],
     },
     Format {
@@ -207,6 +214,12 @@ pub static FORMATS: [Format; 16] = [
 /// The row of `dtype`, if it is `F16` or a block format.
 pub fn format(dtype: DType) -> Option<&'static Format> {
     FORMATS.iter().find(|f| f.dtype == dtype)
+}
+
+/// Whether `dtype` is a packed weight format, one of [`FORMATS`]: f16, bf16 or a block format.
+/// Products with such a weight read it packed (`qmatmul_t`).
+pub fn is_weight_format(dtype: DType) -> bool {
+    format(dtype).is_some()
 }
 
 /// The row of ggml type id `ggml_type`, if webtensor reads that format.
@@ -272,6 +285,12 @@ pub fn dequantize(format: DType, bytes: &[u8], out: &mut [f32]) {
         }
         return;
     }
+    if format == DType::BF16 {
+        for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+            *o = bf16_value(u16::from_le_bytes([b[0], b[1]]));
+        }
+        return;
+    }
     let (len, size) = (format.block_len(), format.block_bytes());
     let decode = self::format(format)
         .map(|f| f.dequantize)
@@ -279,6 +298,11 @@ pub fn dequantize(format: DType, bytes: &[u8], out: &mut [f32]) {
     for (b, o) in bytes.chunks_exact(size).zip(out.chunks_exact_mut(len)) {
         decode(b, o);
     }
+}
+
+/// The f32 a bfloat16 stands for: its bits are the f32's high half (exact).
+pub fn bf16_value(bits: u16) -> f32 {
+    f32::from_bits((bits as u32) << 16)
 }
 
 /// `d · q` of `Q8_0` or `Q4_0` ([`block_ints`]).

@@ -43,7 +43,7 @@ export interface ModelTooLargeError extends Error {
 pub struct MemoryEstimate {
     /// The file's size: the download, held in the page's memory while the model loads.
     file_bytes: f64,
-    /// The weights on the device (the embedding table widened to f32, bf16 to f32).
+    /// The weights on the device (the embedding table widened to f32, bf16 to f32 on WebGPU).
     device_bytes: f64,
     /// The page memory the load needs at its peak.
     page_bytes: f64,
@@ -113,13 +113,16 @@ async fn estimate(device: &Device, url: &str) -> Result<Option<MemoryEstimate>, 
         }
     };
     let (gguf, file_len) = gguf;
+    let inner = &device.inner;
+    let on_host = matches!(inner.info().kind, BackendKind::Cpu | BackendKind::Reference);
     let mut device_bytes = 0u64;
     let mut largest = (String::new(), 0u64);
     for (name, t) in &gguf.tensors {
         let stored = t.range.len() as u64;
         let bytes = if name == EMBEDDING {
             t.shape.iter().product::<usize>() as u64 * 4
-        } else if t.dtype == StoredDType::BF16 {
+        } else if t.dtype == StoredDType::BF16 && !on_host {
+            // Kept as bf16 on the host backends, widened to f32 for WebGPU.
             stored * 2
         } else {
             stored
@@ -135,8 +138,6 @@ async fn estimate(device: &Device, url: &str) -> Result<Option<MemoryEstimate>, 
             device_bytes += t.range.len() as u64;
         }
     }
-    let inner = &device.inner;
-    let on_host = matches!(inner.info().kind, BackendKind::Cpu | BackendKind::Reference);
     let limit = |name: &str| {
         let limits = inner.info().limits;
         limits.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
