@@ -8,6 +8,7 @@
 
 use super::act_quant::quantize_i8;
 use super::int_dot::{dot_i8, dot_q8, dot_q8_k, dot_q_rows, sums_of_16, BitSliced};
+use super::kquant_dot::{self, Q8KRows};
 use super::parallel::{for_each_row, map_tasks};
 use super::repack::{Repacked, GROUP};
 use super::simd::{dot4, SimdLevel};
@@ -152,6 +153,11 @@ pub(super) fn qmatmul_prepared(
             return repacked_product(rep, (q, d), m, n, k);
         }
     }
+    // `Q8_K` activations' sums of 16, once for every task.
+    let q8_k_sums = match prepared {
+        PreparedActivations::Int { q, .. } if act == Activations::Q8_K => sums_of_16(q),
+        _ => Vec::new(),
+    };
     // Columns `j0..j0 + width` of every row into `tile` (`[m, width]`).
     let column_block = |j0: usize, tile: &mut [f32]| {
         let width = tile.len() / m;
@@ -192,13 +198,37 @@ pub(super) fn qmatmul_prepared(
                     dot_q_rows(level, format, a, rows, row_bytes, width, out);
                 }
             }
+            PreparedActivations::Int { q, d }
+                if act == Activations::Q8_K && kquant_dot::reads_packed(format) =>
+            {
+                // Each weight row read in place, its super-blocks unpacked once for every four
+                // activation rows.
+                let row_bytes = format.row_bytes(k);
+                let acts = Q8KRows {
+                    q,
+                    d,
+                    sums: &q8_k_sums,
+                    k,
+                };
+                let mut dots = [0f32; kquant_dot::MAX_ACTS];
+                for j in j0..j1 {
+                    let row = &w[j * row_bytes..(j + 1) * row_bytes];
+                    for i in (0..m).step_by(kquant_dot::MAX_ACTS) {
+                        let dots = &mut dots[..(m - i).min(kquant_dot::MAX_ACTS)];
+                        kquant_dot::dot_rows(level, format, row, &acts, i, dots);
+                        for (r, &s) in dots.iter().enumerate() {
+                            tile[(i + r) * width + (j - j0)] = s;
+                        }
+                    }
+                }
+            }
             PreparedActivations::Int { q: aq, d: ad } if act == Activations::Q8_K => {
                 // Each weight row's super-blocks read once as integers, for every activation
                 // row.
                 let blocks = k / 256;
                 let row_bytes = format.row_bytes(k);
                 let mut ints = vec![SuperBlockInts::default(); blocks];
-                let sums = sums_of_16(aq);
+                let sums = &q8_k_sums;
                 for j in j0..j1 {
                     let row = &w[j * row_bytes..(j + 1) * row_bytes];
                     for (b, out) in row.chunks_exact(format.block_bytes()).zip(&mut ints) {

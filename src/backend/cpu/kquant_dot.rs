@@ -1,0 +1,438 @@
+//! Products of `Q4_K` and `Q6_K` weight rows with `Q8_K` activations, read straight from the
+//! packed super-blocks: no unpacked copy of the weights, as llama.cpp's K-quant dots do.
+//!
+//! Per super-block and activation row the integer sums are exact (i32) on every path:
+//! `Q4_K` gives `Σ_j sc_j · Σ_{32} q·a` and `Σ_j mn_j · Σ_{32} a` (the latter from the
+//! activations' sums of 16), `Q6_K` gives `Σ_s sc_s · (Σ_{16} u·a − 32 Σ_{16} a)` with the
+//! unsigned 6-bit `u = q + 32`. The f32 part is then one scalar expression per super-block
+//! ([`q4_k_value`], [`q6_k_value`]) shared by every path, so the AVX2 kernels and the portable
+//! loops give identical results. The AVX2 kernels unpack each 32 weights once (nibbles by
+//! AND and shift, `Q6_K`'s high bits ORed in) for up to [`MAX_ACTS`] activation rows, which
+//! prefill runs four at a time.
+
+use super::simd::SimdLevel;
+use crate::dtype::DType;
+use crate::quant::f16_value;
+use crate::quant::kquants::scales_mins_k4;
+
+/// Activation rows as `Q8_K`: `k` int8 values per row, one scale per 256 (`d`) and the sum
+/// of each 16 values (`sums`), the rows one after the other.
+pub struct Q8KRows<'a> {
+    pub q: &'a [i8],
+    pub d: &'a [f32],
+    pub sums: &'a [i32],
+    pub k: usize,
+}
+
+/// Activation rows one call handles at most.
+pub const MAX_ACTS: usize = 4;
+
+/// Whether [`dot_rows`] reads `format`.
+pub fn reads_packed(format: DType) -> bool {
+    matches!(format, DType::Q4_K | DType::Q6_K)
+}
+
+/// `out[i] = Σ w · a` of the weight row `row` (packed `Q4_K` or `Q6_K`, `k / 256`
+/// super-blocks) with activation row `first + i`, for each `i < out.len() ≤ MAX_ACTS`.
+///
+/// # Panics
+/// If `format` is not one [`reads_packed`] accepts, `out` holds more than [`MAX_ACTS`]
+/// values, or `row` or `acts` are shorter than `k` says (the caller's own sizes).
+pub fn dot_rows(
+    level: SimdLevel,
+    format: DType,
+    row: &[u8],
+    acts: &Q8KRows<'_>,
+    first: usize,
+    out: &mut [f32],
+) {
+    let k = acts.k;
+    let blocks = k / 256;
+    let size = format.block_bytes();
+    assert!(reads_packed(format) && out.len() <= MAX_ACTS);
+    assert!(row.len() >= blocks * size);
+    let rows = first + out.len();
+    assert!(acts.q.len() >= rows * k && acts.d.len() >= rows * blocks);
+    assert!(acts.sums.len() >= rows * k / 16);
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 | SimdLevel::Avx512 => {
+            // SAFETY: AVX2 was detected at run time; the asserts above bound every read.
+            unsafe {
+                match (format, out.len()) {
+                    (DType::Q4_K, 1) => x86::q4_k::<1>(row, acts, first, out),
+                    (DType::Q4_K, 2) => x86::q4_k::<2>(row, acts, first, out),
+                    (DType::Q4_K, 3) => x86::q4_k::<3>(row, acts, first, out),
+                    (DType::Q4_K, _) => x86::q4_k::<4>(row, acts, first, out),
+                    (_, 1) => x86::q6_k::<1>(row, acts, first, out),
+                    (_, 2) => x86::q6_k::<2>(row, acts, first, out),
+                    (_, 3) => x86::q6_k::<3>(row, acts, first, out),
+                    (_, _) => x86::q6_k::<4>(row, acts, first, out),
+                }
+            }
+        }
+        _ => {
+            for (i, o) in out.iter_mut().enumerate() {
+                let r = first + i;
+                let q = &acts.q[r * k..(r + 1) * k];
+                let sums = &acts.sums[r * k / 16..(r + 1) * k / 16];
+                *o = row
+                    .chunks_exact(size)
+                    .take(blocks)
+                    .enumerate()
+                    .fold(0f32, |total, (b, w)| {
+                        let (a, s, d) = (&q[256 * b..], &sums[16 * b..], acts.d[r * blocks + b]);
+                        total
+                            + if format == DType::Q4_K {
+                                let scales = q4_k_scales(w);
+                                let isum = q4_k_ints(w, &scales[..8], a);
+                                q4_k_value(w, d, isum, mins(&scales[8..], s))
+                            } else {
+                                q6_k_value(w, d, q6_k_ints(w, a, s))
+                            }
+                    });
+            }
+        }
+    }
+}
+
+/// A `Q4_K` super-block's 6-bit scales (bytes 0..8) and mins (8..16) of its sub-blocks.
+#[inline(always)]
+fn q4_k_scales(block: &[u8]) -> [u8; 16] {
+    scales_mins_k4(
+        block[4..16]
+            .try_into()
+            .expect("a Q4_K block has 12 scale bytes"),
+    )
+}
+
+/// `Σ_j mn_j · Σ a` over the eight sub-blocks of 32 (`sums` of each 16 activations).
+fn mins(mn: &[u8], sums: &[i32]) -> i32 {
+    (0..8)
+        .map(|j| mn[j] as i32 * (sums[2 * j] + sums[2 * j + 1]))
+        .sum()
+}
+
+/// `Σ_j sc_j · Σ q·a` of a `Q4_K` super-block: value `64c + 32h + m` is nibble `h` of
+/// `qs[32c + m]`, in sub-block `2c + h`.
+fn q4_k_ints(block: &[u8], sc: &[u8], a: &[i8]) -> i32 {
+    let qs = &block[16..144];
+    let mut isum = 0;
+    for c in 0..4 {
+        let (mut lo, mut hi) = (0i32, 0i32);
+        for m in 0..32 {
+            let b = qs[32 * c + m];
+            lo += (b & 15) as i32 * a[64 * c + m] as i32;
+            hi += (b >> 4) as i32 * a[64 * c + 32 + m] as i32;
+        }
+        isum += sc[2 * c] as i32 * lo + sc[2 * c + 1] as i32 * hi;
+    }
+    isum
+}
+
+/// A `Q4_K` super-block's share of the product, from its integer sums (`isum` of scaled
+/// products, `msum` of scaled activation sums) and the activations' scale `d`.
+#[inline(always)]
+fn q4_k_value(block: &[u8], d: f32, isum: i32, msum: i32) -> f32 {
+    let scale = f16_value(u16::from_le_bytes([block[0], block[1]])) * d;
+    let min = f16_value(u16::from_le_bytes([block[2], block[3]])) * d;
+    scale * isum as f32 - min * msum as f32
+}
+
+/// `Σ_s sc_s · Σ q·a` of a `Q6_K` super-block (`q` signed, `u − 32`): value `128c + 32l + m`
+/// has nibble `l / 2` of `ql[64c + 32(l % 2) + m]` and bits `2l..2l + 2` of `qh[32c + m]`
+/// as its bits 4–5; `sums` are the activations' sums of 16.
+fn q6_k_ints(block: &[u8], a: &[i8], sums: &[i32]) -> i32 {
+    let (ql, qh, scales) = (&block[..128], &block[128..192], &block[192..208]);
+    let mut dots = [0i32; 16];
+    for c in 0..2 {
+        for l in 0..4 {
+            for m in 0..32 {
+                let low = (ql[64 * c + 32 * (l % 2) + m] >> (4 * (l / 2))) & 15;
+                let u = low | (((qh[32 * c + m] >> (2 * l)) & 3) << 4);
+                let v = 128 * c + 32 * l + m;
+                dots[v / 16] += u as i32 * a[v] as i32;
+            }
+        }
+    }
+    (0..16)
+        .map(|s| scales[s] as i8 as i32 * (dots[s] - 32 * sums[s]))
+        .sum()
+}
+
+/// A `Q6_K` super-block's share of the product from its integer sum and the activations'
+/// scale `d`.
+#[inline(always)]
+fn q6_k_value(block: &[u8], d: f32, isum: i32) -> f32 {
+    f16_value(u16::from_le_bytes([block[208], block[209]])) * d * isum as f32
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{q4_k_scales, q4_k_value, q6_k_value, Q8KRows};
+
+    /// The sums of the eight i32 lanes of `a` and of `b`.
+    #[inline(always)]
+    unsafe fn hsum_pair(a: __m256i, b: __m256i) -> (i32, i32) {
+        // [a01 a23 b01 b23 | a45 a67 b45 b67], the halves added, then pairs again.
+        let t = _mm256_hadd_epi32(a, b);
+        let t = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+        let t = _mm_hadd_epi32(t, t);
+        (_mm_cvtsi128_si32(t), _mm_extract_epi32(t, 1))
+    }
+
+    /// The sum of the eight i32 lanes of `v`.
+    #[inline(always)]
+    unsafe fn hsum(v: __m256i) -> i32 {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+        _mm_cvtsi128_si32(s)
+    }
+
+    /// A `pshufb` control that fills the low 128-bit half with i16 lane `lo` of its source
+    /// half and the high half with lane `hi`.
+    #[inline(always)]
+    unsafe fn lane_shuffle(lo: usize, hi: usize) -> __m256i {
+        let mut c = [0u8; 32];
+        for (i, b) in c.iter_mut().enumerate() {
+            let lane = if i < 16 { lo } else { hi };
+            *b = (2 * lane + i % 2) as u8;
+        }
+        _mm256_loadu_si256(c.as_ptr() as *const __m256i)
+    }
+
+    /// `Σ u·a` per pair of bytes times the i16 `scales`, in eight i32 lanes: `maddubs` of
+    /// the unsigned weights (≤ 63) and signed activations stays within i16 (2 · 63 · 128).
+    #[inline(always)]
+    unsafe fn scaled(u: __m256i, a: *const i8, scales: __m256i) -> __m256i {
+        let a = _mm256_loadu_si256(a as *const __m256i);
+        _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), scales)
+    }
+
+    /// # Safety
+    /// AVX2 must be present; `row` holds `acts.k / 256` `Q4_K` super-blocks and `acts` the
+    /// rows `first..first + A` (`out` holds `A` values).
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn q4_k<const A: usize>(
+        row: &[u8],
+        acts: &Q8KRows<'_>,
+        first: usize,
+        out: &mut [f32],
+    ) {
+        let (k, blocks) = (acts.k, acts.k / 256);
+        let nibble = _mm256_set1_epi8(15);
+        let pick: [__m256i; 8] = std::array::from_fn(|j| lane_shuffle(j, j));
+        let mut total = [0f32; A];
+        for b in 0..blocks {
+            let w = row.get_unchecked(144 * b..144 * (b + 1));
+            let scales = q4_k_scales(w);
+            // i16 scales 0..8 in both halves; the mins as i32.
+            let bytes = _mm_loadu_si128(scales.as_ptr() as *const __m128i);
+            let sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(bytes));
+            let mn = _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
+            let mut acc = [_mm256_setzero_si256(); A];
+            for c in 0..4 {
+                let packed = _mm256_loadu_si256(w.as_ptr().add(16 + 32 * c) as *const __m256i);
+                let lo = _mm256_and_si256(packed, nibble);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
+                let sl = _mm256_shuffle_epi8(sc, pick[2 * c]);
+                let sh = _mm256_shuffle_epi8(sc, pick[2 * c + 1]);
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let a = acts.q.as_ptr().add((first + i) * k + 256 * b + 64 * c);
+                    let both = _mm256_add_epi32(scaled(lo, a, sl), scaled(hi, a.add(32), sh));
+                    *acc = _mm256_add_epi32(*acc, both);
+                }
+            }
+            for (i, acc) in acc.iter().enumerate() {
+                let r = first + i;
+                // The sums of 32 from the sums of 16: [p0 p1 p4 p5 | p2 p3 p6 p7] in order.
+                let sums = acts.sums.as_ptr().add(r * k / 16 + 16 * b);
+                let s_lo = _mm256_loadu_si256(sums as *const __m256i);
+                let s_hi = _mm256_loadu_si256(sums.add(8) as *const __m256i);
+                let pairs = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s_lo, s_hi), 0b11_01_10_00);
+                let (isum, msum) = hsum_pair(*acc, _mm256_mullo_epi32(pairs, mn));
+                let d = *acts.d.get_unchecked(r * blocks + b);
+                total[i] += q4_k_value(w, d, isum, msum);
+            }
+        }
+        out.copy_from_slice(&total);
+    }
+
+    /// # Safety
+    /// AVX2 must be present; `row` holds `acts.k / 256` `Q6_K` super-blocks and `acts` the
+    /// rows `first..first + A` (`out` holds `A` values).
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn q6_k<const A: usize>(
+        row: &[u8],
+        acts: &Q8KRows<'_>,
+        first: usize,
+        out: &mut [f32],
+    ) {
+        let (k, blocks) = (acts.k, acts.k / 256);
+        let nibble = _mm256_set1_epi8(15);
+        let bits = [0x03, 0x0c, 0x30, 0xc0u8].map(|m| _mm256_set1_epi8(m as i8));
+        let pick: [__m256i; 4] = std::array::from_fn(|l| lane_shuffle(2 * l, 2 * l + 1));
+        let mut total = [0f32; A];
+        for b in 0..blocks {
+            let w = row.get_unchecked(210 * b..210 * (b + 1));
+            let p = w.as_ptr();
+            let scales = _mm_loadu_si128(p.add(192) as *const __m128i);
+            let mut acc = [_mm256_setzero_si256(); A];
+            for c in 0..2 {
+                let ql0 = _mm256_loadu_si256(p.add(64 * c) as *const __m256i);
+                let ql1 = _mm256_loadu_si256(p.add(64 * c + 32) as *const __m256i);
+                let qh = _mm256_loadu_si256(p.add(128 + 32 * c) as *const __m256i);
+                // Bits 2l.. of qh moved to bits 4–5 of each byte (masked before the 16-bit
+                // shifts, so nothing crosses into the neighbouring byte).
+                let high = [
+                    _mm256_slli_epi16(_mm256_and_si256(qh, bits[0]), 4),
+                    _mm256_slli_epi16(_mm256_and_si256(qh, bits[1]), 2),
+                    _mm256_and_si256(qh, bits[2]),
+                    _mm256_srli_epi16(_mm256_and_si256(qh, bits[3]), 2),
+                ];
+                let low = [
+                    _mm256_and_si256(ql0, nibble),
+                    _mm256_and_si256(ql1, nibble),
+                    _mm256_and_si256(_mm256_srli_epi16(ql0, 4), nibble),
+                    _mm256_and_si256(_mm256_srli_epi16(ql1, 4), nibble),
+                ];
+                // The i16 scales of sub-blocks 8c..8c + 8 in both halves.
+                let half = if c == 0 {
+                    scales
+                } else {
+                    _mm_srli_si128(scales, 8)
+                };
+                let half = _mm_cvtepi8_epi16(half);
+                let sc = _mm256_broadcastsi128_si256(half);
+                for l in 0..4 {
+                    let u = _mm256_or_si256(low[l], high[l]);
+                    let sc = _mm256_shuffle_epi8(sc, pick[l]);
+                    for (i, acc) in acc.iter_mut().enumerate() {
+                        let a = acts
+                            .q
+                            .as_ptr()
+                            .add((first + i) * k + 256 * b + 128 * c + 32 * l);
+                        *acc = _mm256_add_epi32(*acc, scaled(u, a, sc));
+                    }
+                }
+            }
+            // The offset: 32 · Σ_s sc_s · Σ a over each 16.
+            let sc_lo = _mm256_cvtepi8_epi32(scales);
+            let sc_hi = _mm256_cvtepi8_epi32(_mm_srli_si128(scales, 8));
+            for (i, acc) in acc.iter().enumerate() {
+                let r = first + i;
+                let sums = acts.sums.as_ptr().add(r * k / 16 + 16 * b);
+                let s_lo = _mm256_loadu_si256(sums as *const __m256i);
+                let s_hi = _mm256_loadu_si256(sums.add(8) as *const __m256i);
+                let offset = _mm256_add_epi32(
+                    _mm256_mullo_epi32(sc_lo, s_lo),
+                    _mm256_mullo_epi32(sc_hi, s_hi),
+                );
+                let isum = _mm256_sub_epi32(*acc, _mm256_slli_epi32(offset, 5));
+                let d = *acts.d.get_unchecked(r * blocks + b);
+                total[i] += q6_k_value(w, d, hsum(isum));
+            }
+        }
+        out.copy_from_slice(&total);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::int_dot::sums_of_16;
+    use crate::quant::kquants::{super_block_ints, SuperBlockInts};
+    use crate::quant::quantize_q8_k;
+
+    /// Random bytes for `blocks` super-blocks of `format` with small f16 scales, and `rows`
+    /// `Q8_K` activation rows (−128 included), from a fixed seed.
+    fn inputs(format: DType, blocks: usize, rows: usize) -> (Vec<u8>, Vec<i8>, Vec<f32>) {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let size = format.block_bytes();
+        let mut w: Vec<u8> = (0..blocks * size).map(|_| next() as u8).collect();
+        let d_at: &[usize] = if format == DType::Q4_K {
+            &[0, 2]
+        } else {
+            &[208]
+        };
+        for block in w.chunks_exact_mut(size) {
+            for &at in d_at {
+                let bits = crate::quant::f16_bits(0.001 * (1 + next() % 7) as f32);
+                block[at..at + 2].copy_from_slice(&bits.to_le_bytes());
+            }
+        }
+        let x: Vec<f32> = (0..rows * blocks * 256)
+            .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
+            .collect();
+        let mut q = vec![0i8; x.len()];
+        let d = x
+            .chunks(256)
+            .zip(q.chunks_mut(256))
+            .map(|(x, q)| quantize_q8_k(x, q))
+            .collect();
+        q[3] = -128;
+        (w, q, d)
+    }
+
+    /// Every path and every count of activation rows gives the same values, bit for bit, and
+    /// they agree with the plain sums of the super-blocks read by `super_block_ints` (the
+    /// dequantization's reading, so a wrong nibble or bit order fails).
+    #[test]
+    fn packed_k_dots_match_super_block_ints() {
+        for format in [DType::Q4_K, DType::Q6_K] {
+            let (blocks, rows) = (3, 5);
+            let (w, q, d) = inputs(format, blocks, rows);
+            let k = 256 * blocks;
+            let sums = sums_of_16(&q);
+            let acts = Q8KRows {
+                q: &q,
+                d: &d,
+                sums: &sums,
+                k,
+            };
+            let mut scalar = vec![0f32; rows];
+            dot_rows(SimdLevel::Scalar, format, &w, &acts, 0, &mut scalar[..4]);
+            dot_rows(SimdLevel::Scalar, format, &w, &acts, 4, &mut scalar[4..]);
+            for (r, &got) in scalar.iter().enumerate() {
+                // Σ_b d_b · Σ_v (scale_v · q_v − min_v) · a_v in f64.
+                // `mag` sums the terms' sizes: the f32 roundings differ by ~1e-7 of those.
+                let (mut want, mut mag) = (0f64, 0f64);
+                for (b, bytes) in w.chunks_exact(format.block_bytes()).enumerate() {
+                    let mut ints = SuperBlockInts::default();
+                    super_block_ints(format, bytes, &mut ints);
+                    let a = &q[r * k + 256 * b..r * k + 256 * (b + 1)];
+                    for v in 0..256 {
+                        let value =
+                            ints.scale[v / 16] as f64 * ints.q[v] as f64 - ints.min[v / 16] as f64;
+                        let term = d[r * blocks + b] as f64 * value * a[v] as f64;
+                        want += term;
+                        mag += term.abs();
+                    }
+                }
+                let err = (got as f64 - want).abs();
+                assert!(
+                    err <= 1e-5 * mag,
+                    "{format} row {r}: {got} vs {want} ({mag})"
+                );
+            }
+            for level in [SimdLevel::detect(), SimdLevel::Scalar] {
+                for count in 1..=MAX_ACTS {
+                    for first in 0..=rows - count {
+                        let mut got = vec![0f32; count];
+                        dot_rows(level, format, &w, &acts, first, &mut got);
+                        assert_eq!(got, scalar[first..first + count], "{format} {level:?}");
+                    }
+                }
+            }
+        }
+    }
+}
