@@ -28,9 +28,9 @@ pub fn dot_q8(level: SimdLevel, aq: &[i8], ad: &[f32], wq: &[i8], wd: &[f32]) ->
 }
 
 /// Products of `acts` activation rows (1 or 2; `aq` and `ad` hold them one after the other)
-/// with `n` packed `Q8_0` or `Q4_0` weight rows of `row_bytes` each:
+/// with `n` packed `Q8_0`, `Q4_0` or `Q5_0` weight rows of `row_bytes` each:
 /// `out[i · n + r] = Σ_c ad_i[c] · d_rc · Σ_{j < 32} aq_i[32c + j] · q_rc[j]`. The blocks are read
-/// in place (no decoded copy), their int8 or 4-bit values and f16 scales straight from the
+/// in place (no decoded copy), their int8, 4- or 5-bit values and f16 scales straight from the
 /// bytes; four weight rows share each load of the activations, and both activation rows
 /// share each weight block's unpacking.
 #[allow(clippy::too_many_arguments)]
@@ -55,7 +55,6 @@ pub fn dot_q_rows(
         #[cfg(target_arch = "x86_64")]
         SimdLevel::Avx2 | SimdLevel::Avx512 if x86::has_f16c() && matches!(acts, 1 | 2) => {
             // Where AVX512-VNNI is present the repacked kernels (`repack.rs`) run instead.
-            let q4 = format == DType::Q4_0;
             let args = x86::RowArgs {
                 aq,
                 ad,
@@ -70,11 +69,13 @@ pub fn dot_q_rows(
             // `row_bytes` ≥ `blocks · size` bytes lie in `rows`, each activation row covers
             // `blocks` blocks and `out` holds `acts · n` values.
             unsafe {
-                match (q4, acts) {
-                    (true, 1) => x86::dot_q_rows_avx2::<true, 1>(args),
-                    (true, _) => x86::dot_q_rows_avx2::<true, 2>(args),
-                    (false, 1) => x86::dot_q_rows_avx2::<false, 1>(args),
-                    (false, _) => x86::dot_q_rows_avx2::<false, 2>(args),
+                match (format, acts) {
+                    (DType::Q4_0, 1) => x86::dot_q_rows_avx2::<{ x86::Q4 }, 1>(args),
+                    (DType::Q4_0, _) => x86::dot_q_rows_avx2::<{ x86::Q4 }, 2>(args),
+                    (DType::Q5_0, 1) => x86::dot_q_rows_avx2::<{ x86::Q5 }, 1>(args),
+                    (DType::Q5_0, _) => x86::dot_q_rows_avx2::<{ x86::Q5 }, 2>(args),
+                    (_, 1) => x86::dot_q_rows_avx2::<{ x86::Q8 }, 1>(args),
+                    (_, _) => x86::dot_q_rows_avx2::<{ x86::Q8 }, 2>(args),
                 }
             }
         }
@@ -287,16 +288,21 @@ mod x86 {
         pub out: &'a mut [f32],
     }
 
+    /// The formats of [`rows_kernel`].
+    pub(super) const Q8: u8 = 0;
+    pub(super) const Q4: u8 = 1;
+    pub(super) const Q5: u8 = 2;
+
     /// # Safety
     /// AVX2, FMA and F16C must be present; see [`rows_kernel`].
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot_q_rows_avx2<const Q4: bool, const A: usize>(args: RowArgs<'_>) {
-        rows_kernel::<Q4, A>(args)
+    pub(super) unsafe fn dot_q_rows_avx2<const F: u8, const A: usize>(args: RowArgs<'_>) {
+        rows_kernel::<F, A>(args)
     }
 
     /// `Σ_i u[i] · s[i]` in 8 i32 lanes (4 neighbouring products per lane) for unsigned `u`
     /// and signed `s` bytes by `maddubs` + `madd` (exact here: no pair of products reaches
-    /// the i16 limit, |u| ≤ 128 and |s| ≤ 127 or |u| ≤ 15).
+    /// the i16 limit, |u| ≤ 128 and |s| ≤ 127 or |u| ≤ 31).
     #[inline(always)]
     unsafe fn dot_us(u: __m256i, s: __m256i) -> __m256i {
         _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
@@ -308,15 +314,16 @@ mod x86 {
     ///
     /// `Q4_0` values are used unsigned (`u = q + 8`, 0..16) against the signed activations,
     /// and `8 · Σ a` of each activation block is taken off once per block:
-    /// `Σ q·a = Σ u·a − 8 Σ a`. `Q8_0` values are signed; the sign of each activation moves
-    /// onto the weight (`|a| · sign(a)·w`).
+    /// `Σ q·a = Σ u·a − 8 Σ a`; `Q5_0` likewise with `u = q + 16` (0..32, bit `j` of the
+    /// block's `qh` as bit 4 of value `j`) and `16 · Σ a`. `Q8_0` values are signed; the sign
+    /// of each activation moves onto the weight (`|a| · sign(a)·w`).
     ///
     /// # Safety
     /// Inlined only into the `target_feature` functions above. `rows` points at `n` rows of
     /// `row_bytes` bytes, each with `blocks` blocks; `aq` holds `A · 32 · chunks` values and
     /// `ad` `A · chunks` scales with `blocks ≤ chunks`; `out` holds `A · n` values.
     #[inline(always)]
-    unsafe fn rows_kernel<const Q4: bool, const A: usize>(args: RowArgs<'_>) {
+    unsafe fn rows_kernel<const F: u8, const A: usize>(args: RowArgs<'_>) {
         let RowArgs {
             aq,
             ad,
@@ -327,9 +334,23 @@ mod x86 {
             n,
             out,
         } = args;
-        let size = if Q4 { 18 } else { 34 };
+        let (size, offset) = match F {
+            Q4 => (18, 8),
+            Q5 => (22, 16),
+            _ => (34, 0),
+        };
         let low = _mm_set1_epi8(15);
-        let eights = _mm256_set1_epi8(8);
+        let offsets = _mm256_set1_epi8(offset);
+        // Byte j of the spread `qh` is byte j / 8 of it; OR with all bits but bit j % 8 gives
+        // all ones exactly where bit j is set.
+        let spread = _mm256_setr_epi64x(
+            0,
+            0x0101_0101_0101_0101,
+            0x0202_0202_0202_0202,
+            0x0303_0303_0303_0303,
+        );
+        let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+        let sixteen = _mm256_set1_epi8(16);
         for g in 0..n.div_ceil(4) {
             let count = (n - 4 * g).min(4);
             let rows = [0, 1, 2, 3].map(|r| base.add((4 * g + r.min(count - 1)) * row_bytes));
@@ -339,10 +360,10 @@ mod x86 {
                     _mm256_loadu_si256(aq.as_ptr().add(32 * (i * chunks + c)) as *const __m256i)
                 });
                 let da: [f32; A] = std::array::from_fn(|i| *ad.get_unchecked(i * chunks + c));
-                // Q4_0: 8 · Σ a; Q8_0: |a|.
+                // Q4_0/Q5_0: 8 or 16 · Σ a; Q8_0: |a|.
                 let shared: [__m256i; A] = std::array::from_fn(|i| {
-                    if Q4 {
-                        dot_us(eights, va[i])
+                    if F != Q8 {
+                        dot_us(offsets, va[i])
                     } else {
                         _mm256_sign_epi8(va[i], va[i])
                     }
@@ -352,17 +373,29 @@ mod x86 {
                     // A prefetch never faults, so one past the weights is harmless.
                     _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(4 * row_bytes) as *const i8);
                     let dw = f16_at(p);
-                    let values = if Q4 {
-                        let packed = _mm_loadu_si128(p.add(2) as *const __m128i);
+                    let values = if F != Q8 {
+                        let qs = if F == Q5 { 6 } else { 2 };
+                        let packed = _mm_loadu_si128(p.add(qs) as *const __m128i);
                         // Values 0..16 are the low nibbles, 16..32 the high ones.
                         let lo = _mm_and_si128(packed, low);
                         let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low);
-                        _mm256_set_m128i(hi, lo)
+                        let nibbles = _mm256_set_m128i(hi, lo);
+                        if F == Q5 {
+                            let qh = (p.add(2) as *const i32).read_unaligned();
+                            let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), spread);
+                            let set = _mm256_cmpeq_epi8(
+                                _mm256_or_si256(bytes, others),
+                                _mm256_set1_epi8(-1),
+                            );
+                            _mm256_or_si256(nibbles, _mm256_and_si256(set, sixteen))
+                        } else {
+                            nibbles
+                        }
                     } else {
                         _mm256_loadu_si256(p.add(2) as *const __m256i)
                     };
                     for i in 0..A {
-                        let sums = if Q4 {
+                        let sums = if F != Q8 {
                             _mm256_sub_epi32(dot_us(values, va[i]), shared[i])
                         } else {
                             dot_us(shared[i], _mm256_sign_epi8(values, va[i]))
@@ -447,6 +480,69 @@ mod tests {
             .collect();
         for level in [SimdLevel::Scalar, SimdLevel::detect()] {
             assert_eq!(dots_of_16(level, &a, &q).to_vec(), want, "{level:?}");
+        }
+    }
+
+    /// The in-place row products of `Q8_0`, `Q4_0` and `Q5_0` (one and two activation rows,
+    /// a group of weight rows cut short) on every path against f64 sums of the blocks'
+    /// integers as `quant::block_ints` reads them, so a wrong nibble or fifth-bit order fails.
+    #[test]
+    fn row_products_match_block_ints() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let (n, blocks) = (6, 3);
+        for format in [DType::Q8_0, DType::Q4_0, DType::Q5_0] {
+            let size = format.block_bytes();
+            let mut w: Vec<u8> = (0..n * blocks * size).map(|_| next() as u8).collect();
+            for block in w.chunks_exact_mut(size) {
+                let d = quant::f16_bits(0.01 * (1 + next() % 5) as f32);
+                block[..2].copy_from_slice(&d.to_le_bytes());
+                if format == DType::Q8_0 {
+                    // Weights never hold −128.
+                    for b in &mut block[2..] {
+                        *b = (*b as i8).max(-127) as u8;
+                    }
+                }
+            }
+            let aq: Vec<i8> = (0..2 * blocks * 32).map(|_| next() as i8).collect();
+            let ad: Vec<f32> = (0..2 * blocks).map(|i| 0.5 + i as f32 / 8.0).collect();
+            let mut q = [0i8; 32];
+            for acts in [1, 2] {
+                let mut want = vec![0f64; acts * n];
+                let mut mag = vec![0f64; acts * n];
+                for i in 0..acts {
+                    for r in 0..n {
+                        for c in 0..blocks {
+                            let at = (r * blocks + c) * size;
+                            let d = quant::block_ints(format, &w[at..at + size], &mut q);
+                            for (j, &v) in q.iter().enumerate() {
+                                let a = aq[(i * blocks + c) * 32 + j];
+                                let t =
+                                    ad[i * blocks + c] as f64 * d as f64 * (v as f64 * a as f64);
+                                want[i * n + r] += t;
+                                mag[i * n + r] += t.abs();
+                            }
+                        }
+                    }
+                }
+                for level in [SimdLevel::Scalar, SimdLevel::detect()] {
+                    let mut out = vec![0f32; acts * n];
+                    let a = (&aq[..acts * blocks * 32], &ad[..acts * blocks], acts);
+                    dot_q_rows(level, format, a, &w, blocks * size, n, &mut out);
+                    for ((&got, &want), &mag) in out.iter().zip(&want).zip(&mag) {
+                        let err = (got as f64 - want).abs();
+                        assert!(
+                            err <= 1e-5 * mag,
+                            "{format} {level:?} {acts}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
         }
     }
 }

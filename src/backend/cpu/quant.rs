@@ -180,7 +180,7 @@ pub(super) fn qmatmul_prepared(
                 }
             }
             PreparedActivations::Int { q: aq, d: ad }
-                if matches!(format, DType::Q8_0 | DType::Q4_0) =>
+                if matches!(format, DType::Q8_0 | DType::Q4_0 | DType::Q5_0) =>
             {
                 // The blocks are read in place; this block's weight rows stay in cache while
                 // every activation row passes over them.
