@@ -1,8 +1,8 @@
-//! Products of `Q4_K` and `Q6_K` weight rows with `Q8_K` activations, read straight from the
+//! Products of `Q4_K`, `Q5_K` and `Q6_K` weight rows with `Q8_K` activations, read straight from the
 //! packed super-blocks: no unpacked copy of the weights, as llama.cpp's K-quant dots do.
 //!
 //! Per super-block and activation row the integer sums are exact (i32) on every path:
-//! `Q4_K` gives `Σ_j sc_j · Σ_{32} q·a` and `Σ_j mn_j · Σ_{32} a` (the latter from the
+//! `Q4_K`/`Q5_K` give `Σ_j sc_j · Σ_{32} q·a` and `Σ_j mn_j · Σ_{32} a` (the latter from the
 //! activations' sums of 16), `Q6_K` gives `Σ_s sc_s · (Σ_{16} u·a − 32 Σ_{16} a)` with the
 //! unsigned 6-bit `u = q + 32`. The f32 part is then one scalar expression per super-block
 //! ([`q4_k_value`], [`q6_k_value`]) shared by every path, so the AVX2 kernels and the portable
@@ -29,10 +29,10 @@ pub const MAX_ACTS: usize = 4;
 
 /// Whether [`dot_rows`] reads `format`.
 pub fn reads_packed(format: DType) -> bool {
-    matches!(format, DType::Q4_K | DType::Q6_K)
+    matches!(format, DType::Q4_K | DType::Q5_K | DType::Q6_K)
 }
 
-/// `out[i] = Σ w · a` of the weight row `row` (packed `Q4_K` or `Q6_K`, `k / 256`
+/// `out[i] = Σ w · a` of the weight row `row` (packed `Q4_K`, `Q5_K` or `Q6_K`, `k / 256`
 /// super-blocks) with activation row `first + i`, for each `i < out.len() ≤ MAX_ACTS`.
 ///
 /// # Panics
@@ -60,10 +60,14 @@ pub fn dot_rows(
             // SAFETY: AVX2 was detected at run time; the asserts above bound every read.
             unsafe {
                 match (format, out.len()) {
-                    (DType::Q4_K, 1) => x86::q4_k::<1>(row, acts, first, out),
-                    (DType::Q4_K, 2) => x86::q4_k::<2>(row, acts, first, out),
-                    (DType::Q4_K, 3) => x86::q4_k::<3>(row, acts, first, out),
-                    (DType::Q4_K, _) => x86::q4_k::<4>(row, acts, first, out),
+                    (DType::Q4_K, 1) => x86::q4_k::<1, false>(row, acts, first, out),
+                    (DType::Q4_K, 2) => x86::q4_k::<2, false>(row, acts, first, out),
+                    (DType::Q4_K, 3) => x86::q4_k::<3, false>(row, acts, first, out),
+                    (DType::Q4_K, _) => x86::q4_k::<4, false>(row, acts, first, out),
+                    (DType::Q5_K, 1) => x86::q4_k::<1, true>(row, acts, first, out),
+                    (DType::Q5_K, 2) => x86::q4_k::<2, true>(row, acts, first, out),
+                    (DType::Q5_K, 3) => x86::q4_k::<3, true>(row, acts, first, out),
+                    (DType::Q5_K, _) => x86::q4_k::<4, true>(row, acts, first, out),
                     (_, 1) => x86::q6_k::<1>(row, acts, first, out),
                     (_, 2) => x86::q6_k::<2>(row, acts, first, out),
                     (_, 3) => x86::q6_k::<3>(row, acts, first, out),
@@ -83,9 +87,9 @@ pub fn dot_rows(
                     .fold(0f32, |total, (b, w)| {
                         let (a, s, d) = (&q[256 * b..], &sums[16 * b..], acts.d[r * blocks + b]);
                         total
-                            + if format == DType::Q4_K {
+                            + if format != DType::Q6_K {
                                 let scales = q4_k_scales(w);
-                                let isum = q4_k_ints(w, &scales[..8], a);
+                                let isum = q4_k_ints(w, &scales[..8], a, format == DType::Q5_K);
                                 q4_k_value(w, d, isum, mins(&scales[8..], s))
                             } else {
                                 q6_k_value(w, d, q6_k_ints(w, a, s))
@@ -96,13 +100,14 @@ pub fn dot_rows(
     }
 }
 
-/// A `Q4_K` super-block's 6-bit scales (bytes 0..8) and mins (8..16) of its sub-blocks.
+/// A `Q4_K`/`Q5_K` super-block's 6-bit scales (bytes 0..8) and mins (8..16) of its
+/// sub-blocks.
 #[inline(always)]
 fn q4_k_scales(block: &[u8]) -> [u8; 16] {
     scales_mins_k4(
         block[4..16]
             .try_into()
-            .expect("a Q4_K block has 12 scale bytes"),
+            .expect("a Q4_K/Q5_K block has 12 scale bytes"),
     )
 }
 
@@ -113,24 +118,30 @@ fn mins(mn: &[u8], sums: &[i32]) -> i32 {
         .sum()
 }
 
-/// `Σ_j sc_j · Σ q·a` of a `Q4_K` super-block: value `64c + 32h + m` is nibble `h` of
-/// `qs[32c + m]`, in sub-block `2c + h`.
-fn q4_k_ints(block: &[u8], sc: &[u8], a: &[i8]) -> i32 {
-    let qs = &block[16..144];
+/// `Σ_j sc_j · Σ q·a` of a `Q4_K` super-block, or with `five` of a `Q5_K` one: value
+/// `64c + 32h + m` is nibble `h` of `qs[32c + m]`, in sub-block `2c + h`, and for `Q5_K` bit
+/// `2c + h` of `qh[m]` is its bit 4.
+fn q4_k_ints(block: &[u8], sc: &[u8], a: &[i8], five: bool) -> i32 {
+    let (qh, qs) = if five {
+        (&block[16..48], &block[48..176])
+    } else {
+        (&block[..0], &block[16..144])
+    };
+    let fifth = |m: usize, bit: usize| qh.get(m).map_or(0, |&h| ((h >> bit) & 1) << 4);
     let mut isum = 0;
     for c in 0..4 {
         let (mut lo, mut hi) = (0i32, 0i32);
         for m in 0..32 {
             let b = qs[32 * c + m];
-            lo += (b & 15) as i32 * a[64 * c + m] as i32;
-            hi += (b >> 4) as i32 * a[64 * c + 32 + m] as i32;
+            lo += ((b & 15) | fifth(m, 2 * c)) as i32 * a[64 * c + m] as i32;
+            hi += ((b >> 4) | fifth(m, 2 * c + 1)) as i32 * a[64 * c + 32 + m] as i32;
         }
         isum += sc[2 * c] as i32 * lo + sc[2 * c + 1] as i32 * hi;
     }
     isum
 }
 
-/// A `Q4_K` super-block's share of the product, from its integer sums (`isum` of scaled
+/// A `Q4_K`/`Q5_K` super-block's share of the product, from its integer sums (`isum` of scaled
 /// products, `msum` of scaled activation sums) and the activations' scale `d`.
 #[inline(always)]
 fn q4_k_value(block: &[u8], d: f32, isum: i32, msum: i32) -> f32 {
@@ -213,10 +224,10 @@ mod x86 {
     }
 
     /// # Safety
-    /// AVX2 must be present; `row` holds `acts.k / 256` `Q4_K` super-blocks and `acts` the
-    /// rows `first..first + A` (`out` holds `A` values).
+    /// AVX2 must be present; `row` holds `acts.k / 256` `Q4_K` super-blocks (`Q5_K` with
+    /// `FIVE`) and `acts` the rows `first..first + A` (`out` holds `A` values).
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn q4_k<const A: usize>(
+    pub(super) unsafe fn q4_k<const A: usize, const FIVE: bool>(
         row: &[u8],
         acts: &Q8KRows<'_>,
         first: usize,
@@ -224,10 +235,21 @@ mod x86 {
     ) {
         let (k, blocks) = (acts.k, acts.k / 256);
         let nibble = _mm256_set1_epi8(15);
+        let (one, size, qs) = (
+            _mm256_set1_epi8(1),
+            if FIVE { 176 } else { 144 },
+            if FIVE { 48 } else { 16 },
+        );
         let pick: [__m256i; 8] = std::array::from_fn(|j| lane_shuffle(j, j));
         let mut total = [0f32; A];
         for b in 0..blocks {
-            let w = row.get_unchecked(144 * b..144 * (b + 1));
+            let w = row.get_unchecked(size * b..size * (b + 1));
+            // Q5_K: bit 2c + h of each qh byte is moved to bit 0 as chunk c is read.
+            let mut qh = if FIVE {
+                _mm256_loadu_si256(w.as_ptr().add(16) as *const __m256i)
+            } else {
+                _mm256_setzero_si256()
+            };
             let scales = q4_k_scales(w);
             // i16 scales 0..8 in both halves; the mins as i32.
             let bytes = _mm_loadu_si128(scales.as_ptr() as *const __m128i);
@@ -235,9 +257,16 @@ mod x86 {
             let mn = _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
             let mut acc = [_mm256_setzero_si256(); A];
             for c in 0..4 {
-                let packed = _mm256_loadu_si256(w.as_ptr().add(16 + 32 * c) as *const __m256i);
-                let lo = _mm256_and_si256(packed, nibble);
-                let hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
+                let packed = _mm256_loadu_si256(w.as_ptr().add(qs + 32 * c) as *const __m256i);
+                let mut lo = _mm256_and_si256(packed, nibble);
+                let mut hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
+                if FIVE {
+                    // Masked to bit 0 before the 16-bit shift left, so nothing crosses bytes.
+                    let bit = |v: __m256i| _mm256_slli_epi16(_mm256_and_si256(v, one), 4);
+                    lo = _mm256_or_si256(lo, bit(qh));
+                    hi = _mm256_or_si256(hi, bit(_mm256_srli_epi16(qh, 1)));
+                    qh = _mm256_srli_epi16(qh, 2);
+                }
                 let sl = _mm256_shuffle_epi8(sc, pick[2 * c]);
                 let sh = _mm256_shuffle_epi8(sc, pick[2 * c + 1]);
                 for (i, acc) in acc.iter_mut().enumerate() {
@@ -359,7 +388,7 @@ mod tests {
         };
         let size = format.block_bytes();
         let mut w: Vec<u8> = (0..blocks * size).map(|_| next() as u8).collect();
-        let d_at: &[usize] = if format == DType::Q4_K {
+        let d_at: &[usize] = if format != DType::Q6_K {
             &[0, 2]
         } else {
             &[208]
@@ -388,7 +417,7 @@ mod tests {
     /// dequantization's reading, so a wrong nibble or bit order fails).
     #[test]
     fn packed_k_dots_match_super_block_ints() {
-        for format in [DType::Q4_K, DType::Q6_K] {
+        for format in [DType::Q4_K, DType::Q5_K, DType::Q6_K] {
             let (blocks, rows) = (3, 5);
             let (w, q, d) = inputs(format, blocks, rows);
             let k = 256 * blocks;
