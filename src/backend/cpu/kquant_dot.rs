@@ -5,10 +5,11 @@
 //! `Q4_K`/`Q5_K` give `Σ_j sc_j · Σ_{32} q·a` and `Σ_j mn_j · Σ_{32} a` (the latter from the
 //! activations' sums of 16), `Q6_K` gives `Σ_s sc_s · (Σ_{16} u·a − 32 Σ_{16} a)` with the
 //! unsigned 6-bit `u = q + 32`. The f32 part is then one scalar expression per super-block
-//! ([`q4_k_value`], [`q6_k_value`]) shared by every path, so the AVX2 kernels and the portable
-//! loops give identical results. The AVX2 kernels unpack each 32 weights once (nibbles by
-//! AND and shift, `Q6_K`'s high bits ORed in) for up to [`MAX_ACTS`] activation rows, which
-//! prefill runs four at a time.
+//! ([`q4_k_value`], [`q6_k_value`]), which the AVX2 kernels evaluate lane by lane with the
+//! same operations in the same order, so every path gives identical results. The AVX2
+//! kernels unpack each 32 weights once (nibbles by AND and shift, the high bits ORed in) for
+//! up to four products at a time: four weight rows against decode's one activation row, or
+//! one weight row against four of prefill's, their integer sums reduced together.
 
 use super::simd::SimdLevel;
 use crate::dtype::DType;
@@ -24,80 +25,110 @@ pub struct Q8KRows<'a> {
     pub k: usize,
 }
 
-/// Activation rows one call handles at most.
-pub const MAX_ACTS: usize = 4;
+/// Products (weight rows × activation rows) one call computes at most.
+pub const MAX_SLOTS: usize = 4;
 
 /// Whether [`dot_rows`] reads `format`.
 pub fn reads_packed(format: DType) -> bool {
     matches!(format, DType::Q4_K | DType::Q5_K | DType::Q6_K)
 }
 
-/// `out[i] = Σ w · a` of the weight row `row` (packed `Q4_K`, `Q5_K` or `Q6_K`, `k / 256`
-/// super-blocks) with activation row `first + i`, for each `i < out.len() ≤ MAX_ACTS`.
+/// `out[r · count + i] = Σ w · a` of weight row `r` (packed `Q4_K`, `Q5_K` or `Q6_K`, `k / 256`
+/// super-blocks; `weights` rows of `row_bytes` in `w`) with activation row `first + i`, for
+/// `r < weights`, `i < count` and `weights · count ≤ MAX_SLOTS`: several weight rows against
+/// one activation row for decode, one weight row against several activation rows for prefill.
 ///
 /// # Panics
-/// If `format` is not one [`reads_packed`] accepts, `out` holds more than [`MAX_ACTS`]
-/// values, or `row` or `acts` are shorter than `k` says (the caller's own sizes).
+/// If `format` is not one [`reads_packed`] accepts, the products are more than
+/// [`MAX_SLOTS`] or `out` holds fewer, or `w` or `acts` are shorter than `k` says (the
+/// caller's own sizes).
+#[allow(clippy::too_many_arguments)]
 pub fn dot_rows(
     level: SimdLevel,
     format: DType,
-    row: &[u8],
+    (w, row_bytes, weights): (&[u8], usize, usize),
     acts: &Q8KRows<'_>,
-    first: usize,
+    (first, count): (usize, usize),
     out: &mut [f32],
 ) {
     let k = acts.k;
     let blocks = k / 256;
     let size = format.block_bytes();
-    assert!(reads_packed(format) && out.len() <= MAX_ACTS);
-    assert!(row.len() >= blocks * size);
-    let rows = first + out.len();
+    assert!(reads_packed(format) && weights * count <= MAX_SLOTS && out.len() >= weights * count);
+    assert!(
+        weights > 0
+            && row_bytes >= blocks * size
+            && w.len() >= (weights - 1) * row_bytes + blocks * size
+    );
+    let rows = first + count;
     assert!(acts.q.len() >= rows * k && acts.d.len() >= rows * blocks);
     assert!(acts.sums.len() >= rows * k / 16);
     match level {
         #[cfg(target_arch = "x86_64")]
         SimdLevel::Avx2 | SimdLevel::Avx512 => {
+            let args = x86::Args {
+                w: w.as_ptr(),
+                row_bytes,
+                acts,
+                first,
+                out,
+            };
             // SAFETY: AVX2 was detected at run time; the asserts above bound every read.
             unsafe {
-                match (format, out.len()) {
-                    (DType::Q4_K, 1) => x86::q4_k::<1, false>(row, acts, first, out),
-                    (DType::Q4_K, 2) => x86::q4_k::<2, false>(row, acts, first, out),
-                    (DType::Q4_K, 3) => x86::q4_k::<3, false>(row, acts, first, out),
-                    (DType::Q4_K, _) => x86::q4_k::<4, false>(row, acts, first, out),
-                    (DType::Q5_K, 1) => x86::q4_k::<1, true>(row, acts, first, out),
-                    (DType::Q5_K, 2) => x86::q4_k::<2, true>(row, acts, first, out),
-                    (DType::Q5_K, 3) => x86::q4_k::<3, true>(row, acts, first, out),
-                    (DType::Q5_K, _) => x86::q4_k::<4, true>(row, acts, first, out),
-                    (_, 1) => x86::q6_k::<1>(row, acts, first, out),
-                    (_, 2) => x86::q6_k::<2>(row, acts, first, out),
-                    (_, 3) => x86::q6_k::<3>(row, acts, first, out),
-                    (_, _) => x86::q6_k::<4>(row, acts, first, out),
+                match (format, weights, count) {
+                    (DType::Q4_K, 1, 1) => x86::q4_k::<1, 1, false>(args, blocks),
+                    (DType::Q4_K, 1, 2) => x86::q4_k::<1, 2, false>(args, blocks),
+                    (DType::Q4_K, 1, 3) => x86::q4_k::<1, 3, false>(args, blocks),
+                    (DType::Q4_K, 1, _) => x86::q4_k::<1, 4, false>(args, blocks),
+                    (DType::Q4_K, 2, _) => x86::q4_k::<2, 1, false>(args, blocks),
+                    (DType::Q4_K, 3, _) => x86::q4_k::<3, 1, false>(args, blocks),
+                    (DType::Q4_K, _, _) => x86::q4_k::<4, 1, false>(args, blocks),
+                    (DType::Q5_K, 1, 1) => x86::q4_k::<1, 1, true>(args, blocks),
+                    (DType::Q5_K, 1, 2) => x86::q4_k::<1, 2, true>(args, blocks),
+                    (DType::Q5_K, 1, 3) => x86::q4_k::<1, 3, true>(args, blocks),
+                    (DType::Q5_K, 1, _) => x86::q4_k::<1, 4, true>(args, blocks),
+                    (DType::Q5_K, 2, _) => x86::q4_k::<2, 1, true>(args, blocks),
+                    (DType::Q5_K, 3, _) => x86::q4_k::<3, 1, true>(args, blocks),
+                    (DType::Q5_K, _, _) => x86::q4_k::<4, 1, true>(args, blocks),
+                    (_, 1, 1) => x86::q6_k::<1, 1>(args, blocks),
+                    (_, 1, 2) => x86::q6_k::<1, 2>(args, blocks),
+                    (_, 1, 3) => x86::q6_k::<1, 3>(args, blocks),
+                    (_, 1, _) => x86::q6_k::<1, 4>(args, blocks),
+                    (_, 2, _) => x86::q6_k::<2, 1>(args, blocks),
+                    (_, 3, _) => x86::q6_k::<3, 1>(args, blocks),
+                    (_, _, _) => x86::q6_k::<4, 1>(args, blocks),
                 }
             }
         }
         _ => {
-            for (i, o) in out.iter_mut().enumerate() {
-                let r = first + i;
-                let q = &acts.q[r * k..(r + 1) * k];
-                let sums = &acts.sums[r * k / 16..(r + 1) * k / 16];
-                *o = row
-                    .chunks_exact(size)
-                    .take(blocks)
-                    .enumerate()
-                    .fold(0f32, |total, (b, w)| {
-                        let (a, s, d) = (&q[256 * b..], &sums[16 * b..], acts.d[r * blocks + b]);
-                        total
-                            + if format != DType::Q6_K {
-                                let scales = q4_k_scales(w);
-                                let isum = q4_k_ints(w, &scales[..8], a, format == DType::Q5_K);
-                                q4_k_value(w, d, isum, mins(&scales[8..], s))
-                            } else {
-                                q6_k_value(w, d, q6_k_ints(w, a, s))
-                            }
-                    });
+            for r in 0..weights {
+                let row = &w[r * row_bytes..r * row_bytes + blocks * size];
+                for i in 0..count {
+                    out[r * count + i] = dot_row(format, row, acts, first + i);
+                }
             }
         }
     }
+}
+
+/// The portable product of one weight row with activation row `r`: per super-block the
+/// exact integer sums, then the shared f32 step, added in order.
+fn dot_row(format: DType, row: &[u8], acts: &Q8KRows<'_>, r: usize) -> f32 {
+    let (k, blocks) = (acts.k, acts.k / 256);
+    let q = &acts.q[r * k..(r + 1) * k];
+    let sums = &acts.sums[r * k / 16..(r + 1) * k / 16];
+    let blocks_of_row = row.chunks_exact(format.block_bytes()).take(blocks);
+    blocks_of_row.enumerate().fold(0f32, |total, (b, w)| {
+        let (a, s, d) = (&q[256 * b..], &sums[16 * b..], acts.d[r * blocks + b]);
+        total
+            + if format != DType::Q6_K {
+                let scales = q4_k_scales(w);
+                let isum = q4_k_ints(w, &scales[..8], a, format == DType::Q5_K);
+                q4_k_value(w, d, isum, mins(&scales[8..], s))
+            } else {
+                q6_k_value(w, d, q6_k_ints(w, a, s))
+            }
+    })
 }
 
 /// A `Q4_K`/`Q5_K` super-block's 6-bit scales (bytes 0..8) and mins (8..16) of its
@@ -182,25 +213,33 @@ fn q6_k_value(block: &[u8], d: f32, isum: i32) -> f32 {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{q4_k_scales, q4_k_value, q6_k_value, Q8KRows};
+    use super::{q4_k_scales, Q8KRows, MAX_SLOTS};
+    use crate::quant::f16_value;
 
-    /// The sums of the eight i32 lanes of `a` and of `b`.
-    #[inline(always)]
-    unsafe fn hsum_pair(a: __m256i, b: __m256i) -> (i32, i32) {
-        // [a01 a23 b01 b23 | a45 a67 b45 b67], the halves added, then pairs again.
-        let t = _mm256_hadd_epi32(a, b);
-        let t = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
-        let t = _mm_hadd_epi32(t, t);
-        (_mm_cvtsi128_si32(t), _mm_extract_epi32(t, 1))
+    /// The arguments of the kernels (see [`super::dot_rows`]): `R` weight rows from `w`,
+    /// activation rows `first..first + A`, the `R · A` products into `out`.
+    pub(super) struct Args<'a> {
+        pub w: *const u8,
+        pub row_bytes: usize,
+        pub acts: &'a Q8KRows<'a>,
+        pub first: usize,
+        pub out: &'a mut [f32],
     }
 
-    /// The sum of the eight i32 lanes of `v`.
+    /// Lane `s` of the result: the sum of the eight i32 lanes of `v[s]`.
     #[inline(always)]
-    unsafe fn hsum(v: __m256i) -> i32 {
-        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
-        _mm_cvtsi128_si32(s)
+    unsafe fn hsum4(v: [__m256i; MAX_SLOTS]) -> __m128i {
+        // [v0 01 v0 23 v1 01 v1 23 | v0 45 …], then [v0 0123 v1 0123 v2 0123 v3 0123 | …4567].
+        let a = _mm256_hadd_epi32(v[0], v[1]);
+        let b = _mm256_hadd_epi32(v[2], v[3]);
+        let c = _mm256_hadd_epi32(a, b);
+        _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1))
+    }
+
+    /// The f16 at `p` as f32 (exact), as the portable path reads it.
+    #[inline(always)]
+    unsafe fn f16_at(p: *const u8) -> f32 {
+        f16_value(u16::from_le_bytes([*p, *p.add(1)]))
     }
 
     /// A `pshufb` control that fills the low 128-bit half with i16 lane `lo` of its source
@@ -223,149 +262,177 @@ mod x86 {
         _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), scales)
     }
 
-    /// # Safety
-    /// AVX2 must be present; `row` holds `acts.k / 256` `Q4_K` super-blocks (`Q5_K` with
-    /// `FIVE`) and `acts` the rows `first..first + A` (`out` holds `A` values).
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn q4_k<const A: usize, const FIVE: bool>(
-        row: &[u8],
-        acts: &Q8KRows<'_>,
-        first: usize,
-        out: &mut [f32],
-    ) {
-        let (k, blocks) = (acts.k, acts.k / 256);
-        let nibble = _mm256_set1_epi8(15);
-        let (one, size, qs) = (
-            _mm256_set1_epi8(1),
-            if FIVE { 176 } else { 144 },
-            if FIVE { 48 } else { 16 },
-        );
-        let pick: [__m256i; 8] = std::array::from_fn(|j| lane_shuffle(j, j));
-        let mut total = [0f32; A];
-        for b in 0..blocks {
-            let w = row.get_unchecked(size * b..size * (b + 1));
-            // Q5_K: bit 2c + h of each qh byte is moved to bit 0 as chunk c is read.
-            let mut qh = if FIVE {
-                _mm256_loadu_si256(w.as_ptr().add(16) as *const __m256i)
-            } else {
-                _mm256_setzero_si256()
-            };
-            let scales = q4_k_scales(w);
-            // i16 scales 0..8 in both halves; the mins as i32.
-            let bytes = _mm_loadu_si128(scales.as_ptr() as *const __m128i);
-            let sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(bytes));
-            let mn = _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
-            let mut acc = [_mm256_setzero_si256(); A];
-            for c in 0..4 {
-                let packed = _mm256_loadu_si256(w.as_ptr().add(qs + 32 * c) as *const __m256i);
-                let mut lo = _mm256_and_si256(packed, nibble);
-                let mut hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
-                if FIVE {
-                    // Masked to bit 0 before the 16-bit shift left, so nothing crosses bytes.
-                    let bit = |v: __m256i| _mm256_slli_epi16(_mm256_and_si256(v, one), 4);
-                    lo = _mm256_or_si256(lo, bit(qh));
-                    hi = _mm256_or_si256(hi, bit(_mm256_srli_epi16(qh, 1)));
-                    qh = _mm256_srli_epi16(qh, 2);
-                }
-                let sl = _mm256_shuffle_epi8(sc, pick[2 * c]);
-                let sh = _mm256_shuffle_epi8(sc, pick[2 * c + 1]);
-                for (i, acc) in acc.iter_mut().enumerate() {
-                    let a = acts.q.as_ptr().add((first + i) * k + 256 * b + 64 * c);
-                    let both = _mm256_add_epi32(scaled(lo, a, sl), scaled(hi, a.add(32), sh));
-                    *acc = _mm256_add_epi32(*acc, both);
-                }
-            }
-            for (i, acc) in acc.iter().enumerate() {
-                let r = first + i;
-                // The sums of 32 from the sums of 16: [p0 p1 p4 p5 | p2 p3 p6 p7] in order.
-                let sums = acts.sums.as_ptr().add(r * k / 16 + 16 * b);
-                let s_lo = _mm256_loadu_si256(sums as *const __m256i);
-                let s_hi = _mm256_loadu_si256(sums.add(8) as *const __m256i);
-                let pairs = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s_lo, s_hi), 0b11_01_10_00);
-                let (isum, msum) = hsum_pair(*acc, _mm256_mullo_epi32(pairs, mn));
-                let d = *acts.d.get_unchecked(r * blocks + b);
-                total[i] += q4_k_value(w, d, isum, msum);
+    /// The per-product f32 factors of super-block `b`: lane `r · A + i` holds `f(r) · d_a`
+    /// with `f(r)` the weight row's f16 at byte `at` of its block and `d_a` the activation
+    /// row's scale (the portable path's `f16 · d`); unused lanes 0.
+    #[inline(always)]
+    unsafe fn factors<const R: usize, const A: usize>(
+        args: &Args<'_>,
+        (b, size, at): (usize, usize, usize),
+    ) -> __m128 {
+        let blocks = args.acts.k / 256;
+        let mut f = [0f32; MAX_SLOTS];
+        for r in 0..R {
+            let dw = f16_at(args.w.add(r * args.row_bytes + size * b + at));
+            for i in 0..A {
+                f[r * A + i] = dw * *args.acts.d.get_unchecked((args.first + i) * blocks + b);
             }
         }
-        out.copy_from_slice(&total);
+        _mm_loadu_ps(f.as_ptr())
     }
 
     /// # Safety
-    /// AVX2 must be present; `row` holds `acts.k / 256` `Q6_K` super-blocks and `acts` the
-    /// rows `first..first + A` (`out` holds `A` values).
+    /// AVX2 must be present; `args.w` holds `R` rows of `blocks` `Q4_K` super-blocks (`Q5_K`
+    /// with `FIVE`), `args.acts` the rows `first..first + A` and `out` `R · A ≤ 4` values.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn q6_k<const A: usize>(
-        row: &[u8],
-        acts: &Q8KRows<'_>,
-        first: usize,
-        out: &mut [f32],
+    pub(super) unsafe fn q4_k<const R: usize, const A: usize, const FIVE: bool>(
+        args: Args<'_>,
+        blocks: usize,
     ) {
-        let (k, blocks) = (acts.k, acts.k / 256);
+        let acts = args.acts;
+        let k = acts.k;
+        let nibble = _mm256_set1_epi8(15);
+        let one = _mm256_set1_epi8(1);
+        let (size, qs) = if FIVE { (176, 48) } else { (144, 16) };
+        let pick: [__m256i; 8] = std::array::from_fn(|j| lane_shuffle(j, j));
+        let mut total = _mm_setzero_ps();
+        for b in 0..blocks {
+            let w: [*const u8; R] =
+                std::array::from_fn(|r| args.w.add(r * args.row_bytes + size * b));
+            // Per weight row: i16 scales 0..8 in both halves, the mins as i32, and (Q5_K) qh,
+            // whose bit 2c + h of each byte is moved to bit 0 as chunk c is read.
+            let mut sc = [_mm256_setzero_si256(); R];
+            let mut mn = [_mm256_setzero_si256(); R];
+            let mut qh = [_mm256_setzero_si256(); R];
+            for r in 0..R {
+                let scales = q4_k_scales(std::slice::from_raw_parts(w[r], 16));
+                let bytes = _mm_loadu_si128(scales.as_ptr() as *const __m128i);
+                sc[r] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(bytes));
+                mn[r] = _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
+                if FIVE {
+                    qh[r] = _mm256_loadu_si256(w[r].add(16) as *const __m256i);
+                }
+            }
+            let mut acc = [_mm256_setzero_si256(); MAX_SLOTS];
+            for c in 0..4 {
+                for r in 0..R {
+                    let packed = _mm256_loadu_si256(w[r].add(qs + 32 * c) as *const __m256i);
+                    let mut lo = _mm256_and_si256(packed, nibble);
+                    let mut hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
+                    if FIVE {
+                        // Masked to bit 0 before the 16-bit shift left: nothing crosses bytes.
+                        let bit = |v: __m256i| _mm256_slli_epi16(_mm256_and_si256(v, one), 4);
+                        lo = _mm256_or_si256(lo, bit(qh[r]));
+                        hi = _mm256_or_si256(hi, bit(_mm256_srli_epi16(qh[r], 1)));
+                        qh[r] = _mm256_srli_epi16(qh[r], 2);
+                    }
+                    let sl = _mm256_shuffle_epi8(sc[r], pick[2 * c]);
+                    let sh = _mm256_shuffle_epi8(sc[r], pick[2 * c + 1]);
+                    for i in 0..A {
+                        let a = acts.q.as_ptr().add((args.first + i) * k + 256 * b + 64 * c);
+                        let both = _mm256_add_epi32(scaled(lo, a, sl), scaled(hi, a.add(32), sh));
+                        acc[r * A + i] = _mm256_add_epi32(acc[r * A + i], both);
+                    }
+                }
+            }
+            // Σ_j mn_j · Σ a over each 32, from the sums of 16: [p0 p1 p4 p5 | p2 p3 p6 p7]
+            // put in order.
+            let mut msum = [_mm256_setzero_si256(); MAX_SLOTS];
+            for i in 0..A {
+                let sums = acts.sums.as_ptr().add((args.first + i) * k / 16 + 16 * b);
+                let s_lo = _mm256_loadu_si256(sums as *const __m256i);
+                let s_hi = _mm256_loadu_si256(sums.add(8) as *const __m256i);
+                let pairs = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s_lo, s_hi), 0b11_01_10_00);
+                for r in 0..R {
+                    msum[r * A + i] = _mm256_mullo_epi32(pairs, mn[r]);
+                }
+            }
+            // The portable `scale · isum − min · msum` per lane.
+            let scale = factors::<R, A>(&args, (b, size, 0));
+            let min = factors::<R, A>(&args, (b, size, 2));
+            let isum = _mm_cvtepi32_ps(hsum4(acc));
+            let msum = _mm_cvtepi32_ps(hsum4(msum));
+            let value = _mm_sub_ps(_mm_mul_ps(scale, isum), _mm_mul_ps(min, msum));
+            total = _mm_add_ps(total, value);
+        }
+        let mut out = [0f32; MAX_SLOTS];
+        _mm_storeu_ps(out.as_mut_ptr(), total);
+        args.out[..R * A].copy_from_slice(&out[..R * A]);
+    }
+
+    /// # Safety
+    /// AVX2 must be present; `args.w` holds `R` rows of `blocks` `Q6_K` super-blocks,
+    /// `args.acts` the rows `first..first + A` and `out` `R · A ≤ 4` values.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn q6_k<const R: usize, const A: usize>(args: Args<'_>, blocks: usize) {
+        let acts = args.acts;
+        let k = acts.k;
         let nibble = _mm256_set1_epi8(15);
         let bits = [0x03, 0x0c, 0x30, 0xc0u8].map(|m| _mm256_set1_epi8(m as i8));
         let pick: [__m256i; 4] = std::array::from_fn(|l| lane_shuffle(2 * l, 2 * l + 1));
-        let mut total = [0f32; A];
+        let mut total = _mm_setzero_ps();
         for b in 0..blocks {
-            let w = row.get_unchecked(210 * b..210 * (b + 1));
-            let p = w.as_ptr();
-            let scales = _mm_loadu_si128(p.add(192) as *const __m128i);
-            let mut acc = [_mm256_setzero_si256(); A];
+            let w: [*const u8; R] =
+                std::array::from_fn(|r| args.w.add(r * args.row_bytes + 210 * b));
+            let mut acc = [_mm256_setzero_si256(); MAX_SLOTS];
             for c in 0..2 {
-                let ql0 = _mm256_loadu_si256(p.add(64 * c) as *const __m256i);
-                let ql1 = _mm256_loadu_si256(p.add(64 * c + 32) as *const __m256i);
-                let qh = _mm256_loadu_si256(p.add(128 + 32 * c) as *const __m256i);
-                // Bits 2l.. of qh moved to bits 4–5 of each byte (masked before the 16-bit
-                // shifts, so nothing crosses into the neighbouring byte).
-                let high = [
-                    _mm256_slli_epi16(_mm256_and_si256(qh, bits[0]), 4),
-                    _mm256_slli_epi16(_mm256_and_si256(qh, bits[1]), 2),
-                    _mm256_and_si256(qh, bits[2]),
-                    _mm256_srli_epi16(_mm256_and_si256(qh, bits[3]), 2),
-                ];
-                let low = [
-                    _mm256_and_si256(ql0, nibble),
-                    _mm256_and_si256(ql1, nibble),
-                    _mm256_and_si256(_mm256_srli_epi16(ql0, 4), nibble),
-                    _mm256_and_si256(_mm256_srli_epi16(ql1, 4), nibble),
-                ];
-                // The i16 scales of sub-blocks 8c..8c + 8 in both halves.
-                let half = if c == 0 {
-                    scales
-                } else {
-                    _mm_srli_si128(scales, 8)
-                };
-                let half = _mm_cvtepi8_epi16(half);
-                let sc = _mm256_broadcastsi128_si256(half);
-                for l in 0..4 {
-                    let u = _mm256_or_si256(low[l], high[l]);
-                    let sc = _mm256_shuffle_epi8(sc, pick[l]);
-                    for (i, acc) in acc.iter_mut().enumerate() {
-                        let a = acts
-                            .q
-                            .as_ptr()
-                            .add((first + i) * k + 256 * b + 128 * c + 32 * l);
-                        *acc = _mm256_add_epi32(*acc, scaled(u, a, sc));
+                for (r, &p) in w.iter().enumerate() {
+                    let ql0 = _mm256_loadu_si256(p.add(64 * c) as *const __m256i);
+                    let ql1 = _mm256_loadu_si256(p.add(64 * c + 32) as *const __m256i);
+                    let qh = _mm256_loadu_si256(p.add(128 + 32 * c) as *const __m256i);
+                    // Bits 2l.. of qh moved to bits 4–5 of each byte (masked before the
+                    // 16-bit shifts, so nothing crosses into the neighbouring byte).
+                    let high = [
+                        _mm256_slli_epi16(_mm256_and_si256(qh, bits[0]), 4),
+                        _mm256_slli_epi16(_mm256_and_si256(qh, bits[1]), 2),
+                        _mm256_and_si256(qh, bits[2]),
+                        _mm256_srli_epi16(_mm256_and_si256(qh, bits[3]), 2),
+                    ];
+                    let low = [
+                        _mm256_and_si256(ql0, nibble),
+                        _mm256_and_si256(ql1, nibble),
+                        _mm256_and_si256(_mm256_srli_epi16(ql0, 4), nibble),
+                        _mm256_and_si256(_mm256_srli_epi16(ql1, 4), nibble),
+                    ];
+                    // The i16 scales of sub-blocks 8c..8c + 8 in both halves.
+                    let half = _mm_loadl_epi64(p.add(192 + 8 * c) as *const __m128i);
+                    let sc = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(half));
+                    for l in 0..4 {
+                        let u = _mm256_or_si256(low[l], high[l]);
+                        let sc = _mm256_shuffle_epi8(sc, pick[l]);
+                        for i in 0..A {
+                            let at = (args.first + i) * k + 256 * b + 128 * c + 32 * l;
+                            let s = r * A + i;
+                            acc[s] =
+                                _mm256_add_epi32(acc[s], scaled(u, acts.q.as_ptr().add(at), sc));
+                        }
                     }
                 }
             }
             // The offset: 32 · Σ_s sc_s · Σ a over each 16.
-            let sc_lo = _mm256_cvtepi8_epi32(scales);
-            let sc_hi = _mm256_cvtepi8_epi32(_mm_srli_si128(scales, 8));
-            for (i, acc) in acc.iter().enumerate() {
-                let r = first + i;
-                let sums = acts.sums.as_ptr().add(r * k / 16 + 16 * b);
-                let s_lo = _mm256_loadu_si256(sums as *const __m256i);
-                let s_hi = _mm256_loadu_si256(sums.add(8) as *const __m256i);
-                let offset = _mm256_add_epi32(
-                    _mm256_mullo_epi32(sc_lo, s_lo),
-                    _mm256_mullo_epi32(sc_hi, s_hi),
-                );
-                let isum = _mm256_sub_epi32(*acc, _mm256_slli_epi32(offset, 5));
-                let d = *acts.d.get_unchecked(r * blocks + b);
-                total[i] += q6_k_value(w, d, hsum(isum));
+            for (r, &p) in w.iter().enumerate() {
+                let scales = _mm_loadu_si128(p.add(192) as *const __m128i);
+                let sc_lo = _mm256_cvtepi8_epi32(scales);
+                let sc_hi = _mm256_cvtepi8_epi32(_mm_srli_si128(scales, 8));
+                for i in 0..A {
+                    let sums = acts.sums.as_ptr().add((args.first + i) * k / 16 + 16 * b);
+                    let s_lo = _mm256_loadu_si256(sums as *const __m256i);
+                    let s_hi = _mm256_loadu_si256(sums.add(8) as *const __m256i);
+                    let offset = _mm256_add_epi32(
+                        _mm256_mullo_epi32(sc_lo, s_lo),
+                        _mm256_mullo_epi32(sc_hi, s_hi),
+                    );
+                    let s = r * A + i;
+                    acc[s] = _mm256_sub_epi32(acc[s], _mm256_slli_epi32(offset, 5));
+                }
             }
+            // The portable `(f16 d · d_a) · isum` per lane.
+            let scale = factors::<R, A>(&args, (b, 210, 208));
+            total = _mm_add_ps(total, _mm_mul_ps(scale, _mm_cvtepi32_ps(hsum4(acc))));
         }
-        out.copy_from_slice(&total);
+        let mut out = [0f32; MAX_SLOTS];
+        _mm_storeu_ps(out.as_mut_ptr(), total);
+        args.out[..R * A].copy_from_slice(&out[..R * A]);
     }
 }
 
@@ -418,47 +485,73 @@ mod tests {
     #[test]
     fn packed_k_dots_match_super_block_ints() {
         for format in [DType::Q4_K, DType::Q5_K, DType::Q6_K] {
-            let (blocks, rows) = (3, 5);
-            let (w, q, d) = inputs(format, blocks, rows);
+            // `n` weight rows of `blocks` super-blocks, `rows` activation rows.
+            let (blocks, n, rows) = (3, 5, 5);
+            let row_bytes = blocks * format.block_bytes();
+            let (w, q, d) = inputs(format, blocks * n, rows);
             let k = 256 * blocks;
-            let sums = sums_of_16(&q);
+            let sums = sums_of_16(&q[..rows * k]);
             let acts = Q8KRows {
-                q: &q,
-                d: &d,
+                q: &q[..rows * k],
+                d: &d[..rows * blocks],
                 sums: &sums,
                 k,
             };
-            let mut scalar = vec![0f32; rows];
-            dot_rows(SimdLevel::Scalar, format, &w, &acts, 0, &mut scalar[..4]);
-            dot_rows(SimdLevel::Scalar, format, &w, &acts, 4, &mut scalar[4..]);
-            for (r, &got) in scalar.iter().enumerate() {
-                // Σ_b d_b · Σ_v (scale_v · q_v − min_v) · a_v in f64.
-                // `mag` sums the terms' sizes: the f32 roundings differ by ~1e-7 of those.
-                let (mut want, mut mag) = (0f64, 0f64);
-                for (b, bytes) in w.chunks_exact(format.block_bytes()).enumerate() {
-                    let mut ints = SuperBlockInts::default();
-                    super_block_ints(format, bytes, &mut ints);
-                    let a = &q[r * k + 256 * b..r * k + 256 * (b + 1)];
-                    for v in 0..256 {
-                        let value =
-                            ints.scale[v / 16] as f64 * ints.q[v] as f64 - ints.min[v / 16] as f64;
-                        let term = d[r * blocks + b] as f64 * value * a[v] as f64;
-                        want += term;
-                        mag += term.abs();
+            // scalar[j · rows + i]: weight row j, activation row i, one product per call.
+            let mut scalar = vec![0f32; n * rows];
+            for j in 0..n {
+                for i in 0..rows {
+                    let weights = (&w[j * row_bytes..], row_bytes, 1);
+                    let out = &mut scalar[j * rows + i..];
+                    dot_rows(SimdLevel::Scalar, format, weights, &acts, (i, 1), out);
+                    // Σ_b d_b · Σ_v (scale_v · q_v − min_v) · a_v in f64; `mag` sums the
+                    // terms' sizes: the f32 roundings differ by ~1e-7 of those.
+                    let (mut want, mut mag) = (0f64, 0f64);
+                    let row = &w[j * row_bytes..(j + 1) * row_bytes];
+                    for (b, bytes) in row.chunks_exact(format.block_bytes()).enumerate() {
+                        let mut ints = SuperBlockInts::default();
+                        super_block_ints(format, bytes, &mut ints);
+                        let a = &q[i * k + 256 * b..i * k + 256 * (b + 1)];
+                        for (v, &a) in a.iter().enumerate() {
+                            let value = ints.scale[v / 16] as f64 * ints.q[v] as f64
+                                - ints.min[v / 16] as f64;
+                            let term = d[i * blocks + b] as f64 * value * a as f64;
+                            want += term;
+                            mag += term.abs();
+                        }
+                    }
+                    let got = scalar[j * rows + i];
+                    let err = (got as f64 - want).abs();
+                    assert!(
+                        err <= 1e-5 * mag,
+                        "{format} {j}·{i}: {got} vs {want} ({mag})"
+                    );
+                }
+            }
+            // Every path, several activation rows against one weight row and several weight
+            // rows against one activation row, gives the same values bit for bit.
+            for level in [SimdLevel::detect(), SimdLevel::Scalar] {
+                for j in 0..n {
+                    for count in 1..=MAX_SLOTS {
+                        for first in 0..=rows - count {
+                            let mut got = vec![0f32; count];
+                            let weights = (&w[j * row_bytes..], row_bytes, 1);
+                            dot_rows(level, format, weights, &acts, (first, count), &mut got);
+                            let want = &scalar[j * rows + first..j * rows + first + count];
+                            assert_eq!(got, want, "{format} {level:?} {j} {first}+{count}");
+                        }
                     }
                 }
-                let err = (got as f64 - want).abs();
-                assert!(
-                    err <= 1e-5 * mag,
-                    "{format} row {r}: {got} vs {want} ({mag})"
-                );
-            }
-            for level in [SimdLevel::detect(), SimdLevel::Scalar] {
-                for count in 1..=MAX_ACTS {
-                    for first in 0..=rows - count {
-                        let mut got = vec![0f32; count];
-                        dot_rows(level, format, &w, &acts, first, &mut got);
-                        assert_eq!(got, scalar[first..first + count], "{format} {level:?}");
+                for i in 0..rows {
+                    for weights in 2..=MAX_SLOTS {
+                        for j in 0..=n - weights {
+                            let mut got = vec![0f32; weights];
+                            let ws = (&w[j * row_bytes..], row_bytes, weights);
+                            dot_rows(level, format, ws, &acts, (i, 1), &mut got);
+                            let want: Vec<f32> =
+                                (j..j + weights).map(|j| scalar[j * rows + i]).collect();
+                            assert_eq!(got, want, "{format} {level:?} {j}+{weights} {i}");
+                        }
                     }
                 }
             }

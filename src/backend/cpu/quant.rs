@@ -201,8 +201,8 @@ pub(super) fn qmatmul_prepared(
             PreparedActivations::Int { q, d }
                 if act == Activations::Q8_K && kquant_dot::reads_packed(format) =>
             {
-                // Each weight row read in place, its super-blocks unpacked once for every four
-                // activation rows.
+                // The weight rows read in place, each super-block unpacked once for up to four
+                // products.
                 let row_bytes = format.row_bytes(k);
                 let acts = Q8KRows {
                     q,
@@ -210,13 +210,24 @@ pub(super) fn qmatmul_prepared(
                     sums: &q8_k_sums,
                     k,
                 };
-                let mut dots = [0f32; kquant_dot::MAX_ACTS];
+                let mut dots = [0f32; kquant_dot::MAX_SLOTS];
+                if m == 1 {
+                    // Decode: four weight rows at a time against the one activation row.
+                    for j in (j0..j1).step_by(kquant_dot::MAX_SLOTS) {
+                        let count = (j1 - j).min(kquant_dot::MAX_SLOTS);
+                        let rows = (&w[j * row_bytes..j1 * row_bytes], row_bytes, count);
+                        kquant_dot::dot_rows(level, format, rows, &acts, (0, 1), &mut dots);
+                        tile[j - j0..j - j0 + count].copy_from_slice(&dots[..count]);
+                    }
+                    return;
+                }
+                // Prefill: each weight row against four activation rows at a time.
                 for j in j0..j1 {
-                    let row = &w[j * row_bytes..(j + 1) * row_bytes];
-                    for i in (0..m).step_by(kquant_dot::MAX_ACTS) {
-                        let dots = &mut dots[..(m - i).min(kquant_dot::MAX_ACTS)];
-                        kquant_dot::dot_rows(level, format, row, &acts, i, dots);
-                        for (r, &s) in dots.iter().enumerate() {
+                    let row = (&w[j * row_bytes..(j + 1) * row_bytes], row_bytes, 1);
+                    for i in (0..m).step_by(kquant_dot::MAX_SLOTS) {
+                        let count = (m - i).min(kquant_dot::MAX_SLOTS);
+                        kquant_dot::dot_rows(level, format, row, &acts, (i, count), &mut dots);
+                        for (r, &s) in dots[..count].iter().enumerate() {
                             tile[(i + r) * width + (j - j0)] = s;
                         }
                     }
