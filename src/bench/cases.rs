@@ -494,12 +494,13 @@ fn quant_cases(cases: &mut Vec<Case>, label: &str, rows: usize, d: usize, ffn: u
         (DType::Q5_1, "f32 acts", f32_product),
         (DType::IQ4_NL, "f32 acts", f32_product),
     ];
-    // Prefill: Q8_0 with f32 activations, Q4_0 and TQ2_0 with integer ones, and Q4_K (the
-    // Q4_K_M files) with f32 ones (wgpu's) and Q8_K ones (the cpu backend's).
+    // Prefill: Q8_0 with f32 activations, Q4_0 and TQ2_0 with integer ones, Q4_K (the
+    // Q4_K_M files) with f32 ones (wgpu's) and Q8_K ones (the cpu backend's), and Q6_K (those
+    // files' other format) with Q8_K ones.
     let variants: Vec<&Variant> = if rows == 1 {
         decode.iter().collect()
     } else {
-        [1, 4, 7, 9, 10].iter().map(|&i| &decode[i]).collect()
+        [1, 4, 7, 9, 10, 14].iter().map(|&i| &decode[i]).collect()
     };
     let flops = 2 * (rows * d * ffn) as u64;
     for &&(format, acts, run) in &variants {

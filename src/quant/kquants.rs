@@ -13,7 +13,7 @@
 //! | `Q6_K` | `ql[128] qh[64] scales[16] d` | 16 × 16, int8 scale | nibble `h` of `ql[64c + m]` (`v = 128c + 64h + m`) plus bits `2l..` of `qh[32c + m']` (`v = 128c + 32l + m'`) as 16, 32; minus 32 | `(d·sc)·q` |
 //! | `IQ4_XS` | `d scales_h:u16 scales_l[4] qs[128]` | 8 × 32, 6-bit scale − 32 | nibble `h` of `qs[16j + m]` (`v = 32j + 16h + m`), a level of [`IQ4_NL_LEVELS`] | `(d·sc)·q` |
 //!
-//! The 6-bit scales and mins of `Q4_K`/`Q5_K` ([`scale_min_k4`]): sub-block `j < 4` has
+//! The 6-bit scales and mins of `Q4_K`/`Q5_K` ([`scales_mins_k4`]): sub-block `j < 4` has
 //! `scales[j] & 63` and `scales[j + 4] & 63`; `j ≥ 4` has the low (scale) and high (min)
 //! nibble of `scales[j + 4]` with bits 4–5 from the top two bits of `scales[j − 4]` and
 //! `scales[j]`. `Q3_K`'s 16 scales: the low four bits are nibble `i / 8` of `scales[i % 8]`,
@@ -160,17 +160,33 @@ pub fn is_super_block(format: DType) -> bool {
     )
 }
 
-/// The 6-bit scale and minimum of sub-block `j` of a `Q4_K`/`Q5_K` super-block.
-fn scale_min_k4(scales: &[u8; 12], j: usize) -> (u8, u8) {
-    if j < 4 {
-        (scales[j] & 63, scales[j + 4] & 63)
-    } else {
-        let packed = scales[j + 4];
-        (
-            (packed & 15) | ((scales[j - 4] >> 6) << 4),
-            (packed >> 4) | ((scales[j] >> 6) << 4),
-        )
+/// The 6-bit scales (bytes 0..8) and minimums (bytes 8..16) of the eight sub-blocks of a
+/// `Q4_K`/`Q5_K` super-block, four sub-blocks at a time in u32 words: sub-block `j < 4` has
+/// `scales[j] & 63` and `scales[j + 4] & 63`, `j ≥ 4` the low and high nibble of
+/// `scales[j + 4]` with the top two bits of `scales[j − 4]` and `scales[j]` as bits 4–5.
+#[inline]
+pub(crate) fn scales_mins_k4(scales: &[u8; 12]) -> [u8; 16] {
+    let word = |i: usize| {
+        u32::from_le_bytes([
+            scales[4 * i],
+            scales[4 * i + 1],
+            scales[4 * i + 2],
+            scales[4 * i + 3],
+        ])
+    };
+    let (w0, w1, w2) = (word(0), word(1), word(2));
+    let (six, four, two) = (0x3f3f_3f3f, 0x0f0f_0f0f, 0x0303_0303);
+    let out = [
+        w0 & six,
+        (w2 & four) | ((w0 >> 6) & two) << 4,
+        w1 & six,
+        ((w2 >> 4) & four) | ((w1 >> 6) & two) << 4,
+    ];
+    let mut bytes = [0u8; 16];
+    for (b, w) in bytes.chunks_exact_mut(4).zip(out) {
+        b.copy_from_slice(&w.to_le_bytes());
     }
+    bytes
 }
 
 /// The 4-bit values of a `Q4_K`/`Q5_K` super-block's `qs`: value `64c + m` is the low
@@ -188,9 +204,9 @@ fn k4_nibbles(qs: &[u8; 128], q: &mut [i8; 256]) {
 /// The scales and minimums of the 32-value sub-blocks of `Q4_K`/`Q5_K`, per 16 values.
 fn k4_scales(d: [u8; 2], dmin: [u8; 2], scales: &[u8; 12], out: &mut SuperBlockInts) {
     let (d, dmin) = (half(d), half(dmin));
+    let scales = scales_mins_k4(scales);
     for j in 0..8 {
-        let (sc, mn) = scale_min_k4(scales, j);
-        let (dl, ml) = (d * sc as f32, dmin * mn as f32);
+        let (dl, ml) = (d * scales[j] as f32, dmin * scales[8 + j] as f32);
         out.scale[2 * j..2 * j + 2].fill(dl);
         out.min[2 * j..2 * j + 2].fill(ml);
     }

@@ -11,6 +11,7 @@ mod fused;
 mod gemm;
 mod int_dot;
 mod kernels;
+mod kquant_dot;
 mod matmul;
 mod parallel;
 #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]

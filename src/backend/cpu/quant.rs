@@ -8,6 +8,7 @@
 
 use super::act_quant::quantize_i8;
 use super::int_dot::{dot_i8, dot_q8, dot_q8_k, dot_q_rows, reads_in_place, sums_of_16, BitSliced};
+use super::kquant_dot::{self, Q8KRows};
 use super::parallel::{for_each_row, map_tasks};
 use super::repack::{Repacked, GROUP};
 use super::simd::{dot4, SimdLevel};
@@ -133,6 +134,11 @@ pub(super) fn qmatmul_prepared(
             return repacked_product(rep, (q, d), m, n, k);
         }
     }
+    // `Q8_K` activations' sums of 16, once for every task.
+    let q8_k_sums = match prepared {
+        PreparedActivations::Int { q, .. } if act == Activations::Q8_K => sums_of_16(q),
+        _ => Vec::new(),
+    };
     // Columns `j0..j0 + width` of every row into `tile` (`[m, width]`).
     let column_block = |j0: usize, tile: &mut [f32]| {
         let width = tile.len() / m;
@@ -171,13 +177,48 @@ pub(super) fn qmatmul_prepared(
                     dot_q_rows(level, format, a, rows, row_bytes, width, out);
                 }
             }
+            PreparedActivations::Int { q, d }
+                if act == Activations::Q8_K && kquant_dot::reads_packed(format) =>
+            {
+                // The weight rows read in place, each super-block unpacked once for up to four
+                // products.
+                let row_bytes = format.row_bytes(k);
+                let acts = Q8KRows {
+                    q,
+                    d,
+                    sums: &q8_k_sums,
+                    k,
+                };
+                let mut dots = [0f32; kquant_dot::MAX_SLOTS];
+                if m == 1 {
+                    // Decode: four weight rows at a time against the one activation row.
+                    for j in (j0..j1).step_by(kquant_dot::MAX_SLOTS) {
+                        let count = (j1 - j).min(kquant_dot::MAX_SLOTS);
+                        let rows = (&w[j * row_bytes..j1 * row_bytes], row_bytes, count);
+                        kquant_dot::dot_rows(level, format, rows, &acts, (0, 1), &mut dots);
+                        tile[j - j0..j - j0 + count].copy_from_slice(&dots[..count]);
+                    }
+                    return;
+                }
+                // Prefill: each weight row against four activation rows at a time.
+                for j in j0..j1 {
+                    let row = (&w[j * row_bytes..(j + 1) * row_bytes], row_bytes, 1);
+                    for i in (0..m).step_by(kquant_dot::MAX_SLOTS) {
+                        let count = (m - i).min(kquant_dot::MAX_SLOTS);
+                        kquant_dot::dot_rows(level, format, row, &acts, (i, count), &mut dots);
+                        for (r, &s) in dots[..count].iter().enumerate() {
+                            tile[(i + r) * width + (j - j0)] = s;
+                        }
+                    }
+                }
+            }
             PreparedActivations::Int { q: aq, d: ad } if act == Activations::Q8_K => {
                 // Each weight row's super-blocks read once as integers, for every activation
                 // row.
                 let blocks = k / 256;
                 let row_bytes = format.row_bytes(k);
                 let mut ints = vec![SuperBlockInts::default(); blocks];
-                let sums = sums_of_16(aq);
+                let sums = &q8_k_sums;
                 for j in j0..j1 {
                     let row = &w[j * row_bytes..(j + 1) * row_bytes];
                     for (b, out) in row.chunks_exact(format.block_bytes()).zip(&mut ints) {
