@@ -32,7 +32,8 @@ import shutil
 import numpy as np
 import torch
 import transformers
-from transformers import (Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM,
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
+                          LlamaConfig, LlamaForCausalLM,
                           MistralConfig, MistralForCausalLM,
                           Olmo2Config, Olmo2ForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, SmolLM3Config,
@@ -103,11 +104,23 @@ CASES = {
                     num_hidden_layers=4, query_pre_attn_scalar=24, sliding_window=12,
                     attn_logit_softcapping=3.0, final_logit_softcapping=10.0,
                     tie_word_embeddings=True, pad_token_id=0)),
+    # Gemma 3: Gemma 2 with per-head q/k norms and no soft-capping; six layers in transformers'
+    # default pattern (five sliding, then one full) with a window shorter than the prompt;
+    # the sliding layers rotate by their own base (10 000, which llama.cpp assumes) and the
+    # full one by 1e6 with linear scaling; a `query_pre_attn_scalar` other than head_dim.
+    "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM,
+               dict(rope_parameters={
+                   "full_attention": {"rope_type": "linear", "factor": 8.0,
+                                      "rope_theta": 1000000.0},
+                   "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+                    head_dim=16, num_attention_heads=4, num_key_value_heads=2,
+                    num_hidden_layers=6, query_pre_attn_scalar=24, sliding_window=12,
+                    tie_word_embeddings=True, pad_token_id=0)),
 }
 
 # The cases whose rope scaling or sliding window must move the logits.
 SCALED = {"llama31", "llama_linear", "llama_dynamic", "llama_yarn", "mistral", "qwen2_swa", "phi3",
-          "smollm3", "gemma2"}
+          "smollm3", "gemma2", "gemma3"}
 
 # Configs as transformers 4.x wrote them, over the weights of a 5.x case: name → (weights of,
 # function of the saved config dict).
@@ -167,15 +180,15 @@ def logits_of(folder, ids):
 
 # The cases whose greedy continuation of the prompt is written too (`greedy.json`): what the
 # engine's decode steps (recorded and replayed on a GPU) must draw.
-GREEDY = {"olmo2", "smollm3", "gemma2"}
+GREEDY = {"olmo2", "smollm3", "gemma2", "gemma3"}
 GREEDY_STEPS = 8
 
 
 def gguf_meaning(folder, ids):
     """transformers' logits of the model a GGUF conversion of `folder` describes. llama.cpp's
-    converter does not write Gemma 2's `query_pre_attn_scalar`, and llama.cpp scales attention
-    by 1/√head_dim instead (hidden/heads for the 46-layer model): these are transformers'
-    logits with `query_pre_attn_scalar` = head_dim (`logits_gguf.f32`)."""
+    converter does not write Gemma's `query_pre_attn_scalar`, and llama.cpp scales attention
+    by 1/√head_dim instead (hidden/heads for the 27B models): these are transformers' logits
+    with `query_pre_attn_scalar` = head_dim (`logits_gguf.f32`)."""
     probe = folder + ".gguf"
     shutil.copytree(folder, probe)
     config = json.load(open(os.path.join(folder, "config.json")))
@@ -188,7 +201,7 @@ def gguf_meaning(folder, ids):
 
 
 # Cases whose GGUF conversion means another model than the checkpoint (see gguf_meaning).
-GGUF_MEANING = {"gemma2"}
+GGUF_MEANING = {"gemma2", "gemma3"}
 
 
 def greedy_continuation(folder, ids):
@@ -214,8 +227,13 @@ def plain(config):
     c = dict(config)
     if "no_rope_layers" in c:
         c["no_rope_layers"] = [1] * len(c["no_rope_layers"])
-    c["rope_parameters"] = {"rope_type": "default",
-                            "rope_theta": c["rope_parameters"]["rope_theta"]}
+    if "full_attention" in c["rope_parameters"]:
+        # Gemma 3: one unscaled base for both layer types.
+        base = {"rope_type": "default", "rope_theta": 10000.0}
+        c["rope_parameters"] = {"full_attention": base, "sliding_attention": base}
+    else:
+        c["rope_parameters"] = {"rope_type": "default",
+                                "rope_theta": c["rope_parameters"]["rope_theta"]}
     for key in ("sliding_window", "use_sliding_window", "layer_types"):
         c.pop(key, None)
     return c

@@ -75,6 +75,9 @@ struct Rank {
     /// The rotary frequencies `[head_dim / 2]` on this device (for `dynamic` rope, those of
     /// passes within `max_position_embeddings`).
     inv_freq: Tensor,
+    /// The rotary frequencies of the layers [`LlamaConfig::uses_local_rope`] picks (Gemma 3's
+    /// sliding-window layers), where the model has them.
+    local_inv_freq: Option<Tensor>,
     /// This rank's part of each decoder layer; `None` for layers streamed from the files on
     /// each pass.
     layers: Vec<Option<Layer>>,
@@ -235,15 +238,15 @@ impl Llama {
                 progress(done, steps);
             }
             let hd = c.head_dim();
-            let inv_freq = Tensor::from_vec(
-                d,
-                c.rope.inv_freq(hd, 1, c.max_position_embeddings),
-                [hd / 2],
-            )?;
+            let table = |rope: &super::Rope| {
+                let freqs = rope.inv_freq(hd, 1, c.max_position_embeddings);
+                Tensor::from_vec(d, freqs, [hd / 2])
+            };
             ranks.push(Rank {
                 device: d.clone(),
                 shard,
-                inv_freq,
+                inv_freq: table(&c.rope)?,
+                local_inv_freq: c.local_rope.as_ref().map(table).transpose()?,
                 layers,
             });
         }
@@ -743,10 +746,11 @@ impl Llama {
             let (post_attn, post_ffn) = (post(0), post(1));
             let partial = self.each_rank(|r| {
                 let (layer, first) = (&layers[r.shard.rank], r.shard.is_first());
-                let rope = (
-                    &pass.positions[r.shard.rank],
-                    pass.tables[r.shard.rank].as_ref(),
-                );
+                let table = match (&r.local_inv_freq, c.uses_local_rope(i)) {
+                    (Some(local), true) => local,
+                    _ => pass.tables[r.shard.rank].as_ref(),
+                };
+                let rope = (&pass.positions[r.shard.rank], table);
                 let x = &xs[r.shard.rank];
                 let attn = self.attention((i, r), layer, x, rope, seqs, &pass.plans)?;
                 if first {

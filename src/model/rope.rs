@@ -206,6 +206,88 @@ impl Rope {
             Value::Null => &empty,
             other => return Err(fail(key, format!("= {other} is not an object"))),
         };
+        refuse_partial_rotary(config, source)?;
+        let theta = top_number(config, "rope_theta", source)?.unwrap_or(10_000.0);
+        Rope::from_params(key, params, theta, (max_positions, original), source)
+    }
+
+    /// Gemma 3's two rope settings, `[full-attention layers, sliding-window layers]`, as
+    /// transformers' `Gemma3TextConfig` reads them: per layer type in `rope_parameters`
+    /// (transformers 5), or (4.x) `rope_theta` and `rope_scaling` for the full-attention
+    /// layers and `rope_local_base_freq` for the sliding ones; bases 1e6 and 1e4 by default.
+    /// The full-attention layers run the default or the linear rope, the sliding ones the
+    /// default; any other type is an error naming it.
+    pub fn gemma3_from_json(
+        config: &Map<String, Value>,
+        max_positions: usize,
+        source: &str,
+    ) -> Result<[Rope; 2]> {
+        let fail = |field: &str, why: String| Error::config_field(source, field, why);
+        let object = |field: &str, v: Option<&Value>| -> Result<Map<String, Value>> {
+            match v {
+                None | Some(Value::Null) => Ok(Map::new()),
+                Some(Value::Object(m)) => Ok(m.clone()),
+                Some(other) => Err(fail(field, format!("= {other} is not an object"))),
+            }
+        };
+        refuse_partial_rotary(config, source)?;
+        let per_type = object("rope_parameters", config.get("rope_parameters"))?;
+        const TYPES: [&str; 2] = ["full_attention", "sliding_attention"];
+        if let Some(k) = per_type.keys().find(|k| !TYPES.contains(&k.as_str())) {
+            return Err(fail(
+                &format!("rope_parameters.{k}"),
+                "is not a layer type; Gemma 3's rope_parameters give full_attention and \
+                 sliding_attention"
+                    .into(),
+            ));
+        }
+        let defaults = [
+            top_number(config, "rope_theta", source)?.unwrap_or(1_000_000.0),
+            top_number(config, "rope_local_base_freq", source)?.unwrap_or(10_000.0),
+        ];
+        // transformers moves a 4.x `rope_scaling` into the full-attention layers' settings.
+        let scaling = object("rope_scaling", config.get("rope_scaling"))?;
+        let mut ropes = Vec::with_capacity(2);
+        for (i, layer_type) in TYPES.into_iter().enumerate() {
+            let mut key = format!("rope_parameters.{layer_type}");
+            let mut params = object(&key, per_type.get(layer_type))?;
+            if i == 0 && !scaling.is_empty() {
+                params.extend(scaling.clone());
+                key = "rope_scaling".into();
+            }
+            let rope =
+                Rope::from_params(&key, &params, defaults[i], (max_positions, None), source)?;
+            let allowed = matches!(
+                (i, &rope.scaling),
+                (_, RopeScaling::None) | (0, RopeScaling::Linear { .. })
+            );
+            if !allowed {
+                return Err(fail(
+                    &format!("{key}.rope_type"),
+                    format!(
+                        "is not supported for Gemma 3's {layer_type} layers (the default rope{})",
+                        if i == 0 { " or linear" } else { "" }
+                    ),
+                ));
+            }
+            ropes.push(rope);
+        }
+        let [full, sliding]: [Rope; 2] = ropes
+            .try_into()
+            .map_err(|_| Error::invalid("rope", "two layer types expected"))?;
+        Ok([full, sliding])
+    }
+
+    /// The rope of one parameter object (`params`, found under `key`): `theta` where it gives
+    /// no `rope_theta`; `(max_positions, original)` as in [`Rope::from_json`].
+    fn from_params(
+        key: &str,
+        params: &Map<String, Value>,
+        theta: f64,
+        (max_positions, original): (usize, Option<f64>),
+        source: &str,
+    ) -> Result<Rope> {
+        let fail = |field: &str, why: String| Error::config_field(source, field, why);
         let number = |name: &str| -> Result<Option<f64>> {
             match params.get(name) {
                 None | Some(Value::Null) => Ok(None),
@@ -221,14 +303,7 @@ impl Rope {
         let required = |name: &str| -> Result<f64> {
             number(name)?.ok_or_else(|| fail(&format!("{key}.{name}"), "is missing".into()))
         };
-        let top_theta = match config.get("rope_theta") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(
-                v.as_f64()
-                    .ok_or_else(|| fail("rope_theta", format!("= {v} is not a number")))?,
-            ),
-        };
-        let theta = number("rope_theta")?.or(top_theta).unwrap_or(10_000.0);
+        let theta = number("rope_theta")?.unwrap_or(theta);
         if !(theta.is_finite() && theta > 1.0) {
             return Err(fail("rope_theta", format!("= {theta} must be above 1")));
         }
@@ -245,20 +320,14 @@ impl Rope {
             })
             .transpose()?
             .unwrap_or("default");
-        let top_partial = config.get("partial_rotary_factor").filter(|v| !v.is_null());
-        for (field, value) in [
-            (
-                format!("{key}.partial_rotary_factor"),
-                params.get("partial_rotary_factor"),
-            ),
-            ("partial_rotary_factor".to_string(), top_partial),
-        ] {
-            if let Some(v) = value.filter(|v| v.as_f64() != Some(1.0)) {
-                return Err(fail(
-                    &field,
-                    format!("= {v}: partial rotary embedding is not supported (only 1.0)"),
-                ));
-            }
+        if let Some(v) = params
+            .get("partial_rotary_factor")
+            .filter(|v| v.as_f64() != Some(1.0))
+        {
+            return Err(fail(
+                &format!("{key}.partial_rotary_factor"),
+                format!("= {v}: partial rotary embedding is not supported (only 1.0)"),
+            ));
         }
         // Transformers moves a top-level `original_max_position_embeddings` (Phi-3) into the
         // parameters of the scaled types, else defaults it to `max_position_embeddings`.
@@ -409,6 +478,33 @@ impl Rope {
             }
         }
         Ok(Rope { theta, scaling })
+    }
+}
+
+/// A top-level number of a `config.json` (`rope_theta`, ...), if given.
+fn top_number(config: &Map<String, Value>, key: &str, source: &str) -> Result<Option<f64>> {
+    match config.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .map(Some)
+            .ok_or_else(|| Error::config_field(source, key, format!("= {v} is not a number"))),
+    }
+}
+
+/// Fails, naming it, where the top level of a `config.json` asks for a partial rotary
+/// embedding.
+fn refuse_partial_rotary(config: &Map<String, Value>, source: &str) -> Result<()> {
+    match config
+        .get("partial_rotary_factor")
+        .filter(|v| !v.is_null() && v.as_f64() != Some(1.0))
+    {
+        Some(v) => Err(Error::config_field(
+            source,
+            "partial_rotary_factor",
+            format!("= {v}: partial rotary embedding is not supported (only 1.0)"),
+        )),
+        None => Ok(()),
     }
 }
 
