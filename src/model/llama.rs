@@ -561,6 +561,14 @@ impl Llama {
     /// `[Σ tokens, vocab_size]` in batch order. Projections and feed-forward blocks run once
     /// over all rows; attention runs per sequence over that sequence's cache.
     pub fn forward_batch(&self, batch: &mut [SequenceInput<'_>]) -> Result<Tensor> {
+        let x = self.batch_hidden_states(batch)?;
+        self.head(&x)
+    }
+
+    /// The last layer's residual stream of every new token of a batch, `[Σ tokens, hidden]`,
+    /// the sequences' caches advanced: [`Llama::forward_batch`] without the final norm and
+    /// the LM head.
+    fn batch_hidden_states(&self, batch: &mut [SequenceInput<'_>]) -> Result<Tensor> {
         if batch.is_empty() {
             return Err(Error::invalid("llama", "an empty batch"));
         }
@@ -583,7 +591,7 @@ impl Llama {
             .iter_mut()
             .map(|s| (s.tokens.len(), &mut *s.cache))
             .collect();
-        self.run(&ids, positions, &mut seqs)
+        self.hidden_states(&ids, positions, &mut seqs)
     }
 
     /// Runs `tokens` into `cache` without computing logits: a part of a prompt that is
@@ -674,19 +682,9 @@ impl Llama {
     }
 
     /// The forward pass over `ids` (on rank 0's device) at `positions`, for sequences of the
-    /// given lengths with their caches, in order: the logits of every row.
-    fn run(
-        &self,
-        ids: &Tensor,
-        positions: Vec<u32>,
-        seqs: &mut [(usize, &mut KvCache)],
-    ) -> Result<Tensor> {
-        let x = self.hidden_states(ids, positions, seqs)?;
-        self.head(&x)
-    }
-
-    /// [`Llama::run`] up to the last layer's residual stream, without the final norm and the
-    /// LM head: what a prompt chunk that samples nothing needs (it fills the caches).
+    /// given lengths with their caches, in order, up to the last layer's residual stream,
+    /// without the final norm and the LM head (a prompt chunk that samples nothing needs no
+    /// more; it fills the caches).
     fn hidden_states(
         &self,
         ids: &Tensor,
@@ -818,7 +816,7 @@ impl Llama {
         batch: &mut [SequenceInput<'_>],
         sampler: &mut Sampler,
     ) -> Result<Tensor> {
-        let logits = self.forward_batch(batch)?;
+        let x = self.batch_hidden_states(batch)?;
         let mut end = 0;
         let last_rows: Vec<u32> = batch
             .iter()
@@ -829,8 +827,12 @@ impl Llama {
             .collect();
         let device = self.embed.device();
         let n = last_rows.len();
-        let last = ops::embedding(&logits, &Tensor::from_vec(device, last_rows, [n])?)?;
+        // Only the rows drawn from go through the final norm and the LM head: a prompt's
+        // other rows would cost a product each and `[rows, vocab]` of memory (gigabytes for a
+        // long prompt and a 262k vocabulary).
+        let last = ops::embedding(&x, &Tensor::from_vec(device, last_rows, [n])?)?;
+        let logits = self.head(&last)?;
         let numbers = Tensor::from_vec(device, sampler.next_uniforms(n), [n])?;
-        ops::sample(&last, &numbers, sampler.params())
+        ops::sample(&logits, &numbers, sampler.params())
     }
 }
