@@ -153,6 +153,30 @@ fn decoding_token_by_token_matches_transformers() {
     }
 }
 
+/// Phi-3.5's `longrope` token by token through the cache on every backend, against transformers
+/// fed the same way (`logits_incremental.f32`): each pass picks the short or the long factors
+/// by its own longest position, so the first 16 tokens rotate by the short ones (their keys
+/// cached so), the rest by the long ones, which one pass over the whole prompt (the
+/// `logits.f32` the other test checks) never does.
+#[test]
+fn longrope_switches_factors_by_the_pass_length_as_transformers_does() {
+    let (prompt, cases) = manifest();
+    let case = cases.iter().find(|c| c.name == "phi3_longrope").unwrap();
+    let want = read_f32(&fixtures().join(&case.name).join("logits_incremental.f32"));
+    for (dev_name, dev) in devices() {
+        let model = Llama::load(&dev, hf_files(case)).unwrap();
+        let mut cache = model.new_cache(prompt.len()).unwrap();
+        let mut got = Vec::new();
+        for &token in &prompt {
+            let logits = model.forward(&[token], &mut cache).unwrap();
+            got.extend(logits.to_vec::<f32>().unwrap());
+        }
+        let delta = max_delta(&got, &want);
+        println!("{dev_name} phi3_longrope token by token max|Δ| = {delta:.2e}");
+        assert!(delta <= F32_TOL, "{dev_name}: {delta}");
+    }
+}
+
 /// OLMo 2, SmolLM3, Gemma 2 and Gemma 3 one token at a time on every backend, as safetensors and
 /// as their GGUF conversion: the single-row path of decode (the fused products, the key and value stored
 /// straight into the cache where nothing comes between, attention per token) against
@@ -504,7 +528,7 @@ fn what_would_change_the_numbers_is_refused_by_name() {
         "{err}"
     );
     let err = load(&|c| {
-        c["rope_parameters"]["rope_type"] = "longrope".into();
+        c["rope_parameters"]["rope_type"] = "mrope".into();
     });
     assert!(err.contains("rope_parameters.rope_type"), "{err}");
     let err = load(&|c| {

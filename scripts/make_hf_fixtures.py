@@ -50,6 +50,11 @@ LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
                "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 64}
 
+# Short and long factors for a head width of 16 (eight pairs).
+LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0,
+            "short_factor": [1.0 + 0.1 * i for i in range(8)],
+            "long_factor": [1.0 + 1.5 * i for i in range(8)]}
+
 # name: (config class, model class, config arguments)
 CASES = {
     "llama": (LlamaConfig, LlamaForCausalLM,
@@ -86,6 +91,17 @@ CASES = {
     "phi3": (Phi3Config, Phi3ForCausalLM,
              dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
                   sliding_window=20, pad_token_id=0, eos_token_id=2)),
+    # Phi-3.5's `longrope`: per-pair short and long factors, the long ones for a pass longer
+    # than `original_max_position_embeddings` (16 here, so the 48-token prompt runs them), and
+    # the attention factor from max/original; the `_short` case's original length (64) is
+    # beyond the prompt, so it runs the short ones.
+    "phi3_longrope": (Phi3Config, Phi3ForCausalLM,
+                      dict(rope_parameters=LONGROPE, max_position_embeddings=64,
+                           original_max_position_embeddings=16, pad_token_id=0, eos_token_id=2)),
+    "phi3_longrope_short": (Phi3Config, Phi3ForCausalLM,
+                            dict(rope_parameters=LONGROPE, max_position_embeddings=256,
+                                 original_max_position_embeddings=64, pad_token_id=0,
+                                 eos_token_id=2)),
     # Norms after each block, q/k norms over the whole projection.
     "olmo2": (Olmo2Config, Olmo2ForCausalLM,
               dict(rope_parameters={"rope_type": "default", "rope_theta": 500000.0})),
@@ -120,6 +136,7 @@ CASES = {
 
 # The cases whose rope scaling or sliding window must move the logits.
 SCALED = {"llama31", "llama_linear", "llama_dynamic", "llama_yarn", "mistral", "qwen2_swa", "phi3",
+          "phi3_longrope", "phi3_longrope_short",
           "smollm3", "gemma2", "gemma3"}
 
 # Configs as transformers 4.x wrote them, over the weights of a 5.x case: name → (weights of,
@@ -198,6 +215,27 @@ def gguf_meaning(folder, ids):
     logits = logits_of(probe, ids)
     shutil.rmtree(probe)
     return logits
+
+
+# Cases whose logits token by token through transformers' cache are written too
+# (`logits_incremental.f32`): for `longrope` they differ from one pass over the prompt, since each
+# pass picks the short or long factors by its own longest position, and the keys cached before
+# the switch keep the short factors' rotation.
+INCREMENTAL = {"phi3_longrope"}
+
+
+def incremental_logits(folder, ids):
+    """transformers' logits of `ids` fed one token at a time through its KV cache."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    rows, cache = [], None
+    with torch.no_grad():
+        for i in ids:
+            out = model(torch.tensor([[i]]), past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            rows.append(out.logits[0, -1].numpy())
+    return np.stack(rows).astype("<f4")
 
 
 # Cases whose GGUF conversion means another model than the checkpoint (see gguf_meaning).
@@ -347,6 +385,8 @@ def main():
         logits.tofile(os.path.join(folder, "logits.f32"))
         if name in GGUF_MEANING:
             gguf_meaning(folder, ids).tofile(os.path.join(folder, "logits_gguf.f32"))
+        if name in INCREMENTAL:
+            incremental_logits(folder, ids).tofile(os.path.join(folder, "logits_incremental.f32"))
         if name in GREEDY:
             with open(os.path.join(folder, "greedy.json"), "w") as f:
                 json.dump(greedy_continuation(folder, ids), f)

@@ -178,11 +178,15 @@ impl LlamaConfig {
         } else {
             config.rope = Rope::from_json(obj, config.max_position_embeddings, original, source)?;
         }
-        if architecture == Architecture::Phi3 && config.rope.scaling != RopeScaling::None {
+        let longrope = matches!(
+            config.rope.scaling,
+            RopeScaling::None | RopeScaling::LongRope { .. }
+        );
+        if architecture == Architecture::Phi3 && !longrope {
             // Transformers runs Phi-3's scaled types (`su`, `yarn`) as `longrope`.
             return Err(fail(
-                "`rope_parameters.rope_type`: Phi-3's rope scaling is longrope, which is not \
-                 supported (only the default rope)"
+                "`rope_parameters.rope_type`: Phi-3's rope scaling is longrope (with short and \
+                 long factors); give rope_type \"longrope\""
                     .into(),
             ));
         }
@@ -367,6 +371,18 @@ impl LlamaConfig {
                 if !(theta.is_finite() && theta > 1.0) {
                     return fail(field, format!("= {theta} must be above 1"));
                 }
+            }
+        }
+        if let Some((short, long)) = self.rope.pair_factors() {
+            if short != hd / 2 || long != hd / 2 {
+                return fail(
+                    "rope_parameters.short_factor",
+                    format!(
+                        "and long_factor give {short} and {long} values; the head width {hd} \
+                         needs {} each",
+                        hd / 2
+                    ),
+                );
             }
         }
         // Settings given per layer must give one per layer.

@@ -786,12 +786,13 @@ impl Llama {
     }
 
     /// The rotary frequencies of a pass at `positions` on `rank`'s device: the model's
-    /// table, or for `dynamic` rope a pass beyond `max_position_embeddings` its own
-    /// (transformers recomputes the table from the longest sequence of each call).
+    /// table, or for `dynamic` rope a pass beyond `max_position_embeddings` (for `longrope`
+    /// one beyond the original length) its own (transformers recomputes the table from the
+    /// longest sequence of each call).
     fn rope_table<'a>(&self, rank: &'a Rank, positions: &[u32]) -> Result<Cow<'a, Tensor>> {
         let c = &self.config;
         let len = positions.iter().max().map_or(0, |&p| p as usize + 1);
-        if !c.rope.depends_on_length() || len <= c.max_position_embeddings {
+        if len <= c.rope.fixed_up_to(c.max_position_embeddings) {
             return Ok(Cow::Borrowed(&rank.inv_freq));
         }
         let hd = c.head_dim();

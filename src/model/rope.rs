@@ -51,6 +51,20 @@ pub enum RopeScaling {
         /// Whether the ramp's ends are rounded to whole pairs (floor/ceil).
         truncate: bool,
     },
+    /// `longrope` (Phi-3.5, Phi-3 128k): each frequency divided by its own factor, from
+    /// `short_factor` for a pass whose longest sequence is within
+    /// `original_max_position_embeddings`, else from `long_factor` (for every position of that
+    /// pass, as transformers does), and the rotated q/k scaled by `attention_factor`.
+    LongRope {
+        /// One divisor per rotated pair, for passes within the original length.
+        short_factor: Vec<f64>,
+        /// One divisor per rotated pair, for longer passes.
+        long_factor: Vec<f64>,
+        /// The context length of pre-training.
+        original_max_position_embeddings: f64,
+        /// Factor on cos and sin (so on q and k).
+        attention_factor: f64,
+    },
     /// `dynamic` (NTK-aware): for a pass whose longest sequence `L` exceeds
     /// `max_position_embeddings`, the base becomes
     /// `theta · (factor·L/max − (factor − 1))^(d/(d−2))`.
@@ -104,6 +118,22 @@ impl Rope {
                 .zip(factors)
                 .map(|(f, &k)| f / k as f64)
                 .collect(),
+            RopeScaling::LongRope {
+                short_factor,
+                long_factor,
+                original_max_position_embeddings: old,
+                ..
+            } => {
+                let factors = match seq_len as f64 > *old {
+                    true => long_factor,
+                    false => short_factor,
+                };
+                base_freq(self.theta)
+                    .iter()
+                    .zip(factors)
+                    .map(|(f, k)| f / k)
+                    .collect()
+            }
             RopeScaling::Dynamic { factor } => {
                 let (len, max) = (seq_len.max(max_positions) as f64, max_positions as f64);
                 let theta = self.theta * (factor * len / max - (factor - 1.0)).powf(d / (d - 2.0));
@@ -168,19 +198,46 @@ impl Rope {
         freqs.into_iter().map(|f| f as f32).collect()
     }
 
-    /// The factor on the rotated queries and keys (yarn's attention factor; 1 otherwise).
+    /// The factor on the rotated queries and keys (yarn's and longrope's attention factor; 1
+    /// otherwise).
     pub fn attention_factor(&self) -> f64 {
         match self.scaling {
             RopeScaling::Yarn {
+                attention_factor, ..
+            }
+            | RopeScaling::LongRope {
                 attention_factor, ..
             } => attention_factor,
             _ => 1.0,
         }
     }
 
-    /// Whether the table depends on the length of the pass (`dynamic`).
-    pub fn depends_on_length(&self) -> bool {
-        matches!(self.scaling, RopeScaling::Dynamic { .. })
+    /// The longest pass (its longest sequence, in tokens) whose table is the one of a pass of
+    /// one token, for a model trained to `max_positions`: `dynamic` recomputes it past
+    /// `max_positions`, `longrope` switches to its long factors past the original length;
+    /// every other type has one table.
+    pub fn fixed_up_to(&self, max_positions: usize) -> usize {
+        match self.scaling {
+            RopeScaling::Dynamic { .. } => max_positions,
+            RopeScaling::LongRope {
+                original_max_position_embeddings,
+                ..
+            } => original_max_position_embeddings as usize,
+            _ => usize::MAX,
+        }
+    }
+
+    /// The number of values each per-pair factor list of the settings has (`longrope`'s
+    /// short and long factors), where there are such lists: it must be `head_dim / 2`.
+    pub fn pair_factors(&self) -> Option<(usize, usize)> {
+        match &self.scaling {
+            RopeScaling::LongRope {
+                short_factor,
+                long_factor,
+                ..
+            } => Some((short_factor.len(), long_factor.len())),
+            _ => None,
+        }
     }
 
     /// The rope settings of a `config.json` object: `rope_scaling` (transformers 4.x) or
@@ -420,12 +477,49 @@ impl Rope {
                     ],
                 )
             }
+            "longrope" => {
+                let original = original_len()?;
+                let factor = number("factor")?.unwrap_or(max_positions as f64 / original);
+                let attention_factor = match number("attention_factor")? {
+                    Some(a) => a,
+                    None if factor <= 1.0 => 1.0,
+                    None => (1.0 + factor.ln() / original.ln()).sqrt(),
+                };
+                let factors = |name: &str| -> Result<Vec<f64>> {
+                    let field = format!("{key}.{name}");
+                    let list = params
+                        .get(name)
+                        .ok_or_else(|| fail(&field, "is missing".into()))?;
+                    let values: Option<Vec<f64>> = list
+                        .as_array()
+                        .map(|a| a.iter().map(Value::as_f64).collect())
+                        .unwrap_or(None);
+                    values
+                        .filter(|v| v.iter().all(|f| f.is_finite() && *f > 0.0))
+                        .ok_or_else(|| fail(&field, "is not a list of positive numbers".into()))
+                };
+                (
+                    RopeScaling::LongRope {
+                        short_factor: factors("short_factor")?,
+                        long_factor: factors("long_factor")?,
+                        original_max_position_embeddings: original,
+                        attention_factor,
+                    },
+                    &[
+                        "factor",
+                        "attention_factor",
+                        "short_factor",
+                        "long_factor",
+                        "original_max_position_embeddings",
+                    ],
+                )
+            }
             other => {
                 return Err(fail(
                     &format!("{key}.rope_type"),
                     format!(
                         "= {other:?} is not supported; the rope types are default, linear, \
-                         dynamic, llama3 and yarn"
+                         dynamic, llama3, yarn and longrope"
                     ),
                 ))
             }
@@ -455,6 +549,22 @@ impl Rope {
                 return Err(fail(
                     &format!("{key}.factor"),
                     format!("= {f} must be positive"),
+                ));
+            }
+        }
+        if let RopeScaling::LongRope {
+            original_max_position_embeddings: original,
+            attention_factor,
+            ..
+        } = &scaling
+        {
+            if !(*original > 1.0 && attention_factor.is_finite() && *attention_factor > 0.0) {
+                return Err(fail(
+                    &format!("{key}.original_max_position_embeddings"),
+                    format!(
+                        "= {original} must exceed 1, with a positive attention factor \
+                         ({attention_factor})"
+                    ),
                 ));
             }
         }
@@ -533,9 +643,14 @@ mod tests {
 
     #[test]
     fn names_what_it_does_not_implement() {
-        let err = rope(r#"{"rope_parameters": {"rope_type": "longrope"}}"#).unwrap_err();
+        let err = rope(r#"{"rope_parameters": {"rope_type": "mrope"}}"#).unwrap_err();
         assert!(
             err.to_string().contains("rope_parameters.rope_type"),
+            "{err}"
+        );
+        let err = rope(r#"{"rope_parameters": {"rope_type": "longrope"}}"#).unwrap_err();
+        assert!(
+            err.to_string().contains("rope_parameters.short_factor"),
             "{err}"
         );
         let err = rope(r#"{"rope_scaling": {"rope_type": "linear", "factor": 2, "mscale": 1}}"#)
