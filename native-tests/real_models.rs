@@ -153,27 +153,35 @@ fn decoding_token_by_token_matches_transformers() {
     }
 }
 
-/// Phi-3.5's `longrope` token by token through the cache on every backend, against transformers
+/// Phi-3.5's `longrope` token by token through the cache on every backend, as safetensors and as
+/// its GGUF conversion (the factors as `rope_factors_long/short.weight`), against transformers
 /// fed the same way (`logits_incremental.f32`): each pass picks the short or the long factors
 /// by its own longest position, so the first 16 tokens rotate by the short ones (their keys
 /// cached so), the rest by the long ones, which one pass over the whole prompt (the
-/// `logits.f32` the other test checks) never does.
+/// `logits.f32` the other tests check) never does.
 #[test]
 fn longrope_switches_factors_by_the_pass_length_as_transformers_does() {
     let (prompt, cases) = manifest();
     let case = cases.iter().find(|c| c.name == "phi3_longrope").unwrap();
     let want = read_f32(&fixtures().join(&case.name).join("logits_incremental.f32"));
+    let gguf = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("native-tests/fixtures/gguf/phi3_longrope.f32.gguf");
     for (dev_name, dev) in devices() {
-        let model = Llama::load(&dev, hf_files(case)).unwrap();
-        let mut cache = model.new_cache(prompt.len()).unwrap();
-        let mut got = Vec::new();
-        for &token in &prompt {
-            let logits = model.forward(&[token], &mut cache).unwrap();
-            got.extend(logits.to_vec::<f32>().unwrap());
+        for (format, files) in [
+            ("safetensors", hf_files(case)),
+            ("gguf", ModelFiles::open(&gguf).unwrap()),
+        ] {
+            let model = Llama::load(&dev, files).unwrap();
+            let mut cache = model.new_cache(prompt.len()).unwrap();
+            let mut got = Vec::new();
+            for &token in &prompt {
+                let logits = model.forward(&[token], &mut cache).unwrap();
+                got.extend(logits.to_vec::<f32>().unwrap());
+            }
+            let delta = max_delta(&got, &want);
+            println!("{dev_name} phi3_longrope {format} token by token max|Δ| = {delta:.2e}");
+            assert!(delta <= F32_TOL, "{dev_name} {format}: {delta}");
         }
-        let delta = max_delta(&got, &want);
-        println!("{dev_name} phi3_longrope token by token max|Δ| = {delta:.2e}");
-        assert!(delta <= F32_TOL, "{dev_name}: {delta}");
     }
 }
 
@@ -372,7 +380,7 @@ fn stops_at_end_of_turn(case: &str, piece: &str, end_of_turn: u32, steps: (usize
 const FAMILIES: [&str; 4] = ["olmo2", "smollm3", "gemma2", "gemma3"];
 
 /// The cases converted to GGUF by llama.cpp's converter (scripts/make_gguf_fixtures.py).
-const GGUF_CASES: [&str; 10] = [
+const GGUF_CASES: [&str; 11] = [
     "llama31",
     "llama_linear",
     "llama_yarn",
@@ -383,6 +391,7 @@ const GGUF_CASES: [&str; 10] = [
     "smollm3",
     "gemma2",
     "gemma3",
+    "phi3_longrope",
 ];
 
 /// transformers' logits of the model a case's GGUF conversion describes: `logits_gguf.f32`

@@ -37,9 +37,12 @@ WORK = "/tmp/webtensor_gguf_fixtures"
 # llama.cpp runs it unscaled), `mistral` (converted as `llama`, whose GGUF has no sliding
 # window), `qwen2_swa` (the converter writes Qwen2's window only for DFlash models), the 4.x
 # configs (same weights as their 5.x cases), and to keep the fixtures small `llama` and
-# `smollm` (the `llama*` cases cover Llama files, `qwen2` tied embeddings).
+# `smollm` (the `llama*` cases cover Llama files, `qwen2` tied embeddings), and
+# `phi3_longrope_short`: llama.cpp picks longrope's long or short factors by its context size
+# (here rounded up to 256 tokens, past the case's original 64) where transformers picks them by
+# each pass's longest position (48), so llama.cpp runs another model there.
 CASES = ["llama31", "llama_linear", "llama_yarn", "qwen2", "qwen3", "phi3", "olmo2", "smollm3",
-         "gemma2", "gemma3"]
+         "gemma2", "gemma3", "phi3_longrope"]
 
 
 def copy_with_tensors(reader, out_path, tensors):

@@ -281,9 +281,58 @@ fn rope_of(g: &Gguf, bytes: &[u8], prefix: &str, name: &str, head_dim: usize) ->
             ))
         }
     };
-    if let Some(a) = float("rope.scaling.attn_factor")? {
-        if a != 1.0 {
-            return Err(bad("rope.scaling.attn_factor", "is not supported (only 1)"));
+    // Phi-3's `longrope`: the converter writes the two factor lists as tensors and the
+    // attention factor it computed.
+    let factors = |tensor: &str| -> Result<Option<Vec<f32>>> {
+        let Some(t) = g.tensors.get(tensor) else {
+            return Ok(None);
+        };
+        if t.shape != [head_dim / 2] {
+            return Err(Error::model_file(
+                name,
+                format!(
+                    "`{tensor}` has shape {:?}; the head width needs [{}]",
+                    t.shape,
+                    head_dim / 2
+                ),
+            ));
+        }
+        let values = t.to_f32(bytes);
+        if values.iter().any(|f| !(f.is_finite() && *f > 0.0)) {
+            return Err(Error::model_file(
+                name,
+                format!("`{tensor}` holds a factor that is not a positive number"),
+            ));
+        }
+        Ok(Some(values))
+    };
+    let long = factors("rope_factors_long.weight")?;
+    let short = factors("rope_factors_short.weight")?;
+    let attn_factor = float("rope.scaling.attn_factor")?;
+    match (long, short) {
+        (None, None) => {
+            if attn_factor.is_some_and(|a| a != 1.0) {
+                return Err(bad(
+                    "rope.scaling.attn_factor",
+                    "is not supported without longrope factors (only 1)",
+                ));
+            }
+        }
+        (Some(long), Some(short)) if scaling == RopeScaling::None => {
+            let widen = |v: Vec<f32>| v.into_iter().map(f64::from).collect();
+            scaling = RopeScaling::LongRope {
+                short_factor: widen(short),
+                long_factor: widen(long),
+                original_max_position_embeddings: required("rope.scaling.original_context_length")?,
+                attention_factor: attn_factor.unwrap_or(1.0),
+            };
+        }
+        _ => {
+            return Err(Error::model_file(
+                name,
+                "`rope_factors_long.weight` and `rope_factors_short.weight` must come together, \
+                 and without another rope scaling",
+            ))
         }
     }
     if let Some(t) = g.tensors.get("rope_freqs.weight") {

@@ -269,8 +269,14 @@ impl Llama {
         } else {
             loader.matrix(head_name, [c.vocab_size, c.hidden_size])?
         };
-        // llama.cpp's rope scaling tensor, read into the config's rope settings.
-        loader.mark_used("rope_freqs.weight");
+        // llama.cpp's rope scaling tensors, read into the config's rope settings.
+        for factors in [
+            "rope_freqs.weight",
+            "rope_factors_long.weight",
+            "rope_factors_short.weight",
+        ] {
+            loader.mark_used(factors);
+        }
         loader.check_all_used()?;
         progress(steps, steps);
         let streamed = ranks[0].layers.iter().any(Option::is_none);
