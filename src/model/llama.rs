@@ -600,6 +600,25 @@ impl Llama {
         self.hidden_states(&ids, positions, &mut seqs)
     }
 
+    /// The logits of each sequence's last new token, f32 `[batch, vocab_size]` in batch order
+    /// (what a draw reads): [`Llama::forward_batch`] with only those rows through the final
+    /// norm and the LM head. A prompt's other rows would cost a product each and
+    /// `[rows, vocab]` of memory (2 GiB for 2,000 tokens and Gemma 3's 262k vocabulary).
+    pub fn last_logits(&self, batch: &mut [SequenceInput<'_>]) -> Result<Tensor> {
+        let x = self.batch_hidden_states(batch)?;
+        let mut end = 0;
+        let last_rows: Vec<u32> = batch
+            .iter()
+            .map(|seq| {
+                end += seq.tokens.len();
+                end as u32 - 1
+            })
+            .collect();
+        let n = last_rows.len();
+        let rows = Tensor::from_vec(self.embed.device(), last_rows, [n])?;
+        self.head(&ops::embedding(&x, &rows)?)
+    }
+
     /// Runs `tokens` into `cache` without computing logits: a part of a prompt that is
     /// followed by more of it (the generation loop runs long prompts in chunks, so that a
     /// stop request is answered between them). Recorded, not waited for, on a GPU.
@@ -823,23 +842,9 @@ impl Llama {
         batch: &mut [SequenceInput<'_>],
         sampler: &mut Sampler,
     ) -> Result<Tensor> {
-        let x = self.batch_hidden_states(batch)?;
-        let mut end = 0;
-        let last_rows: Vec<u32> = batch
-            .iter()
-            .map(|seq| {
-                end += seq.tokens.len();
-                end as u32 - 1
-            })
-            .collect();
-        let device = self.embed.device();
-        let n = last_rows.len();
-        // Only the rows drawn from go through the final norm and the LM head: a prompt's
-        // other rows would cost a product each and `[rows, vocab]` of memory (gigabytes for a
-        // long prompt and a 262k vocabulary).
-        let last = ops::embedding(&x, &Tensor::from_vec(device, last_rows, [n])?)?;
-        let logits = self.head(&last)?;
-        let numbers = Tensor::from_vec(device, sampler.next_uniforms(n), [n])?;
+        let logits = self.last_logits(batch)?;
+        let n = logits.dims()[0];
+        let numbers = Tensor::from_vec(self.embed.device(), sampler.next_uniforms(n), [n])?;
         ops::sample(&logits, &numbers, sampler.params())
     }
 }
