@@ -1,7 +1,7 @@
 //! Chat templates rendered by webtensor (minijinja) against transformers' `apply_chat_template`
 //! on the same real templates and conversations (`fixtures/tokenizers/chat_templates.json`,
 //! written by scripts/tokenizer_fixtures.py: Llama 3.1/3.2, Qwen2.5, Qwen3, Mistral Nemo,
-//! Gemma 2, Phi-3.5, SmolLM3), and a chat turn through the engine.
+//! Gemma 2, Gemma 3, Phi-3.5, SmolLM3), and a chat turn through the engine.
 
 mod common;
 

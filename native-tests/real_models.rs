@@ -131,6 +131,7 @@ fn decoding_token_by_token_matches_transformers() {
             "olmo2",
             "smollm3",
             "gemma2",
+            "gemma3",
         ]
         .contains(&c.name.as_str())
     }) {
@@ -152,20 +153,49 @@ fn decoding_token_by_token_matches_transformers() {
     }
 }
 
-/// OLMo 2, SmolLM3 and Gemma 2 one token at a time on every backend, as safetensors and as their GGUF
-/// conversion: the single-row path of decode (the fused products, the key and value stored
+/// Phi-3.5's `longrope` token by token through the cache on every backend, as safetensors and as
+/// its GGUF conversion (the factors as `rope_factors_long/short.weight`), against transformers
+/// fed the same way (`logits_incremental.f32`): each pass picks the short or the long factors
+/// by its own longest position, so the first 16 tokens rotate by the short ones (their keys
+/// cached so), the rest by the long ones, which one pass over the whole prompt (the
+/// `logits.f32` the other tests check) never does.
+#[test]
+fn longrope_switches_factors_by_the_pass_length_as_transformers_does() {
+    let (prompt, cases) = manifest();
+    let case = cases.iter().find(|c| c.name == "phi3_longrope").unwrap();
+    let want = read_f32(&fixtures().join(&case.name).join("logits_incremental.f32"));
+    let gguf = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("native-tests/fixtures/gguf/phi3_longrope.f32.gguf");
+    for (dev_name, dev) in devices() {
+        for (format, files) in [
+            ("safetensors", hf_files(case)),
+            ("gguf", ModelFiles::open(&gguf).unwrap()),
+        ] {
+            let model = Llama::load(&dev, files).unwrap();
+            let mut cache = model.new_cache(prompt.len()).unwrap();
+            let mut got = Vec::new();
+            for &token in &prompt {
+                let logits = model.forward(&[token], &mut cache).unwrap();
+                got.extend(logits.to_vec::<f32>().unwrap());
+            }
+            let delta = max_delta(&got, &want);
+            println!("{dev_name} phi3_longrope {format} token by token max|Δ| = {delta:.2e}");
+            assert!(delta <= F32_TOL, "{dev_name} {format}: {delta}");
+        }
+    }
+}
+
+/// OLMo 2, SmolLM3, Gemma 2 and Gemma 3 one token at a time on every backend, as safetensors and
+/// as their GGUF conversion: the single-row path of decode (the fused products, the key and value stored
 /// straight into the cache where nothing comes between, attention per token) against
 /// transformers' logits of the whole prompt, which ran through the composition.
 #[test]
-fn olmo2_smollm3_and_gemma2_decode_token_by_token_on_every_backend() {
+fn olmo2_smollm3_and_gemma_decode_token_by_token_on_every_backend() {
     let (prompt, cases) = manifest();
     let gguf_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/gguf");
     let mut failures = Vec::new();
     for (dev_name, dev) in devices() {
-        for case in cases
-            .iter()
-            .filter(|c| ["olmo2", "smollm3", "gemma2"].contains(&c.name.as_str()))
-        {
+        for case in cases.iter().filter(|c| FAMILIES.contains(&c.name.as_str())) {
             let own = read_f32(&fixtures().join(&case.name).join("logits.f32"));
             let gguf = gguf_dir.join(format!("{}.f32.gguf", case.name));
             for (format, files, want) in [
@@ -197,27 +227,24 @@ fn olmo2_smollm3_and_gemma2_decode_token_by_token_on_every_backend() {
     assert!(failures.is_empty(), "beyond {F32_TOL}: {failures:?}");
 }
 
-/// OLMo 2, SmolLM3 and Gemma 2 decode steps (`Llama::decode`: each id drawn on the device and fed to
-/// the next step; on wgpu the first step recorded and the others replayed, unless another test
+/// OLMo 2, SmolLM3, Gemma 2 and Gemma 3 decode steps (`Llama::decode`: each id drawn on the device
+/// and fed to the next step; on wgpu the first step recorded and the others replayed, unless another test
 /// uses the device meanwhile, which native-tests/engine/decode.rs rules out to check that) after
 /// the prompt draw transformers' greedy continuation (`greedy.json`), as safetensors and GGUF
-/// (Gemma 2 as safetensors only: its GGUF describes another model, see [`gguf_expected`]).
+/// (Gemma as safetensors only: its GGUF describes another model, see [`gguf_expected`]).
 #[test]
-fn olmo2_smollm3_and_gemma2_decode_steps_draw_transformers_greedy_ids() {
+fn olmo2_smollm3_and_gemma_decode_steps_draw_transformers_greedy_ids() {
     let (prompt, cases) = manifest();
     let gguf_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/gguf");
     let (last, before) = prompt.split_last().unwrap();
     for (dev_name, dev) in devices() {
-        for case in cases
-            .iter()
-            .filter(|c| ["olmo2", "smollm3", "gemma2"].contains(&c.name.as_str()))
-        {
+        for case in cases.iter().filter(|c| FAMILIES.contains(&c.name.as_str())) {
             let want = greedy_ids(&case.name);
             let gguf = gguf_dir.join(format!("{}.f32.gguf", case.name));
             let mut formats = vec![("safetensors", hf_files(case))];
-            // Gemma 2's GGUF describes another model (`gguf_expected`), whose greedy ids
+            // Gemma's GGUF describes another model (`gguf_expected`), whose greedy ids
             // transformers did not write.
-            if case.name != "gemma2" {
+            if !case.name.starts_with("gemma") {
                 formats.push(("gguf", ModelFiles::open(&gguf).unwrap()));
             }
             for (format, files) in formats {
@@ -256,20 +283,22 @@ fn smollm3_generation_stops_at_its_end_of_turn() {
     stops_at_end_of_turn("smollm3", "<|im_end|>", greedy[1], (greedy.len(), 2));
 }
 
-/// Generation stops at Gemma 2's end of turn, `<end_of_turn>`: the Gemma 2 GGUF's vocabulary
-/// with llama.cpp's greedy next id after the prompt (the last row of its logits on the file)
-/// renamed `<end_of_turn>` stops at the first token; with its own vocabulary it runs on.
+/// Generation stops at Gemma's end of turn, `<end_of_turn>`: the Gemma 2 and Gemma 3 GGUFs'
+/// vocabularies with llama.cpp's greedy next id after the prompt (the last row of its logits on
+/// the file) renamed `<end_of_turn>` stop at the first token; with their own they run on.
 #[test]
-fn gemma2_generation_stops_at_its_end_of_turn() {
+fn gemma_generation_stops_at_its_end_of_turn() {
     let (prompt, _) = manifest();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/gguf");
-    let theirs = llama_cpp_logits(&dir.join("gemma2.f32.gguf"));
-    let vocab = theirs.len() / prompt.len();
-    let last = &theirs[theirs.len() - vocab..];
-    let next = (0..vocab)
-        .max_by(|&a, &b| last[a].total_cmp(&last[b]))
-        .unwrap();
-    stops_at_end_of_turn("gemma2", "<end_of_turn>", next as u32, (6, 1));
+    for case in ["gemma2", "gemma3"] {
+        let theirs = llama_cpp_logits(&dir.join(format!("{case}.f32.gguf")));
+        let vocab = theirs.len() / prompt.len();
+        let last = &theirs[theirs.len() - vocab..];
+        let next = (0..vocab)
+            .max_by(|&a, &b| last[a].total_cmp(&last[b]))
+            .unwrap();
+        stops_at_end_of_turn(case, "<end_of_turn>", next as u32, (6, 1));
+    }
 }
 
 /// Runs the prompt through `case`'s f32 GGUF on every device, once with its own vocabulary
@@ -347,8 +376,11 @@ fn stops_at_end_of_turn(case: &str, piece: &str, end_of_turn: u32, steps: (usize
     }
 }
 
+/// The families whose decode paths are checked on every backend in both formats.
+const FAMILIES: [&str; 4] = ["olmo2", "smollm3", "gemma2", "gemma3"];
+
 /// The cases converted to GGUF by llama.cpp's converter (scripts/make_gguf_fixtures.py).
-const GGUF_CASES: [&str; 9] = [
+const GGUF_CASES: [&str; 11] = [
     "llama31",
     "llama_linear",
     "llama_yarn",
@@ -358,10 +390,12 @@ const GGUF_CASES: [&str; 9] = [
     "olmo2",
     "smollm3",
     "gemma2",
+    "gemma3",
+    "phi3_longrope",
 ];
 
 /// transformers' logits of the model a case's GGUF conversion describes: `logits_gguf.f32`
-/// where that is another model (Gemma 2: llama.cpp's converter drops `query_pre_attn_scalar`,
+/// where that is another model (Gemma: llama.cpp's converter drops `query_pre_attn_scalar`,
 /// and llama.cpp scales attention by 1/√head_dim), else the checkpoint's own.
 fn gguf_expected(case: &str) -> Vec<f32> {
     let own = fixtures().join(case).join("logits_gguf.f32");
@@ -503,7 +537,7 @@ fn what_would_change_the_numbers_is_refused_by_name() {
         "{err}"
     );
     let err = load(&|c| {
-        c["rope_parameters"]["rope_type"] = "longrope".into();
+        c["rope_parameters"]["rope_type"] = "mrope".into();
     });
     assert!(err.contains("rope_parameters.rope_type"), "{err}");
     let err = load(&|c| {
@@ -558,9 +592,12 @@ fn what_would_change_the_numbers_is_refused_by_name() {
 /// Gemma 2's bidirectional attention, another activation, a layer type other than sliding or
 /// full, a cap that is not positive; its settings on another architecture. Gemma 2's defaults
 /// as transformers' (every even layer sliding, tied embeddings) where its config leaves them
-/// out.
+/// out. Gemma 3's bidirectional attention, rope types other than linear or default on its full
+/// layers and other than default on its sliding ones, a layer type `rope_parameters` does not
+/// know, a sliding layer without a window; its 4.x config (`rope_theta`, `rope_scaling`,
+/// `rope_local_base_freq`, `sliding_window_pattern`) read as the 5.x one transformers wrote.
 #[test]
-fn olmo2_smollm3_and_gemma2_settings_not_implemented_are_refused_by_name() {
+fn olmo2_smollm3_and_gemma_settings_not_implemented_are_refused_by_name() {
     let load = |case: &str, edit: &dyn Fn(&mut serde_json::Map<String, serde_json::Value>)| {
         let dir = fixtures().join(case);
         let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
@@ -633,6 +670,59 @@ fn olmo2_smollm3_and_gemma2_settings_not_implemented_are_refused_by_name() {
     .unwrap();
     assert_eq!(files.config.layer_windows, [Some(12), None, Some(12), None]);
     assert!(files.config.tie_word_embeddings);
+
+    let err = refused("gemma3", &|c| {
+        c.insert("use_bidirectional_attention".into(), true.into());
+    });
+    assert!(err.contains("use_bidirectional_attention"), "{err}");
+    let err = refused("gemma3", &|c| {
+        c["rope_parameters"]["full_attention"] =
+            serde_json::json!({"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e6});
+    });
+    assert!(
+        err.contains("rope_parameters.full_attention.rope_type"),
+        "{err}"
+    );
+    let err = refused("gemma3", &|c| {
+        c["rope_parameters"]["sliding_attention"] =
+            serde_json::json!({"rope_type": "linear", "factor": 2.0});
+    });
+    assert!(
+        err.contains("rope_parameters.sliding_attention.rope_type"),
+        "{err}"
+    );
+    let err = refused("gemma3", &|c| {
+        c["rope_parameters"]["chunked_attention"] = serde_json::json!({});
+    });
+    assert!(err.contains("rope_parameters.chunked_attention"), "{err}");
+    let err = refused("gemma3", &|c| {
+        c.insert("sliding_window".into(), serde_json::Value::Null);
+    });
+    assert!(err.contains("sliding_window"), "{err}");
+    let v5 = load("gemma3", &|_| {}).unwrap().config;
+    let v4 = load("gemma3", &|c| {
+        for key in ["rope_parameters", "layer_types", "_sliding_window_pattern"] {
+            c.remove(key);
+        }
+        c.insert("rope_theta".into(), 1e6.into());
+        c.insert(
+            "rope_scaling".into(),
+            serde_json::json!({"rope_type": "linear", "factor": 8.0}),
+        );
+        c.insert("rope_local_base_freq".into(), 1e4.into());
+        c.insert("sliding_window_pattern".into(), 6.into());
+    })
+    .unwrap()
+    .config;
+    assert_eq!(
+        (&v4.rope, &v4.local_rope, &v4.layer_windows),
+        (&v5.rope, &v5.local_rope, &v5.layer_windows)
+    );
+    assert_eq!(
+        v5.layer_windows,
+        [Some(12); 5].into_iter().chain([None]).collect::<Vec<_>>()
+    );
+    assert_eq!(v5.local_rope.as_ref().map(|r| r.theta), Some(1e4));
 
     let olmo2 = load("olmo2", &|_| {}).unwrap();
     let devices = [common::cpu(), common::cpu()];

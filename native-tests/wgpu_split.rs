@@ -1,8 +1,9 @@
 //! Tensors larger than one storage binding on wgpu (issue 12): with the backend's binding
 //! limit forced down to 32 KiB (`WEBTENSOR_WGPU_MAX_BINDING`), weights and embedding tables
 //! far larger than that are read one row range per binding, and every product and gather
-//! against them matches the reference backend, as does a model whose embedding and tied LM
-//! head are larger than one binding (the K-quants' products too); the fused decode ops with
+//! against them matches the reference backend, as do models (a Llama, a Gemma 3) whose
+//! embedding and tied LM head are larger than one binding, prompt and decode steps (the
+//! K-quants' products too); the fused decode ops with
 //! such a weight or KV pool run their composition. Ops that cannot be split still refuse such
 //! a tensor with a typed error.
 //!
@@ -14,7 +15,7 @@ mod common;
 use common::{assert_close, reference, rng, tensor, uniform};
 use webtensor::model::gguf::{self, GgufValue};
 use webtensor::model::weights::StoredDType;
-use webtensor::model::{FileBytes, Llama, ModelFiles};
+use webtensor::model::{FileBytes, Llama, ModelFiles, Sampler, Sampling};
 use webtensor::ops::{self, Activations};
 use webtensor::{DType, Device, Error, Tensor};
 
@@ -158,11 +159,13 @@ fn gather(gpu: &Device) {
     assert_close("embedding gather", &out(gpu), &out(&reference()), 0.0);
 }
 
-/// A Llama (hidden 8, vocab 1500) whose embedding table and tied LM head, 48 KB each, exceed
-/// the 32 KiB binding: logits of a three-token prompt and of the next token match the
-/// reference.
-fn model(gpu: &Device) {
-    let (vocab, hidden, ffn) = (1500usize, 8usize, 16usize);
+/// A Llama and a Gemma 3 (hidden 8, vocab 1500) whose embedding table and tied LM head, 48 KB
+/// each, exceed the 32 KiB binding: logits of a three-token prompt and of the next token match
+/// the reference, and so do the ids of greedy decode steps (on wgpu the first step recorded,
+/// the others replayed).
+fn model(gpu: &Device, arch: &str) {
+    let (vocab, hidden, ffn, head_dim) = (1500usize, 8usize, 16usize, 4usize);
+    let gemma3 = arch == "gemma3";
     let mut r = rng(3);
     let mut tensors: Vec<(String, StoredDType, Vec<usize>, Vec<u8>)> = Vec::new();
     let mut add = |name: &str, shape: Vec<usize>| {
@@ -184,35 +187,49 @@ fn model(gpu: &Device) {
     add("blk.0.ffn_up.weight", vec![ffn, hidden]);
     add("blk.0.ffn_down.weight", vec![hidden, ffn]);
     add("output_norm.weight", vec![hidden]);
+    if gemma3 {
+        add("blk.0.attn_q_norm.weight", vec![head_dim]);
+        add("blk.0.attn_k_norm.weight", vec![head_dim]);
+        add("blk.0.post_attention_norm.weight", vec![hidden]);
+        add("blk.0.post_ffw_norm.weight", vec![hidden]);
+    }
     let u = |v: usize| GgufValue::U64(v as u64);
-    let meta = vec![
+    let key = |k: &str| format!("{arch}.{k}");
+    let mut meta = vec![
         (
             "general.architecture".to_string(),
-            GgufValue::Str("llama".into()),
+            GgufValue::Str(arch.into()),
         ),
-        ("llama.vocab_size".into(), u(vocab)),
-        ("llama.embedding_length".into(), u(hidden)),
-        ("llama.feed_forward_length".into(), u(ffn)),
-        ("llama.block_count".into(), u(1)),
-        ("llama.attention.head_count".into(), u(2)),
-        ("llama.attention.head_count_kv".into(), u(2)),
-        ("llama.context_length".into(), u(64)),
+        (key("vocab_size"), u(vocab)),
+        (key("embedding_length"), u(hidden)),
+        (key("feed_forward_length"), u(ffn)),
+        (key("block_count"), u(1)),
+        (key("attention.head_count"), u(2)),
+        (key("attention.head_count_kv"), u(2)),
+        (key("context_length"), u(64)),
         (
-            "llama.attention.layer_norm_rms_epsilon".into(),
+            key("attention.layer_norm_rms_epsilon"),
             GgufValue::F64(1e-5),
         ),
-        ("llama.rope.freq_base".into(), GgufValue::F64(10000.0)),
+        (key("rope.freq_base"), GgufValue::F64(10000.0)),
     ];
+    if gemma3 {
+        meta.push((key("attention.sliding_window"), u(2)));
+    }
     let bytes = gguf::write(&meta, &tensors).unwrap();
-    let logits = |dev: &Device| {
+    let run = |dev: &Device| {
         let files = ModelFiles::from_gguf("split.gguf", FileBytes::Owned(bytes.clone())).unwrap();
         let model = Llama::load(dev, files).unwrap();
-        let mut cache = model.new_cache(8).unwrap();
+        let mut cache = model.new_cache(16).unwrap();
         let mut all = vec_of(&model.forward(&[3, 1100, 977], &mut cache).unwrap());
         all.extend(vec_of(&model.forward(&[1499], &mut cache).unwrap()));
-        all
+        let mut sampler = Sampler::new(Sampling::greedy());
+        let ids = model.decode(700, &mut cache, 6, &mut sampler).unwrap();
+        (all, ids)
     };
-    assert_close("model logits", &logits(gpu), &logits(&reference()), 1e-3);
+    let ((logits, ids), (want_logits, want_ids)) = (run(gpu), run(&reference()));
+    assert_close(&format!("{arch} logits"), &logits, &want_logits, 1e-3);
+    assert_eq!(ids, want_ids, "{arch} decode steps");
 }
 
 #[test]
@@ -232,7 +249,8 @@ fn tensors_beyond_one_binding_are_read_in_row_ranges() {
     kquant_products(&gpu);
     fused(&gpu);
     gather(&gpu);
-    model(&gpu);
+    model(&gpu, "llama");
+    model(&gpu, "gemma3");
 
     // An op that reads its input whole still refuses it, naming the limit.
     let big = tensor(&gpu, &vec![1.0f32; N * 64], &[N, 64]);

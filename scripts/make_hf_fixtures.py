@@ -32,7 +32,8 @@ import shutil
 import numpy as np
 import torch
 import transformers
-from transformers import (Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM,
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
+                          LlamaConfig, LlamaForCausalLM,
                           MistralConfig, MistralForCausalLM,
                           Olmo2Config, Olmo2ForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, SmolLM3Config,
@@ -48,6 +49,11 @@ DIMS = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=32, num_hidden_l
 LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
                "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 64}
+
+# Short and long factors for a head width of 16 (eight pairs).
+LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0,
+            "short_factor": [1.0 + 0.1 * i for i in range(8)],
+            "long_factor": [1.0 + 1.5 * i for i in range(8)]}
 
 # name: (config class, model class, config arguments)
 CASES = {
@@ -85,6 +91,17 @@ CASES = {
     "phi3": (Phi3Config, Phi3ForCausalLM,
              dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
                   sliding_window=20, pad_token_id=0, eos_token_id=2)),
+    # Phi-3.5's `longrope`: per-pair short and long factors, the long ones for a pass longer
+    # than `original_max_position_embeddings` (16 here, so the 48-token prompt runs them), and
+    # the attention factor from max/original; the `_short` case's original length (64) is
+    # beyond the prompt, so it runs the short ones.
+    "phi3_longrope": (Phi3Config, Phi3ForCausalLM,
+                      dict(rope_parameters=LONGROPE, max_position_embeddings=64,
+                           original_max_position_embeddings=16, pad_token_id=0, eos_token_id=2)),
+    "phi3_longrope_short": (Phi3Config, Phi3ForCausalLM,
+                            dict(rope_parameters=LONGROPE, max_position_embeddings=256,
+                                 original_max_position_embeddings=64, pad_token_id=0,
+                                 eos_token_id=2)),
     # Norms after each block, q/k norms over the whole projection.
     "olmo2": (Olmo2Config, Olmo2ForCausalLM,
               dict(rope_parameters={"rope_type": "default", "rope_theta": 500000.0})),
@@ -103,11 +120,24 @@ CASES = {
                     num_hidden_layers=4, query_pre_attn_scalar=24, sliding_window=12,
                     attn_logit_softcapping=3.0, final_logit_softcapping=10.0,
                     tie_word_embeddings=True, pad_token_id=0)),
+    # Gemma 3: Gemma 2 with per-head q/k norms and no soft-capping; six layers in transformers'
+    # default pattern (five sliding, then one full) with a window shorter than the prompt;
+    # the sliding layers rotate by their own base (10 000, which llama.cpp assumes) and the
+    # full one by 1e6 with linear scaling; a `query_pre_attn_scalar` other than head_dim.
+    "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM,
+               dict(rope_parameters={
+                   "full_attention": {"rope_type": "linear", "factor": 8.0,
+                                      "rope_theta": 1000000.0},
+                   "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+                    head_dim=16, num_attention_heads=4, num_key_value_heads=2,
+                    num_hidden_layers=6, query_pre_attn_scalar=24, sliding_window=12,
+                    tie_word_embeddings=True, pad_token_id=0)),
 }
 
 # The cases whose rope scaling or sliding window must move the logits.
 SCALED = {"llama31", "llama_linear", "llama_dynamic", "llama_yarn", "mistral", "qwen2_swa", "phi3",
-          "smollm3", "gemma2"}
+          "phi3_longrope", "phi3_longrope_short",
+          "smollm3", "gemma2", "gemma3"}
 
 # Configs as transformers 4.x wrote them, over the weights of a 5.x case: name → (weights of,
 # function of the saved config dict).
@@ -167,15 +197,15 @@ def logits_of(folder, ids):
 
 # The cases whose greedy continuation of the prompt is written too (`greedy.json`): what the
 # engine's decode steps (recorded and replayed on a GPU) must draw.
-GREEDY = {"olmo2", "smollm3", "gemma2"}
+GREEDY = {"olmo2", "smollm3", "gemma2", "gemma3"}
 GREEDY_STEPS = 8
 
 
 def gguf_meaning(folder, ids):
     """transformers' logits of the model a GGUF conversion of `folder` describes. llama.cpp's
-    converter does not write Gemma 2's `query_pre_attn_scalar`, and llama.cpp scales attention
-    by 1/√head_dim instead (hidden/heads for the 46-layer model): these are transformers'
-    logits with `query_pre_attn_scalar` = head_dim (`logits_gguf.f32`)."""
+    converter does not write Gemma's `query_pre_attn_scalar`, and llama.cpp scales attention
+    by 1/√head_dim instead (hidden/heads for the 27B models): these are transformers' logits
+    with `query_pre_attn_scalar` = head_dim (`logits_gguf.f32`)."""
     probe = folder + ".gguf"
     shutil.copytree(folder, probe)
     config = json.load(open(os.path.join(folder, "config.json")))
@@ -187,8 +217,29 @@ def gguf_meaning(folder, ids):
     return logits
 
 
+# Cases whose logits token by token through transformers' cache are written too
+# (`logits_incremental.f32`): for `longrope` they differ from one pass over the prompt, since each
+# pass picks the short or long factors by its own longest position, and the keys cached before
+# the switch keep the short factors' rotation.
+INCREMENTAL = {"phi3_longrope"}
+
+
+def incremental_logits(folder, ids):
+    """transformers' logits of `ids` fed one token at a time through its KV cache."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    rows, cache = [], None
+    with torch.no_grad():
+        for i in ids:
+            out = model(torch.tensor([[i]]), past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            rows.append(out.logits[0, -1].numpy())
+    return np.stack(rows).astype("<f4")
+
+
 # Cases whose GGUF conversion means another model than the checkpoint (see gguf_meaning).
-GGUF_MEANING = {"gemma2"}
+GGUF_MEANING = {"gemma2", "gemma3"}
 
 
 def greedy_continuation(folder, ids):
@@ -214,8 +265,13 @@ def plain(config):
     c = dict(config)
     if "no_rope_layers" in c:
         c["no_rope_layers"] = [1] * len(c["no_rope_layers"])
-    c["rope_parameters"] = {"rope_type": "default",
-                            "rope_theta": c["rope_parameters"]["rope_theta"]}
+    if "full_attention" in c["rope_parameters"]:
+        # Gemma 3: one unscaled base for both layer types.
+        base = {"rope_type": "default", "rope_theta": 10000.0}
+        c["rope_parameters"] = {"full_attention": base, "sliding_attention": base}
+    else:
+        c["rope_parameters"] = {"rope_type": "default",
+                                "rope_theta": c["rope_parameters"]["rope_theta"]}
     for key in ("sliding_window", "use_sliding_window", "layer_types"):
         c.pop(key, None)
     return c
@@ -329,6 +385,8 @@ def main():
         logits.tofile(os.path.join(folder, "logits.f32"))
         if name in GGUF_MEANING:
             gguf_meaning(folder, ids).tofile(os.path.join(folder, "logits_gguf.f32"))
+        if name in INCREMENTAL:
+            incremental_logits(folder, ids).tofile(os.path.join(folder, "logits_incremental.f32"))
         if name in GREEDY:
             with open(os.path.join(folder, "greedy.json"), "w") as f:
                 json.dump(greedy_continuation(folder, ids), f)

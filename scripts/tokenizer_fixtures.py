@@ -182,6 +182,9 @@ TEMPLATES = {
     "gemma-2": "llama.cpp/models/templates/google-gemma-2-2b-it.jinja",
     "phi-3.5": "llama.cpp/models/templates/microsoft-Phi-3.5-mini-instruct.jinja",
     "smollm3": "llama.cpp/models/templates/HuggingFaceTB-SmolLM3-3B.jinja",
+    # In this repository, not the cache: llama.cpp's tree has no Gemma 3 template. The text of
+    # google/gemma-3-4b-it's tokenizer_config.json (the 270M and 1B ones carry the same).
+    "gemma-3": "native-tests/fixtures/tokenizers/google-gemma-3-4b-it.jinja",
 }
 
 CONVERSATIONS = [
@@ -205,15 +208,20 @@ NOW = 1721997296
 # Extra cases of a template, for the variables it reads: (conversation, template variables
 # as `apply_chat_template` passes them). SmolLM3's reasoning mode: `enable_thinking`, and a
 # `/think` or `/no_think` in the system message, which wins over it. Gemma 2: contents trimmed
-# inside each turn, and turns that do not alternate user/model refused.
+# inside each turn, and turns that do not alternate user/model refused. Gemma 3: the same, and a
+# system message folded into the first user turn.
+GEMMA_CASES = [
+    ([{"role": "user", "content": "  What is 2+2?\n"},
+      {"role": "assistant", "content": " 4. "},
+      {"role": "user", "content": "And 3+3?"}], {}),
+    ([{"role": "user", "content": "Hi"}, {"role": "user", "content": "Hello?"}], {}),
+    ([{"role": "assistant", "content": "Hi"}], {}),
+]
 EXTRA_CASES = {
-    "gemma-2": [
-        ([{"role": "user", "content": "  What is 2+2?\n"},
-          {"role": "assistant", "content": " 4. "},
-          {"role": "user", "content": "And 3+3?"}], {}),
-        ([{"role": "user", "content": "Hi"}, {"role": "user", "content": "Hello?"}], {}),
-        ([{"role": "assistant", "content": "Hi"}], {}),
-    ],
+    "gemma-2": GEMMA_CASES,
+    "gemma-3": [*GEMMA_CASES,
+                ([{"role": "system", "content": " Be brief. "},
+                  {"role": "user", "content": "Hi"}], {})],
     "smollm3": [
         ([{"role": "system", "content": "You are terse. /no_think"}, *CONVERSATIONS[0][1:]], {}),
         (CONVERSATIONS[1], {"enable_thinking": False}),
@@ -251,7 +259,8 @@ def render(template, messages, add_generation_prompt, variables):
 def chat_fixture(cache):
     out = {"now": NOW, "bos_token": "<BOS>", "eos_token": "<EOS>", "templates": {}}
     for name, path in TEMPLATES.items():
-        text = (cache / path).read_text(encoding="utf-8")
+        source = ROOT / path if path.startswith("native-tests/") else cache / path
+        text = source.read_text(encoding="utf-8")
         if path.endswith(".json"):
             text = json.loads(text)["chat_template"]
         cases = []

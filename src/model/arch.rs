@@ -31,6 +31,11 @@ pub enum Architecture {
     /// attention scores and final logits, an attention scale of `query_pre_attn_scalar`, and
     /// layers alternating between a sliding window and full attention.
     Gemma2,
+    /// Gemma 3 (text): Gemma 2 with per-head q/k RMS norms (`1 + w`) before the rotary
+    /// embedding, a rope base of its own for the sliding-window layers (the full-attention
+    /// ones alone scaled), five sliding layers to each full one by default, and no
+    /// soft-capping unless the config asks for it.
+    Gemma3,
 }
 
 /// Where q and k go through an RMS norm between their projection and the rotary embedding.
@@ -46,7 +51,7 @@ pub enum QkNorm {
 }
 
 /// Every architecture, for messages.
-const ALL: [(Architecture, &str, &str, &str); 8] = [
+const ALL: [(Architecture, &str, &str, &str); 9] = [
     (Architecture::Llama, "LlamaForCausalLM", "llama", "llama"),
     (
         Architecture::Mistral,
@@ -69,6 +74,12 @@ const ALL: [(Architecture, &str, &str, &str); 8] = [
         "Gemma2ForCausalLM",
         "gemma2",
         "gemma2",
+    ),
+    (
+        Architecture::Gemma3,
+        "Gemma3ForCausalLM",
+        "gemma3_text",
+        "gemma3",
     ),
 ];
 
@@ -277,7 +288,7 @@ impl Architecture {
     /// Where q and k are RMS-normed before the rotary embedding.
     pub fn qk_norm(self) -> QkNorm {
         match self {
-            Architecture::Qwen3 => QkNorm::PerHead,
+            Architecture::Qwen3 | Architecture::Gemma3 => QkNorm::PerHead,
             Architecture::Olmo2 => QkNorm::Whole,
             _ => QkNorm::None,
         }
@@ -290,20 +301,31 @@ impl Architecture {
     }
 
     /// Whether the attention and feed-forward blocks' outputs are RMS-normed before the
-    /// residual add (OLMo 2, Gemma 2).
+    /// residual add (OLMo 2, Gemma 2 and 3).
     pub fn post_norms(self) -> bool {
-        matches!(self, Architecture::Olmo2 | Architecture::Gemma2)
+        matches!(
+            self,
+            Architecture::Olmo2 | Architecture::Gemma2 | Architecture::Gemma3
+        )
     }
 
-    /// Whether a Hugging Face checkpoint's RMS norm weights `w` apply as `1 + w` (Gemma 2;
-    /// llama.cpp's converter adds the 1 when it writes a GGUF file, so those apply as stored).
+    /// Whether this is Gemma 2 or 3, which share GeGLU, `query_pre_attn_scalar`, soft-capping
+    /// settings, `layer_types` and tied embeddings by default.
+    pub fn is_gemma(self) -> bool {
+        matches!(self, Architecture::Gemma2 | Architecture::Gemma3)
+    }
+
+    /// Whether a Hugging Face checkpoint's RMS norm weights `w` apply as `1 + w` (Gemma 2 and
+    /// 3, q/k norms included; llama.cpp's converter adds the 1 when it writes a GGUF file, so
+    /// those apply as stored).
     pub fn norm_plus_one(self) -> bool {
-        self == Architecture::Gemma2
+        self.is_gemma()
     }
 
-    /// Whether the embedding rows are multiplied by √hidden before the first layer (Gemma 2).
+    /// Whether the embedding rows are multiplied by √hidden before the first layer (Gemma 2
+    /// and 3).
     pub fn scales_embedding(self) -> bool {
-        self == Architecture::Gemma2
+        self.is_gemma()
     }
 
     /// Whether llama.cpp's converter permutes the q and k rows of its GGUF files (it does for
@@ -364,6 +386,24 @@ impl Architecture {
                 // Read by `LlamaConfig::from_json`, which refuses `true`.
                 "use_bidirectional_attention",
                 "cache_implementation",
+            ],
+            Architecture::Gemma3 => &[
+                "sliding_window",
+                "layer_types",
+                "hidden_activation",
+                "query_pre_attn_scalar",
+                "attn_logit_softcapping",
+                "final_logit_softcapping",
+                // Read by `LlamaConfig::from_json`, which refuses `true`.
+                "use_bidirectional_attention",
+                "cache_implementation",
+                // Read by `Rope::gemma3_from_json`.
+                "rope_local_base_freq",
+                // The layer pattern without `layer_types` (transformers' default 6).
+                "sliding_window_pattern",
+                // What transformers 5 saves of the pattern beside `layer_types`; it reads
+                // `layer_types` back, never this.
+                "_sliding_window_pattern",
             ],
         };
         HARMLESS_KEYS.contains(&key) || READ_KEYS.contains(&key) || own.contains(&key)

@@ -53,9 +53,14 @@ pub struct LlamaConfig {
     /// Gemma 2: the logits soft-capped as `cap · tanh(logit / cap)`.
     #[serde(default)]
     pub final_logit_softcapping: Option<f32>,
-    /// Rotary embedding: base and scaling (`rope_theta`, `rope_scaling`, `rope_parameters`).
+    /// Rotary embedding: base and scaling (`rope_theta`, `rope_scaling`, `rope_parameters`);
+    /// with [`LlamaConfig::local_rope`], that of the full-attention layers only.
     #[serde(skip_deserializing)]
     pub rope: Rope,
+    /// Gemma 3: the rotary embedding of the sliding-window layers (`rope_local_base_freq`,
+    /// `rope_parameters.sliding_attention`); `None` where every layer has [`LlamaConfig::rope`].
+    #[serde(skip_deserializing)]
+    pub local_rope: Option<Rope>,
     /// Per layer, the sliding attention window (a query sees itself and the `w − 1` keys
     /// before it), or `None` for full causal attention.
     #[serde(skip_deserializing)]
@@ -134,7 +139,7 @@ impl LlamaConfig {
         let mut config = LlamaConfig::deserialize(&value)
             .map_err(|e| fail(format!("not a Llama-family config.json: {e}")))?;
         config.architecture = architecture;
-        if architecture == Architecture::Gemma2 {
+        if architecture.is_gemma() {
             if obj
                 .get("use_bidirectional_attention")
                 .and_then(Value::as_bool)
@@ -145,7 +150,7 @@ impl LlamaConfig {
                         .into(),
                 ));
             }
-            // Gemma 2 ties its embeddings unless the config says otherwise (transformers
+            // Gemma ties its embeddings unless the config says otherwise (transformers
             // leaves the default out of a saved config).
             if !obj.contains_key("tie_word_embeddings") {
                 config.tie_word_embeddings = true;
@@ -165,12 +170,23 @@ impl LlamaConfig {
             })?),
             _ => None,
         };
-        config.rope = Rope::from_json(obj, config.max_position_embeddings, original, source)?;
-        if architecture == Architecture::Phi3 && config.rope.scaling != RopeScaling::None {
+        if architecture == Architecture::Gemma3 {
+            let [full, sliding] =
+                Rope::gemma3_from_json(obj, config.max_position_embeddings, source)?;
+            config.rope = full;
+            config.local_rope = Some(sliding);
+        } else {
+            config.rope = Rope::from_json(obj, config.max_position_embeddings, original, source)?;
+        }
+        let longrope = matches!(
+            config.rope.scaling,
+            RopeScaling::None | RopeScaling::LongRope { .. }
+        );
+        if architecture == Architecture::Phi3 && !longrope {
             // Transformers runs Phi-3's scaled types (`su`, `yarn`) as `longrope`.
             return Err(fail(
-                "`rope_parameters.rope_type`: Phi-3's rope scaling is longrope, which is not \
-                 supported (only the default rope)"
+                "`rope_parameters.rope_type`: Phi-3's rope scaling is longrope (with short and \
+                 long factors); give rope_type \"longrope\""
                     .into(),
             ));
         }
@@ -231,6 +247,12 @@ impl LlamaConfig {
     /// The sliding attention window of `layer`, if it has one.
     pub fn window(&self, layer: usize) -> Option<usize> {
         self.layer_windows.get(layer).copied().flatten()
+    }
+
+    /// Whether `layer` rotates by [`LlamaConfig::local_rope`] (a Gemma 3 sliding-window
+    /// layer) rather than by [`LlamaConfig::rope`].
+    pub fn uses_local_rope(&self, layer: usize) -> bool {
+        self.local_rope.is_some() && self.window(layer).is_some()
     }
 
     /// Whether the feed-forward gate is tanh GELU (GeGLU, Gemma 2) rather than SiLU.
@@ -341,11 +363,27 @@ impl LlamaConfig {
                 format!("= {} must be positive", self.rms_norm_eps),
             );
         }
-        if !(self.rope.theta.is_finite() && self.rope.theta > 1.0) {
-            return fail(
-                "rope_theta",
-                format!("= {} must be above 1", self.rope.theta),
-            );
+        for (field, rope) in [
+            ("rope_theta", Some(&self.rope)),
+            ("rope_local_base_freq", self.local_rope.as_ref()),
+        ] {
+            if let Some(theta) = rope.map(|r| r.theta) {
+                if !(theta.is_finite() && theta > 1.0) {
+                    return fail(field, format!("= {theta} must be above 1"));
+                }
+            }
+        }
+        if let Some((short, long)) = self.rope.pair_factors() {
+            if short != hd / 2 || long != hd / 2 {
+                return fail(
+                    "rope_parameters.short_factor",
+                    format!(
+                        "and long_factor give {short} and {long} values; the head width {hd} \
+                         needs {} each",
+                        hd / 2
+                    ),
+                );
+            }
         }
         // Settings given per layer must give one per layer.
         for (key, len) in [
@@ -365,9 +403,9 @@ impl LlamaConfig {
         if self.layer_windows.contains(&Some(0)) {
             return fail("sliding_window", "must be at least 1".into());
         }
-        let act = match self.architecture {
-            Architecture::Gemma2 => "gelu_pytorch_tanh",
-            _ => "silu",
+        let act = match self.architecture.is_gemma() {
+            true => "gelu_pytorch_tanh",
+            false => "silu",
         };
         if self.hidden_act != act {
             return fail(
@@ -434,8 +472,9 @@ pub(crate) fn plausible_layers(layers: usize, source: &str) -> Result<usize> {
 /// Phi-3 apply `sliding_window` (Mistral's default 4096) to every layer; Qwen2/3 only with
 /// `use_sliding_window`, to the layers `layer_types` marks `sliding_attention` or else to those
 /// from `max_window_layers` (default 28) on; Gemma 2 to the layers `layer_types` marks, by
-/// default every even one (window 4096). Llama and OLMo 2 have none; SmolLM3's are refused
-/// ([`smollm3_full_attention`]).
+/// default every even one (window 4096); Gemma 3 to those `layer_types` marks, by default all
+/// but every `sliding_window_pattern`-th (6). Llama and OLMo 2 have none; SmolLM3's are
+/// refused ([`smollm3_full_attention`]).
 fn layer_windows(
     obj: &Map<String, Value>,
     arch: Architecture,
@@ -481,6 +520,34 @@ fn layer_windows(
                 None | Some(Value::Null) => (0..layers)
                     .map(|i| if i % 2 == 0 { window } else { None })
                     .collect(),
+                Some(other) => return Err(fail("layer_types", format!("= {other} is not a list"))),
+            }
+        }
+        Architecture::Gemma3 => {
+            // A sliding layer without a window would still rotate by the local base in
+            // transformers, which the engine ties to the window: refused.
+            let window = count("sliding_window", Some(4096))?.ok_or_else(|| {
+                fail(
+                    "sliding_window",
+                    "= null is not supported for Gemma 3; give the window".into(),
+                )
+            })?;
+            let window = Some(window);
+            match obj.get("layer_types") {
+                Some(Value::Array(types)) => typed(types, window)?,
+                None | Some(Value::Null) => {
+                    let pattern = count("sliding_window_pattern", Some(6))?
+                        .filter(|&p| p > 0)
+                        .ok_or_else(|| {
+                            fail("sliding_window_pattern", "must be at least 1".into())
+                        })?;
+                    (0..layers)
+                        .map(|i| match (i + 1) % pattern {
+                            0 => None,
+                            _ => window,
+                        })
+                        .collect()
+                }
                 Some(other) => return Err(fail("layer_types", format!("= {other} is not a list"))),
             }
         }

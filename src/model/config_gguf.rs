@@ -39,6 +39,10 @@ const KNOWN_KEYS: &[&str] = &[
 /// The keys read for Gemma 2 only (refused for the other architectures, which do not cap).
 const GEMMA2_KEYS: &[&str] = &["attn_logit_softcapping", "final_logit_softcapping"];
 
+/// The keys read for Gemma 3 only: its final cap (the converter refuses an attention cap), and
+/// the rope base of its sliding-window layers, which llama.cpp reads (10 000 without it).
+const GEMMA3_KEYS: &[&str] = &["final_logit_softcapping", "rope.freq_base_swa"];
+
 impl LlamaConfig {
     /// The config of a GGUF file: its metadata, and `bytes` (the file) for the
     /// `rope_freqs.weight` tensor; `name` names the file in errors.
@@ -52,8 +56,12 @@ impl LlamaConfig {
         let architecture = Architecture::from_gguf(&arch_name, name)?;
         let prefix = format!("{arch_name}.");
         let gemma2 = architecture == Architecture::Gemma2;
-        let known =
-            |rest: &str| KNOWN_KEYS.contains(&rest) || (gemma2 && GEMMA2_KEYS.contains(&rest));
+        let gemma3 = architecture == Architecture::Gemma3;
+        let known = |rest: &str| {
+            KNOWN_KEYS.contains(&rest)
+                || (gemma2 && GEMMA2_KEYS.contains(&rest))
+                || (gemma3 && GEMMA3_KEYS.contains(&rest))
+        };
         if let Some(key) = g
             .metadata
             .keys()
@@ -139,10 +147,21 @@ impl LlamaConfig {
             ));
         }
         let max_positions = opt_int("context_length")?.unwrap_or(2048);
-        // Gemma 2 alternates: even layers slide, odd ones see everything (llama.cpp's pattern).
+        // Gemma 2 alternates: even layers slide, odd ones see everything; Gemma 3 has every
+        // sixth layer see everything (llama.cpp's patterns, which the converter does not write).
+        let full_attention =
+            |i: usize| (gemma2 && i % 2 == 1) || (gemma3 && (i + 1).is_multiple_of(6));
         let layer_windows = (0..layers)
-            .map(|i| if gemma2 && i % 2 == 1 { None } else { window })
+            .map(|i| if full_attention(i) { None } else { window })
             .collect();
+        // llama.cpp's Gemma 3 sliding layers rotate by their own base, unscaled.
+        let local_rope = match gemma3 {
+            true => Some(Rope {
+                theta: float("rope.freq_base_swa")?.unwrap_or(10_000.0),
+                scaling: RopeScaling::None,
+            }),
+            false => None,
+        };
         let cap = |key: &str| -> Result<Option<f32>> { Ok(float(key)?.map(|c| c as f32)) };
         let config = LlamaConfig {
             architecture,
@@ -155,11 +174,18 @@ impl LlamaConfig {
             head_dim,
             max_position_embeddings: max_positions,
             rms_norm_eps: float("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5) as f32,
-            hidden_act: if gemma2 { "gelu_pytorch_tanh" } else { "silu" }.into(),
-            query_pre_attn_scalar: gemma2.then(|| gemma2_query_scalar(layers, hidden, heads, dim)),
+            hidden_act: match architecture.is_gemma() {
+                true => "gelu_pytorch_tanh",
+                false => "silu",
+            }
+            .into(),
+            query_pre_attn_scalar: architecture
+                .is_gemma()
+                .then(|| gemma_query_scalar(architecture, layers, hidden, heads, dim)),
             attn_logit_softcapping: cap("attn_logit_softcapping")?,
             final_logit_softcapping: cap("final_logit_softcapping")?,
             rope: rope_of(g, bytes, &prefix, name, dim)?,
+            local_rope,
             layer_windows,
             layer_rope: layer_rope(architecture, layers),
             attention_bias: g.tensors.contains_key("blk.0.attn_q.bias"),
@@ -173,21 +199,32 @@ impl LlamaConfig {
     }
 }
 
-/// Whether each layer rotates q and k. The converter does not write SmolLM3's
-/// `no_rope_layers`; llama.cpp runs every fourth layer without rope (transformers' default
-/// `no_rope_layer_interval`), and so does the engine.
-/// Gemma 2's `query_pre_attn_scalar`, which llama.cpp's converter does not write: llama.cpp's
-/// own rule, `hidden / heads` for the 46-layer model (27B, whose config says 144) and the head
-/// width otherwise (2B and 9B say 256, their head width). A GGUF file of a checkpoint whose
-/// config says something else runs as llama.cpp runs it, not as transformers does.
-fn gemma2_query_scalar(layers: usize, hidden: usize, heads: usize, head_dim: usize) -> f64 {
-    if layers == 46 {
+/// Gemma's `query_pre_attn_scalar`, which llama.cpp's converter does not write: llama.cpp's
+/// own rule, `hidden / heads` for the 27B models (Gemma 2's 46 layers, whose config says 144;
+/// Gemma 3's 62, whose config says 168) and the head width otherwise (what the other sizes'
+/// configs say). A GGUF file of a checkpoint whose config says something else runs as
+/// llama.cpp runs it, not as transformers does.
+fn gemma_query_scalar(
+    architecture: Architecture,
+    layers: usize,
+    hidden: usize,
+    heads: usize,
+    head_dim: usize,
+) -> f64 {
+    let largest = match architecture {
+        Architecture::Gemma2 => layers == 46,
+        _ => layers == 62,
+    };
+    if largest {
         (hidden / heads.max(1)) as f64
     } else {
         head_dim as f64
     }
 }
 
+/// Whether each layer rotates q and k. The converter does not write SmolLM3's
+/// `no_rope_layers`; llama.cpp runs every fourth layer without rope (transformers' default
+/// `no_rope_layer_interval`), and so does the engine.
 fn layer_rope(architecture: Architecture, layers: usize) -> Vec<bool> {
     let without_rope =
         |i: usize| architecture == Architecture::SmolLM3 && (i + 1).is_multiple_of(4);
@@ -244,9 +281,58 @@ fn rope_of(g: &Gguf, bytes: &[u8], prefix: &str, name: &str, head_dim: usize) ->
             ))
         }
     };
-    if let Some(a) = float("rope.scaling.attn_factor")? {
-        if a != 1.0 {
-            return Err(bad("rope.scaling.attn_factor", "is not supported (only 1)"));
+    // Phi-3's `longrope`: the converter writes the two factor lists as tensors and the
+    // attention factor it computed.
+    let factors = |tensor: &str| -> Result<Option<Vec<f32>>> {
+        let Some(t) = g.tensors.get(tensor) else {
+            return Ok(None);
+        };
+        if t.shape != [head_dim / 2] {
+            return Err(Error::model_file(
+                name,
+                format!(
+                    "`{tensor}` has shape {:?}; the head width needs [{}]",
+                    t.shape,
+                    head_dim / 2
+                ),
+            ));
+        }
+        let values = t.to_f32(bytes);
+        if values.iter().any(|f| !(f.is_finite() && *f > 0.0)) {
+            return Err(Error::model_file(
+                name,
+                format!("`{tensor}` holds a factor that is not a positive number"),
+            ));
+        }
+        Ok(Some(values))
+    };
+    let long = factors("rope_factors_long.weight")?;
+    let short = factors("rope_factors_short.weight")?;
+    let attn_factor = float("rope.scaling.attn_factor")?;
+    match (long, short) {
+        (None, None) => {
+            if attn_factor.is_some_and(|a| a != 1.0) {
+                return Err(bad(
+                    "rope.scaling.attn_factor",
+                    "is not supported without longrope factors (only 1)",
+                ));
+            }
+        }
+        (Some(long), Some(short)) if scaling == RopeScaling::None => {
+            let widen = |v: Vec<f32>| v.into_iter().map(f64::from).collect();
+            scaling = RopeScaling::LongRope {
+                short_factor: widen(short),
+                long_factor: widen(long),
+                original_max_position_embeddings: required("rope.scaling.original_context_length")?,
+                attention_factor: attn_factor.unwrap_or(1.0),
+            };
+        }
+        _ => {
+            return Err(Error::model_file(
+                name,
+                "`rope_factors_long.weight` and `rope_factors_short.weight` must come together, \
+                 and without another rope scaling",
+            ))
         }
     }
     if let Some(t) = g.tensors.get("rope_freqs.weight") {

@@ -75,6 +75,9 @@ struct Rank {
     /// The rotary frequencies `[head_dim / 2]` on this device (for `dynamic` rope, those of
     /// passes within `max_position_embeddings`).
     inv_freq: Tensor,
+    /// The rotary frequencies of the layers [`LlamaConfig::uses_local_rope`] picks (Gemma 3's
+    /// sliding-window layers), where the model has them.
+    local_inv_freq: Option<Tensor>,
     /// This rank's part of each decoder layer; `None` for layers streamed from the files on
     /// each pass.
     layers: Vec<Option<Layer>>,
@@ -237,15 +240,15 @@ impl Llama {
                 progress(done, steps);
             }
             let hd = c.head_dim();
-            let inv_freq = Tensor::from_vec(
-                d,
-                c.rope.inv_freq(hd, 1, c.max_position_embeddings),
-                [hd / 2],
-            )?;
+            let table = |rope: &super::Rope| {
+                let freqs = rope.inv_freq(hd, 1, c.max_position_embeddings);
+                Tensor::from_vec(d, freqs, [hd / 2])
+            };
             ranks.push(Rank {
                 device: d.clone(),
                 shard,
-                inv_freq,
+                inv_freq: table(&c.rope)?,
+                local_inv_freq: c.local_rope.as_ref().map(table).transpose()?,
                 layers,
             });
         }
@@ -268,8 +271,14 @@ impl Llama {
         } else {
             loader.matrix(head_name, [c.vocab_size, c.hidden_size])?
         };
-        // llama.cpp's rope scaling tensor, read into the config's rope settings.
-        loader.mark_used("rope_freqs.weight");
+        // llama.cpp's rope scaling tensors, read into the config's rope settings.
+        for factors in [
+            "rope_freqs.weight",
+            "rope_factors_long.weight",
+            "rope_factors_short.weight",
+        ] {
+            loader.mark_used(factors);
+        }
         loader.check_all_used()?;
         progress(steps, steps);
         let streamed = ranks[0].layers.iter().any(Option::is_none);
@@ -560,6 +569,14 @@ impl Llama {
     /// `[Σ tokens, vocab_size]` in batch order. Projections and feed-forward blocks run once
     /// over all rows; attention runs per sequence over that sequence's cache.
     pub fn forward_batch(&self, batch: &mut [SequenceInput<'_>]) -> Result<Tensor> {
+        let x = self.batch_hidden_states(batch)?;
+        self.head(&x)
+    }
+
+    /// The last layer's residual stream of every new token of a batch, `[Σ tokens, hidden]`,
+    /// the sequences' caches advanced: [`Llama::forward_batch`] without the final norm and
+    /// the LM head.
+    fn batch_hidden_states(&self, batch: &mut [SequenceInput<'_>]) -> Result<Tensor> {
         if batch.is_empty() {
             return Err(Error::invalid("llama", "an empty batch"));
         }
@@ -582,7 +599,26 @@ impl Llama {
             .iter_mut()
             .map(|s| (s.tokens.len(), &mut *s.cache))
             .collect();
-        self.run(&ids, positions, &mut seqs)
+        self.hidden_states(&ids, positions, &mut seqs)
+    }
+
+    /// The logits of each sequence's last new token, f32 `[batch, vocab_size]` in batch order
+    /// (what a draw reads): [`Llama::forward_batch`] with only those rows through the final
+    /// norm and the LM head. A prompt's other rows would cost a product each and
+    /// `[rows, vocab]` of memory (2 GiB for 2,000 tokens and Gemma 3's 262k vocabulary).
+    pub fn last_logits(&self, batch: &mut [SequenceInput<'_>]) -> Result<Tensor> {
+        let x = self.batch_hidden_states(batch)?;
+        let mut end = 0;
+        let last_rows: Vec<u32> = batch
+            .iter()
+            .map(|seq| {
+                end += seq.tokens.len();
+                end as u32 - 1
+            })
+            .collect();
+        let n = last_rows.len();
+        let rows = Tensor::from_vec(self.embed.device(), last_rows, [n])?;
+        self.head(&ops::embedding(&x, &rows)?)
     }
 
     /// Runs `tokens` into `cache` without computing logits: a part of a prompt that is
@@ -673,19 +709,9 @@ impl Llama {
     }
 
     /// The forward pass over `ids` (on rank 0's device) at `positions`, for sequences of the
-    /// given lengths with their caches, in order: the logits of every row.
-    fn run(
-        &self,
-        ids: &Tensor,
-        positions: Vec<u32>,
-        seqs: &mut [(usize, &mut KvCache)],
-    ) -> Result<Tensor> {
-        let x = self.hidden_states(ids, positions, seqs)?;
-        self.head(&x)
-    }
-
-    /// [`Llama::run`] up to the last layer's residual stream, without the final norm and the
-    /// LM head: what a prompt chunk that samples nothing needs (it fills the caches).
+    /// given lengths with their caches, in order, up to the last layer's residual stream,
+    /// without the final norm and the LM head (a prompt chunk that samples nothing needs no
+    /// more; it fills the caches).
     fn hidden_states(
         &self,
         ids: &Tensor,
@@ -745,10 +771,11 @@ impl Llama {
             let (post_attn, post_ffn) = (post(0), post(1));
             let partial = self.each_rank(|r| {
                 let (layer, first) = (&layers[r.shard.rank], r.shard.is_first());
-                let rope = (
-                    &pass.positions[r.shard.rank],
-                    pass.tables[r.shard.rank].as_ref(),
-                );
+                let table = match (&r.local_inv_freq, c.uses_local_rope(i)) {
+                    (Some(local), true) => local,
+                    _ => pass.tables[r.shard.rank].as_ref(),
+                };
+                let rope = (&pass.positions[r.shard.rank], table);
                 let x = &xs[r.shard.rank];
                 let attn = self.attention((i, r), layer, x, rope, seqs, &pass.plans)?;
                 if first {
@@ -786,12 +813,13 @@ impl Llama {
     }
 
     /// The rotary frequencies of a pass at `positions` on `rank`'s device: the model's
-    /// table, or for `dynamic` rope a pass beyond `max_position_embeddings` its own
-    /// (transformers recomputes the table from the longest sequence of each call).
+    /// table, or for `dynamic` rope a pass beyond `max_position_embeddings` (for `longrope`
+    /// one beyond the original length) its own (transformers recomputes the table from the
+    /// longest sequence of each call).
     fn rope_table<'a>(&self, rank: &'a Rank, positions: &[u32]) -> Result<Cow<'a, Tensor>> {
         let c = &self.config;
         let len = positions.iter().max().map_or(0, |&p| p as usize + 1);
-        if !c.rope.depends_on_length() || len <= c.max_position_embeddings {
+        if len <= c.rope.fixed_up_to(c.max_position_embeddings) {
             return Ok(Cow::Borrowed(&rank.inv_freq));
         }
         let hd = c.head_dim();
@@ -816,19 +844,9 @@ impl Llama {
         batch: &mut [SequenceInput<'_>],
         sampler: &mut Sampler,
     ) -> Result<Tensor> {
-        let logits = self.forward_batch(batch)?;
-        let mut end = 0;
-        let last_rows: Vec<u32> = batch
-            .iter()
-            .map(|seq| {
-                end += seq.tokens.len();
-                end as u32 - 1
-            })
-            .collect();
-        let device = self.embed.device();
-        let n = last_rows.len();
-        let last = ops::embedding(&logits, &Tensor::from_vec(device, last_rows, [n])?)?;
-        let numbers = Tensor::from_vec(device, sampler.next_uniforms(n), [n])?;
-        ops::sample(&last, &numbers, sampler.params())
+        let logits = self.last_logits(batch)?;
+        let n = logits.dims()[0];
+        let numbers = Tensor::from_vec(self.embed.device(), sampler.next_uniforms(n), [n])?;
+        ops::sample(&logits, &numbers, sampler.params())
     }
 }

@@ -28,14 +28,14 @@ pub(crate) struct Layer {
     pub wv: Tensor,
     /// q, k, v biases (Qwen2, or `attention_bias`).
     pub biases: Option<[Tensor; 3]>,
-    /// RMS norm weights of q and of k: over each head (Qwen3), `[head_dim]`, or over the
+    /// RMS norm weights of q and of k: over each head (Qwen3, Gemma 3), `[head_dim]`, or over the
     /// whole projection (OLMo 2), `[q_dim]` and `[kv_dim]` ([`QkNorm`]).
     pub qk_norms: Option<[Tensor; 2]>,
     pub wo: Tensor,
     /// The RMS norm weight of the feed-forward block's input (none in OLMo 2).
     pub ffn_norm: Option<Tensor>,
     /// The RMS norm weights of the attention and the feed-forward blocks' outputs, before the
-    /// residual add (OLMo 2, Gemma 2:
+    /// residual add (OLMo 2, Gemma 2 and 3:
     /// [`Architecture::post_norms`](super::arch::Architecture::post_norms)).
     pub post_norms: Option<[Tensor; 2]>,
     pub gate: Tensor,
@@ -294,12 +294,12 @@ impl<'a> Loader<'a> {
         };
         let qk_norms = match qk_sizes {
             Some((q_len, k_len)) => Some([
-                self.vector(n("self_attn.q_norm.weight", "attn_q_norm.weight"), q_len)?,
-                self.vector(n("self_attn.k_norm.weight", "attn_k_norm.weight"), k_len)?,
+                self.norm(n("self_attn.q_norm.weight", "attn_q_norm.weight"), q_len)?,
+                self.norm(n("self_attn.k_norm.weight", "attn_k_norm.weight"), k_len)?,
             ]),
             None => None,
         };
-        // Before the feed-forward block: Gemma 2 names it `pre_feedforward_layernorm`, as its
+        // Before the feed-forward block: Gemma names it `pre_feedforward_layernorm`, as its
         // `post_attention_layernorm` follows the attention block.
         let ffn_pre = match arch.post_norms() {
             true => "pre_feedforward_layernorm.weight",

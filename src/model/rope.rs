@@ -51,6 +51,20 @@ pub enum RopeScaling {
         /// Whether the ramp's ends are rounded to whole pairs (floor/ceil).
         truncate: bool,
     },
+    /// `longrope` (Phi-3.5, Phi-3 128k): each frequency divided by its own factor, from
+    /// `short_factor` for a pass whose longest sequence is within
+    /// `original_max_position_embeddings`, else from `long_factor` (for every position of that
+    /// pass, as transformers does), and the rotated q/k scaled by `attention_factor`.
+    LongRope {
+        /// One divisor per rotated pair, for passes within the original length.
+        short_factor: Vec<f64>,
+        /// One divisor per rotated pair, for longer passes.
+        long_factor: Vec<f64>,
+        /// The context length of pre-training.
+        original_max_position_embeddings: f64,
+        /// Factor on cos and sin (so on q and k).
+        attention_factor: f64,
+    },
     /// `dynamic` (NTK-aware): for a pass whose longest sequence `L` exceeds
     /// `max_position_embeddings`, the base becomes
     /// `theta · (factor·L/max − (factor − 1))^(d/(d−2))`.
@@ -104,6 +118,22 @@ impl Rope {
                 .zip(factors)
                 .map(|(f, &k)| f / k as f64)
                 .collect(),
+            RopeScaling::LongRope {
+                short_factor,
+                long_factor,
+                original_max_position_embeddings: old,
+                ..
+            } => {
+                let factors = match seq_len as f64 > *old {
+                    true => long_factor,
+                    false => short_factor,
+                };
+                base_freq(self.theta)
+                    .iter()
+                    .zip(factors)
+                    .map(|(f, k)| f / k)
+                    .collect()
+            }
             RopeScaling::Dynamic { factor } => {
                 let (len, max) = (seq_len.max(max_positions) as f64, max_positions as f64);
                 let theta = self.theta * (factor * len / max - (factor - 1.0)).powf(d / (d - 2.0));
@@ -168,19 +198,46 @@ impl Rope {
         freqs.into_iter().map(|f| f as f32).collect()
     }
 
-    /// The factor on the rotated queries and keys (yarn's attention factor; 1 otherwise).
+    /// The factor on the rotated queries and keys (yarn's and longrope's attention factor; 1
+    /// otherwise).
     pub fn attention_factor(&self) -> f64 {
         match self.scaling {
             RopeScaling::Yarn {
+                attention_factor, ..
+            }
+            | RopeScaling::LongRope {
                 attention_factor, ..
             } => attention_factor,
             _ => 1.0,
         }
     }
 
-    /// Whether the table depends on the length of the pass (`dynamic`).
-    pub fn depends_on_length(&self) -> bool {
-        matches!(self.scaling, RopeScaling::Dynamic { .. })
+    /// The longest pass (its longest sequence, in tokens) whose table is the one of a pass of
+    /// one token, for a model trained to `max_positions`: `dynamic` recomputes it past
+    /// `max_positions`, `longrope` switches to its long factors past the original length;
+    /// every other type has one table.
+    pub fn fixed_up_to(&self, max_positions: usize) -> usize {
+        match self.scaling {
+            RopeScaling::Dynamic { .. } => max_positions,
+            RopeScaling::LongRope {
+                original_max_position_embeddings,
+                ..
+            } => original_max_position_embeddings as usize,
+            _ => usize::MAX,
+        }
+    }
+
+    /// The number of values each per-pair factor list of the settings has (`longrope`'s
+    /// short and long factors), where there are such lists: it must be `head_dim / 2`.
+    pub fn pair_factors(&self) -> Option<(usize, usize)> {
+        match &self.scaling {
+            RopeScaling::LongRope {
+                short_factor,
+                long_factor,
+                ..
+            } => Some((short_factor.len(), long_factor.len())),
+            _ => None,
+        }
     }
 
     /// The rope settings of a `config.json` object: `rope_scaling` (transformers 4.x) or
@@ -206,6 +263,88 @@ impl Rope {
             Value::Null => &empty,
             other => return Err(fail(key, format!("= {other} is not an object"))),
         };
+        refuse_partial_rotary(config, source)?;
+        let theta = top_number(config, "rope_theta", source)?.unwrap_or(10_000.0);
+        Rope::from_params(key, params, theta, (max_positions, original), source)
+    }
+
+    /// Gemma 3's two rope settings, `[full-attention layers, sliding-window layers]`, as
+    /// transformers' `Gemma3TextConfig` reads them: per layer type in `rope_parameters`
+    /// (transformers 5), or (4.x) `rope_theta` and `rope_scaling` for the full-attention
+    /// layers and `rope_local_base_freq` for the sliding ones; bases 1e6 and 1e4 by default.
+    /// The full-attention layers run the default or the linear rope, the sliding ones the
+    /// default; any other type is an error naming it.
+    pub fn gemma3_from_json(
+        config: &Map<String, Value>,
+        max_positions: usize,
+        source: &str,
+    ) -> Result<[Rope; 2]> {
+        let fail = |field: &str, why: String| Error::config_field(source, field, why);
+        let object = |field: &str, v: Option<&Value>| -> Result<Map<String, Value>> {
+            match v {
+                None | Some(Value::Null) => Ok(Map::new()),
+                Some(Value::Object(m)) => Ok(m.clone()),
+                Some(other) => Err(fail(field, format!("= {other} is not an object"))),
+            }
+        };
+        refuse_partial_rotary(config, source)?;
+        let per_type = object("rope_parameters", config.get("rope_parameters"))?;
+        const TYPES: [&str; 2] = ["full_attention", "sliding_attention"];
+        if let Some(k) = per_type.keys().find(|k| !TYPES.contains(&k.as_str())) {
+            return Err(fail(
+                &format!("rope_parameters.{k}"),
+                "is not a layer type; Gemma 3's rope_parameters give full_attention and \
+                 sliding_attention"
+                    .into(),
+            ));
+        }
+        let defaults = [
+            top_number(config, "rope_theta", source)?.unwrap_or(1_000_000.0),
+            top_number(config, "rope_local_base_freq", source)?.unwrap_or(10_000.0),
+        ];
+        // transformers moves a 4.x `rope_scaling` into the full-attention layers' settings.
+        let scaling = object("rope_scaling", config.get("rope_scaling"))?;
+        let mut ropes = Vec::with_capacity(2);
+        for (i, layer_type) in TYPES.into_iter().enumerate() {
+            let mut key = format!("rope_parameters.{layer_type}");
+            let mut params = object(&key, per_type.get(layer_type))?;
+            if i == 0 && !scaling.is_empty() {
+                params.extend(scaling.clone());
+                key = "rope_scaling".into();
+            }
+            let rope =
+                Rope::from_params(&key, &params, defaults[i], (max_positions, None), source)?;
+            let allowed = matches!(
+                (i, &rope.scaling),
+                (_, RopeScaling::None) | (0, RopeScaling::Linear { .. })
+            );
+            if !allowed {
+                return Err(fail(
+                    &format!("{key}.rope_type"),
+                    format!(
+                        "is not supported for Gemma 3's {layer_type} layers (the default rope{})",
+                        if i == 0 { " or linear" } else { "" }
+                    ),
+                ));
+            }
+            ropes.push(rope);
+        }
+        let [full, sliding]: [Rope; 2] = ropes
+            .try_into()
+            .map_err(|_| Error::invalid("rope", "two layer types expected"))?;
+        Ok([full, sliding])
+    }
+
+    /// The rope of one parameter object (`params`, found under `key`): `theta` where it gives
+    /// no `rope_theta`; `(max_positions, original)` as in [`Rope::from_json`].
+    fn from_params(
+        key: &str,
+        params: &Map<String, Value>,
+        theta: f64,
+        (max_positions, original): (usize, Option<f64>),
+        source: &str,
+    ) -> Result<Rope> {
+        let fail = |field: &str, why: String| Error::config_field(source, field, why);
         let number = |name: &str| -> Result<Option<f64>> {
             match params.get(name) {
                 None | Some(Value::Null) => Ok(None),
@@ -221,14 +360,7 @@ impl Rope {
         let required = |name: &str| -> Result<f64> {
             number(name)?.ok_or_else(|| fail(&format!("{key}.{name}"), "is missing".into()))
         };
-        let top_theta = match config.get("rope_theta") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(
-                v.as_f64()
-                    .ok_or_else(|| fail("rope_theta", format!("= {v} is not a number")))?,
-            ),
-        };
-        let theta = number("rope_theta")?.or(top_theta).unwrap_or(10_000.0);
+        let theta = number("rope_theta")?.unwrap_or(theta);
         if !(theta.is_finite() && theta > 1.0) {
             return Err(fail("rope_theta", format!("= {theta} must be above 1")));
         }
@@ -245,20 +377,14 @@ impl Rope {
             })
             .transpose()?
             .unwrap_or("default");
-        let top_partial = config.get("partial_rotary_factor").filter(|v| !v.is_null());
-        for (field, value) in [
-            (
-                format!("{key}.partial_rotary_factor"),
-                params.get("partial_rotary_factor"),
-            ),
-            ("partial_rotary_factor".to_string(), top_partial),
-        ] {
-            if let Some(v) = value.filter(|v| v.as_f64() != Some(1.0)) {
-                return Err(fail(
-                    &field,
-                    format!("= {v}: partial rotary embedding is not supported (only 1.0)"),
-                ));
-            }
+        if let Some(v) = params
+            .get("partial_rotary_factor")
+            .filter(|v| v.as_f64() != Some(1.0))
+        {
+            return Err(fail(
+                &format!("{key}.partial_rotary_factor"),
+                format!("= {v}: partial rotary embedding is not supported (only 1.0)"),
+            ));
         }
         // Transformers moves a top-level `original_max_position_embeddings` (Phi-3) into the
         // parameters of the scaled types, else defaults it to `max_position_embeddings`.
@@ -351,12 +477,49 @@ impl Rope {
                     ],
                 )
             }
+            "longrope" => {
+                let original = original_len()?;
+                let factor = number("factor")?.unwrap_or(max_positions as f64 / original);
+                let attention_factor = match number("attention_factor")? {
+                    Some(a) => a,
+                    None if factor <= 1.0 => 1.0,
+                    None => (1.0 + factor.ln() / original.ln()).sqrt(),
+                };
+                let factors = |name: &str| -> Result<Vec<f64>> {
+                    let field = format!("{key}.{name}");
+                    let list = params
+                        .get(name)
+                        .ok_or_else(|| fail(&field, "is missing".into()))?;
+                    let values: Option<Vec<f64>> = list
+                        .as_array()
+                        .map(|a| a.iter().map(Value::as_f64).collect())
+                        .unwrap_or(None);
+                    values
+                        .filter(|v| v.iter().all(|f| f.is_finite() && *f > 0.0))
+                        .ok_or_else(|| fail(&field, "is not a list of positive numbers".into()))
+                };
+                (
+                    RopeScaling::LongRope {
+                        short_factor: factors("short_factor")?,
+                        long_factor: factors("long_factor")?,
+                        original_max_position_embeddings: original,
+                        attention_factor,
+                    },
+                    &[
+                        "factor",
+                        "attention_factor",
+                        "short_factor",
+                        "long_factor",
+                        "original_max_position_embeddings",
+                    ],
+                )
+            }
             other => {
                 return Err(fail(
                     &format!("{key}.rope_type"),
                     format!(
                         "= {other:?} is not supported; the rope types are default, linear, \
-                         dynamic, llama3 and yarn"
+                         dynamic, llama3, yarn and longrope"
                     ),
                 ))
             }
@@ -389,6 +552,22 @@ impl Rope {
                 ));
             }
         }
+        if let RopeScaling::LongRope {
+            original_max_position_embeddings: original,
+            attention_factor,
+            ..
+        } = &scaling
+        {
+            if !(*original > 1.0 && attention_factor.is_finite() && *attention_factor > 0.0) {
+                return Err(fail(
+                    &format!("{key}.original_max_position_embeddings"),
+                    format!(
+                        "= {original} must exceed 1, with a positive attention factor \
+                         ({attention_factor})"
+                    ),
+                ));
+            }
+        }
         if let RopeScaling::Llama3 {
             low_freq_factor,
             high_freq_factor,
@@ -409,6 +588,33 @@ impl Rope {
             }
         }
         Ok(Rope { theta, scaling })
+    }
+}
+
+/// A top-level number of a `config.json` (`rope_theta`, ...), if given.
+fn top_number(config: &Map<String, Value>, key: &str, source: &str) -> Result<Option<f64>> {
+    match config.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .map(Some)
+            .ok_or_else(|| Error::config_field(source, key, format!("= {v} is not a number"))),
+    }
+}
+
+/// Fails, naming it, where the top level of a `config.json` asks for a partial rotary
+/// embedding.
+fn refuse_partial_rotary(config: &Map<String, Value>, source: &str) -> Result<()> {
+    match config
+        .get("partial_rotary_factor")
+        .filter(|v| !v.is_null() && v.as_f64() != Some(1.0))
+    {
+        Some(v) => Err(Error::config_field(
+            source,
+            "partial_rotary_factor",
+            format!("= {v}: partial rotary embedding is not supported (only 1.0)"),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -437,9 +643,14 @@ mod tests {
 
     #[test]
     fn names_what_it_does_not_implement() {
-        let err = rope(r#"{"rope_parameters": {"rope_type": "longrope"}}"#).unwrap_err();
+        let err = rope(r#"{"rope_parameters": {"rope_type": "mrope"}}"#).unwrap_err();
         assert!(
             err.to_string().contains("rope_parameters.rope_type"),
+            "{err}"
+        );
+        let err = rope(r#"{"rope_parameters": {"rope_type": "longrope"}}"#).unwrap_err();
+        assert!(
+            err.to_string().contains("rope_parameters.short_factor"),
             "{err}"
         );
         let err = rope(r#"{"rope_scaling": {"rope_type": "linear", "factor": 2, "mscale": 1}}"#)

@@ -1,7 +1,7 @@
 //! The batching scheduler behind the OpenAI-compatible API: one model, one paged KV pool, and
 //! one engine thread that runs every active request as a sequence of the pool.
 //!
-//! Each step is one [`Llama::forward_batch`] over all active sequences: a request admitted
+//! Each step is one [`Llama::last_logits`] over all active sequences: a request admitted
 //! since the last step contributes its whole prompt, every other one its last token. The next
 //! token of each sequence is drawn from its last row on the device with the request's own
 //! [`Sampler`] (so requests keep their own temperature and seed), only the ids are read back,
@@ -432,12 +432,7 @@ fn draw(last: &Tensor, running: &mut [Running]) -> Result<Vec<u32>, Error> {
 /// One forward pass over every running sequence, one token drawn for each; the sequences that
 /// end (or whose clients left) leave `running`.
 fn step(llama: &Llama, tokenizer: &Tokenizer, running: &mut Vec<Running>) -> Result<(), Error> {
-    let mut last_rows = Vec::with_capacity(running.len());
-    let mut end = 0;
-    for r in running.iter() {
-        end += r.pending.len();
-        last_rows.push(end as u32 - 1);
-    }
+    let rows: usize = running.iter().map(|r| r.pending.len()).sum();
     let mut batch: Vec<SequenceInput> = running
         .iter_mut()
         .map(|r| SequenceInput {
@@ -445,8 +440,8 @@ fn step(llama: &Llama, tokenizer: &Tokenizer, running: &mut Vec<Running>) -> Res
             cache: &mut r.cache,
         })
         .collect();
-    log::debug!("step: {} sequences, {end} rows", batch.len());
-    let logits = llama.forward_batch(&mut batch)?;
+    log::debug!("step: {} sequences, {rows} rows", batch.len());
+    let logits = llama.last_logits(&mut batch)?;
     drop(batch);
     for r in running.iter_mut() {
         let prompt = std::mem::take(&mut r.prompt);
@@ -454,9 +449,7 @@ fn step(llama: &Llama, tokenizer: &Tokenizer, running: &mut Vec<Running>) -> Res
             r.cache.share(&prompt)?;
         }
     }
-    let n = last_rows.len();
-    let rows = Tensor::from_vec(logits.device(), last_rows, [n])?;
-    let ids = draw(&ops::embedding(&logits, &rows)?, running)?;
+    let ids = draw(&logits, running)?;
     let mut ids = ids.into_iter();
     running.retain_mut(|r| {
         let Some(id) = ids.next() else {

@@ -178,7 +178,7 @@ impl Llama {
     /// the length.
     fn replays_steps(&self, keys: usize) -> bool {
         let c = &self.config;
-        let fixed_rope = !c.rope.depends_on_length() || keys <= c.max_position_embeddings;
+        let fixed_rope = keys <= c.rope.fixed_up_to(c.max_position_embeddings);
         self.ranks.len() == 1 && self.hook.is_none() && fixed_rope
     }
 
