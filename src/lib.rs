@@ -58,3 +58,8 @@ pub use tensor::{Element, Tensor};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// So does the chat example of docs/models.md.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/models.md")]
+pub struct ModelsDoctests;

@@ -86,7 +86,7 @@ pub fn llama_cpp(
         .map_err(|e| failed(format!("could not run python3 {}: {e}", script().display())))?;
     if !out.status.success() {
         // A crash inside llama.cpp (e.g. an AMX build where the VM does not enable AMX: see
-        // the README) leaves no JSON; say how the process ended instead.
+        // docs/benchmarks.md) leaves no JSON; say how the process ended instead.
         return Err(failed(format!(
             "the llama.cpp sample ({} --llama-cpp-sample) ended with {}: {}",
             script().display(),
