@@ -3,7 +3,8 @@
 --threads T --peers` for every model file and thread count given, each of our samples followed
 by one llama.cpp sample on the same file (llama-cpp-python, the same thread count), so both see
 the same machine. Prints a markdown table of each cell's ratio webtensor / llama.cpp (above 1:
-webtensor is faster) as min / median / max over the rounds, with both sides' median tokens/s.
+webtensor is faster) as min / median / max over the rounds, with both sides' median tokens/s,
+and both sides' peak resident memory for the same work.
 
     scripts/cpu_peer_table.py [--force] [--runs 3] [--threads 1,2] [-o OUT.json] MODEL.gguf...
 
@@ -44,6 +45,15 @@ def cell(row, key):
             f"{statistics.median(theirs):.1f} tok/s)")
 
 
+def rss(row):
+    """Both sides' peak resident memory (ours from the model's load to the last sample, the
+    peer's whole Python process) and their ratio, where both were measured."""
+    ours, theirs = row.get("peak_rss_bytes"), row["peer"].get("peak_rss_bytes")
+    if not ours or not theirs:
+        return "–"
+    return f"{ours / 1e6:.0f} / {theirs / 1e6:.0f} MB ({ours / theirs:.2f}×)"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("models", nargs="+", help="GGUF files")
@@ -58,8 +68,8 @@ def main():
         sys.exit(f"cpu_peer_table: the 1-minute load average is {load:.2f}; time on a quiet "
                  "machine (or pass --force, whose figures are not worth reporting)")
     results = []
-    print("| model | threads | prefill ratio | decode ratio |")
-    print("| --- | --- | --- | --- |")
+    print("| model | threads | prefill ratio | decode ratio | peak RSS, ours / llama.cpp |")
+    print("| --- | --- | --- | --- | --- |")
     for model in args.models:
         for threads in args.threads.split(","):
             out = subprocess.run(
@@ -73,7 +83,7 @@ def main():
             row = next(r for r in rows if r.get("peer"))
             results.append({"model": model, "threads": int(threads), "row": row})
             print(f"| {os.path.basename(model)} | {threads} | {cell(row, 'prompt')} | "
-                  f"{cell(row, 'decode')} |", flush=True)
+                  f"{cell(row, 'decode')} | {rss(row)} |", flush=True)
     print(f"\nload average after: {os.getloadavg()[0]:.2f} (before: {load:.2f})")
     if args.out:
         with open(args.out, "w") as f:

@@ -300,6 +300,15 @@ fn execute<K: HostKernels>(k: &K, spec: &OpSpec, inputs: &[&Storage]) -> Result<
             *layout,
         )),
         OpSpec::Matmul(m) => HostData::F32(k.matmul(input.f32(0)?, input.f32(1)?, m)),
+        OpSpec::Embedding {
+            vocab, dim, format, ..
+        } if *format != DType::F32 => HostData::F32(packed_embedding(
+            k,
+            input.bytes(0, *format)?,
+            input.u32(1)?,
+            *vocab,
+            (*format, *dim),
+        )),
         OpSpec::Embedding { vocab, dim, .. } => {
             HostData::F32(k.embedding(input.f32(0)?, input.u32(1)?, *vocab, *dim))
         }
@@ -513,6 +522,32 @@ pub(crate) fn scatter_rows(
         }
     }
     Ok(())
+}
+
+/// [`OpSpec::Embedding`] of a packed table: the rows of `ids` gathered as stored, then
+/// dequantized together (an id `≥ vocab` gives a row of NaN).
+fn packed_embedding<K: HostKernels>(
+    k: &K,
+    table: &[u8],
+    ids: &[u32],
+    vocab: usize,
+    (format, dim): (DType, usize),
+) -> Vec<f32> {
+    let row_bytes = format.row_bytes(dim);
+    let mut rows = Vec::with_capacity(ids.len() * row_bytes);
+    for &id in ids {
+        match table.get(id as usize * row_bytes..(id as usize + 1) * row_bytes) {
+            Some(row) if (id as usize) < vocab => rows.extend_from_slice(row),
+            _ => rows.resize(rows.len() + row_bytes, 0),
+        }
+    }
+    let mut out = k.dequantize(format, &rows, dim);
+    for (i, &id) in ids.iter().enumerate() {
+        if id as usize >= vocab {
+            out[i * dim..(i + 1) * dim].fill(f32::NAN);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

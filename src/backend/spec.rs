@@ -248,8 +248,9 @@ pub enum OpSpec {
     },
     /// Inputs: `a` f32 `[batch, m, k]`, `rhs` f32 (see [`MatmulSpec`]). Output f32 `[batch, m, n]`.
     Matmul(MatmulSpec),
-    /// Inputs: `table` f32 `[vocab, dim]`, `ids` u32 `[count]`. Output f32 `[count, dim]`: row
-    /// `ids[i]` of the table; an id `≥ vocab` gives a row of NaN.
+    /// Inputs: `table` `[vocab, dim]` of `format`, `ids` u32 `[count]`. Output f32
+    /// `[count, dim]`: row `ids[i]` of the table (dequantized, for a packed table); an id
+    /// `≥ vocab` gives a row of NaN.
     Embedding {
         /// Rows of the table.
         vocab: usize,
@@ -257,6 +258,9 @@ pub enum OpSpec {
         dim: usize,
         /// Ids to gather.
         count: usize,
+        /// The table's dtype: f32, or a packed weight format (f16, bf16, a block format),
+        /// which the host backends gather and the GPU ones leave to them.
+        format: DType,
     },
     /// Inputs: `x` (f32 or u32) with shape `in_shape`. Output: the same dtype, contiguous, with
     /// `out.dims[d] = in_shape[perm[d]]` and `out[i0..] = x[...]` permuted accordingly

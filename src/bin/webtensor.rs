@@ -84,8 +84,9 @@ enum Command {
         /// With --model: tokens decoded (several steps per submit, as `generate` does).
         #[arg(long, default_value_t = 32)]
         decode_tokens: usize,
-        /// With --model: activations of the linear layers: `int` (q8_0 for q8_0/q4_0
-        /// weights, per-row i8 for ternary ones, as llama.cpp does) or `f32`.
+        /// With --model: activations of the linear layers: `int` (as llama.cpp rounds them:
+        /// q8_0 for the 32-value formats, q8_k for the K-quants and iq4_xs, per-row i8 for
+        /// ternary weights) or `f32`.
         #[arg(long, value_name = "MODE", default_value = "int", value_parser = parse_activations)]
         activations: ActivationMode,
         /// With --model: also time decode with the model split over this many separate devices
@@ -222,8 +223,9 @@ struct ModelArgs {
     /// columns per device, partial sums added through the host).
     #[arg(long, value_name = "N", default_value_t = 1)]
     tp: usize,
-    /// Activations of the linear layers: `int` (q8_0 for q8_0/q4_0 weights, per-row i8 for
-    /// ternary ones, as llama.cpp does) or `f32` (the stored weights' exact products).
+    /// Activations of the linear layers: `int` (as llama.cpp rounds them: q8_0 for the 32-value
+    /// formats, q8_k for the K-quants and iq4_xs, per-row i8 for ternary weights; f32 for f32,
+    /// f16 and bf16 weights) or `f32` (the stored weights' exact products).
     #[arg(long, value_name = "MODE", default_value = "int", value_parser = parse_activations)]
     activations: ActivationMode,
 }

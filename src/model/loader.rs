@@ -12,7 +12,7 @@ use std::sync::Arc;
 use super::arch::QkNorm;
 use super::files::{FileBytes, ModelFiles};
 use super::parallel::Shard;
-use super::weights::{keeps_bf16, RawTensor, StoredDType};
+use super::weights::{keeps_packed, RawTensor, StoredDType};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::shape::Shape;
@@ -223,7 +223,7 @@ impl<'a> Loader<'a> {
             .zip(matrices)
             .map(|((t, bytes), (n, shape))| {
                 let (dtype, data) = t
-                    .device_bytes(bytes, keeps_bf16(self.device))
+                    .device_bytes(bytes, keeps_packed(self.device))
                     .map_err(named(n))?;
                 Ok((dtype, data, Shape::from(shape.to_vec())))
             })
@@ -400,7 +400,7 @@ pub(crate) fn check_fits(
     };
     let c = &files.config;
     // Bytes on the device: as stored, but bf16 is widened to f32 on the GPU backends.
-    let keep_bf16 = keeps_bf16(device);
+    let keep_bf16 = keeps_packed(device);
     let device_bytes = |t: &RawTensor| {
         let widen = if t.dtype == StoredDType::BF16 && !keep_bf16 {
             2

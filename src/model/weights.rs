@@ -57,10 +57,12 @@ pub struct RawTensor {
     pub range: Range<usize>,
 }
 
-/// Whether `device` keeps bf16 weights as they are stored: its primary backend is a host one
-/// (cpu, reference), whose products read bf16; the GPU kernels have no bf16 reader
-/// ([`crate::backend::kernel_consts`]), so those get the weights widened to f32.
-pub(crate) fn keeps_bf16(device: &Device) -> bool {
+/// Whether `device` keeps weights as they are stored where the GPU backends would need them
+/// widened: its primary backend is a host one (cpu, reference), whose products read bf16 and
+/// whose embedding gathers read a packed table. The GPU kernels have neither (bf16 has no
+/// reader in [`crate::backend::kernel_consts`], their gathers read f32), so for them bf16
+/// weights and the embedding table are widened to f32.
+pub(crate) fn keeps_packed(device: &Device) -> bool {
     matches!(
         device.chain().first(),
         Some(BackendKind::Cpu | BackendKind::Reference)
@@ -71,7 +73,7 @@ impl RawTensor {
     /// Uploads the tensor from its `file` to `device`: f32, f16 and block formats as they
     /// are, bf16 as it is on the host backends and widened to f32 for the GPU ones.
     pub fn to_device(&self, device: &Device, file: &Arc<FileBytes>) -> Result<Tensor> {
-        let (dtype, data) = self.device_bytes(file, keeps_bf16(device))?;
+        let (dtype, data) = self.device_bytes(file, keeps_packed(device))?;
         Tensor::from_bytes(device, dtype, data, self.shape.as_slice())
     }
 

@@ -25,7 +25,7 @@ const FIRST_PREFIX: usize = 1 << 20;
 const MAX_PREFIX: usize = 64 << 20;
 /// wasm32's address space: the most a page's wasm memory can grow to.
 const WASM32_MEMORY: f64 = 4.0 * (1u64 << 30) as f64;
-/// The GGUF name of the embedding table, uploaded as f32.
+/// The GGUF name of the embedding table, uploaded as f32 to WebGPU.
 const EMBEDDING: &str = "token_embd.weight";
 
 #[wasm_bindgen(typescript_custom_section)]
@@ -43,7 +43,7 @@ export interface ModelTooLargeError extends Error {
 pub struct MemoryEstimate {
     /// The file's size: the download, held in the page's memory while the model loads.
     file_bytes: f64,
-    /// The weights on the device (the embedding table widened to f32, bf16 to f32 on WebGPU).
+    /// The weights on the device (on WebGPU the embedding table and bf16 widened to f32).
     device_bytes: f64,
     /// The page memory the load needs at its peak.
     page_bytes: f64,
@@ -119,7 +119,9 @@ async fn estimate(device: &Device, url: &str) -> Result<Option<MemoryEstimate>, 
     let mut largest = (String::new(), 0u64);
     for (name, t) in &gguf.tensors {
         let stored = t.range.len() as u64;
-        let bytes = if name == EMBEDDING {
+        // The host backends keep the embedding table and bf16 weights as stored; WebGPU gets
+        // them widened to f32.
+        let bytes = if name == EMBEDDING && !on_host {
             t.shape.iter().product::<usize>() as u64 * 4
         } else if t.dtype == StoredDType::BF16 && !on_host {
             // Kept as bf16 on the host backends, widened to f32 for WebGPU.

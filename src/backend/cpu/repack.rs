@@ -1,5 +1,5 @@
-//! `Q4_0`/`Q8_0` weights repacked for the integer products, the way llama.cpp's `repack`
-//! buffers are: eight weight rows interleaved block by block, so one 256-bit register holds
+//! `Q4_0`/`Q8_0` weights (and `Q5_0`/`IQ4_NL` ones, as `Q8_0`) repacked for the integer
+//! products, the way llama.cpp's `repack` buffers are: eight weight rows interleaved block by block, so one 256-bit register holds
 //! four neighbouring values of each of the eight rows, and one broadcast of four activation
 //! bytes feeds all eight rows in a single `vpdpbusd`. Each lane of the accumulator is one
 //! output row: the eight rows' scales are converted with one `vcvtph2ps`, and no row needs a
@@ -18,7 +18,11 @@
 //! scales (16 bytes), then the values in 32-byte chunks, chunk `t`, lane `j` (4 bytes) holding
 //! row `j`'s values `4t..4t + 4` of the block. `Q4_0` keeps its bytes (low nibbles are values
 //! 0..16, high ones 16..32), 4 chunks; `Q8_0` stores each value plus 128 as unsigned, 8 chunks.
-//! A short last group repeats its final row.
+//! A short last group repeats its final row. `Q5_0` and `IQ4_NL` blocks are an f16 scale and 32
+//! integers that fit int8 (−16..16, the table's levels), so they are written as the `Q8_0`
+//! blocks of the same values and scale and run the `Q8_0` kernel: the same integer sums, at
+//! 34 bytes a block instead of 22 or 18 (llama.cpp's `Q5_0` has no repacked kernel and reads
+//! the 5-bit values row by row, about three times slower here).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -32,10 +36,34 @@ pub const GROUP: usize = 8;
 
 /// A weight matrix `[n, k]` in the interleaved layout above.
 pub struct Repacked {
+    /// The weight's own format.
+    source: DType,
+    /// The layout's: `Q4_0`, or `Q8_0` for the other formats.
     format: DType,
     bytes: Vec<u8>,
     n: usize,
     blocks: usize,
+}
+
+/// Whether weights of `format` are repacked: the symmetric 32-value formats, whose blocks are
+/// one f16 scale and integers that fit int8.
+fn repacks(format: DType) -> bool {
+    matches!(
+        format,
+        DType::Q4_0 | DType::Q8_0 | DType::Q5_0 | DType::IQ4_NL
+    )
+}
+
+/// `row` (blocks of `format`) as the `Q8_0` blocks of the same scales and integers.
+fn as_q8_0(format: DType, row: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(row.len() / format.block_bytes() * 34);
+    let mut q = [0i8; 32];
+    for block in row.chunks_exact(format.block_bytes()) {
+        crate::quant::block_ints(format, block, &mut q);
+        out.extend_from_slice(&block[..2]);
+        out.extend(q.iter().map(|&v| v as u8));
+    }
+    out
 }
 
 impl Repacked {
@@ -44,10 +72,15 @@ impl Repacked {
         16 + GROUP * (format.block_bytes() - 2)
     }
 
-    /// Interleaves the `n` rows of `k` values in `w` (`format` `Q4_0` or `Q8_0`).
-    fn new(format: DType, w: &[u8], n: usize, k: usize) -> Repacked {
+    /// Interleaves the `n` rows of `k` values in `w` (`source` one that [`repacks`]).
+    fn new(source: DType, w: &[u8], n: usize, k: usize) -> Repacked {
+        let format = if source == DType::Q4_0 {
+            DType::Q4_0
+        } else {
+            DType::Q8_0
+        };
         let size = format.block_bytes();
-        let (row_bytes, blocks) = (format.row_bytes(k), k / 32);
+        let (source_row_bytes, blocks) = (source.row_bytes(k), k / 32);
         let stride = Self::block_stride(format);
         let groups = n.div_ceil(GROUP);
         let mut bytes = vec![0u8; groups * blocks * stride];
@@ -60,7 +93,14 @@ impl Repacked {
         super::parallel::for_each_row(&mut bytes, blocks * stride, 4, |g, out| {
             for j in 0..GROUP {
                 let r = (g * GROUP + j).min(n - 1);
-                let row = &w[r * row_bytes..(r + 1) * row_bytes];
+                let row = &w[r * source_row_bytes..(r + 1) * source_row_bytes];
+                let converted;
+                let row = if source == format {
+                    row
+                } else {
+                    converted = as_q8_0(source, row);
+                    &converted[..]
+                };
                 for (block, dst) in row.chunks_exact(size).zip(out.chunks_exact_mut(stride)) {
                     dst[2 * j..2 * j + 2].copy_from_slice(&block[..2]);
                     for (t, four) in block[2..].chunks_exact(4).enumerate() {
@@ -72,6 +112,7 @@ impl Repacked {
             }
         });
         Repacked {
+            source,
             format,
             bytes,
             n,
@@ -199,10 +240,8 @@ impl RepackCache {
         n: usize,
         k: usize,
     ) -> Option<Arc<Repacked>> {
-        let fits = matches!(format, DType::Q4_0 | DType::Q8_0)
-            && k.is_multiple_of(32)
-            && n > 0
-            && w.len() >= n * format.row_bytes(k);
+        let fits =
+            repacks(format) && k.is_multiple_of(32) && n > 0 && w.len() >= n * format.row_bytes(k);
         if !fits || !supported(level) {
             return None;
         }
@@ -210,7 +249,7 @@ impl RepackCache {
         let mut entries = self.entries.lock().ok()?;
         if let Some(e) = entries.get(&key) {
             let same = e.weight.upgrade().is_some_and(|a| Arc::ptr_eq(&a, weight));
-            if same && e.k == k && e.repacked.n == n && e.repacked.format == format {
+            if same && e.k == k && e.repacked.n == n && e.repacked.source == format {
                 return Some(e.repacked.clone());
             }
         }
@@ -340,8 +379,8 @@ mod tests {
         assert_eq!(weight.bytes(), &w[..]);
     }
 
-    /// Every row of a repacked `Q4_0`/`Q8_0` matrix (with a short last group) against plain
-    /// integer sums of the original blocks, for one and four activation rows.
+    /// Every row of a repacked `Q4_0`/`Q8_0`/`Q5_0`/`IQ4_NL` matrix (with a short last group)
+    /// against plain integer sums of the original blocks, for one and four activation rows.
     #[test]
     fn repacked_products_match_plain_block_sums() {
         let level = SimdLevel::detect();
@@ -363,9 +402,20 @@ mod tests {
             .chunks(32)
             .map(|b| b.iter().map(|&v| v as i32).sum())
             .collect();
-        for format in [DType::Q4_0, DType::Q8_0] {
+        for format in [DType::Q4_0, DType::Q8_0, DType::Q5_0, DType::IQ4_NL] {
             let mut w = vec![0u8; n * format.row_bytes(k)];
-            quant::quantize(format, &weights, &mut w);
+            if format == DType::IQ4_NL {
+                // No quantizer: bytes that reach every level, scales of 1/64 … 1/32.
+                for (i, b) in w.iter_mut().enumerate() {
+                    *b = (i * 7919 % 251) as u8;
+                }
+                for block in w.chunks_exact_mut(format.block_bytes()) {
+                    let scale = 0x2400 + block[2] as u16;
+                    block[..2].copy_from_slice(&scale.to_le_bytes());
+                }
+            } else {
+                quant::quantize(format, &weights, &mut w);
+            }
             let rep = Repacked::new(format, &w, n, k);
             let (mut one, mut four) = (vec![0f32; n], vec![0f32; 4 * n]);
             rep.product::<1>((&aq, &ad, &sums), 0..3, &mut one, 0);

@@ -261,6 +261,7 @@ pub(super) fn cases() -> Vec<(OpSpec, Vec<HostData>)> {
         vocab: 10,
         dim: 5,
         count: 4,
+        format: DType::F32,
     };
     c.push((
         spec,

@@ -401,9 +401,10 @@ impl Backend for CudaBackend {
         BackendKind::Cuda
     }
 
-    /// Every op has its kernels here, the fused decode ops included (`kernels/fused.cu`).
-    fn supports(&self, _op: OpKind, _dtype: DType) -> bool {
-        true
+    /// Every op has its kernels here, the fused decode ops included (`kernels/fused.cu`), but
+    /// a gather from a packed table, which the host backends run.
+    fn supports(&self, op: OpKind, dtype: DType) -> bool {
+        op != OpKind::Embedding || dtype == DType::F32
     }
 
     /// The fused ops at the sizes `launch::fused::runs_fused` leaves to their composition

@@ -73,7 +73,12 @@ impl OpSpec {
                 let rhs_mats = if m.rhs_batched { m.batch } else { 1 };
                 vec![of(F32, m.batch * m.m * m.k), of(F32, rhs_mats * m.n * m.k)]
             }
-            OpSpec::Embedding { vocab, dim, count } => vec![of(F32, vocab * dim), of(U32, *count)],
+            OpSpec::Embedding {
+                vocab,
+                dim,
+                count,
+                format,
+            } => vec![of(*format, vocab * dim), of(U32, *count)],
             OpSpec::Permute { in_shape, .. } => vec![any(in_shape.iter().product())],
             OpSpec::Quantize { rows, cols, .. } => vec![of(F32, rows * cols)],
             OpSpec::Dequantize { format, rows, cols } => vec![of(*format, rows * cols)],

@@ -279,9 +279,9 @@ impl Encoder<'_> {
             | OpSpec::Rope { .. }
             | OpSpec::Argmax { .. } => self.rows(spec, out, &raw),
             OpSpec::Matmul(m) => self.matmul(m, out, inputs),
-            OpSpec::Embedding { vocab, dim, count } => {
-                self.embedding(op, (*vocab, *dim, *count), (0, *vocab), out, inputs)
-            }
+            OpSpec::Embedding {
+                vocab, dim, count, ..
+            } => self.embedding(op, (*vocab, *dim, *count), (0, *vocab), out, inputs),
             OpSpec::Permute { .. }
             | OpSpec::Concat { .. }
             | OpSpec::Narrow { .. }

@@ -58,7 +58,7 @@ use self::shared_rounding::SharedRounding;
 use self::texels::WeightTexels;
 use crate::backend::{
     Activations, Backend, BackendFuture, BackendInfo, BackendKind, CapturedStep, HostData,
-    KernelProfile, OpSpec, RecordedWork, RopeLayout, Storage,
+    KernelProfile, OpKind, OpSpec, RecordedWork, RopeLayout, Storage,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -606,6 +606,12 @@ fn gpu_storage<'a>(op: &str, storage: &'a Storage) -> Result<&'a GpuBuffer> {
 impl Backend for WgpuBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Wgpu
+    }
+
+    /// Every op but a gather from a packed table, which the host backends run (the engine
+    /// keeps an embedding packed only where one of them is primary).
+    fn supports(&self, op: OpKind, dtype: DType) -> bool {
+        op != OpKind::Embedding || dtype == DType::F32
     }
 
     /// The fused kernels bind their weights and pools whole, so a larger one than a binding

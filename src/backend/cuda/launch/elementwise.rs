@@ -54,7 +54,9 @@ pub(in crate::backend::cuda) fn launch<L: Launcher>(c: &Call<'_, L>, spec: &OpSp
                 ],
             )
         }
-        OpSpec::Embedding { vocab, dim, count } => be.run_1d(
+        OpSpec::Embedding {
+            vocab, dim, count, ..
+        } => be.run_1d(
             "embedding_f32",
             (dim * count) as u64,
             &[

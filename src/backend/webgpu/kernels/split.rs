@@ -156,6 +156,7 @@ impl Encoder<'_> {
                 vocab,
                 dim,
                 count: ids,
+                ..
             } => {
                 return self.embedding(op, (vocab, dim, ids), (r0, count), out, inputs);
             }
