@@ -15,14 +15,17 @@ chunk, a whole one closed before its answer). It reports:
     cargo build --release
     python3 benches/soak.py --duration 600 --clients 64            # webtensor serve, builtin
 
-Peer (--levels): the same streamed completions of plain prompts (no chat template, so both
-do the same work) from 1, 4 and 16 clients (no hang-ups) against
+Levels (--levels): streamed completions of plain prompts from 1, 4 and 16 clients (no
+hang-ups) against `webtensor serve --model` alone (its aggregate tokens/s should grow with the
+clients, which share each decode step), or with --gguf side by side with a peer: the same
+completions (no chat template, so both do the same work) against
 `webtensor serve` and llama-cpp-python's own server (`python3 -m llama_cpp.server`, which
 needs `pip install 'llama-cpp-python[server]'`) on the same GGUF, alternating the servers run
 by run; aggregate tokens/s and p50/p99 time to first token, min/median/max over the runs.
 Time it on a quiet machine:
 
     python3 benches/peers.py --make-gguf target/tiny-kjv.gguf --make-only   # the builtin model
+    python3 benches/soak.py --levels 1,4,16 --runs 3                    # webtensor, builtin
     python3 benches/soak.py --levels 1,4,16 --gguf target/tiny-kjv.gguf --runs 3
 
 Only the standard library: requests go over http.client, so a hang-up is a closed socket.
@@ -260,11 +263,13 @@ def one_level(url, model, clients, requests, max_tokens):
 
 def peer_table(args):
     levels = [int(n) for n in args.levels.split(",")]
+    model = args.gguf or args.model
     servers = {
-        "webtensor": lambda: start_webtensor(args.binary, args.gguf,
+        "webtensor": lambda: start_webtensor(args.binary, model,
                                              ["--max-sequences", str(max(levels))] + args.server_arg),
-        "llama.cpp server": lambda: start_llama_cpp(args.gguf, args.ctx, args.threads),
     }
+    if args.gguf:
+        servers["llama.cpp server"] = lambda: start_llama_cpp(args.gguf, args.ctx, args.threads)
     rates = {(s, n): [] for s in servers for n in levels}
     ttfts = {(s, n): [] for s in servers for n in levels}
     for _ in range(args.runs):
@@ -279,7 +284,7 @@ def peer_table(args):
             finally:
                 proc.kill()
                 proc.wait()
-    print(f"{args.gguf}: {args.requests} streamed completions of {args.max_tokens} tokens "
+    print(f"{model}: {args.requests} streamed completions of {args.max_tokens} tokens "
           f"per client, {args.runs} runs alternating the servers")
     print("| server | clients | tokens/s min / median / max | TTFT p50 / p99 ms |")
     print("| --- | --- | --- | --- |")
@@ -299,7 +304,8 @@ def peer_table(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "webtensor"))
-    ap.add_argument("--model", default="builtin", help="soak: what `serve --model` loads")
+    ap.add_argument("--model", default="builtin",
+                    help="what `serve --model` loads (for --levels without --gguf too)")
     ap.add_argument("--server-arg", action="append", default=[],
                     help="more arguments for `webtensor serve` (repeatable)")
     ap.add_argument("--duration", type=float, default=600, help="soak: seconds")
@@ -307,7 +313,7 @@ def main():
     ap.add_argument("--hang-up", type=float, default=0.1, help="soak: share of requests closed early")
     ap.add_argument("--max-growth-mib", type=float, default=8.0)
     ap.add_argument("--levels", help="peer table: client counts, e.g. 1,4,16")
-    ap.add_argument("--gguf", help="peer table: the GGUF both servers load")
+    ap.add_argument("--gguf", help="levels: the GGUF both webtensor and llama.cpp's server load")
     ap.add_argument("--ctx", type=int, default=2048, help="peer table: llama.cpp's n_ctx")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="peer table: llama.cpp's threads")
     ap.add_argument("--requests", type=int, default=2, help="peer table: completions per client")
@@ -316,8 +322,6 @@ def main():
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     if args.levels:
-        if not args.gguf:
-            ap.error("--levels needs --gguf (both servers load the same file)")
         peer_table(args)
     else:
         soak(args)

@@ -53,7 +53,7 @@ if ! python3 -c "import numpy, gguf" >/dev/null 2>&1; then
   PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet numpy gguf
 fi
 # The OpenAI Python client: native-tests/openai.rs drives `webtensor serve --model` with it,
-# and benches/serve_throughput.py times the server with it.
+# as a real client would.
 if ! python3 -c "import openai" >/dev/null 2>&1; then
   echo "setup: installing openai (the real client of the API server's test)"
   PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet openai
