@@ -14,7 +14,6 @@
 
 use std::fmt;
 
-use crate::backend::kernel_consts;
 use crate::backend::{Activations, BackendKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -70,7 +69,7 @@ impl ActivationMode {
     /// differ from the cpu backend's by the activations' rounding (see docs/DESIGN.md's
     /// tolerance table).
     pub fn for_weight_on(self, weight: DType, backend: BackendKind) -> Activations {
-        if backend == BackendKind::Wgpu && kernel_consts::wgpu_decodes_groups(weight) {
+        if backend == BackendKind::Wgpu && wgpu_decodes_groups(weight) {
             return Activations::F32;
         }
         self.for_weight(weight)
@@ -121,6 +120,19 @@ pub fn linear(x: &Tensor, w: &Tensor, mode: ActivationMode) -> Result<Tensor> {
     match mode.for_weight_on(w.dtype(), w.backend().kind()) {
         Activations::F32 => ops::matmul_t(x, w),
         act => ops::qmatmul_t(x, w, act),
+    }
+}
+
+/// Whether the wgpu kernels read `weight` a group of 32 values at a time, which takes f32
+/// activations only ([`crate::backend::kernel_consts`]); the threaded wasm build has no wgpu
+/// backend.
+fn wgpu_decodes_groups(weight: DType) -> bool {
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
+    return crate::backend::kernel_consts::wgpu_decodes_groups(weight);
+    #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+    {
+        let _ = weight;
+        false
     }
 }
 
