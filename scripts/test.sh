@@ -95,7 +95,7 @@ LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" cargo test --f
 # their results checked against numpy and gguf-py's quantizers.
 echo "== CUDA kernels on the CPU emulation"
 python3 native-tests/cuda_host/emulate.py
-# ...and driven by the backend's own launch code (kernels.rs), every op against the reference;
+# ...and driven by the backend's own launch code (launcher.rs), every op against the reference;
 # the same run checks every launch's argument list against its kernel's parameters in the
 # `.cu` sources (backend::cuda::signatures, which needs no emulation build).
 python3 native-tests/cuda_host/emulate.py --build target/cuda-emulation

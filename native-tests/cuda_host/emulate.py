@@ -4,7 +4,7 @@
 Each `src/backend/cuda/kernels/*.cu` is compiled by g++ as C++ (the common prelude, the file,
 and a generated `wt_launch_<kernel>(grid, block, void** args)` per kernel, the calling
 convention of cuLaunchKernel), loaded with ctypes and launched with the grids the backend
-uses (`src/backend/cuda/kernels.rs`). Results are compared with numpy and, for the block
+uses (`src/backend/cuda/launcher.rs`). Results are compared with numpy and, for the block
 formats, with gguf-py's reference quantizers byte for byte. This checks the kernels' logic
 (indexing, reductions across threads and warps, rounding); the NVRTC test checks that they
 compile for real GPUs. Exit status 1 on any mismatch.
@@ -484,7 +484,7 @@ SOURCES = ["elementwise.cu", "norm.cu", "matmul.cu", "quant.cu", "scan.cu", "sam
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--build":
         # Only build the libraries, for the Rust test that drives them through the backend's
-        # own launch code (src/backend/cuda/kernels.rs, WEBTENSOR_CUDA_EMULATION=DIR).
+        # own launch code (src/backend/cuda/launcher.rs, WEBTENSOR_CUDA_EMULATION=DIR).
         os.makedirs(sys.argv[2], exist_ok=True)
         for n in SOURCES:
             build(n, sys.argv[2])

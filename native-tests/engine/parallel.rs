@@ -256,7 +256,7 @@ fn the_bench_reports_decode_speed_and_all_reduce_time_per_tp_size() {
     use webtensor::model::ActivationMode;
     let dir = hf_folder(SPLIT, "tp-bench");
     let open = || ModelFiles::open(&dir);
-    let rows = webtensor::bench::parallel::run(
+    let rows = webtensor::bench::tensor_parallel::run(
         &open,
         &[BackendKind::Cpu],
         &[1, 2, 4],
@@ -279,7 +279,7 @@ fn the_bench_reports_decode_speed_and_all_reduce_time_per_tp_size() {
         assert_eq!(r.collective_calls_per_token, Some(calls), "tp {}", r.tp);
         assert!(r.all_reduce_ms_per_token.is_some());
     }
-    let table = webtensor::bench::parallel::table("split", &rows);
+    let table = webtensor::bench::tensor_parallel::table("split", &rows);
     assert!(table.contains("reduce ms/tok"), "{table}");
     assert_eq!(table.lines().count(), 2 + rows.len(), "{table}");
 }

@@ -18,9 +18,9 @@ pub mod merge;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod model;
 // Decode speed of a model split over several devices (`--model --tp`), native only.
-#[cfg(not(target_arch = "wasm32"))]
-pub mod parallel;
 pub mod report;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod tensor_parallel;
 mod timing;
 
 use serde::{Deserialize, Serialize};

@@ -510,7 +510,7 @@ fn load(args: &ModelArgs) -> Result<(Llama, String), Error> {
             })
         }
         (size, None) => {
-            let devices = model::parallel::devices_of(device.chain()[0], size)?;
+            let devices = model::tensor_parallel::devices_of(device.chain()[0], size)?;
             Llama::load_parallel(&devices, files, model::TpConfig { size })?
         }
     };

@@ -18,8 +18,10 @@ use super::cache::{self, CacheLayout, CachePlan, KvCache, KvPool};
 use super::files::ModelFiles;
 use super::linear::{linear, ActivationMode};
 use super::loader::{check_fits, name, named, Layer, Loader};
-use super::parallel::{shard_failed, Collective, CollectiveStats, HostCollective, Shard, TpConfig};
 use super::sampler::Sampler;
+use super::tensor_parallel::{
+    shard_failed, Collective, CollectiveStats, HostCollective, Shard, TpConfig,
+};
 use super::weights::keeps_packed;
 use super::{LlamaConfig, Tokenizer};
 use crate::backend::{RopeLayout, SharedBytes};

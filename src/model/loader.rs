@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::arch::QkNorm;
 use super::files::{FileBytes, ModelFiles};
-use super::parallel::Shard;
+use super::tensor_parallel::Shard;
 use super::weights::{keeps_packed, RawTensor, StoredDType};
 use crate::device::Device;
 use crate::error::{Error, Result};

@@ -5,7 +5,7 @@
 //! rows through the row list, one task per query head, with no copy of the keys.
 
 use super::quant::{self, PreparedActivations};
-use super::{matmul, parallel, simd, CpuBackend};
+use super::{matmul, simd, threads, CpuBackend};
 use crate::backend::host::Weight;
 use crate::backend::{Activations, AttentionSpec, LinearSpec, Storage};
 use crate::dtype::DType;
@@ -118,7 +118,7 @@ pub(super) fn paged_attention(
     let mut out = vec![0f32; s.t * s.heads * hd];
     // Each output row reads about 2·n rows of the pool.
     let weight = 2 * s.n.max(1);
-    parallel::for_each_row(&mut out, hd, weight, |row, dst| {
+    threads::for_each_row(&mut out, hd, weight, |row, dst| {
         let (i, h) = (row / s.heads, row % s.heads);
         let (start, end) = s.visible(i);
         let pool_rows = &rows[(h / group) * s.stride..][start..end];

@@ -14,8 +14,8 @@
 //! in-register transposes. Short last panels are padded with zeros and edge tiles go through
 //! a small buffer, so `m`, `n` and `k` need not be multiples of anything.
 
-use super::parallel::{for_each_row, map_tasks, threads, SendPtr};
 use super::simd::SimdLevel;
+use super::threads::{for_each_row, map_tasks, threads, SendPtr};
 
 /// Depth of one packed slice: a `KC × NR` panel of `b` (32 KiB at most) stays in L1 while
 /// every panel of `a` meets it.

@@ -1,7 +1,7 @@
 //! The cpu backend's non-matmul ops. Each matches its definition in [`crate::backend::OpSpec`];
 //! reductions over a row accumulate in f64 so long rows stay as exact as the reference.
 
-use super::parallel::for_each_row;
+use super::threads::for_each_row;
 use crate::backend::spec::{permute_strides, rope_pair};
 use crate::backend::{BinaryOp, RopeLayout, UnaryOp};
 

@@ -5,8 +5,8 @@
 //! packing it.
 
 use super::gemm::{gemm, RhsLayout};
-use super::parallel::{map_tasks, threads};
 use super::simd::{axpy, axpy4, dot4, SimdLevel};
+use super::threads::{map_tasks, threads};
 use crate::backend::MatmulSpec;
 
 /// Columns of `bᵀ` handled by one task: `COLUMN_BLOCK · k` floats of `b` stay in L2 while

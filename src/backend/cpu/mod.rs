@@ -13,13 +13,13 @@ mod int_dot;
 mod kernels;
 mod kquant_dot;
 mod matmul;
-mod parallel;
 #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
 mod pool;
 mod quant;
 mod repack;
 mod scan;
 pub mod simd;
+mod threads;
 
 use std::sync::Arc;
 
@@ -122,7 +122,7 @@ impl HostKernels for CpuBackend {
             api: format!("native {}", std::env::consts::ARCH),
             features: simd::detected_features(),
             limits: vec![],
-            threads: Some(parallel::threads()),
+            threads: Some(threads::threads()),
             simd: Some(self.simd.name().to_string()),
             missing_ops: vec![],
             f16_path: "widened to f32 per block".into(),
@@ -294,7 +294,7 @@ impl HostKernels for CpuBackend {
 fn parallel_copy<T: Copy + Send + Sync + Default>(src: &[T]) -> Vec<T> {
     let mut out = vec![T::default(); src.len()];
     const CHUNK: usize = 1 << 16;
-    parallel::for_each_row(&mut out, CHUNK, 1, |i, dst| {
+    threads::for_each_row(&mut out, CHUNK, 1, |i, dst| {
         dst.copy_from_slice(&src[i * CHUNK..i * CHUNK + dst.len()]);
     });
     out

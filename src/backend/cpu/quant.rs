@@ -9,9 +9,9 @@
 use super::act_quant::quantize_i8;
 use super::int_dot::{dot_i8, dot_q8, dot_q8_k, dot_q_rows, reads_in_place, sums_of_16, BitSliced};
 use super::kquant_dot::{self, Q8KRows};
-use super::parallel::{for_each_row, map_tasks};
 use super::repack::{Repacked, GROUP};
 use super::simd::{dot4, SimdLevel};
+use super::threads::{for_each_row, map_tasks};
 use crate::backend::Activations;
 use crate::dtype::DType;
 use crate::quant::kquants::{self, SuperBlockInts};
@@ -24,7 +24,7 @@ const COLUMN_BLOCK: usize = 64;
 /// repacked group) so that a narrow matrix still makes four tasks per thread; SmolLM-135M's
 /// 192-row key projection made three tasks of 64, one thread idle a third of the time.
 fn prefill_columns(n: usize) -> usize {
-    n.div_ceil(4 * super::parallel::threads())
+    n.div_ceil(4 * super::threads::threads())
         .next_multiple_of(GROUP)
         .clamp(GROUP, COLUMN_BLOCK)
 }

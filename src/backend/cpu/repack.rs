@@ -90,7 +90,7 @@ impl Repacked {
         } else {
             0
         };
-        super::parallel::for_each_row(&mut bytes, blocks * stride, 4, |g, out| {
+        super::threads::for_each_row(&mut bytes, blocks * stride, 4, |g, out| {
             for j in 0..GROUP {
                 let r = (g * GROUP + j).min(n - 1);
                 let row = &w[r * source_row_bytes..(r + 1) * source_row_bytes];

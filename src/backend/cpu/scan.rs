@@ -7,7 +7,7 @@
 //! (chunk totals in parallel, a short sequential pass over the totals, then each chunk again
 //! from its carry), so a single channel of a million steps still uses every thread.
 
-use super::parallel::{map_tasks, threads};
+use super::threads::{map_tasks, threads};
 use crate::backend::ScanOp;
 
 /// A scan state: an affine map `x ↦ .0·x + .1` for the linear scans and the log-space

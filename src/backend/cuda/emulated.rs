@@ -1,4 +1,4 @@
-//! The backend's own launch code (`kernels.rs`: arguments, grids, scratch buffers) driving the
+//! The backend's own launch code (`launcher.rs`: arguments, grids, scratch buffers) driving the
 //! CUDA kernels compiled for the CPU by `native-tests/cuda_host/emulate.py --build DIR`, each
 //! op's result compared with the `reference` backend. Runs where `WEBTENSOR_CUDA_EMULATION`
 //! names that folder (`scripts/test.sh` sets it); elsewhere it prints that it skipped.
@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
-use super::kernels::{copy_into, launch, launch_in_place, write, Arg, Launcher, BLOCK};
+use super::launcher::{copy_into, launch, launch_in_place, write, Arg, Launcher, BLOCK};
 use crate::backend::reference::ReferenceBackend;
 use crate::backend::BackendKind;
 use crate::backend::{

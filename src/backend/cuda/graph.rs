@@ -36,7 +36,7 @@ use cudarc::driver::{
     PushKernelArg,
 };
 
-use super::kernels::{Arg, BLOCK};
+use super::launcher::{Arg, BLOCK};
 
 /// Whether decode steps may be replayed as CUDA graphs: not when `WEBTENSOR_CUDA_GRAPHS` is
 /// `off` (or `0`, `false`), read once per process.

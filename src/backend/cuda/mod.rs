@@ -20,8 +20,8 @@
 #[cfg(test)]
 mod emulated;
 mod graph;
-mod kernels;
 mod launch;
+mod launcher;
 #[cfg(test)]
 mod signatures;
 pub mod sources;
@@ -455,7 +455,7 @@ impl Backend for CudaBackend {
         let out = self.alloc(op, spec.output_len(), out_dtype)?;
         if !out.is_empty() {
             self.pin_to_capture(&buffers);
-            kernels::launch(self, spec, &out, &buffers)?;
+            launcher::launch(self, spec, &out, &buffers)?;
         }
         Ok(Storage::Cuda(out))
     }
@@ -481,7 +481,7 @@ impl Backend for CudaBackend {
             .collect::<Result<Vec<_>>>()?;
         self.pin_to_capture(&buffers);
         self.pin_to_capture(&[target]);
-        kernels::launch_in_place(self, spec, target, &buffers)
+        launcher::launch_in_place(self, spec, target, &buffers)
     }
 
     /// Copied into the target's own memory on the stream (`cuMemcpyHtoDAsync`), never into a
@@ -489,7 +489,7 @@ impl Backend for CudaBackend {
     fn write(&self, target: &mut Storage, data: HostData) -> Result<()> {
         let target = cuda_storage("write", target)?;
         self.spoil_capture("host data was written");
-        kernels::write(self, target, &data)
+        launcher::write(self, target, &data)
     }
 
     /// A device-to-device copy on the stream into the target's own memory.
@@ -502,7 +502,7 @@ impl Backend for CudaBackend {
         let src = cuda_storage("copy_into", src)?;
         let target = cuda_storage("copy_into", target)?;
         self.pin_to_capture(&[src, target]);
-        kernels::copy_into(self, (src, from), (target, at), units)
+        launcher::copy_into(self, (src, from), (target, at), units)
     }
 
     fn copy(&self, x: &Storage, len: usize) -> Result<Storage> {

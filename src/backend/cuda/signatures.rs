@@ -15,7 +15,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::emulated::{cases, fused_cases};
-use super::kernels::{launch, launch_in_place, Arg, Launcher};
+use super::launcher::{launch, launch_in_place, Arg, Launcher};
 use super::sources::SOURCES;
 use crate::backend::{HostData, OpSpec};
 use crate::dtype::DType;

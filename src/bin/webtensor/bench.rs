@@ -66,7 +66,7 @@ pub fn bench_model(
     let tp_rows = if tp.is_empty() {
         Vec::new()
     } else {
-        bench::parallel::run(&open, &backends, tp, tokens, activations, runs, |step| {
+        bench::tensor_parallel::run(&open, &backends, tp, tokens, activations, runs, |step| {
             eprintln!("{step}")
         })?
     };
@@ -86,7 +86,7 @@ pub fn bench_model(
     } else {
         print!("{}", bench::model::table(model, &rows));
         if !tp.is_empty() {
-            print!("{}", bench::parallel::table(model, &tp_rows));
+            print!("{}", bench::tensor_parallel::table(model, &tp_rows));
         }
     }
     Ok(())

@@ -1,6 +1,6 @@
 //! Launching `kernels/elementwise.cu`: unary and binary ops, embedding, permute, concat, narrow.
 
-use super::super::kernels::{Arg, Call, Launcher};
+use super::super::launcher::{Arg, Call, Launcher};
 use crate::backend::spec::permute_strides;
 use crate::backend::BackendKind;
 use crate::backend::{BinaryOp, OpSpec, UnaryOp};

@@ -3,7 +3,7 @@
 //! over a paged KV pool), and which of them the backend would rather compose
 //! ([`runs_fused`]).
 
-use super::super::kernels::{format_code, size, Arg, Call, Launcher, WARPS};
+use super::super::launcher::{format_code, size, Arg, Call, Launcher, WARPS};
 use crate::backend::{Activations, AttentionSpec, BackendKind, LinearSpec, OpSpec, RopeLayout};
 use crate::dtype::DType;
 use crate::error::{Error, Result};

@@ -1,6 +1,6 @@
 //! Launching `kernels/matmul.cu`: tiled matmul and matvec.
 
-use super::super::kernels::{size, Arg, Call, Launcher, WARPS};
+use super::super::launcher::{size, Arg, Call, Launcher, WARPS};
 use crate::backend::BackendKind;
 use crate::backend::OpSpec;
 use crate::error::{Error, Result};

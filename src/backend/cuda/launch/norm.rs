@@ -1,6 +1,6 @@
 //! Launching `kernels/norm.cu`: RMS and layer norm, softmax, argmax, rope.
 
-use super::super::kernels::{size, Arg, Call, Launcher};
+use super::super::launcher::{size, Arg, Call, Launcher};
 use crate::backend::BackendKind;
 use crate::backend::OpSpec;
 use crate::error::{Error, Result};

@@ -1,6 +1,6 @@
 //! Launching `kernels/quant.cu`: quantize, dequantize, quantized products, ternary dots.
 
-use super::super::kernels::{format_code, size, Arg, Call, Launcher, WARPS};
+use super::super::launcher::{format_code, size, Arg, Call, Launcher, WARPS};
 use crate::backend::BackendKind;
 use crate::backend::{Activations, OpSpec};
 use crate::dtype::DType;

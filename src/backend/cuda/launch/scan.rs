@@ -1,6 +1,6 @@
 //! Launching `kernels/scan.cu`: the scans and their gradients.
 
-use super::super::kernels::{Arg, Call, Launcher};
+use super::super::launcher::{Arg, Call, Launcher};
 use crate::backend::BackendKind;
 use crate::backend::{OpSpec, ScanOp};
 use crate::error::{Error, Result};

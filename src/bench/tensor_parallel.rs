@@ -10,7 +10,7 @@ use super::model::{max_difference, median, spread};
 use crate::backend::BackendKind;
 use crate::error::Result;
 use crate::model::generate::MULTI_STEP;
-use crate::model::parallel::devices_of;
+use crate::model::tensor_parallel::devices_of;
 use crate::model::{
     ActivationMode, CollectiveStats, KvCache, Llama, ModelFiles, Sampler, Sampling, TpConfig,
 };
