@@ -278,18 +278,16 @@ pub fn quantize(format: DType, x: &[f32], out: &mut [u8]) {
 
 /// Dequantizes whole blocks of `format` (any row of [`FORMATS`]) into `out`.
 pub fn dequantize(format: DType, bytes: &[u8], out: &mut [f32]) {
-    if format == DType::F16 {
-        // Per value, without the row's call through a pointer: f16 weights decode here.
+    // Per value, without the row's call through a pointer: f16 and bf16 weights decode here.
+    fn widen_halves(bytes: &[u8], out: &mut [f32], widen: impl Fn(u16) -> f32) {
         for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-            *o = f16_value(u16::from_le_bytes([b[0], b[1]]));
+            *o = widen(u16::from_le_bytes([b[0], b[1]]));
         }
-        return;
     }
-    if format == DType::BF16 {
-        for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-            *o = bf16_value(u16::from_le_bytes([b[0], b[1]]));
-        }
-        return;
+    match format {
+        DType::F16 => return widen_halves(bytes, out, f16_value),
+        DType::BF16 => return widen_halves(bytes, out, bf16_value),
+        _ => {}
     }
     let (len, size) = (format.block_len(), format.block_bytes());
     let decode = self::format(format)

@@ -444,6 +444,8 @@ mod x86 {
                     // A prefetch never faults, so one past the weights is harmless.
                     _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(4 * row_bytes) as *const i8);
                     let dw = f16_at(p);
+                    // Q4_1/Q5_1: the block's minimum, read once for every activation row.
+                    let dm = if with_minimum { f16_at(p.add(2)) } else { 0.0 };
                     let values = block_values::<F>(p, levels);
                     for i in 0..A {
                         let sums = match F {
@@ -454,7 +456,7 @@ mod x86 {
                         let s = _mm256_set1_ps(da[i] * dw);
                         acc[i][w] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), s, acc[i][w]);
                         if with_minimum {
-                            let m = _mm256_set1_ps(da[i] * f16_at(p.add(2)));
+                            let m = _mm256_set1_ps(da[i] * dm);
                             let sum = _mm256_cvtepi32_ps(shared[i]);
                             acc[i][w] = _mm256_fmadd_ps(sum, m, acc[i][w]);
                         }
