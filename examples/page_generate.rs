@@ -9,7 +9,7 @@
 //!
 //! ```text
 //! VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json WGPU_BACKEND=vulkan \
-//!   cargo run --release --example page_generate -- MODEL.gguf [PROMPT_TOKENS [TOKENS [RUNS [BACKENDS]]]]
+//!   cargo run --release -p webtensor-llm --example page_generate -- MODEL.gguf [PROMPT_TOKENS [TOKENS [RUNS [BACKENDS]]]]
 //! ```
 //!
 //! PROMPT_TOKENS defaults to 432, TOKENS (generated) to 16, RUNS to 3, BACKENDS (comma-separated)
@@ -19,9 +19,9 @@
 use std::future::Future;
 use std::time::Instant;
 
-use webtensor::model::generate::{self, Checkpoint, Observer, Pacing, PromptChunks};
-use webtensor::model::{GenerationStats, Llama, ModelFiles, PromptCache, Sampling};
 use webtensor::Device;
+use webtensor_llm::generate::{self, Checkpoint, Observer, Pacing, PromptChunks};
+use webtensor_llm::{GenerationStats, Llama, ModelFiles, PromptCache, Sampling};
 
 /// Times each piece's arrival.
 struct Clock {

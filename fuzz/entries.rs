@@ -7,9 +7,9 @@
 
 use std::sync::OnceLock;
 
-use webtensor::model::{files, gguf, safetensors, FileBytes, LlamaConfig, ModelFiles, Tokenizer};
+use webtensor_llm::{files, gguf, safetensors, FileBytes, LlamaConfig, ModelFiles, Tokenizer};
 
-#[path = "../src/bin/webtensor/http.rs"]
+#[path = "../cli/src/http.rs"]
 mod http;
 
 /// An entry point: arbitrary bytes in, nothing out (it must return).
@@ -75,7 +75,7 @@ pub fn tokenizer(data: &[u8]) {
 pub fn encode(data: &[u8]) {
     static BUILTIN: OnceLock<Option<Tokenizer>> = OnceLock::new();
     let tokenizer = BUILTIN.get_or_init(|| {
-        webtensor::model::builtin::files()
+        webtensor_llm::builtin::files()
             .ok()
             .and_then(|f| f.tokenizer)
     });

@@ -5,11 +5,11 @@
 
 mod common;
 
-use webtensor::model::chat::render_template;
-use webtensor::model::{ChatMessage, ChatOptions, ChatTemplate};
+use webtensor_llm::chat::render_template;
+use webtensor_llm::{ChatMessage, ChatOptions, ChatTemplate};
 
 fn fixture() -> serde_json::Value {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .join("native-tests/fixtures/tokenizers/chat_templates.json");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
@@ -84,7 +84,7 @@ fn run_cli(args: &[&str], stdin: &str) -> (bool, String, String) {
 fn chat_cli_takes_turns_with_the_template() {
     let dir = common::chat_model_dir("chat-model");
     let model = dir.to_str().unwrap();
-    let files = webtensor::model::ModelFiles::open(&dir).unwrap();
+    let files = webtensor_llm::ModelFiles::open(&dir).unwrap();
     let tokenizer = files.tokenizer.unwrap();
     let first = [ChatMessage::new("user", "In the beginning")];
     let options = ChatOptions {
@@ -162,10 +162,7 @@ fn a_model_without_a_template_chats_in_chatml() {
     assert!(ok, "{out}{err}");
     assert!(err.contains("no chat template: chat uses ChatML"), "{err}");
     let chatml = "<|im_start|>user\nIn the beginning<|im_end|>\n<|im_start|>assistant\n";
-    let tokenizer = webtensor::model::builtin::files()
-        .unwrap()
-        .tokenizer
-        .unwrap();
+    let tokenizer = webtensor_llm::builtin::files().unwrap().tokenizer.unwrap();
     let ids = tokenizer.encode_with_special(chatml).unwrap();
     assert_eq!(prompt_tokens(&err), ids.len(), "{err}");
     // The second turn runs only what follows the first turn's prompt and reply: the cache
@@ -210,10 +207,7 @@ fn chat_template_files_replace_the_models() {
     );
     assert!(ok, "{out}{err}");
     assert!(!err.contains("ChatML"), "{err}");
-    let tokenizer = webtensor::model::builtin::files()
-        .unwrap()
-        .tokenizer
-        .unwrap();
+    let tokenizer = webtensor_llm::builtin::files().unwrap().tokenizer.unwrap();
     let ids = tokenizer
         .encode_with_special("In the beginning\nAnd")
         .unwrap();

@@ -1,6 +1,8 @@
 //! The `webtensor` command line, run as a user would.
 
 mod common;
+#[path = "common/serve.rs"]
+mod server;
 
 use std::process::{Command, Output};
 
@@ -410,7 +412,7 @@ fn bench_report_writes_json_and_html_and_merges_with_peers() {
 /// the served folders.
 #[test]
 fn serve_answers_with_isolation_headers_and_refuses_traversal() {
-    let server = common::serve::start("cli");
+    let server = server::start("cli");
     std::fs::write(server.root.join("web/pkg/webtensor_bg.wasm"), b"\0asm").unwrap();
     std::fs::write(server.root.join("secret.txt"), "do not serve").unwrap();
     let get = |path: &str| server.ask(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());

@@ -126,12 +126,13 @@ fn models_lists_the_cache_folder_and_model_names_resolve_from_it() {
     let _ = std::fs::remove_dir_all(&dir);
     let hf = dir.join("kjv");
     std::fs::create_dir_all(&hf).unwrap();
-    let assets = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-kjv");
+    let assets =
+        std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("assets/tiny-kjv");
     let mut hf_bytes = 0;
     for f in ["config.json", "model.safetensors", "tokenizer.json"] {
         hf_bytes += std::fs::copy(assets.join(f), hf.join(f)).unwrap();
     }
-    let gguf = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    let gguf = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .join("native-tests/fixtures/gguf/qwen2.q8_0.gguf");
     let gguf_bytes = std::fs::copy(gguf, dir.join("small-qwen.gguf")).unwrap();
     std::fs::write(dir.join("notes.txt"), "not a model").unwrap();

@@ -10,8 +10,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-use webtensor::model::{builtin, Llama, ModelFiles};
 use webtensor::Device;
+use webtensor_llm::{builtin, Llama, ModelFiles};
 
 /// glibc's default mmap threshold.
 const LARGE: usize = 128 * 1024;

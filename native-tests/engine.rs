@@ -11,10 +11,10 @@ mod parallel;
 use std::path::{Path, PathBuf};
 
 use common::{assert_close, reference, rng, uniform};
-use webtensor::model::gguf::{self, GgufValue};
-use webtensor::model::weights::StoredDType;
-use webtensor::model::{CacheLayout, HookPoint, KvCache, KvPool, Llama, ModelFiles, SequenceInput};
 use webtensor::{DType, Device, Error, Tensor};
+use webtensor_llm::gguf::{self, GgufValue};
+use webtensor_llm::weights::StoredDType;
+use webtensor_llm::{CacheLayout, HookPoint, KvCache, KvPool, Llama, ModelFiles, SequenceInput};
 
 /// docs/DESIGN.md, Tolerances: engine logits within 1e-3 of the reference forward.
 const TOL: f64 = 1e-3;
@@ -380,7 +380,7 @@ fn gguf_models_mixing_llama_cpp_formats_run_on_every_backend() {
                 .unwrap_or_else(|e| panic!("{tag} on wgpu: {e}"));
             let got: Vec<f32> = model.logits(&TOKENS).unwrap().to_vec().unwrap();
             let mut exact = Llama::load(&reference(), ModelFiles::open(&path).unwrap()).unwrap();
-            exact.set_activations(webtensor::model::ActivationMode::F32);
+            exact.set_activations(webtensor_llm::ActivationMode::F32);
             let want: Vec<f32> = exact.logits(&TOKENS).unwrap().to_vec().unwrap();
             assert_close(&format!("{tag} on wgpu"), &got, &want, TOL);
         }
@@ -495,9 +495,10 @@ fn a_full_cache_is_an_error() {
 #[test]
 fn the_builtin_tokenizer_matches_the_training_script() {
     // Ids written by scripts/train_tiny_model.py's own (Python) encoder.
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-kjv");
+    let dir =
+        std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("assets/tiny-kjv");
     let text = std::fs::read_to_string(dir.join("tokenizer.json")).unwrap();
-    let tokenizer = webtensor::model::Tokenizer::from_json(&text, "tokenizer.json").unwrap();
+    let tokenizer = webtensor_llm::Tokenizer::from_json(&text, "tokenizer.json").unwrap();
     let check = std::fs::read_to_string(dir.join("tokenizer_check.json")).unwrap();
     let cases: serde_json::Value = serde_json::from_str(&check).unwrap();
     for case in cases.as_array().unwrap() {
@@ -599,7 +600,7 @@ fn a_batch_of_sequences_equals_each_sequence_alone() {
             TOL,
         );
         // Greedy next tokens of the batch: each sequence's last row, drawn on the device.
-        let mut greedy = webtensor::model::Sampler::new(webtensor::model::Sampling::greedy());
+        let mut greedy = webtensor_llm::Sampler::new(webtensor_llm::Sampling::greedy());
         let next = model.next_tokens(
             &mut [
                 SequenceInput {
@@ -638,7 +639,7 @@ fn a_batch_of_sequences_equals_each_sequence_alone() {
 
 #[test]
 fn multi_step_decode_equals_single_steps() {
-    use webtensor::model::{Sampler, Sampling};
+    use webtensor_llm::{Sampler, Sampling};
     let dir = hf_folder(GQA, "multistep");
     let warm = Sampling {
         temperature: 0.9,
@@ -921,7 +922,7 @@ fn streamed_layers_give_the_same_logits() {
 
 #[test]
 fn loading_reports_each_layer_then_the_unsplit_tensors() {
-    let files = webtensor::model::builtin::files().unwrap();
+    let files = webtensor_llm::builtin::files().unwrap();
     let layers = files.config.num_hidden_layers;
     let mut seen = Vec::new();
     let model = Llama::load_with_progress(&reference(), files, &mut |done, total| {
@@ -943,15 +944,15 @@ fn loading_reports_each_layer_then_the_unsplit_tensors() {
 /// fresh cache.
 #[test]
 fn decode_ahead_on_wgpu_gives_the_same_text() {
-    use webtensor::model::generate::{prompt_ids, run_async, Pacing, PromptChunks, TextSink};
-    use webtensor::model::{builtin, sampler::Sampling, PromptCache};
+    use webtensor_llm::generate::{prompt_ids, run_async, Pacing, PromptChunks, TextSink};
+    use webtensor_llm::{builtin, sampler::Sampling, PromptCache};
     let Some(dev) = common::wgpu() else { return };
     let load = |dev: &Device| {
         let mut files = builtin::files().unwrap();
         let tokenizer = files.tokenizer.take().unwrap();
         (Llama::load(dev, files).unwrap(), tokenizer)
     };
-    let text = |(model, tokenizer): &(Llama, webtensor::model::Tokenizer),
+    let text = |(model, tokenizer): &(Llama, webtensor_llm::Tokenizer),
                 prompt: &str,
                 cache: &mut PromptCache,
                 decode_ahead: bool,

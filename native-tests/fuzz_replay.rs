@@ -10,7 +10,7 @@ use std::path::Path;
 
 #[test]
 fn every_corpus_and_reproducer_file_returns() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("fuzz");
     let mut replayed = 0;
     for (target, entry) in entries::TARGETS {
         for folder in ["corpus", "artifacts"] {

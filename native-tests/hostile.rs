@@ -7,12 +7,14 @@ use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
 mod common;
+#[path = "common/tiny.rs"]
+mod tiny;
 
-use common::tiny::{f32_bytes, tiny_meta, tiny_tensors, u, RawTensors, FFN, HIDDEN, VOCAB};
-use webtensor::model::gguf::{self, GgufArray, GgufValue};
-use webtensor::model::weights::StoredDType;
-use webtensor::model::{safetensors, FileBytes, Llama, ModelFiles};
+use tiny::{f32_bytes, tiny_meta, tiny_tensors, u, RawTensors, FFN, HIDDEN, VOCAB};
 use webtensor::{BackendKind, DType, Device, Error, Shape, Tensor};
+use webtensor_llm::gguf::{self, GgufArray, GgufValue};
+use webtensor_llm::weights::StoredDType;
+use webtensor_llm::{safetensors, FileBytes, Llama, ModelFiles};
 
 fn gguf_bytes(meta: &[(String, GgufValue)], tensors: &RawTensors) -> Vec<u8> {
     gguf::write(meta, tensors).expect("the test writes valid types")
@@ -281,7 +283,7 @@ fn caches_are_sized_to_the_work() {
     }
     assert!(err.to_string().contains("are available"), "{err}");
     // A pool whose size overflows is refused the same way.
-    let layout = webtensor::model::CacheLayout::Static {
+    let layout = webtensor_llm::CacheLayout::Static {
         max_batch: usize::MAX / 2,
         max_len: 64,
     };
@@ -443,9 +445,9 @@ fn load_on(device: &Device, bytes: Vec<u8>) -> Result<Llama, Error> {
 /// 200,000 + 16 × 4096 = 265,536, and at most 64 bytes a fuel may be made: 17 MB.
 #[test]
 fn chat_templates_stay_within_bounds() {
-    use webtensor::model::chat::render_template;
-    use webtensor::model::{ChatMessage, ChatOptions, ChatTemplate};
     use webtensor::TemplateBound;
+    use webtensor_llm::chat::render_template;
+    use webtensor_llm::{ChatMessage, ChatOptions, ChatTemplate};
     let options = ChatOptions {
         add_generation_prompt: true,
         now: Some(0),
@@ -585,7 +587,7 @@ fn chat_templates_stay_within_bounds() {
 /// on a text stops at its bound of a million steps with an error naming it, not a hang.
 #[test]
 fn tokenizer_patterns_that_backtrack_without_end_are_refused() {
-    use webtensor::model::Tokenizer;
+    use webtensor_llm::Tokenizer;
     const PATTERN: &str = "((a|a)*)(?!a)b";
     let file = serde_json::json!({
         "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []},

@@ -6,8 +6,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::reference;
-use webtensor::model::{ActivationMode, Llama, ModelFiles};
 use webtensor::Device;
+use webtensor_llm::{ActivationMode, Llama, ModelFiles};
 
 /// The root-mean-square difference (steadier than the largest one: a single value rounding
 /// the other way moves the largest difference a lot and the RMS little).
@@ -30,7 +30,8 @@ fn rms_difference(a: &[f32], b: &[f32]) -> f64 {
 /// really happens (f32 activations are 1e-7 away).
 #[test]
 fn integer_activations_agree_with_f32_as_well_as_llama_cpp_does() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/llama_cpp");
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .join("native-tests/fixtures/llama_cpp");
     for format in ["q8_0", "q4_0"] {
         let path = dir.join(format!("random-{format}.gguf"));
         let fixture: serde_json::Value = serde_json::from_str(
@@ -225,7 +226,8 @@ struct Mix {
 /// Every mix, in name order: Q4_K_M, Q5_K_M, Q3_K_M, Q2_K, IQ4_XS, Q4_1, Q5_0, Q5_1 and
 /// IQ4_NL at least.
 fn llama_cpp_mixes() -> Vec<Mix> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/llama_cpp_kquants");
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .join("native-tests/fixtures/llama_cpp_kquants");
     let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -315,10 +317,9 @@ fn llama_cpp_mixes_are_sized_from_their_headers() {
     for mix in llama_cpp_mixes() {
         let name = &mix.name;
         let bytes = std::fs::read(&mix.path).unwrap();
-        let whole = webtensor::model::gguf::parse(name, &bytes).unwrap();
+        let whole = webtensor_llm::gguf::parse(name, &bytes).unwrap();
         let first = whole.tensors.values().map(|t| t.range.start).min().unwrap();
-        let header =
-            webtensor::model::gguf::parse_header(name, &bytes[..first], bytes.len()).unwrap();
+        let header = webtensor_llm::gguf::parse_header(name, &bytes[..first], bytes.len()).unwrap();
         let mut tensors: Vec<_> = header.tensors.iter().collect();
         tensors.sort_by_key(|(_, t)| t.range.start);
         let manifest = mix.manifest["tensors"].as_object().unwrap();

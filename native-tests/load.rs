@@ -3,12 +3,14 @@
 //! is a correctness test on a tiny model; how fast they run belongs in `webtensor bench`.
 
 mod common;
+#[path = "common/tiny.rs"]
+mod tiny;
 
 use std::sync::Mutex;
 
-use common::tiny::{tiny_model, u, VOCAB};
-use webtensor::model::{CacheLayout, KvCache, Llama, Sampler, Sampling, SequenceInput};
+use tiny::{tiny_model, u, VOCAB};
 use webtensor::{Device, Tensor};
+use webtensor_llm::{CacheLayout, KvCache, Llama, Sampler, Sampling, SequenceInput};
 
 /// The tests of this file run one at a time, so the resident memory one measures is its own.
 static SERIAL: Mutex<()> = Mutex::new(());

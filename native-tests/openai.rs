@@ -144,7 +144,8 @@ fn the_openai_client_gets_batched_completions_equal_to_generate() {
         "completions": completions,
         "chat": {"prompt": "Who made the light?", "max_tokens": 6, "text": chat_text},
     });
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/openai_client.py");
+    let script =
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("native-tests/openai_client.py");
     let out = Command::new("python3")
         .arg(script)
         .arg(case.to_string())

@@ -11,15 +11,15 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use webtensor::model::gguf::{self, GgufValue};
-use webtensor::model::{FileBytes, Llama, ModelFiles, PromptCache, Sampler, Sampling};
 use webtensor::Device;
+use webtensor_llm::gguf::{self, GgufValue};
+use webtensor_llm::{FileBytes, Llama, ModelFiles, PromptCache, Sampler, Sampling};
 
 /// transformers' f32 logits against ours.
 const F32_TOL: f32 = 1e-3;
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/hf")
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("native-tests/fixtures/hf")
 }
 
 struct Case {
@@ -164,7 +164,7 @@ fn longrope_switches_factors_by_the_pass_length_as_transformers_does() {
     let (prompt, cases) = manifest();
     let case = cases.iter().find(|c| c.name == "phi3_longrope").unwrap();
     let want = read_f32(&fixtures().join(&case.name).join("logits_incremental.f32"));
-    let gguf = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let gguf = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .join("native-tests/fixtures/gguf/phi3_longrope.f32.gguf");
     for (dev_name, dev) in devices() {
         for (format, files) in [
@@ -192,7 +192,8 @@ fn longrope_switches_factors_by_the_pass_length_as_transformers_does() {
 #[test]
 fn olmo2_smollm3_and_gemma_decode_token_by_token_on_every_backend() {
     let (prompt, cases) = manifest();
-    let gguf_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/gguf");
+    let gguf_dir =
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("native-tests/fixtures/gguf");
     let mut failures = Vec::new();
     for (dev_name, dev) in devices() {
         for case in cases.iter().filter(|c| FAMILIES.contains(&c.name.as_str())) {
@@ -235,7 +236,8 @@ fn olmo2_smollm3_and_gemma_decode_token_by_token_on_every_backend() {
 #[test]
 fn olmo2_smollm3_and_gemma_decode_steps_draw_transformers_greedy_ids() {
     let (prompt, cases) = manifest();
-    let gguf_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/gguf");
+    let gguf_dir =
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("native-tests/fixtures/gguf");
     let (last, before) = prompt.split_last().unwrap();
     for (dev_name, dev) in devices() {
         for case in cases.iter().filter(|c| FAMILIES.contains(&c.name.as_str())) {
@@ -289,7 +291,8 @@ fn smollm3_generation_stops_at_its_end_of_turn() {
 #[test]
 fn gemma_generation_stops_at_its_end_of_turn() {
     let (prompt, _) = manifest();
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/gguf");
+    let dir =
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("native-tests/fixtures/gguf");
     for case in ["gemma2", "gemma3"] {
         let theirs = llama_cpp_logits(&dir.join(format!("{case}.f32.gguf")));
         let vocab = theirs.len() / prompt.len();
@@ -305,10 +308,10 @@ fn gemma_generation_stops_at_its_end_of_turn() {
 /// (`steps.0` tokens generated, no stop) and once with `end_of_turn`'s piece renamed `piece`
 /// as a control token (`steps.1` tokens generated, stopped there).
 fn stops_at_end_of_turn(case: &str, piece: &str, end_of_turn: u32, steps: (usize, usize)) {
-    use webtensor::model::generate::{run_async, Pacing, PromptChunks, TextSink};
+    use webtensor_llm::generate::{run_async, Pacing, PromptChunks, TextSink};
     let (prompt, _) = manifest();
     let end_of_turn = end_of_turn as usize;
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .join(format!("native-tests/fixtures/gguf/{case}.f32.gguf"));
     let bytes = std::fs::read(&path).unwrap();
     let g = gguf::parse("f32.gguf", &bytes).unwrap();
@@ -439,7 +442,8 @@ fn max_delta_rows(a: &[f32], b: &[f32], vocab: usize, rows: &[usize]) -> f32 {
 #[test]
 fn converted_gguf_files_match_transformers_logits() {
     let (prompt, _) = manifest();
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/gguf");
+    let dir =
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("native-tests/fixtures/gguf");
     let mut failures = Vec::new();
     for (dev_name, dev) in devices() {
         for case in GGUF_CASES {
@@ -549,8 +553,8 @@ fn what_would_change_the_numbers_is_refused_by_name() {
     assert!(err.contains("Qwen2MoeForCausalLM"), "{err}");
 
     // A GGUF key that would change the numbers, in the converter's file otherwise unchanged.
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("native-tests/fixtures/gguf/qwen2.f32.gguf");
+    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .join("native-tests/fixtures/gguf/qwen2.f32.gguf");
     let bytes = std::fs::read(&path).unwrap();
     let g = gguf::parse("qwen2.f32.gguf", &bytes).unwrap();
     let mut metadata: Vec<(String, GgufValue)> = g.metadata.clone().into_iter().collect();
@@ -726,7 +730,7 @@ fn olmo2_smollm3_and_gemma_settings_not_implemented_are_refused_by_name() {
 
     let olmo2 = load("olmo2", &|_| {}).unwrap();
     let devices = [common::cpu(), common::cpu()];
-    let err = Llama::load_parallel(&devices, olmo2, webtensor::model::TpConfig { size: 2 })
+    let err = Llama::load_parallel(&devices, olmo2, webtensor_llm::TpConfig { size: 2 })
         .err()
         .expect("OLMo 2 split over two devices")
         .to_string();
@@ -742,7 +746,7 @@ fn rope_tables_match_transformers_at_real_sizes() {
     let tables: serde_json::Value = serde_json::from_str(&text).unwrap();
     for t in tables.as_array().unwrap() {
         let name = t["name"].as_str().unwrap();
-        let c = webtensor::model::LlamaConfig::from_json(&t["config"].to_string(), name)
+        let c = webtensor_llm::LlamaConfig::from_json(&t["config"].to_string(), name)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let seq_len = t["seq_len"].as_u64().unwrap() as usize;
         let ours = c

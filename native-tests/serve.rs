@@ -8,6 +8,8 @@
 mod common;
 #[path = "serve/observe.rs"]
 mod observe;
+#[path = "common/serve.rs"]
+mod server;
 #[path = "serve/share.rs"]
 mod share;
 
@@ -16,7 +18,7 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::serve::{start, start_with};
+use server::{start, start_with};
 
 /// Threads the server may have: its pool (8), the accept loop, and a few the runtime keeps.
 const MAX_THREADS: usize = 16;
@@ -180,7 +182,7 @@ fn failing_accepts_back_off() {
 }
 
 /// `body` posted as JSON to `path` on `server`: the HTTP answer.
-fn post(server: &common::serve::Server, path: &str, body: &str) -> String {
+fn post(server: &server::Server, path: &str, body: &str) -> String {
     let request = format!(
         "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\n\r\n{body}",
@@ -195,7 +197,7 @@ fn post(server: &common::serve::Server, path: &str, body: &str) -> String {
 #[test]
 fn chat_completions_without_a_template_and_with_a_hostile_one() {
     let body = r#"{"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "In the beginning"}]}"#;
-    let server = common::serve::start_args(
+    let server = server::start_args(
         "chatml",
         &["--model", "builtin", "--backend", "cpu", "--ctx", "64"],
     );
@@ -203,10 +205,7 @@ fn chat_completions_without_a_template_and_with_a_hostile_one() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     // ChatML's prompt, counted by hand from the built-in tokenizer.
     let chatml = "<|im_start|>user\nIn the beginning<|im_end|>\n<|im_start|>assistant\n";
-    let tokenizer = webtensor::model::builtin::files()
-        .unwrap()
-        .tokenizer
-        .unwrap();
+    let tokenizer = webtensor_llm::builtin::files().unwrap().tokenizer.unwrap();
     let n = tokenizer.encode_with_special(chatml).unwrap().len();
     assert!(
         declared_body(&answer).contains(&format!("\"prompt_tokens\":{n}")),
@@ -222,7 +221,7 @@ fn chat_completions_without_a_template_and_with_a_hostile_one() {
         "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}",
     )
     .unwrap();
-    let server = common::serve::start_args(
+    let server = server::start_args(
         "spin",
         &[
             "--model",
@@ -257,7 +256,7 @@ fn chat_completions_without_a_template_and_with_a_hostile_one() {
 /// completions on 4 sequences are all answered.
 #[test]
 fn a_burst_beyond_the_sequences_waits_in_line() {
-    let server = std::sync::Arc::new(common::serve::start_args(
+    let server = std::sync::Arc::new(server::start_args(
         "burst",
         &[
             "--model",

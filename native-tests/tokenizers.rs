@@ -15,10 +15,10 @@
 
 use std::path::PathBuf;
 
-use webtensor::model::{gguf, Tokenizer};
+use webtensor_llm::{gguf, Tokenizer};
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
 /// The vocabulary cache, or `None` (with the reason printed) when it is missing and not

@@ -13,11 +13,11 @@
 mod common;
 
 use common::{assert_close, reference, rng, tensor, uniform};
-use webtensor::model::gguf::{self, GgufValue};
-use webtensor::model::weights::StoredDType;
-use webtensor::model::{FileBytes, Llama, ModelFiles, Sampler, Sampling};
 use webtensor::ops::{self, Activations};
 use webtensor::{DType, Device, Error, Tensor};
+use webtensor_llm::gguf::{self, GgufValue};
+use webtensor_llm::weights::StoredDType;
+use webtensor_llm::{FileBytes, Llama, ModelFiles, Sampler, Sampling};
 
 const CAP: u64 = 32 * 1024;
 

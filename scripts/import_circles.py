@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Counts the files in the largest import circle of the library (src/, the binary left out).
+"""Counts the files in the largest import circle of a library crate (its src/).
 
 A file imports another when its code (comments stripped) names a `crate::`, `super::` or
 `self::` path that resolves to that file; names re-exported at the crate root (`crate::Error`)
 resolve to their defining module, and lib.rs itself is left out (it only declares and
 re-exports). A circle is a strongly connected component of that graph.
 
-Usage: scripts/import_circles.py [REPO] [--max N]  (exit 1 when the largest circle has more
-than N files)
+Usage: scripts/import_circles.py [CRATE] [--max N]  (CRATE: the folder holding src/lib.rs, `.`
+for the library, `llm` for the engine; exit 1 when the largest circle has more than N files)
 """
 import os, re, sys
 args = [a for a in sys.argv[1:]]
@@ -18,7 +18,6 @@ root = args[0] if args else '.'
 src = os.path.join(root, 'src')
 files = []
 for d, _, fs in os.walk(src):
-    if '/bin' in d[len(src):]: continue
     for f in fs:
         if f.endswith('.rs'): files.append(os.path.relpath(os.path.join(d, f), src))
 def modpath(f):

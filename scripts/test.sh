@@ -17,9 +17,14 @@ export WEBTENSOR_REQUIRE_VOCABS=1
 export WEBTENSOR_REQUIRE_OPENAI=1
 
 cargo fmt --all -- --check
+# The library, the LLM engine (llm/) and the command line (cli/): the workspace's default members.
 cargo clippy --all-targets -- -D warnings
-# The module graph keeps its layers: the largest import circle is the wgpu backend's own files.
+# A program that depends on the library alone compiles none of the engine's or the CLI's crates.
+./scripts/check_core_deps.sh
+# The module graphs keep their layers: the library's largest import circle is the wgpu
+# backend's own files; the engine's is its file readers (files, gguf, safetensors, weights).
 python3 scripts/import_circles.py --max 9
+python3 scripts/import_circles.py llm --max 4
 cargo test
 
 # The matrix's cpu rows again on each SIMD path this machine has (unsupported ones fall back).
@@ -103,11 +108,11 @@ WEBTENSOR_CUDA_EMULATION="$PWD/target/cuda-emulation" cargo test --features cuda
 
 # The SIMD paths this machine cannot run must at least compile: wasm32 simd128 and aarch64 NEON.
 echo "== compile check: wasm32 with simd128"
-RUSTFLAGS="-C target-feature=+simd128" cargo check --lib --target wasm32-unknown-unknown --target-dir target/wasm-simd128
+RUSTFLAGS="-C target-feature=+simd128" cargo check -p webtensor --lib --target wasm32-unknown-unknown --target-dir target/wasm-simd128
 echo "== clippy: the web crate (and the library under it) for wasm32"
 RUSTFLAGS="-C target-feature=+simd128" cargo clippy -p webtensor-web --target wasm32-unknown-unknown --target-dir target/wasm-simd128 -- -D warnings
 echo "== compile check: aarch64 (NEON)"
-cargo check --lib --target aarch64-unknown-linux-gnu
+cargo check -p webtensor --lib --target aarch64-unknown-linux-gnu
 
 # The browser: build web/pkg, then the Playwright tests (web/tests) against `webtensor serve`.
 echo "== browser: web/build.sh and the tests in headless Chromium (artifacts in target/browser-artifacts)"

@@ -136,7 +136,7 @@ impl Device {
     }
 
     /// The primary backend.
-    pub(crate) fn primary(&self) -> &BackendRef {
+    pub fn primary(&self) -> &BackendRef {
         &self.inner.chain[0]
     }
 
@@ -254,10 +254,7 @@ impl Device {
     /// A step that fails while it is recorded (a backend may refuse work during a capture that
     /// it runs otherwise) is run again unrecorded, so `step` must give the same result when
     /// run twice (a decode step does: its inputs are written before it).
-    pub(crate) fn capture<T>(
-        &self,
-        step: impl Fn() -> Result<T>,
-    ) -> Result<(T, Option<CapturedStep>)> {
+    pub fn capture<T>(&self, step: impl Fn() -> Result<T>) -> Result<(T, Option<CapturedStep>)> {
         let backend = self.primary();
         if !backend.begin_capture() {
             return Ok((step()?, None));
@@ -275,7 +272,7 @@ impl Device {
 
     /// Records `step`, captured on this device's primary backend, again with `keys` keys for
     /// its attention.
-    pub(crate) fn replay(&self, step: &CapturedStep, keys: usize) -> Result<()> {
+    pub fn replay(&self, step: &CapturedStep, keys: usize) -> Result<()> {
         self.primary().replay(step, keys)
     }
 

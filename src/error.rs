@@ -437,7 +437,8 @@ impl Error {
         }
     }
 
-    pub(crate) fn invalid(op: &'static str, reason: impl Into<String>) -> Self {
+    /// An invalid argument to `op`, and why.
+    pub fn invalid(op: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidArgument {
             op,
             reason: reason.into(),
@@ -445,14 +446,15 @@ impl Error {
     }
 
     /// A configuration error: `field` of the file `source` is wrong, and `why`.
-    pub(crate) fn config_field(source: &str, field: &str, why: String) -> Self {
+    pub fn config_field(source: &str, field: &str, why: String) -> Self {
         Error::Config {
             source_name: source.to_string(),
             reason: format!("`{field}` {why}"),
         }
     }
 
-    pub(crate) fn model_file(path: impl Into<String>, reason: impl Into<String>) -> Self {
+    /// A model file at `path` that cannot be used, and why.
+    pub fn model_file(path: impl Into<String>, reason: impl Into<String>) -> Self {
         Error::ModelFile {
             path: path.into(),
             reason: reason.into(),

@@ -38,8 +38,7 @@ pub mod bench;
 pub mod device;
 pub mod dtype;
 pub mod error;
-mod memory;
-pub mod model;
+pub mod memory;
 pub mod ops;
 pub mod quant;
 pub mod shape;
@@ -58,8 +57,3 @@ pub use tensor::{Element, Tensor};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
-
-/// So does the chat example of docs/models.md.
-#[cfg(doctest)]
-#[doc = include_str!("../docs/models.md")]
-pub struct ModelsDoctests;

@@ -44,14 +44,14 @@ fn address_space_left() -> Option<u64> {
 /// mapped file pages it touched included), in bytes; `None` where the system does not say
 /// (not Linux). For `bench --model`, which the browser build does not have.
 #[cfg(not(target_arch = "wasm32"))]
-pub(crate) fn peak_resident() -> Option<u64> {
+pub fn peak_resident() -> Option<u64> {
     status_bytes("VmHWM:")
 }
 
 /// Starts [`peak_resident`] again from what is resident now (Linux's `clear_refs` with 5),
 /// so that the peak of one piece of work is measured on its own; whether it could.
 #[cfg(not(target_arch = "wasm32"))]
-pub(crate) fn reset_peak_resident() -> bool {
+pub fn reset_peak_resident() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 

@@ -279,7 +279,8 @@ impl Tensor {
         self.inner.index_bound
     }
 
-    pub(crate) fn backend(&self) -> &BackendRef {
+    /// The backend that holds this tensor's storage.
+    pub fn backend(&self) -> &BackendRef {
         &self.inner.backend
     }
 
@@ -444,7 +445,7 @@ impl Tensor {
     /// on a GPU everything recorded so far is submitted with the copy, and work recorded
     /// after this call runs while it is in flight. The future resolves to the elements and
     /// does not borrow the tensor.
-    pub(crate) fn download_started<T: Element>(
+    pub fn download_started<T: Element>(
         &self,
     ) -> impl std::future::Future<Output = Result<Vec<T>>> + 'static {
         self.read_started("download_started")

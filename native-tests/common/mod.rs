@@ -1,9 +1,6 @@
 //! Shared helpers for the integration tests: backend selection, seeded data, tolerances.
 #![allow(dead_code)]
 
-pub mod serve;
-pub mod tiny;
-
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use webtensor::{Device, Element, Tensor};
 
@@ -132,7 +129,7 @@ pub fn proc_status_bytes(field: &str) -> Option<u64> {
 /// A copy of the built-in model's files plus a chat template whose turns end with `</s>`, in a
 /// folder of the test target's scratch space named `tag` (the chat and OpenAI-server tests).
 pub fn chat_model_dir(tag: &str) -> std::path::PathBuf {
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-kjv");
+    let src = repo().join("assets/tiny-kjv");
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(tag);
     std::fs::create_dir_all(&dir).unwrap();
     for f in ["config.json", "model.safetensors", "tokenizer.json"] {
@@ -179,4 +176,15 @@ pub fn random_blocks(
         }
     }
     bytes
+}
+
+/// The repository's root: the package's own folder for the library's tests, its parent for
+/// those of `llm/` and `cli/`.
+pub fn repo() -> std::path::PathBuf {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    if manifest.join("native-tests").is_dir() {
+        manifest.to_path_buf()
+    } else {
+        manifest.join("..")
+    }
 }

@@ -1,5 +1,6 @@
 //! `webtensor serve` on a throwaway checkout, for the tests that talk to it over real
 //! sockets (`serve.rs`, `cli.rs`).
+#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -1,10 +1,11 @@
 //! A tiny Llama written as GGUF in the test itself (vocab 16, hidden 8, ffn 16, two heads of
 //! 4), with every metadata key and tensor shape open to change, so a test can make a model
 //! that lies in exactly one way.
+#![allow(dead_code)]
 
-use webtensor::model::gguf::{self, GgufValue};
-use webtensor::model::weights::StoredDType;
-use webtensor::model::{FileBytes, ModelFiles};
+use webtensor_llm::gguf::{self, GgufValue};
+use webtensor_llm::weights::StoredDType;
+use webtensor_llm::{FileBytes, ModelFiles};
 
 /// A tiny model: vocab 16, hidden 8, ffn 16, heads 2 (kv 2), head_dim 4.
 pub const VOCAB: usize = 16;

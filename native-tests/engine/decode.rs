@@ -6,7 +6,7 @@
 //! (a debug hook, layers streamed from the files) the ops run and the ids are the same.
 
 use super::*;
-use webtensor::model::{Sampler, Sampling};
+use webtensor_llm::{Sampler, Sampling};
 
 /// The devices of the decode tests: [`devices`], and cuda where a CUDA device is present.
 fn decode_devices() -> Vec<Device> {

@@ -5,8 +5,8 @@
 //! errors.
 
 use super::*;
-use webtensor::model::{Sampler, Sampling, TpConfig};
 use webtensor::{BackendKind, DeviceBuilder};
+use webtensor_llm::{Sampler, Sampling, TpConfig};
 
 /// 8 query heads over 4 key/value heads: tp 2 and 4 both keep groups of 2 per rank; biases
 /// are split with their rows.
@@ -253,10 +253,10 @@ fn sizes_and_devices_that_do_not_fit_are_typed_errors() {
 
 #[test]
 fn the_bench_reports_decode_speed_and_all_reduce_time_per_tp_size() {
-    use webtensor::model::ActivationMode;
+    use webtensor_llm::ActivationMode;
     let dir = hf_folder(SPLIT, "tp-bench");
     let open = || ModelFiles::open(&dir);
-    let rows = webtensor::bench::tensor_parallel::run(
+    let rows = webtensor_llm::bench::tensor_parallel::run(
         &open,
         &[BackendKind::Cpu],
         &[1, 2, 4],
@@ -279,7 +279,7 @@ fn the_bench_reports_decode_speed_and_all_reduce_time_per_tp_size() {
         assert_eq!(r.collective_calls_per_token, Some(calls), "tp {}", r.tp);
         assert!(r.all_reduce_ms_per_token.is_some());
     }
-    let table = webtensor::bench::tensor_parallel::table("split", &rows);
+    let table = webtensor_llm::bench::tensor_parallel::table("split", &rows);
     assert!(table.contains("reduce ms/tok"), "{table}");
     assert_eq!(table.lines().count(), 2 + rows.len(), "{table}");
 }

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde_json::Value;
 
 use super::{declared_body, post};
-use crate::common::serve::{start, start_args, Server};
+use crate::server::{start, start_args, Server};
 
 /// The samples of a Prometheus text exposition (format 0.0.4) by series (`name{labels}`),
 /// checked on the way: every line is a comment or `name{labels} value` with a number, every

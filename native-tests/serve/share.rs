@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::{declared_body, post};
-use crate::common::serve::{start_args, Server};
+use crate::server::{start_args, Server};
 
 /// Tokens per block of the server's paged pool (`scheduler.rs`).
 const BLOCK: u64 = 16;

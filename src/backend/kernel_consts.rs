@@ -171,7 +171,7 @@ pub(crate) fn check_kernels_read(backend: BackendKind, dtype: DType) -> Result<(
 /// legacy `Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL`), a group of 32 values with every scale and minimum
 /// applied: their products there take f32 activations only (no int8 kernels yet), which the
 /// engine picks for them (`ActivationMode::for_weight_on`).
-pub(crate) fn wgpu_decodes_groups(format: DType) -> bool {
+pub fn wgpu_decodes_groups(format: DType) -> bool {
     crate::quant::kquants::is_super_block(format)
         || matches!(
             format,

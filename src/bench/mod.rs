@@ -11,16 +11,8 @@
 pub mod cases;
 pub mod ceilings;
 pub mod clock;
-#[cfg(not(target_arch = "wasm32"))]
-pub mod html;
 pub mod merge;
-// Prefill/decode timing of whole models (native only: the command-line tool's `--model`).
-#[cfg(not(target_arch = "wasm32"))]
-pub mod model;
-// Decode speed of a model split over several devices (`--model --tp`), native only.
 pub mod report;
-#[cfg(not(target_arch = "wasm32"))]
-pub mod tensor_parallel;
 mod timing;
 
 use serde::{Deserialize, Serialize};

@@ -12,9 +12,8 @@ use js_sys::{Object, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::ReadableStreamDefaultReader;
-use webtensor::model::gguf;
-use webtensor::model::weights::StoredDType;
-use webtensor::BackendKind;
+use webtensor_llm::gguf;
+use webtensor_llm::weights;
 
 use crate::device::Device;
 use crate::error::{js_error, to_js_object};
@@ -25,8 +24,6 @@ const FIRST_PREFIX: usize = 1 << 20;
 const MAX_PREFIX: usize = 64 << 20;
 /// wasm32's address space: the most a page's wasm memory can grow to.
 const WASM32_MEMORY: f64 = 4.0 * (1u64 << 30) as f64;
-/// The GGUF name of the embedding table, uploaded as f32 to WebGPU.
-const EMBEDDING: &str = "token_embd.weight";
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &'static str = r#"
@@ -114,32 +111,21 @@ async fn estimate(device: &Device, url: &str) -> Result<Option<MemoryEstimate>, 
     };
     let (gguf, file_len) = gguf;
     let inner = &device.inner;
-    let on_host = matches!(inner.info().kind, BackendKind::Cpu | BackendKind::Reference);
-    let mut device_bytes = 0u64;
+    let keep = weights::keeps_packed(inner);
     let mut largest = (String::new(), 0u64);
+    let mut layers_bytes = 0u64;
     for (name, t) in &gguf.tensors {
-        let stored = t.range.len() as u64;
-        // The host backends keep the embedding table and bf16 weights as stored; WebGPU gets
-        // them widened to f32.
-        let bytes = if name == EMBEDDING && !on_host {
-            t.shape.iter().product::<usize>() as u64 * 4
-        } else if t.dtype == StoredDType::BF16 && !on_host {
-            // Kept as bf16 on the host backends, widened to f32 for WebGPU.
-            stored * 2
-        } else {
-            stored
-        };
-        device_bytes += bytes;
+        let bytes = weights::loaded_bytes(name, t, keep);
+        if weights::is_layer_tensor(name) {
+            layers_bytes = layers_bytes.saturating_add(bytes);
+        }
         if bytes > largest.1 {
             largest = (name.clone(), bytes);
         }
     }
-    // Tied embeddings: the output projection is the embedding table again, as stored.
-    if !gguf.tensors.contains_key("output.weight") {
-        if let Some(t) = gguf.tensors.get(EMBEDDING) {
-            device_bytes += t.range.len() as u64;
-        }
-    }
+    let outside =
+        weights::outside_layers_bytes(gguf.tensors.iter().map(|(n, t)| (n.as_str(), t)), keep);
+    let device_bytes = layers_bytes.saturating_add(outside);
     let limit = |name: &str| {
         let limits = inner.info().limits;
         limits.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
@@ -154,7 +140,7 @@ async fn estimate(device: &Device, url: &str) -> Result<Option<MemoryEstimate>, 
     let device_memory = inner.memory_available();
     // The download stays in wasm memory while the weights are made: on the cpu backend
     // they are a second copy there, on a GPU one tensor at a time passes through.
-    let page_bytes = file_len as u64 + if on_host { device_bytes } else { largest.1 };
+    let page_bytes = file_len as u64 + if keep { device_bytes } else { largest.1 };
     let page_memory = page_memory_left();
     let reason = if let Some(l) = device_buffer_limit.filter(|&l| largest.1 > l) {
         Some(format!(

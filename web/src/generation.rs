@@ -1,5 +1,5 @@
 //! A generation as JavaScript sees it: the page's side of the shared generation loop
-//! (`webtensor::model::generate::run_async`). Pieces of text go to a `Generation` object
+//! (`webtensor_llm::generate::run_async`). Pieces of text go to a `Generation` object
 //! (web/js/generation.js) that is both a promise of the statistics and an async iterator of
 //! the pieces; between steps the loop yields to the event loop, so the page repaints and a
 //! stop request (`Model.stop()`, `generation.stop()`, leaving a `for await` loop, or an
@@ -11,7 +11,7 @@ use std::rc::Rc;
 use js_sys::{Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
 use webtensor::bench::clock::pause;
-use webtensor::model::generate::{Checkpoint, GenerationStats, Observer};
+use webtensor_llm::generate::{Checkpoint, GenerationStats, Observer};
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_GENERATION: &'static str = r#"

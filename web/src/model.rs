@@ -16,9 +16,9 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 use webtensor::bench::clock::pause;
 
-use webtensor::model::files::{folder_shards, FolderTexts, INDEX};
-use webtensor::model::generate::{self, Pacing, PromptChunks};
-use webtensor::model::{
+use webtensor_llm::files::{folder_shards, FolderTexts, INDEX};
+use webtensor_llm::generate::{self, Pacing, PromptChunks};
+use webtensor_llm::{
     builtin, ChatMessage, FileBytes, Llama, ModelFiles, PromptCache, Sampling, Tokenizer,
 };
 
