@@ -55,7 +55,8 @@ pub struct Model {
 /// What a [`Model`] holds; shared with its running generation.
 struct Inner {
     llama: Llama,
-    tokenizer: Tokenizer,
+    /// `None` for a file without a vocabulary: it runs token ids (`Model.eval`), not text.
+    tokenizer: Option<Tokenizer>,
     name: String,
     /// The stop flag of the current generation.
     stop: RefCell<Rc<Cell<bool>>>,
@@ -297,7 +298,8 @@ impl Model {
     /// renders ChatML).
     #[wasm_bindgen(getter, js_name = chatTemplate)]
     pub fn chat_template(&self) -> Option<String> {
-        self.inner.tokenizer.chat_template().map(|t| t.text.clone())
+        let tokenizer = self.inner.tokenizer.as_ref()?;
+        tokenizer.chat_template().map(|t| t.text.clone())
     }
 
     /// Generates up to `options.maxTokens` tokens after `prompt`. The answer is a
@@ -346,12 +348,37 @@ impl Model {
             })?;
             Ok((
                 js(generate::chat_prompt(
-                    &inner.tokenizer,
+                    inner.tokenizer()?,
                     &messages,
                     inner.llama.config.context_len(),
                 ))?,
                 true,
             ))
+        })
+    }
+
+    /// Every position's logits for the token ids `ids`, as `webtensor eval` prints them: a
+    /// `Float32Array` of `ids.length × vocab_size` values, row by row. It runs on a fresh
+    /// cache (the keys and values kept for the next generation stay as they are), so the
+    /// answer depends on `ids` alone: for checking a model against another implementation's
+    /// logits. Works for a model without a tokenizer too.
+    #[wasm_bindgen(unchecked_return_type = "Promise<Float32Array>")]
+    pub fn eval(&self, ids: Vec<u32>) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            if ids.is_empty() {
+                return Err(js_error("eval: no token ids"));
+            }
+            if inner.busy.replace(true) {
+                return Err(js_error(
+                    "eval: this model is already generating; stop it or wait for it",
+                ));
+            }
+            let _guard = BusyGuard(&inner.busy);
+            let mut cache = js(inner.llama.new_cache(ids.len()))?;
+            let logits = js(inner.llama.forward(&ids, &mut cache))?;
+            let values = js(logits.to_vec_async::<f32>().await)?;
+            Ok(js_sys::Float32Array::from(values.as_slice()).into())
         })
     }
 
@@ -400,11 +427,7 @@ impl Model {
         progress: Option<&Function>,
         signal: &JsValue,
     ) -> Result<Model, JsValue> {
-        let tokenizer = files.tokenizer.clone().ok_or_else(|| {
-            js_error(format!(
-                "{name}: the model has no tokenizer (tokenizer.json or GGUF vocabulary)"
-            ))
-        })?;
+        let tokenizer = files.tokenizer.clone();
         report(progress, "upload", 0.0, 1.0);
         // Let the page show the phase before the (synchronous) upload.
         pause().await;
@@ -473,6 +496,17 @@ impl Model {
 }
 
 impl Inner {
+    /// The model's tokenizer, or the error that says it has none.
+    fn tokenizer(&self) -> Result<&Tokenizer, JsValue> {
+        self.tokenizer.as_ref().ok_or_else(|| {
+            js_error(format!(
+                "{}: the model has no tokenizer (tokenizer.json or GGUF vocabulary), so it \
+                 cannot take text; Model.eval runs token ids",
+                self.name
+            ))
+        })
+    }
+
     /// Generates after `prompt` (a rendered chat template when `chat`).
     async fn run(
         &self,
@@ -481,12 +515,8 @@ impl Inner {
         options: &GenerateOptions,
         observer: &mut PageObserver,
     ) -> Result<GenerationStats, JsValue> {
-        let ids = js(generate::prompt_ids(
-            &self.llama,
-            &self.tokenizer,
-            prompt,
-            chat,
-        ))?;
+        let tokenizer = self.tokenizer()?;
+        let ids = js(generate::prompt_ids(&self.llama, tokenizer, prompt, chat))?;
         let sampling = Sampling {
             temperature: options.temperature,
             top_k: options.top_k,
@@ -501,7 +531,7 @@ impl Inner {
         let mut cache = self.prompt_cache.take();
         let s = js(generate::run_async(
             &self.llama,
-            &self.tokenizer,
+            tokenizer,
             ids,
             &mut cache,
             options.max_tokens,

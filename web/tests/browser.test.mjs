@@ -1,12 +1,13 @@
-// The browser tests: the conformance subset on WebGPU and cpu against the reference, the demo
+// The browser tests: the conformance subset on WebGPU and cpu against the reference, files
+// written by llama.cpp's quantizer against llama.cpp's logits, the demo
 // page generating with the built-in model (screenshot kept), a long generation on WebGPU
 // against the cpu backend's, Model.chat over a chat template, the cpu fallback without
 // WebGPU, and the benchmark tab's report. Run by scripts/test.sh after web/build.sh.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { ARTIFACTS, IN_CI, launch, startServer } from "./harness.mjs";
+import { ARTIFACTS, IN_CI, ROOT, launch, startServer } from "./harness.mjs";
 
 let server;
 before(async () => {
@@ -116,6 +117,54 @@ test("models load from a picked folder and from URLs, with typed errors", { time
     throw e;
   } finally {
     await browser.close();
+  }
+});
+
+/// RMS distance between two equal-length arrays.
+const rms = (a, b) => Math.sqrt(a.reduce((s, v, i) => s + (v - b[i]) ** 2, 0) / a.length);
+
+test("GGUF files from llama.cpp's quantizer (Q4_K_M with Q6_K, IQ4_NL) give llama.cpp's logits on WebGPU and the wasm cpu", { timeout: 300_000 }, async (t) => {
+  const dir = path.join(ROOT, "native-tests/fixtures/llama_cpp_kquants");
+  const floats = (file) => {
+    const b = readFileSync(path.join(dir, file));
+    return Array.from(new Float32Array(b.buffer, b.byteOffset, b.length / 4));
+  };
+  for (const backend of ["cpu", "wgpu"]) {
+    const browser = await launch({ webgpu: true });
+    try {
+      if (backend === "wgpu" && (await webgpuReason(browser.page, t))) continue;
+      await browser.page.goto(`${server.url}tests/blank.html`);
+      for (const mix of ["q4_k_m", "iq4_nl"]) {
+        const file = `tiny.${mix}.gguf`;
+        const manifest = JSON.parse(readFileSync(path.join(dir, `${file}.json`), "utf8"));
+        const r = await browser.page.evaluate(
+          async ({ backend, file, prompt }) => {
+            const wt = await import("/pkg/webtensor.js");
+            await wt.default();
+            const dev = await wt.createDevice(backend);
+            const model = await wt.Model.fromUrl(dev, `/tests/kquants/${file}`);
+            const noText = await model.generate("x").then(() => "resolved", (e) => e.message);
+            return { backend: dev.backend, logits: Array.from(await model.eval(prompt)), noText };
+          },
+          { backend, file, prompt: manifest.prompt },
+        );
+        assert.equal(r.backend, backend);
+        const llamaCpp = floats(`${file}.llama_cpp.f32`);
+        assert.equal(r.logits.length, llamaCpp.length, `${file}: one row of logits per prompt token`);
+        // As natively (native-tests/llama_cpp_agreement.rs): within 1.5x of the distance
+        // llama.cpp's own logits keep from a float64 forward over gguf-py's values.
+        const spread = rms(llamaCpp, floats(`${file}.logits.f32`));
+        const err = rms(r.logits, llamaCpp);
+        t.diagnostic(`${file} on ${backend}: ${err.toExponential(2)} from llama.cpp (llama.cpp ${spread.toExponential(2)} from float64)`);
+        assert.ok(spread > 0 && err <= 1.5 * spread, `${file} on ${backend}: ${err} from llama.cpp's logits, bound ${1.5 * spread}`);
+        assert.match(r.noText, /no tokenizer/);
+      }
+    } catch (e) {
+      console.error(browser.logs.join("\n"));
+      throw e;
+    } finally {
+      await browser.close();
+    }
   }
 });
 

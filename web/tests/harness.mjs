@@ -83,6 +83,11 @@ export async function launch({ webgpu, extraFlags = [] }) {
     if (model) {
       return route.fulfill({ status: 200, contentType: "application/octet-stream", headers, body: readFileSync(path.join(ROOT, "assets/tiny-kjv", model[1])) });
     }
+    // Files llama.cpp's own quantizer wrote (native-tests/fixtures/llama_cpp_kquants).
+    const kquant = name.match(/^kquants\/(tiny\.[\w]+\.gguf)$/);
+    if (kquant) {
+      return route.fulfill({ status: 200, contentType: "application/octet-stream", headers, body: readFileSync(path.join(ROOT, "native-tests/fixtures/llama_cpp_kquants", kquant[1])) });
+    }
     if (!/^[\w-]+\.js$/.test(name)) return route.fulfill({ status: 404, body: "" });
     return route.fulfill({ status: 200, contentType: "text/javascript", headers, body: readFileSync(path.join(ROOT, "web/tests", name)) });
   });
