@@ -60,9 +60,17 @@ pub fn bench_model(
     let peer: Option<&dyn Fn(usize, usize) -> Result<bench::model::PeerSample, Error>> =
         with_llama_cpp.then_some(&llama_cpp);
     let tokens = (prompt_tokens, decode_tokens);
-    let rows = bench::model::run(&open, &backends, tokens, activations, runs, peer, |step| {
-        eprintln!("{step}")
-    })?;
+    let options = webtensor::BackendOptions::from_env()?;
+    let rows = bench::model::run(
+        &open,
+        &backends,
+        tokens,
+        activations,
+        &options,
+        runs,
+        peer,
+        |step| eprintln!("{step}"),
+    )?;
     let tp_rows = if tp.is_empty() {
         Vec::new()
     } else {
@@ -166,6 +174,7 @@ pub fn bench(
         ops,
         size,
         runs: runs as usize,
+        options: webtensor::BackendOptions::from_env()?,
         ..BenchConfig::default()
     };
     let bar = if std::io::stderr().is_terminal() {
