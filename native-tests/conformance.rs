@@ -7,7 +7,14 @@
 //! wgpu::` runs one backend. A missing wgpu adapter fails in CI and is skipped elsewhere; the
 //! `cuda::` rows run wherever a CUDA device is present and print why they skipped otherwise
 //! (`WEBTENSOR_REQUIRE_CUDA=1` turns the skip into a failure on a GPU machine).
-//! Set `WEBTENSOR_CPU_SIMD=scalar|avx2|avx512` to run the cpu rows on one SIMD path.
+//!
+//! The kernel variants chosen by [`BackendOptions`] run here too, each on a device of its own
+//! started with those options, which first asserts that the options took effect (the
+//! backend's `info().variants`, or its SIMD level): the cpu rows once per forced SIMD path
+//! (`cpu_scalar::`, `cpu_avx2::`, `cpu_avx512::`; a path this CPU lacks prints why it skips),
+//! and the wgpu products, norms and attention with each portable fallback and with the
+//! row-team (GPU) shape forced (`wgpu_f16_off::`, `wgpu_int_dot_off::`, `wgpu_texels_off::`,
+//! `wgpu_row_teams::`, `wgpu_row_teams_workgroup::`, `wgpu_row_teams_untiled::`).
 
 mod common;
 #[path = "conformance/formats.rs"]
@@ -23,6 +30,8 @@ use fused::{
     linear_residual, norm_linear, norm_linear_into, norm_linear_rope, norm_linears_into,
     norm_swiglu_linear, paged_attention, shared_rounding, swiglu_linear,
 };
+use webtensor::backend::cpu::SimdLevel;
+use webtensor::backend::{BackendOptions, Switch};
 use webtensor::ops::{self, Activations, RopeLayout, SampleParams};
 use webtensor::{DType, Device, Tensor};
 
@@ -1442,6 +1451,107 @@ fn scan_many_channels(dev: &Device) {
     });
 }
 
+/// A cpu device whose kernels run on `level`, checked in its `info`, or `None` (with a
+/// printed reason) where this CPU lacks the level.
+fn cpu_simd(level: SimdLevel) -> Option<Device> {
+    if !level.is_supported() {
+        eprintln!("skipping: this CPU cannot run {level}");
+        return None;
+    }
+    let mut options = BackendOptions::default();
+    options.cpu.simd = Some(level);
+    let dev = Device::with_options("cpu", options).unwrap();
+    let simd = dev.info().simd;
+    assert_eq!(
+        simd.as_deref(),
+        Some(level.name()),
+        "the cpu backend's SIMD level"
+    );
+    Some(dev)
+}
+
+/// A wgpu device started with the options `set` makes, after asserting that the kernel
+/// variants `on` are in effect and `off` are not (`info().variants`).
+fn wgpu_variant(
+    set: impl FnOnce(&mut BackendOptions),
+    on: &[&str],
+    off: &[&str],
+) -> Option<Device> {
+    let mut options = BackendOptions::default();
+    set(&mut options);
+    let dev = common::wgpu_with(options.clone())?;
+    assert_eq!(dev.options(), &options);
+    let variants = dev.info().variants;
+    for v in on {
+        assert!(
+            variants.iter().any(|x| x == v),
+            "{v} must be on: {variants:?}"
+        );
+    }
+    for v in off {
+        assert!(
+            !variants.iter().any(|x| x == v),
+            "{v} must be off: {variants:?}"
+        );
+    }
+    Some(dev)
+}
+
+/// Each option that turns a kernel variant off changes what the backend runs, here: a variant
+/// the default device has is gone from the device with the option, and the row-team shape
+/// follows `row_teams` both ways. (The variant tests below assert the same of their devices;
+/// this one also fails when an option is ignored on an adapter where it matters.)
+#[test]
+fn wgpu_options_change_the_kernel_variants() {
+    let Some(default) = common::wgpu() else {
+        return;
+    };
+    let has = |d: &Device, v: &str| d.info().variants.iter().any(|x| x == v);
+    type Set = fn(&mut BackendOptions);
+    let cases: [(&str, Set); 4] = [
+        ("shader_f16", |o| o.wgpu.shader_f16 = false),
+        ("int_dot", |o| o.wgpu.int_dot = false),
+        ("weight_texels", |o| o.wgpu.weight_texels = false),
+        ("profile", |o| o.wgpu.profile = true),
+    ];
+    let mut changed = 0;
+    for (variant, set) in cases {
+        let mut options = BackendOptions::default();
+        set(&mut options);
+        let dev = common::wgpu_with(options).unwrap();
+        if variant == "profile" {
+            // On only where the adapter has timestamp queries; never on by default.
+            assert!(!has(&default, variant));
+            changed += has(&dev, variant) as usize;
+        } else if has(&default, variant) {
+            assert!(!has(&dev, variant), "{variant} stayed on");
+            changed += 1;
+        }
+    }
+    for teams in [Switch::On, Switch::Off] {
+        let mut options = BackendOptions::default();
+        options.wgpu.row_teams = teams;
+        let dev = common::wgpu_with(options).unwrap();
+        assert_eq!(
+            has(&dev, "row_teams"),
+            teams == Switch::On,
+            "row_teams {teams:?}"
+        );
+    }
+    eprintln!("{changed} options changed a variant the default device has");
+}
+
+/// One test per op and variant: `$name::$op` runs `$op` on the device `$device` gives.
+macro_rules! variant {
+    ($name:ident, $device:expr, [$($op:ident),* $(,)?]) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            $( #[test] fn $op() { if let Some(d) = $device { super::$op(&d) } } )*
+        }
+    };
+}
+
 macro_rules! matrix {
     ($($op:ident),* $(,)?) => {
         mod cpu {
@@ -1453,8 +1563,104 @@ macro_rules! matrix {
         mod cuda {
             $( #[test] fn $op() { if let Some(d) = super::common::cuda() { super::$op(&d) } } )*
         }
+        // The cpu rows once per SIMD path.
+        variant!(cpu_scalar, cpu_simd(SimdLevel::Scalar), [$($op),*]);
+        variant!(cpu_avx2, cpu_simd(SimdLevel::Avx2), [$($op),*]);
+        variant!(cpu_avx512, cpu_simd(SimdLevel::Avx512), [$($op),*]);
     };
 }
+
+// The wgpu f16 products for adapters without shader-f16 (`unpack2x16float`).
+variant!(
+    wgpu_f16_off,
+    wgpu_variant(|o| o.wgpu.shader_f16 = false, &[], &["shader_f16"]),
+    [qmatmul, kquant_products, legacy_products]
+);
+
+// The int8-activation decode products with `idot4` written out, for platforms without WGSL's
+// dot4I8Packed (every native one has it).
+variant!(
+    wgpu_int_dot_off,
+    wgpu_variant(|o| o.wgpu.int_dot = false, &[], &["int_dot"]),
+    [qmatmul, linear_residual, swiglu_linear]
+);
+
+// On CPU adapters (the lanes shape) a Q4_0 decode product reads the texel copy the backend
+// keeps of uploaded Q4_0 tensors (`mv_pairs_texels`); without one (a tensor made on the
+// device, or too large for a texture) it reads the storage words (`mv_pairs_lanes`), as here.
+variant!(
+    wgpu_texels_off,
+    wgpu_variant(|o| o.wgpu.weight_texels = false, &[], &["weight_texels"]),
+    [
+        qmatmul,
+        linear_residual,
+        swiglu_linear,
+        norm_linear,
+        norm_linear_rope,
+        norm_linear_into,
+        norm_linears_into,
+        norm_swiglu_linear,
+    ]
+);
+
+// The decode matvecs' GPU shape (row teams) on any adapter (a software one's default is one
+// lane per rows): reduced with subgroupAdd where the adapter has subgroups, with the GPU
+// kernels of the RMS norm and of attention (a workgroup per row, per query and head). Only
+// with row teams does the decode product round its int8 activations itself, with the norm and
+// the rope folded in (the `norm_` rows; the lanes shape norms them in its own rounding
+// dispatch, `quantize_acts_normed`), and prefill products with packed weights run the tiled
+// `mm_tiled` (with the fused ops' epilogues).
+variant!(
+    wgpu_row_teams,
+    wgpu_variant(
+        |o| o.wgpu.row_teams = Switch::On,
+        &["row_teams"],
+        &["weight_texels"]
+    ),
+    [
+        qmatmul,
+        kquant_products,
+        legacy_products,
+        matmul,
+        linear_residual,
+        swiglu_linear,
+        norm_linear,
+        norm_linear_rope,
+        norm_linear_into,
+        norm_linears_into,
+        norm_swiglu_linear,
+        rms_norm,
+        paged_attention,
+    ]
+);
+
+// Row teams reduced through workgroup memory.
+variant!(
+    wgpu_row_teams_workgroup,
+    wgpu_variant(
+        |o| {
+            o.wgpu.row_teams = Switch::On;
+            o.wgpu.subgroups = false;
+        },
+        &["row_teams"],
+        &["subgroups"]
+    ),
+    [qmatmul, kquant_products, legacy_products, matmul]
+);
+
+// Row teams with prefill products through the row-dot kernel instead of the tiles.
+variant!(
+    wgpu_row_teams_untiled,
+    wgpu_variant(
+        |o| {
+            o.wgpu.row_teams = Switch::On;
+            o.wgpu.tiled_prefill = false;
+        },
+        &["row_teams"],
+        &["tiled_prefill"]
+    ),
+    [qmatmul, kquant_products, legacy_products, linear_residual]
+);
 
 matrix!(
     unary,

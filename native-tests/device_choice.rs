@@ -36,6 +36,7 @@ fn config_file_gives_a_priority_list() {
 }
 
 /// The only test that touches the process environment, so no other test races with it.
+/// (`Device::cpu` and the builder read no variable, so the other tests are unaffected.)
 #[test]
 fn environment_overrides_the_priority_list() {
     std::env::set_var(BACKEND_ENV, "reference, cpu");
@@ -44,6 +45,24 @@ fn environment_overrides_the_priority_list() {
     assert_eq!(Device::auto().unwrap().backend_name(), "reference");
     std::env::set_var(BACKEND_ENV, "tpu");
     assert!(matches!(Device::auto(), Err(Error::UnknownBackend { .. })));
+    std::env::remove_var(BACKEND_ENV);
+    // The options' overrides are read by `auto` too; a bad value names the variable and the
+    // values it takes.
+    std::env::set_var(BACKEND_ENV, "cpu");
+    std::env::set_var("WEBTENSOR_CPU_SIMD", "scalar");
+    assert_eq!(
+        Device::auto().unwrap().info().simd.as_deref(),
+        Some("scalar")
+    );
+    std::env::set_var("WEBTENSOR_CPU_SIMD", "sse9");
+    let err = Device::auto().unwrap_err();
+    assert!(matches!(err, Error::Config { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("WEBTENSOR_CPU_SIMD") && text.contains("avx512"),
+        "{text}"
+    );
+    std::env::remove_var("WEBTENSOR_CPU_SIMD");
     std::env::remove_var(BACKEND_ENV);
 }
 
@@ -152,4 +171,53 @@ fn wgpu_falls_back_to_cpu_and_back() {
         1e-5,
     );
     assert_eq!(dev.fallbacks()[0].to, BackendKind::Cpu);
+}
+
+/// Options set on the builder reach the backend it starts, which lists them in its `info`;
+/// devices with the same options share a backend, and the defaults are the shared instance
+/// `Device::cpu` uses.
+#[test]
+fn options_reach_the_backend_they_start() {
+    use webtensor::backend::cpu::SimdLevel;
+    use webtensor::backend::BackendOptions;
+    let mut options = BackendOptions::default();
+    options.cpu.simd = Some(SimdLevel::Scalar);
+    let scalar = Device::builder()
+        .priority(vec![BackendKind::Cpu])
+        .options(options.clone())
+        .build()
+        .unwrap();
+    assert_eq!(scalar.options(), &options);
+    let info = scalar.info();
+    assert_eq!(info.simd.as_deref(), Some("scalar"));
+    assert!(
+        info.options.contains(&("cpu.simd".into(), "scalar".into())),
+        "{:?}",
+        info.options
+    );
+    let plain = Device::cpu();
+    assert_eq!(plain.options(), &BackendOptions::default());
+    assert!(
+        plain
+            .info()
+            .options
+            .contains(&("cpu.simd".into(), "auto".into())),
+        "{:?}",
+        plain.info().options
+    );
+    // Scalar and detected products agree (the option changed the kernels, not the results).
+    let mut r = rng(9);
+    let (a, b) = (uniform(&mut r, 6 * 70, 1.0), uniform(&mut r, 70 * 5, 1.0));
+    let product = |d: &Device| {
+        ops::matmul(&tensor(d, &a, &[6, 70]), &tensor(d, &b, &[70, 5]))
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+    };
+    assert_close("scalar matmul", &product(&scalar), &product(&plain), 1e-5);
+    // Options in JSON (as `createDevice` takes them) name an unknown key.
+    let err = serde_json::from_str::<BackendOptions>(r#"{"cpu": {"smid": "avx2"}}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("smid"), "{err}");
 }

@@ -178,14 +178,26 @@ fn greedy_decode(model: &Llama, prompt: &[u32], steps: usize) -> (Vec<f32>, Vec<
 /// forward; the greedy ids are the cpu backend's.
 #[test]
 fn wgpu_runs_every_llama_cpp_mix() {
-    let Some(gpu) = common::wgpu() else {
-        return;
-    };
+    if let Some(gpu) = common::wgpu() {
+        every_llama_cpp_mix(&gpu);
+    }
+}
+
+/// [`wgpu_runs_every_llama_cpp_mix`] on the row-team (GPU) shapes, forced on any adapter:
+/// prefill tiles, decode teams.
+#[test]
+fn wgpu_row_teams_run_every_llama_cpp_mix() {
+    if let Some(gpu) = common::wgpu_with(common::row_teams()) {
+        every_llama_cpp_mix(&gpu);
+    }
+}
+
+fn every_llama_cpp_mix(gpu: &webtensor::Device) {
     for mix in llama_cpp_mixes() {
         let (path, name) = (&mix.path, &mix.name);
         let prompt = mix.prompt();
         let steps = 6;
-        let model = Llama::load(&gpu, ModelFiles::open(path).unwrap()).unwrap();
+        let model = Llama::load(gpu, ModelFiles::open(path).unwrap()).unwrap();
         assert_eq!(model.activations(), ActivationMode::Integer);
         let path_text = model.activation_path();
         for tensor in mix.manifest["tensors"].as_object().unwrap().values() {

@@ -1,24 +1,22 @@
-//! The wgpu backend's per-kernel GPU timestamp profiler (`WEBTENSOR_WGPU_PROFILE=1`): after a
+//! The wgpu backend's per-kernel GPU timestamp profiler (the option `wgpu.profile`): after a
 //! few known ops, the profile names each of their kernels with its dispatch count and a
 //! positive GPU time, and each submit's span covers its kernels. On a CPU adapter it also
 //! shows that a Q4_0 decode product read its weights' texel copy.
-//!
-//! The variable is read when the wgpu backend starts, once per process, so this binary holds
-//! one test that sets it before anything starts a backend.
 
 mod common;
 
 use common::{assert_close, reference, rng, tensor, uniform};
-use webtensor::backend::webgpu::{PROFILE_ENV, WEIGHT_TEXELS_ENV};
-use webtensor::backend::DeviceClass;
+use webtensor::backend::{BackendOptions, DeviceClass};
 use webtensor::ops::{self, Activations};
 use webtensor::DType;
 
 #[test]
 fn profiler_times_each_kernel() {
-    // Before any backend starts (one test in this binary: nothing else reads the environment).
-    std::env::set_var(PROFILE_ENV, "1");
-    let Some(gpu) = common::wgpu() else { return };
+    let mut options = BackendOptions::default();
+    options.wgpu.profile = true;
+    let Some(gpu) = common::wgpu_with(options) else {
+        return;
+    };
     let info = gpu.info();
     if !info.features.iter().any(|f| f == "timestamp-query") {
         // The profiler must say why it is off, and measure nothing.
@@ -88,7 +86,7 @@ fn profiler_times_each_kernel() {
         1e-3,
     );
     let texels = info.reductions.contains("texels");
-    if info.class == DeviceClass::Software && std::env::var_os(WEIGHT_TEXELS_ENV).is_none() {
+    if info.class == DeviceClass::Software {
         assert!(
             texels,
             "a CPU adapter reads Q4_0 weights as texels: {}",

@@ -1,14 +1,13 @@
 //! Tensors larger than one storage binding on wgpu (issue 12): with the backend's binding
-//! limit forced down to 32 KiB (`WEBTENSOR_WGPU_MAX_BINDING`), weights and embedding tables
+//! limit forced down to 32 KiB (the option `wgpu.max_binding`), weights and embedding tables
 //! far larger than that are read one row range per binding, and every product and gather
 //! against them matches the reference backend, as do models (a Llama, a Gemma 3) whose
 //! embedding and tied LM head are larger than one binding, prompt and decode steps (the
 //! K-quants' products too); the fused decode ops with
 //! such a weight or KV pool run their composition. Ops that cannot be split still refuse such
-//! a tensor with a typed error.
-//!
-//! The limit is read when the wgpu backend starts, once per process, so this binary holds one
-//! test that sets it before anything starts a backend.
+//! a tensor with a typed error. The same runs on the adapter's own kernel shape and with the
+//! row-team (GPU) shape forced, whose products with weights beyond one binding run through
+//! the tiles.
 
 mod common;
 
@@ -234,9 +233,19 @@ fn model(gpu: &Device, arch: &str) {
 
 #[test]
 fn tensors_beyond_one_binding_are_read_in_row_ranges() {
-    // Before any backend starts (one test in this binary: nothing else reads the environment).
-    std::env::set_var("WEBTENSOR_WGPU_MAX_BINDING", CAP.to_string());
-    let Some(gpu) = common::wgpu() else { return };
+    beyond_one_binding(webtensor::BackendOptions::default());
+}
+
+#[test]
+fn tensors_beyond_one_binding_are_read_in_row_ranges_by_row_teams() {
+    beyond_one_binding(common::row_teams());
+}
+
+fn beyond_one_binding(mut options: webtensor::BackendOptions) {
+    options.wgpu.max_binding = Some(CAP);
+    let Some(gpu) = common::wgpu_with(options) else {
+        return;
+    };
     let limit = gpu
         .info()
         .limits

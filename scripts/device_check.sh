@@ -224,10 +224,10 @@ fi
 step 150 .dev/conformance --test-threads 8 wgpu::
 step 150 .dev/conformance --test-threads 8 cuda::
 step 60 .dev/cuda_kernels
-# Decode against single steps on wgpu (replayed steps) and cuda (replayed as CUDA graphs, then
-# run as ops), and what cuda reports about its graphs and fused kernels.
-step 120 .dev/engine --test-threads 4 decode::
-WEBTENSOR_CUDA_GRAPHS=off step 90 .dev/engine --test-threads 4 decode::
+# Decode against single steps on wgpu (replayed steps) and cuda (replayed as CUDA graphs, and
+# on a device with the option cuda.graphs = false run as ops, in the same run), and what cuda
+# reports about its graphs and fused kernels.
+step 150 .dev/engine --test-threads 4 decode::
 .dev/webtensor info | grep -A16 '^cuda'
 # The most valuable timing next: our decode against llama.cpp's on the same card.
 peer_compare

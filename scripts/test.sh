@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs webtensor's checks: formatting, clippy, and every test (the conformance matrix on cpu
-# and on wgpu, where wgpu must find an adapter: Mesa's lavapipe on machines without a GPU),
-# then the cpu rows of the matrix once per forced SIMD path, then the browser: web/pkg built and
-# tested in headless Chromium with WebGPU through SwiftShader (a missing adapter fails), the npm
-# package in a throwaway Vite app, and the .d.ts checked by tsc.
+# and on wgpu, where wgpu must find an adapter: Mesa's lavapipe on machines without a GPU; the
+# kernel variants, each on a device started with its options), then the row-team kernels on
+# SwiftShader, then the browser: web/pkg built and tested in headless Chromium with WebGPU
+# through SwiftShader (a missing adapter fails), the npm package in a throwaway Vite app, and
+# the .d.ts checked by tsc.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,61 +28,22 @@ python3 scripts/import_circles.py --max 9
 python3 scripts/import_circles.py llm --max 4
 cargo test
 
-# The matrix's cpu rows again on each SIMD path this machine has (unsupported ones fall back).
-for level in scalar avx2 avx512; do
-  echo "== cpu conformance with WEBTENSOR_CPU_SIMD=$level"
-  WEBTENSOR_CPU_SIMD=$level cargo test --test conformance cpu::
-done
-
-# The wgpu f16 path for adapters without shader-f16 (lavapipe has it, so force the fallback).
-echo "== wgpu f16 products with WEBTENSOR_WGPU_F16=off (unpack2x16float path)"
-WEBTENSOR_WGPU_F16=off cargo test --test conformance -- wgpu::qmatmul wgpu::kquant_products wgpu::legacy_products
-
-# The int8-activation decode products with `idot4` written out, for platforms without WGSL's
-# dot4I8Packed (every native one has it).
-echo "== wgpu int8-activation products with WEBTENSOR_WGPU_INT_DOT=off (portable idot4)"
-WEBTENSOR_WGPU_INT_DOT=off cargo test --test conformance -- wgpu::qmatmul wgpu::linear_residual wgpu::swiglu_linear
-
-# On CPU adapters (the lanes shape) a Q4_0 decode product reads the texel copy the backend
-# keeps of uploaded Q4_0 tensors (`mv_pairs_texels`); without one (a tensor made on the device,
-# or too large for a texture) it reads the storage words (`mv_pairs_lanes`), as here.
-echo "== wgpu Q4_0 decode products from storage words (WEBTENSOR_WGPU_WEIGHT_TEXELS=off)"
-WEBTENSOR_WGPU_WEIGHT_TEXELS=off cargo test --test conformance -- wgpu::qmatmul wgpu::linear_residual wgpu::swiglu_linear wgpu::norm_
-
-# The decode matvecs' GPU shape (row teams) on lavapipe, whose default is one lane per rows:
-# reduced with subgroupAdd, then with workgroup memory; with it the GPU kernels of the RMS
-# norm and of attention (a workgroup per row, per query and head) instead of the lanes' ones.
-# Only with row teams does the decode product round its int8 activations itself, with the
-# norm and the rope folded in (the `wgpu::norm_` rows; the lanes shape norms them in its own
-# rounding dispatch, `quantize_acts_normed`). With row teams, prefill products with
-# packed weights run the tiled `mm_tiled` (with the fused ops' epilogues), or with
-# WEBTENSOR_WGPU_TILED_PREFILL=off the row-dot kernel; and weights beyond one binding, bound
-# in row ranges, through the tiles.
-echo "== wgpu row teams (WEBTENSOR_WGPU_ROW_TEAMS=on), with and without subgroups and tiles"
-WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test conformance -- wgpu::qmatmul wgpu::kquant_products wgpu::legacy_products wgpu::matmul wgpu::linear_residual wgpu::swiglu_linear wgpu::norm_ wgpu::rms_norm wgpu::paged_attention
-WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_SUBGROUPS=off cargo test --test conformance -- wgpu::qmatmul wgpu::kquant_products wgpu::legacy_products wgpu::matmul
-WEBTENSOR_WGPU_ROW_TEAMS=on WEBTENSOR_WGPU_TILED_PREFILL=off cargo test --test conformance -- wgpu::qmatmul wgpu::kquant_products wgpu::legacy_products wgpu::linear_residual
-WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test wgpu_split
-# The engine on the GPU shapes: a layer's gate and up weights uploaded together and multiplied
-# in one dispatch, decode steps recorded once and replayed, against the reference and single
-# steps, attention split over the keys of a wide cache (past 256 columns; the lanes shape
-# splits past 64, in the plain run above).
-WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test engine
-# llama.cpp's mixes (Q4_K_M, Q5_K_M, Q3_K_M, Q2_K, IQ4_XS, Q4_1, Q5_0, Q5_1, IQ4_NL) on the
-# row-team shapes: prefill
-# tiles, decode teams.
-WEBTENSOR_WGPU_ROW_TEAMS=on cargo test --test llama_cpp_agreement wgpu_runs_every_llama_cpp_mix
 # Subgroup teams take four rows per subgroup: lavapipe's subgroups of 8 give 32 rows per
 # workgroup, SwiftShader's (Chromium's Vulkan ICD) subgroups of 4 give 64, as a GPU's of 32 give 8.
+# The adapter is chosen per process (VK_ICD_FILENAMES), so this is the one extra pass: the
+# row-team products (`wgpu_row_teams::`, a device started with the option wgpu.row_teams = on)
+# and attention's lanes kernel, with its heads per lane a pipeline constant, on the adapter
+# headless Chromium uses. Every other kernel variant (the cpu SIMD paths, the wgpu fallbacks
+# and row-team shapes on lavapipe) runs in the plain `cargo test` above, each on a device
+# started with its options (native-tests/conformance.rs, wgpu_split.rs, engine.rs,
+# llama_cpp_agreement.rs).
 swiftshader=/usr/lib/chromium/vk_swiftshader_icd.json
 [ -f "$swiftshader" ] || { echo "no SwiftShader ICD at $swiftshader: run scripts/setup.sh" >&2; exit 1; }
-echo "== wgpu row teams on SwiftShader (subgroups of 4)"
-VK_ICD_FILENAMES="$swiftshader" WEBTENSOR_WGPU_ROW_TEAMS=on \
-  cargo test --test conformance -- wgpu::qmatmul wgpu::kquant_products wgpu::legacy_products wgpu::matmul wgpu::linear_residual wgpu::swiglu_linear
-# Attention's lanes kernel on the adapter headless Chromium uses (SIMD groups of 4, not
-# lavapipe's 8), with its heads per lane a pipeline constant.
-echo "== wgpu attention on SwiftShader (the lanes shape)"
-VK_ICD_FILENAMES="$swiftshader" cargo test --test conformance -- wgpu::paged_attention
+echo "== wgpu row teams and attention on SwiftShader (subgroups of 4)"
+VK_ICD_FILENAMES="$swiftshader" cargo test --test conformance -- \
+  wgpu_row_teams::qmatmul wgpu_row_teams::kquant_products wgpu_row_teams::legacy_products \
+  wgpu_row_teams::matmul wgpu_row_teams::linear_residual wgpu_row_teams::swiglu_linear \
+  wgpu::paged_attention
 
 # The host's side of a GPU decode on wgpu's noop device (cargo feature wgpu-noop), which runs no
 # kernel: bench --model's host cost per token and per dispatch, and the replayed step.

@@ -11,6 +11,11 @@
 //! in the working directory, else the default `cuda, wgpu, cpu`. With the default list a
 //! software GPU adapter (lavapipe, SwiftShader, WARP) ranks below `cpu`, because it is slower;
 //! naming `wgpu` explicitly picks it anyway.
+//!
+//! Each backend starts with [`BackendOptions`] (set with [`DeviceBuilder::options`] or
+//! [`Device::with_options`]): the typed switches of its kernel variants. [`Device::auto`]
+//! takes the defaults with the environment's overrides ([`BackendOptions::from_env`]); the
+//! other constructors take exactly the options they are given.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -18,7 +23,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{
-    registry, BackendInfo, BackendKind, BackendRef, CapturedStep, DeviceClass, OpKind, OpSpec,
+    registry, BackendInfo, BackendKind, BackendOptions, BackendRef, CapturedStep, DeviceClass,
+    OpKind, OpSpec,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -84,40 +90,69 @@ struct DeviceInner {
     disabled: Vec<(BackendKind, OpKind)>,
     fallbacks: Mutex<BTreeMap<(OpKind, BackendKind, BackendKind), u64>>,
     memory_limit: Option<u64>,
+    options: BackendOptions,
 }
 
 impl Device {
-    /// The best available backend by the priority list (see the module docs).
+    /// The best available backend by the priority list (see the module docs), with the
+    /// default options overridden by the environment ([`BackendOptions::from_env`]).
     pub fn auto() -> Result<Device> {
         let (priority, source) = priority_from_environment()?;
-        Device::builder().priority(priority).source(source).build()
+        Device::builder()
+            .priority(priority)
+            .source(source)
+            .options(BackendOptions::from_env()?)
+            .build()
     }
 
     /// [`Device::auto`] for the browser: the wgpu backend's adapter and device can only be
     /// requested asynchronously there, so this starts the backends of the priority list
     /// without blocking, then builds the device the same way. Natively it is `auto`.
     pub async fn auto_async() -> Result<Device> {
+        Device::auto_async_with(BackendOptions::from_env()?).await
+    }
+
+    /// [`Device::auto_async`] with `options` (the environment is not read for them).
+    pub async fn auto_async_with(options: BackendOptions) -> Result<Device> {
         let (priority, source) = priority_from_environment()?;
-        registry::start_async(&priority).await;
-        Device::builder().priority(priority).source(source).build()
+        registry::start_async_with(&priority, &options).await;
+        Device::builder()
+            .priority(priority)
+            .source(source)
+            .options(options)
+            .build()
     }
 
     /// [`Device::new`] for the browser (see [`Device::auto_async`]).
     pub async fn new_async(name: &str) -> Result<Device> {
-        registry::start_async(&[BackendKind::parse(name)?]).await;
-        Device::new(name)
+        Device::with_options_async(name, BackendOptions::default()).await
+    }
+
+    /// [`Device::with_options`] for the browser (see [`Device::auto_async`]).
+    pub async fn with_options_async(name: &str, options: BackendOptions) -> Result<Device> {
+        registry::start_async_with(&[BackendKind::parse(name)?], &options).await;
+        Device::with_options(name, options)
     }
 
     /// The named backend as primary (`"wgpu"`, `"cpu"`, `"cuda"`, `"reference"`), with `cpu`
     /// and then `reference` as fallbacks; an error says why the named one is not available. A
-    /// software adapter is accepted when named.
+    /// software adapter is accepted when named. The backends run with the default options.
     pub fn new(name: &str) -> Result<Device> {
+        Device::with_options(name, BackendOptions::default())
+    }
+
+    /// [`Device::new`] with the backends started with `options`.
+    pub fn with_options(name: &str, options: BackendOptions) -> Result<Device> {
         let kind = BackendKind::parse(name)?;
         let mut priority = vec![kind];
         if kind != BackendKind::Cpu && kind != BackendKind::Reference {
             priority.push(BackendKind::Cpu);
         }
-        Device::builder().priority(priority).strict(true).build()
+        Device::builder()
+            .priority(priority)
+            .strict(true)
+            .options(options)
+            .build()
     }
 
     /// The cpu backend; always available.
@@ -172,6 +207,11 @@ impl Device {
         self.primary().info()
     }
 
+    /// The options the device's backends were started with.
+    pub fn options(&self) -> &BackendOptions {
+        &self.inner.options
+    }
+
     /// Why each backend was or was not chosen.
     pub fn decisions(&self) -> &[Decision] {
         &self.inner.decisions
@@ -205,8 +245,8 @@ impl Device {
     }
 
     /// The primary backend's cumulative GPU time per kernel, where it measures it (see
-    /// [`crate::backend::Backend::kernel_profile`]): the wgpu backend with
-    /// `WEBTENSOR_WGPU_PROFILE=1`. Covers work already submitted: call after a download or
+    /// [`crate::backend::Backend::kernel_profile`]): the wgpu backend with the option
+    /// `wgpu.profile`. Covers work already submitted: call after a download or
     /// [`Device::synchronize`].
     pub fn kernel_profile(&self) -> Option<crate::backend::KernelProfile> {
         self.primary().kernel_profile()
@@ -317,6 +357,7 @@ pub struct DeviceBuilder {
     strict: bool,
     memory_limit: Option<u64>,
     separate: bool,
+    options: BackendOptions,
 }
 
 impl DeviceBuilder {
@@ -344,11 +385,19 @@ impl DeviceBuilder {
 
     /// Starts a GPU backend of its own for this device rather than sharing the process-wide
     /// one: a separate logical device on the same adapter, with its own queue and memory.
-    /// Tensor parallelism ([`crate::model::Llama::load_parallel`]) uses such devices to split
+    /// Tensor parallelism (`webtensor_llm::Llama::load_parallel`) uses such devices to split
     /// a model over one adapter (lavapipe gives as many as asked for, so tests run it for
     /// real). Host backends (cpu, reference) have no device to separate and are shared.
     pub fn separate(mut self, separate: bool) -> Self {
         self.separate = separate;
+        self
+    }
+
+    /// The options the backends start with (default: [`BackendOptions::default`]; the
+    /// environment is not read here, see [`BackendOptions::from_env`]). Each backend reads
+    /// its own part; backends are shared between devices with the same options.
+    pub fn options(mut self, options: BackendOptions) -> Self {
+        self.options = options;
         self
     }
 
@@ -384,9 +433,9 @@ impl DeviceBuilder {
         let mut failures = Vec::new();
         for (i, &kind) in priority.iter().enumerate() {
             let probe = if self.separate {
-                registry::start_separate(kind)
+                registry::start_separate(kind, &self.options)
             } else {
-                registry::get(kind)
+                registry::get_with(kind, &self.options)
             };
             match probe {
                 Ok(backend) => {
@@ -472,6 +521,7 @@ impl DeviceBuilder {
                 disabled: self.disabled,
                 fallbacks: Mutex::new(BTreeMap::new()),
                 memory_limit: self.memory_limit,
+                options: self.options,
             }),
         })
     }

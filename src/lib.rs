@@ -44,7 +44,7 @@ pub mod quant;
 pub mod shape;
 pub mod tensor;
 
-pub use backend::{BackendInfo, BackendKind, OpKind};
+pub use backend::{BackendInfo, BackendKind, BackendOptions, OpKind};
 pub use device::{Device, DeviceBuilder};
 pub use dtype::DType;
 pub use error::{Error, Result, TemplateBound};

@@ -61,11 +61,13 @@ pub fn bench_model(
         &dyn Fn(usize, usize) -> Result<webtensor_llm::bench::model::PeerSample, Error>,
     > = with_llama_cpp.then_some(&llama_cpp);
     let tokens = (prompt_tokens, decode_tokens);
+    let options = webtensor::BackendOptions::from_env()?;
     let rows = webtensor_llm::bench::model::run(
         &open,
         &backends,
         tokens,
         activations,
+        &options,
         runs,
         peer,
         |step| eprintln!("{step}"),
@@ -182,6 +184,7 @@ pub fn bench(
         ops,
         size,
         runs: runs as usize,
+        options: webtensor::BackendOptions::from_env()?,
         ..BenchConfig::default()
     };
     let bar = if std::io::stderr().is_terminal() {

@@ -31,9 +31,11 @@ struct InfoReport {
 }
 
 pub fn info(json: bool) -> Result<(), Error> {
+    // The options `Device::auto` starts the backends with: the environment's overrides.
+    let options = webtensor::BackendOptions::from_env()?;
     let backends = BackendKind::ALL
         .into_iter()
-        .map(|kind| match registry::get(kind) {
+        .map(|kind| match registry::get_with(kind, &options) {
             Ok(b) => BackendStatus {
                 name: kind.name(),
                 present: true,
@@ -115,6 +117,9 @@ fn info_text(report: &InfoReport) -> String {
                 field("reductions", i.reductions.clone());
                 field("prefill", i.prefill.clone());
                 field("profiler", i.profiler.clone());
+                let options: Vec<_> = i.options.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                field("options", options.join(" "));
+                field("variants", i.variants.join(", "));
                 field(
                     "threads",
                     i.threads.map(|t| t.to_string()).unwrap_or_default(),

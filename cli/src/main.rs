@@ -484,7 +484,7 @@ fn load_with_bar(device: &Device, files: ModelFiles) -> Result<Llama, Error> {
 /// Opens the model (or the built-in one) on the chosen device.
 fn load(args: &ModelArgs) -> Result<(Llama, String), Error> {
     let device = match &args.backend {
-        Some(name) => Device::new(name)?,
+        Some(name) => Device::with_options(name, webtensor::BackendOptions::from_env()?)?,
         None => Device::auto()?,
     };
     let (files, name) = match &args.model {

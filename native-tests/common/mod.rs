@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
+use webtensor::backend::{BackendOptions, Switch};
 use webtensor::{Device, Element, Tensor};
 
 /// Whether a missing wgpu adapter is a failure (in CI, or when asked) rather than a skip.
@@ -11,9 +12,36 @@ pub fn wgpu_required() -> bool {
     set("CI") || set("WEBTENSOR_REQUIRE_WGPU")
 }
 
+/// The options of the tests' plain devices ([`wgpu`], [`cpu`]): the defaults, with the
+/// environment's overrides (`BackendOptions::from_env`), so that a run by hand may still put
+/// the whole suite on one variant (`WEBTENSOR_WGPU_F16=off cargo test --test conformance
+/// wgpu::`, as scripts/device_check.sh does on GPU machines). The test suite itself sets no
+/// variable: each variant has tests of its own, on devices started with its options.
+pub fn env_options() -> BackendOptions {
+    BackendOptions::from_env().unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// The wgpu device, or `None` (with a printed reason) where no adapter exists outside CI.
 pub fn wgpu() -> Option<Device> {
-    match Device::new("wgpu") {
+    wgpu_with(env_options())
+}
+
+/// The options that force the wgpu backend's row-team (GPU) shape, whatever the adapter.
+pub fn row_teams() -> BackendOptions {
+    let mut o = BackendOptions::default();
+    o.wgpu.row_teams = Switch::On;
+    o
+}
+
+/// The wgpu devices the engine tests run on: the adapter's own shape, and the row-team (GPU)
+/// shape forced (on a GPU both are the row-team shape).
+pub fn wgpus() -> Vec<Device> {
+    wgpu().into_iter().chain(wgpu_with(row_teams())).collect()
+}
+
+/// A wgpu device whose backend starts with `options`, or `None` as [`wgpu`].
+pub fn wgpu_with(options: BackendOptions) -> Option<Device> {
+    match Device::with_options("wgpu", options) {
         Ok(d) => Some(d),
         Err(e) if wgpu_required() => panic!("the wgpu backend must run in CI, but: {e}"),
         Err(e) => {
@@ -27,7 +55,7 @@ pub fn wgpu() -> Option<Device> {
 /// `cuda` feature, no driver, no GPU). `WEBTENSOR_REQUIRE_CUDA=1` makes absence a failure, for
 /// runs on a GPU machine that must not pass by skipping.
 pub fn cuda() -> Option<Device> {
-    match Device::new("cuda") {
+    match Device::with_options("cuda", env_options()) {
         Ok(d) => Some(d),
         Err(e) if std::env::var("WEBTENSOR_REQUIRE_CUDA").is_ok_and(|v| v == "1") => {
             panic!("WEBTENSOR_REQUIRE_CUDA=1 but the cuda backend is absent: {e}")
@@ -41,7 +69,7 @@ pub fn cuda() -> Option<Device> {
 
 /// The cpu device.
 pub fn cpu() -> Device {
-    Device::cpu()
+    Device::with_options("cpu", env_options()).expect("the cpu backend always starts")
 }
 
 /// The oracle.

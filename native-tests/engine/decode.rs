@@ -1,5 +1,5 @@
 //! Decode steps with their inputs kept on the device: on wgpu, and on cuda (as a CUDA graph,
-//! unless `WEBTENSOR_CUDA_GRAPHS=off`) where a CUDA device is present, the first step is
+//! unless the option `cuda.graphs` is off) where a CUDA device is present, the first step is
 //! recorded and every later one replays it (`KvCache::decode_is_replayed`), and the ids drawn
 //! are those of single steps read back one at a time, across cache blocks, a change of
 //! sampling, and on the cpu backend, which runs the ops. Where a replay cannot stand for a step
@@ -12,20 +12,21 @@ use webtensor_llm::{Sampler, Sampling};
 fn decode_devices() -> Vec<Device> {
     let mut d = devices();
     d.extend(common::cuda());
+    // Decode steps as ops on cuda too, where it is present.
+    let mut options = webtensor::BackendOptions::default();
+    options.cuda.graphs = false;
+    if common::cuda().is_some() {
+        d.extend(Device::with_options("cuda", options).ok());
+    }
     d
 }
 
-/// Whether a decode on `dev` replays its recorded step: on wgpu, and on cuda unless
-/// `WEBTENSOR_CUDA_GRAPHS=off` (or `0`, `false`) runs its steps as ops.
+/// Whether a decode on `dev` replays its recorded step: on wgpu, and on cuda unless its
+/// option `cuda.graphs` is off and it runs its steps as ops.
 fn replays(dev: &Device) -> bool {
     match dev.backend_name() {
         "wgpu" => true,
-        "cuda" => !std::env::var("WEBTENSOR_CUDA_GRAPHS").is_ok_and(|v| {
-            matches!(
-                v.trim().to_ascii_lowercase().as_str(),
-                "off" | "0" | "false"
-            )
-        }),
+        "cuda" => dev.options().cuda.graphs,
         _ => false,
     }
 }

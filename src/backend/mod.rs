@@ -18,6 +18,7 @@ mod host_bytes;
 #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
 pub(crate) mod kernel_consts;
 pub(crate) mod kind;
+pub mod options;
 pub mod reference;
 pub mod registry;
 pub mod spec;
@@ -35,6 +36,7 @@ pub use host_bytes::{HostBytes, SharedBytes};
 #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
 pub use kernel_consts::wgpu_decodes_groups;
 pub use kind::BackendKind;
+pub use options::{BackendOptions, CpuOptions, CudaOptions, SelfCheck, Switch, WgpuOptions};
 pub use spec::{
     Activations, AttentionSpec, BinaryOp, LinearSpec, MatmulSpec, OpKind, OpSpec, PreNorm,
     RopeEpilogue, RopeLayout, SampleParams, ScanOp, UnaryOp,
@@ -246,10 +248,20 @@ pub struct BackendInfo {
     /// for: on, or why it is unavailable; empty when not asked for or not offered.
     #[serde(default)]
     pub profiler: String,
+    /// The options this backend was started with (its own part of [`BackendOptions`]), as
+    /// (`wgpu.row_teams`, `auto`) pairs; empty for the reference, which has none.
+    #[serde(default)]
+    pub options: Vec<(String, String)>,
+    /// The kernel variants in effect, after the options, the adapter's features and the
+    /// self-check (wgpu: `row_teams`, `subgroups`, `shader_f16`, `int_dot`, `tiled_prefill`,
+    /// `weight_texels`, `profile`, each listed when on; cuda: `graphs`); empty for backends
+    /// without such variants. Tests assert an option took effect through it.
+    #[serde(default)]
+    pub variants: Vec<String>,
 }
 
 /// Cumulative GPU time per kernel, measured with timestamp queries around each dispatch
-/// (the wgpu backend with `WEBTENSOR_WGPU_PROFILE=1`): see [`Backend::kernel_profile`].
+/// (the wgpu backend with the option `wgpu.profile`): see [`Backend::kernel_profile`].
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct KernelProfile {
     /// One entry per kernel dispatched since the backend started, sorted by label.
@@ -479,7 +491,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
     }
 
     /// Cumulative GPU time per kernel since the backend started, for backends that measure it
-    /// (the wgpu backend with `WEBTENSOR_WGPU_PROFILE=1` on an adapter with timestamp
+    /// (the wgpu backend with the option `wgpu.profile` on an adapter with timestamp
     /// queries; `bench --model` shows the decode's share per kernel); `None` elsewhere.
     /// Measures only work that has been submitted and read back: call after a download or
     /// [`Backend::synchronize`].

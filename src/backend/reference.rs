@@ -40,6 +40,8 @@ impl HostKernels for ReferenceBackend {
             reductions: String::new(),
             prefill: String::new(),
             profiler: String::new(),
+            options: vec![],
+            variants: vec![],
         }
     }
 

@@ -17,7 +17,7 @@ mod timing;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{registry, BackendInfo, BackendKind, OpKind};
+use crate::backend::{registry, BackendInfo, BackendKind, BackendOptions, OpKind};
 use crate::device::Device;
 use crate::error::{Error, Result};
 pub use ceilings::Ceilings;
@@ -50,6 +50,8 @@ pub struct BenchConfig {
     pub runs: usize,
     /// Minimum duration of one sample in seconds; iterations are chosen to reach it.
     pub min_sample_secs: f64,
+    /// The options the backends run with.
+    pub options: BackendOptions,
 }
 
 impl Default for BenchConfig {
@@ -60,6 +62,7 @@ impl Default for BenchConfig {
             size: Size::Small,
             runs: 5,
             min_sample_secs: 0.02,
+            options: BackendOptions::default(),
         }
     }
 }
@@ -167,6 +170,9 @@ pub struct BenchReport {
     /// Peers timed side by side on the same machines (`benches/peers.py`), if merged in.
     #[serde(default)]
     pub peers: Vec<merge::PeerRow>,
+    /// The options the backends ran with (each backend's `info` lists its own part too).
+    #[serde(default)]
+    pub options: BackendOptions,
 }
 
 /// Runs the benchmark (blocking; see [`run_async`]).
@@ -196,9 +202,11 @@ pub async fn run_async(
         expected.push(c.expected(&reference).await?);
     }
     for &kind in &config.backends {
-        let backend = registry::get(kind).map_err(|reason| crate::Error::BackendUnavailable {
-            backend: kind,
-            reason,
+        let backend = registry::get_with(kind, &config.options).map_err(|reason| {
+            crate::Error::BackendUnavailable {
+                backend: kind,
+                reason,
+            }
         })?;
         progress(step, total, &format!("{kind}: ceilings"));
         clock::pause().await;
@@ -207,6 +215,7 @@ pub async fn run_async(
         let device = Device::builder()
             .priority(vec![kind])
             .strict(true)
+            .options(config.options.clone())
             .build()?;
         for (case, want) in cases.iter().zip(&expected) {
             progress(step, total, &format!("{kind}: {} {}", case.op, case.label));
@@ -227,5 +236,6 @@ pub async fn run_async(
         backends,
         rows,
         peers: Vec::new(),
+        options: config.options.clone(),
     })
 }

@@ -31,6 +31,10 @@ pub fn table(report: &BenchReport) -> String {
                 format!(", {}", i.driver)
             }
         );
+        if !i.options.is_empty() {
+            let pairs: Vec<String> = i.options.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let _ = writeln!(out, "          options: {}", pairs.join(" "));
+        }
         let _ = writeln!(
             out,
             "          ceilings: copy {:.2} GB/s{}{}",

@@ -4,7 +4,7 @@
 
 use js_sys::Function;
 use wasm_bindgen::prelude::*;
-use webtensor::backend::registry;
+use webtensor::backend::{registry, BackendOptions};
 use webtensor::bench::{self, BenchConfig, BenchReport, Size, SCHEMA_VERSION};
 use webtensor::{BackendKind, OpKind};
 
@@ -22,6 +22,9 @@ pub struct BenchOptions {
     runs: Option<usize>,
     /// Minimum seconds per sample (default 0.02).
     min_sample_secs: Option<f64>,
+    /// The options the backends run with, as `createDevice` takes them (`{ wgpu: { rowTeams:
+    /// "on" } }`); the report lists them (`options`).
+    options: BackendOptions,
 }
 
 /// The names of the op families the benchmark can time.
@@ -58,11 +61,11 @@ pub async fn run_benchmarks(
         None => Ok(vec![BackendKind::Wgpu, BackendKind::Cpu]),
     };
     let wanted = js(wanted)?;
-    registry::start_async(&wanted).await;
+    registry::start_async_with(&wanted, &options.options).await;
     // By default, skip what this browser cannot run (no WebGPU); a named backend must run.
     let backends = wanted
         .into_iter()
-        .filter(|&k| explicit || registry::get(k).is_ok())
+        .filter(|&k| explicit || registry::get_with(k, &options.options).is_ok())
         .collect();
     let ops = options
         .ops
@@ -78,6 +81,7 @@ pub async fn run_benchmarks(
         size: Size::Small,
         runs: options.runs.unwrap_or(defaults.runs),
         min_sample_secs: options.min_sample_secs.unwrap_or(defaults.min_sample_secs),
+        options: options.options.clone(),
     };
     let report = bench::run_async(&config, |done, total, label| {
         if let Some(f) = &progress {

@@ -1,6 +1,7 @@
 //! Devices: choosing a backend in the browser and creating tensors on it.
 
 use wasm_bindgen::prelude::*;
+use webtensor::backend::{BackendOptions, CpuOptions, CudaOptions, WgpuOptions};
 use webtensor::tensor::Element;
 use webtensor::{BackendKind, DType};
 
@@ -30,15 +31,63 @@ pub struct DeviceInfo {
     fallbacks: Vec<webtensor::device::Fallback>,
 }
 
+/// What `createDevice` takes as an object: the backend, and the options of the backends'
+/// kernel variants (the library's `BackendOptions`: every field optional, its default what
+/// webtensor runs unasked). A key that is not one of these is an error naming it.
+#[derive(serde::Deserialize, tsify::Tsify)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceOptions {
+    /// `"auto"` (the default), `"wgpu"`, `"cpu"` or `"reference"`, as `createDevice(name)`.
+    #[serde(default)]
+    backend: Option<String>,
+    /// The wgpu backend's options, e.g. `{ rowTeams: "on", intDot: false }`.
+    #[serde(default)]
+    wgpu: WgpuOptions,
+    /// The cpu backend's options, e.g. `{ simd: "simd128" }`.
+    #[serde(default)]
+    cpu: CpuOptions,
+    /// The cuda backend's options (no cuda backend runs in the browser; accepted and ignored).
+    #[serde(default)]
+    cuda: CudaOptions,
+}
+
+impl DeviceOptions {
+    /// The options from `createDevice`'s argument: a backend's name, or a [`DeviceOptions`]
+    /// object, or nothing.
+    fn from_js(value: &JsValue) -> Result<(Option<String>, BackendOptions), JsValue> {
+        if value.is_undefined() || value.is_null() {
+            return Ok((None, BackendOptions::default()));
+        }
+        if let Some(name) = value.as_string() {
+            return Ok((Some(name), BackendOptions::default()));
+        }
+        let text: String = js_sys::JSON::stringify(value)?.into();
+        let o: DeviceOptions = serde_json::from_str(&text)
+            .map_err(|e| js_error(format!("createDevice: bad options: {e}")))?;
+        let options = BackendOptions {
+            wgpu: o.wgpu,
+            cpu: o.cpu,
+            cuda: o.cuda,
+        };
+        Ok((o.backend, options))
+    }
+}
+
 /// Creates a device. Without a name (or with `"auto"`) it takes the best available backend
 /// by the default priority (a hardware WebGPU adapter, else `cpu`); with `"wgpu"`, `"cpu"` or
 /// `"reference"` it takes that one and rejects with the reason when it is not available here
-/// (for example when the browser has no WebGPU).
+/// (for example when the browser has no WebGPU). Instead of a name it takes an options object,
+/// `{ backend: "wgpu", wgpu: { rowTeams: "on" } }` ([`DeviceOptions`]); `info().info.options`
+/// then lists the options the primary backend runs with.
 #[wasm_bindgen(js_name = createDevice)]
-pub async fn create_device(name: Option<String>) -> Result<Device, JsValue> {
+pub async fn create_device(
+    #[wasm_bindgen(unchecked_optional_param_type = "string | DeviceOptions | null")]
+    options: JsValue,
+) -> Result<Device, JsValue> {
+    let (name, options) = DeviceOptions::from_js(&options)?;
     let inner = match name.as_deref().map(str::trim) {
-        None | Some("") | Some("auto") => webtensor::Device::auto_async().await,
-        Some(name) => webtensor::Device::new_async(name).await,
+        None | Some("") | Some("auto") => webtensor::Device::auto_async_with(options).await,
+        Some(name) => webtensor::Device::with_options_async(name, options).await,
     };
     Ok(Device { inner: js(inner)? })
 }

@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::generate::{decodes_ahead, DecodeBatches, MULTI_STEP};
 use crate::{ActivationMode, Llama, ModelFiles, Sampler, Sampling};
 use webtensor::backend::{
-    registry, BackendKind, BackendRef, DeviceClass, KernelProfile, RecordedWork,
+    registry, BackendKind, BackendOptions, BackendRef, DeviceClass, KernelProfile, RecordedWork,
 };
 use webtensor::bench::clock::thread_cpu_secs;
 use webtensor::bench::{ceilings, Size};
@@ -28,6 +28,8 @@ use webtensor::error::{Error, Result};
 pub struct ModelBenchRow {
     /// The backend.
     pub backend: BackendKind,
+    /// The options it ran with (its own part of [`BackendOptions`], as `info` lists them).
+    pub options: Vec<(String, String)>,
     /// The products the linear layers ran ([`Llama::activation_path`]).
     pub activations: String,
     /// Whether the prompt's logits matched the reference within `tolerance`.
@@ -85,7 +87,7 @@ pub struct ModelBenchRow {
     /// A peer timed on the same file between our samples, if one was asked for.
     pub peer: Option<PeerSamples>,
     /// GPU time per kernel of the last sample's decode, where the backend measures it (the
-    /// wgpu backend with `WEBTENSOR_WGPU_PROFILE=1`).
+    /// wgpu backend with the option `wgpu.profile`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decode_profile: Option<DecodeProfile>,
     /// Why the backend's profiler, though asked for, measured nothing (e.g. an adapter
@@ -211,12 +213,14 @@ fn weight_bytes(files: &ModelFiles) -> u64 {
 /// Times the model `open()` returns on each backend: its logits checked once, then `samples`
 /// timed prompt passes and decodes, each followed by one sample of `peer` (run on the same
 /// file with the same prompt and decode lengths) when given, so that both see the same
-/// machine load.
+/// machine load. The backends run with `options`.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     open: &dyn Fn() -> Result<ModelFiles>,
     backends: &[BackendKind],
     (prompt_tokens, decode_tokens): (usize, usize),
     activations: ActivationMode,
+    options: &BackendOptions,
     samples: usize,
     peer: Option<&dyn Fn(usize, usize) -> Result<PeerSample>>,
     mut progress: impl FnMut(&str),
@@ -235,10 +239,11 @@ pub fn run(
     let mut yardstick: Option<(Vec<f32>, f64)> = None;
     let mut rows = Vec::new();
     for &kind in backends {
-        let backend = registry::get(kind).map_err(|reason| Error::BackendUnavailable {
-            backend: kind,
-            reason,
-        })?;
+        let backend =
+            registry::get_with(kind, options).map_err(|reason| Error::BackendUnavailable {
+                backend: kind,
+                reason,
+            })?;
         let host_only = backend.info().class == DeviceClass::Noop;
         if yardstick.is_none() && !host_only {
             progress("reference logits");
@@ -250,7 +255,10 @@ pub fn run(
         }
         progress(&format!("{kind}: ceilings"));
         let ceilings = ceilings::measure(&backend, Size::Small)?;
-        let device = Device::builder().priority(vec![kind]).build()?;
+        let device = Device::builder()
+            .priority(vec![kind])
+            .options(options.clone())
+            .build()?;
         // This backend's peak alone: not the reference's pass nor the ceilings' buffers.
         let peak_measured = webtensor::memory::reset_peak_resident();
         let mut model = Llama::load(&device, open()?)?;
@@ -266,6 +274,7 @@ pub fn run(
         let max_abs_error = max_difference(&got, want);
         let mut row = ModelBenchRow {
             backend: kind,
+            options: backend.info().options,
             activations: model.activation_path(),
             checked: !host_only && got.len() == want.len() && max_abs_error <= tolerance,
             max_abs_error,
@@ -580,6 +589,10 @@ pub fn table(model: &str, rows: &[ModelBenchRow]) -> String {
         }
         if let Some(note) = &r.profile_note {
             out += &format!("  profiler: {note}\n");
+        }
+        if !r.options.is_empty() {
+            let pairs: Vec<String> = r.options.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            out += &format!("  options: {}\n", pairs.join(" "));
         }
     }
     out

@@ -297,7 +297,7 @@ mod x86 {
     ///
     /// # Safety
     /// As [`super::MicroKernel`] with `mr = 6`, at the Avx2 level (which runtime detection, or
-    /// `WEBTENSOR_CPU_SIMD` checked against it, confirmed).
+    /// the option `cpu.simd` checked against it, confirmed).
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn kernel_avx2(
         a: &[f32],

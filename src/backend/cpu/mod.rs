@@ -2,9 +2,9 @@
 //! loops (AVX-512, AVX2+FMA, NEON, wasm simd128, scalar), chosen at run time.
 //!
 //! Tensors live in host memory as [`Storage::Host`], the same as the reference backend, so
-//! moving a tensor between the two is free. `WEBTENSOR_CPU_SIMD=scalar|avx2|avx512|auto`
-//! forces a SIMD path (an unsupported one falls back to the best available, with a warning),
-//! so every path can be tested on one machine.
+//! moving a tensor between the two is free. The option `cpu.simd` ([`CpuOptions`]) forces a
+//! SIMD path (an unsupported one falls back to the best available, with a warning), so every
+//! path can be tested on one machine.
 
 mod act_quant;
 mod fused;
@@ -26,19 +26,19 @@ use std::sync::Arc;
 pub use simd::SimdLevel;
 
 use super::host::{HostKernels, Plain, ScanView, Weight};
+use super::options::CpuOptions;
 use super::{
     Activations, AttentionSpec, BackendInfo, BackendKind, BinaryOp, DeviceClass, HostData,
     LinearSpec, MatmulSpec, RopeLayout, ScanOp, Storage, UnaryOp,
 };
 use crate::dtype::DType;
 
-/// The environment variable that forces a SIMD level.
-pub const SIMD_ENV: &str = "WEBTENSOR_CPU_SIMD";
-
 /// Multi-threaded SIMD CPU backend.
 #[derive(Debug, Clone)]
 pub struct CpuBackend {
     simd: SimdLevel,
+    /// The options it was started with (`info` shows them).
+    options: CpuOptions,
     /// Interleaved copies of the `Q4_0`/`Q8_0` weights multiplied so far (shared by clones).
     repacked: Arc<repack::RepackCache>,
 }
@@ -50,18 +50,18 @@ impl Default for CpuBackend {
 }
 
 impl CpuBackend {
-    /// The best SIMD level of this CPU, unless `WEBTENSOR_CPU_SIMD` asks for another.
+    /// The best SIMD level of this CPU.
     pub fn new() -> Self {
-        let requested = std::env::var(SIMD_ENV).ok();
-        let level = match requested.as_deref().map(|v| (v, SimdLevel::parse(v))) {
-            None => SimdLevel::detect(),
-            Some((_, Some(level))) => level,
-            Some((value, None)) => {
-                log::warn!("{SIMD_ENV}={value} is not a SIMD level (scalar, avx2, avx512, neon, simd128, auto); detecting");
-                SimdLevel::detect()
-            }
-        };
-        Self::with_simd(level)
+        Self::with_options(&CpuOptions::default())
+    }
+
+    /// A backend with `options`: the SIMD level they ask for (see [`CpuBackend::with_simd`]),
+    /// else the best one.
+    pub fn with_options(options: &CpuOptions) -> Self {
+        CpuBackend {
+            options: options.clone(),
+            ..Self::with_simd(options.simd.unwrap_or_else(SimdLevel::detect))
+        }
     }
 
     /// A backend on the given SIMD level, or the best available one if this CPU lacks it.
@@ -75,6 +75,7 @@ impl CpuBackend {
         };
         CpuBackend {
             simd,
+            options: CpuOptions { simd: Some(level) },
             repacked: Arc::default(),
         }
     }
@@ -129,6 +130,8 @@ impl HostKernels for CpuBackend {
             reductions: String::new(),
             prefill: String::new(),
             profiler: String::new(),
+            options: self.options.pairs(),
+            variants: vec![],
         }
     }
 

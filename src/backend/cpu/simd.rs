@@ -1,14 +1,18 @@
 //! Explicit SIMD kernels with runtime dispatch: the inner loops of matmul.
 //!
-//! [`SimdLevel`] is detected once when the backend starts (or forced with
-//! `WEBTENSOR_CPU_SIMD`, so every path can be tested on one machine). Each kernel has a scalar
+//! [`SimdLevel`] is detected once when the backend starts (or forced with the option
+//! `cpu.simd`, so every path can be tested on one machine). Each kernel has a scalar
 //! version that defines it and vector versions that must agree with it; tails shorter than a
 //! vector fall back to scalar code.
 
 use std::fmt;
 
 /// The instruction set the cpu backend's kernels use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+#[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
 pub enum SimdLevel {
     /// Plain Rust: works everywhere.
     Scalar,
@@ -66,7 +70,7 @@ impl SimdLevel {
         family(self) == family(other)
     }
 
-    /// Parses a `WEBTENSOR_CPU_SIMD` value (`auto` means detect).
+    /// Parses a level's name (`auto` means detect), as `WEBTENSOR_CPU_SIMD` gives it.
     pub fn parse(name: &str) -> Option<SimdLevel> {
         match name.trim().to_ascii_lowercase().as_str() {
             "auto" | "" => Some(SimdLevel::detect()),
@@ -79,7 +83,7 @@ impl SimdLevel {
         }
     }
 
-    /// The name used in `WEBTENSOR_CPU_SIMD` and `webtensor info`.
+    /// The name used in the options, `WEBTENSOR_CPU_SIMD` and `webtensor info`.
     pub fn name(self) -> &'static str {
         match self {
             SimdLevel::Scalar => "scalar",

@@ -23,11 +23,11 @@
 //!   nothing is copied from host memory, and a replay in flight is unaffected by the next
 //!   one's count (stream order).
 //!
-//! `WEBTENSOR_CUDA_GRAPHS=off` (read once) turns graphs off: `begin_capture` declines, and
-//! every step runs as ops, exactly as without this file.
+//! The option `cuda.graphs = false` ([`crate::backend::CudaOptions`]) turns graphs off:
+//! `begin_capture` declines, and every step runs as ops, exactly as without this file.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
@@ -37,24 +37,6 @@ use cudarc::driver::{
 };
 
 use super::launcher::{Arg, BLOCK};
-
-/// Whether decode steps may be replayed as CUDA graphs: not when `WEBTENSOR_CUDA_GRAPHS` is
-/// `off` (or `0`, `false`), read once per process.
-pub(super) fn enabled() -> bool {
-    static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| switch_on(std::env::var("WEBTENSOR_CUDA_GRAPHS").ok().as_deref()))
-}
-
-/// Whether the value of `WEBTENSOR_CUDA_GRAPHS` leaves graphs on: anything but `off`, `0` and
-/// `false` (any case), unset included.
-fn switch_on(value: Option<&str>) -> bool {
-    !value.is_some_and(|v| {
-        matches!(
-            v.trim().to_ascii_lowercase().as_str(),
-            "off" | "0" | "false"
-        )
-    })
-}
 
 /// Device memory of a tensor, and how many [`Pin`]s hold it besides its tensors' handles.
 pub(super) struct Mem {
@@ -324,20 +306,4 @@ fn queue(
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::switch_on;
-
-    #[test]
-    fn graphs_are_on_unless_switched_off() {
-        assert!(switch_on(None));
-        assert!(switch_on(Some("on")));
-        assert!(switch_on(Some("")));
-        assert!(!switch_on(Some("off")));
-        assert!(!switch_on(Some(" OFF ")));
-        assert!(!switch_on(Some("0")));
-        assert!(!switch_on(Some("false")));
-    }
 }

@@ -12,7 +12,7 @@
 //! * Tensors live in [`CudaBuffer`]s. Work is queued on one stream; [`Backend::download`] and
 //!   [`Backend::synchronize`] wait for it.
 //! * A decode step is recorded once and replayed for every later token as a CUDA graph
-//!   ([`graph`]; `WEBTENSOR_CUDA_GRAPHS=off` turns that off).
+//!   ([`graph`]; the option `cuda.graphs = false` turns that off).
 //! * Freed memory stays in the device's stream-ordered pool (its release threshold is
 //!   raised at start), so the temporaries of one token are the next one's without the driver
 //!   mapping memory again.
@@ -35,7 +35,8 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DevicePtr};
 use cudarc::nvrtc::Ptx;
 
 use crate::backend::{
-    Backend, BackendInfo, BackendKind, CapturedStep, DeviceClass, HostData, OpKind, OpSpec, Storage,
+    Backend, BackendInfo, BackendKind, CapturedStep, CudaOptions, DeviceClass, HostData, OpKind,
+    OpSpec, Storage,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -94,6 +95,8 @@ pub struct CudaBackend {
     stream: Arc<CudaStream>,
     functions: HashMap<&'static str, CudaFunction>,
     info: BackendInfo,
+    /// Whether decode steps are replayed as CUDA graphs ([`CudaOptions::graphs`]).
+    graphs: bool,
     /// The capture in progress, if any ([`graph::CaptureLog`]).
     capture: Mutex<Option<graph::CaptureLog>>,
     /// Whether `capture` holds one: checked before taking its lock, so work queued with no
@@ -112,7 +115,7 @@ impl fmt::Debug for CudaBackend {
 impl CudaBackend {
     /// Starts the backend on CUDA device 0 and compiles the kernels. `Err` says in words why
     /// CUDA is not usable here (no driver, no device, no NVRTC, a kernel that failed to build).
-    pub fn new() -> std::result::Result<Self, String> {
+    pub fn new(options: &CudaOptions) -> std::result::Result<Self, String> {
         // SAFETY: only tries to dlopen the driver library.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             return Err("no CUDA driver library (libcuda.so) on this machine".into());
@@ -127,7 +130,7 @@ impl CudaBackend {
         }
         // cudarc panics when a symbol it expects is missing from an old driver: report that
         // as the reason instead of unwinding into the caller.
-        std::panic::catch_unwind(Self::start).unwrap_or_else(|p| {
+        std::panic::catch_unwind(|| Self::start(options)).unwrap_or_else(|p| {
             let what = p
                 .downcast_ref::<String>()
                 .cloned()
@@ -137,7 +140,7 @@ impl CudaBackend {
         })
     }
 
-    fn start() -> std::result::Result<Self, String> {
+    fn start(options: &CudaOptions) -> std::result::Result<Self, String> {
         let count = CudaContext::device_count().map_err(|e| format!("CUDA: {e:?}"))?;
         if count < 1 {
             return Err("the CUDA driver reports no device".into());
@@ -187,7 +190,7 @@ impl CudaBackend {
             api: "CUDA".into(),
             features: [format!("sm_{major}{minor}"), format!("nvrtc {arch}")]
                 .into_iter()
-                .chain(decode_features(graph::enabled(), &pool))
+                .chain(decode_features(options.graphs, &pool))
                 .collect(),
             limits: vec![
                 ("total_memory".into(), total_mem),
@@ -200,12 +203,19 @@ impl CudaBackend {
             reductions: String::new(),
             prefill: String::new(),
             profiler: String::new(),
+            options: options.pairs(),
+            variants: if options.graphs {
+                vec!["graphs".into()]
+            } else {
+                vec![]
+            },
         };
         Ok(CudaBackend {
             ctx,
             stream,
             functions,
             info,
+            graphs: options.graphs,
             capture: Mutex::new(None),
             capturing: AtomicBool::new(false),
         })
@@ -336,7 +346,7 @@ impl CudaBackend {
 }
 
 /// What `webtensor info` lists of the decode path besides the architecture: whether decode
-/// steps are replayed as CUDA graphs (`graphs` is [`graph::enabled`]), that the fused decode
+/// steps are replayed as CUDA graphs (`graphs`: [`CudaOptions::graphs`]), that the fused decode
 /// ops run as kernels (at the sizes `launch::fused::runs_fused` takes), and whether the memory
 /// pool keeps freed memory (`pool`, from [`keep_freed_memory`]).
 fn decode_features(graphs: bool, pool: &std::result::Result<(), String>) -> Vec<String> {
@@ -344,7 +354,7 @@ fn decode_features(graphs: bool, pool: &std::result::Result<(), String>) -> Vec<
         if graphs {
             "cuda graphs: decode steps replayed".into()
         } else {
-            "cuda graphs off (WEBTENSOR_CUDA_GRAPHS=off): decode steps run as ops".into()
+            "cuda graphs off (option cuda.graphs = false): decode steps run as ops".into()
         },
         format!(
             "fused decode kernels ({})",
@@ -523,9 +533,9 @@ impl Backend for CudaBackend {
     }
 
     /// Starts logging the step's launches and copies (`graph.rs`); `false` with graphs off
-    /// (`WEBTENSOR_CUDA_GRAPHS=off`) or a capture already open.
+    /// (the option `cuda.graphs = false`) or a capture already open.
     fn begin_capture(&self) -> bool {
-        if !graph::enabled() {
+        if !self.graphs {
             return false;
         }
         let mut capture = self.capture.lock().unwrap_or_else(|e| e.into_inner());
@@ -593,7 +603,7 @@ mod tests {
         assert!(on.contains("fused decode kernels"), "{on}");
         assert!(on.contains("memory pool keeps freed memory"), "{on}");
         let off = decode_features(false, &Err("no stream-ordered allocator".into())).join(", ");
-        assert!(off.contains("WEBTENSOR_CUDA_GRAPHS=off"), "{off}");
+        assert!(off.contains("cuda.graphs = false"), "{off}");
         assert!(off.contains("no stream-ordered allocator"), "{off}");
     }
 }

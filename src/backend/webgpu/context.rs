@@ -8,7 +8,8 @@
 use std::sync::{Arc, Mutex};
 
 use super::selfcheck::Verdict;
-use crate::backend::{BackendInfo, BackendKind, DeviceClass};
+use crate::backend::options::MIN_MAX_BINDING;
+use crate::backend::{BackendInfo, BackendKind, DeviceClass, Switch, WgpuOptions};
 
 /// What kind of error wgpu reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -69,76 +70,49 @@ pub(crate) struct GpuContext {
     /// The device's limits: the adapter's own.
     pub(crate) limits: wgpu::Limits,
     pub(crate) errors: ErrorSink,
+    /// The options the backend was started with.
+    pub(crate) options: WgpuOptions,
     /// Whether f16 kernels use the `shader-f16` WGSL extension (present on the device and not
-    /// turned off with [`F16_ENV`]) rather than `unpack2x16float` on u32 storage.
+    /// turned off with [`WgpuOptions::shader_f16`]) rather than `unpack2x16float` on u32
+    /// storage.
     pub(crate) native_f16: bool,
     /// Whether the row-dot kernels (`mv`) split each row across a team of lanes (GPUs) or give
-    /// each lane whole rows (adapters that run shaders on CPU cores); [`ROW_TEAMS_ENV`] forces
-    /// either.
+    /// each lane whole rows (adapters that run shaders on CPU cores); [`WgpuOptions::row_teams`]
+    /// forces either.
     pub(crate) row_teams: bool,
     /// Whether row teams reduce with `subgroupAdd`: the device has subgroups and
-    /// [`SUBGROUPS_ENV`] does not turn them off. Otherwise through workgroup memory.
+    /// [`WgpuOptions::subgroups`] does not turn them off. Otherwise through workgroup memory.
     pub(crate) subgroups: bool,
     /// Whether the int8-activation products take their 4-byte dot products with WGSL's
     /// `dot4I8Packed` (`shaders/dot4/builtin.wgsl`): the platform offers the
-    /// packed_4x8_integer_dot_product language feature and [`INT_DOT_ENV`] does not turn it
-    /// off. Otherwise `shaders/dot4/portable.wgsl` writes them out.
+    /// packed_4x8_integer_dot_product language feature and [`WgpuOptions::int_dot`] does not
+    /// turn it off. Otherwise `shaders/dot4/portable.wgsl` writes them out.
     pub(crate) int_dot: bool,
     /// Whether prefill products with packed weights may run the tiled kernel `mm_tiled` on
-    /// GPUs ([`TILED_PREFILL_ENV`] does not turn it off).
+    /// GPUs ([`WgpuOptions::tiled_prefill`] does not turn it off).
     pub(crate) tiled_prefill: bool,
     /// Whether uploaded Q4_0 tensors also get a texel copy for the decode products
-    /// (`texels.rs`): on the lanes shape, unless [`WEIGHT_TEXELS_ENV`] turns it off.
+    /// (`texels.rs`): on the lanes shape, unless [`WgpuOptions::weight_texels`] turns it off.
     pub(crate) weight_texels: bool,
     /// The self-check's verdicts on the variants, where they ran.
     pub(crate) subgroups_check: Option<Verdict>,
     pub(crate) f16_check: Option<Verdict>,
     pub(crate) int_dot_check: Option<Verdict>,
     pub(crate) tiled_prefill_check: Option<Verdict>,
-    /// Whether dispatches are timed ([`PROFILE_ENV`]).
+    /// Whether dispatches are timed ([`WgpuOptions::profile`]).
     pub(crate) profiling: Profiling,
 }
 
 /// Whether the backend times each dispatch with timestamp queries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Profiling {
-    /// Not asked for ([`PROFILE_ENV`] unset): no query sets, no readbacks.
+    /// Not asked for ([`WgpuOptions::profile`] off): no query sets, no readbacks.
     Off,
     /// Asked for, and the device has `timestamp-query`.
     On,
     /// Asked for but not possible here, and why.
     Unavailable(String),
 }
-
-/// Set to `1` to time every dispatch with GPU timestamp queries and total the times per
-/// kernel (`bench --model` prints them for the decode; `Backend::kernel_profile`). Needs the
-/// adapter's `timestamp-query` feature, and a native build: the timestamps are read back with
-/// a blocking wait after each submit, which a browser cannot do. Slows submits down; off by
-/// default.
-pub const PROFILE_ENV: &str = "WEBTENSOR_WGPU_PROFILE";
-
-/// Set to `off` to make the wgpu backend reduce through workgroup memory even where the adapter
-/// has subgroups (how the tests cover both reductions on one machine).
-pub const SUBGROUPS_ENV: &str = "WEBTENSOR_WGPU_SUBGROUPS";
-
-/// Set to `off` to make the int8-activation products write out their 4-byte dot products
-/// even where WGSL's `dot4I8Packed` is available (how the tests cover both on one machine).
-pub const INT_DOT_ENV: &str = "WEBTENSOR_WGPU_INT_DOT";
-
-/// Set to `off` to run prefill products with packed weights through the row-dot kernel `mv`
-/// (four activation rows per pass over the weights) instead of the tiled `mm_tiled` (64) on
-/// GPUs: to compare the two on one card, or to work around a driver that miscompiles one.
-pub const TILED_PREFILL_ENV: &str = "WEBTENSOR_WGPU_TILED_PREFILL";
-
-/// Set to `off` to keep uploaded Q4_0 tensors in storage buffers only on CPU adapters (the
-/// lanes shape), where they otherwise also get a texel copy that the decode products read
-/// about 30% faster (`texels.rs`) at the cost of that copy's memory: to compare the two, or to
-/// halve the memory of Q4_0 weights.
-pub const WEIGHT_TEXELS_ENV: &str = "WEBTENSOR_WGPU_WEIGHT_TEXELS";
-
-/// `on` or `off`: whether the row-dot kernels use teams of lanes per row, overriding the
-/// adapter's default (teams on GPUs, one lane per rows on software adapters).
-pub const ROW_TEAMS_ENV: &str = "WEBTENSOR_WGPU_ROW_TEAMS";
 
 /// How the row-dot kernels (`mv` in `matvec.wgsl` and `shaders/quant/`) split their work: the
 /// prelude of `shaders/reduce/` they are compiled after.
@@ -185,22 +159,14 @@ pub(crate) fn subgroup_team_rows(max_subgroup_size: u32) -> u32 {
     }
 }
 
-/// A number of bytes: the largest storage binding the backend uses, when smaller than the
-/// adapter's own `max_storage_buffer_binding_size`. Larger tensors are split into row ranges
-/// (`kernels/split.rs`); this is how the tests reach that path on lavapipe, and how a native
-/// run can match a browser's 128 MiB.
-pub const MAX_BINDING_ENV: &str = "WEBTENSOR_WGPU_MAX_BINDING";
-
-/// The smallest binding [`MAX_BINDING_ENV`] may ask for.
-const MIN_BINDING_CAP: u64 = 4096;
-
-/// Set to `off` to make the wgpu backend use its f16 path for adapters without `shader-f16`
-/// even where the adapter has it (how the tests cover both paths on one machine).
-pub const F16_ENV: &str = "WEBTENSOR_WGPU_F16";
-
 impl GpuContext {
-    /// Finds an adapter and opens a device on it. `Err` says why in words.
-    pub(crate) async fn new() -> std::result::Result<Self, String> {
+    /// Finds an adapter and opens a device on it with `options`. `Err` says why in words.
+    pub(crate) async fn new(options: &WgpuOptions) -> std::result::Result<Self, String> {
+        if let Some(cap) = options.max_binding.filter(|&c| c < MIN_MAX_BINDING) {
+            return Err(format!(
+                "the option wgpu.max_binding = {cap}: expected a number of bytes ≥ {MIN_MAX_BINDING}"
+            ));
+        }
         let instance = wgpu::Instance::new(instance_descriptor());
         let power_preference =
             wgpu::PowerPreference::from_env().unwrap_or(wgpu::PowerPreference::HighPerformance);
@@ -234,7 +200,7 @@ impl GpuContext {
         // requires them.
         let mut enabled =
             adapter_features & (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP);
-        let profiling = profiling_from_env(adapter_features);
+        let profiling = profiling(options.profile, adapter_features);
         if profiling == Profiling::On {
             enabled |= wgpu::Features::TIMESTAMP_QUERY;
         }
@@ -269,29 +235,21 @@ impl GpuContext {
             sink.push(GpuFault::Lost, message.trim_end().to_string());
         });
         let mut limits = device.limits();
-        if let Ok(v) = std::env::var(MAX_BINDING_ENV) {
-            let cap = v
-                .parse::<u64>()
-                .ok()
-                .filter(|&c| c >= MIN_BINDING_CAP)
-                .ok_or_else(|| {
-                    format!("{MAX_BINDING_ENV}={v}: expected a number of bytes ≥ {MIN_BINDING_CAP}")
-                })?;
+        if let Some(cap) = options.max_binding {
             limits.max_storage_buffer_binding_size =
                 limits.max_storage_buffer_binding_size.min(cap);
         }
-        let native_f16 = enabled.contains(wgpu::Features::SHADER_F16) && !env_off(F16_ENV);
-        let subgroups = enabled.contains(wgpu::Features::SUBGROUP) && !env_off(SUBGROUPS_ENV);
+        let native_f16 = enabled.contains(wgpu::Features::SHADER_F16) && options.shader_f16;
+        let subgroups = enabled.contains(wgpu::Features::SUBGROUP) && options.subgroups;
         let int_dot = instance
             .wgsl_language_features()
             .contains(wgpu::WgslLanguageFeatures::Packed4x8IntegerDotProduct)
-            && !env_off(INT_DOT_ENV);
-        let tiled_prefill = !env_off(TILED_PREFILL_ENV);
-        let row_teams = match std::env::var(ROW_TEAMS_ENV) {
-            Ok(v) if v.eq_ignore_ascii_case("on") => true,
-            Ok(v) if v.eq_ignore_ascii_case("off") => false,
-            Ok(v) => return Err(format!("{ROW_TEAMS_ENV}={v}: expected `on` or `off`")),
-            Err(_) => matches!(
+            && options.int_dot;
+        let tiled_prefill = options.tiled_prefill;
+        let row_teams = match options.row_teams {
+            Switch::On => true,
+            Switch::Off => false,
+            Switch::Auto => matches!(
                 device_class(&adapter_info),
                 DeviceClass::Gpu | DeviceClass::Noop
             ),
@@ -303,12 +261,13 @@ impl GpuContext {
             adapter_features,
             limits,
             errors,
+            options: options.clone(),
             native_f16,
             row_teams,
             subgroups,
             int_dot,
             tiled_prefill,
-            weight_texels: !row_teams && !env_off(WEIGHT_TEXELS_ENV),
+            weight_texels: !row_teams && options.weight_texels,
             subgroups_check: None,
             f16_check: None,
             int_dot_check: None,
@@ -411,7 +370,7 @@ impl GpuContext {
                 } else if matches!(self.f16_check, Some(Verdict::Demoted(_))) {
                     "unpack2x16float on u32 storage".into()
                 } else if self.adapter_features.contains(wgpu::Features::SHADER_F16) {
-                    format!("unpack2x16float on u32 storage ({F16_ENV}=off)")
+                    "unpack2x16float on u32 storage (option wgpu.shader_f16 = false)".into()
                 } else {
                     "unpack2x16float on u32 storage (no shader-f16 on this adapter)".into()
                 },
@@ -420,16 +379,15 @@ impl GpuContext {
             reductions: with_note(
                 if !self.row_teams {
                     let q4 = if self.weight_texels {
-                        format!(
-                            "16 in a Q4_0 product with int8 activations, its weights read as \
-                             texels ({WEIGHT_TEXELS_ENV}=off: as words)"
-                        )
+                        "16 in a Q4_0 product with int8 activations, its weights read as texels \
+                         (option wgpu.weight_texels = false: as words)"
+                            .to_string()
                     } else {
                         "eight in a Q4_0 decode product".into()
                     };
                     format!(
                         "none: each lane walks whole rows, four at a time, {q4} (the \
-                         software-adapter shape; {ROW_TEAMS_ENV}=on for teams)"
+                         software-adapter shape; option wgpu.row_teams = on for teams)"
                     )
                 } else if self.subgroups {
                     format!(
@@ -439,7 +397,7 @@ impl GpuContext {
                 } else if matches!(self.subgroups_check, Some(Verdict::Demoted(_))) {
                     "workgroup memory".into()
                 } else if self.adapter_features.contains(wgpu::Features::SUBGROUP) {
-                    format!("workgroup memory ({SUBGROUPS_ENV}=off)")
+                    "workgroup memory (option wgpu.subgroups = false)".into()
                 } else {
                     "workgroup memory (no subgroups on this adapter)".into()
                 },
@@ -453,32 +411,35 @@ impl GpuContext {
                 } else if matches!(self.tiled_prefill_check, Some(Verdict::Demoted(_))) {
                     ROW_DOT.into()
                 } else {
-                    format!("{ROW_DOT} ({TILED_PREFILL_ENV}=off)")
+                    format!("{ROW_DOT} (option wgpu.tiled_prefill = false)")
                 },
                 &self.tiled_prefill_check,
             ),
             profiler: match &self.profiling {
                 Profiling::Off => String::new(),
-                Profiling::On => format!("per-kernel GPU timestamps ({PROFILE_ENV}=1)"),
+                Profiling::On => "per-kernel GPU timestamps (option wgpu.profile)".into(),
                 Profiling::Unavailable(why) => format!("unavailable: {why}"),
             },
+            options: self.options.pairs(),
+            variants: [
+                ("row_teams", self.row_teams),
+                ("subgroups", self.row_teams && self.subgroups),
+                ("shader_f16", self.native_f16),
+                ("int_dot", self.int_dot),
+                ("tiled_prefill", self.row_teams && self.tiled_prefill),
+                ("weight_texels", self.weight_texels),
+                ("profile", self.profiling == Profiling::On),
+            ]
+            .into_iter()
+            .filter(|&(_, on)| on)
+            .map(|(name, _)| name.to_string())
+            .collect(),
         }
     }
 }
 
-/// Whether the environment variable `name` is `off` (any case): how the `WEBTENSOR_WGPU_*`
-/// switches turn a capability's kernels off.
-pub(super) fn env_off(name: &str) -> bool {
-    std::env::var(name).is_ok_and(|v| v.eq_ignore_ascii_case("off"))
-}
-
-/// What [`PROFILE_ENV`] asks for on an adapter with `features`: off when unset, empty, `0`,
-/// `off` or `false`.
-fn profiling_from_env(features: wgpu::Features) -> Profiling {
-    let asked = std::env::var(PROFILE_ENV).is_ok_and(|v| {
-        let v = v.trim().to_ascii_lowercase();
-        !matches!(v.as_str(), "" | "0" | "off" | "false")
-    });
+/// What [`WgpuOptions::profile`] (`asked`) gives on an adapter with `features`.
+fn profiling(asked: bool, features: wgpu::Features) -> Profiling {
     if !asked {
         Profiling::Off
     } else if cfg!(target_arch = "wasm32") {

@@ -11,7 +11,7 @@
 //! * `recorder` keeps one open command encoder and the per-batch parameter arena:
 //!   [`Backend::execute`] only records, and work is submitted at [`Backend::download`],
 //!   [`Backend::synchronize`], or when the arena is full.
-//! * `profiler` (`WEBTENSOR_WGPU_PROFILE=1`) times each dispatch with timestamp queries and
+//! * `profiler` (the option `wgpu.profile`) times each dispatch with timestamp queries and
 //!   totals the GPU time per kernel ([`Backend::kernel_profile`]).
 //! * `kernels` turns each [`OpSpec`] into parameters, a kernel and a grid.
 //! * `readback` copies results to the host: blocking natively, as a future in the browser
@@ -43,10 +43,8 @@ mod texels;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-pub use context::{F16_ENV, PROFILE_ENV, ROW_TEAMS_ENV, SUBGROUPS_ENV, WEIGHT_TEXELS_ENV};
 pub use pipelines::{compose_module, shader_modules};
 pub use pool::GpuBuffer;
-pub use selfcheck::SELFCHECK_ENV;
 
 use self::context::{GpuContext, GpuFault};
 use self::kernels::{Encoder, Operand};
@@ -58,7 +56,7 @@ use self::shared_rounding::SharedRounding;
 use self::texels::WeightTexels;
 use crate::backend::{
     Activations, Backend, BackendFuture, BackendInfo, BackendKind, CapturedStep, HostData,
-    KernelProfile, OpKind, OpSpec, RecordedWork, RopeLayout, Storage,
+    KernelProfile, OpKind, OpSpec, RecordedWork, RopeLayout, Storage, WgpuOptions,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -83,15 +81,16 @@ impl fmt::Debug for WgpuBackend {
 }
 
 impl WgpuBackend {
-    /// Starts the backend on the best adapter (blocking). `Err` says in words why no adapter
-    /// or device is available. In the browser, use [`WgpuBackend::new_async`].
-    pub fn new() -> std::result::Result<Self, String> {
+    /// Starts the backend on the best adapter with `options` (blocking). `Err` says in words
+    /// why no adapter or device is available. In the browser, use [`WgpuBackend::new_async`].
+    pub fn new(options: &WgpuOptions) -> std::result::Result<Self, String> {
         #[cfg(not(target_arch = "wasm32"))]
         {
-            pollster::block_on(Self::new_async())
+            pollster::block_on(Self::new_async(options))
         }
         #[cfg(target_arch = "wasm32")]
         {
+            let _ = options;
             Err(
                 "the wgpu backend must be started with WgpuBackend::new_async in the browser"
                     .into(),
@@ -99,9 +98,9 @@ impl WgpuBackend {
         }
     }
 
-    /// Starts the backend on the best adapter without blocking.
-    pub async fn new_async() -> std::result::Result<Self, String> {
-        let ctx = GpuContext::new().await?;
+    /// Starts the backend on the best adapter with `options` without blocking.
+    pub async fn new_async(options: &WgpuOptions) -> std::result::Result<Self, String> {
+        let ctx = GpuContext::new(options).await?;
         let (max_binding, _) = ctx.max_binding();
         let pool = BufferPool::new(ctx.device.clone(), max_binding);
         let pipelines = Pipelines::new(&ctx.device);
@@ -128,7 +127,7 @@ impl WgpuBackend {
     fn self_check(&mut self) {
         use selfcheck::{Variant, Verdict};
         // The noop device computes nothing, so every variant would disagree.
-        if selfcheck::disabled() || self.ctx.adapter_info.backend == wgpu::Backend::Noop {
+        if selfcheck::disabled(self) || self.ctx.adapter_info.backend == wgpu::Backend::Noop {
             return;
         }
         if self.ctx.row_teams && self.ctx.subgroups {

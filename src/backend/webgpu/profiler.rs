@@ -1,4 +1,4 @@
-//! The per-kernel GPU timestamp profiler (`WEBTENSOR_WGPU_PROFILE=1`).
+//! The per-kernel GPU timestamp profiler (the option `wgpu.profile`, [`crate::backend::WgpuOptions`]).
 //!
 //! Each dispatch is its own compute pass (see `recorder`), so timing a kernel is asking its
 //! pass for timestamp writes at its beginning and end. The queries go into slabs of

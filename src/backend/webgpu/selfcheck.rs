@@ -10,7 +10,8 @@
 //!
 //! The verdict is cached on disk per adapter, driver, webtensor version and shader sources
 //! (`$XDG_CACHE_HOME/webtensor/wgpu-selfcheck/`, else `~/.cache/...`), so later starts do not
-//! run the checks again. Natively only: in the browser nothing may block, and wgpu offers no
+//! run the checks again. The option `wgpu.self_check` ([`SelfCheck`]) turns it off, or makes
+//! every variant disagree for the tests. Natively only: in the browser nothing may block, and wgpu offers no
 //! subgroups there.
 
 // In the browser only `Verdict` is used (`info` reads it); the checks run natively.
@@ -21,13 +22,9 @@ use std::path::PathBuf;
 
 use super::WgpuBackend;
 use crate::backend::reference::ReferenceBackend;
-use crate::backend::{Activations, Backend, HostData, MatmulSpec, OpSpec, Storage};
+use crate::backend::{Activations, Backend, HostData, MatmulSpec, OpSpec, SelfCheck, Storage};
 use crate::dtype::DType;
 use crate::error::Result;
-
-/// `off` skips the self-check (and its cache); `fail` makes every checked variant disagree,
-/// which is how the tests see a demotion on an adapter whose kernels are right.
-pub const SELFCHECK_ENV: &str = "WEBTENSOR_WGPU_SELFCHECK";
 
 /// A kernel variant an adapter feature selects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -201,8 +198,7 @@ fn cache_file(backend: &WgpuBackend, variant: Variant) -> Option<PathBuf> {
 /// Checks `variant` on `backend` (or reads the cached verdict) and returns it. A failure to
 /// run the check at all counts as a disagreement: the portable kernel is the safe choice.
 pub(super) fn check(backend: &WgpuBackend, variant: Variant) -> Verdict {
-    let mode = std::env::var(SELFCHECK_ENV).unwrap_or_default();
-    let plant = mode.eq_ignore_ascii_case("fail");
+    let plant = backend.ctx.options.self_check == SelfCheck::Fail;
     let file = if plant {
         None
     } else {
@@ -234,7 +230,7 @@ pub(super) fn check(backend: &WgpuBackend, variant: Variant) -> Verdict {
     verdict
 }
 
-/// Whether the self-check is turned off with [`SELFCHECK_ENV`]`=off`.
-pub(super) fn disabled() -> bool {
-    super::context::env_off(SELFCHECK_ENV)
+/// Whether the self-check is turned off ([`SelfCheck::Off`]).
+pub(super) fn disabled(backend: &WgpuBackend) -> bool {
+    backend.ctx.options.self_check == SelfCheck::Off
 }

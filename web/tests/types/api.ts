@@ -27,6 +27,10 @@ import init, {
 export async function useTheApi(): Promise<string> {
   await init();
   const device = await createDevice("cpu");
+  const tuned = await createDevice({ backend: "cpu", cpu: { simd: "scalar" }, wgpu: { rowTeams: "on", intDot: false } });
+  const tunedOptions: [string, string][] | undefined = tuned.info().info.options;
+  // @ts-expect-error: an unknown device option
+  await createDevice({ wgpu: { rowTeam: "on" } });
   const info: DeviceInfo = device.info();
   const adapter: string = info.info.device_name;
   const simd: string | undefined | null = info.info.simd;
@@ -66,5 +70,5 @@ export async function useTheApi(): Promise<string> {
   // @ts-expect-error: sizes are camelCase
   void estimate.file_bytes;
 
-  return `${removed} ${fits} ${refused} ${version()} ${adapter} ${simd} ${y.length} ${n} ${eos} ${reply.text} ${device0} ${median} ${speedup}`;
+  return `${removed} ${fits} ${refused} ${version()} ${adapter} ${simd} ${y.length} ${n} ${eos} ${reply.text} ${device0} ${median} ${speedup} ${tunedOptions?.length}`;
 }
