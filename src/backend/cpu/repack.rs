@@ -30,12 +30,14 @@
 //! then for each pair of sub-blocks of 32 the eight rows' two scales (16 bytes), then likewise the
 //! mins: 160 bytes, and the 128 bytes of nibbles of each row in 32 chunks (1184 bytes for 1152 in
 //! the file); `Q5_K` is laid out as `Q4_K` with the 32 bytes of `qh` of each row in 8 chunks before
-//! the nibbles (1440 bytes for 1408). `Q6_K`'s is the eight `d`, then for each pair of sub-blocks
-//! of 16 the eight rows' two int8 scales: 144 bytes, and the 192 bytes of `ql` and `qh` of each row
-//! in 48 chunks (1680 bytes, as in the file). The kernels take the unsigned 4-, 5- and 6-bit values
-//! as the unsigned side of `vpdpbusd`, one accumulator per sub-block, scale it (`vpmulld`), and
-//! take off the mins (`Q4_K`/`Q5_K`) or the offset 32 (`Q6_K`) with one `vpmaddwd` of a pair of
-//! scales against the activations' sums of the pair of sub-blocks. Every integer sum is exact and
+//! the nibbles (1440 bytes for 1408). `Q6_K`'s header is the eight `d`, then for each sub-block of
+//! 16 the eight rows' int8 scales: 144 bytes, and the 192 bytes of `ql` and `qh` of each row in 48
+//! chunks (1680 bytes, as in the file), each `qh` byte's nibbles swapped so that one `vpternlogd`
+//! joins a value's low four and high two bits. The kernels take the unsigned 4-, 5- and 6-bit
+//! values as the unsigned side of `vpdpbusd`, one accumulator per sub-block, and scale it
+//! (`vpmulld`); `Q4_K`/`Q5_K` take off the mins with one `vpmaddwd` of a pair of mins against the
+//! activations' sums of the pair of sub-blocks, and `Q6_K`'s accumulators start from −32 times the
+//! activations' sum of their sub-block (the offset of its values). Every integer sum is exact and
 //! the f32 step is `kquant_dot.rs`'s, so the products equal its bit for bit.
 
 use std::collections::HashMap;
@@ -100,7 +102,7 @@ fn as_q8_0(format: DType, row: &[u8]) -> Vec<u8> {
 
 /// Writes row `j`'s share of one block of a group in `layout` (`dst`, see the module doc)
 /// from its `block`, all but the interleaved values: the scales, and for the super-blocks
-/// the sub-blocks' scales and mins in pairs. Returns the bytes of `block` interleaved four at
+/// the sub-blocks' scales and mins as bytes. Returns the bytes of `block` interleaved four at
 /// a time.
 fn put_header<'a>(layout: DType, block: &'a [u8], j: usize, dst: &mut [u8]) -> &'a [u8] {
     match layout {
