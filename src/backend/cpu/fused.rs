@@ -21,10 +21,10 @@ impl CpuBackend {
         act: Activations,
         (m, n, k): (usize, usize, usize),
     ) -> Vec<f32> {
-        let repacked = match (act, weight) {
-            (Activations::Q8_0, Storage::Host(weight)) => {
-                self.repacked.get(self.simd, weight, (format, w), n, k)
-            }
+        let repacked = match weight {
+            Storage::Host(weight) => self
+                .repacked
+                .get(self.simd, weight, (format, w), act, (n, k)),
             _ => None,
         };
         let w = (w, repacked.as_deref());

@@ -10,6 +10,8 @@
 //! kernels unpack each 32 weights once (nibbles by AND and shift, the high bits ORed in) for
 //! up to four products at a time: four weight rows against decode's one activation row, or
 //! one weight row against four of prefill's, their integer sums reduced together.
+//! Where AVX512-VNNI is present the three formats run `repack.rs`'s interleaved kernels
+//! instead, which give the same values.
 
 use super::simd::SimdLevel;
 use crate::dtype::DType;

@@ -119,8 +119,8 @@ fn decode_trits(format: DType, (w, k, j): (&[u8], usize, usize), q: &mut [i8], d
 }
 
 /// `QMatmul`: the activations already [`prepare`]d from `a` `[m, k]` (f32), `w` packed
-/// `[n, k]`, or its interleaved copy `repacked` where the repacked kernels run (then `act`
-/// must be `Q8_0`).
+/// `[n, k]`, or its interleaved copy `repacked` where the repacked kernels run (used when
+/// it [`takes`](Repacked::takes) `act`).
 pub(super) fn qmatmul_prepared(
     level: SimdLevel,
     prepared: &PreparedActivations,
@@ -130,7 +130,7 @@ pub(super) fn qmatmul_prepared(
     (m, n, k): (usize, usize, usize),
 ) -> Vec<f32> {
     if let (Some(rep), PreparedActivations::Int { q, d }) = (repacked, prepared) {
-        if act == Activations::Q8_0 && rep.rows() == n {
+        if rep.takes(act) && rep.rows() == n {
             return repacked_product(rep, (q, d), m, n, k);
         }
     }
@@ -272,9 +272,10 @@ pub(super) fn qmatmul_prepared(
     out
 }
 
-/// `a · wᵀ` with `Q8_0` activations `(q, d)` (`m` rows of `k`) and the repacked weight:
-/// decode splits the output row across threads by groups of rows, written in place;
-/// prefill gives each task a block of columns and runs four activation rows at a time.
+/// `a · wᵀ` with the activations `(q, d)` (`m` rows of `k`, `Q8_0` or `Q8_K` as the
+/// repacked weight [`takes`](Repacked::takes)) and the repacked weight: decode splits the
+/// output row across threads by groups of rows, written in place; prefill gives each task a
+/// block of columns and runs four activation rows at a time.
 fn repacked_product(
     rep: &Repacked,
     (q, d): (&[i8], &[f32]),
@@ -282,16 +283,13 @@ fn repacked_product(
     n: usize,
     k: usize,
 ) -> Vec<f32> {
-    let blocks = k / 32;
-    let sums: Vec<i32> = q
-        .chunks_exact(32)
-        .map(|b| b.iter().map(|&v| v as i32).sum())
-        .collect();
+    let sums = rep.activation_sums(q);
     let mut out = vec![0f32; m * n];
     if m == 1 {
         let per_task = DECODE_COLUMN_BLOCK / GROUP;
         for_each_row(&mut out, DECODE_COLUMN_BLOCK, k / 8, |blk, tile| {
-            rep.product::<1>((q, d, &sums), blk * per_task..(blk + 1) * per_task, tile, 0)
+            let groups = blk * per_task..(blk + 1) * per_task;
+            rep.product::<1>((q, d, &sums), 0, groups, tile, 0)
         });
         return out;
     }
@@ -303,13 +301,13 @@ fn repacked_product(
         let mut tile = vec![0f32; m * width];
         let mut i = 0;
         while i < m {
-            let acts = (&q[i * k..], &d[i * blocks..], &sums[i * blocks..]);
+            let acts = (q, d, &sums[..]);
             let out = &mut tile[i * width..];
             if m - i >= 4 {
-                rep.product::<4>(acts, groups.clone(), out, width);
+                rep.product::<4>(acts, i, groups.clone(), out, width);
                 i += 4;
             } else {
-                rep.product::<1>(acts, groups.clone(), out, width);
+                rep.product::<1>(acts, i, groups.clone(), out, width);
                 i += 1;
             }
         }
