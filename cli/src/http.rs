@@ -62,6 +62,8 @@ pub enum Status {
     RequestTimeout,
     /// 414: the request line is longer than [`MAX_REQUEST_LINE`].
     UriTooLong,
+    /// 431: the head is longer than [`MAX_HEAD`] (hyper's answer).
+    HeadersTooLarge,
     /// 411: a POST without a Content-Length.
     LengthRequired,
     /// 413: a body longer than [`MAX_BODY`].
@@ -86,6 +88,7 @@ impl Status {
             Status::MethodNotAllowed => "405 Method Not Allowed",
             Status::RequestTimeout => "408 Request Timeout",
             Status::UriTooLong => "414 URI Too Long",
+            Status::HeadersTooLarge => "431 Request Header Fields Too Large",
             Status::LengthRequired => "411 Length Required",
             Status::PayloadTooLarge => "413 Payload Too Large",
             Status::InternalError => "500 Internal Server Error",
@@ -129,8 +132,10 @@ pub struct Request {
 /// client sent; when the client hangs up while its request is answered, hyper drops the future
 /// of `answer` (which is how the server learns of it). Before closing, what the client is
 /// still sending is read and dropped for a moment ([`linger`]), so that a refusal sent before
-/// the whole request was read reaches the client.
-pub async fn connection<I, F, A>(io: I, answer: F)
+/// the whole request was read reaches the client. Returns the status of the refusal hyper
+/// sent on its own (a head it could not parse or that passed [`MAX_HEAD`]) or the 408, when
+/// `answer` never ran, for the server to count.
+pub async fn connection<I, F, A>(io: I, answer: F) -> Option<Status>
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     F: Fn(hyper::Request<Incoming>) -> A + Send + Unpin + 'static,
@@ -150,18 +155,26 @@ where
         .max_buf_size(MAX_HEAD)
         .serve_connection(TokioIo::new(io), service);
     let done = tokio::select! {
-        _ = poll_fn(|cx| conn.poll_without_shutdown(cx)) => true,
-        () = tokio::time::sleep(HEAD_TIMEOUT) => false,
+        result = poll_fn(|cx| conn.poll_without_shutdown(cx)) => Some(result),
+        () = tokio::time::sleep(HEAD_TIMEOUT) => None,
     };
-    let late = !done && !started.load(Ordering::Relaxed);
-    if !done && !late {
-        let _ = poll_fn(|cx| conn.poll_without_shutdown(cx)).await;
-    }
+    let answered = started.load(Ordering::Relaxed);
+    let refused = match &done {
+        None if answered => {
+            let _ = poll_fn(|cx| conn.poll_without_shutdown(cx)).await;
+            None
+        }
+        None => Some(Status::RequestTimeout),
+        Some(Err(e)) if !answered && e.is_parse_too_large() => Some(Status::HeadersTooLarge),
+        Some(Err(e)) if !answered && e.is_parse() => Some(Status::BadRequest),
+        Some(_) => None,
+    };
     let mut io = conn.into_parts().io.into_inner();
-    if late {
+    if done.is_none() && !answered {
         let _ = write_whole(&mut io, refusal(Status::RequestTimeout)).await;
     }
     linger(&mut io).await;
+    refused
 }
 
 /// Closes the sending side, then reads (and drops) what the client still sends, for up to half

@@ -145,9 +145,17 @@ async fn accept(listener: TcpListener, site: Arc<Site>, places: usize) -> io::Re
                     Ok(place) => {
                         tokio::spawn(async move {
                             let io = WriteTimeout::new(stream);
-                            http::connection(io, move |request| answer(site.clone(), request))
-                                .await;
+                            let counts = site.clone();
+                            let refused =
+                                http::connection(io, move |request| answer(site.clone(), request))
+                                    .await;
                             drop(place);
+                            // What hyper refused before a request was read: counted as before.
+                            if let Some(status) = refused {
+                                let mut record = Record::start();
+                                record.answered(status);
+                                counts.metrics.finish(record);
+                            }
                         });
                     }
                     Err(_) => {
