@@ -86,12 +86,42 @@ pub fn encode(data: &[u8]) {
 }
 
 /// What `webtensor serve` does with the bytes a client sends before it touches the file
-/// system: read and parse the request head, then map its path to a served folder, and read
-/// a body of the length the head declares from the bytes after it.
+/// system: the bytes arrive as a client connection (then the client's end of file) on hyper's
+/// HTTP/1.1 connection as the server configures it (`http::connection`), whose requests are
+/// read as the server reads them (method, decoded path, a POST's body within its limits) and
+/// mapped to a served folder; the answer is read back to the end. A runtime of one thread is
+/// made once; a connection still open after a second (which none should be) is dropped.
 pub fn http(data: &[u8]) {
-    let mut input = data;
-    if let Ok(request) = http::read_request(&mut input) {
-        let _ = http::split_path(&request.path);
-        let _ = http::read_body(&request, &mut input);
-    }
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    let runtime = RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a tokio runtime")
+    });
+    runtime.block_on(async {
+        let (mut client, server) = tokio::io::duplex(64 * 1024);
+        let serve = http::connection(server, |request| async move {
+            let status = match http::read_request(&request) {
+                Ok(target) => {
+                    let _ = http::split_path(&target.path);
+                    match target.method {
+                        "POST" => http::read_body(request).await.err(),
+                        _ => None,
+                    }
+                }
+                Err(status) => Some(status),
+            };
+            http::refusal(status.unwrap_or(http::Status::Ok))
+        });
+        let talk = async {
+            let _ = client.write_all(data).await;
+            let _ = client.shutdown().await;
+            let mut answer = Vec::new();
+            let _ = client.read_to_end(&mut answer).await;
+        };
+        let both = async { tokio::join!(serve, talk) };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), both).await;
+    });
 }

@@ -1,22 +1,46 @@
-//! The HTTP/1.1 request handling of `webtensor serve`, as plain functions over bytes and
-//! paths (no sockets), so the fuzz target `fuzz/fuzz_targets/http.rs` and the stable replay
-//! test run exactly what the server runs: [`read_request`] on the bytes, then [`split_path`]
-//! (the part of [`resolve`] before the file system).
+//! The HTTP/1.1 side of `webtensor serve` on hyper: one connection served by hyper's HTTP/1.1
+//! state machine ([`connection`]: request heads, bodies plain or chunked, automatic 400, 414
+//! and 431 answers to heads it cannot parse or that pass [`MAX_HEAD`], a 408 to a client that
+//! does not send a whole head within [`HEAD_TIMEOUT`]), what the server reads from a request
+//! ([`read_request`]: method, decoded path, the request line's cap; [`read_body`]: a POST's
+//! body within [`MAX_BODY`] and [`BODY_TIMEOUT`]), the answers it builds, and path mapping for
+//! the static files. The fuzz target `fuzz/fuzz_targets/http.rs` and the stable replay test
+//! feed arbitrary bytes through [`connection`] as a client would.
 //!
-//! A request head is read up to the blank line with a cap on its size, the request line is
-//! parsed (GET, HEAD, and POST for the API), the target is percent-decoded and mapped to a
-//! file under one of the served folders. A POST's body is read by [`read_body`], capped at
-//! [`MAX_BODY`]. Every refusal is a [`Status`] the server sends back with a body.
+//! Every refusal is a [`Status`] the server sends back with a body.
 
-use std::io::{self, Read};
+use std::convert::Infallible;
+use std::future::{poll_fn, Future};
 use std::path::{Component, Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::{Body as _, Frame, Incoming};
+use hyper::header::{HeaderValue, CONTENT_LENGTH, TRANSFER_ENCODING};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
 
 /// Most bytes of a request line (method, target, version).
 pub const MAX_REQUEST_LINE: usize = 8 * 1024;
-/// Most bytes of a whole request head (request line and headers).
+/// Most bytes of a whole request head (request line and headers): hyper's read buffer, beyond
+/// which it answers 431.
 pub const MAX_HEAD: usize = 32 * 1024;
 /// Most bytes of a request body (an API request's JSON).
 pub const MAX_BODY: usize = 1024 * 1024;
+/// How long a client has to send its whole request head.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client has to send a request body after its head.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The folders served: URL prefix → directory under the checkout.
 pub const MOUNTS: [(&str, &str); 2] = [("/pkg/", "web/pkg"), ("/", "demo")];
@@ -38,7 +62,7 @@ pub enum Status {
     RequestTimeout,
     /// 414: the request line is longer than [`MAX_REQUEST_LINE`].
     UriTooLong,
-    /// 431: the head is longer than [`MAX_HEAD`].
+    /// 431: the head is longer than [`MAX_HEAD`] (hyper's answer).
     HeadersTooLarge,
     /// 411: a POST without a Content-Length.
     LengthRequired,
@@ -77,197 +101,227 @@ impl Status {
     pub fn code(self) -> &'static str {
         &self.line()[..3]
     }
+
+    /// The status line's code for hyper.
+    pub fn to_code(self) -> StatusCode {
+        self.code()
+            .parse()
+            .ok()
+            .and_then(|n| StatusCode::from_u16(n).ok())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
 }
+
+/// The body of every answer: whole bytes, or a stream fed through a [`Channel`].
+pub type Body = BoxBody<Bytes, Infallible>;
+/// An answer.
+pub type Answer = hyper::Response<Body>;
 
 /// What a request asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
     /// GET, HEAD or POST.
     pub method: &'static str,
-    /// HEAD: the headers only.
-    pub head_only: bool,
     /// The decoded path (starts with `/`, no query or fragment).
     pub path: String,
-    /// The `Content-Length` header, when there is one.
-    pub content_length: Option<usize>,
-    /// The bytes read after the head: the start of the body.
-    pub body_start: Vec<u8>,
 }
 
-/// Reads a request head from `r` up to and including the blank line that ends it, refusing
-/// a head longer than [`MAX_HEAD`] or a request line longer than [`MAX_REQUEST_LINE`]. A read
-/// that times out is [`Status::RequestTimeout`]; a connection closed before the blank line
-/// is an error (nothing to answer).
-pub fn read_head(r: &mut impl Read) -> Result<(Vec<u8>, Vec<u8>), ReadError> {
-    let mut head = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    loop {
-        let n = read_some(r, &mut chunk)?;
-        // Look for the end from a little before the new bytes (a `\r\n\r\n` split over reads).
-        let from = head.len().saturating_sub(3);
-        head.extend_from_slice(&chunk[..n]);
-        if let Some(end) = head_end(&head[from..]) {
-            let rest = head.split_off(from + end);
-            return Ok((check_line(head)?, rest));
-        }
-        if !head.contains(&b'\n') && head.len() > MAX_REQUEST_LINE {
-            return Err(ReadError::Refuse(Status::UriTooLong));
-        }
-        if head.len() > MAX_HEAD {
-            return Err(ReadError::Refuse(Status::HeadersTooLarge));
-        }
-    }
-}
-
-/// One read of at least one byte into `buf`, retried when interrupted: a closed connection is
-/// [`ReadError::Closed`] and a read timeout [`Status::RequestTimeout`], for the head and the
-/// body alike.
-fn read_some(r: &mut impl Read, buf: &mut [u8]) -> Result<usize, ReadError> {
-    loop {
-        return match r.read(buf) {
-            Ok(0) => Err(ReadError::Closed),
-            Ok(n) => Ok(n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                Err(ReadError::Refuse(Status::RequestTimeout))
-            }
-            Err(e) => Err(ReadError::Io(e)),
-        };
-    }
-}
-
-/// Why no request head was read.
-#[derive(Debug)]
-pub enum ReadError {
-    /// Answer with this status.
-    Refuse(Status),
-    /// The client went away before a whole head.
-    Closed,
-    /// The connection failed.
-    Io(io::Error),
-}
-
-/// The length of the head in `bytes` through its blank line (`\r\n\r\n` or `\n\n`), if there.
-fn head_end(bytes: &[u8]) -> Option<usize> {
-    (0..bytes.len()).find_map(|i| {
-        let rest = &bytes[i..];
-        if rest.starts_with(b"\r\n\r\n") {
-            Some(i + 4)
-        } else if rest.starts_with(b"\n\n") {
-            Some(i + 2)
-        } else {
+/// Serves one client connection with hyper's HTTP/1.1, `answer` answering its request; one
+/// request per connection (each answer closes it). A client that has not sent a whole request
+/// head within [`HEAD_TIMEOUT`] gets a 408. Returns when the connection is done, whatever the
+/// client sent; when the client hangs up while its request is answered, hyper drops the future
+/// of `answer` (which is how the server learns of it). Before closing, what the client is
+/// still sending is read and dropped for a moment ([`linger`]), so that a refusal sent before
+/// the whole request was read reaches the client. Returns the status of the refusal hyper
+/// sent on its own (a head it could not parse or that passed [`MAX_HEAD`]) or the 408, when
+/// `answer` never ran, for the server to count.
+pub async fn connection<I, F, A>(io: I, answer: F) -> Option<Status>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    F: Fn(hyper::Request<Incoming>) -> A + Send + Unpin + 'static,
+    A: Future<Output = Answer> + Send + 'static,
+{
+    let started = Arc::new(AtomicBool::new(false));
+    let seen = started.clone();
+    let service = service_fn(move |request| {
+        seen.store(true, Ordering::Relaxed);
+        let answer = answer(request);
+        // Boxed: hyper polls the connection by `&mut`, which needs every part of it `Unpin`.
+        Box::pin(async move { Ok::<_, Infallible>(answer.await) })
+    });
+    let mut conn = http1::Builder::new()
+        .keep_alive(false)
+        .title_case_headers(true)
+        .max_buf_size(MAX_HEAD)
+        .serve_connection(TokioIo::new(io), service);
+    let done = tokio::select! {
+        result = poll_fn(|cx| conn.poll_without_shutdown(cx)) => Some(result),
+        () = tokio::time::sleep(HEAD_TIMEOUT) => None,
+    };
+    let answered = started.load(Ordering::Relaxed);
+    let refused = match &done {
+        None if answered => {
+            let _ = poll_fn(|cx| conn.poll_without_shutdown(cx)).await;
             None
         }
-    })
-}
-
-/// Refuses a whole head whose request line is too long or that is too long itself.
-fn check_line(head: Vec<u8>) -> Result<Vec<u8>, ReadError> {
-    let line = head.iter().position(|&b| b == b'\n').unwrap_or(head.len());
-    if line > MAX_REQUEST_LINE {
-        return Err(ReadError::Refuse(Status::UriTooLong));
-    }
-    if head.len() > MAX_HEAD {
-        return Err(ReadError::Refuse(Status::HeadersTooLarge));
-    }
-    Ok(head)
-}
-
-/// Reads and parses one request from `r`: what the server does with the bytes a client
-/// sends before it looks at the file system (then [`resolve`]). The fuzz target and the
-/// replay test call it on arbitrary bytes; it returns for any input, never panics.
-pub fn read_request(r: &mut impl Read) -> Result<Request, ReadError> {
-    let (head, body_start) = read_head(r)?;
-    let mut request = parse_head(&head).map_err(ReadError::Refuse)?;
-    request.body_start = body_start;
-    Ok(request)
-}
-
-/// Reads the body of `request` (its `Content-Length` bytes, of which `body_start` came with
-/// the head) from `r`: [`Status::LengthRequired`] without a length, [`Status::PayloadTooLarge`]
-/// beyond [`MAX_BODY`], [`Status::RequestTimeout`] when `r` times out.
-pub fn read_body(request: &Request, r: &mut impl Read) -> Result<Vec<u8>, ReadError> {
-    let len = request
-        .content_length
-        .ok_or(ReadError::Refuse(Status::LengthRequired))?;
-    if len > MAX_BODY {
-        return Err(ReadError::Refuse(Status::PayloadTooLarge));
-    }
-    let mut body = request.body_start.clone();
-    if body.len() > len {
-        // Pipelined bytes after the body: the server answers one request per connection.
-        body.truncate(len);
-    }
-    let missing = len - body.len();
-    let mut rest = vec![0u8; missing];
-    let mut filled = 0;
-    while filled < missing {
-        filled += read_some(r, &mut rest[filled..])?;
-    }
-    body.extend_from_slice(&rest);
-    Ok(body)
-}
-
-/// Parses a request head: `METHOD TARGET HTTP/x.y`, then headers (only `Content-Length` is
-/// read; a malformed or repeated one is refused, and so is a POST with `Transfer-Encoding`,
-/// which this server does not decode).
-pub fn parse_head(head: &[u8]) -> Result<Request, Status> {
-    let line_end = head.iter().position(|&b| b == b'\n').unwrap_or(head.len());
-    let line = std::str::from_utf8(&head[..line_end]).map_err(|_| Status::BadRequest)?;
-    let mut parts = line.trim_end_matches('\r').split(' ');
-    let (method, target, version) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some(m), Some(t), Some(v), None) => (m, t, v),
-        _ => return Err(Status::BadRequest),
+        None => Some(Status::RequestTimeout),
+        Some(Err(e)) if !answered && e.is_parse_too_large() => Some(Status::HeadersTooLarge),
+        Some(Err(e)) if !answered && e.is_parse() => Some(Status::BadRequest),
+        Some(_) => None,
     };
-    if !version.starts_with("HTTP/1.") || method.is_empty() {
-        return Err(Status::BadRequest);
+    let mut io = conn.into_parts().io.into_inner();
+    if done.is_none() && !answered {
+        let _ = write_whole(&mut io, refusal(Status::RequestTimeout)).await;
     }
-    let (method, head_only) = match method {
-        "GET" => ("GET", false),
-        "HEAD" => ("HEAD", true),
-        "POST" => ("POST", false),
+    linger(&mut io).await;
+    refused
+}
+
+/// Closes the sending side, then reads (and drops) what the client still sends, for up to half
+/// a second and a MiB: closing a socket with unread input resets the connection, and the
+/// client would lose the answer.
+async fn linger(io: &mut (impl AsyncRead + AsyncWrite + Unpin)) {
+    if io.shutdown().await.is_err() {
+        return;
+    }
+    let (mut input, mut sink) = ((&mut *io).take(1 << 20), tokio::io::sink());
+    let drain = tokio::io::copy(&mut input, &mut sink);
+    let _ = tokio::time::timeout(Duration::from_millis(500), drain).await;
+}
+
+/// Writes a whole answer (its body in one piece) on a connection hyper does not hold: the 408
+/// to a head not sent in time, or the 503 to a connection beyond the server's places.
+pub async fn write_whole(
+    io: &mut (impl AsyncWrite + Unpin),
+    answer: Answer,
+) -> std::io::Result<()> {
+    let (parts, body) = answer.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let mut head = format!(
+        "HTTP/1.1 {} {}\r\n",
+        parts.status.as_str(),
+        parts.status.canonical_reason().unwrap_or("")
+    );
+    for (name, value) in &parts.headers {
+        head += &format!(
+            "{}: {}\r\n",
+            title_case(name.as_str()),
+            value.to_str().unwrap_or("")
+        );
+    }
+    head += &format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    io.write_all(head.as_bytes()).await?;
+    io.write_all(&body).await?;
+    io.flush().await
+}
+
+/// `content-type` → `Content-Type`, as hyper writes names.
+fn title_case(name: &str) -> String {
+    let mut upper = true;
+    name.chars()
+        .map(|c| {
+            let c = if upper { c.to_ascii_uppercase() } else { c };
+            upper = c == '-';
+            c
+        })
+        .collect()
+}
+
+/// What the server reads from a request head hyper parsed: the method (GET, HEAD, and POST
+/// for the API; others are [`Status::MethodNotAllowed`]) and the percent-decoded path, refusing
+/// a request line longer than [`MAX_REQUEST_LINE`] and a target that is not a path.
+pub fn read_request<B>(request: &hyper::Request<B>) -> Result<Request, Status> {
+    let target = request.uri().to_string();
+    if request.method().as_str().len() + target.len() + " HTTP/1.1".len() + 1 > MAX_REQUEST_LINE {
+        return Err(Status::UriTooLong);
+    }
+    let method = match *request.method() {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
         _ => return Err(Status::MethodNotAllowed),
     };
-    let path = target.split(['?', '#']).next().unwrap_or("");
-    let path = percent_decode(path).ok_or(Status::BadRequest)?;
+    let path = percent_decode(request.uri().path()).ok_or(Status::BadRequest)?;
     if !path.starts_with('/') || path.contains('\0') || path.contains('\\') {
         return Err(Status::BadRequest);
     }
-    let headers = String::from_utf8_lossy(&head[line_end..]);
-    let mut content_length = None;
-    for line in headers.lines() {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let name = name.trim();
-        if name.eq_ignore_ascii_case("transfer-encoding") && method == "POST" {
-            return Err(Status::LengthRequired);
-        }
-        if name.eq_ignore_ascii_case("content-length") {
-            let value = value.trim();
-            let len = value
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-                .then(|| value.parse::<usize>().ok())
-                .flatten()
-                .ok_or(Status::BadRequest)?;
-            if content_length.replace(len).is_some() {
-                return Err(Status::BadRequest);
-            }
-        }
+    Ok(Request { method, path })
+}
+
+/// Reads a POST's body, plain or chunked: [`Status::LengthRequired`] without a length or
+/// chunks, [`Status::PayloadTooLarge`] beyond [`MAX_BODY`], [`Status::RequestTimeout`] when it
+/// does not arrive within [`BODY_TIMEOUT`], [`Status::BadRequest`] when it breaks off.
+pub async fn read_body(request: hyper::Request<Incoming>) -> Result<Bytes, Status> {
+    let headers = request.headers();
+    if !headers.contains_key(CONTENT_LENGTH) && !headers.contains_key(TRANSFER_ENCODING) {
+        return Err(Status::LengthRequired);
     }
-    Ok(Request {
-        method,
-        head_only,
-        path,
-        content_length,
-        body_start: Vec::new(),
-    })
+    let body = request.into_body();
+    if body.size_hint().lower() > MAX_BODY as u64 {
+        return Err(Status::PayloadTooLarge);
+    }
+    match tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, MAX_BODY).collect()).await {
+        Err(_) => Err(Status::RequestTimeout),
+        Ok(Ok(body)) => Ok(body.to_bytes()),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => Err(Status::PayloadTooLarge),
+        Ok(Err(_)) => Err(Status::BadRequest),
+    }
+}
+
+/// A whole answer: `status`, `content_type` and `body`, with the cross-origin isolation
+/// headers every file and page answer carries; a 405 says what is allowed. For HEAD, hyper
+/// sends the head alone.
+pub fn respond(status: Status, content_type: &str, body: impl Into<Bytes>) -> Answer {
+    let mut answer = hyper::Response::new(Full::new(body.into()).boxed());
+    *answer.status_mut() = status.to_code();
+    let headers = answer.headers_mut();
+    let mut set = |name: &'static str, value: &str| {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            headers.insert(name, value);
+        }
+    };
+    set("content-type", content_type);
+    if status == Status::MethodNotAllowed {
+        set("allow", "GET, HEAD");
+    }
+    set("cross-origin-opener-policy", "same-origin");
+    set("cross-origin-embedder-policy", "require-corp");
+    set("cross-origin-resource-policy", "same-origin");
+    set("x-content-type-options", "nosniff");
+    set("cache-control", "no-cache");
+    answer
+}
+
+/// Answers with `status` and a one-line body naming it.
+pub fn refusal(status: Status) -> Answer {
+    respond(
+        status,
+        "text/plain; charset=utf-8",
+        format!("{}\n", status.line()),
+    )
+}
+
+/// A streamed body: the bytes sent on the other end of `mpsc`, in order, ending when the
+/// sender is dropped. When hyper drops it (the client left), sending fails.
+pub struct Channel(pub mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for Channel {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+    }
 }
 
 /// The folder (under the checkout) and the relative file a decoded path names, refusing any
@@ -342,27 +396,4 @@ pub fn mime(path: &Path) -> &'static str {
         "ts" | "txt" | "md" => "text/plain; charset=utf-8",
         _ => "application/octet-stream",
     }
-}
-
-/// The response head for a body of `len` bytes. Every answer carries the cross-origin
-/// isolation headers, and a 405 says what is allowed.
-pub fn response_head(status: Status, content_type: &str, len: usize) -> String {
-    let allow = if status == Status::MethodNotAllowed {
-        "Allow: GET, HEAD\r\n"
-    } else {
-        ""
-    };
-    format!(
-        "HTTP/1.1 {}\r\n\
-         Content-Type: {content_type}\r\n\
-         Content-Length: {len}\r\n\
-         {allow}\
-         Cross-Origin-Opener-Policy: same-origin\r\n\
-         Cross-Origin-Embedder-Policy: require-corp\r\n\
-         Cross-Origin-Resource-Policy: same-origin\r\n\
-         X-Content-Type-Options: nosniff\r\n\
-         Cache-Control: no-cache\r\n\
-         Connection: close\r\n\r\n",
-        status.line()
-    )
 }

@@ -6,7 +6,7 @@
 //! which decodes all of them together. Errors are OpenAI's JSON error objects. Each answer
 //! fills in the request's [`Record`] (status, tokens, queue wait, token times).
 
-use std::io::{self, Write};
+use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use super::http::{Request, Status};
 use super::metrics::Record;
 use super::params::{self, ApiError, Params, StopCut};
 use super::scheduler::{Event, Finish, Job, Load, Scheduler, CLIENT_CHECK};
-use super::sse::{self, Events};
+use super::sse::Reply;
 
 /// The model being served and the scheduler that runs its requests.
 pub struct Api {
@@ -94,7 +94,7 @@ impl Api {
         &self,
         request: &Request,
         body: &[u8],
-        out: &mut impl Write,
+        out: &mut Reply,
         record: &mut Record,
         gone: &dyn Fn() -> bool,
     ) -> io::Result<()> {
@@ -181,7 +181,7 @@ impl Api {
         &self,
         route: Kind,
         (params, ids): (Params, Vec<u32>),
-        (out, gone): (&mut impl Write, &dyn Fn() -> bool),
+        (out, gone): (&mut Reply, &dyn Fn() -> bool),
         record: &mut Record,
     ) -> io::Result<()> {
         let asked = Instant::now();
@@ -263,13 +263,13 @@ fn error(status: Status, message: &str) -> ApiError {
 }
 
 /// Writes a whole JSON answer and records its status.
-fn send(out: &mut impl Write, record: &mut Record, status: Status, body: &Value) -> io::Result<()> {
+fn send(out: &mut Reply, record: &mut Record, status: Status, body: &Value) -> io::Result<()> {
     record.answered(status);
-    sse::json(out, status, body)
+    out.json(status, body)
 }
 
 /// Answers with an OpenAI error object.
-pub fn refuse(out: &mut impl Write, record: &mut Record, e: &ApiError) -> io::Result<()> {
+pub fn refuse(out: &mut Reply, record: &mut Record, e: &ApiError) -> io::Result<()> {
     send(out, record, e.status, &e.body())
 }
 
@@ -422,11 +422,11 @@ impl Answer<'_> {
         receive: &mpsc::Receiver<Event>,
         cut: &mut StopCut,
         include_usage: bool,
-        out: &mut impl Write,
+        out: &mut Reply,
         record: &mut Record,
     ) -> io::Result<()> {
         record.answered(Status::Ok);
-        let mut events = Events::start(out)?;
+        let mut events = out.events()?;
         if self.route == Kind::Chat {
             events.send(&self.chunk(None, None, true))?;
         }

@@ -14,20 +14,35 @@
 //! `GET /health` and `GET /metrics` (Prometheus' text format) report the server, and every
 //! answered request gets one `key=value` line on stderr with its timings (`metrics.rs`).
 //!
-//! Whatever clients do, the server keeps a bounded footprint: a fixed pool of [`WORKERS`]
-//! threads (plus, with the API, one per model sequence and one per place in the line of
-//! requests waiting for a sequence, since a worker waits on its request's generation) takes connections from a queue of [`QUEUE`]; a connection that finds the queue
-//! full gets a 503 at once and is closed; reading a request head has a deadline
-//! ([`HEAD_TIMEOUT`]) and a size cap (see `http.rs`), and so does a request body
-//! ([`BODY_TIMEOUT`], `http::MAX_BODY`); writing has a timeout; and when `accept` fails (out
-//! of file handles) the loop backs off instead of spinning.
+//! HTTP/1.1 is hyper's (`http.rs`), on a tokio runtime of one thread that accepts and drives
+//! the connections; the answers that block (files, `/metrics`, the API's requests, which wait
+//! on the engine's thread) run on tokio's blocking pool of [`WORKERS`] threads (plus, with the
+//! API, one per model sequence and one per place in the line of requests waiting for a
+//! sequence). Whatever clients do, the server keeps a bounded footprint: at most
+//! [`WORKERS`] + [`QUEUE`] connections (and those of the API) are served at once, and one
+//! beyond them gets a 503 at once and is closed; a request head has a deadline
+//! (`http::HEAD_TIMEOUT`) and a size cap, and so does a request body (`http::BODY_TIMEOUT`,
+//! `http::MAX_BODY`); writing an answer has a timeout ([`WRITE_TIMEOUT`]); and when `accept`
+//! fails (out of file handles) the loop backs off instead of spinning.
+//!
+//! A client that hangs up while its whole (not streamed) completion is generated is noticed
+//! by hyper, which drops the request's future: that sets the flag the request's thread asks
+//! (`gone`), and the scheduler drops the sequence at its next step. A streamed one ends when
+//! its next event finds the body dropped.
 
+use std::future::Future;
 use std::io::{self, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::sync::Semaphore;
 
 #[path = "openai.rs"]
 pub mod api;
@@ -43,25 +58,23 @@ mod scheduler;
 mod sse;
 
 use api::Api;
-use http::{ReadError, Request, Status};
+use http::{Answer, Request, Status};
 use metrics::{Metrics, Record};
+use sse::Reply;
 use webtensor::Error;
 
-/// Threads answering requests.
+/// Threads answering requests that block.
 const WORKERS: usize = 8;
-/// Accepted connections waiting for a worker; beyond this a client gets a 503.
+/// Connections served beyond the workers' (waiting for one); beyond this a client gets a 503.
 const QUEUE: usize = 64;
-/// How long a client has to send its whole request head.
-const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a client has to send a request body after its head.
-const BODY_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long one write to a client may block.
+/// How long writing an answer to a client may take.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest pause after failed `accept` calls (out of file handles): the wait doubles from
 /// 10 ms up to this, so the loop never spins.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
-/// What every worker serves: the checkout's files, the API when there is one, and the counts.
+/// What every request is answered from: the checkout's files, the API when there is one, and
+/// the counts.
 struct Site {
     root: PathBuf,
     api: Option<Api>,
@@ -108,194 +121,185 @@ fn listen(root: &Path, port: u16, api: Option<Api>) -> io::Result<()> {
         api,
         metrics: Metrics::new(),
     });
-    let queue = start_workers(&site, workers)?;
+    listener.set_nonblocking(true)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(workers)
+        .thread_name("serve")
+        .build()?;
+    runtime.block_on(accept(listener, site, workers + QUEUE))
+}
+
+/// Accepts connections and serves each on its own task, up to `places` at once; one beyond
+/// them is answered 503 and closed.
+async fn accept(listener: TcpListener, site: Arc<Site>, places: usize) -> io::Result<()> {
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let places = Arc::new(Semaphore::new(places));
     let mut backoff = Duration::ZERO;
     loop {
-        match listener.accept() {
+        match listener.accept().await {
             Ok((stream, _)) => {
                 backoff = Duration::ZERO;
-                dispatch(&queue, stream, &site.metrics);
+                let site = site.clone();
+                match places.clone().try_acquire_owned() {
+                    Ok(place) => {
+                        tokio::spawn(async move {
+                            let io = WriteTimeout::new(stream);
+                            let counts = site.clone();
+                            let refused =
+                                http::connection(io, move |request| answer(site.clone(), request))
+                                    .await;
+                            drop(place);
+                            // What hyper refused before a request was read: counted as before.
+                            if let Some(status) = refused {
+                                let mut record = Record::start();
+                                record.answered(status);
+                                counts.metrics.finish(record);
+                            }
+                        });
+                    }
+                    Err(_) => {
+                        tokio::spawn(refuse_busy(stream, site));
+                    }
+                }
             }
             Err(e) => {
                 backoff = (backoff * 2).clamp(Duration::from_millis(10), MAX_BACKOFF);
                 log::warn!("serve: accept failed ({e}); waiting {backoff:?}");
-                std::thread::sleep(backoff);
+                tokio::time::sleep(backoff).await;
             }
         }
     }
 }
 
-/// Starts the worker pool; connections sent to the queue are answered in order.
-fn start_workers(site: &Arc<Site>, workers: usize) -> io::Result<SyncSender<TcpStream>> {
-    let (send, receive) = mpsc::sync_channel::<TcpStream>(QUEUE);
-    let receive = Arc::new(Mutex::new(receive));
-    for i in 0..workers {
-        let (receive, site) = (receive.clone(), site.clone());
-        std::thread::Builder::new()
-            .name(format!("serve-{i}"))
-            .spawn(move || work(&receive, &site))?;
-    }
-    Ok(send)
+/// Answers 503 to a connection beyond the server's places, without reading it, and closes it.
+async fn refuse_busy(mut stream: tokio::net::TcpStream, site: Arc<Site>) {
+    let mut record = Record::start();
+    record.answered(Status::Unavailable);
+    // A fresh socket's send buffer is empty: this short write does not wait.
+    let write = async {
+        http::write_whole(&mut stream, http::refusal(Status::Unavailable)).await?;
+        stream.shutdown().await
+    };
+    let _ = tokio::time::timeout(Duration::from_millis(100), write).await;
+    site.metrics.finish(record);
 }
 
-/// Answers connections one after another; each request is counted and logged before its
-/// connection closes.
-fn work(receive: &Mutex<Receiver<TcpStream>>, site: &Site) {
-    loop {
-        let next = match receive.lock() {
-            Ok(r) => r.recv(),
-            Err(_) => return,
-        };
-        let Ok(mut stream) = next else { return };
-        let mut record = Record::start();
-        if let Err(e) = handle(&mut stream, site, &mut record) {
-            log::debug!("serve: connection ended: {e}");
+/// Answers one request, counting and logging it once answered.
+async fn answer(site: Arc<Site>, request: hyper::Request<Incoming>) -> Answer {
+    let mut record = Record::start();
+    let target = match http::read_request(&request) {
+        Ok(target) => target,
+        Err(status) => {
+            record.answered(status);
+            site.metrics.finish(record);
+            return http::refusal(status);
         }
+    };
+    record.request(target.method, &target.path);
+    if site.api.is_some() && target.path.starts_with("/v1/") {
+        return answer_api(site, target, request, record).await;
+    }
+    let job = tokio::task::spawn_blocking(move || {
+        let answer = answer_file(&site, &target, &mut record);
         site.metrics.finish(record);
-    }
+        answer
+    });
+    job.await
+        .unwrap_or_else(|_| http::refusal(Status::InternalError))
 }
 
-/// Queues a connection, or answers 503 and closes it when every worker is busy and the
-/// queue is full.
-fn dispatch(queue: &SyncSender<TcpStream>, stream: TcpStream, metrics: &Metrics) {
-    match queue.try_send(stream) {
-        Ok(()) => {}
-        Err(TrySendError::Full(mut stream)) => {
-            // A fresh socket's send buffer is empty: this short write does not block.
-            let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
-            let mut record = Record::start();
-            let _ = refuse(&mut stream, &mut record, Status::Unavailable, false);
-            metrics.finish(record);
-        }
-        Err(TrySendError::Disconnected(_)) => log::error!("serve: no worker is left"),
-    }
-}
-
-/// A reader that gives up when the deadline for the whole head passes, however slowly the
-/// client trickles bytes in.
-struct Deadline<'a> {
-    stream: &'a TcpStream,
-    until: Instant,
-}
-
-impl Read for Deadline<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let left = self.until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        self.stream.set_read_timeout(Some(left))?;
-        let mut stream = self.stream;
-        stream.read(buf)
-    }
-}
-
-/// Answers one request (the caller closes the connection), filling in `record`.
-fn handle(stream: &mut TcpStream, site: &Site, record: &mut Record) -> io::Result<()> {
-    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
-    let mut input = Deadline {
-        stream,
-        until: Instant::now() + HEAD_TIMEOUT,
+/// A file of the demo, `/health` or `/metrics` (on a worker thread: they read files and the
+/// scheduler's load).
+fn answer_file(site: &Site, target: &Request, record: &mut Record) -> Answer {
+    let found = if target.method == "POST" {
+        Err(Status::MethodNotAllowed)
+    } else if let Some((status, kind, body)) =
+        site.metrics.endpoint(&target.path, site.api.as_ref())
+    {
+        Ok((status, kind, body.into_bytes()))
+    } else {
+        http::resolve(&site.root, &target.path).and_then(|file| {
+            read_regular_file(&file).map(|body| (Status::Ok, http::mime(&file), body))
+        })
     };
-    let request = match http::read_request(&mut input) {
-        Ok(request) => request,
-        Err(ReadError::Refuse(status)) => {
-            refuse(stream, record, status, false)?;
-            return linger(stream);
+    match found {
+        Ok((status, kind, body)) => {
+            record.answered(status);
+            http::respond(status, kind, body)
         }
-        Err(ReadError::Closed) => return Ok(()),
-        Err(ReadError::Io(e)) => return Err(e),
-    };
-    record.request(request.method, &request.path);
-    let api = site.api.as_ref();
-    if let Some(api) = api.filter(|_| request.path.starts_with("/v1/")) {
-        return answer_api(api, &request, stream, record);
-    }
-    if request.method == "POST" {
-        refuse(stream, record, Status::MethodNotAllowed, false)?;
-        return linger(stream);
-    }
-    if let Some((status, kind, body)) = site.metrics.endpoint(&request.path, api) {
-        return respond(
-            stream,
-            record,
-            status,
-            kind,
-            body.as_bytes(),
-            request.head_only,
-        );
-    }
-    let file = match http::resolve(&site.root, &request.path) {
-        Ok(file) => file,
-        Err(status) => return refuse(stream, record, status, request.head_only),
-    };
-    match read_regular_file(&file) {
-        Ok(body) => respond(
-            stream,
-            record,
-            Status::Ok,
-            http::mime(&file),
-            &body,
-            request.head_only,
-        ),
-        Err(status) => refuse(stream, record, status, request.head_only),
+        Err(status) => {
+            record.answered(status);
+            http::refusal(status)
+        }
     }
 }
 
-/// Reads an API request's body (POST) within [`BODY_TIMEOUT`] and answers it; a body that
-/// is missing its length, too long or too slow gets an OpenAI-style JSON error.
-fn answer_api(
-    api: &Api,
-    request: &Request,
-    stream: &mut TcpStream,
-    record: &mut Record,
-) -> io::Result<()> {
-    let body = if request.method == "POST" {
-        let mut input = Deadline {
-            stream,
-            until: Instant::now() + BODY_TIMEOUT,
-        };
-        match http::read_body(request, &mut input) {
+/// Reads an API request's body (POST) and answers it on a worker thread, which waits on the
+/// engine; a body that is missing its length, too long or too slow gets an OpenAI-style JSON
+/// error.
+async fn answer_api(
+    site: Arc<Site>,
+    target: Request,
+    request: hyper::Request<Incoming>,
+    mut record: Record,
+) -> Answer {
+    let body = if target.method == "POST" {
+        match http::read_body(request).await {
             Ok(body) => body,
-            Err(ReadError::Refuse(status)) => {
-                let message = format!("the request body was refused: {}", status.line());
+            Err(status) => {
                 let e = params::ApiError {
                     status,
-                    message,
+                    message: format!("the request body was refused: {}", status.line()),
                     param: None,
                     kind: "invalid_request_error",
                 };
-                api::refuse(stream, record, &e)?;
-                return linger(stream);
+                record.answered(status);
+                site.metrics.finish(record);
+                return sse::json(status, &e.body());
             }
-            Err(ReadError::Closed) => return Ok(()),
-            Err(ReadError::Io(e)) => return Err(e),
         }
     } else {
-        Vec::new()
+        Default::default()
     };
-    // A second handle on the socket to look at while the first answers (without one, the
-    // client cannot be seen to leave).
-    let peer = stream.try_clone().ok();
-    let gone = || peer.as_ref().is_some_and(hung_up);
-    api.handle(request, &body, stream, record, &gone)
+    let (mut reply, head) = Reply::new();
+    // Set when hyper drops this future: the client hung up before the answer's head.
+    let hang_up = HangUp(Some(Arc::new(AtomicBool::new(false))));
+    let gone = hang_up.flag();
+    tokio::task::spawn_blocking(move || {
+        let left = || gone.load(Ordering::Relaxed);
+        if let Some(api) = site.api.as_ref() {
+            if let Err(e) = api.handle(&target, &body, &mut reply, &mut record, &left) {
+                log::debug!("serve: answer ended: {e}");
+            }
+        }
+        site.metrics.finish(record);
+    });
+    let answer = head.await;
+    hang_up.answered();
+    // No answer: the client left (its request was dropped unanswered).
+    answer.unwrap_or_else(|_| http::refusal(Status::ClientClosed))
 }
 
-/// Whether the client has closed its side of the connection (or reset it), without waiting
-/// and without consuming what it sent: a read of end of file, or an error, when peeked. A
-/// client that shuts down only its sending side and still waits for the answer reads as gone
-/// too (HTTP clients do not do that; nginx's 499 treats it the same).
-fn hung_up(stream: &TcpStream) -> bool {
-    if stream.set_nonblocking(true).is_err() {
-        return true;
+/// Sets its flag when dropped before [`HangUp::answered`].
+struct HangUp(Option<Arc<AtomicBool>>);
+
+impl HangUp {
+    fn flag(&self) -> Arc<AtomicBool> {
+        self.0.clone().unwrap_or_default()
     }
-    let mut byte = [0u8];
-    let gone = match stream.peek(&mut byte) {
-        Ok(0) => true,
-        Ok(_) => false,
-        Err(e) => e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::Interrupted,
-    };
-    gone | stream.set_nonblocking(false).is_err()
+
+    fn answered(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for HangUp {
+    fn drop(&mut self) {
+        if let Some(flag) = &self.0 {
+            flag.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The bytes of `file`, checked on the opened handle to be a regular file (a FIFO swapped in
@@ -311,47 +315,68 @@ fn read_regular_file(file: &Path) -> Result<Vec<u8>, Status> {
     Ok(body)
 }
 
-/// Answers with `status` and a one-line body naming it.
-fn refuse(
-    out: &mut TcpStream,
-    record: &mut Record,
-    status: Status,
-    head_only: bool,
-) -> io::Result<()> {
-    let body = format!("{}\n", status.line());
-    respond(
-        out,
-        record,
-        status,
-        "text/plain; charset=utf-8",
-        body.as_bytes(),
-        head_only,
-    )
+/// A connection whose writes fail once one has waited [`WRITE_TIMEOUT`] for a client that
+/// does not read.
+struct WriteTimeout {
+    stream: tokio::net::TcpStream,
+    waiting: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
-/// After refusing a request mid-way, reads (and drops) what the client is still sending for
-/// a moment before closing: closing a socket with unread input resets the connection, and
-/// the client would lose the answer.
-fn linger(out: &mut TcpStream) -> io::Result<()> {
-    out.shutdown(std::net::Shutdown::Write)?;
-    out.set_read_timeout(Some(Duration::from_millis(500)))?;
-    let _ = io::copy(&mut (&*out).take(1 << 20), &mut io::sink());
-    Ok(())
-}
-
-/// Writes the head and, unless `head_only`, the body it declares.
-fn respond(
-    out: &mut TcpStream,
-    record: &mut Record,
-    status: Status,
-    content_type: &str,
-    body: &[u8],
-    head_only: bool,
-) -> io::Result<()> {
-    record.answered(status);
-    out.write_all(http::response_head(status, content_type, body.len()).as_bytes())?;
-    if !head_only {
-        out.write_all(body)?;
+impl WriteTimeout {
+    fn new(stream: tokio::net::TcpStream) -> WriteTimeout {
+        WriteTimeout {
+            stream,
+            waiting: None,
+        }
     }
-    out.flush()
+
+    /// `result` of a write, or a timeout once writes have waited too long.
+    fn timed<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        result: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if result.is_ready() {
+            self.waiting = None;
+            return result;
+        }
+        let waiting = self
+            .waiting
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(WRITE_TIMEOUT)));
+        match waiting.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::ErrorKind::TimedOut.into())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl AsyncRead for WriteTimeout {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for WriteTimeout {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let result = Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.timed(cx, result)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let result = Pin::new(&mut self.stream).poll_flush(cx);
+        self.timed(cx, result)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let result = Pin::new(&mut self.stream).poll_shutdown(cx);
+        self.timed(cx, result)
+    }
 }
