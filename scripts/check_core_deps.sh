@@ -38,7 +38,7 @@ fn main() -> webtensor::Result<()> {
 RS
 tree="$(cd "$dir" && cargo tree -e normal --prefix none)"
 echo "$tree" | sort -u | sed 's/^/  /'
-banned="$(echo "$tree" | awk '{print $1}' | grep -xE 'clap|indicatif|env_logger|plotters|minijinja|minijinja-contrib|fancy-regex|webtensor-llm|webtensor-cli' | sort -u || true)"
+banned="$(echo "$tree" | awk '{print $1}' | grep -xE 'clap|indicatif|env_logger|plotters|minijinja|minijinja-contrib|fancy-regex|hyper|tokio|webtensor-llm|webtensor-cli' | sort -u || true)"
 if [ -n "$banned" ]; then
   echo "a default-features = false dependent of webtensor pulls in: $banned" >&2
   exit 1
