@@ -80,7 +80,7 @@ pub fn bench_model(
             &backends,
             tp,
             tokens,
-            activations,
+            (activations, &options),
             runs,
             |step| eprintln!("{step}"),
         )?

@@ -512,7 +512,11 @@ fn load(args: &ModelArgs) -> Result<(Llama, String), Error> {
             })
         }
         (size, None) => {
-            let devices = webtensor_llm::tensor_parallel::devices_of(device.chain()[0], size)?;
+            let devices = webtensor_llm::tensor_parallel::devices_of(
+                device.chain()[0],
+                size,
+                device.options(),
+            )?;
             Llama::load_parallel(&devices, files, webtensor_llm::TpConfig { size })?
         }
     };

@@ -15,7 +15,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use webtensor::backend::BackendKind;
+use webtensor::backend::{BackendKind, BackendOptions};
 use webtensor::device::Device;
 use webtensor::error::{Error, Result};
 use webtensor::tensor::Tensor;
@@ -65,8 +65,8 @@ fn now() -> Duration {
 
 /// `n` devices for a split: separate logical devices of `kind` (its own queue and memory
 /// each, on one adapter or several), each with the cpu as fallback for ops `kind` lacks; for
-/// the host backends, `n` handles of the shared one.
-pub fn devices_of(kind: BackendKind, n: usize) -> Result<Vec<Device>> {
+/// the host backends, `n` handles of the shared one. Each is started with `options`.
+pub fn devices_of(kind: BackendKind, n: usize, options: &BackendOptions) -> Result<Vec<Device>> {
     let mut priority = vec![kind];
     if !kind.is_host() {
         priority.push(BackendKind::Cpu);
@@ -77,6 +77,7 @@ pub fn devices_of(kind: BackendKind, n: usize) -> Result<Vec<Device>> {
                 .priority(priority.clone())
                 .strict(true)
                 .separate(true)
+                .options(options.clone())
                 .build()
         })
         .collect()

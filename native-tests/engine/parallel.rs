@@ -251,6 +251,21 @@ fn sizes_and_devices_that_do_not_fit_are_typed_errors() {
     ));
 }
 
+/// A split's devices start with the options given (`--tp` with the overrides of the command
+/// line, `bench --tp`), not with the defaults.
+#[test]
+fn split_devices_start_with_the_options_given() {
+    let mut options = webtensor::BackendOptions::default();
+    options.wgpu.row_teams = webtensor::backend::Switch::On;
+    options.cuda.graphs = false;
+    let devices =
+        webtensor_llm::tensor_parallel::devices_of(BackendKind::Cpu, 2, &options).unwrap();
+    assert_eq!(devices.len(), 2);
+    for d in &devices {
+        assert_eq!(d.options(), &options);
+    }
+}
+
 #[test]
 fn the_bench_reports_decode_speed_and_all_reduce_time_per_tp_size() {
     use webtensor_llm::ActivationMode;
@@ -261,7 +276,7 @@ fn the_bench_reports_decode_speed_and_all_reduce_time_per_tp_size() {
         &[BackendKind::Cpu],
         &[1, 2, 4],
         (4, 3),
-        ActivationMode::F32,
+        (ActivationMode::F32, &webtensor::BackendOptions::default()),
         1,
         |_| {},
     )

@@ -12,7 +12,7 @@ use crate::tensor_parallel::devices_of;
 use crate::{
     ActivationMode, CollectiveStats, KvCache, Llama, ModelFiles, Sampler, Sampling, TpConfig,
 };
-use webtensor::backend::BackendKind;
+use webtensor::backend::{BackendKind, BackendOptions};
 use webtensor::error::Result;
 
 /// One backend at one tp size.
@@ -48,7 +48,7 @@ pub fn run(
     backends: &[BackendKind],
     sizes: &[usize],
     (prompt_tokens, decode_tokens): (usize, usize),
-    activations: ActivationMode,
+    (activations, options): (ActivationMode, &BackendOptions),
     samples: usize,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<TpBenchRow>> {
@@ -65,7 +65,7 @@ pub fn run(
         let mut want: Option<Vec<f32>> = None;
         for &size in sizes {
             progress(&format!("{kind} tp {size}: load"));
-            let devices = devices_of(kind, size)?;
+            let devices = devices_of(kind, size, options)?;
             let mut model = Llama::load_parallel(&devices, open()?, TpConfig { size })?;
             model.set_activations(activations);
             let mut cache = model.new_cache(prompt_tokens + decode_tokens)?;
