@@ -22,7 +22,7 @@ use super::sampler::Sampler;
 use super::tensor_parallel::{
     shard_failed, Collective, CollectiveStats, HostCollective, Shard, TpConfig,
 };
-use super::weights::keeps_packed;
+use super::weights::{keeps_packed, EMBEDDING, OUTPUT};
 use super::{LlamaConfig, Tokenizer};
 use webtensor::backend::{RopeLayout, SharedBytes};
 use webtensor::device::Device;
@@ -202,12 +202,7 @@ impl Llama {
         // One step per layer of every rank, and one for the unsplit tensors.
         let steps = size.saturating_mul(c.num_hidden_layers).saturating_add(1);
         let mut done = 0;
-        let embed_name = name(
-            files.is_gguf,
-            None,
-            "model.embed_tokens.weight",
-            "token_embd.weight",
-        );
+        let embed_name = name(files.is_gguf, None, EMBEDDING.hf, EMBEDDING.gguf);
         let (embed_raw, embed_bytes) = loader.fetch(&embed_name, &[c.vocab_size, c.hidden_size])?;
         let embed = if keeps_packed(device) {
             // Gathered from the mapped file as stored (a packed table is a quarter of f32 or
@@ -275,7 +270,7 @@ impl Llama {
             ),
             c.hidden_size,
         )?;
-        let head_name = name(files.is_gguf, None, "lm_head.weight", "output.weight");
+        let head_name = name(files.is_gguf, None, OUTPUT.hf, OUTPUT.gguf);
         let lm_head = if c.tie_word_embeddings || !files.tensors.contains_key(&head_name) {
             // With tied embeddings transformers ignores a stored `lm_head.weight` too.
             loader.mark_used(&head_name);

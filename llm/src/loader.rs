@@ -12,7 +12,9 @@ use std::sync::Arc;
 use super::arch::QkNorm;
 use super::files::{FileBytes, ModelFiles};
 use super::tensor_parallel::Shard;
-use super::weights::{keeps_packed, loaded_bytes, outside_layers_bytes, RawTensor, StoredDType};
+use super::weights::{
+    keeps_packed, loaded_bytes, outside_layers_bytes, RawTensor, StoredDType, LAYER_PREFIX,
+};
 use webtensor::device::Device;
 use webtensor::error::{Error, Result};
 use webtensor::shape::Shape;
@@ -55,8 +57,8 @@ pub(crate) struct Loader<'a> {
 /// Weight names: Hugging Face's or GGUF's.
 pub(crate) fn name(gguf: bool, layer: Option<usize>, hf: &str, gg: &str) -> String {
     match (layer, gguf) {
-        (Some(i), false) => format!("model.layers.{i}.{hf}"),
-        (Some(i), true) => format!("blk.{i}.{gg}"),
+        (Some(i), false) => format!("{}{i}.{hf}", LAYER_PREFIX.hf),
+        (Some(i), true) => format!("{}{i}.{gg}", LAYER_PREFIX.gguf),
         (None, false) => hf.to_string(),
         (None, true) => gg.to_string(),
     }

@@ -69,15 +69,42 @@ pub fn keeps_packed(device: &Device) -> bool {
     )
 }
 
-/// The embedding table's name in GGUF files and in Hugging Face folders.
-const EMBEDDING_NAMES: [&str; 2] = ["token_embd.weight", "model.embed_tokens.weight"];
-/// The output projection's names; a model without one ties it to the embedding table.
-const OUTPUT_NAMES: [&str; 2] = ["output.weight", "lm_head.weight"];
+/// A tensor's name in Hugging Face folders and in GGUF files: the one place the loader, the
+/// engine and the memory estimate take the names they share from.
+pub(crate) struct TensorName {
+    /// In a Hugging Face folder.
+    pub hf: &'static str,
+    /// In a GGUF file.
+    pub gguf: &'static str,
+}
+
+impl TensorName {
+    /// Whether `name` is this one, in either convention.
+    fn is(&self, name: &str) -> bool {
+        name == self.hf || name == self.gguf
+    }
+}
+
+/// The embedding table.
+pub(crate) const EMBEDDING: TensorName = TensorName {
+    hf: "model.embed_tokens.weight",
+    gguf: "token_embd.weight",
+};
+/// The output projection; a model without one ties it to the embedding table.
+pub(crate) const OUTPUT: TensorName = TensorName {
+    hf: "lm_head.weight",
+    gguf: "output.weight",
+};
+/// What every decoder layer's tensor names begin with, before the layer's number.
+pub(crate) const LAYER_PREFIX: TensorName = TensorName {
+    hf: "model.layers.",
+    gguf: "blk.",
+};
 
 /// Whether the tensor `name` belongs to a decoder layer (`blk.N.` in GGUF, `model.layers.N.`
 /// in Hugging Face folders).
 pub fn is_layer_tensor(name: &str) -> bool {
-    name.starts_with("blk.") || name.starts_with("model.layers.")
+    name.starts_with(LAYER_PREFIX.hf) || name.starts_with(LAYER_PREFIX.gguf)
 }
 
 /// The bytes the tensor `name` takes on a device once loaded: as stored where the device
@@ -88,7 +115,7 @@ pub fn loaded_bytes(name: &str, t: &RawTensor, keeps_packed: bool) -> u64 {
     let stored = t.range.len() as u64;
     if keeps_packed {
         stored
-    } else if EMBEDDING_NAMES.contains(&name) {
+    } else if EMBEDDING.is(name) {
         (t.shape.iter().product::<usize>() as u64).saturating_mul(4)
     } else if t.dtype == StoredDType::BF16 {
         stored * 2
@@ -113,10 +140,10 @@ pub fn outside_layers_bytes<'a>(
             continue;
         }
         bytes = bytes.saturating_add(loaded_bytes(name, t, keeps_packed));
-        if EMBEDDING_NAMES.contains(&name) {
+        if EMBEDDING.is(name) {
             embedding = Some(t);
         }
-        tied &= !OUTPUT_NAMES.contains(&name);
+        tied &= !OUTPUT.is(name);
     }
     match embedding {
         Some(t) if tied && !keeps_packed => bytes.saturating_add(t.range.len() as u64),
