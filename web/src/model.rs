@@ -159,6 +159,19 @@ pub struct GenerationStats {
 /// Clears the model's busy flag when a generation ends, however it ends.
 struct BusyGuard<'a>(&'a Cell<bool>);
 
+impl<'a> BusyGuard<'a> {
+    /// Marks the model busy for `what` (a generation or an evaluation), or says it already is:
+    /// one run at a time per model.
+    fn claim(busy: &'a Cell<bool>, what: &str) -> Result<BusyGuard<'a>, JsValue> {
+        if busy.replace(true) {
+            return Err(js_error(format!(
+                "{what}: this model is already generating; stop it or wait for it"
+            )));
+        }
+        Ok(BusyGuard(busy))
+    }
+}
+
 impl Drop for BusyGuard<'_> {
     fn drop(&mut self) {
         self.0.set(false);
@@ -369,12 +382,7 @@ impl Model {
             if ids.is_empty() {
                 return Err(js_error("eval: no token ids"));
             }
-            if inner.busy.replace(true) {
-                return Err(js_error(
-                    "eval: this model is already generating; stop it or wait for it",
-                ));
-            }
-            let _guard = BusyGuard(&inner.busy);
+            let _guard = BusyGuard::claim(&inner.busy, "eval")?;
             let mut cache = js(inner.llama.new_cache(ids.len()))?;
             let logits = js(inner.llama.forward(&ids, &mut cache))?;
             let values = js(logits.to_vec_async::<f32>().await)?;
@@ -473,12 +481,7 @@ impl Model {
             let (options, signal, (prompt, chat)) = prepared?;
             // An already aborted signal rejects, as `fetch` does; a later abort stops.
             check_signal(&signal)?;
-            if inner.busy.replace(true) {
-                return Err(js_error(format!(
-                    "{what}: this model is already generating; stop it or wait for it"
-                )));
-            }
-            let _guard = BusyGuard(&inner.busy);
+            let _guard = BusyGuard::claim(&inner.busy, what)?;
             *inner.stop.borrow_mut() = run_stop.clone();
             let mut observer = PageObserver {
                 generation: observer_generation,
