@@ -41,7 +41,7 @@ pub use sampler::{Sampler, Sampling};
 pub use tensor_parallel::{Collective, CollectiveStats, HostCollective, TpConfig};
 pub use tokenizer::{StreamDecoder, Tokenizer};
 
-/// Whole-model timing (`webtensor bench --model`).
+// Whole-model timing: native only, as `bench --model` is.
 #[cfg(not(target_arch = "wasm32"))]
 pub mod bench;
 

@@ -215,11 +215,11 @@ impl BackendOptions {
             }
         }
         if let Some(v) = get(ROW_TEAMS_ENV) {
-            w.row_teams = match v.trim().to_ascii_lowercase().as_str() {
-                "auto" => Switch::Auto,
-                "on" | "1" | "true" => Switch::On,
-                "off" | "0" | "false" => Switch::Off,
-                _ => return Err(bad(ROW_TEAMS_ENV, &v, "on, off, auto")),
+            w.row_teams = match on_off(&v) {
+                Some(true) => Switch::On,
+                Some(false) => Switch::Off,
+                None if v.trim().eq_ignore_ascii_case("auto") => Switch::Auto,
+                None => return Err(bad(ROW_TEAMS_ENV, &v, "on, off, auto")),
             };
         }
         if let Some(v) = get(MAX_BINDING_ENV) {
@@ -238,11 +238,11 @@ impl BackendOptions {
             w.max_binding = Some(bytes);
         }
         if let Some(v) = get(SELFCHECK_ENV) {
-            w.self_check = match v.trim().to_ascii_lowercase().as_str() {
-                "on" | "1" | "true" => SelfCheck::On,
-                "off" | "0" | "false" => SelfCheck::Off,
-                "fail" => SelfCheck::Fail,
-                _ => return Err(bad(SELFCHECK_ENV, &v, "on, off, fail")),
+            w.self_check = match on_off(&v) {
+                Some(true) => SelfCheck::On,
+                Some(false) => SelfCheck::Off,
+                None if v.trim().eq_ignore_ascii_case("fail") => SelfCheck::Fail,
+                None => return Err(bad(SELFCHECK_ENV, &v, "on, off, fail")),
             };
         }
         if let Some(v) = get(SIMD_ENV) {
@@ -318,12 +318,17 @@ impl CudaOptions {
     }
 }
 
-fn parse_bool(name: &str, value: &str) -> Result<bool> {
+/// `on`, `1`, `true` and `off`, `0`, `false` (any case), the words every switch takes.
+fn on_off(value: &str) -> Option<bool> {
     match value.trim().to_ascii_lowercase().as_str() {
-        "on" | "1" | "true" => Ok(true),
-        "off" | "0" | "false" => Ok(false),
-        _ => Err(bad(name, value, "on, off (or 1, 0, true, false)")),
+        "on" | "1" | "true" => Some(true),
+        "off" | "0" | "false" => Some(false),
+        _ => None,
     }
+}
+
+fn parse_bool(name: &str, value: &str) -> Result<bool> {
+    on_off(value).ok_or_else(|| bad(name, value, "on, off (or 1, 0, true, false)"))
 }
 
 fn bad(name: &str, value: &str, accepted: &str) -> Error {
