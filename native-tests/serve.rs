@@ -193,7 +193,8 @@ fn post(server: &server::Server, path: &str, body: &str) -> String {
 
 /// The built-in model has no chat template: chat completions render ChatML instead of
 /// answering 400; a `--chat-template` file that loops without end is refused in time with
-/// a 400 naming it and its bound, and the server goes on.
+/// a 400 naming it and its bound, one that ends the process rendering it with a 400 naming
+/// it, and the server goes on.
 #[test]
 fn chat_completions_without_a_template_and_with_a_hostile_one() {
     let body = r#"{"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "In the beginning"}]}"#;
@@ -248,6 +249,52 @@ fn chat_completions_without_a_template_and_with_a_hostile_one() {
             "{:?}",
             start.elapsed()
         );
+    }
+    drop(server);
+
+    // Two templates that minijinja's fuel does not bound, and that end the process rendering
+    // them: a list doubled past memory, a namespace printed with itself inside. The worker
+    // process ends, not the server: each request gets a 400 naming the template, and the
+    // server answers the next requests.
+    let aborting = [
+        (
+            "doubling.jinja",
+            "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}\
+             {% endfor %}{{ ns.l | length }}",
+        ),
+        (
+            "cycle.jinja",
+            "{% set ns = namespace() %}{% set ns.me = ns %}{{ ns | string | length }}",
+        ),
+    ];
+    for (name, text) in aborting {
+        let file = dir.join(name);
+        std::fs::write(&file, text).unwrap();
+        let server = server::start_args(
+            name,
+            &[
+                "--model",
+                "builtin",
+                "--backend",
+                "cpu",
+                "--ctx",
+                "64",
+                "--chat-template",
+                file.to_str().unwrap(),
+            ],
+        );
+        for _ in 0..2 {
+            let answer = post(&server, "/v1/chat/completions", body);
+            assert!(answer.starts_with("HTTP/1.1 400"), "{name}: {answer}");
+            let message = declared_body(&answer);
+            assert!(
+                message.contains(name) && message.contains("ended the process that rendered it"),
+                "{message}"
+            );
+        }
+        let plain = r#"{"model": "m", "max_tokens": 2, "prompt": "In the beginning"}"#;
+        let answer = post(&server, "/v1/completions", plain);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{name}: {answer}");
     }
     std::fs::remove_dir_all(&dir).ok();
 }

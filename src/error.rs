@@ -329,6 +329,22 @@ pub enum Error {
         bound: TemplateBound,
     },
 
+    /// A chat template ended the process that rendered it, in a way minijinja's fuel does not
+    /// bound (a list doubled with `+` past memory, a value nested in itself and printed past
+    /// the stack). Only a renderer that runs templates in a process of its own (the
+    /// `webtensor` command's) survives to report this; the template is the one to blame.
+    #[error(
+        "the chat template from {template} ended the process that rendered it ({reason}): it \
+         grows a list or nests a value in itself without end; give the model another template \
+         (--chat-template FILE)"
+    )]
+    TemplateAborted {
+        /// Where the template came from.
+        template: String,
+        /// How the render process ended, with what it wrote on stderr.
+        reason: String,
+    },
+
     /// A pattern of the model's tokenizer (a `Split` pre-tokenizer, a `Replace` normalizer)
     /// backtracked past its bound on a text: such a pattern is input from the tokenizer file,
     /// and one that backtracks without end would otherwise hang the encode.
@@ -355,7 +371,7 @@ pub enum Error {
 }
 
 /// The bounds of a chat template's render, as [`Error::TemplateLimit`] names them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum TemplateBound {
     /// Its fuel: minijinja's budget, one fuel per instruction and one per 64 bytes of text
     /// or list it makes, visits or writes (so that it also bounds memory).

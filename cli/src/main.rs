@@ -25,6 +25,7 @@ mod info;
 mod models;
 mod peer;
 mod serve;
+mod template_worker;
 
 use std::process::ExitCode;
 
@@ -162,6 +163,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Render chat templates for another webtensor process, one JSON request per line of
+    /// stdin (internal: the worker of `template_worker.rs`).
+    #[command(name = "template-worker", hide = true)]
+    TemplateWorker,
     /// Serve the browser demo (demo/ and web/pkg, built by ./web/build.sh) on 127.0.0.1 with
     /// cross-origin isolation headers, and print its address. With --model, also an
     /// OpenAI-compatible API: /v1/chat/completions, /v1/completions (streamed with
@@ -326,7 +331,7 @@ fn main() -> ExitCode {
         | Command::Chat { model, .. }
         | Command::Eval { model, .. }
         | Command::Serve { model, .. } => model.threads,
-        Command::Info { .. } | Command::Models { .. } => None,
+        Command::Info { .. } | Command::Models { .. } | Command::TemplateWorker => None,
     };
     if let Err(e) = set_threads(threads) {
         eprintln!("error: {e}");
@@ -411,6 +416,7 @@ fn main() -> ExitCode {
         ),
         Command::Eval { model, tokens } => eval(&model, &tokens),
         Command::Models { json } => models::list(json),
+        Command::TemplateWorker => template_worker::serve(),
         Command::Serve {
             port,
             dir,
@@ -564,13 +570,18 @@ fn generate(
     Ok(())
 }
 
-/// Opens the model and its tokenizer.
+/// Opens the model and its tokenizer, whose chat templates render in a worker process.
 fn load_with_tokenizer(args: &ModelArgs) -> Result<(Llama, webtensor_llm::Tokenizer), Error> {
     let (llama, name) = load(args)?;
-    let tokenizer = llama.tokenizer.clone().ok_or_else(|| Error::ModelFile {
+    let mut tokenizer = llama.tokenizer.clone().ok_or_else(|| Error::ModelFile {
         path: name,
         reason: "the model has no tokenizer (tokenizer.json or GGUF vocabulary)".into(),
     })?;
+    // A chat template comes from the model's files: it is rendered in a worker process, which
+    // is all it can end (template_worker.rs).
+    tokenizer.set_template_renderer(Some(std::sync::Arc::new(
+        template_worker::TemplateWorker::new()?,
+    )));
     Ok((llama, tokenizer))
 }
 

@@ -14,11 +14,13 @@
 //! free up; a request that finds the line full is refused at once ([`Busy`]) for the HTTP
 //! layer to answer 503, and one whose client hangs up while it waits leaves the line unrun.
 //!
-//! Requests share the pool's blocks of the prompts they begin alike with: a prompt's full
-//! blocks are offered once its pass has run ([`KvCache::share`]), and a later prompt that
-//! begins with the same ids starts from them ([`KvPool::sequence_sharing`]), so only the rest
-//! of it runs (a block shared in part runs again). Blocks no request holds stay cached until
-//! the pool needs them, so sharing never refuses a request.
+//! Requests share the pool's blocks of the ids they begin alike with: a prompt's full blocks
+//! are offered once its pass has run ([`KvCache::share`]), and those of the whole sequence,
+//! prompt and answer, when it ends. A later prompt that begins with the same ids starts from
+//! them ([`KvPool::sequence_sharing`]), so only the rest of it runs (a block shared in part
+//! runs again). That is how a conversation's next turn, which repeats the last answer after
+//! the last prompt, runs only its new message. Blocks no request holds stay cached until the
+//! pool needs them, so sharing never refuses a request.
 //!
 //! [`Scheduler::load`] reports the places taken, the line, the pool's blocks and the prompt
 //! tokens served from shared blocks for `/health` and `/metrics`. A finished sequence gives
@@ -318,9 +320,11 @@ struct Running<'t> {
     /// Tokens the next step runs: the prompt (past the ids shared blocks hold), then the last
     /// token drawn.
     pending: Vec<u32>,
-    /// The whole prompt until its pass has run, then empty: its blocks are offered to later
-    /// requests then.
-    prompt: Vec<u32>,
+    /// The ids the cache holds or is about to: the prompt, then each token drawn. Its blocks
+    /// are offered to later requests when the prompt's pass has run and when the request ends.
+    ids: Vec<u32>,
+    /// Whether the prompt's blocks are still to be offered (its pass has not run yet).
+    prompt_unshared: bool,
     sampler: Sampler,
     decoder: StreamDecoder<'t>,
     generated: usize,
@@ -386,7 +390,8 @@ fn start<'t>(
     Some(Running {
         pending: job.ids[cache.len()..].to_vec(),
         cache,
-        prompt: job.ids,
+        ids: job.ids,
+        prompt_unshared: true,
         sampler: Sampler::new(job.sampling),
         decoder: tokenizer.stream(),
         generated: 0,
@@ -443,11 +448,9 @@ fn step(llama: &Llama, tokenizer: &Tokenizer, running: &mut Vec<Running>) -> Res
     log::debug!("step: {} sequences, {rows} rows", batch.len());
     let logits = llama.last_logits(&mut batch)?;
     drop(batch);
-    for r in running.iter_mut() {
-        let prompt = std::mem::take(&mut r.prompt);
-        if !prompt.is_empty() {
-            r.cache.share(&prompt)?;
-        }
+    for r in running.iter_mut().filter(|r| r.prompt_unshared) {
+        r.cache.share(&r.ids)?;
+        r.prompt_unshared = false;
     }
     let ids = draw(&logits, running)?;
     let mut ids = ids.into_iter();
@@ -475,8 +478,13 @@ fn step(llama: &Llama, tokenizer: &Tokenizer, running: &mut Vec<Running>) -> Res
                 let tail = text + &r.decoder.finish();
                 let tokens = r.generated;
                 // The request is over whether or not its client still listens; its place
-                // and its cache blocks are free before the client can hear so.
+                // and its cache blocks are free before the client can hear so. Its blocks,
+                // answer included, stay cached for the conversation's next turn (the last
+                // token drawn was never run, and `share` takes only the ids the cache holds).
                 drop(r.ticket.take());
+                if let Err(e) = r.cache.share(&r.ids) {
+                    log::warn!("the finished sequence's blocks could not be offered: {e}");
+                }
                 r.cache.reset();
                 let _ = r.events.send(Event::Done {
                     tail,
@@ -487,6 +495,7 @@ fn step(llama: &Llama, tokenizer: &Tokenizer, running: &mut Vec<Running>) -> Res
             }
         };
         r.pending = vec![id];
+        r.ids.push(id);
         sent.is_ok()
     });
     Ok(())

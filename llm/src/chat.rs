@@ -8,7 +8,9 @@
 //! A template is input from a file, like the tensors, so a render is bounded
 //! ([`RenderLimits`]): minijinja's fuel bounds its instructions and the bytes it makes (which
 //! bounds its memory), and its output may not exceed what the context could hold. Past
-//! either it is an [`Error::TemplateLimit`] naming the template and the bound.
+//! either it is an [`Error::TemplateLimit`] naming the template and the bound. The two things
+//! a template can do beyond minijinja's fuel end the process instead; a program that must
+//! outlive them renders elsewhere through a [`TemplateRenderer`].
 
 use std::io::Write;
 
@@ -40,7 +42,7 @@ impl ChatMessage {
 }
 
 /// How a conversation is rendered.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ChatOptions {
     /// End with the header of the assistant's next turn, so the model writes it.
     pub add_generation_prompt: bool,
@@ -57,7 +59,7 @@ pub struct ChatOptions {
 }
 
 /// A chat template and where it came from, which its errors name.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatTemplate {
     /// The Jinja source.
     pub text: String,
@@ -513,6 +515,47 @@ pub fn render_template(
     }
 }
 
+/// One render of a chat template, owned: what [`render_template`] takes, in a form that can
+/// be handed to a [`TemplateRenderer`] elsewhere (another thread, another process).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RenderRequest {
+    pub template: ChatTemplate,
+    pub messages: Vec<ChatMessage>,
+    pub options: ChatOptions,
+    /// The text of the BOS token, as the template's `bos_token`.
+    pub bos: Option<String>,
+    /// The text of the EOS token, as the template's `eos_token`.
+    pub eos: Option<String>,
+}
+
+impl RenderRequest {
+    /// Renders it here, with [`render_template`].
+    pub fn render(&self) -> Result<String> {
+        render_template(
+            &self.template,
+            &self.messages,
+            &self.options,
+            self.bos.as_deref(),
+            self.eos.as_deref(),
+        )
+    }
+}
+
+/// Renders chat templates somewhere other than the calling thread.
+///
+/// [`RenderLimits`] bound what minijinja charges fuel for, but two things in minijinja 3.1
+/// escape its fuel and end the whole process: a list doubled with `+` more than 32 times
+/// (its concatenation is made without a charge) and a namespace stored into itself, then
+/// printed (the stack overflows). A program that must outlive any template a model file
+/// brings, such as a server, installs a renderer that runs the render in a process of its own
+/// ([`Tokenizer::set_template_renderer`]); the `webtensor` command does. Without one, a
+/// [`Tokenizer`] renders on the calling thread.
+pub trait TemplateRenderer: Send + Sync + std::fmt::Debug {
+    /// The rendered text, or the error [`render_template`] would give, or
+    /// [`Error::TemplateAborted`] when the render ended the process it ran in.
+    fn render(&self, request: RenderRequest) -> Result<String>;
+}
+
 impl Tokenizer {
     /// The template [`render_chat`](Tokenizer::render_chat) uses: the model's own
     /// ([`chat_template`](Tokenizer::chat_template)), or ChatML when its files have none.
@@ -525,10 +568,22 @@ impl Tokenizer {
     /// Renders a conversation with the model's chat template (ChatML for a model without
     /// one), ready for [`encode_with_special`](Tokenizer::encode_with_special) (the template
     /// writes the BOS token itself where the model wants one); bounded as
-    /// [`render_template`] says.
+    /// [`render_template`] says. It renders on the calling thread, or where the
+    /// [`TemplateRenderer`] set with [`set_template_renderer`](Tokenizer::set_template_renderer)
+    /// renders.
     pub fn render_chat(&self, messages: &[ChatMessage], options: &ChatOptions) -> Result<String> {
         let (bos, eos) = self.special_texts();
-        render_template(self.chat_template_or_chatml(), messages, options, bos, eos)
+        let template = self.chat_template_or_chatml();
+        match self.template_renderer() {
+            None => render_template(template, messages, options, bos, eos),
+            Some(renderer) => renderer.render(RenderRequest {
+                template: template.clone(),
+                messages: messages.to_vec(),
+                options: options.clone(),
+                bos: bos.map(str::to_string),
+                eos: eos.map(str::to_string),
+            }),
+        }
     }
 }
 

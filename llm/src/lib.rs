@@ -27,7 +27,9 @@ pub mod weights;
 
 pub use arch::Architecture;
 pub use cache::{CacheLayout, KvCache, KvPool};
-pub use chat::{ChatMessage, ChatOptions, ChatTemplate, RenderLimits};
+pub use chat::{
+    ChatMessage, ChatOptions, ChatTemplate, RenderLimits, RenderRequest, TemplateRenderer,
+};
 pub use config::LlamaConfig;
 pub use files::{FileBytes, ModelFiles};
 pub use generate::GenerationStats;

@@ -20,7 +20,12 @@ fn builtin(tag: &str, extra: &[&str]) -> Server {
 
 /// A greedy completion's text and prompt tokens.
 fn complete(server: &Server, prompt: &str) -> (String, u64) {
-    let body = serde_json::json!({"prompt": prompt, "max_tokens": 6, "temperature": 0});
+    complete_up_to(server, prompt, 6)
+}
+
+/// A greedy completion of at most `max_tokens`: its text and prompt tokens.
+fn complete_up_to(server: &Server, prompt: &str, max_tokens: usize) -> (String, u64) {
+    let body = serde_json::json!({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0});
     let answer = post(server, "/v1/completions", &body.to_string());
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     let v: Value = serde_json::from_str(declared_body(&answer)).unwrap();
@@ -70,6 +75,31 @@ fn requests_that_begin_alike_share_blocks_and_answer_as_alone() {
     assert!(more >= BLOCK as f64 && more < tokens as f64, "{more}");
     // Kept blocks are not held: at rest, none is in use.
     assert_eq!(metric(&server, "webtensor_kv_blocks_used"), 0.0);
+}
+
+/// A conversation's next turn repeats the last prompt and its answer: the answer's blocks are
+/// shared too, not only the prompt's, and the turn answers as a fresh server does.
+#[test]
+fn the_next_turn_reuses_the_blocks_of_the_last_answer() {
+    let first = "And God called the light Day, and the darkness he called Night.";
+    let server = builtin("share-answer", &[]);
+    let (answer, first_tokens) = complete_up_to(&server, first, 40);
+    let second = format!("{first}{answer} And God said");
+    let (reply, second_tokens) = complete(&server, &second);
+    let reused = metric(&server, "webtensor_prompt_tokens_reused_total");
+    // The prompt's own blocks are all a server that shares prompts only would give.
+    let prompt_only = (first_tokens - 1) / BLOCK * BLOCK;
+    assert!(
+        second_tokens >= first_tokens + 2 * BLOCK,
+        "the answer ({answer:?}) is too short to fill a block past the prompt"
+    );
+    assert!(
+        reused as u64 >= prompt_only + BLOCK,
+        "{reused} tokens reused, {prompt_only} from the prompt alone ({second_tokens} in all)"
+    );
+    drop(server);
+    let alone = builtin("share-answer-alone", &[]);
+    assert_eq!(complete(&alone, &second).0, reply);
 }
 
 /// A `/health` field.

@@ -25,10 +25,11 @@ mod hf;
 mod split;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use aho_corasick::{AhoCorasick, MatchKind};
 
-use super::chat::ChatTemplate;
+use super::chat::{ChatTemplate, TemplateRenderer};
 
 pub use decode::StreamDecoder;
 
@@ -139,6 +140,8 @@ pub struct Tokenizer {
     bos_text: Option<String>,
     eos_text: Option<String>,
     chat_template: Option<ChatTemplate>,
+    /// Where [`render_chat`](Tokenizer::render_chat) renders (`None`: on the calling thread).
+    template_renderer: Option<Arc<dyn TemplateRenderer>>,
 }
 
 /// The parts a file reader hands to [`Tokenizer::build`].
@@ -231,6 +234,7 @@ impl Tokenizer {
             bos_text: None,
             eos_text: None,
             chat_template: None,
+            template_renderer: None,
             pieces: p.pieces,
         };
         // The most normalized text one token can stand for: its text as written (SentencePiece's
@@ -302,6 +306,17 @@ impl Tokenizer {
     /// (`--chat-template`), if any.
     pub fn chat_template(&self) -> Option<&ChatTemplate> {
         self.chat_template.as_ref()
+    }
+
+    /// Renders chat templates with `renderer` from now on (`None`: on the calling thread), for
+    /// a program that must outlive what minijinja's bounds miss ([`TemplateRenderer`]).
+    pub fn set_template_renderer(&mut self, renderer: Option<Arc<dyn TemplateRenderer>>) {
+        self.template_renderer = renderer;
+    }
+
+    /// The renderer set with [`set_template_renderer`](Tokenizer::set_template_renderer).
+    pub fn template_renderer(&self) -> Option<&Arc<dyn TemplateRenderer>> {
+        self.template_renderer.as_ref()
     }
 
     /// Sets the chat template and the texts of the BOS/EOS tokens templates refer to
