@@ -214,60 +214,32 @@ fn chat_completions_without_a_template_and_with_a_hostile_one() {
     );
     drop(server);
 
-    let dir = std::env::temp_dir().join(format!("webtensor-spin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let spin = dir.join("spin.jinja");
-    std::fs::write(
-        &spin,
-        "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}",
-    )
-    .unwrap();
-    let server = server::start_args(
-        "spin",
-        &[
-            "--model",
-            "builtin",
-            "--backend",
-            "cpu",
-            "--ctx",
-            "64",
-            "--chat-template",
-            spin.to_str().unwrap(),
-        ],
-    );
-    for _ in 0..2 {
-        let start = Instant::now();
-        let answer = post(&server, "/v1/chat/completions", body);
-        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
-        let message = declared_body(&answer);
-        assert!(
-            message.contains("spin.jinja") && message.contains("fuel"),
-            "{message}"
-        );
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{:?}",
-            start.elapsed()
-        );
-    }
-    drop(server);
-
-    // Two templates that minijinja's fuel does not bound, and that end the process rendering
-    // them: a list doubled past memory, a namespace printed with itself inside. The worker
-    // process ends, not the server: each request gets a 400 naming the template, and the
-    // server answers the next requests.
-    let aborting = [
+    // A template that loops without end stops at its fuel. Two more escape minijinja's fuel
+    // and end the process rendering them: a list doubled past memory, a namespace printed with
+    // itself inside; the worker process ends, not the server. Each request gets a 400 naming
+    // the template and what stopped it, well within a minute (a hang would take far longer),
+    // and the server answers the next request.
+    let hostile = [
+        (
+            "spin.jinja",
+            "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}",
+            "fuel",
+        ),
         (
             "doubling.jinja",
             "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}\
              {% endfor %}{{ ns.l | length }}",
+            "ended the process that rendered it",
         ),
         (
             "cycle.jinja",
             "{% set ns = namespace() %}{% set ns.me = ns %}{{ ns | string | length }}",
+            "ended the process that rendered it",
         ),
     ];
-    for (name, text) in aborting {
+    let dir = std::env::temp_dir().join(format!("webtensor-templates-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text, stopped_by) in hostile {
         let file = dir.join(name);
         std::fs::write(&file, text).unwrap();
         let server = server::start_args(
@@ -284,12 +256,18 @@ fn chat_completions_without_a_template_and_with_a_hostile_one() {
             ],
         );
         for _ in 0..2 {
+            let start = Instant::now();
             let answer = post(&server, "/v1/chat/completions", body);
             assert!(answer.starts_with("HTTP/1.1 400"), "{name}: {answer}");
             let message = declared_body(&answer);
             assert!(
-                message.contains(name) && message.contains("ended the process that rendered it"),
+                message.contains(name) && message.contains(stopped_by),
                 "{message}"
+            );
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "{name}: {:?}",
+                start.elapsed()
             );
         }
         let plain = r#"{"model": "m", "max_tokens": 2, "prompt": "In the beginning"}"#;
