@@ -97,6 +97,12 @@ def warm(args, conversation):
             before = (metric(url, "webtensor_prompt_tokens_total"),
                       metric(url, "webtensor_prompt_tokens_reused_total"))
             first, answer = turn(url, model, messages, args.max_tokens)
+            # The server counts a request once its answer is sent: wait for the count.
+            deadline = time.time() + 10
+            while metric(url, "webtensor_prompt_tokens_total") == before[0]:
+                if time.time() > deadline:
+                    raise SystemExit("the server did not count the turn's prompt tokens")
+                time.sleep(0.01)
             after = (metric(url, "webtensor_prompt_tokens_total"),
                      metric(url, "webtensor_prompt_tokens_reused_total"))
             rows.append((first, after[0] - before[0], after[1] - before[1]))
