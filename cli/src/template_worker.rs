@@ -111,6 +111,9 @@ impl Worker {
             // Its last words name how it ended ("memory allocation of … bytes failed", "has
             // overflowed its stack"), without a backtrace after them.
             .env("RUST_BACKTRACE", "0")
+            // Nothing else reaches its stderr, which is read only once it has ended: a pipe
+            // nobody drains would stop it once full.
+            .env("RUST_LOG", "off")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
