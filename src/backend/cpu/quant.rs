@@ -6,7 +6,7 @@
 //! integers, scales and offsets for `Q8_K`) and reuse it for every activation row, so the
 //! weights stream from memory once per column block.
 
-use super::act_quant::quantize_i8;
+use super::act_quant::{quantize_i8, quantize_q8_k};
 use super::int_dot::{dot_i8, dot_q8, dot_q8_k, dot_q_rows, reads_in_place, sums_of_16, BitSliced};
 use super::kquant_dot::{self, Q8KRows};
 use super::repack::{Repacked, GROUP};
@@ -77,7 +77,7 @@ pub(super) fn prepare(
             let d = a
                 .chunks(256)
                 .zip(q.chunks_mut(256))
-                .map(|(x, q)| quant::quantize_q8_k(x, q))
+                .map(|(x, q)| quantize_q8_k(level, x, q))
                 .collect();
             return PreparedActivations::Int { q, d };
         }
