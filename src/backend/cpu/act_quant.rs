@@ -139,19 +139,11 @@ mod tests {
     /// signs (scale 1), zeros, NaN, infinities, and a subnormal maximum whose 1/d overflows.
     #[test]
     fn vector_quantization_equals_the_scalar_definition() {
-        let level = SimdLevel::detect();
-        let mut rows: Vec<Vec<f32>> = Vec::new();
         let mut seed = 12345u32;
-        for len in [32, 64, 256] {
-            rows.push(
-                (0..len)
-                    .map(|_| {
-                        seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
-                        (seed >> 8) as f32 / (1 << 24) as f32 * 6.0 - 3.0
-                    })
-                    .collect(),
-            );
-        }
+        let mut rows: Vec<Vec<f32>> = [32, 64, 256]
+            .iter()
+            .map(|&len| random_row(len, &mut seed))
+            .collect();
         // max 127 gives d = 1, so these halves stay exact halves.
         let mut halves: Vec<f32> = (0..32).map(|i| i as f32 - 15.5).collect();
         halves[31] = 127.0;
@@ -170,13 +162,9 @@ mod tests {
         tiny[0] = f32::from_bits(1 << 16);
         tiny[1] = -f32::from_bits(1 << 16);
         rows.push(tiny);
-        for (r, x) in rows.iter().enumerate() {
-            let (mut want, mut got) = (vec![0i8; x.len()], vec![0i8; x.len()]);
-            let dw = quant::quantize_i8(x, &mut want);
-            let dg = quantize_i8(level, x, &mut got);
-            assert_eq!(dw.to_bits(), dg.to_bits(), "row {r}: scale");
-            assert_eq!(want, got, "row {r}");
-        }
+        assert_same(&rows, quant::quantize_i8, |x, q| {
+            quantize_i8(SimdLevel::detect(), x, q)
+        });
     }
 
     /// The vector `Q8_K` rounding against the scalar definition: random rows, halves rounded to
@@ -184,18 +172,8 @@ mod tests {
     /// and a subnormal maximum whose scale overflows.
     #[test]
     fn vector_q8_k_quantization_equals_the_scalar_definition() {
-        let level = SimdLevel::detect();
         let mut seed = 777u32;
-        let mut rows: Vec<Vec<f32>> = (0..4)
-            .map(|_| {
-                (0..256)
-                    .map(|_| {
-                        seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
-                        (seed >> 8) as f32 / (1 << 24) as f32 * 6.0 - 3.0
-                    })
-                    .collect()
-            })
-            .collect();
+        let mut rows: Vec<Vec<f32>> = (0..4).map(|_| random_row(256, &mut seed)).collect();
         // max −127 gives the scale 1, so these halves stay exact halves.
         let mut halves: Vec<f32> = (0..256).map(|i| (i % 64) as f32 - 31.5).collect();
         halves[7] = -127.0;
@@ -217,10 +195,31 @@ mod tests {
         tiny[0] = f32::from_bits(1 << 16);
         tiny[1] = -f32::from_bits(1 << 15);
         rows.push(tiny);
+        assert_same(&rows, quant::quantize_q8_k, |x, q| {
+            quantize_q8_k(SimdLevel::detect(), x, q)
+        });
+    }
+
+    /// `len` values uniform in [−3, 3) from a linear congruential `seed`.
+    fn random_row(len: usize, seed: &mut u32) -> Vec<f32> {
+        (0..len)
+            .map(|_| {
+                *seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
+                (*seed >> 8) as f32 / (1 << 24) as f32 * 6.0 - 3.0
+            })
+            .collect()
+    }
+
+    /// `vector` writes `scalar`'s integers and returns its scale, bit for bit, on every row.
+    fn assert_same(
+        rows: &[Vec<f32>],
+        scalar: impl Fn(&[f32], &mut [i8]) -> f32,
+        vector: impl Fn(&[f32], &mut [i8]) -> f32,
+    ) {
         for (r, x) in rows.iter().enumerate() {
             let (mut want, mut got) = (vec![0i8; x.len()], vec![0i8; x.len()]);
-            let dw = quant::quantize_q8_k(x, &mut want);
-            let dg = quantize_q8_k(level, x, &mut got);
+            let dw = scalar(x, &mut want);
+            let dg = vector(x, &mut got);
             assert_eq!(dw.to_bits(), dg.to_bits(), "row {r}: scale");
             assert_eq!(want, got, "row {r}");
         }
