@@ -39,36 +39,54 @@ pub fn quantize_q8_k(level: SimdLevel, x: &[f32], q: &mut [i8]) -> f32 {
 mod x86 {
     use std::arch::x86_64::*;
 
+    /// The greatest magnitude of `x` (NaN skipped, as `f32::max` and the scalar `>` skip it).
+    ///
     /// # Safety
-    /// AVX2 must be present; `x.len()` is a multiple of 32 and `q` at least as long.
+    /// AVX2 must be present; `x.len()` is a multiple of 8.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn quantize_i8(x: &[f32], q: &mut [i8]) -> f32 {
+    #[inline]
+    unsafe fn abs_max(x: &[f32]) -> f32 {
         let sign = _mm256_set1_ps(-0.0);
         let mut max = _mm256_setzero_ps();
         for c in x.chunks_exact(8) {
-            // `max_ps` returns its second operand when either is NaN, as `f32::max` skips a NaN.
+            // `max_ps` returns its second operand when either is NaN.
             max = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(c.as_ptr())), max);
         }
         let mut lanes = [0f32; 8];
         _mm256_storeu_ps(lanes.as_mut_ptr(), max);
-        let amax = lanes.iter().fold(0f32, |m, &v| m.max(v));
-        let d = amax / 127.0;
-        let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+        lanes.iter().fold(0f32, |m, &v| m.max(v))
+    }
+
+    /// `q[i] = round(x[i] · scale)` as int8, NaN to 0: halves away from zero and saturated like
+    /// `as i8` with `HALF_AWAY` (`quantize_i8`), else ties to even (`quantize_q8_k`, whose
+    /// values are within ±127 and a little).
+    ///
+    /// # Safety
+    /// AVX2 must be present; `x.len()` is a multiple of 32 and `q` at least as long.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn round_into<const HALF_AWAY: bool>(x: &[f32], q: &mut [i8], scale: f32) {
+        let sign = _mm256_set1_ps(-0.0);
+        let s = _mm256_set1_ps(scale);
         let (half, one) = (_mm256_set1_ps(0.5), _mm256_set1_ps(1.0));
         let (hi, lo) = (_mm256_set1_ps(127.0), _mm256_set1_ps(-128.0));
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         for (xs, qs) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)) {
             let mut ints = [_mm256_setzero_si256(); 4];
             for (i, int) in ints.iter_mut().enumerate() {
-                let v = _mm256_mul_ps(_mm256_loadu_ps(xs.as_ptr().add(8 * i)), id);
-                // Halves away from zero: truncate, then step one away from zero where the
-                // dropped fraction is at least a half (the fraction is exact).
-                let t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-                let frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
-                let step = _mm256_or_ps(_mm256_and_ps(v, sign), one);
-                let up = _mm256_and_ps(_mm256_cmp_ps(frac, half, _CMP_GE_OQ), step);
-                // Saturated like `as i8` (±∞ after an overflowing 1/d), NaN to 0.
-                let r = _mm256_max_ps(_mm256_min_ps(_mm256_add_ps(t, up), hi), lo);
+                let v = _mm256_mul_ps(_mm256_loadu_ps(xs.as_ptr().add(8 * i)), s);
+                let r = if HALF_AWAY {
+                    // Truncate, then step one away from zero where the dropped fraction is at
+                    // least a half (the fraction is exact); saturate (±∞ after an overflowing
+                    // scale).
+                    let t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+                    let frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+                    let step = _mm256_or_ps(_mm256_and_ps(v, sign), one);
+                    let up = _mm256_and_ps(_mm256_cmp_ps(frac, half, _CMP_GE_OQ), step);
+                    _mm256_max_ps(_mm256_min_ps(_mm256_add_ps(t, up), hi), lo)
+                } else {
+                    _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                };
                 let r = _mm256_and_ps(r, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
                 *int = _mm256_cvttps_epi32(r);
             }
@@ -79,6 +97,14 @@ mod x86 {
             let bytes = _mm256_permutevar8x32_epi32(words, order);
             _mm256_storeu_si256(qs.as_mut_ptr() as *mut __m256i, bytes);
         }
+    }
+
+    /// # Safety
+    /// AVX2 must be present; `x.len()` is a multiple of 32 and `q` at least as long.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn quantize_i8(x: &[f32], q: &mut [i8]) -> f32 {
+        let d = abs_max(x) / 127.0;
+        round_into::<true>(x, q, if d != 0.0 { 1.0 / d } else { 0.0 });
         d
     }
 
@@ -90,16 +116,7 @@ mod x86 {
     /// AVX2 must be present; `x.len()` is a multiple of 32 and `q` at least as long.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn quantize_q8_k(x: &[f32], q: &mut [i8]) -> Option<f32> {
-        let sign = _mm256_set1_ps(-0.0);
-        let mut max = _mm256_setzero_ps();
-        for c in x.chunks_exact(8) {
-            // `max_ps` returns its second operand when either is NaN: a NaN is skipped, as the
-            // scalar `>` skips it.
-            max = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(c.as_ptr())), max);
-        }
-        let mut lanes = [0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), max);
-        let amax = lanes.iter().fold(0f32, |m, &v| m.max(v));
+        let amax = abs_max(x);
         if amax == 0.0 || !amax.is_finite() {
             return None;
         }
@@ -109,24 +126,7 @@ mod x86 {
         if !iscale.is_finite() {
             return None;
         }
-        let s = _mm256_set1_ps(iscale);
-        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-        for (xs, qs) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)) {
-            let mut ints = [_mm256_setzero_si256(); 4];
-            for (i, int) in ints.iter_mut().enumerate() {
-                let v = _mm256_mul_ps(_mm256_loadu_ps(xs.as_ptr().add(8 * i)), s);
-                // |v| ≤ 127 (and a little) for finite values; NaN becomes 0, as `as i32` makes it.
-                let r = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                let r = _mm256_and_ps(r, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
-                *int = _mm256_cvttps_epi32(r);
-            }
-            let words = _mm256_packs_epi16(
-                _mm256_packs_epi32(ints[0], ints[1]),
-                _mm256_packs_epi32(ints[2], ints[3]),
-            );
-            let bytes = _mm256_permutevar8x32_epi32(words, order);
-            _mm256_storeu_si256(qs.as_mut_ptr() as *mut __m256i, bytes);
-        }
+        round_into::<false>(x, q, iscale);
         Some(1.0 / iscale)
     }
 }
