@@ -321,10 +321,9 @@ struct Running<'t> {
     /// token drawn.
     pending: Vec<u32>,
     /// The ids the cache holds or is about to: the prompt, then each token drawn. Its blocks
-    /// are offered to later requests when the prompt's pass has run and when the request ends.
+    /// are offered to later requests when the prompt's pass has run (the step that draws its
+    /// first token) and when the request ends.
     ids: Vec<u32>,
-    /// Whether the prompt's blocks are still to be offered (its pass has not run yet).
-    prompt_unshared: bool,
     sampler: Sampler,
     decoder: StreamDecoder<'t>,
     generated: usize,
@@ -391,7 +390,6 @@ fn start<'t>(
         pending: job.ids[cache.len()..].to_vec(),
         cache,
         ids: job.ids,
-        prompt_unshared: true,
         sampler: Sampler::new(job.sampling),
         decoder: tokenizer.stream(),
         generated: 0,
@@ -448,9 +446,9 @@ fn step(llama: &Llama, tokenizer: &Tokenizer, running: &mut Vec<Running>) -> Res
     log::debug!("step: {} sequences, {rows} rows", batch.len());
     let logits = llama.last_logits(&mut batch)?;
     drop(batch);
-    for r in running.iter_mut().filter(|r| r.prompt_unshared) {
+    // The prompts whose pass this step ran: those that have drawn nothing yet.
+    for r in running.iter().filter(|r| r.generated == 0) {
         r.cache.share(&r.ids)?;
-        r.prompt_unshared = false;
     }
     let ids = draw(&logits, running)?;
     let mut ids = ids.into_iter();
