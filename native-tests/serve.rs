@@ -198,10 +198,7 @@ fn post(server: &server::Server, path: &str, body: &str) -> String {
 #[test]
 fn chat_completions_without_a_template_and_with_a_hostile_one() {
     let body = r#"{"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "In the beginning"}]}"#;
-    let server = server::start_args(
-        "chatml",
-        &["--model", "builtin", "--backend", "cpu", "--ctx", "64"],
-    );
+    let server = server::start_builtin("chatml", 64, &[]);
     let answer = post(&server, "/v1/chat/completions", body);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     // ChatML's prompt, counted by hand from the built-in tokenizer.
@@ -242,19 +239,7 @@ fn chat_completions_without_a_template_and_with_a_hostile_one() {
     for (name, text, stopped_by) in hostile {
         let file = dir.join(name);
         std::fs::write(&file, text).unwrap();
-        let server = server::start_args(
-            name,
-            &[
-                "--model",
-                "builtin",
-                "--backend",
-                "cpu",
-                "--ctx",
-                "64",
-                "--chat-template",
-                file.to_str().unwrap(),
-            ],
-        );
+        let server = server::start_builtin(name, 64, &["--chat-template", file.to_str().unwrap()]);
         for _ in 0..2 {
             let start = Instant::now();
             let answer = post(&server, "/v1/chat/completions", body);
@@ -281,20 +266,10 @@ fn chat_completions_without_a_template_and_with_a_hostile_one() {
 /// completions on 4 sequences are all answered.
 #[test]
 fn a_burst_beyond_the_sequences_waits_in_line() {
-    let server = std::sync::Arc::new(server::start_args(
+    let server = std::sync::Arc::new(server::start_builtin(
         "burst",
-        &[
-            "--model",
-            "builtin",
-            "--backend",
-            "cpu",
-            "--ctx",
-            "64",
-            "--max-sequences",
-            "4",
-            "--queue",
-            "20",
-        ],
+        64,
+        &["--max-sequences", "4", "--queue", "20"],
     ));
     let body = r#"{"model": "m", "max_tokens": 8, "temperature": 0, "prompt": "In the beginning"}"#;
     let request = format!(

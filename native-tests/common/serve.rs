@@ -43,6 +43,15 @@ pub fn start_args(tag: &str, args: &[&str]) -> Server {
     launch(tag, None, args)
 }
 
+/// The server with the API on the built-in model, on the cpu backend with a context of `ctx`
+/// tokens, and `extra` arguments.
+pub fn start_builtin(tag: &str, ctx: usize, extra: &[&str]) -> Server {
+    let ctx = ctx.to_string();
+    let mut args = vec!["--model", "builtin", "--backend", "cpu", "--ctx", &ctx];
+    args.extend_from_slice(extra);
+    launch(tag, None, &args)
+}
+
 fn launch(tag: &str, max_files: Option<u32>, args: &[&str]) -> Server {
     let root = std::env::temp_dir().join(format!("webtensor-serve-{tag}-{}", std::process::id()));
     std::fs::remove_dir_all(&root).ok();

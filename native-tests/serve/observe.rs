@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde_json::Value;
 
 use super::{declared_body, post};
-use crate::server::{start, start_args, Server};
+use crate::server::{start, start_builtin, Server};
 
 /// The samples of a Prometheus text exposition (format 0.0.4) by series (`name{labels}`),
 /// checked on the way: every line is a comment or `name{labels} value` with a number, every
@@ -127,19 +127,7 @@ fn request_lines(server: &Server, count: usize) -> Vec<String> {
 fn metrics_count_what_the_answers_say() {
     const CTX: usize = 64;
     const SEQUENCES: usize = 4;
-    let server = start_args(
-        "metrics",
-        &[
-            "--model",
-            "builtin",
-            "--backend",
-            "cpu",
-            "--ctx",
-            &CTX.to_string(),
-            "--max-sequences",
-            &SEQUENCES.to_string(),
-        ],
-    );
+    let server = start_builtin("metrics", CTX, &["--max-sequences", &SEQUENCES.to_string()]);
     let health = server.ask(b"GET /health HTTP/1.1\r\n\r\n");
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
     let health = json_body(&health);

@@ -7,16 +7,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::{declared_body, post};
-use crate::server::{start_args, Server};
+use crate::server::{start_builtin, Server};
 
 /// Tokens per block of the server's paged pool (`scheduler.rs`).
 const BLOCK: u64 = 16;
 
-fn builtin(tag: &str, extra: &[&str]) -> Server {
-    let mut args = vec!["--model", "builtin", "--backend", "cpu", "--ctx", "256"];
-    args.extend_from_slice(extra);
-    start_args(tag, &args)
-}
+/// The built-in model's context in these tests: room for a prompt of several blocks.
+const CTX: usize = 256;
 
 /// A greedy completion's text and prompt tokens.
 fn complete(server: &Server, prompt: &str) -> (String, u64) {
@@ -52,11 +49,11 @@ fn requests_that_begin_alike_share_blocks_and_answer_as_alone() {
                   Spirit of God moved upon the face of the waters.";
     let first = format!("{system} And God said");
     let second = format!("{system} And God saw the light");
-    let alone = builtin("share-alone", &[]);
+    let alone = start_builtin("share-alone", CTX, &[]);
     let (expected, second_tokens) = complete(&alone, &second);
     drop(alone);
 
-    let server = builtin("share", &[]);
+    let server = start_builtin("share", CTX, &[]);
     let (once, first_tokens) = complete(&server, &first);
     assert_eq!(metric(&server, "webtensor_prompt_tokens_reused_total"), 0.0);
     // The same prompt again: every full block short of its last token.
@@ -82,7 +79,7 @@ fn requests_that_begin_alike_share_blocks_and_answer_as_alone() {
 #[test]
 fn the_next_turn_reuses_the_blocks_of_the_last_answer() {
     let first = "And God called the light Day, and the darkness he called Night.";
-    let server = builtin("share-answer", &[]);
+    let server = start_builtin("share-answer", CTX, &[]);
     let (answer, first_tokens) = complete_up_to(&server, first, 40);
     let second = format!("{first}{answer} And God said");
     let (reply, second_tokens) = complete(&server, &second);
@@ -98,7 +95,7 @@ fn the_next_turn_reuses_the_blocks_of_the_last_answer() {
         "{reused} tokens reused, {prompt_only} from the prompt alone ({second_tokens} in all)"
     );
     drop(server);
-    let alone = builtin("share-answer-alone", &[]);
+    let alone = start_builtin("share-answer-alone", CTX, &[]);
     assert_eq!(complete(&alone, &second).0, reply);
 }
 
@@ -130,7 +127,7 @@ fn wait_for(server: &Server, field: &str, value: u64) {
 #[test]
 fn clients_that_hang_up_are_dropped_waiting_or_running() {
     const MAX_TOKENS: u64 = 240;
-    let server = builtin("hangup", &["--max-sequences", "1", "--queue", "4"]);
+    let server = start_builtin("hangup", CTX, &["--max-sequences", "1", "--queue", "4"]);
     let body = format!(r#"{{"prompt": "In", "max_tokens": {MAX_TOKENS}, "temperature": 0}}"#);
     let request = format!(
         "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
