@@ -71,25 +71,22 @@ impl Reply {
 /// `webtensor template-worker`: renders each request line of stdin and answers it on stdout,
 /// until stdin ends.
 pub fn serve() -> Result<(), Error> {
-    let io = |e: std::io::Error| Error::Tool {
+    let failed = |e: &dyn std::fmt::Display| Error::Tool {
         part: "template-worker",
         message: e.to_string(),
     };
     let stdin = std::io::stdin().lock();
     let mut stdout = std::io::stdout().lock();
     for line in stdin.lines() {
-        let line = line.map_err(io)?;
+        let line = line.map_err(|e| failed(&e))?;
         let reply = match serde_json::from_str::<RenderRequest>(&line) {
             Ok(request) => Reply::of(request.render()),
             Err(e) => Reply::Failed(format!("the worker could not read the request: {e}")),
         };
-        let mut text = serde_json::to_string(&reply).map_err(|e| Error::Tool {
-            part: "template-worker",
-            message: e.to_string(),
-        })?;
+        let mut text = serde_json::to_string(&reply).map_err(|e| failed(&e))?;
         text.push('\n');
-        stdout.write_all(text.as_bytes()).map_err(io)?;
-        stdout.flush().map_err(io)?;
+        stdout.write_all(text.as_bytes()).map_err(|e| failed(&e))?;
+        stdout.flush().map_err(|e| failed(&e))?;
     }
     Ok(())
 }
@@ -168,14 +165,12 @@ impl Worker {
             .flat_map(str::split_whitespace)
             .collect::<Vec<_>>()
             .join(" ");
-        let tail: String = said
-            .chars()
+        // Its last 300 characters.
+        let tail = said
+            .char_indices()
             .rev()
-            .take(300)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect();
+            .nth(299)
+            .map_or(said.as_str(), |(at, _)| &said[at..]);
         if tail.is_empty() {
             status
         } else {
