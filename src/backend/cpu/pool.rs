@@ -34,24 +34,61 @@ const SPIN_POLLS: u32 = 1 << 18;
 /// more runnable threads than cores, the thread it waits for may need that core.
 const PURE_SPINS: u32 = 2000;
 
+/// Lanes a job's tasks are split into, at most: one per thread up to this many (threads past
+/// it share lanes).
+const MAX_LANES: usize = 16;
+
+/// The next unclaimed task of one lane, alone on its cache line: the threads claiming from
+/// different lanes do not contend for one line.
+#[repr(align(64))]
+struct Lane(AtomicUsize);
+
 /// One job, on the caller's stack while it runs: the task function, its count, the next task
-/// to claim and whether one panicked on a worker.
+/// of each lane to claim and whether one panicked on a worker.
+///
+/// The tasks are split into `lanes` contiguous ranges, one per thread: each thread claims its
+/// own range's tasks in order, then helps with the others'. A decode product's tasks are
+/// neighbouring slices of one weight matrix, so each thread streams one run of memory that the
+/// hardware prefetcher follows, instead of a slice here and there as the threads take turns
+/// on one counter.
 struct Job<'a> {
     f: &'a (dyn Fn(usize) + Sync),
     tasks: usize,
-    next: AtomicUsize,
+    lanes: usize,
+    next: [Lane; MAX_LANES],
     panicked: AtomicBool,
 }
 
 impl Job<'_> {
-    /// Claims and runs task indices until none is left.
-    fn claim_tasks(&self) {
-        loop {
-            let t = self.next.fetch_add(1, Relaxed);
-            if t >= self.tasks {
-                return;
+    fn new(f: &(dyn Fn(usize) + Sync), tasks: usize, threads: usize) -> Job<'_> {
+        let lanes = threads.clamp(1, MAX_LANES).min(tasks.max(1));
+        Job {
+            f,
+            tasks,
+            lanes,
+            next: std::array::from_fn(|l| Lane(AtomicUsize::new(Self::start(tasks, lanes, l)))),
+            panicked: AtomicBool::new(false),
+        }
+    }
+
+    /// The first task of lane `l` of `lanes` (lane `lanes` starts at `tasks`).
+    fn start(tasks: usize, lanes: usize, l: usize) -> usize {
+        tasks * l.min(lanes) / lanes
+    }
+
+    /// Claims and runs task indices until none is left: those of lane `own` first (thread
+    /// `own`'s), then those left in the following lanes.
+    fn claim_tasks(&self, own: usize) {
+        for step in 0..self.lanes {
+            let l = (own + step) % self.lanes;
+            let end = Self::start(self.tasks, self.lanes, l + 1);
+            loop {
+                let t = self.next[l].0.fetch_add(1, Relaxed);
+                if t >= end {
+                    break;
+                }
+                (self.f)(t);
             }
-            (self.f)(t);
         }
     }
 }
@@ -74,6 +111,8 @@ struct Shared {
 /// The pool: its workers and the flag that admits one job at a time.
 pub struct Pool {
     shared: &'static Shared,
+    /// Worker threads (the caller is one more).
+    workers: usize,
     busy: AtomicBool,
 }
 
@@ -104,6 +143,7 @@ impl Pool {
         }
         Some(Pool {
             shared,
+            workers,
             busy: AtomicBool::new(false),
         })
     }
@@ -121,12 +161,7 @@ impl Pool {
             return false;
         }
         let s = self.shared;
-        let job = Job {
-            f,
-            tasks,
-            next: AtomicUsize::new(0),
-            panicked: AtomicBool::new(false),
-        };
+        let job = Job::new(f, tasks, self.workers + 1);
         // The lifetime is erased: the pointer is withdrawn, and every worker that loaded it
         // has left (`active` is 0), before `job` goes out of scope below.
         s.job
@@ -145,7 +180,7 @@ impl Pool {
             };
             s.wake.notify_all();
         }
-        let mine = catch_unwind(AssertUnwindSafe(|| job.claim_tasks()));
+        let mine = catch_unwind(AssertUnwindSafe(|| job.claim_tasks(0)));
         s.job.store(std::ptr::null_mut(), SeqCst);
         let mut polls = 0u32;
         while s.active.load(SeqCst) > 0 {
@@ -177,19 +212,21 @@ fn pause(polls: &mut u32) {
 fn spawn_worker(i: usize, shared: &'static Shared) -> Option<()> {
     std::thread::Builder::new()
         .name(format!("webtensor-cpu-{i}"))
-        .spawn(move || worker(shared))
+        .spawn(move || worker(i + 1, shared))
         .ok()
         .map(drop)
 }
 
 /// Starts worker `i`: in wasm a job that never ends on one of rayon's Web Workers.
 #[cfg(target_arch = "wasm32")]
-fn spawn_worker(_i: usize, shared: &'static Shared) -> Option<()> {
-    rayon::spawn(move || worker(shared));
+fn spawn_worker(i: usize, shared: &'static Shared) -> Option<()> {
+    rayon::spawn(move || worker(i + 1, shared));
     Some(())
 }
 
-fn worker(s: &'static Shared) {
+/// A worker's loop: waits for a job, claims tasks starting with its `lane` (the caller's is
+/// 0), and waits again.
+fn worker(lane: usize, s: &'static Shared) {
     let mut seen = 0u64;
     loop {
         seen = wait_for_job(s, seen);
@@ -200,7 +237,7 @@ fn worker(s: &'static Shared) {
             // withdrew the pointer, and this worker counted itself in `active` before it
             // loaded the pointer.
             let job = unsafe { &*job };
-            if catch_unwind(AssertUnwindSafe(|| job.claim_tasks())).is_err() {
+            if catch_unwind(AssertUnwindSafe(|| job.claim_tasks(lane))).is_err() {
                 job.panicked.store(true, Relaxed);
             }
         }
@@ -292,6 +329,22 @@ mod tests {
                 std::thread::sleep(SPIN * 4);
             }
         }
+    }
+
+    /// A thread claims its own lane's contiguous range first, in order, then what is left of
+    /// the following lanes, wrapping around: one thread alone runs every task once.
+    #[test]
+    fn a_thread_takes_its_own_range_first_then_the_rest_in_lane_order() {
+        let order = Mutex::new(Vec::new());
+        let f = |t: usize| order.lock().expect("not poisoned").push(t);
+        // Ten tasks over three lanes: 0..3, 3..6, 6..10.
+        Job::new(&f, 10, 3).claim_tasks(1);
+        let order = order.into_inner().expect("not poisoned");
+        assert_eq!(order, [3, 4, 5, 6, 7, 8, 9, 0, 1, 2]);
+        // More lanes than tasks: one lane per task, none empty.
+        let count = AtomicUsize::new(0);
+        Job::new(&|_| _ = count.fetch_add(1, Relaxed), 2, 8).claim_tasks(1);
+        assert_eq!(count.load(Relaxed), 2);
     }
 
     /// A panicking task is reported to the caller, and the pool runs the next job.
