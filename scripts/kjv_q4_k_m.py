@@ -21,11 +21,11 @@ it computes, then quantizes:
    f32 rounding of the √2 factors), or the script stops: the widening is checked by an
    implementation other than webtensor's.
 3. `llama_model_quantize` (llama-cpp-python, llama.cpp's quantizer) writes Q4_K_M: Q4_K, with
-   Q6_K for the tied embedding/output, `attn_v` and some `ffn_down`; the script checks with
-   gguf-py that both formats are there.
+   Q6_K for the tied embedding/output and layers 2 and 3's `attn_v` and `ffn_down`; the script
+   checks with gguf-py that both formats are there.
 4. llama.cpp's logits of PROMPT on the Q4_K_M file (one pass, f32 KV cache, one thread) as
    `<file>.llama_cpp.f32`, and `<file>.llama_cpp.json`: the prompt's text and ids (llama.cpp's
-   tokenizer), GREEDY greedy ids after it and their text, the file's tensor formats and step 2's
+   tokenizer), the GREEDY ids greedy decoding draws after it and their text, the file's tensor formats and step 2's
    measured difference.
 
 Only the Q4_K_M file and step 4's outputs are committed (native-tests/fixtures/kjv_q4_k_m/);
@@ -56,10 +56,9 @@ NAME = "tiny-kjv-256.q4_k_m.gguf"
 PROMPT = "And God said"
 GREEDY = 24
 WIDEN_TOL = 2e-3
-HIDDEN, FFN = 256, 512
-# Where each old query head goes among the 8 new ones (the others are zero).
+HIDDEN, FFN, HEADS, HEAD_DIM = 256, 512, 8, 32
+# Where each old query head goes among the HEADS new ones (the others are zero).
 HEAD_SLOTS = [0, 1, 4, 5]
-HEAD_DIM = 32
 
 
 def pad(t, rows, cols):
@@ -70,10 +69,9 @@ def pad(t, rows, cols):
 
 
 def spread_heads(t, axis):
-    """`t`'s four 32-wide query heads along `axis` moved to HEAD_SLOTS of eight, zeros
-    elsewhere."""
+    """`t`'s four query heads along `axis` moved to HEAD_SLOTS of HEADS, zeros elsewhere."""
     t = np.moveaxis(t, axis, 0)
-    out = np.zeros((len(HEAD_SLOTS) * 2 * HEAD_DIM,) + t.shape[1:], np.float32)
+    out = np.zeros((HEADS * HEAD_DIM,) + t.shape[1:], np.float32)
     for old, new in enumerate(HEAD_SLOTS):
         out[new * HEAD_DIM:(new + 1) * HEAD_DIM] = t[old * HEAD_DIM:(old + 1) * HEAD_DIM]
     return np.moveaxis(out, 0, axis)
@@ -85,9 +83,9 @@ def widen_tensor(name, t):
     if kind.endswith("norm"):
         return pad(t[None, :], 1, HIDDEN)[0] / np.float32(np.sqrt(2.0))
     if kind == "attn_q":
-        return pad(spread_heads(t, 0), 8 * HEAD_DIM, HIDDEN)
+        return pad(spread_heads(t, 0), HEADS * HEAD_DIM, HIDDEN)
     if kind == "attn_output":
-        return pad(spread_heads(t, 1), HIDDEN, 8 * HEAD_DIM)
+        return pad(spread_heads(t, 1), HIDDEN, HEADS * HEAD_DIM)
     if kind in ("ffn_gate", "ffn_up"):
         return pad(t, FFN, HIDDEN)
     if kind == "ffn_down":
@@ -102,7 +100,7 @@ def widen(src, dst):
     changed = {
         "llama.embedding_length": HIDDEN,
         "llama.feed_forward_length": FFN,
-        "llama.attention.head_count": 8,
+        "llama.attention.head_count": HEADS,
         "llama.attention.layer_norm_rms_epsilon":
             r.fields["llama.attention.layer_norm_rms_epsilon"].contents() / 2,
         "general.name": "tiny-kjv-256",
