@@ -100,7 +100,8 @@ async function loadModel() {
     page.model = await createWorkerModel({ backend: page.device.backend, source: from, progress });
     if (from.url) await refreshCache();
     const c = page.model.config();
-    status.textContent = `${page.model.name}: ${c.num_hidden_layers} layers, hidden ${c.hidden_size}, vocabulary ${c.vocab_size}, on ${page.device.backend}`;
+    // The weight formats (a GGUF's mix: q4_k and q6_k for Q4_K_M) and the product each runs.
+    status.textContent = `${page.model.name}: ${c.num_hidden_layers} layers, hidden ${c.hidden_size}, vocabulary ${c.vocab_size}, on ${page.device.backend}; ${page.model.activationPath}`;
     // Chat mode is offered for models with a chat template of their own: without one
     // Model.chat renders ChatML, which a model not trained on it rarely answers in.
     const chat = $("chat-mode");

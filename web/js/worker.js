@@ -37,8 +37,8 @@ function revive({ name, message }) {
   return e;
 }
 
-/// A model loaded in a Web Worker. `name`, `chatTemplate`, `backend` and `deviceInfo` are
-/// plain properties; `config()` answers at once.
+/// A model loaded in a Web Worker. `name`, `chatTemplate`, `activationPath`, `backend` and
+/// `deviceInfo` are plain properties; `config()` answers at once.
 class WorkerModel {
   constructor(worker) {
     this._worker = worker;
@@ -161,6 +161,7 @@ async function serve() {
       const value = {
         name: model.name,
         chatTemplate: model.chatTemplate,
+        activationPath: model.activationPath,
         _config: model.config(),
         backend: device.backend,
         deviceInfo: device.info(),

@@ -307,6 +307,15 @@ impl Model {
         to_js_object(&self.inner.llama.config)
     }
 
+    /// The model's weight formats and the product each runs on its device, as
+    /// `webtensor generate` prints them: e.g. `q4_k weights × f32 activations, q6_k weights ×
+    /// f32 activations` for a Q4_K_M file on wgpu (the formats in the order the layers use
+    /// them, each named once).
+    #[wasm_bindgen(getter, js_name = activationPath)]
+    pub fn activation_path(&self) -> String {
+        self.inner.llama.activation_path()
+    }
+
     /// The model's chat template (Jinja), or `undefined` when it has none (then `chat`
     /// renders ChatML).
     #[wasm_bindgen(getter, js_name = chatTemplate)]

@@ -25,6 +25,8 @@ export interface WorkerModelOptions {
 export interface WorkerModel {
   readonly name: string;
   readonly chatTemplate: string | undefined;
+  /** The weight formats and the product each runs, as `Model.activationPath`. */
+  readonly activationPath: string;
   /** The worker's device backend ("wgpu", "cpu", "reference"). */
   readonly backend: string;
   /** The worker's `device.info()`. */

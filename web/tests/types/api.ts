@@ -42,6 +42,7 @@ export async function useTheApi(): Promise<string> {
   const onToken: TokenCallback = (piece, generated, tokensPerSec) => void [piece.length, generated, tokensPerSec];
   const stats: GenerationStats = await model.generate("And God said", options, onToken);
   const n: number = stats.generatedTokens + stats.promptTokens;
+  const formats: string = model.activationPath;
   const eos: boolean = stats.stoppedAtEos || stats.stopped;
   // @ts-expect-error: the options are camelCase, as the code reads them
   await model.generate("x", { max_tokens: 8 });
@@ -70,5 +71,5 @@ export async function useTheApi(): Promise<string> {
   // @ts-expect-error: sizes are camelCase
   void estimate.file_bytes;
 
-  return `${removed} ${fits} ${refused} ${version()} ${adapter} ${simd} ${y.length} ${n} ${eos} ${reply.text} ${device0} ${median} ${speedup} ${tunedOptions?.length}`;
+  return `${removed} ${fits} ${refused} ${version()} ${adapter} ${simd} ${y.length} ${n} ${eos} ${reply.text} ${formats} ${device0} ${median} ${speedup} ${tunedOptions?.length}`;
 }
