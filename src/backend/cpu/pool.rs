@@ -5,7 +5,10 @@
 //! thread. Here `threads − 1` workers spin for [`SPIN`] after each job before they park, so a
 //! decode step's next product (a few microseconds later) finds them awake: handing it out
 //! costs a few atomic operations. The caller runs tasks too and returns only when every task
-//! is done, so a job may borrow from the caller's stack.
+//! is done, so a job may borrow from the caller's stack. Each thread takes its own contiguous
+//! lane of a job's tasks first ([`Job`]): with one shared counter, two threads taking turns
+//! each read a decode product's weight in pieces, and TinyLlama's 2-thread decode ran 5–10%
+//! slower.
 //!
 //! One job at a time: a caller that finds the pool busy (another thread's job, or a kernel
 //! called from inside a task) is told so and runs its work another way.
