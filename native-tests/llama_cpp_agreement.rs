@@ -422,7 +422,7 @@ fn kjv_q4_k_m_agrees_with_llama_cpp() {
         prompt,
         "prompt ids against llama.cpp's"
     );
-    let mut cpu = Llama::load(&common::cpu(), files).unwrap();
+    let cpu = Llama::load(&common::cpu(), files).unwrap();
     let (logits, got_ids) = greedy_decode(&cpu, &prompt, want_ids.len());
     let what = "tiny-kjv Q4_K_M on cpu";
     common::assert_close(what, &logits[..llama_cpp.len()], &llama_cpp, 1e-5);
