@@ -75,8 +75,10 @@ fn products(gpu: &Device) {
     }
 }
 
-/// `a · wᵀ` for the K-quants wgpu reads (`Q4_K`, `Q6_K`, random super-blocks) with f32
-/// activations, the weight larger than one binding: row ranges of 144- and 210-byte blocks.
+/// `a · wᵀ` for the K-quants wgpu reads (`Q4_K`, `Q6_K`, random super-blocks) with f32 and
+/// `Q8_K` activations (a large vocabulary's `Q6_K` output head), the weight larger than one
+/// binding: row ranges of 144- and 210-byte blocks, each range's product rounding the
+/// activations into the one int8 buffer.
 fn kquant_products(gpu: &Device) {
     let rf = reference();
     let mut r = rng(13);
@@ -91,14 +93,16 @@ fn kquant_products(gpu: &Device) {
         let on_gpu = packed.to_device(gpu).unwrap();
         for m in [1usize, 3, 5] {
             let a = uniform(&mut r, m * k, 1.0);
-            let got = ops::qmatmul_t(&tensor(gpu, &a, &[m, k]), &on_gpu, Activations::F32);
-            let want = ops::qmatmul_t(&tensor(&rf, &a, &[m, k]), &packed, Activations::F32);
-            assert_close(
-                &format!("{format} qmatmul_t f32 m={m}"),
-                &vec_of(&got.unwrap()),
-                &vec_of(&want.unwrap()),
-                2e-3,
-            );
+            for act in [Activations::F32, Activations::Q8_K] {
+                let got = ops::qmatmul_t(&tensor(gpu, &a, &[m, k]), &on_gpu, act);
+                let want = ops::qmatmul_t(&tensor(&rf, &a, &[m, k]), &packed, act);
+                assert_close(
+                    &format!("{format} qmatmul_t {act:?} m={m}"),
+                    &vec_of(&got.unwrap()),
+                    &vec_of(&want.unwrap()),
+                    2e-3,
+                );
+            }
         }
     }
 }

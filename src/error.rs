@@ -279,8 +279,8 @@ pub enum Error {
     },
 
     /// A product of a block format the backend runs, but not with these activations (wgpu's
-    /// super-block products take f32 ones: the engine gives them those there,
-    /// `ActivationMode::for_weight_on`).
+    /// products of the legacy `Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL` take f32 ones: the engine gives
+    /// them those there, `ActivationMode::for_weight_on`).
     #[error(
         "the {backend} backend has no product of {weight} weights with {activations} \
          activations; give it f32 activations (the engine does: ActivationMode::for_weight_on)"

@@ -62,14 +62,17 @@ impl ActivationMode {
 
     /// The activations a product with a `weight`-dtype matrix held by `backend` uses in this
     /// mode: [`ActivationMode::for_weight`]'s, except that the wgpu backend has no int8
-    /// kernels (yet) for llama.cpp's formats beyond `Q8_0` and `Q4_0`, so its products of the
-    /// super-blocks (`Q2_K` … `Q6_K`, `IQ4_XS`) and the legacy `Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL`
-    /// take f32 activations in the `Integer` mode too, rather than failing.
-    /// [`ActivationMode::describe`] says so (`q4_k weights × f32 activations`), and the logits
+    /// kernels (yet) for the legacy `Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL`, so their products take
+    /// f32 activations in the `Integer` mode too, rather than failing (the super-blocks
+    /// `Q2_K` … `Q6_K`, `IQ4_XS` take `Q8_K` there, as on the host).
+    /// [`ActivationMode::describe`] says so (`q4_1 weights × f32 activations`), and the logits
     /// differ from the cpu backend's by the activations' rounding (see docs/DESIGN.md's
     /// tolerance table).
     pub fn for_weight_on(self, weight: DType, backend: BackendKind) -> Activations {
-        if backend == BackendKind::Wgpu && wgpu_decodes_groups(weight) {
+        if backend == BackendKind::Wgpu
+            && wgpu_decodes_groups(weight)
+            && !quant::kquants::is_super_block(weight)
+        {
             return Activations::F32;
         }
         self.for_weight(weight)
@@ -124,8 +127,8 @@ pub fn linear(x: &Tensor, w: &Tensor, mode: ActivationMode) -> Result<Tensor> {
 }
 
 /// Whether the wgpu kernels read `weight` a group of 32 values at a time, which takes f32
-/// activations only ([`webtensor::backend::wgpu_decodes_groups`]); the threaded wasm build has no wgpu
-/// backend.
+/// activations, or `Q8_K` ones for the super-blocks
+/// ([`webtensor::backend::wgpu_decodes_groups`]); the threaded wasm build has no wgpu backend.
 fn wgpu_decodes_groups(weight: DType) -> bool {
     #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
     return webtensor::backend::wgpu_decodes_groups(weight);
@@ -167,11 +170,12 @@ mod tests {
     }
 
     #[test]
-    fn wgpu_takes_f32_activations_for_llama_cpp_formats_beyond_q4_0() {
+    fn wgpu_takes_f32_activations_for_the_legacy_llama_cpp_formats() {
         let int = ActivationMode::Integer;
         for (w, on_wgpu) in [
-            (DType::Q4_K, Activations::F32),
-            (DType::Q6_K, Activations::F32),
+            (DType::Q4_K, Activations::Q8_K),
+            (DType::Q6_K, Activations::Q8_K),
+            (DType::IQ4_XS, Activations::Q8_K),
             (DType::Q4_1, Activations::F32),
             (DType::Q5_0, Activations::F32),
             (DType::Q5_1, Activations::F32),
@@ -188,7 +192,11 @@ mod tests {
         }
         assert_eq!(
             int.describe([DType::Q4_K, DType::Q6_K], BackendKind::Wgpu),
-            "q4_k weights × f32 activations, q6_k weights × f32 activations"
+            "q4_k weights × q8_k activations, q6_k weights × q8_k activations"
+        );
+        assert_eq!(
+            int.describe([DType::Q4_1, DType::Q6_K], BackendKind::Wgpu),
+            "q4_1 weights × f32 activations, q6_k weights × q8_k activations"
         );
         assert_eq!(
             int.describe([DType::Q4_K], BackendKind::Cpu),

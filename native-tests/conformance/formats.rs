@@ -7,6 +7,7 @@
 //! reference, [`legacy_products`] those of the legacy `Q4_1`, `Q5_0`, `Q5_1` and `IQ4_NL`.
 
 use super::common::{assert_close, random_blocks, reference, rng, tensor, uniform};
+use super::fused::{largest, normed_tolerance};
 use super::{assert_same_values, compare, f32s, fixture, quantizes_like_gguf_py, TOL};
 use webtensor::ops::{self, Activations};
 use webtensor::{DType, Device, Error, Tensor};
@@ -192,18 +193,32 @@ pub fn legacy_products(dev: &Device) {
     group_decoded_products(dev, &LEGACY_FORMATS, &shapes, 66);
 }
 
+/// The activations the products of `format` are checked with in [`group_decoded_products`]:
+/// f32 for every format, and `Q8_K` (llama.cpp's rounding for them, which wgpu rounds in
+/// `quantize_acts_super`) for the super-blocks.
+fn group_activations(format: DType) -> &'static [Activations] {
+    if SUPER_BLOCK_FORMATS.contains(&format) {
+        &[Activations::F32, Activations::Q8_K]
+    } else {
+        &[Activations::F32]
+    }
+}
+
 /// Products of `formats` (which wgpu decodes a group at a time, `kquants/decode.wgsl`) against
-/// the reference on every backend that reads them, for each (m, n, k) of `shapes`: f32
-/// activations (the engine's choice for them on wgpu, `ActivationMode::for_weight_on`), decode
-/// rows (m ≤ 4, the `mv` kernel) and prefill rows (on GPUs past 64 rows `mm_tiled`'s tiles),
-/// the plain product, `linear_residual`, `swiglu_linear` with the weights uploaded one by one
-/// and together (the paired product on GPUs where n is even), and the normed products, which
-/// the wgpu backend composes (the norm folds only into an int8 rounding); then
-/// dequantization, and on wgpu the typed refusal of the int8 activations the engine gives
-/// these formats on the host (`Q8_K`, `Q8_0`), which it has no kernel for. Tolerance: matmul's
-/// 1e-5·√k (twice that for the SwiGLU products, each output a product of two sums;
-/// dequantization 1e-6 of the largest value: the GPU may fuse `(d·sc)·q − dmin·mn` or
-/// `d·q + m` into one rounding).
+/// the reference on every backend that reads them, for each (m, n, k) of `shapes` and each of
+/// [`group_activations`]: decode rows (m ≤ 4, the `mv` kernel) and prefill rows (on GPUs past
+/// 64 rows `mm_tiled`'s tiles), the plain product, `linear_residual`, `swiglu_linear` with the
+/// weights uploaded one by one and together (the paired product on GPUs where n is even), and
+/// the normed products, which the wgpu backend composes (the norm folds only into a `Q8_0` or
+/// `I8` rounding); then dequantization, and on wgpu the typed refusal of the `Q8_0`
+/// activations the engine gives the legacy formats on the host, which it has no kernel for.
+/// Tolerance: matmul's 1e-5·√k (twice that for the SwiGLU products, each output a product of
+/// two sums), with `Q8_K` activations too: the device rounds them bit-exactly as the reference
+/// does (`quantize_acts_super`), so only the f32 sums differ, as in the `Q8_0` rows of
+/// `qmatmul`. A normed product with `Q8_K` adds `normed_tolerance`'s two roundings to the other
+/// neighbour (the device norms in f32 in its own order before it rounds), each moving an
+/// output by at most the step times the largest weight. Dequantization: 1e-6 of the largest
+/// value (the GPU may fuse `(d·sc)·q − dmin·mn` or `d·q + m` into one rounding).
 fn group_decoded_products(
     dev: &Device,
     formats: &[DType],
@@ -222,87 +237,133 @@ fn group_decoded_products(
             let a = uniform(&mut r, m * k, 2.0);
             let residual = uniform(&mut r, m * n, 1.0);
             let nw = uniform(&mut r, k, 1.0);
-            let act = Activations::F32;
-            let what = format!("{format} f32 {m}x{n}x{k}");
-            let tol = TOL * (k as f64).sqrt();
             let weight =
                 |d: &Device, b: &[u8]| Tensor::from_bytes(d, format, b.to_vec(), [n, k]).unwrap();
-            compare(&format!("qmatmul {what}"), dev, tol, |d| {
-                ops::qmatmul_t(&tensor(d, &a, &[m, k]), &weight(d, &w), act).unwrap()
-            });
-            compare(&format!("linear_residual {what}"), dev, tol, |d| {
-                let res = tensor(d, &residual, &[m, n]);
-                ops::linear_residual(&tensor(d, &a, &[m, k]), &weight(d, &w), &res, act).unwrap()
-            });
-            compare(&format!("swiglu_linear {what}"), dev, 2.0 * tol, |d| {
-                let x = tensor(d, &a, &[m, k]);
-                ops::swiglu_linear(&x, &weight(d, &w), &weight(d, &u), act).unwrap()
-            });
-            compare(
-                &format!("swiglu_linear grouped {what}"),
-                dev,
-                2.0 * tol,
-                |d| {
-                    let shape = webtensor::Shape::from([n, k]);
-                    let parts = vec![
-                        (format, w.clone(), shape.clone()),
-                        (format, u.clone(), shape),
-                    ];
-                    let [gate, up]: [Tensor; 2] = Tensor::from_bytes_group(d, parts)
-                        .unwrap()
-                        .try_into()
-                        .unwrap();
-                    ops::swiglu_linear(&tensor(d, &a, &[m, k]), &gate, &up, act).unwrap()
-                },
-            );
-            compare(&format!("rms_norm_linear {what}"), dev, tol, |d| {
-                let norm = ops::RmsNormParams {
-                    weight: &tensor(d, &nw, &[k]),
-                    eps: 1e-5,
-                };
-                let product = ops::NormProduct {
-                    weight: &weight(d, &w),
-                    activations: act,
-                    rope: None,
-                };
-                let x = tensor(d, &a, &[m, k]);
-                ops::rms_norm_linears(&x, norm, &[product])
-                    .unwrap()
-                    .remove(0)
-            });
-            compare(
-                &format!("rms_norm_swiglu_linear {what}"),
-                dev,
-                2.0 * tol,
-                |d| {
-                    let norm = ops::RmsNormParams {
-                        weight: &tensor(d, &nw, &[k]),
-                        eps: 1e-5,
-                    };
-                    let x = tensor(d, &a, &[m, k]);
-                    ops::rms_norm_swiglu_linear(&x, norm, &weight(d, &w), &weight(d, &u), act)
-                        .unwrap()
-                },
-            );
+            let shape_name = format!("{m}x{n}x{k}");
+            for &act in group_activations(format) {
+                let what = format!("{format} {act:?} {shape_name}");
+                grouped_products(
+                    dev,
+                    (&what, act, (m, n, k)),
+                    [&w, &u],
+                    [&a, &residual, &nw],
+                    &weight,
+                );
+            }
+            let what = format!("{format} {shape_name}");
             let got: Vec<f32> = ops::dequantize(&weight(dev, &w)).unwrap().to_vec().unwrap();
             let want: Vec<f32> = ops::dequantize(&weight(&reference(), &w))
                 .unwrap()
                 .to_vec()
                 .unwrap();
             assert_close(&format!("dequantize {what}"), &got, &want, 1e-6);
-            if dev.backend_name() == "wgpu" {
+            if dev.backend_name() == "wgpu" && format.block_len() == 32 {
                 let x = tensor(dev, &a, &[m, k]);
-                let int = match format.block_len() {
-                    32 => Activations::Q8_0,
-                    _ => Activations::Q8_K,
-                };
-                let e = ops::qmatmul_t(&x, &weight(dev, &w), int).unwrap_err();
+                let e = ops::qmatmul_t(&x, &weight(dev, &w), Activations::Q8_0).unwrap_err();
                 assert!(
                     matches!(e, Error::ActivationsUnsupported { weight, .. } if weight == format)
                         && e.to_string().contains("give it f32 activations"),
-                    "{what}: {int:?} activations on wgpu: {e}"
+                    "{what}: q8_0 activations on wgpu: {e}"
                 );
             }
         }
     }
+}
+
+/// The rows of [`group_decoded_products`] for one activation mode `act`: weights `w` and `u`
+/// (gate and up), activations `a`, a residual and a norm weight, tensors made by `weight`.
+fn grouped_products(
+    dev: &Device,
+    (what, act, (m, n, k)): (&str, Activations, (usize, usize, usize)),
+    [w, u]: [&[u8]; 2],
+    [a, residual, nw]: [&[f32]; 3],
+    weight: &dyn Fn(&Device, &[u8]) -> Tensor,
+) {
+    let tol = TOL * (k as f64).sqrt();
+    compare(&format!("qmatmul {what}"), dev, tol, |d| {
+        ops::qmatmul_t(&tensor(d, a, &[m, k]), &weight(d, w), act).unwrap()
+    });
+    compare(&format!("linear_residual {what}"), dev, tol, |d| {
+        let res = tensor(d, residual, &[m, n]);
+        ops::linear_residual(&tensor(d, a, &[m, k]), &weight(d, w), &res, act).unwrap()
+    });
+    compare(&format!("swiglu_linear {what}"), dev, 2.0 * tol, |d| {
+        let x = tensor(d, a, &[m, k]);
+        ops::swiglu_linear(&x, &weight(d, w), &weight(d, u), act).unwrap()
+    });
+    compare(
+        &format!("swiglu_linear grouped {what}"),
+        dev,
+        2.0 * tol,
+        |d| {
+            let shape = webtensor::Shape::from([n, k]);
+            let parts = vec![
+                (weight(d, w).dtype(), w.to_vec(), shape.clone()),
+                (weight(d, u).dtype(), u.to_vec(), shape),
+            ];
+            let [gate, up]: [Tensor; 2] = Tensor::from_bytes_group(d, parts)
+                .unwrap()
+                .try_into()
+                .unwrap();
+            ops::swiglu_linear(&tensor(d, a, &[m, k]), &gate, &up, act).unwrap()
+        },
+    );
+    let normed_linear = |d: &Device| {
+        let norm = ops::RmsNormParams {
+            weight: &tensor(d, nw, &[k]),
+            eps: 1e-5,
+        };
+        let product = ops::NormProduct {
+            weight: &weight(d, w),
+            activations: act,
+            rope: None,
+        };
+        let x = tensor(d, a, &[m, k]);
+        ops::rms_norm_linears(&x, norm, &[product])
+            .unwrap()
+            .remove(0)
+    };
+    let refd = reference();
+    let want: Vec<f32> = normed_linear(&refd).to_vec().unwrap();
+    let normed: Vec<f32> =
+        ops::rms_norm(&tensor(&refd, a, &[m, k]), &tensor(&refd, nw, &[k]), 1e-5)
+            .unwrap()
+            .to_vec()
+            .unwrap();
+    let dequantized: Vec<f32> = ops::dequantize(&weight(&refd, w))
+        .unwrap()
+        .to_vec()
+        .unwrap();
+    let tol_normed = normed_tolerance(tol, act, &normed, largest(&dequantized), largest(&want));
+    compare(
+        &format!("rms_norm_linear {what}"),
+        dev,
+        tol_normed,
+        normed_linear,
+    );
+    // A rounding to the other neighbour moves a gate or up sum by the step times the largest
+    // weight, and a SwiGLU output by up to about 2.2 times the largest sum that much
+    // (`norm_swiglu_linear` in fused.rs).
+    let h = tensor(&refd, &normed, &[m, k]);
+    let sums = [w, u].map(|v| {
+        let y = ops::qmatmul_t(&h, &weight(&refd, v), act).unwrap();
+        largest(&y.to_vec().unwrap())
+    });
+    let run = |d: &Device| {
+        let norm = ops::RmsNormParams {
+            weight: &tensor(d, nw, &[k]),
+            eps: 1e-5,
+        };
+        let x = tensor(d, a, &[m, k]);
+        ops::rms_norm_swiglu_linear(&x, norm, &weight(d, w), &weight(d, u), act).unwrap()
+    };
+    let want: Vec<f32> = run(&refd).to_vec().unwrap();
+    let reach = 2.2 * sums[0].max(sums[1]) * largest(&dequantized);
+    let tol_swiglu = normed_tolerance(2.0 * tol, act, &normed, reach, largest(&want));
+    compare(
+        &format!("rms_norm_swiglu_linear {what}"),
+        dev,
+        tol_swiglu,
+        run,
+    );
 }

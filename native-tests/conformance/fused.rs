@@ -196,7 +196,13 @@ const NORM_EPS: f32 = 0.25;
 /// times `reach` (the largest weight, or what one such change can move a SwiGLU output by).
 /// A device norms in f32 in its own order, so a value within an ulp of a rounding boundary
 /// may round the other way than on the reference.
-fn normed_tolerance(tol: f64, act: Activations, normed: &[f32], reach: f64, scale: f64) -> f64 {
+pub(super) fn normed_tolerance(
+    tol: f64,
+    act: Activations,
+    normed: &[f32],
+    reach: f64,
+    scale: f64,
+) -> f64 {
     if act == Activations::F32 {
         return tol;
     }
@@ -228,7 +234,7 @@ fn normed_rows(r: &mut StdRng, m: usize, k: usize) -> NormedRows {
 }
 
 /// The largest magnitude of `values`.
-fn largest(values: &[f32]) -> f64 {
+pub(super) fn largest(values: &[f32]) -> f64 {
     values.iter().fold(0f64, |m, v| m.max(v.abs() as f64))
 }
 

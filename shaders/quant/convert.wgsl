@@ -241,6 +241,48 @@ fn quantize_acts_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
     }
 }
 
+// Q8_K, llama.cpp's activations for the K-quants (`quantize_q8_k` of src/quant/mod.rs): a scale
+// per super-block of 256 values from its signed value of largest magnitude `mx` (the first of
+// equal magnitudes): iscale = −127 / mx, q = min(127, round_half_even(x · iscale)), d = 1 / iscale,
+// both divisions correctly rounded (`div_rn` of the magnitudes). One invocation per super-block;
+// d is written once per chunk of 32, the layout the other roundings write, which the products
+// read.
+@compute @workgroup_size(64)
+fn quantize_acts_super(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                       @builtin(local_invocation_index) lid: u32) {
+    let t = (wid.y * nwg.x + wid.x) * WG + lid;
+    if (t >= p.m * (p.k / 256u)) {
+        return;
+    }
+    var mx = 0.0;
+    for (var w = 0u; w < 64u; w = w + 1u) {
+        let v = xv[64u * t + w];
+        mx = signed_max(signed_max(signed_max(signed_max(mx, v.x), v.y), v.z), v.w);
+    }
+    var iscale = 0.0;
+    var d = 0.0;
+    if (mx != 0.0) {
+        let mag = div_rn(127.0, abs(mx));
+        let sign = select(1.0, -1.0, mx > 0.0);
+        iscale = sign * mag;
+        d = sign * div_rn(1.0, mag);
+    }
+    for (var w = 0u; w < 64u; w = w + 1u) {
+        let v = xv[64u * t + w] * iscale;
+        let q = min(vec4<i32>(round(v)), vec4<i32>(127));
+        let b = bitcast<vec4<u32>>(q) & vec4<u32>(0xffu);
+        out[64u * t + w] = b.x | (b.y * 0x100u) | (b.z * 0x10000u) | (b.w * 0x1000000u);
+    }
+    for (var c = 0u; c < 8u; c = c + 1u) {
+        out[p.m * p.k / 4u + 8u * t + c] = bitcast<u32>(d);
+    }
+}
+
+// `mx`, or `v` where its magnitude is larger: the running signed maximum of `quantize_acts_super`.
+fn signed_max(mx: f32, v: f32) -> f32 {
+    return select(mx, v, abs(v) > abs(mx));
+}
+
 // Either rounding with the RMS norm of a layer's input folded in, for the normed products
 // (`OpSpec::NormLinear` and the like) on CPU adapters, where the `mv` kernel does not round
 // (`quantizes_in_kernel` in kernels/quant.rs): x / sqrt(mean(x²) + eps) ⊙ norm_w (binding 5,

@@ -469,10 +469,10 @@ fn quant_cases(cases: &mut Vec<Case>, label: &str, rows: usize, d: usize, ffn: u
         (DType::TQ2_0, "f32 acts", f32_product),
         (DType::TQ2_0, "i8 acts", i8_product),
         (DType::TernaryPlanes, "i8 acts", i8_product),
-        // llama.cpp's formats: the super-blocks with f32 activations (what wgpu runs) and
-        // with Q8_K ones (what the cpu backend and llama.cpp run; wgpu has no such product, a
-        // row that says so), the legacy blocks with Q8_0 ones (the cpu backend's; none on
-        // wgpu either) and f32 ones (wgpu's).
+        // llama.cpp's formats: the super-blocks with f32 activations and with Q8_K ones (what
+        // every backend's integer mode and llama.cpp run; wgpu rounds them in a dispatch of
+        // their own), the legacy blocks with Q8_0 ones (the cpu backend's; none on wgpu, a row
+        // that says so) and f32 ones (wgpu's).
         (DType::Q4_K, "f32 acts", f32_product),
         (DType::Q4_K, "q8_k acts", q8_k_product),
         (DType::Q5_K, "f32 acts", f32_product),
@@ -495,8 +495,8 @@ fn quant_cases(cases: &mut Vec<Case>, label: &str, rows: usize, d: usize, ffn: u
         (DType::IQ4_NL, "f32 acts", f32_product),
     ];
     // Prefill: Q8_0 with f32 activations, Q4_0 and TQ2_0 with integer ones, Q4_K (the
-    // Q4_K_M files) with f32 ones (wgpu's) and Q8_K ones (the cpu backend's), and Q6_K (those
-    // files' other format) with Q8_K ones.
+    // Q4_K_M files) with f32 ones and Q8_K ones (the engine's choice on every backend), and Q6_K
+    // (those files' other format) with Q8_K ones.
     let variants: Vec<&Variant> = if rows == 1 {
         decode.iter().collect()
     } else {

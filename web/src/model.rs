@@ -308,8 +308,8 @@ impl Model {
     }
 
     /// The model's weight formats and the product each runs on its device, as
-    /// `webtensor generate` prints them: e.g. `q4_k weights × f32 activations, q6_k weights ×
-    /// f32 activations` for a Q4_K_M file on wgpu (the formats in the order the layers use
+    /// `webtensor generate` prints them: e.g. `q4_k weights × q8_k activations, q6_k weights ×
+    /// q8_k activations` for a Q4_K_M file on wgpu (the formats in the order the layers use
     /// them, each named once).
     #[wasm_bindgen(getter, js_name = activationPath)]
     pub fn activation_path(&self) -> String {

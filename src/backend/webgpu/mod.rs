@@ -309,11 +309,8 @@ impl WgpuBackend {
     /// index) pairs, the partials of an attention split over its keys.
     fn extra_buffers(&self, spec: &OpSpec) -> Result<Vec<GpuBuffer>> {
         let op = spec.kind().name();
-        let int_activations = |activations: Activations, m: usize, k: usize| match activations {
-            Activations::Q8_0 | Activations::I8 => {
-                kernels::int_activation_words((m, k), self.ctx.mv_shape())
-            }
-            Activations::F32 | Activations::F16 | Activations::Q8_K => None,
+        let int_activations = |activations: Activations, m: usize, k: usize| {
+            kernels::int_activation_words(activations, (m, k), self.ctx.mv_shape())
         };
         let mut extras = Vec::new();
         let table = match *spec {

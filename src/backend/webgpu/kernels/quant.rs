@@ -19,10 +19,12 @@
 //! ([`ActTable`]).
 //!
 //! llama.cpp's other formats (the super-blocks Q2_K … Q6_K and IQ4_XS, the legacy Q4_1, Q5_0,
-//! Q5_1 and IQ4_NL) take f32 activations and the `mv` and `mm_tiled` kernels only, which decode
-//! their blocks a group of 32 values at a time (`shaders/kquants/decode.wgsl`);
-//! a product they cannot take (other activations, rows longer than the lanes shape's `max_k`)
-//! is an error.
+//! Q5_1 and IQ4_NL) take the `mv` and `mm_tiled` kernels only, which decode their blocks a
+//! group of 32 values at a time (`shaders/kquants/decode.wgsl`): with f32 activations, and the
+//! super-blocks also with `Q8_K` ones, which `quantize_acts_super` rounds first into the
+//! int8-activation buffer (each super-block's scale stored once per group of 32, so the kernels
+//! read it as they read `Q8_0`'s); a product they cannot take (other activations, rows longer
+//! than the lanes shape's `max_k`) is an error.
 //!
 //! On CPU adapters a Q4_0 tensor also has a copy as texels (`texels.rs`), which the int8
 //! products fetch instead of loading words: `mv_pairs_texels` for decode's one row,
@@ -55,7 +57,10 @@ const TEXEL_ROWS: usize = 128;
 const MVQ_MAX_VALUES: usize = 8192;
 
 /// Whether an int8-activation product of `m × k` activations rounds them inside the `mv`
-/// kernel (one dispatch, no temporary buffer): decode, on GPUs (the row-team shapes).
+/// kernel (one dispatch, no temporary buffer): decode, on GPUs (the row-team shapes), with
+/// `Q8_0` or per-row `I8` activations. `Q8_K` activations (a scale per 256 values) always round
+/// in their own dispatch, `quantize_acts_super`: the kernel's rounding (`mv_prepare`) knows
+/// scales per 32 values and per row only.
 ///
 /// Not on CPU adapters (the lanes shape). There each workgroup repeats the rounding, and in
 /// Chromium on SwiftShader a kernel with the 9 KiB of workgroup memory it rounds into ran the
@@ -67,8 +72,11 @@ const MVQ_MAX_VALUES: usize = 8192;
 /// have since come back into the products there through `quantize_acts_normed`
 /// ([`folds_norm`]), and q, k and v read one rounding (`shared_rounding.rs`): 12 dispatches
 /// per layer.
-fn quantizes_in_kernel(m: usize, k: usize, shape: MvShape) -> bool {
-    shape != MvShape::Lanes && m <= MATVEC_MAX_M && m * k <= MVQ_MAX_VALUES
+fn quantizes_in_kernel(activations: Activations, m: usize, k: usize, shape: MvShape) -> bool {
+    matches!(activations, Activations::Q8_0 | Activations::I8)
+        && shape != MvShape::Lanes
+        && m <= MATVEC_MAX_M
+        && m * k <= MVQ_MAX_VALUES
 }
 
 /// Whether an `m × k` product of `format` weights can fold an RMS norm of the activations
@@ -85,7 +93,7 @@ pub(in crate::backend::webgpu) fn folds_norm(
 ) -> bool {
     format.is_quantized()
         && matches!(activations, Activations::Q8_0 | Activations::I8)
-        && (quantizes_in_kernel(m, k, shape) || shape == MvShape::Lanes)
+        && (quantizes_in_kernel(activations, m, k, shape) || shape == MvShape::Lanes)
         && k <= shape.max_k()
 }
 
@@ -132,7 +140,7 @@ fn takes_tiled(pr: Product, shape: MvShape, folds: Folds<'_>, epilogue: Epilogue
         && shape != MvShape::Lanes
         && matches!(
             pr.activations,
-            Activations::F32 | Activations::Q8_0 | Activations::I8
+            Activations::F32 | Activations::Q8_0 | Activations::I8 | Activations::Q8_K
         )
         && folds.norm.is_none()
         && folds.store.is_none()
@@ -153,13 +161,22 @@ fn takes_pairs(pr: Product, shape: MvShape) -> bool {
         && pr.k.is_multiple_of(64)
 }
 
-/// Words of the temporary buffer holding `m × k` quantized activations for an int8-activation
-/// product, or `None` when the product rounds them in its own kernel.
+/// Words of the temporary buffer holding `m × k` activations rounded to int8 for a product
+/// with `activations`, or `None` when they are not rounded (f32, f16) or the product rounds
+/// them in its own kernel. Every rounding writes one layout (`quantize_acts_*` in
+/// `shaders/quant/`): the int8 values, four per word, then one f32 scale per 32 values (a
+/// `Q8_K` super-block's scale repeated for each of its eight groups), so the product kernels
+/// read `Q8_0`, `I8` and `Q8_K` activations alike.
 pub(in crate::backend::webgpu) fn int_activation_words(
+    activations: Activations,
     (m, k): (usize, usize),
     shape: MvShape,
 ) -> Option<usize> {
-    (!quantizes_in_kernel(m, k, shape)).then_some(m * k / 4 + m * k / 32)
+    let rounded = matches!(
+        activations,
+        Activations::Q8_0 | Activations::I8 | Activations::Q8_K
+    );
+    (rounded && !quantizes_in_kernel(activations, m, k, shape)).then_some(m * k / 4 + m * k / 32)
 }
 
 /// The shader's code for a packed format (`FMT_*` of the constants prelude).
@@ -448,13 +465,24 @@ impl Encoder<'_> {
         let mv_grid = self.row_block_grid(OP, m, n, self.ctx.mv_shape().rows_per_workgroup())?;
         let fits_mv = k <= self.ctx.mv_shape().max_k();
         let tiled = self.ctx.tiled_prefill && takes_tiled(pr, self.ctx.mv_shape(), folds, epilogue);
-        if kernel_consts::wgpu_decodes_groups(format)
-            && !(activations == Activations::F32 && (tiled || fits_mv))
+        // `Q8_K` activations pair with the super-block formats only (`ops::qmatmul_t` refuses
+        // the others): none of the 32-value kernels reads them.
+        let super_block = crate::quant::kquants::is_super_block(format);
+        if activations == Activations::Q8_K && !super_block {
+            return Err(Error::ActivationsUnsupported {
+                weight: format,
+                activations: "q8_k".into(),
+                backend: BackendKind::Wgpu,
+            });
+        }
+        let group_activations =
+            activations == Activations::F32 || (super_block && activations == Activations::Q8_K);
+        if kernel_consts::wgpu_decodes_groups(format) && !(group_activations && (tiled || fits_mv))
         {
             // These formats decode only inside `mv` and `mm_tiled` (`kquants/decode.wgsl`), with
-            // f32 activations (the engine picks those for them on wgpu:
-            // `ActivationMode::for_weight_on`).
-            if activations != Activations::F32 {
+            // f32 activations, and the super-blocks also with `Q8_K` ones (the engine picks
+            // those for them on wgpu: `ActivationMode::for_weight_on`).
+            if !group_activations {
                 return Err(Error::ActivationsUnsupported {
                     weight: format,
                     activations: format!("{activations:?}").to_lowercase(),
@@ -519,14 +547,14 @@ impl Encoder<'_> {
                 }
             }
             Activations::Q8_0 | Activations::I8
-                if quantizes_in_kernel(m, k, self.ctx.mv_shape()) =>
+                if quantizes_in_kernel(activations, m, k, self.ctx.mv_shape()) =>
             {
                 // The row-dot kernel rounding the f32 activations itself (norming them first).
                 let normed = if norm.is_some() { NORM_ACTIVATIONS } else { 0 };
                 let code = normed + QUANTIZE_ACTIVATIONS + INT_ACTIVATIONS + format_code(format)?;
                 return mv(self, ("mv", code), a, (None, mv_grid));
             }
-            Activations::Q8_0 | Activations::I8 => {
+            Activations::Q8_0 | Activations::I8 | Activations::Q8_K => {
                 let ActTable {
                     buffer: temp,
                     filled,
@@ -534,7 +562,7 @@ impl Encoder<'_> {
                     Error::backend(BackendKind::Wgpu, "qmatmul: missing the activation buffer")
                 })?;
                 if !filled {
-                    self.round_activations(&p, a, temp, norm)?;
+                    self.round_activations(&p, activations, a, temp, norm)?;
                 }
                 if tiled {
                     return mm_tiled(self, INT_ACTIVATIONS + format_code(format)?, temp);
@@ -562,33 +590,40 @@ impl Encoder<'_> {
                 }
                 self.run(Shader::Quant, "qmatmul_int", &p, out, &[w, temp], tiles)?;
             }
-            Activations::Q8_K => {
-                return Err(Error::invalid(
-                    OP,
-                    "q8_k activations have no wgpu kernel yet",
-                ));
-            }
         }
         self.epilogue(m, n, out, epilogue)
     }
 
-    /// Rounds the f32 activations `a` of the product `p` describes to int8 into `temp`,
-    /// RMS-normed first with `norm`. Q8_0's chunks of 32 are independent, one invocation each;
-    /// a scale per row needs the row's largest magnitude first, and a norm (CPU adapters
-    /// only: [`folds_norm`]) the row's mean square: one workgroup per row.
+    /// Rounds the f32 activations `a` of the product `p` describes to int8 `activations`
+    /// into `temp`, RMS-normed first with `norm`. Q8_0's chunks of 32 and Q8_K's super-blocks
+    /// of 256 are independent, one invocation each; a scale per row needs the row's largest
+    /// magnitude first, and a norm (CPU adapters only, Q8_0 and I8 only: [`folds_norm`]) the
+    /// row's mean square: one workgroup per row.
     fn round_activations(
         &mut self,
         p: &QuantParams,
+        activations: Activations,
         a: &wgpu::Buffer,
         temp: &wgpu::Buffer,
         norm: Option<Norm<'_>>,
     ) -> Result<()> {
         const OP: &str = "qmatmul";
-        let (m, chunks) = (p.m as usize, p.m as usize * (p.k as usize / 32));
-        let (entry, groups) = match (norm, p.mode) {
-            (Some(_), _) => ("quantize_acts_normed", m),
-            (None, 0) => ("quantize_acts_blocks", chunks.div_ceil(WG as usize)),
-            (None, _) => ("quantize_acts_rows", m),
+        let (m, values) = (p.m as usize, p.m as usize * p.k as usize);
+        let (entry, groups) = match (norm, activations) {
+            (Some(_), Activations::Q8_0 | Activations::I8) => ("quantize_acts_normed", m),
+            (None, Activations::Q8_0) => {
+                ("quantize_acts_blocks", (values / 32).div_ceil(WG as usize))
+            }
+            (None, Activations::I8) => ("quantize_acts_rows", m),
+            (None, Activations::Q8_K) => {
+                ("quantize_acts_super", (values / 256).div_ceil(WG as usize))
+            }
+            _ => {
+                return Err(Error::backend(
+                    BackendKind::Wgpu,
+                    format!("no wgpu rounding of {activations:?} activations here"),
+                ))
+            }
         };
         let grid = self.grid(OP, groups as u64)?;
         // The norm's weight is binding 5, as the `mv` kernel reads it; the three roundings
