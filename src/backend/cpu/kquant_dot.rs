@@ -65,6 +65,7 @@ pub fn dot_rows(
     let rows = first + count;
     assert!(acts.q.len() >= rows * k && acts.d.len() >= rows * blocks);
     assert!(acts.sums.len() >= rows * k / 16);
+    let (weights_of, rows_of) = ((w, row_bytes, weights), (first, count));
     match level {
         #[cfg(target_arch = "x86_64")]
         SimdLevel::Avx2 | SimdLevel::Avx512 => {
@@ -102,35 +103,151 @@ pub fn dot_rows(
                 }
             }
         }
-        _ => {
-            for r in 0..weights {
-                let row = &w[r * row_bytes..r * row_bytes + blocks * size];
-                for i in 0..count {
-                    out[r * count + i] = dot_row(format, row, acts, first + i);
-                }
-            }
-        }
+        _ => by_shape::<Portable>(format, weights_of, acts, rows_of, out),
     }
 }
 
-/// The portable product of one weight row with activation row `r`: per super-block the
-/// exact integer sums, then the shared f32 step, added in order.
-fn dot_row(format: DType, row: &[u8], acts: &Q8KRows<'_>, r: usize) -> f32 {
-    let (k, blocks) = (acts.k, acts.k / 256);
-    let q = &acts.q[r * k..(r + 1) * k];
-    let sums = &acts.sums[r * k / 16..(r + 1) * k / 16];
-    let blocks_of_row = row.chunks_exact(format.block_bytes()).take(blocks);
-    blocks_of_row.enumerate().fold(0f32, |total, (b, w)| {
-        let (a, s, d) = (&q[256 * b..], &sums[16 * b..], acts.d[r * blocks + b]);
-        total
-            + if format != DType::Q6_K {
-                let scales = q4_k_scales(w);
-                let isum = q4_k_ints(w, &scales[..8], a, format == DType::Q5_K);
-                q4_k_value(w, d, isum, mins(&scales[8..], s))
+/// The integer sums of one super-block position for `R` weight rows (`blocks`, one block of
+/// each) against `A` activation rows (`a`, its 256 values of each): the part of a product
+/// each kernel family computes its own way. Product `r · A + i` is the exact i32 sum, so every
+/// family gives the same integers and [`products`] turns them into the same f32 values.
+trait BlockInts {
+    /// `Σ_j sc_j · Σ q·a` over the eight sub-blocks of 32 of `Q4_K` blocks (`Q5_K` with
+    /// `FIVE`), `sc_j` byte `j` of the row's `scales` ([`block_scales`]).
+    fn q4_k<const R: usize, const A: usize, const FIVE: bool>(
+        blocks: [&[u8]; R],
+        scales: &[[u8; 16]; R],
+        a: [&[i8; 256]; A],
+    ) -> [i32; MAX_SLOTS];
+
+    /// `Σ_s sc_s · Σ u·a` over the sixteen sub-blocks of 16 of `Q6_K` blocks, with the
+    /// unsigned 6-bit `u = q + 32` and the signed scales of the block (the offset 32 is taken
+    /// off by [`super_block_value`]).
+    fn q6_k<const R: usize, const A: usize>(
+        blocks: [&[u8]; R],
+        a: [&[i8; 256]; A],
+    ) -> [i32; MAX_SLOTS];
+}
+
+/// The plain loops of [`q4_k_ints`] and [`q6_k_ints`], one product at a time: the definition
+/// the vector families must equal.
+struct Portable;
+
+impl BlockInts for Portable {
+    fn q4_k<const R: usize, const A: usize, const FIVE: bool>(
+        blocks: [&[u8]; R],
+        scales: &[[u8; 16]; R],
+        a: [&[i8; 256]; A],
+    ) -> [i32; MAX_SLOTS] {
+        std::array::from_fn(|s| {
+            if s < R * A {
+                q4_k_ints(blocks[s / A], &scales[s / A][..8], a[s % A], FIVE)
             } else {
-                q6_k_value(w, d, q6_k_ints(w, a, s))
+                0
             }
-    })
+        })
+    }
+
+    fn q6_k<const R: usize, const A: usize>(
+        blocks: [&[u8]; R],
+        a: [&[i8; 256]; A],
+    ) -> [i32; MAX_SLOTS] {
+        std::array::from_fn(|s| {
+            if s < R * A {
+                q6_k_ints(blocks[s / A], a[s % A])
+            } else {
+                0
+            }
+        })
+    }
+}
+
+/// [`products`] with the shape `(weights, count)` of [`dot_rows`] as its const parameters:
+/// one weight row against up to four activation rows, or up to four weight rows against one.
+fn by_shape<K: BlockInts>(
+    format: DType,
+    (w, row_bytes, weights): (&[u8], usize, usize),
+    acts: &Q8KRows<'_>,
+    (first, count): (usize, usize),
+    out: &mut [f32],
+) {
+    let w = (w, row_bytes);
+    match (weights, count) {
+        (1, 1) => products::<K, 1, 1>(format, w, acts, first, out),
+        (1, 2) => products::<K, 1, 2>(format, w, acts, first, out),
+        (1, 3) => products::<K, 1, 3>(format, w, acts, first, out),
+        (1, _) => products::<K, 1, 4>(format, w, acts, first, out),
+        (2, _) => products::<K, 2, 1>(format, w, acts, first, out),
+        (3, _) => products::<K, 3, 1>(format, w, acts, first, out),
+        (_, _) => products::<K, 4, 1>(format, w, acts, first, out),
+    }
+}
+
+/// The `R · A` products of [`dot_rows`] through the kernel family `K`: per super-block its
+/// exact integer sums, then the shared f32 step ([`super_block_value`]) added in order, so
+/// every family gives the portable values bit for bit.
+fn products<K: BlockInts, const R: usize, const A: usize>(
+    format: DType,
+    (w, row_bytes): (&[u8], usize),
+    acts: &Q8KRows<'_>,
+    first: usize,
+    out: &mut [f32],
+) {
+    let (k, blocks, size) = (acts.k, acts.k / 256, format.block_bytes());
+    let mut total = [0f32; MAX_SLOTS];
+    for b in 0..blocks {
+        let block: [&[u8]; R] = std::array::from_fn(|r| &w[r * row_bytes + size * b..][..size]);
+        let a: [&[i8; 256]; A] = std::array::from_fn(|i| {
+            acts.q[(first + i) * k + 256 * b..][..256]
+                .try_into()
+                .expect("a super-block holds 256 activations")
+        });
+        let scales = block.map(|w| block_scales(format, w));
+        let isum = match format {
+            DType::Q4_K => K::q4_k::<R, A, false>(block, &scales, a),
+            DType::Q5_K => K::q4_k::<R, A, true>(block, &scales, a),
+            _ => K::q6_k::<R, A>(block, a),
+        };
+        for (s, total) in total.iter_mut().enumerate().take(R * A) {
+            let (r, row) = (s / A, first + s % A);
+            let sums = &acts.sums[row * k / 16 + 16 * b..][..16];
+            let d = acts.d[row * blocks + b];
+            *total += super_block_value(format, block[r], &scales[r], d, (isum[s], sums));
+        }
+    }
+    out[..R * A].copy_from_slice(&total[..R * A]);
+}
+
+/// A super-block's scale bytes: `Q4_K`/`Q5_K`'s 6-bit scales (0..8) and mins (8..16), or
+/// `Q6_K`'s sixteen signed scales as bytes.
+#[inline(always)]
+fn block_scales(format: DType, block: &[u8]) -> [u8; 16] {
+    if format == DType::Q6_K {
+        block[192..208]
+            .try_into()
+            .expect("a Q6_K block has 16 scales")
+    } else {
+        q4_k_scales(block)
+    }
+}
+
+/// A super-block's share of a product from its [`BlockInts`] sum `isum`, the activations'
+/// scale `d` and `sums` of each 16: `Q4_K`/`Q5_K` through [`q4_k_value`] with the mins,
+/// `Q6_K` through [`q6_k_value`] with its offset `32 · Σ_s sc_s · Σ a` taken off.
+#[inline(always)]
+fn super_block_value(
+    format: DType,
+    block: &[u8],
+    scales: &[u8; 16],
+    d: f32,
+    (isum, sums): (i32, &[i32]),
+) -> f32 {
+    if format == DType::Q6_K {
+        let offset: i32 = (0..16).map(|s| scales[s] as i8 as i32 * sums[s]).sum();
+        q6_k_value(block, d, isum - 32 * offset)
+    } else {
+        q4_k_value(block, d, isum, mins(&scales[8..], sums))
+    }
 }
 
 /// A `Q4_K`/`Q5_K` super-block's 6-bit scales (bytes 0..8) and mins (8..16) of its
@@ -183,10 +300,10 @@ fn q4_k_value(block: &[u8], d: f32, isum: i32, msum: i32) -> f32 {
     scale * isum as f32 - min * msum as f32
 }
 
-/// `Σ_s sc_s · Σ q·a` of a `Q6_K` super-block (`q` signed, `u − 32`): value `128c + 32l + m`
-/// has nibble `l / 2` of `ql[64c + 32(l % 2) + m]` and bits `2l..2l + 2` of `qh[32c + m]`
-/// as its bits 4–5; `sums` are the activations' sums of 16.
-fn q6_k_ints(block: &[u8], a: &[i8], sums: &[i32]) -> i32 {
+/// `Σ_s sc_s · Σ u·a` of a `Q6_K` super-block with the unsigned `u = q + 32`: value
+/// `128c + 32l + m` has nibble `l / 2` of `ql[64c + 32(l % 2) + m]` and bits `2l..2l + 2` of
+/// `qh[32c + m]` as its bits 4–5.
+fn q6_k_ints(block: &[u8], a: &[i8]) -> i32 {
     let (ql, qh, scales) = (&block[..128], &block[128..192], &block[192..208]);
     let mut dots = [0i32; 16];
     for c in 0..2 {
@@ -199,9 +316,7 @@ fn q6_k_ints(block: &[u8], a: &[i8], sums: &[i32]) -> i32 {
             }
         }
     }
-    (0..16)
-        .map(|s| scales[s] as i8 as i32 * (dots[s] - 32 * sums[s]))
-        .sum()
+    (0..16).map(|s| scales[s] as i8 as i32 * dots[s]).sum()
 }
 
 /// A `Q6_K` super-block's share of the product from its integer sum and the activations'
