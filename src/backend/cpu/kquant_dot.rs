@@ -103,6 +103,10 @@ pub fn dot_rows(
                 }
             }
         }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        SimdLevel::Simd128 => by_shape::<wasm::Simd128>(format, weights_of, acts, rows_of, out),
+        #[cfg(target_arch = "aarch64")]
+        SimdLevel::Neon => by_shape::<arm::Neon>(format, weights_of, acts, rows_of, out),
         _ => by_shape::<Portable>(format, weights_of, acts, rows_of, out),
     }
 }
@@ -553,6 +557,317 @@ mod x86 {
     }
 }
 
+/// The wasm simd128 family: each 16 weights widened to i16 and multiplied by their sub-block's
+/// scale (at most 31 · 63 for `Q4_K`/`Q5_K`, 63 · 128 for `Q6_K`: within i16), then
+/// `i32x4_dot_i16x8` with the activations widened to i16 into one i32x4 per product. The
+/// weights are unpacked and scaled once for every activation row, the activations widened
+/// once for every weight row.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm {
+    use std::arch::wasm32::*;
+
+    use super::{BlockInts, MAX_SLOTS};
+
+    pub(super) struct Simd128;
+
+    /// The 16 one-byte values (`u8` or `i8`) of `values` from `at`.
+    #[inline(always)]
+    fn load<T: Copy>(values: &[T], at: usize) -> v128 {
+        assert!(std::mem::size_of::<T>() == 1);
+        let chunk = &values[at..at + 16];
+        // SAFETY: `chunk` holds 16 one-byte values; `v128_load` reads unaligned.
+        unsafe { v128_load(chunk.as_ptr() as *const v128) }
+    }
+
+    /// 16 signed bytes as two i16x8 (low, high).
+    #[inline(always)]
+    fn widen(a: v128) -> [v128; 2] {
+        [i16x8_extend_low_i8x16(a), i16x8_extend_high_i8x16(a)]
+    }
+
+    /// 16 unsigned bytes (at most 63) times `sc` as two i16x8 (low, high); the products fit
+    /// i16 (see the module's comment), so the wrapping multiply is exact.
+    #[inline(always)]
+    fn scaled(u: v128, sc: i16) -> [v128; 2] {
+        let sc = i16x8_splat(sc);
+        let (lo, hi) = (u16x8_extend_low_u8x16(u), u16x8_extend_high_u8x16(u));
+        [i16x8_mul(lo, sc), i16x8_mul(hi, sc)]
+    }
+
+    /// `acc` plus the pairwise i32 products of the 16 scaled weights `w` and activations `a`.
+    #[inline(always)]
+    fn dot(acc: v128, w: [v128; 2], a: [v128; 2]) -> v128 {
+        let both = i32x4_add(i32x4_dot_i16x8(w[0], a[0]), i32x4_dot_i16x8(w[1], a[1]));
+        i32x4_add(acc, both)
+    }
+
+    /// The sum of the four i32 lanes of each accumulator.
+    #[inline(always)]
+    fn lane_sums(acc: [v128; MAX_SLOTS]) -> [i32; MAX_SLOTS] {
+        acc.map(|v| {
+            i32x4_extract_lane::<0>(v)
+                + i32x4_extract_lane::<1>(v)
+                + i32x4_extract_lane::<2>(v)
+                + i32x4_extract_lane::<3>(v)
+        })
+    }
+
+    impl BlockInts for Simd128 {
+        /// Chunk `c` of 32 packed bytes holds sub-block `2c` in its low nibbles and `2c + 1` in
+        /// its high ones; `Q5_K`'s `qh` gives bit `2c` (low) and `2c + 1` (high) of each byte,
+        /// moved down by two per chunk.
+        #[inline(always)]
+        fn q4_k<const R: usize, const A: usize, const FIVE: bool>(
+            blocks: [&[u8]; R],
+            scales: &[[u8; 16]; R],
+            a: [&[i8; 256]; A],
+        ) -> [i32; MAX_SLOTS] {
+            let qs = if FIVE { 48 } else { 16 };
+            let (nibble, one) = (u8x16_splat(15), u8x16_splat(1));
+            let mut acc = [i32x4_splat(0); MAX_SLOTS];
+            let mut qh: [[v128; 2]; R] = std::array::from_fn(|r| {
+                std::array::from_fn(|h| {
+                    if FIVE {
+                        load(blocks[r], 16 + 16 * h)
+                    } else {
+                        one
+                    }
+                })
+            });
+            for c in 0..4 {
+                // Activation values 64c + 16t.. as i16, t = 0, 1 low nibbles, 2, 3 high ones.
+                let wide: [[[v128; 2]; 4]; A] = std::array::from_fn(|i| {
+                    std::array::from_fn(|t| widen(load(a[i], 64 * c + 16 * t)))
+                });
+                for r in 0..R {
+                    for h in 0..2 {
+                        let packed = load(blocks[r], qs + 32 * c + 16 * h);
+                        let mut lo = v128_and(packed, nibble);
+                        let mut hi = u8x16_shr(packed, 4);
+                        if FIVE {
+                            let bits = qh[r][h];
+                            lo = v128_or(lo, i8x16_shl(v128_and(bits, one), 4));
+                            hi = v128_or(hi, i8x16_shl(v128_and(u8x16_shr(bits, 1), one), 4));
+                            qh[r][h] = u8x16_shr(bits, 2);
+                        }
+                        let lo = scaled(lo, scales[r][2 * c] as i16);
+                        let hi = scaled(hi, scales[r][2 * c + 1] as i16);
+                        for (i, wide) in wide.iter().enumerate() {
+                            let s = r * A + i;
+                            acc[s] = dot(dot(acc[s], lo, wide[h]), hi, wide[2 + h]);
+                        }
+                    }
+                }
+            }
+            lane_sums(acc)
+        }
+
+        /// Value `128c + 32l + m` of sub-block `8c + 2l + m / 16`: nibble `l / 2` of
+        /// `ql[64c + 32(l % 2) + m]`, bits `2l..2l + 2` of `qh[32c + m]` as bits 4–5.
+        #[inline(always)]
+        fn q6_k<const R: usize, const A: usize>(
+            blocks: [&[u8]; R],
+            a: [&[i8; 256]; A],
+        ) -> [i32; MAX_SLOTS] {
+            let (nibble, two_bits) = (u8x16_splat(15), u8x16_splat(3));
+            let mut acc = [i32x4_splat(0); MAX_SLOTS];
+            for c in 0..2 {
+                for l in 0..4 {
+                    let at = 128 * c + 32 * l;
+                    let wide: [[[v128; 2]; 2]; A] = std::array::from_fn(|i| {
+                        std::array::from_fn(|h| widen(load(a[i], at + 16 * h)))
+                    });
+                    for (r, block) in blocks.iter().enumerate() {
+                        for h in 0..2 {
+                            let ql = load(block, 64 * c + 32 * (l % 2) + 16 * h);
+                            let qh = load(block, 128 + 32 * c + 16 * h);
+                            let low = v128_and(u8x16_shr(ql, 4 * (l as u32 / 2)), nibble);
+                            let high =
+                                i8x16_shl(v128_and(u8x16_shr(qh, 2 * l as u32), two_bits), 4);
+                            let sc = block[192 + 8 * c + 2 * l + h] as i8 as i16;
+                            let w = scaled(v128_or(low, high), sc);
+                            for (i, wide) in wide.iter().enumerate() {
+                                acc[r * A + i] = dot(acc[r * A + i], w, wide[h]);
+                            }
+                        }
+                    }
+                }
+            }
+            lane_sums(acc)
+        }
+    }
+}
+
+/// The aarch64 NEON family (plain NEON, no `dotprod`): weights times activations as i8 with
+/// `vmull_s8`/`vmlal_high_s8` into i16 (at most four products of 63 · 128 per lane), those
+/// widened pairwise into i32 and multiplied by their sub-block's scale into one i32x4 per
+/// product. The weights are unpacked once for every activation row.
+#[cfg(target_arch = "aarch64")]
+mod arm {
+    use std::arch::aarch64::*;
+
+    use super::{BlockInts, MAX_SLOTS};
+
+    pub(super) struct Neon;
+
+    impl BlockInts for Neon {
+        fn q4_k<const R: usize, const A: usize, const FIVE: bool>(
+            blocks: [&[u8]; R],
+            scales: &[[u8; 16]; R],
+            a: [&[i8; 256]; A],
+        ) -> [i32; MAX_SLOTS] {
+            // SAFETY: NEON is part of the aarch64 baseline (the target's default features).
+            unsafe { q4_k::<R, A, FIVE>(blocks, scales, a) }
+        }
+
+        fn q6_k<const R: usize, const A: usize>(
+            blocks: [&[u8]; R],
+            a: [&[i8; 256]; A],
+        ) -> [i32; MAX_SLOTS] {
+            // SAFETY: NEON is part of the aarch64 baseline (the target's default features).
+            unsafe { q6_k::<R, A>(blocks, a) }
+        }
+    }
+
+    /// The 16 bytes of `bytes` from `at`.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn load_u8(bytes: &[u8], at: usize) -> uint8x16_t {
+        let chunk = &bytes[at..at + 16];
+        // SAFETY: `chunk` holds 16 bytes.
+        unsafe { vld1q_u8(chunk.as_ptr()) }
+    }
+
+    /// The 16 activations of `a` from `at`.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn load_i8(a: &[i8; 256], at: usize) -> int8x16_t {
+        let chunk = &a[at..at + 16];
+        // SAFETY: `chunk` holds 16 bytes.
+        unsafe { vld1q_s8(chunk.as_ptr()) }
+    }
+
+    /// `p` plus the products of the 16 unsigned weights `u` (at most 63, so exact as i8) and
+    /// the activations `a`, two per i16 lane.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn mul_add(p: int16x8_t, u: uint8x16_t, a: int8x16_t) -> int16x8_t {
+        let w = vreinterpretq_s8_u8(u);
+        vmlal_high_s8(vmlal_s8(p, vget_low_s8(w), vget_low_s8(a)), w, a)
+    }
+
+    /// `acc` plus the i16 sums `p` of one sub-block, widened pairwise, times its scale `sc`.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn add_scaled(acc: int32x4_t, p: int16x8_t, sc: i32) -> int32x4_t {
+        vmlaq_n_s32(acc, vpaddlq_s16(p), sc)
+    }
+
+    /// The sum of the four i32 lanes of each accumulator.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn lane_sums(acc: [int32x4_t; MAX_SLOTS]) -> [i32; MAX_SLOTS] {
+        let mut out = [0; MAX_SLOTS];
+        for (out, &v) in out.iter_mut().zip(&acc) {
+            *out = vaddvq_s32(v);
+        }
+        out
+    }
+
+    /// [`BlockInts::q4_k`]: chunk `c` of 32 packed bytes holds sub-block `2c` in its low
+    /// nibbles and `2c + 1` in its high ones; `Q5_K`'s `qh` gives bit `2c` (low) and `2c + 1`
+    /// (high) of each byte, moved down by two per chunk.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn q4_k<const R: usize, const A: usize, const FIVE: bool>(
+        blocks: [&[u8]; R],
+        scales: &[[u8; 16]; R],
+        a: [&[i8; 256]; A],
+    ) -> [i32; MAX_SLOTS] {
+        let qs = if FIVE { 48 } else { 16 };
+        let (nibble, one, two) = (vdupq_n_u8(15), vdupq_n_u8(1), vdupq_n_u8(2));
+        let (zero8, zero16) = (vdupq_n_u8(0), vdupq_n_s16(0));
+        let mut acc = [vdupq_n_s32(0); MAX_SLOTS];
+        let mut qh = [[zero8; 2]; R];
+        if FIVE {
+            for (qh, block) in qh.iter_mut().zip(blocks) {
+                *qh = [load_u8(block, 16), load_u8(block, 32)];
+            }
+        }
+        for c in 0..4 {
+            // Activation values 64c + 16t.., t = 0, 1 for the low nibbles, 2, 3 the high.
+            let mut acts = [[vdupq_n_s8(0); 4]; A];
+            for (acts, a) in acts.iter_mut().zip(a) {
+                for (t, v) in acts.iter_mut().enumerate() {
+                    *v = load_i8(a, 64 * c + 16 * t);
+                }
+            }
+            for r in 0..R {
+                let (mut lo, mut hi) = ([zero8; 2], [zero8; 2]);
+                for h in 0..2 {
+                    let packed = load_u8(blocks[r], qs + 32 * c + 16 * h);
+                    lo[h] = vandq_u8(packed, nibble);
+                    hi[h] = vshrq_n_u8::<4>(packed);
+                    if FIVE {
+                        let bits = qh[r][h];
+                        lo[h] = vorrq_u8(lo[h], vshlq_n_u8::<4>(vandq_u8(bits, one)));
+                        hi[h] = vorrq_u8(hi[h], vshlq_n_u8::<3>(vandq_u8(bits, two)));
+                        qh[r][h] = vshrq_n_u8::<2>(bits);
+                    }
+                }
+                let (sl, sh) = (scales[r][2 * c] as i32, scales[r][2 * c + 1] as i32);
+                for (i, acts) in acts.iter().enumerate() {
+                    let s = r * A + i;
+                    let low = mul_add(mul_add(zero16, lo[0], acts[0]), lo[1], acts[1]);
+                    let high = mul_add(mul_add(zero16, hi[0], acts[2]), hi[1], acts[3]);
+                    acc[s] = add_scaled(add_scaled(acc[s], low, sl), high, sh);
+                }
+            }
+        }
+        lane_sums(acc)
+    }
+
+    /// [`BlockInts::q6_k`]: value `128c + 32l + m` of sub-block `8c + 2l + m / 16` is nibble
+    /// `l / 2` of `ql[64c + 32(l % 2) + m]` with bits `2l..2l + 2` of `qh[32c + m]` as bits 4–5.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn q6_k<const R: usize, const A: usize>(
+        blocks: [&[u8]; R],
+        a: [&[i8; 256]; A],
+    ) -> [i32; MAX_SLOTS] {
+        let (nibble, two_bits) = (vdupq_n_u8(15), vdupq_n_u8(3));
+        let zero16 = vdupq_n_s16(0);
+        let mut acc = [vdupq_n_s32(0); MAX_SLOTS];
+        for c in 0..2 {
+            for l in 0..4 {
+                let at = 128 * c + 32 * l;
+                let mut acts = [[vdupq_n_s8(0); 2]; A];
+                for (acts, a) in acts.iter_mut().zip(a) {
+                    *acts = [load_i8(a, at), load_i8(a, at + 16)];
+                }
+                // Variable shifts: a negative count shifts right.
+                let (low_shift, high_shift) =
+                    (vdupq_n_s8(-4 * (l as i8 / 2)), vdupq_n_s8(-2 * l as i8));
+                for (r, block) in blocks.iter().enumerate() {
+                    for h in 0..2 {
+                        let ql = load_u8(block, 64 * c + 32 * (l % 2) + 16 * h);
+                        let qh = load_u8(block, 128 + 32 * c + 16 * h);
+                        let low = vandq_u8(vshlq_u8(ql, low_shift), nibble);
+                        let high = vandq_u8(vshlq_u8(qh, high_shift), two_bits);
+                        let u = vorrq_u8(low, vshlq_n_u8::<4>(high));
+                        let sc = block[192 + 8 * c + 2 * l + h] as i8 as i32;
+                        for (i, acts) in acts.iter().enumerate() {
+                            let s = r * A + i;
+                            acc[s] = add_scaled(acc[s], mul_add(zero16, u, acts[h]), sc);
+                        }
+                    }
+                }
+            }
+        }
+        lane_sums(acc)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -594,6 +909,23 @@ mod tests {
             .collect();
         q[3] = -128;
         (w, q, d)
+    }
+
+    /// Every SIMD level this machine runs; on aarch64 (natively or under qemu) and on wasm32
+    /// with simd128 the vector level must be among them, so its kernels cannot go untested.
+    fn levels() -> Vec<SimdLevel> {
+        #[cfg(target_arch = "aarch64")]
+        assert_eq!(SimdLevel::detect(), SimdLevel::Neon);
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        assert_eq!(SimdLevel::detect(), SimdLevel::Simd128);
+        let all = [
+            SimdLevel::Scalar,
+            SimdLevel::Neon,
+            SimdLevel::Simd128,
+            SimdLevel::Avx2,
+            SimdLevel::Avx512,
+        ];
+        all.into_iter().filter(|l| l.is_supported()).collect()
     }
 
     /// Every path and every count of activation rows gives the same values, bit for bit, and
@@ -645,9 +977,9 @@ mod tests {
                     );
                 }
             }
-            // Every path, several activation rows against one weight row and several weight
-            // rows against one activation row, gives the same values bit for bit.
-            for level in [SimdLevel::detect(), SimdLevel::Scalar] {
+            // Every path this machine runs, several activation rows against one weight row and
+            // several weight rows against one activation row, gives the same values bit for bit.
+            for level in levels() {
                 for j in 0..n {
                     for count in 1..=MAX_SLOTS {
                         for first in 0..=rows - count {
