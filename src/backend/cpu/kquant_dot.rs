@@ -630,7 +630,7 @@ mod wasm {
                     if FIVE {
                         load(blocks[r], 16 + 16 * h)
                     } else {
-                        one
+                        i32x4_splat(0)
                     }
                 })
             });
