@@ -1,8 +1,9 @@
 //! Integer dot products for quantized weights: int8 × int8 blocks of 32 with per-block
 //! scales (AVX2 `maddubs`, as llama.cpp does; `repack.rs` has the VNNI kernels), exact int8
 //! sums, and the AND + popcount dot
-//! of ternary bit-planes. Runtime dispatch on [`SimdLevel`] like `simd.rs`; other targets run
-//! plain loops that the compiler vectorises.
+//! of ternary bit-planes. Runtime dispatch on [`SimdLevel`] like `simd.rs`; the exact sums of
+//! [`dot_q8_k`] (per 16 values) and [`dot_i8`] also have wasm simd128 and NEON kernels; the
+//! rest runs plain loops that the compiler vectorises on those targets.
 
 use super::simd::SimdLevel;
 use crate::dtype::DType;

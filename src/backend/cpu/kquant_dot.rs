@@ -12,6 +12,13 @@
 //! one weight row against four of prefill's, their integer sums reduced together.
 //! Where AVX512-VNNI is present the three formats run `repack.rs`'s interleaved kernels
 //! instead, which give the same values.
+//!
+//! Every other path goes through one driver ([`products`]): a kernel family ([`BlockInts`]:
+//! the portable loops, wasm simd128, aarch64 NEON) gives each super-block's exact integer sums
+//! for the same four shapes, and the driver applies the portable f32 step
+//! ([`super_block_value`]) to them, so those paths equal the portable one by construction once
+//! their integers do. On wasm32 and aarch64 the weights are never repacked (`repack.rs` is
+//! x86-only), so these kernels read the GGUF row-major super-blocks.
 
 use super::simd::SimdLevel;
 use crate::dtype::DType;
