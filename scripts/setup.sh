@@ -5,7 +5,8 @@
 # the rustfmt/clippy components; for the browser tests Chromium (with chromedriver), Node.js
 # with the tests' npm packages (Playwright's library, driving the system Chromium) and
 # wasm-bindgen-cli at the version in Cargo.lock, nightly with rust-src for the threaded wasm
-# build; for the CUDA kernels without a GPU, NVRTC
+# build; the aarch64 cross linker and libc with qemu user mode for the NEON kernels' tests;
+# for the CUDA kernels without a GPU, NVRTC
 # from PyPI (to compile them) and g++, numpy and gguf-py (to run them on the CPU).
 # Safe to run again: it skips what is already there.
 set -euo pipefail
@@ -19,6 +20,10 @@ command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 [ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
+# The aarch64 NEON kernels' unit tests: a cross linker and libc, run under qemu user mode.
+command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need_apt+=(gcc-aarch64-linux-gnu)
+[ -d /usr/aarch64-linux-gnu/lib ] || need_apt+=(libc6-dev-arm64-cross)
+command -v qemu-aarch64 >/dev/null 2>&1 || need_apt+=(qemu-user)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}"

@@ -68,13 +68,18 @@ python3 native-tests/cuda_host/emulate.py
 python3 native-tests/cuda_host/emulate.py --build target/cuda-emulation
 WEBTENSOR_CUDA_EMULATION="$PWD/target/cuda-emulation" cargo test --features cuda --lib backend::cuda::
 
-# The SIMD paths this machine cannot run must at least compile: wasm32 simd128 and aarch64 NEON.
+# The SIMD paths this machine cannot run natively: aarch64 NEON's cpu kernel tests run under
+# qemu user mode (each vector kernel against the scalar path bit for bit; about 6 minutes cold on
+# a loaded 2-core machine, under a minute incremental), wasm32 simd128 must compile here (the
+# browser stage below runs it).
+echo "== cpu kernel tests on aarch64 (NEON) under qemu"
+CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
+  cargo test -p webtensor --lib --target aarch64-unknown-linux-gnu backend::cpu
 echo "== compile check: wasm32 with simd128"
 RUSTFLAGS="-C target-feature=+simd128" cargo check -p webtensor --lib --target wasm32-unknown-unknown --target-dir target/wasm-simd128
 echo "== clippy: the web crate (and the library under it) for wasm32"
 RUSTFLAGS="-C target-feature=+simd128" cargo clippy -p webtensor-web --target wasm32-unknown-unknown --target-dir target/wasm-simd128 -- -D warnings
-echo "== compile check: aarch64 (NEON)"
-cargo check -p webtensor --lib --target aarch64-unknown-linux-gnu
 
 # The browser: build web/pkg, then the Playwright tests (web/tests) against `webtensor serve`.
 echo "== browser: web/build.sh and the tests in headless Chromium (artifacts in target/browser-artifacts)"

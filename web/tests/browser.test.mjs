@@ -1,5 +1,6 @@
 // The browser tests: the conformance subset on WebGPU and cpu against the reference, files
-// written by llama.cpp's quantizer against llama.cpp's logits, the demo
+// written by llama.cpp's quantizer against llama.cpp's logits (and on the wasm cpu with simd128
+// against its scalar path, bit for bit), the demo
 // page generating with the built-in model (screenshot kept), a long generation on WebGPU
 // against the cpu backend's, Model.chat over a chat template, the cpu fallback without
 // WebGPU, and the benchmark tab's report. Run by scripts/test.sh after web/build.sh.
@@ -165,6 +166,53 @@ test("GGUF files from llama.cpp's quantizer (Q4_K_M with Q6_K, IQ4_NL) give llam
     } finally {
       await browser.close();
     }
+  }
+});
+
+test("K-quant files on the wasm cpu: the simd128 kernels give the scalar path's logits bit for bit", { timeout: 300_000 }, async (t) => {
+  // Q4_K_M holds Q4_K and Q6_K weights, Q5_K_M Q5_K and Q6_K (kquant_dot.rs), Q3_K_M Q3_K
+  // (int_dot.rs's sums of 16). The prompt's first token alone runs decode's shapes (up to four
+  // weight rows against one activation row), its first two to four tokens prefill's (one weight
+  // row against two to four activation rows). Only the first four: the f32 ops (attention's
+  // dots) may differ between levels by an ulp, within their tolerance, and past four tokens of
+  // these files such a difference can move an int8 rounding of the next layer.
+  const dir = path.join(ROOT, "native-tests/fixtures/llama_cpp_kquants");
+  const browser = await launch({ webgpu: false });
+  try {
+    await browser.page.goto(`${server.url}tests/blank.html`);
+    for (const mix of ["q4_k_m", "q5_k_m", "q3_k_m"]) {
+      const file = `tiny.${mix}.gguf`;
+      const { prompt } = JSON.parse(readFileSync(path.join(dir, `${file}.json`), "utf8"));
+      const r = await browser.page.evaluate(
+        async ({ file, prompt }) => {
+          const wt = await import("/pkg/webtensor.js");
+          await wt.default();
+          const run = async (simd) => {
+            const dev = await wt.createDevice({ backend: "cpu", cpu: { simd } });
+            const model = await wt.Model.fromUrl(dev, `/tests/kquants/${file}`);
+            const logits = [];
+            for (let n = 1; n <= 4; n++) logits.push(Array.from(await model.eval(prompt.slice(0, n))));
+            return { simd: dev.info().info.simd, logits };
+          };
+          return { vector: await run("simd128"), scalar: await run("scalar") };
+        },
+        { file, prompt },
+      );
+      assert.equal(r.vector.simd, "simd128", `${file}: the simd128 level was not in effect`);
+      assert.equal(r.scalar.simd, "scalar");
+      r.vector.logits.forEach((logits, i) => {
+        const want = r.scalar.logits[i];
+        // Object.is per value: -0 and NaN compared as bits would be, not as numbers.
+        const same = logits.length === want.length && logits.length > 0 && logits.every((v, j) => Object.is(v, want[j]));
+        assert.ok(same, `${file}: the logits of the first ${i + 1} tokens differ between simd128 and scalar`);
+      });
+      t.diagnostic(`${file}: the logits of 1 to 4 tokens identical on simd128 and scalar`);
+    }
+  } catch (e) {
+    console.error(browser.logs.join("\n"));
+    throw e;
+  } finally {
+    await browser.close();
   }
 });
 

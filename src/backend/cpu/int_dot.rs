@@ -1,8 +1,9 @@
 //! Integer dot products for quantized weights: int8 × int8 blocks of 32 with per-block
 //! scales (AVX2 `maddubs`, as llama.cpp does; `repack.rs` has the VNNI kernels), exact int8
 //! sums, and the AND + popcount dot
-//! of ternary bit-planes. Runtime dispatch on [`SimdLevel`] like `simd.rs`; other targets run
-//! plain loops that the compiler vectorises.
+//! of ternary bit-planes. Runtime dispatch on [`SimdLevel`] like `simd.rs`; the exact sums of
+//! [`dot_q8_k`] (per 16 values) and [`dot_i8`] also have wasm simd128 and NEON kernels; the
+//! rest runs plain loops that the compiler vectorises on those targets.
 
 use super::simd::SimdLevel;
 use crate::dtype::DType;
@@ -149,6 +150,11 @@ fn dots_of_16(level: SimdLevel, a: &[i8], q: &[i8; 256]) -> [i32; 16] {
         // SAFETY: AVX2 was detected at run time; `a` holds the block's 256 values (a chunk of
         // 256 of the activations).
         SimdLevel::Avx2 | SimdLevel::Avx512 => unsafe { x86::dots_of_16(a, q, &mut dots) },
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        SimdLevel::Simd128 => wasm::dots_of_16(a, q, &mut dots),
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: NEON is part of the aarch64 baseline (the target's default features).
+        SimdLevel::Neon => unsafe { arm::dots_of_16(a, q, &mut dots) },
         _ => {
             for ((dot, a), q) in dots
                 .iter_mut()
@@ -173,15 +179,28 @@ pub fn sums_of_16(aq: &[i8]) -> Vec<i32> {
 /// not hold −128 (true of weights: ternary, `Q4_0`, and `Q8_0` as quantized).
 pub fn dot_i8(level: SimdLevel, a: &[i8], b: &[i8]) -> i32 {
     let len = a.len().min(b.len());
-    match level {
+    // The vector kernels' sum over the whole vectors `..whole`; the rest added plainly.
+    let (whole, head) = match level {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2 was detected at run time; loads stay within `len / 32 · 32` elements.
-        SimdLevel::Avx2 | SimdLevel::Avx512 => unsafe {
+        SimdLevel::Avx2 | SimdLevel::Avx512 => {
             let whole = len / 32 * 32;
-            x86::dot_i8(&a[..whole], &b[..whole]) + exact_scalar(&a[whole..len], &b[whole..len])
-        },
-        _ => exact_scalar(&a[..len], &b[..len]),
-    }
+            // SAFETY: AVX2 was detected at run time; both slices hold `whole` elements.
+            (whole, unsafe { x86::dot_i8(&a[..whole], &b[..whole]) })
+        }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        SimdLevel::Simd128 => {
+            let whole = len / 16 * 16;
+            (whole, wasm::dot_i8(&a[..whole], &b[..whole]))
+        }
+        #[cfg(target_arch = "aarch64")]
+        SimdLevel::Neon => {
+            let whole = len / 16 * 16;
+            // SAFETY: NEON is part of the aarch64 baseline (the target's default features).
+            (whole, unsafe { arm::dot_i8(&a[..whole], &b[..whole]) })
+        }
+        _ => (0, 0),
+    };
+    head + exact_scalar(&a[whole..len], &b[whole..len])
 }
 
 fn exact_scalar(a: &[i8], b: &[i8]) -> i32 {
@@ -489,6 +508,87 @@ mod x86 {
         let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
         let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
         _mm_cvtsi128_si32(s)
+    }
+}
+
+/// The wasm simd128 int8 sums: 16 values of each side widened to i16, `i32x4_dot_i16x8` (each
+/// product within ±128 · 127, so exact).
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm {
+    use std::arch::wasm32::*;
+
+    /// The four i32 partial sums of `Σ a[i] · b[i]` over the 16 values of `a` and `b` from `at`.
+    #[inline(always)]
+    fn dot16(a: &[i8], b: &[i8], at: usize) -> v128 {
+        let (a, b) = (&a[at..at + 16], &b[at..at + 16]);
+        // SAFETY: `a` and `b` hold 16 bytes each; `v128_load` reads unaligned.
+        let (a, b) = unsafe {
+            (
+                v128_load(a.as_ptr() as *const v128),
+                v128_load(b.as_ptr() as *const v128),
+            )
+        };
+        let low = i32x4_dot_i16x8(i16x8_extend_low_i8x16(a), i16x8_extend_low_i8x16(b));
+        let high = i32x4_dot_i16x8(i16x8_extend_high_i8x16(a), i16x8_extend_high_i8x16(b));
+        i32x4_add(low, high)
+    }
+
+    /// The sum of the four i32 lanes of `v`.
+    #[inline(always)]
+    fn lane_sum(v: v128) -> i32 {
+        i32x4_extract_lane::<0>(v)
+            + i32x4_extract_lane::<1>(v)
+            + i32x4_extract_lane::<2>(v)
+            + i32x4_extract_lane::<3>(v)
+    }
+
+    /// [`super::dots_of_16`]'s sums; `a` and `q` hold 256 values.
+    pub(super) fn dots_of_16(a: &[i8], q: &[i8; 256], dots: &mut [i32; 16]) {
+        for (s, dot) in dots.iter_mut().enumerate() {
+            *dot = lane_sum(dot16(a, q, 16 * s));
+        }
+    }
+
+    /// `Σ a[i] · b[i]` over the whole 16s of `a`'s length (`b` at least as long).
+    pub(super) fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+        let sum =
+            (0..a.len() / 16).fold(i32x4_splat(0), |acc, c| i32x4_add(acc, dot16(a, b, 16 * c)));
+        lane_sum(sum)
+    }
+}
+
+/// The aarch64 NEON int8 sums: `vmull_s8` and `vmlal_high_s8`, two products per i16 lane (at
+/// most 2 · 128 · 127 when one side holds no −128, so exact), widened into i32.
+#[cfg(target_arch = "aarch64")]
+mod arm {
+    use std::arch::aarch64::*;
+
+    /// The i16 pairs of products of the 16 values of `a` and `b` from `at`; `b` holds no −128.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn products16(a: &[i8], b: &[i8], at: usize) -> int16x8_t {
+        let (a, b) = (&a[at..at + 16], &b[at..at + 16]);
+        // SAFETY: `a` and `b` hold 16 bytes each.
+        let (a, b) = unsafe { (vld1q_s8(a.as_ptr()), vld1q_s8(b.as_ptr())) };
+        vmlal_high_s8(vmull_s8(vget_low_s8(a), vget_low_s8(b)), a, b)
+    }
+
+    /// [`super::dots_of_16`]'s sums; `a` and `q` hold 256 values.
+    #[target_feature(enable = "neon")]
+    pub(super) fn dots_of_16(a: &[i8], q: &[i8; 256], dots: &mut [i32; 16]) {
+        for (s, dot) in dots.iter_mut().enumerate() {
+            *dot = vaddlvq_s16(products16(a, q, 16 * s));
+        }
+    }
+
+    /// `Σ a[i] · b[i]` over the whole 16s of `a`'s length (`b` at least as long, no −128).
+    #[target_feature(enable = "neon")]
+    pub(super) fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+        let mut acc = vdupq_n_s32(0);
+        for c in 0..a.len() / 16 {
+            acc = vpadalq_s16(acc, products16(a, b, 16 * c));
+        }
+        vaddvq_s32(acc)
     }
 }
 

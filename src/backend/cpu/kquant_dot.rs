@@ -12,6 +12,13 @@
 //! one weight row against four of prefill's, their integer sums reduced together.
 //! Where AVX512-VNNI is present the three formats run `repack.rs`'s interleaved kernels
 //! instead, which give the same values.
+//!
+//! Every other path goes through one driver ([`products`]): a kernel family ([`BlockInts`]:
+//! the portable loops, wasm simd128, aarch64 NEON) gives each super-block's exact integer sums
+//! for the same four shapes, and the driver applies the portable f32 step
+//! ([`super_block_value`]) to them, so those paths equal the portable one by construction once
+//! their integers do. On wasm32 and aarch64 the weights are never repacked (`repack.rs` is
+//! x86-only), so these kernels read the GGUF row-major super-blocks.
 
 use super::simd::SimdLevel;
 use crate::dtype::DType;
@@ -65,6 +72,7 @@ pub fn dot_rows(
     let rows = first + count;
     assert!(acts.q.len() >= rows * k && acts.d.len() >= rows * blocks);
     assert!(acts.sums.len() >= rows * k / 16);
+    let (weights_of, rows_of) = ((w, row_bytes, weights), (first, count));
     match level {
         #[cfg(target_arch = "x86_64")]
         SimdLevel::Avx2 | SimdLevel::Avx512 => {
@@ -102,35 +110,155 @@ pub fn dot_rows(
                 }
             }
         }
-        _ => {
-            for r in 0..weights {
-                let row = &w[r * row_bytes..r * row_bytes + blocks * size];
-                for i in 0..count {
-                    out[r * count + i] = dot_row(format, row, acts, first + i);
-                }
-            }
-        }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        SimdLevel::Simd128 => by_shape::<wasm::Simd128>(format, weights_of, acts, rows_of, out),
+        #[cfg(target_arch = "aarch64")]
+        SimdLevel::Neon => by_shape::<arm::Neon>(format, weights_of, acts, rows_of, out),
+        _ => by_shape::<Portable>(format, weights_of, acts, rows_of, out),
     }
 }
 
-/// The portable product of one weight row with activation row `r`: per super-block the
-/// exact integer sums, then the shared f32 step, added in order.
-fn dot_row(format: DType, row: &[u8], acts: &Q8KRows<'_>, r: usize) -> f32 {
-    let (k, blocks) = (acts.k, acts.k / 256);
-    let q = &acts.q[r * k..(r + 1) * k];
-    let sums = &acts.sums[r * k / 16..(r + 1) * k / 16];
-    let blocks_of_row = row.chunks_exact(format.block_bytes()).take(blocks);
-    blocks_of_row.enumerate().fold(0f32, |total, (b, w)| {
-        let (a, s, d) = (&q[256 * b..], &sums[16 * b..], acts.d[r * blocks + b]);
-        total
-            + if format != DType::Q6_K {
-                let scales = q4_k_scales(w);
-                let isum = q4_k_ints(w, &scales[..8], a, format == DType::Q5_K);
-                q4_k_value(w, d, isum, mins(&scales[8..], s))
+/// The integer sums of one super-block position for `R` weight rows (`blocks`, one block of
+/// each) against `A` activation rows (`a`, its 256 values of each): the part of a product
+/// each kernel family computes its own way. Product `r · A + i` is the exact i32 sum, so every
+/// family gives the same integers and [`products`] turns them into the same f32 values.
+trait BlockInts {
+    /// `Σ_j sc_j · Σ q·a` over the eight sub-blocks of 32 of `Q4_K` blocks (`Q5_K` with
+    /// `FIVE`), `sc_j` byte `j` of the row's `scales` ([`block_scales`]).
+    fn q4_k<const R: usize, const A: usize, const FIVE: bool>(
+        blocks: [&[u8]; R],
+        scales: &[[u8; 16]; R],
+        a: [&[i8; 256]; A],
+    ) -> [i32; MAX_SLOTS];
+
+    /// `Σ_s sc_s · Σ u·a` over the sixteen sub-blocks of 16 of `Q6_K` blocks, with the
+    /// unsigned 6-bit `u = q + 32` and the signed scales of the block (the offset 32 is taken
+    /// off by [`super_block_value`]).
+    fn q6_k<const R: usize, const A: usize>(
+        blocks: [&[u8]; R],
+        a: [&[i8; 256]; A],
+    ) -> [i32; MAX_SLOTS];
+}
+
+/// The plain loops of [`q4_k_ints`] and [`q6_k_ints`], one product at a time: the definition
+/// the vector families must equal.
+struct Portable;
+
+impl BlockInts for Portable {
+    fn q4_k<const R: usize, const A: usize, const FIVE: bool>(
+        blocks: [&[u8]; R],
+        scales: &[[u8; 16]; R],
+        a: [&[i8; 256]; A],
+    ) -> [i32; MAX_SLOTS] {
+        std::array::from_fn(|s| {
+            if s < R * A {
+                q4_k_ints(blocks[s / A], &scales[s / A][..8], a[s % A], FIVE)
             } else {
-                q6_k_value(w, d, q6_k_ints(w, a, s))
+                0
             }
-    })
+        })
+    }
+
+    fn q6_k<const R: usize, const A: usize>(
+        blocks: [&[u8]; R],
+        a: [&[i8; 256]; A],
+    ) -> [i32; MAX_SLOTS] {
+        std::array::from_fn(|s| {
+            if s < R * A {
+                q6_k_ints(blocks[s / A], a[s % A])
+            } else {
+                0
+            }
+        })
+    }
+}
+
+/// [`products`] with the shape `(weights, count)` of [`dot_rows`] as its const parameters:
+/// one weight row against up to four activation rows, or up to four weight rows against one.
+fn by_shape<K: BlockInts>(
+    format: DType,
+    (w, row_bytes, weights): (&[u8], usize, usize),
+    acts: &Q8KRows<'_>,
+    (first, count): (usize, usize),
+    out: &mut [f32],
+) {
+    let w = (w, row_bytes);
+    match (weights, count) {
+        (1, 1) => products::<K, 1, 1>(format, w, acts, first, out),
+        (1, 2) => products::<K, 1, 2>(format, w, acts, first, out),
+        (1, 3) => products::<K, 1, 3>(format, w, acts, first, out),
+        (1, _) => products::<K, 1, 4>(format, w, acts, first, out),
+        (2, _) => products::<K, 2, 1>(format, w, acts, first, out),
+        (3, _) => products::<K, 3, 1>(format, w, acts, first, out),
+        (_, _) => products::<K, 4, 1>(format, w, acts, first, out),
+    }
+}
+
+/// The `R · A` products of [`dot_rows`] through the kernel family `K`: per super-block its
+/// exact integer sums, then the shared f32 step ([`super_block_value`]) added in order, so
+/// every family gives the portable values bit for bit.
+fn products<K: BlockInts, const R: usize, const A: usize>(
+    format: DType,
+    (w, row_bytes): (&[u8], usize),
+    acts: &Q8KRows<'_>,
+    first: usize,
+    out: &mut [f32],
+) {
+    let (k, blocks, size) = (acts.k, acts.k / 256, format.block_bytes());
+    let mut total = [0f32; MAX_SLOTS];
+    for b in 0..blocks {
+        let block: [&[u8]; R] = std::array::from_fn(|r| &w[r * row_bytes + size * b..][..size]);
+        let a: [&[i8; 256]; A] = std::array::from_fn(|i| {
+            acts.q[(first + i) * k + 256 * b..][..256]
+                .try_into()
+                .expect("a super-block holds 256 activations")
+        });
+        let scales = block.map(|w| block_scales(format, w));
+        let isum = match format {
+            DType::Q4_K => K::q4_k::<R, A, false>(block, &scales, a),
+            DType::Q5_K => K::q4_k::<R, A, true>(block, &scales, a),
+            _ => K::q6_k::<R, A>(block, a),
+        };
+        for (s, total) in total.iter_mut().enumerate().take(R * A) {
+            let (r, row) = (s / A, first + s % A);
+            let sums = &acts.sums[row * k / 16 + 16 * b..][..16];
+            let d = acts.d[row * blocks + b];
+            *total += super_block_value(format, block[r], &scales[r], d, (isum[s], sums));
+        }
+    }
+    out[..R * A].copy_from_slice(&total[..R * A]);
+}
+
+/// A super-block's scale bytes: `Q4_K`/`Q5_K`'s 6-bit scales (0..8) and mins (8..16), or
+/// `Q6_K`'s sixteen signed scales as bytes.
+#[inline(always)]
+fn block_scales(format: DType, block: &[u8]) -> [u8; 16] {
+    if format == DType::Q6_K {
+        block[192..208]
+            .try_into()
+            .expect("a Q6_K block has 16 scales")
+    } else {
+        q4_k_scales(block)
+    }
+}
+
+/// A super-block's share of a product from its [`BlockInts`] sum `isum`, the activations'
+/// scale `d` and `sums` of each 16: `Q4_K`/`Q5_K` through [`q4_k_value`] with the mins,
+/// `Q6_K` through [`q6_k_value`] with its offset `32 · Σ_s sc_s · Σ a` taken off.
+#[inline(always)]
+fn super_block_value(
+    format: DType,
+    block: &[u8],
+    scales: &[u8; 16],
+    d: f32,
+    (isum, sums): (i32, &[i32]),
+) -> f32 {
+    if format == DType::Q6_K {
+        let offset: i32 = (0..16).map(|s| scales[s] as i8 as i32 * sums[s]).sum();
+        q6_k_value(block, d, isum - 32 * offset)
+    } else {
+        q4_k_value(block, d, isum, mins(&scales[8..], sums))
+    }
 }
 
 /// A `Q4_K`/`Q5_K` super-block's 6-bit scales (bytes 0..8) and mins (8..16) of its
@@ -183,10 +311,10 @@ fn q4_k_value(block: &[u8], d: f32, isum: i32, msum: i32) -> f32 {
     scale * isum as f32 - min * msum as f32
 }
 
-/// `Σ_s sc_s · Σ q·a` of a `Q6_K` super-block (`q` signed, `u − 32`): value `128c + 32l + m`
-/// has nibble `l / 2` of `ql[64c + 32(l % 2) + m]` and bits `2l..2l + 2` of `qh[32c + m]`
-/// as its bits 4–5; `sums` are the activations' sums of 16.
-fn q6_k_ints(block: &[u8], a: &[i8], sums: &[i32]) -> i32 {
+/// `Σ_s sc_s · Σ u·a` of a `Q6_K` super-block with the unsigned `u = q + 32`: value
+/// `128c + 32l + m` has nibble `l / 2` of `ql[64c + 32(l % 2) + m]` and bits `2l..2l + 2` of
+/// `qh[32c + m]` as its bits 4–5.
+fn q6_k_ints(block: &[u8], a: &[i8]) -> i32 {
     let (ql, qh, scales) = (&block[..128], &block[128..192], &block[192..208]);
     let mut dots = [0i32; 16];
     for c in 0..2 {
@@ -199,9 +327,7 @@ fn q6_k_ints(block: &[u8], a: &[i8], sums: &[i32]) -> i32 {
             }
         }
     }
-    (0..16)
-        .map(|s| scales[s] as i8 as i32 * (dots[s] - 32 * sums[s]))
-        .sum()
+    (0..16).map(|s| scales[s] as i8 as i32 * dots[s]).sum()
 }
 
 /// A `Q6_K` super-block's share of the product from its integer sum and the activations'
@@ -438,6 +564,317 @@ mod x86 {
     }
 }
 
+/// The wasm simd128 family: each 16 weights widened to i16 and multiplied by their sub-block's
+/// scale (at most 31 · 63 for `Q4_K`/`Q5_K`, 63 · 128 for `Q6_K`: within i16), then
+/// `i32x4_dot_i16x8` with the activations widened to i16 into one i32x4 per product. The
+/// weights are unpacked and scaled once for every activation row, the activations widened
+/// once for every weight row.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm {
+    use std::arch::wasm32::*;
+
+    use super::{BlockInts, MAX_SLOTS};
+
+    pub(super) struct Simd128;
+
+    /// The 16 one-byte values (`u8` or `i8`) of `values` from `at`.
+    #[inline(always)]
+    fn load<T: Copy>(values: &[T], at: usize) -> v128 {
+        assert!(std::mem::size_of::<T>() == 1);
+        let chunk = &values[at..at + 16];
+        // SAFETY: `chunk` holds 16 one-byte values; `v128_load` reads unaligned.
+        unsafe { v128_load(chunk.as_ptr() as *const v128) }
+    }
+
+    /// 16 signed bytes as two i16x8 (low, high).
+    #[inline(always)]
+    fn widen(a: v128) -> [v128; 2] {
+        [i16x8_extend_low_i8x16(a), i16x8_extend_high_i8x16(a)]
+    }
+
+    /// 16 unsigned bytes (at most 63) times `sc` as two i16x8 (low, high); the products fit
+    /// i16 (see the module's comment), so the wrapping multiply is exact.
+    #[inline(always)]
+    fn scaled(u: v128, sc: i16) -> [v128; 2] {
+        let sc = i16x8_splat(sc);
+        let (lo, hi) = (u16x8_extend_low_u8x16(u), u16x8_extend_high_u8x16(u));
+        [i16x8_mul(lo, sc), i16x8_mul(hi, sc)]
+    }
+
+    /// `acc` plus the pairwise i32 products of the 16 scaled weights `w` and activations `a`.
+    #[inline(always)]
+    fn dot(acc: v128, w: [v128; 2], a: [v128; 2]) -> v128 {
+        let both = i32x4_add(i32x4_dot_i16x8(w[0], a[0]), i32x4_dot_i16x8(w[1], a[1]));
+        i32x4_add(acc, both)
+    }
+
+    /// The sum of the four i32 lanes of each accumulator.
+    #[inline(always)]
+    fn lane_sums(acc: [v128; MAX_SLOTS]) -> [i32; MAX_SLOTS] {
+        acc.map(|v| {
+            i32x4_extract_lane::<0>(v)
+                + i32x4_extract_lane::<1>(v)
+                + i32x4_extract_lane::<2>(v)
+                + i32x4_extract_lane::<3>(v)
+        })
+    }
+
+    impl BlockInts for Simd128 {
+        /// Chunk `c` of 32 packed bytes holds sub-block `2c` in its low nibbles and `2c + 1` in
+        /// its high ones; `Q5_K`'s `qh` gives bit `2c` (low) and `2c + 1` (high) of each byte,
+        /// moved down by two per chunk.
+        #[inline(always)]
+        fn q4_k<const R: usize, const A: usize, const FIVE: bool>(
+            blocks: [&[u8]; R],
+            scales: &[[u8; 16]; R],
+            a: [&[i8; 256]; A],
+        ) -> [i32; MAX_SLOTS] {
+            let qs = if FIVE { 48 } else { 16 };
+            let (nibble, one) = (u8x16_splat(15), u8x16_splat(1));
+            let mut acc = [i32x4_splat(0); MAX_SLOTS];
+            let mut qh: [[v128; 2]; R] = std::array::from_fn(|r| {
+                std::array::from_fn(|h| {
+                    if FIVE {
+                        load(blocks[r], 16 + 16 * h)
+                    } else {
+                        i32x4_splat(0)
+                    }
+                })
+            });
+            for c in 0..4 {
+                // Activation values 64c + 16t.. as i16, t = 0, 1 low nibbles, 2, 3 high ones.
+                let wide: [[[v128; 2]; 4]; A] = std::array::from_fn(|i| {
+                    std::array::from_fn(|t| widen(load(a[i], 64 * c + 16 * t)))
+                });
+                for r in 0..R {
+                    for h in 0..2 {
+                        let packed = load(blocks[r], qs + 32 * c + 16 * h);
+                        let mut lo = v128_and(packed, nibble);
+                        let mut hi = u8x16_shr(packed, 4);
+                        if FIVE {
+                            let bits = qh[r][h];
+                            lo = v128_or(lo, i8x16_shl(v128_and(bits, one), 4));
+                            hi = v128_or(hi, i8x16_shl(v128_and(u8x16_shr(bits, 1), one), 4));
+                            qh[r][h] = u8x16_shr(bits, 2);
+                        }
+                        let lo = scaled(lo, scales[r][2 * c] as i16);
+                        let hi = scaled(hi, scales[r][2 * c + 1] as i16);
+                        for (i, wide) in wide.iter().enumerate() {
+                            let s = r * A + i;
+                            acc[s] = dot(dot(acc[s], lo, wide[h]), hi, wide[2 + h]);
+                        }
+                    }
+                }
+            }
+            lane_sums(acc)
+        }
+
+        /// Value `128c + 32l + m` of sub-block `8c + 2l + m / 16`: nibble `l / 2` of
+        /// `ql[64c + 32(l % 2) + m]`, bits `2l..2l + 2` of `qh[32c + m]` as bits 4–5.
+        #[inline(always)]
+        fn q6_k<const R: usize, const A: usize>(
+            blocks: [&[u8]; R],
+            a: [&[i8; 256]; A],
+        ) -> [i32; MAX_SLOTS] {
+            let (nibble, two_bits) = (u8x16_splat(15), u8x16_splat(3));
+            let mut acc = [i32x4_splat(0); MAX_SLOTS];
+            for c in 0..2 {
+                for l in 0..4 {
+                    let at = 128 * c + 32 * l;
+                    let wide: [[[v128; 2]; 2]; A] = std::array::from_fn(|i| {
+                        std::array::from_fn(|h| widen(load(a[i], at + 16 * h)))
+                    });
+                    for (r, block) in blocks.iter().enumerate() {
+                        for h in 0..2 {
+                            let ql = load(block, 64 * c + 32 * (l % 2) + 16 * h);
+                            let qh = load(block, 128 + 32 * c + 16 * h);
+                            let low = v128_and(u8x16_shr(ql, 4 * (l as u32 / 2)), nibble);
+                            let high =
+                                i8x16_shl(v128_and(u8x16_shr(qh, 2 * l as u32), two_bits), 4);
+                            let sc = block[192 + 8 * c + 2 * l + h] as i8 as i16;
+                            let w = scaled(v128_or(low, high), sc);
+                            for (i, wide) in wide.iter().enumerate() {
+                                acc[r * A + i] = dot(acc[r * A + i], w, wide[h]);
+                            }
+                        }
+                    }
+                }
+            }
+            lane_sums(acc)
+        }
+    }
+}
+
+/// The aarch64 NEON family (plain NEON, no `dotprod`): weights times activations as i8 with
+/// `vmull_s8`/`vmlal_high_s8` into i16 (at most four products of 63 · 128 per lane), those
+/// widened pairwise into i32 and multiplied by their sub-block's scale into one i32x4 per
+/// product. The weights are unpacked once for every activation row.
+#[cfg(target_arch = "aarch64")]
+mod arm {
+    use std::arch::aarch64::*;
+
+    use super::{BlockInts, MAX_SLOTS};
+
+    pub(super) struct Neon;
+
+    impl BlockInts for Neon {
+        fn q4_k<const R: usize, const A: usize, const FIVE: bool>(
+            blocks: [&[u8]; R],
+            scales: &[[u8; 16]; R],
+            a: [&[i8; 256]; A],
+        ) -> [i32; MAX_SLOTS] {
+            // SAFETY: NEON is part of the aarch64 baseline (the target's default features).
+            unsafe { q4_k::<R, A, FIVE>(blocks, scales, a) }
+        }
+
+        fn q6_k<const R: usize, const A: usize>(
+            blocks: [&[u8]; R],
+            a: [&[i8; 256]; A],
+        ) -> [i32; MAX_SLOTS] {
+            // SAFETY: NEON is part of the aarch64 baseline (the target's default features).
+            unsafe { q6_k::<R, A>(blocks, a) }
+        }
+    }
+
+    /// The 16 bytes of `bytes` from `at`.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn load_u8(bytes: &[u8], at: usize) -> uint8x16_t {
+        let chunk = &bytes[at..at + 16];
+        // SAFETY: `chunk` holds 16 bytes.
+        unsafe { vld1q_u8(chunk.as_ptr()) }
+    }
+
+    /// The 16 activations of `a` from `at`.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn load_i8(a: &[i8; 256], at: usize) -> int8x16_t {
+        let chunk = &a[at..at + 16];
+        // SAFETY: `chunk` holds 16 bytes.
+        unsafe { vld1q_s8(chunk.as_ptr()) }
+    }
+
+    /// `p` plus the products of the 16 unsigned weights `u` (at most 63, so exact as i8) and
+    /// the activations `a`, two per i16 lane.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn mul_add(p: int16x8_t, u: uint8x16_t, a: int8x16_t) -> int16x8_t {
+        let w = vreinterpretq_s8_u8(u);
+        vmlal_high_s8(vmlal_s8(p, vget_low_s8(w), vget_low_s8(a)), w, a)
+    }
+
+    /// `acc` plus the i16 sums `p` of one sub-block, widened pairwise, times its scale `sc`.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn add_scaled(acc: int32x4_t, p: int16x8_t, sc: i32) -> int32x4_t {
+        vmlaq_n_s32(acc, vpaddlq_s16(p), sc)
+    }
+
+    /// The sum of the four i32 lanes of each accumulator.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn lane_sums(acc: [int32x4_t; MAX_SLOTS]) -> [i32; MAX_SLOTS] {
+        let mut out = [0; MAX_SLOTS];
+        for (out, &v) in out.iter_mut().zip(&acc) {
+            *out = vaddvq_s32(v);
+        }
+        out
+    }
+
+    /// [`BlockInts::q4_k`]: chunk `c` of 32 packed bytes holds sub-block `2c` in its low
+    /// nibbles and `2c + 1` in its high ones; `Q5_K`'s `qh` gives bit `2c` (low) and `2c + 1`
+    /// (high) of each byte, moved down by two per chunk.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn q4_k<const R: usize, const A: usize, const FIVE: bool>(
+        blocks: [&[u8]; R],
+        scales: &[[u8; 16]; R],
+        a: [&[i8; 256]; A],
+    ) -> [i32; MAX_SLOTS] {
+        let qs = if FIVE { 48 } else { 16 };
+        let (nibble, one, two) = (vdupq_n_u8(15), vdupq_n_u8(1), vdupq_n_u8(2));
+        let (zero8, zero16) = (vdupq_n_u8(0), vdupq_n_s16(0));
+        let mut acc = [vdupq_n_s32(0); MAX_SLOTS];
+        let mut qh = [[zero8; 2]; R];
+        if FIVE {
+            for (qh, block) in qh.iter_mut().zip(blocks) {
+                *qh = [load_u8(block, 16), load_u8(block, 32)];
+            }
+        }
+        for c in 0..4 {
+            // Activation values 64c + 16t.., t = 0, 1 for the low nibbles, 2, 3 the high.
+            let mut acts = [[vdupq_n_s8(0); 4]; A];
+            for (acts, a) in acts.iter_mut().zip(a) {
+                for (t, v) in acts.iter_mut().enumerate() {
+                    *v = load_i8(a, 64 * c + 16 * t);
+                }
+            }
+            for r in 0..R {
+                let (mut lo, mut hi) = ([zero8; 2], [zero8; 2]);
+                for h in 0..2 {
+                    let packed = load_u8(blocks[r], qs + 32 * c + 16 * h);
+                    lo[h] = vandq_u8(packed, nibble);
+                    hi[h] = vshrq_n_u8::<4>(packed);
+                    if FIVE {
+                        let bits = qh[r][h];
+                        lo[h] = vorrq_u8(lo[h], vshlq_n_u8::<4>(vandq_u8(bits, one)));
+                        hi[h] = vorrq_u8(hi[h], vshlq_n_u8::<3>(vandq_u8(bits, two)));
+                        qh[r][h] = vshrq_n_u8::<2>(bits);
+                    }
+                }
+                let (sl, sh) = (scales[r][2 * c] as i32, scales[r][2 * c + 1] as i32);
+                for (i, acts) in acts.iter().enumerate() {
+                    let s = r * A + i;
+                    let low = mul_add(mul_add(zero16, lo[0], acts[0]), lo[1], acts[1]);
+                    let high = mul_add(mul_add(zero16, hi[0], acts[2]), hi[1], acts[3]);
+                    acc[s] = add_scaled(add_scaled(acc[s], low, sl), high, sh);
+                }
+            }
+        }
+        lane_sums(acc)
+    }
+
+    /// [`BlockInts::q6_k`]: value `128c + 32l + m` of sub-block `8c + 2l + m / 16` is nibble
+    /// `l / 2` of `ql[64c + 32(l % 2) + m]` with bits `2l..2l + 2` of `qh[32c + m]` as bits 4–5.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn q6_k<const R: usize, const A: usize>(
+        blocks: [&[u8]; R],
+        a: [&[i8; 256]; A],
+    ) -> [i32; MAX_SLOTS] {
+        let (nibble, two_bits) = (vdupq_n_u8(15), vdupq_n_u8(3));
+        let zero16 = vdupq_n_s16(0);
+        let mut acc = [vdupq_n_s32(0); MAX_SLOTS];
+        for c in 0..2 {
+            for l in 0..4 {
+                let at = 128 * c + 32 * l;
+                let mut acts = [[vdupq_n_s8(0); 2]; A];
+                for (acts, a) in acts.iter_mut().zip(a) {
+                    *acts = [load_i8(a, at), load_i8(a, at + 16)];
+                }
+                // Variable shifts: a negative count shifts right.
+                let (low_shift, high_shift) =
+                    (vdupq_n_s8(-4 * (l as i8 / 2)), vdupq_n_s8(-2 * l as i8));
+                for (r, block) in blocks.iter().enumerate() {
+                    for h in 0..2 {
+                        let ql = load_u8(block, 64 * c + 32 * (l % 2) + 16 * h);
+                        let qh = load_u8(block, 128 + 32 * c + 16 * h);
+                        let low = vandq_u8(vshlq_u8(ql, low_shift), nibble);
+                        let high = vandq_u8(vshlq_u8(qh, high_shift), two_bits);
+                        let u = vorrq_u8(low, vshlq_n_u8::<4>(high));
+                        let sc = block[192 + 8 * c + 2 * l + h] as i8 as i32;
+                        for (i, acts) in acts.iter().enumerate() {
+                            let s = r * A + i;
+                            acc[s] = add_scaled(acc[s], mul_add(zero16, u, acts[h]), sc);
+                        }
+                    }
+                }
+            }
+        }
+        lane_sums(acc)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -479,6 +916,23 @@ mod tests {
             .collect();
         q[3] = -128;
         (w, q, d)
+    }
+
+    /// Every SIMD level this machine runs; on aarch64 (natively or under qemu) and on wasm32
+    /// with simd128 the vector level must be among them, so its kernels cannot go untested.
+    fn levels() -> Vec<SimdLevel> {
+        #[cfg(target_arch = "aarch64")]
+        assert_eq!(SimdLevel::detect(), SimdLevel::Neon);
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        assert_eq!(SimdLevel::detect(), SimdLevel::Simd128);
+        let all = [
+            SimdLevel::Scalar,
+            SimdLevel::Neon,
+            SimdLevel::Simd128,
+            SimdLevel::Avx2,
+            SimdLevel::Avx512,
+        ];
+        all.into_iter().filter(|l| l.is_supported()).collect()
     }
 
     /// Every path and every count of activation rows gives the same values, bit for bit, and
@@ -530,9 +984,9 @@ mod tests {
                     );
                 }
             }
-            // Every path, several activation rows against one weight row and several weight
-            // rows against one activation row, gives the same values bit for bit.
-            for level in [SimdLevel::detect(), SimdLevel::Scalar] {
+            // Every path this machine runs, several activation rows against one weight row and
+            // several weight rows against one activation row, gives the same values bit for bit.
+            for level in levels() {
                 for j in 0..n {
                     for count in 1..=MAX_SLOTS {
                         for first in 0..=rows - count {
