@@ -185,10 +185,12 @@ fn greedy_decode(model: &Llama, prompt: &[u32], steps: usize) -> (Vec<f32>, Vec<
 /// row-team shapes `tiny.q5_0.gguf`'s prefill put one prompt token's logits 3.8e-3 from cpu's
 /// (3.6e-4 RMS from cpu's, 4.6e-4 from numpy's, against a rounding effect of 9.1e-3; every
 /// other token within 2e-6 of cpu's; the lanes shape 1–2e-7 from numpy's, the other legacy
-/// mixes 1–4e-7 on both shapes). One token alone points to a value rounded to the other
-/// neighbour (the prefill's rows are normed by the GPU's `rms_norm`, in its own order, before
-/// `quantize_acts_blocks` rounds them) rather than a wrong product, which would move every
-/// token; not yet proven.
+/// mixes 1–4e-7 on both shapes). Only the prefill tiles (`mm_tiled`) do it: the same prompt
+/// with `wgpu.tiled_prefill = false`, or run four tokens at a time, is 1.2e-7 from cpu's at that
+/// token. `mm_tiled` sums each int8 value times its scale in f32 instead of each group exactly,
+/// a difference of f32 roundings; one token alone points to a later layer's value then rounding
+/// to the other neighbour rather than a wrong product, which would move every token (not yet
+/// proven).
 #[test]
 fn wgpu_runs_every_llama_cpp_mix() {
     if let Some(gpu) = common::wgpu() {
