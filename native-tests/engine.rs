@@ -325,10 +325,9 @@ fn gguf_models_match_their_hugging_face_original() {
 /// GGUF files that mix llama.cpp's formats as its quantizer does (Q4_K_M: Q4_K with Q6_K
 /// for some matrices; and the 32-value formats), each tensor in its own format (gate and up
 /// in two: no fused gate·up product), the token embedding packed too: the cpu forward equals
-/// the reference's, and the products are named. The wgpu backend runs the K-quants with
-/// `Q8_K` activations, as the host does, equal to the reference's forward, and the legacy mix
-/// with f32 activations (its choice for those), equal to the reference's forward with f32
-/// activations.
+/// the reference's, and the products are named. The wgpu backend runs both mixes with the
+/// host's activations (`Q8_K` for the K-quants, `Q8_0` for the legacy formats), equal to the
+/// reference's forward.
 #[test]
 fn gguf_models_mixing_llama_cpp_formats_run_on_every_backend() {
     let s = Shape {
@@ -379,19 +378,11 @@ fn gguf_models_mixing_llama_cpp_formats_run_on_every_backend() {
         let path_text = model.activation_path();
         assert!(path_text.contains(named), "{tag}: {path_text}");
         if let Some(gpu) = common::wgpu() {
-            // wgpu reads the K-quants with `Q8_K` activations, as the host does, and the legacy
-            // formats with f32 ones.
+            // wgpu reads every format with the activations the host does.
             let model = Llama::load(&gpu, ModelFiles::open(&path).unwrap())
                 .unwrap_or_else(|e| panic!("{tag} on wgpu: {e}"));
+            assert_eq!(model.activation_path(), path_text, "{tag} on wgpu");
             let got: Vec<f32> = model.logits(&TOKENS).unwrap().to_vec().unwrap();
-            let want = if tag == "legacy" {
-                let mut exact =
-                    Llama::load(&reference(), ModelFiles::open(&path).unwrap()).unwrap();
-                exact.set_activations(webtensor_llm::ActivationMode::F32);
-                exact.logits(&TOKENS).unwrap().to_vec().unwrap()
-            } else {
-                want
-            };
             assert_close(&format!("{tag} on wgpu"), &got, &want, TOL);
         }
     }

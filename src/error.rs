@@ -279,11 +279,13 @@ pub enum Error {
     },
 
     /// A product of a block format the backend runs, but not with these activations (wgpu's
-    /// products of the legacy `Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL` take f32 ones: the engine gives
-    /// them those there, `ActivationMode::for_weight_on`).
+    /// group-decoded formats take f32 ones and llama.cpp's rounding for them: `Q8_K` for the
+    /// super-blocks, `Q8_0` for the legacy `Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL`, which the engine
+    /// gives them, `ActivationMode::for_weight`).
     #[error(
         "the {backend} backend has no product of {weight} weights with {activations} \
-         activations; give it f32 activations (the engine does: ActivationMode::for_weight_on)"
+         activations; give it f32 activations or llama.cpp's rounding for the format (the \
+         engine does: ActivationMode::for_weight)"
     )]
     ActivationsUnsupported {
         /// The weights' block format.

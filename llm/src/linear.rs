@@ -14,7 +14,7 @@
 
 use std::fmt;
 
-use webtensor::backend::{Activations, BackendKind};
+use webtensor::backend::Activations;
 use webtensor::dtype::DType;
 use webtensor::error::{Error, Result};
 use webtensor::ops;
@@ -60,31 +60,10 @@ impl ActivationMode {
         }
     }
 
-    /// The activations a product with a `weight`-dtype matrix held by `backend` uses in this
-    /// mode: [`ActivationMode::for_weight`]'s, except that the wgpu backend has no int8
-    /// kernels (yet) for the legacy `Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL`, so their products take
-    /// f32 activations in the `Integer` mode too, rather than failing (the super-blocks
-    /// `Q2_K` … `Q6_K`, `IQ4_XS` take `Q8_K` there, as on the host).
-    /// [`ActivationMode::describe`] says so (`q4_1 weights × f32 activations`), and the logits
-    /// differ from the cpu backend's by the activations' rounding (see docs/DESIGN.md's
-    /// tolerance table).
-    pub fn for_weight_on(self, weight: DType, backend: BackendKind) -> Activations {
-        if backend == BackendKind::Wgpu
-            && wgpu_decodes_groups(weight)
-            && !quant::kquants::is_super_block(weight)
-        {
-            return Activations::F32;
-        }
-        self.for_weight(weight)
-    }
-
-    /// One line naming the path each weight dtype of `weights` takes on `backend`, e.g.
-    /// `q4_0 weights × q8_0 activations`.
-    pub fn describe(
-        self,
-        weights: impl IntoIterator<Item = DType>,
-        backend: BackendKind,
-    ) -> String {
+    /// One line naming the path each weight dtype of `weights` takes, e.g.
+    /// `q4_0 weights × q8_0 activations`: the same on every backend, whose kernels all take
+    /// llama.cpp's rounding for its formats (wgpu's group-decoded ones too).
+    pub fn describe(self, weights: impl IntoIterator<Item = DType>) -> String {
         let mut dtypes: Vec<DType> = Vec::new();
         for d in weights {
             if !dtypes.contains(&d) {
@@ -94,7 +73,7 @@ impl ActivationMode {
         let parts: Vec<String> = dtypes
             .iter()
             .map(|&d| {
-                let act = match self.for_weight_on(d, backend) {
+                let act = match self.for_weight(d) {
                     Activations::Q8_0 => "q8_0",
                     Activations::Q8_K => "q8_k",
                     Activations::I8 => "per-row i8",
@@ -118,24 +97,11 @@ impl fmt::Display for ActivationMode {
 }
 
 /// `x · wᵀ` for a linear layer's weight `w` `[n, k]` in its stored dtype, with the
-/// activations `mode` picks for that dtype on the backend holding `w`.
+/// activations `mode` picks for that dtype.
 pub fn linear(x: &Tensor, w: &Tensor, mode: ActivationMode) -> Result<Tensor> {
-    match mode.for_weight_on(w.dtype(), w.backend().kind()) {
+    match mode.for_weight(w.dtype()) {
         Activations::F32 => ops::matmul_t(x, w),
         act => ops::qmatmul_t(x, w, act),
-    }
-}
-
-/// Whether the wgpu kernels read `weight` a group of 32 values at a time, which takes f32
-/// activations, or `Q8_K` ones for the super-blocks
-/// ([`webtensor::backend::wgpu_decodes_groups`]); the threaded wasm build has no wgpu backend.
-fn wgpu_decodes_groups(weight: DType) -> bool {
-    #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
-    return webtensor::backend::wgpu_decodes_groups(weight);
-    #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
-    {
-        let _ = weight;
-        false
     }
 }
 
@@ -164,47 +130,26 @@ mod tests {
         );
         assert!(ActivationMode::parse("f16").is_err());
         assert_eq!(
-            int.describe([DType::Q4_0, DType::Q4_0, DType::F32], BackendKind::Cpu),
+            int.describe([DType::Q4_0, DType::Q4_0, DType::F32]),
             "q4_0 weights × q8_0 activations, f32 weights × f32 activations"
         );
     }
 
     #[test]
-    fn wgpu_takes_f32_activations_for_the_legacy_llama_cpp_formats() {
-        let int = ActivationMode::Integer;
-        for (w, on_wgpu) in [
-            (DType::Q4_K, Activations::Q8_K),
-            (DType::Q6_K, Activations::Q8_K),
-            (DType::IQ4_XS, Activations::Q8_K),
-            (DType::Q4_1, Activations::F32),
-            (DType::Q5_0, Activations::F32),
-            (DType::Q5_1, Activations::F32),
-            (DType::IQ4_NL, Activations::F32),
-            (DType::Q4_0, Activations::Q8_0),
-            (DType::TQ2_0, Activations::I8),
-        ] {
-            assert_eq!(int.for_weight_on(w, BackendKind::Wgpu), on_wgpu, "{w}");
-            assert_eq!(
-                int.for_weight_on(w, BackendKind::Cpu),
-                int.for_weight(w),
-                "{w}"
-            );
-        }
+    fn the_legacy_llama_cpp_formats_take_q8_0_activations_on_every_backend() {
+        // wgpu, too, now multiplies their decoded groups by `Q8_0` activations.
         assert_eq!(
-            int.describe([DType::Q4_K, DType::Q6_K], BackendKind::Wgpu),
-            "q4_k weights × q8_k activations, q6_k weights × q8_k activations"
+            ActivationMode::Integer.describe([DType::Q4_1, DType::Q5_0, DType::Q6_K]),
+            "q4_1 weights × q8_0 activations, q5_0 weights × q8_0 activations, \
+             q6_k weights × q8_k activations"
         );
         assert_eq!(
-            int.describe([DType::Q4_1, DType::Q6_K], BackendKind::Wgpu),
-            "q4_1 weights × f32 activations, q6_k weights × q8_k activations"
+            ActivationMode::Integer.describe([DType::Q5_1, DType::IQ4_NL]),
+            "q5_1 weights × q8_0 activations, iq4_nl weights × q8_0 activations"
         );
         assert_eq!(
-            int.describe([DType::Q4_K], BackendKind::Cpu),
-            "q4_k weights × q8_k activations"
-        );
-        assert_eq!(
-            int.describe([DType::Q5_0], BackendKind::Cpu),
-            "q5_0 weights × q8_0 activations"
+            ActivationMode::F32.describe([DType::Q4_1]),
+            "q4_1 weights × f32 activations"
         );
     }
 }

@@ -345,15 +345,13 @@ impl Llama {
             .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down])
             .chain([&self.lm_head])
             .map(Tensor::dtype);
-        self.activations
-            .describe(dtypes, self.ranks[0].device.primary().kind())
+        self.activations.describe(dtypes)
     }
 
-    /// The activations of a product with `weight`: the mode's for its dtype on the backend
-    /// holding it ([`ActivationMode::for_weight_on`]).
+    /// The activations of a product with `weight`: the mode's for its dtype
+    /// ([`ActivationMode::for_weight`]).
     fn activations_for(&self, weight: &Tensor) -> webtensor::backend::Activations {
-        self.activations
-            .for_weight_on(weight.dtype(), weight.backend().kind())
+        self.activations.for_weight(weight.dtype())
     }
 
     /// Rank `rank`'s part of decoder layer `i`: resident, or uploaded now from the files.

@@ -194,13 +194,13 @@ pub fn legacy_products(dev: &Device) {
 }
 
 /// The activations the products of `format` are checked with in [`group_decoded_products`]:
-/// f32 for every format, and `Q8_K` (llama.cpp's rounding for them, which wgpu rounds in
-/// `quantize_acts_super`) for the super-blocks.
+/// f32 for every format, and llama.cpp's rounding for it: `Q8_K` for the super-blocks (which
+/// wgpu rounds in `quantize_acts_super`), `Q8_0` for the legacy formats (rounded as for Q4_0).
 fn group_activations(format: DType) -> &'static [Activations] {
     if SUPER_BLOCK_FORMATS.contains(&format) {
         &[Activations::F32, Activations::Q8_K]
     } else {
-        &[Activations::F32]
+        &[Activations::F32, Activations::Q8_0]
     }
 }
 
@@ -209,16 +209,18 @@ fn group_activations(format: DType) -> &'static [Activations] {
 /// [`group_activations`]: decode rows (m ≤ 4, the `mv` kernel) and prefill rows (on GPUs past
 /// 64 rows `mm_tiled`'s tiles), the plain product, `linear_residual`, `swiglu_linear` with the
 /// weights uploaded one by one and together (the paired product on GPUs where n is even), and
-/// the normed products, which the wgpu backend composes (the norm folds only into a `Q8_0` or
-/// `I8` rounding); then dequantization, and on wgpu the typed refusal of the `Q8_0`
-/// activations the engine gives the legacy formats on the host, which it has no kernel for.
+/// the normed products (which the wgpu backend composes with `Q8_K`, and folds into the
+/// rounding with `Q8_0`: the norm folds only into a `Q8_0` or `I8` rounding); then
+/// dequantization, and on wgpu the typed refusal of per-row `I8` activations with the legacy
+/// formats, which it has no kernel for.
 /// Tolerance: matmul's 1e-5·√k (twice that for the SwiGLU products, each output a product of
-/// two sums), with `Q8_K` activations too: the device rounds them bit-exactly as the reference
-/// does (`quantize_acts_super`), so only the f32 sums differ, as in the `Q8_0` rows of
-/// `qmatmul`. A normed product with `Q8_K` adds `normed_tolerance`'s two roundings to the other
-/// neighbour (the device norms in f32 in its own order before it rounds), each moving an
-/// output by at most the step times the largest weight. Dequantization: 1e-6 of the largest
-/// value (the GPU may fuse `(d·sc)·q − dmin·mn` or `d·q + m` into one rounding).
+/// two sums), with int8 activations too: the device rounds them bit-exactly as the reference
+/// does (`quantize_acts_super`, `quantize_acts_blocks` and the `mv` kernel's `mv_prepare`),
+/// so only the f32 sums differ, as in the `Q8_0` rows of `qmatmul`. A normed product with
+/// int8 activations adds `normed_tolerance`'s two roundings to the other neighbour (the device
+/// norms in f32 in its own order before it rounds), each moving an output by at most the step
+/// times the largest weight. Dequantization: 1e-6 of the largest value (the GPU may fuse
+/// `(d·sc)·q − dmin·mn` or `d·q + m` into one rounding).
 fn group_decoded_products(
     dev: &Device,
     formats: &[DType],
@@ -259,11 +261,10 @@ fn group_decoded_products(
             assert_close(&format!("dequantize {what}"), &got, &want, 1e-6);
             if dev.backend_name() == "wgpu" && format.block_len() == 32 {
                 let x = tensor(dev, &a, &[m, k]);
-                let e = ops::qmatmul_t(&x, &weight(dev, &w), Activations::Q8_0).unwrap_err();
+                let e = ops::qmatmul_t(&x, &weight(dev, &w), Activations::I8).unwrap_err();
                 assert!(
-                    matches!(e, Error::ActivationsUnsupported { weight, .. } if weight == format)
-                        && e.to_string().contains("give it f32 activations"),
-                    "{what}: q8_0 activations on wgpu: {e}"
+                    matches!(e, Error::ActivationsUnsupported { weight, .. } if weight == format),
+                    "{what}: per-row i8 activations on wgpu: {e}"
                 );
             }
         }

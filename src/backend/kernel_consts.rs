@@ -169,9 +169,9 @@ pub(crate) fn check_kernels_read(backend: BackendKind, dtype: DType) -> Result<(
 /// Whether the wgpu kernels read `format` through `shaders/kquants/decode.wgsl` (llama.cpp's
 /// formats beyond `Q8_0` and `Q4_0`: the super-blocks `Q2_K` … `Q6_K`, `IQ4_XS` and the
 /// legacy `Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL`), a group of 32 values with every scale and minimum
-/// applied: their products there take f32 activations, and the super-blocks also `Q8_K` ones
-/// (the legacy formats have no int8 kernels there yet: the engine picks f32 activations for
-/// them, `ActivationMode::for_weight_on`).
+/// applied: their products there take f32 activations and llama.cpp's rounding for them,
+/// `Q8_K` for the super-blocks and `Q8_0` for the legacy formats (`decodes_with` in
+/// `webgpu/kernels/quant.rs`).
 pub fn wgpu_decodes_groups(format: DType) -> bool {
     crate::quant::kquants::is_super_block(format)
         || matches!(

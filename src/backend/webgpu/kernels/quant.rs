@@ -20,11 +20,13 @@
 //!
 //! llama.cpp's other formats (the super-blocks Q2_K … Q6_K and IQ4_XS, the legacy Q4_1, Q5_0,
 //! Q5_1 and IQ4_NL) take the `mv` and `mm_tiled` kernels only, which decode their blocks a
-//! group of 32 values at a time (`shaders/kquants/decode.wgsl`): with f32 activations, and the
+//! group of 32 values at a time (`shaders/kquants/decode.wgsl`): with f32 activations, the
 //! super-blocks also with `Q8_K` ones, which `quantize_acts_super` rounds first into the
 //! int8-activation buffer (each super-block's scale stored once per group of 32, so the kernels
-//! read it as they read `Q8_0`'s); a product they cannot take (other activations, rows longer
-//! than the lanes shape's `max_k`) is an error.
+//! read it as they read `Q8_0`'s), and the legacy formats also with `Q8_0` ones, rounded as for
+//! Q4_0 (in the `mv` kernel or by `quantize_acts_blocks`, normed where a norm folds), each
+//! decoded group multiplied by the int8 values; a product they cannot take (other activations,
+//! rows longer than the lanes shape's `max_k`) is an error.
 //!
 //! On CPU adapters a Q4_0 tensor also has a copy as texels (`texels.rs`), which the int8
 //! products fetch instead of loading words: `mv_pairs_texels` for decode's one row,
@@ -177,6 +179,20 @@ pub(in crate::backend::webgpu) fn int_activation_words(
         Activations::Q8_0 | Activations::I8 | Activations::Q8_K
     );
     (rounded && !quantizes_in_kernel(activations, m, k, shape)).then_some(m * k / 4 + m * k / 32)
+}
+
+/// Whether the `mv` and `mm_tiled` kernels take a group-decoded `format`
+/// (`kquants/decode.wgsl`) with `activations`: f32 ones, or the int8 rounding llama.cpp gives
+/// the format, `Q8_K` for the super-blocks and `Q8_0` for the legacy 32-value formats. Every
+/// rounding writes one layout (a scale per 32 values), which the kernels multiply each decoded
+/// group by; per-row `I8` stays refused, as no model asks it of these formats.
+fn decodes_with(format: DType, activations: Activations) -> bool {
+    let rounding = if crate::quant::kquants::is_super_block(format) {
+        Activations::Q8_K
+    } else {
+        Activations::Q8_0
+    };
+    activations == Activations::F32 || activations == rounding
 }
 
 /// The shader's code for a packed format (`FMT_*` of the constants prelude).
@@ -475,13 +491,11 @@ impl Encoder<'_> {
                 backend: BackendKind::Wgpu,
             });
         }
-        let group_activations =
-            activations == Activations::F32 || (super_block && activations == Activations::Q8_K);
+        let group_activations = decodes_with(format, activations);
         if kernel_consts::wgpu_decodes_groups(format) && !(group_activations && (tiled || fits_mv))
         {
             // These formats decode only inside `mv` and `mm_tiled` (`kquants/decode.wgsl`), with
-            // f32 activations, and the super-blocks also with `Q8_K` ones (the engine picks
-            // those for them on wgpu: `ActivationMode::for_weight_on`).
+            // f32 activations or llama.cpp's rounding for them (`decodes_with`).
             if !group_activations {
                 return Err(Error::ActivationsUnsupported {
                     weight: format,
