@@ -59,9 +59,9 @@ pub struct RawTensor {
 
 /// Whether `device` keeps weights as they are stored where the GPU backends would need them
 /// widened: its primary backend is a host one (cpu, reference), whose products read bf16 and
-/// whose embedding gathers read a packed table. The GPU kernels have neither (bf16 has no
-/// reader in [`webtensor::backend::wgpu_decodes_groups`], their gathers read f32), so for them bf16
-/// weights and the embedding table are widened to f32.
+/// whose embedding gathers read a packed table. The GPU kernels have neither (none of their
+/// block decoders reads bf16, and their gathers read f32), so for them bf16 weights and the
+/// embedding table are widened to f32.
 pub fn keeps_packed(device: &Device) -> bool {
     matches!(
         device.chain().first(),

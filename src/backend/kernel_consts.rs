@@ -172,6 +172,7 @@ pub(crate) fn check_kernels_read(backend: BackendKind, dtype: DType) -> Result<(
 /// applied: their products there take f32 activations and llama.cpp's rounding for them,
 /// `Q8_K` for the super-blocks and `Q8_0` for the legacy formats (`decodes_with` in
 /// `webgpu/kernels/quant.rs`).
+#[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
 pub fn wgpu_decodes_groups(format: DType) -> bool {
     crate::quant::kquants::is_super_block(format)
         || matches!(

@@ -33,8 +33,6 @@ use std::sync::Arc;
 
 pub use capture::CapturedStep;
 pub use host_bytes::{HostBytes, SharedBytes};
-#[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
-pub use kernel_consts::wgpu_decodes_groups;
 pub use kind::BackendKind;
 pub use options::{BackendOptions, CpuOptions, CudaOptions, SelfCheck, Switch, WgpuOptions};
 pub use spec::{
