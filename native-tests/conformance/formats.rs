@@ -1,10 +1,11 @@
 //! Conformance rows of the llama.cpp block formats (`Q4_1`, `Q5_0`, `Q5_1`, the K-quants,
 //! `IQ4_NL`, `IQ4_XS`): on the host backends dequantize bit-exact against gguf-py, quantize
 //! byte-exact where gguf-py quantizes, products against the reference; on the GPU backends a
-//! typed refusal when a tensor of a format they have no kernels for is made (on cuda all of
-//! them). The wgpu backend runs every one: [`kquant_products`] checks its products and
-//! dequantization of the super-block formats `Q2_K` … `Q6_K` and `IQ4_XS` against the
-//! reference, [`legacy_products`] those of the legacy `Q4_1`, `Q5_0`, `Q5_1` and `IQ4_NL`.
+//! typed refusal when a tensor of a format they have no kernels for is made (none today). The
+//! wgpu and cuda backends run every one (their group decoders): [`kquant_products`] checks
+//! their products and dequantization of the super-block formats `Q2_K` … `Q6_K` and `IQ4_XS`
+//! against the reference, [`legacy_products`] those of the legacy `Q4_1`, `Q5_0`, `Q5_1` and
+//! `IQ4_NL`.
 
 use super::common::{assert_close, random_blocks, reference, rng, tensor, uniform};
 use super::fused::{largest, normed_tolerance};
@@ -31,10 +32,10 @@ fn on_host(dev: &Device) -> bool {
     matches!(dev.backend_name(), "cpu" | "reference")
 }
 
-/// Whether `dev` runs products of `format` (the host backends and wgpu all of them).
+/// Whether `dev` runs products of `format` (the host backends, wgpu and cuda all of them).
 fn runs(dev: &Device, format: DType) -> bool {
     on_host(dev)
-        || (dev.backend_name() == "wgpu"
+        || (matches!(dev.backend_name(), "wgpu" | "cuda")
             && (SUPER_BLOCK_FORMATS.contains(&format) || LEGACY_FORMATS.contains(&format)))
 }
 

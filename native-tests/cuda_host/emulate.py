@@ -29,8 +29,9 @@ FAILURES = []
 
 
 def build(name, tmp):
-    """Compiles formats.cuh + common.cu + name with launch wrappers; returns the loaded library."""
-    common = open(os.path.join(KERNELS, "formats.cuh")).read() + open(os.path.join(KERNELS, "common.cu")).read()
+    """Compiles formats.cuh + common.cu + decode.cu + name with launch wrappers (the order of
+    src/backend/cuda/sources.rs); returns the loaded library."""
+    common = "".join(open(os.path.join(KERNELS, f)).read() for f in ("formats.cuh", "common.cu", "decode.cu"))
     body = open(os.path.join(KERNELS, name)).read()
     wrappers = []
     for kname, params in re.findall(r'extern "C" __global__ void (\w+)\(([^)]*)\)', body, re.S):
@@ -308,6 +309,113 @@ def quant(lib):
         check(f"ternary_dot {name} exact", res, (x.astype(np.int64) @ trits.T).astype(np.int32), exact=True)
 
 
+# llama.cpp's formats beyond Q8_0 and Q4_0, which decode.cu's group decoder reads, with the byte
+# offsets of each block's f16 scales (d, and dmin or m): random blocks get finite ones there
+# (any other bytes are valid quants).
+GROUP_FORMATS = {"Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "IQ4_NL": [0], "Q2_K": [80, 82],
+                 "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "IQ4_XS": [0]}
+FIXTURES = os.path.join(HERE, "..", "fixtures")
+
+
+def random_blocks(name, count):
+    """`count` random blocks of format `name` with f16 scales in ±0.02, as uint8 [count, bytes]."""
+    import gguf
+    bbytes = gguf.GGML_QUANT_SIZES[getattr(gguf.GGMLQuantizationType, name)][1]
+    b = rng.integers(0, 256, size=(count, bbytes), dtype=np.uint8)
+    for at in GROUP_FORMATS[name]:
+        b[:, at:at + 2] = rng.uniform(-0.02, 0.02, size=(count, 1)).astype(np.float16).view(np.uint8)
+    return b
+
+
+def check_bits(what, got, want):
+    """Bit for bit (−0 is not 0), any NaN matching any NaN (a GPU's NaN has its own bits)."""
+    got, want = np.asarray(got, np.float32).reshape(-1), np.asarray(want, np.float32).reshape(-1)
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    check(what, same, np.ones_like(same), exact=True)
+
+
+def q8_k(x):
+    """llama.cpp's Q8_K rounding per 256 values (quantize_q8_k), as the f32 values d · q."""
+    b = x.reshape(-1, 256)
+    mx = b[np.arange(len(b)), np.argmax(np.abs(b), axis=1)]  # the first of largest magnitude
+    iscale = np.where(mx == 0, np.float32(0), np.float32(-127) / np.where(mx == 0, np.float32(1), mx))
+    q = np.minimum(127, np.rint((b * iscale[:, None]).astype(np.float32)))
+    d = np.where(mx == 0, np.float32(0), np.float32(1) / np.where(iscale == 0, np.float32(1), iscale))
+    return (q.astype(np.float32) * d.astype(np.float32)[:, None]).astype(np.float32).reshape(x.shape)
+
+
+def q8_0(x):
+    """Q8_0 rounding per 32 values as quantize_i8 (d = max|x| / 127, halves away from 0), d · q."""
+    b = x.reshape(-1, 32)
+    d = (np.abs(b).max(1, keepdims=True) / np.float32(127)).astype(np.float32)
+    inv = np.where(d != 0, np.float32(1) / np.where(d == 0, np.float32(1), d), np.float32(0)).astype(np.float32)
+    t = (b * inv).astype(np.float32)
+    q = np.sign(t) * np.floor(np.abs(t) + np.float32(0.5))
+    return (q.astype(np.float32) * d).astype(np.float32).reshape(x.shape)
+
+
+def dequantize_with(lib, name, raw, values):
+    out = np.zeros(values, np.float32)
+    launch(lib, "dequantize", blocks(values // 32), [ptr(out), ptr(np.ascontiguousarray(raw)), u32(int(CODES[name])), u32(values)])
+    return out
+
+
+def group_formats(quant_lib, fused_lib):
+    """decode.cu's formats: dequantize bit for bit against gguf-py (random blocks, the
+    fixtures' blocks with NaN, ±inf, −0 and subnormal scales, and every tensor of these formats
+    in the GGUFs llama.cpp wrote in fixtures/llama_cpp_kquants); qmatmul with f32 activations
+    and with llama.cpp's rounding for the format (Q8_K for the super-blocks, Q8_0 for the legacy
+    ones: qmatmul_act's integers exact), and the fused products with both."""
+    import glob
+    import gguf
+    from gguf.quants import dequantize as gdq
+    for name in GROUP_FORMATS:
+        qt = getattr(gguf.GGMLQuantizationType, name)
+        code, blen = int(CODES[name]), gguf.GGML_QUANT_SIZES[qt][0]
+        raw = np.fromfile(os.path.join(FIXTURES, "quant", name.lower() + ".blocks.bin"), np.uint8)
+        want = np.fromfile(os.path.join(FIXTURES, "quant", name.lower() + ".blocks.f32"), np.float32)
+        check_bits(f"dequantize {name} fixture blocks (NaN, inf, -0, subnormal scales) = gguf-py",
+                   dequantize_with(quant_lib, name, raw, want.size), want)
+        n, k, m = 3, 512, 10
+        w = random_blocks(name, n * k // blen)
+        wd = gdq(w, qt).reshape(n, k)
+        check_bits(f"dequantize {name} random blocks = gguf-py", dequantize_with(quant_lib, name, w, n * k), wd)
+        act = uniform(m, k, scale=2)
+        act[0, 5], act[0, 9] = 3.0, -3.0  # a tie of magnitudes: the first sets Q8_K's sign
+        act[1, :256] = 0.0  # a block of zeros
+        # 10 rows: a warp carries 8 activation rows (WT_QM_ROWS), so this takes two groups.
+        res = np.zeros((m, n), np.float32)
+        launch(quant_lib, "qmatmul", blocks(-(-m // 8) * n * 32), [ptr(res), ptr(act), ptr(w), u32(code), u32(m), u32(n), u32(k)])
+        tol = 1e-5 * np.sqrt(k)
+        check(f"qmatmul {name} f32 activations", res, act.astype(float) @ wd.astype(float).T, tol=tol)
+        mode, block, rounded = (4, 256, q8_k(act)) if blen == 256 else (2, 32, q8_0(act))
+        acts = np.zeros_like(act)
+        launch(quant_lib, "qmatmul_act", blocks(act.size // block), [ptr(acts), ptr(act), u32(mode), u32(act.size), u32(block)])
+        check(f"qmatmul_act mode {mode} for {name} = numpy's rounding", acts, rounded, exact=True)
+        res = np.zeros((m, n), np.float32)
+        launch(quant_lib, "qmatmul", blocks(-(-m // 8) * n * 32), [ptr(res), ptr(acts), ptr(w), u32(code), u32(m), u32(n), u32(k)])
+        check(f"qmatmul {name} rounded activations", res, rounded.astype(float) @ wd.astype(float).T, tol=tol)
+        # The fused products (store epilogue, no norm): int8 activations prepared by the block
+        # (fused_linear_i8, mode 4 or 2), f32 ones read in place (fused_linear_f32, flag 8).
+        null = u64(0)
+        for kernel, kmode, flags, want in (("fused_linear_i8", mode, 0, rounded), ("fused_linear_f32", 0, 8, act)):
+            out = np.zeros((m, n), np.float32)
+            args = [ptr(out), ptr(act), ptr(w), null, null, null, null, null, null, u32(code), u32(kmode),
+                    u32(m), u32(n), u32(k), u32(0), u32(flags), f32(0.0), u32(1), u32(0)]
+            launch(fused_lib, kernel, (n * 2 + 7) // 8, args)
+            check(f"{kernel} {name} mode {kmode}", out, want.astype(float) @ wd.astype(float).T, tol=tol)
+    files = sorted(glob.glob(os.path.join(FIXTURES, "llama_cpp_kquants", "*.gguf")))
+    read = 0
+    for path in files:
+        for t in gguf.GGUFReader(path).tensors:
+            if t.tensor_type.name in GROUP_FORMATS:
+                want = gdq(t.data, t.tensor_type).reshape(-1)
+                got = dequantize_with(quant_lib, t.tensor_type.name, np.ascontiguousarray(t.data).view(np.uint8), want.size)
+                check_bits(f"dequantize {os.path.basename(path)} {t.name} ({t.tensor_type.name}) = gguf-py", got, want)
+                read += 1
+    check(f"llama.cpp-written tensors read from {len(files)} files", np.array([read > 0]), np.array([True]), exact=True)
+
+
 def scans(lib):
     outer, length, inner = 2, 50, 3
     a = rng.uniform(0.5, 1.0, size=(outer, length, inner)).astype(np.float32)
@@ -496,6 +604,7 @@ def main():
         norms(libs["norm.cu"])
         matmul(libs["matmul.cu"])
         quant(libs["quant.cu"])
+        group_formats(libs["quant.cu"], libs["fused.cu"])
         scans(libs["scan.cu"])
         sample(libs["sample.cu"])
         fused(libs["fused.cu"])

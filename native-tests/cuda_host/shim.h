@@ -64,6 +64,7 @@ static inline double __longlong_as_double(long long v) { return wt_bits<double>(
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
 
 // Runs `kernel` over a (gx, gy, gz) grid of blocks of `bx` threads.
 static void wt_emulate(unsigned gx, unsigned gy, unsigned gz, unsigned bx,

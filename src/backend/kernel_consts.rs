@@ -25,9 +25,6 @@ pub(crate) struct PackedFormat {
     /// (read where the preludes are emitted and checked: the tests).
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) stem: &'static str,
-    /// Whether the cuda kernels read it too (every format here has wgpu kernels; the
-    /// K-quants have none in cuda yet, so a cuda upload of one is refused).
-    pub(crate) cuda: bool,
 }
 
 /// Every packed format a kernel reads, with one numbering for WGSL and CUDA.
@@ -36,97 +33,81 @@ pub(crate) const PACKED_FORMATS: [PackedFormat; 16] = [
         dtype: DType::F16,
         code: 1,
         stem: "F16",
-        cuda: true,
     },
     PackedFormat {
         dtype: DType::Q8_0,
         code: 2,
         stem: "Q8_0",
-        cuda: true,
     },
     PackedFormat {
         dtype: DType::Q4_0,
         code: 3,
         stem: "Q4_0",
-        cuda: true,
     },
     PackedFormat {
         dtype: DType::TQ1_0,
         code: 4,
         stem: "TQ1_0",
-        cuda: true,
     },
     PackedFormat {
         dtype: DType::TQ2_0,
         code: 5,
         stem: "TQ2_0",
-        cuda: true,
     },
     PackedFormat {
         dtype: DType::TernaryPlanes,
         code: 6,
         stem: "TERNARY_PLANES",
-        cuda: true,
     },
     PackedFormat {
         dtype: DType::Q4_K,
         code: 7,
         stem: "Q4_K",
-        cuda: false,
     },
     PackedFormat {
         dtype: DType::Q6_K,
         code: 8,
         stem: "Q6_K",
-        cuda: false,
     },
     PackedFormat {
         dtype: DType::Q5_K,
         code: 9,
         stem: "Q5_K",
-        cuda: false,
     },
     PackedFormat {
         dtype: DType::Q2_K,
         code: 10,
         stem: "Q2_K",
-        cuda: false,
     },
     PackedFormat {
         dtype: DType::Q3_K,
         code: 11,
         stem: "Q3_K",
-        cuda: false,
     },
     PackedFormat {
         dtype: DType::IQ4_XS,
         code: 12,
         stem: "IQ4_XS",
-        cuda: false,
     },
     PackedFormat {
         dtype: DType::Q4_1,
         code: 13,
         stem: "Q4_1",
-        cuda: false,
     },
     PackedFormat {
         dtype: DType::Q5_0,
         code: 14,
         stem: "Q5_0",
-        cuda: false,
     },
     PackedFormat {
         dtype: DType::Q5_1,
         code: 15,
         stem: "Q5_1",
-        cuda: false,
     },
     PackedFormat {
         dtype: DType::IQ4_NL,
         code: 16,
         stem: "IQ4_NL",
-        cuda: false,
     },
 ];
 
@@ -152,28 +133,29 @@ pub(crate) fn format_code(op: &'static str, format: DType) -> Result<u32> {
 }
 
 /// Fails with [`Error::FormatUnsupported`] when `dtype` is a weight format that no kernel of
-/// the GPU `backend` reads (wgpu reads every block format; cuda none of llama.cpp's formats
-/// beyond `Q8_0` and `Q4_0`; neither reads `BF16`, which a model widens to f32 for them): a
-/// tensor of it is refused when it is uploaded, so a model with such weights fails at load,
-/// not at its first product.
+/// the GPU `backend` reads: one without a code in [`PACKED_FORMATS`]. wgpu and cuda read every
+/// format there (llama.cpp's beyond `Q8_0` and `Q4_0` through their group decoders, with the
+/// activations the engine gives them, [`decodes_groups`]); neither reads `BF16`, which a model
+/// widens to f32 for them. A tensor of such a format is refused when it is uploaded, so a model
+/// with such weights fails at load, not at its first product. (A format one GPU backend reads
+/// before the other would need a flag per backend in [`PackedFormat`].)
 pub(crate) fn check_kernels_read(backend: BackendKind, dtype: DType) -> Result<()> {
-    let read = PACKED_FORMATS
-        .iter()
-        .any(|f| f.dtype == dtype && (f.cuda || backend != BackendKind::Cuda));
+    let read = PACKED_FORMATS.iter().any(|f| f.dtype == dtype);
     if crate::quant::is_weight_format(dtype) && !read {
         return Err(Error::FormatUnsupported { dtype, backend });
     }
     Ok(())
 }
 
-/// Whether the wgpu kernels read `format` through `shaders/kquants/decode.wgsl` (llama.cpp's
-/// formats beyond `Q8_0` and `Q4_0`: the super-blocks `Q2_K` … `Q6_K`, `IQ4_XS` and the
-/// legacy `Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL`), a group of 32 values with every scale and minimum
-/// applied: their products there take f32 activations and llama.cpp's rounding for them,
-/// `Q8_K` for the super-blocks and `Q8_0` for the legacy formats (`decodes_with` in
-/// `webgpu/kernels/quant.rs`).
+/// Whether the GPU kernels read `format` through a group decoder (llama.cpp's formats beyond
+/// `Q8_0` and `Q4_0`: the super-blocks `Q2_K` … `Q6_K`, `IQ4_XS` and the legacy `Q4_1`,
+/// `Q5_0`, `Q5_1`, `IQ4_NL`), a group of 32 values with every scale and minimum applied:
+/// `shaders/kquants/decode.wgsl` on wgpu, `cuda/kernels/decode.cu` on cuda. Their products
+/// take f32 activations and llama.cpp's rounding for them, `Q8_K` for the super-blocks and
+/// `Q8_0` for the legacy formats (`decodes_with` in `webgpu/kernels/quant.rs`; cuda's
+/// `qmatmul_act` and fused products). Absent from the threaded wasm build, which has neither.
 #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
-pub fn wgpu_decodes_groups(format: DType) -> bool {
+pub fn decodes_groups(format: DType) -> bool {
     crate::quant::kquants::is_super_block(format)
         || matches!(
             format,
@@ -281,15 +263,20 @@ mod tests {
         assert!(check_kernels_read(BackendKind::Wgpu, DType::Q6_K).is_ok());
         for legacy in [DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL] {
             assert!(check_kernels_read(BackendKind::Wgpu, legacy).is_ok());
-            assert!(wgpu_decodes_groups(legacy), "{legacy}");
-            let e = check_kernels_read(BackendKind::Cuda, legacy).unwrap_err();
-            assert!(e.to_string().contains("cuda backend has no kernels"), "{e}");
+            assert!(decodes_groups(legacy), "{legacy}");
         }
-        assert!(!wgpu_decodes_groups(DType::Q4_0));
-        let e = check_kernels_read(BackendKind::Cuda, DType::Q4_K).unwrap_err();
+        assert!(!decodes_groups(DType::Q4_0));
+        for f in PACKED_FORMATS {
+            assert!(
+                check_kernels_read(BackendKind::Cuda, f.dtype).is_ok(),
+                "{}",
+                f.stem
+            );
+        }
+        let e = check_kernels_read(BackendKind::Cuda, DType::BF16).unwrap_err();
         assert!(
             e.to_string()
-                .contains("cuda backend has no kernels for q4_k"),
+                .contains("cuda backend has no kernels for bf16"),
             "{e}"
         );
     }

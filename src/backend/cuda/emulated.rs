@@ -10,6 +10,7 @@ use std::sync::Arc;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 use super::launcher::{copy_into, launch, launch_in_place, write, Arg, Launcher, BLOCK};
+use crate::backend::kernel_consts::decodes_groups;
 use crate::backend::reference::ReferenceBackend;
 use crate::backend::BackendKind;
 use crate::backend::{
@@ -166,8 +167,26 @@ impl Inputs {
 
     fn packed(&mut self, format: DType, n: usize) -> HostData {
         let x: Vec<f32> = (0..n).map(|_| self.0.random_range(-2.0..2.0)).collect();
-        let mut out = vec![0u8; n / format.block_len() * format.block_bytes()];
-        crate::quant::quantize(format, &x, &mut out);
+        self.encoded(format, &x)
+    }
+
+    /// `x` in `format`: quantized where webtensor has the format's quantizer, else (llama.cpp's
+    /// K-quants and `IQ4` formats) random blocks whose f16 scales are set to 0.01 (any bytes
+    /// are valid quants).
+    fn encoded(&mut self, format: DType, x: &[f32]) -> HostData {
+        let mut out = vec![0u8; x.len() / format.block_len() * format.block_bytes()];
+        match crate::quant::format(format) {
+            Some(f) if f.quantize.is_none() => {
+                self.0.fill(&mut out[..]);
+                let scale = crate::quant::f16_bits(0.01).to_le_bytes();
+                for block in out.chunks_exact_mut(format.block_bytes()) {
+                    for &at in f.f16_scales {
+                        block[at..at + 2].copy_from_slice(&scale);
+                    }
+                }
+            }
+            _ => crate::quant::quantize(format, x, &mut out),
+        }
         HostData::Bytes(format, out.into())
     }
 }
@@ -290,22 +309,16 @@ pub(super) fn cases() -> Vec<(OpSpec, Vec<HostData>)> {
         OpSpec::Argmax { rows: 3, cols: 257 },
         vec![r.f32(771, -1.0, 1.0)],
     ));
-    let formats = [
-        DType::F16,
-        DType::Q8_0,
-        DType::Q4_0,
-        DType::TQ1_0,
-        DType::TQ2_0,
-        DType::TernaryPlanes,
-    ];
     let (n, k) = (3, 512);
-    for format in formats {
-        let spec = OpSpec::Quantize {
-            format,
-            rows: 2,
-            cols: 512,
-        };
-        c.push((spec, vec![r.f32(1024, -2.0, 2.0)]));
+    for format in crate::backend::kernel_consts::PACKED_FORMATS.map(|f| f.dtype) {
+        if !decodes_groups(format) {
+            let spec = OpSpec::Quantize {
+                format,
+                rows: 2,
+                cols: 512,
+            };
+            c.push((spec, vec![r.f32(1024, -2.0, 2.0)]));
+        }
         let spec = OpSpec::Dequantize {
             format,
             rows: 2,
@@ -317,6 +330,7 @@ pub(super) fn cases() -> Vec<(OpSpec, Vec<HostData>)> {
             Activations::F16,
             Activations::Q8_0,
             Activations::I8,
+            Activations::Q8_K,
         ] {
             let m = 2;
             let a = match activations {
@@ -332,7 +346,7 @@ pub(super) fn cases() -> Vec<(OpSpec, Vec<HostData>)> {
             };
             c.push((spec, vec![a, r.packed(format, n * k)]));
         }
-        if format.block_len() == 256 {
+        if format.is_ternary() {
             let x: Vec<u8> = (0..2 * k).map(|_| r.0.random::<u8>()).collect();
             let spec = OpSpec::TernaryDot { format, m: 2, n, k };
             c.push((
@@ -545,9 +559,7 @@ fn weight(r: &mut Inputs, format: DType, n: usize, k: usize) -> HostData {
     if format == DType::F32 {
         return w;
     }
-    let mut out = vec![0u8; n * k / format.block_len() * format.block_bytes()];
-    crate::quant::quantize(format, w.as_f32().expect("f32"), &mut out);
-    HostData::Bytes(format, out.into())
+    r.encoded(format, w.as_f32().expect("f32"))
 }
 
 /// The largest magnitude of a weight's values.
@@ -593,6 +605,17 @@ fn fused_formats() -> Vec<(DType, Activations)> {
     ] {
         out.extend([Activations::F32, Activations::Q8_0, Activations::I8].map(|a| (f, a)));
     }
+    // llama.cpp's other formats with f32 activations and the rounding the engine gives them.
+    for f in crate::backend::kernel_consts::PACKED_FORMATS.map(|f| f.dtype) {
+        if decodes_groups(f) {
+            let int = if crate::quant::kquants::is_super_block(f) {
+                Activations::Q8_K
+            } else {
+                Activations::Q8_0
+            };
+            out.extend([(f, Activations::F32), (f, int)]);
+        }
+    }
     out
 }
 
@@ -633,7 +656,7 @@ pub(super) fn fused_cases() -> Vec<FusedCase> {
     // (op, weight format, activations, (m, n, k)): every format and activation mode through
     // the plainest op at a decode row; the others over a spread of them, at rows a block
     // prepares itself and (m · k past 16384) rows `fused_prepare` prepares first.
-    use Activations::{F32 as A32, I8 as AI8, Q8_0 as AQ8};
+    use Activations::{F32 as A32, I8 as AI8, Q8_0 as AQ8, Q8_K as AQ8K};
     type Row = (&'static str, DType, Activations, (usize, usize, usize));
     let mut table: Vec<Row> = fused_formats()
         .into_iter()
@@ -665,6 +688,14 @@ pub(super) fn fused_cases() -> Vec<FusedCase> {
         ("residual", DType::Q8_0, AI8, prepared),
         ("residual", DType::TQ2_0, A32, prepared),
         ("residual", DType::Q4_0, AQ8, (3, 17, 512)),
+        ("norm", DType::Q4_K, AQ8K, (3, 17, 512)),
+        ("norm", DType::Q2_K, A32, (3, 17, 512)),
+        ("norm", DType::Q6_K, AQ8K, prepared),
+        ("norm", DType::Q5_1, AQ8, prepared),
+        ("swiglu normed", DType::Q3_K, AQ8K, (3, 17, 512)),
+        ("swiglu normed", DType::Q5_0, AQ8, (3, 17, 512)),
+        ("residual", DType::IQ4_XS, AQ8K, prepared),
+        ("residual", DType::Q5_K, A32, prepared),
     ]);
     for (op, format, act, (m, n, k)) in table {
         let x = r.f32(m * k, -2.0, 2.0);

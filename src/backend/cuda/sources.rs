@@ -1,7 +1,8 @@
 //! The CUDA C kernel sources (`kernels/*.cu`) and their compilation by NVRTC.
 //!
 //! Each source is compiled as the constants prelude `kernels/formats.cuh` (generated from
-//! `src/backend/kernel_consts.rs`), `kernels/common.cu`, then the file itself, so kernels
+//! `src/backend/kernel_consts.rs`), `kernels/common.cu`, `kernels/decode.cu` (the group
+//! decoder of llama.cpp's formats), then the file itself, so kernels
 //! share constants and helpers without NVRTC include paths (and without any CUDA header: the sources use
 //! only NVRTC's built-in device functions). The backend compiles every source once when it
 //! starts, for the device's architecture; `native-tests/cuda_kernels.rs` compiles them all
@@ -13,6 +14,10 @@ use crate::backend::kernel_consts::CUDA_PRELUDE;
 
 /// The helpers prepended to every source.
 const COMMON: &str = include_str!("kernels/common.cu");
+
+/// The group decoder of llama.cpp's formats beyond `Q8_0` and `Q4_0`, prepended after
+/// [`COMMON`] (it reads its block readers).
+const DECODE: &str = include_str!("kernels/decode.cu");
 
 /// One kernel source file and the entry points the backend launches from it.
 #[derive(Clone, Copy, Debug)]
@@ -26,10 +31,10 @@ pub struct KernelSource {
 }
 
 impl KernelSource {
-    /// The full text NVRTC compiles: the constants and common preludes, then the file.
+    /// The full text NVRTC compiles: the constants, common and decoder preludes, then the file.
     pub fn text(&self) -> String {
         format!(
-            "{CUDA_PRELUDE}\n{COMMON}\n// ---- {} ----\n{}",
+            "{CUDA_PRELUDE}\n{COMMON}\n{DECODE}\n// ---- {} ----\n{}",
             self.name, self.body
         )
     }

@@ -122,6 +122,35 @@ __device__ __forceinline__ int wt_sat_int(float v, int lo, int hi) {
     return (int)v;
 }
 
+// ---- llama.cpp's Q8_K activation rounding (quantize_q8_k of src/quant), per 256 values: from
+// the signed value of largest magnitude `max` (the first on ties; 0 when every value is 0 or
+// NaN), iscale = −127 / max, each q = min(127, round_half_even(x · iscale)), d = 1 / iscale, all
+// in f32; a block of zeros has d = 0. Used by quant.cu's qmatmul_act and fused.cu.
+
+// One step of the scan for `max` in index order: v replaces it where its magnitude is larger
+// (a NaN never is).
+__device__ __forceinline__ void wt_signed_max_step(float v, float* amax, float* max) {
+    if (fabsf(v) > *amax) {
+        *amax = fabsf(v);
+        *max = v;
+    }
+}
+
+// iscale of a block whose signed largest value is `max` (0 for a block of zeros).
+__device__ __forceinline__ float wt_q8_k_iscale(float max) {
+    return max == 0.0f ? 0.0f : __fdiv_rn(-127.0f, max);
+}
+
+// d of a block whose signed largest value is `max`, from its iscale `is`.
+__device__ __forceinline__ float wt_q8_k_scale(float max, float is) {
+    return max == 0.0f ? 0.0f : __fdiv_rn(1.0f, is);
+}
+
+// The int8 value of v with the block's iscale `is` (Rust's saturating casts: NaN gives 0).
+__device__ __forceinline__ i8 wt_round_q8_k(float v, float is) {
+    return (i8)wt_sat_int(rintf(__fmul_rn(v, is)), -128, 127);
+}
+
 // ---- Block formats (src/quant): readers shared by quant.cu and fused.cu ----
 
 __device__ __forceinline__ u32 wt_block_len(u32 fmt) {
@@ -131,6 +160,16 @@ __device__ __forceinline__ u32 wt_block_len(u32 fmt) {
         case FMT_Q4_0: return Q4_0_BLOCK_LEN;
         case FMT_TQ1_0: return TQ1_0_BLOCK_LEN;
         case FMT_TQ2_0: return TQ2_0_BLOCK_LEN;
+        case FMT_Q2_K: return Q2_K_BLOCK_LEN;
+        case FMT_Q3_K: return Q3_K_BLOCK_LEN;
+        case FMT_Q4_K: return Q4_K_BLOCK_LEN;
+        case FMT_Q5_K: return Q5_K_BLOCK_LEN;
+        case FMT_Q6_K: return Q6_K_BLOCK_LEN;
+        case FMT_IQ4_XS: return IQ4_XS_BLOCK_LEN;
+        case FMT_Q4_1: return Q4_1_BLOCK_LEN;
+        case FMT_Q5_0: return Q5_0_BLOCK_LEN;
+        case FMT_Q5_1: return Q5_1_BLOCK_LEN;
+        case FMT_IQ4_NL: return IQ4_NL_BLOCK_LEN;
         default: return TERNARY_PLANES_BLOCK_LEN;
     }
 }
@@ -142,6 +181,16 @@ __device__ __forceinline__ u32 wt_block_bytes(u32 fmt) {
         case FMT_Q4_0: return Q4_0_BLOCK_BYTES;
         case FMT_TQ1_0: return TQ1_0_BLOCK_BYTES;
         case FMT_TQ2_0: return TQ2_0_BLOCK_BYTES;
+        case FMT_Q2_K: return Q2_K_BLOCK_BYTES;
+        case FMT_Q3_K: return Q3_K_BLOCK_BYTES;
+        case FMT_Q4_K: return Q4_K_BLOCK_BYTES;
+        case FMT_Q5_K: return Q5_K_BLOCK_BYTES;
+        case FMT_Q6_K: return Q6_K_BLOCK_BYTES;
+        case FMT_IQ4_XS: return IQ4_XS_BLOCK_BYTES;
+        case FMT_Q4_1: return Q4_1_BLOCK_BYTES;
+        case FMT_Q5_0: return Q5_0_BLOCK_BYTES;
+        case FMT_Q5_1: return Q5_1_BLOCK_BYTES;
+        case FMT_IQ4_NL: return IQ4_NL_BLOCK_BYTES;
         default: return TERNARY_PLANES_BLOCK_BYTES;
     }
 }

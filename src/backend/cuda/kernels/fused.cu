@@ -3,19 +3,23 @@
 //
 // A product's activations are prepared once per block: RMS-normed (in f64 as the reference
 // norms, so the normed values are the reference's f32 values) and, for the integer modes,
-// rounded to int8 with a scale per 32 values (Q8_0) or per row (I8). The block keeps them in
+// rounded to int8 with a scale per 32 values (Q8_0), per 256 values (llama.cpp's Q8_K, kept
+// once per 32 values) or per row (I8). The block keeps them in
 // shared memory where they fit (m · k at most WT_FUSED_F32_ACTS f32 values or
 // WT_FUSED_INT_ACTS int8 values: a decode step's rows); larger ones are prepared by
 // `fused_prepare` into a scratch buffer the product reads (`WT_FUSED_PREPARED`). Then each
 // warp computes one output unit (a weight row; a rope pair's two rows; gate's and up's row
 // of one column) for up to WT_FUSED_ROWS activation rows, as `qmatmul` does, and applies
 // the epilogue. Integer activations against Q4_0 and Q8_0 weights multiply in integers, 32
-// values per block scale pair; every other format is dequantized value by value.
+// values per block scale pair; llama.cpp's other formats are decoded 32 values at a time
+// (decode.cu) and the ternary ones value by value.
 
-// Activation modes, as `qmatmul_act`'s: f32, int8 per block of 32 values, int8 per row.
+// Activation modes, as `qmatmul_act`'s: f32, int8 per block of 32 values, int8 per row,
+// llama.cpp's Q8_K per 256 values (its scale repeated for each 32 values).
 #define WT_ACT_F32 0u
 #define WT_ACT_Q8_0 2u
 #define WT_ACT_I8 3u
+#define WT_ACT_Q8_K 4u
 
 // Epilogues: store y; add the residual; silu(gate) · up; rotate pairs (rope) and store.
 #define WT_EPI_STORE 0u
@@ -73,6 +77,23 @@ __device__ float wt_block_absmax(float m, float* scratch) {
     return t;
 }
 
+// The signed value of largest magnitude over a warp, the first in index order on ties (as
+// quantize_q8_k scans), from each lane's largest magnitude `amax`, its signed value `max` and
+// its index `first` (0xffffffff where the lane has none); every lane gets it.
+__device__ float wt_warp_signed_max(float amax, float max, u32 first) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float a = __shfl_xor_sync(0xffffffffu, amax, o);
+        float m = __shfl_xor_sync(0xffffffffu, max, o);
+        u32 f = __shfl_xor_sync(0xffffffffu, first, o);
+        if (a > amax || (a == amax && f < first)) {
+            amax = a;
+            max = m;
+            first = f;
+        }
+    }
+    return max;
+}
+
 // Value c of an activation row `x`, normed (the reference's f32 value: x · inv · w rounded
 // once from f64) where `norm` says.
 __device__ __forceinline__ float wt_act_value(const float* x, const float* w, double inv, u32 c,
@@ -116,6 +137,25 @@ __device__ void wt_prepare_row(const float* x, const float* norm_w, u32 k, float
             float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
             aq[c] = wt_round_i8(v, id);
             if (lane == 0u) ad[b] = d;
+        }
+        return;
+    }
+    if (mode == WT_ACT_Q8_K) {
+        // A warp per 256 values, lane l taking values 32i + l: their signed largest gives the
+        // block's scale, written once for each of its 32-value groups.
+        for (u32 b = warp; b < k / 256u; b += warps) {
+            float v[8];
+            float amax = 0.0f, max = 0.0f;
+            u32 first = 0xffffffffu;
+            _Pragma("unroll") for (u32 i = 0; i < 8u; ++i) {
+                v[i] = wt_act_value(x, norm_w, inv, 256u * b + 32u * i + lane, norm);
+                if (fabsf(v[i]) > amax) first = 32u * i + lane;
+                wt_signed_max_step(v[i], &amax, &max);
+            }
+            max = wt_warp_signed_max(amax, max, first);
+            float is = wt_q8_k_iscale(max);
+            _Pragma("unroll") for (u32 i = 0; i < 8u; ++i) aq[256u * b + 32u * i + lane] = wt_round_q8_k(v[i], is);
+            if (lane < 8u) ad[8u * b + lane] = wt_q8_k_scale(max, is);
         }
         return;
     }
@@ -212,6 +252,24 @@ __device__ __forceinline__ void wt_fused_dot(u32 fmt, const u8* w, const float* 
                 WT_FUSED_FMA(base + p1, v1)
                 WT_FUSED_FMA(base + p2, v2)
                 WT_FUSED_FMA(base + p3, v3)
+            }
+        }
+        return;
+    }
+    if (wt_decodes_groups(fmt)) {
+        // A group of 32 values per lane (decode.cu), decoded once for all the rows the warp
+        // carries; int8 activations are d · q (d their 32 values' scale).
+        for (u32 g = lane; g < k / 32u; g += 32u) {
+            float v[32];
+            wt_decode_group(fmt, w, g, v);
+            _Pragma("unroll") for (u32 r = 0; r < WT_FUSED_ROWS; ++r) {
+                if (r >= rows) continue;
+                u64 at = (u64)(i0 + r) * k + 32u * g;
+                float d = INT ? ad[at / 32u] : 0.0f;
+                _Pragma("unroll") for (u32 t = 0; t < 32u; ++t) {
+                    float a = INT ? (float)aq[at + t] * d : af[at + t];
+                    acc[r] = fmaf(a, v[t], acc[r]);
+                }
             }
         }
         return;

@@ -3,7 +3,8 @@
 // Format codes and block sizes: FMT_* and *_BLOCK_* of formats.cuh (generated from
 // src/backend/kernel_consts.rs). Blocks are read and written byte by byte (Q8_0 and Q4_0
 // blocks are not word-aligned); the readers (wt_block_int, wt_row_value, ...) are in
-// common.cu, which fused.cu uses too.
+// common.cu, which fused.cu uses too, and llama.cpp's formats beyond Q8_0 and Q4_0 are read
+// 32 values at a time by the group decoder of decode.cu.
 //
 // Quantization is bit-exact with GGUF's reference quantizers: every product, sum and quotient
 // that the reference rounds separately is an explicit __fmul_rn/__fadd_rn/__fdiv_rn, which
@@ -16,7 +17,8 @@ __device__ __forceinline__ void wt_write_f16(u8* p, float v) {
     p[1] = (u8)(h >> 8);
 }
 
-// One thread per block (per value for F16): `blocks` blocks of `x` into `out`.
+// One thread per block (per value for F16): `blocks` blocks of `x` into `out`, for F16, Q8_0,
+// Q4_0 and the ternary formats (the launch refuses the others).
 extern "C" __global__ void quantize(u8* out, const float* x, u32 fmt, u32 blocks) {
     u64 b = wt_gid();
     if (b >= blocks) return;
@@ -109,9 +111,17 @@ extern "C" __global__ void quantize(u8* out, const float* x, u32 fmt, u32 blocks
 #undef WT_TRIT
 }
 
-// One thread per value: `len` values of `fmt` data (whole rows) to f32.
+// `len` values of `fmt` data (whole rows) to f32: one thread per group of 32 values for the
+// formats the group decoder reads (decode.cu), else one thread per value.
 extern "C" __global__ void dequantize(float* out, const u8* x, u32 fmt, u32 len) {
     u64 i = wt_gid();
+    if (wt_decodes_groups(fmt)) {
+        if (i >= len / 32u) return;
+        float v[32];
+        wt_decode_group(fmt, x, i, v);
+        _Pragma("unroll") for (u32 t = 0; t < 32u; ++t) out[32u * i + t] = v[t];
+        return;
+    }
     if (i >= len) return;
     u32 blen = wt_block_len(fmt);
     const u8* p = x + (i / blen) * wt_block_bytes(fmt);
@@ -121,7 +131,8 @@ extern "C" __global__ void dequantize(float* out, const u8* x, u32 fmt, u32 len)
 
 // The activations a QMatmul uses, as f32 [m, k]. mode 1: f16 input widened (one thread per
 // value). mode 2/3: f32 input rounded to int8 per block of `block` values (32 for Q8_0, k
-// for the per-row I8 mode) with d = max|x| / 127, giving d · q (one thread per block).
+// for the per-row I8 mode) with d = max|x| / 127, giving d · q (one thread per block). mode
+// 4: llama.cpp's Q8_K rounding per 256 values (`block`), giving d · q (one thread per block).
 extern "C" __global__ void qmatmul_act(float* act, const u8* a, u32 mode, u32 len, u32 block) {
     u64 t = wt_gid();
     if (mode == 1u) {
@@ -130,6 +141,14 @@ extern "C" __global__ void qmatmul_act(float* act, const u8* a, u32 mode, u32 le
     }
     if (t * block >= len) return;
     const float* x = (const float*)a + t * block;
+    if (mode == 4u) {
+        float amax = 0.0f, max = 0.0f;
+        for (u32 i = 0; i < block; ++i) wt_signed_max_step(x[i], &amax, &max);
+        float is = wt_q8_k_iscale(max);
+        float d = wt_q8_k_scale(max, is);
+        for (u32 i = 0; i < block; ++i) act[t * block + i] = (float)wt_round_q8_k(x[i], is) * d;
+        return;
+    }
     float amax = 0.0f;
     for (u32 i = 0; i < block; ++i) amax = fmaxf(amax, fabsf(x[i]));
     float d = __fdiv_rn(amax, 127.0f);
@@ -158,7 +177,8 @@ extern "C" __global__ void qmatmul_act(float* act, const u8* a, u32 mode, u32 le
 // 8 lanes, four blocks per warp step: each lane loads one or two 2-byte words of its block
 // (blocks are 18 or 34 bytes, so 2-byte aligned) and the matching 2 or 4 activations, so a
 // warp's loads are contiguous. F16 with an even k takes two values per lane per step (one
-// 4-byte word); other formats one value.
+// 4-byte word); the group-decoded formats (decode.cu) a group of 32 values per lane; other
+// formats one value.
 extern "C" __global__ void qmatmul(float* out, const float* act, const u8* w, u32 fmt, u32 m,
                                    u32 n, u32 k) {
     u64 warp = (u64)blockIdx.x * (blockDim.x / 32u) + threadIdx.x / 32u;
@@ -209,6 +229,16 @@ extern "C" __global__ void qmatmul(float* out, const float* act, const u8* w, u3
             const float* a = act + (u64)i0 * k + 2u * q;
             WT_QM_FMA(0u, v0)
             WT_QM_FMA(1u, v1)
+        }
+    } else if (wt_decodes_groups(fmt)) {
+        // A group of 32 values per lane, decoded once for all the rows the warp carries.
+        for (u32 g = lane; g < k / 32u; g += 32u) {
+            float v[32];
+            wt_decode_group(fmt, wrow, g, v);
+            const float* a = act + (u64)i0 * k + 32u * g;
+            _Pragma("unroll") for (u32 t = 0; t < 32u; ++t) {
+                WT_QM_FMA(t, v[t])
+            }
         }
     } else {
         const float* a = act + (u64)i0 * k;

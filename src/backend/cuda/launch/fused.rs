@@ -4,6 +4,7 @@
 //! ([`runs_fused`]).
 
 use super::super::launcher::{format_code, size, Arg, Call, Launcher, WARPS};
+use super::quant::{check_q8_k_rows, Q8_K_BLOCK};
 use crate::backend::{Activations, AttentionSpec, BackendKind, LinearSpec, OpSpec, RopeLayout};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -45,7 +46,7 @@ pub(in crate::backend::cuda) fn runs_fused(spec: &OpSpec) -> bool {
             Activations::F32 => true,
             Activations::F16 => false,
             Activations::Q8_0 | Activations::I8 => l.format.is_quantized(),
-            Activations::Q8_K => false,
+            Activations::Q8_K => l.format.is_quantized() && l.k.is_multiple_of(Q8_K_BLOCK),
         };
         format && acts && l.k > 0 && !(l.format == DType::F32 && l.m > ROWS)
     };
@@ -310,16 +311,12 @@ fn product<L: Launcher>(c: &Call<'_, L>, l: &LinearSpec, e: Extras) -> Result<()
         Activations::F32 => 0,
         Activations::Q8_0 => 2,
         Activations::I8 => 3,
+        Activations::Q8_K => 4,
         Activations::F16 => {
             return Err(Error::invalid(op, "f16 activations are not a fused mode"));
         }
-        Activations::Q8_K => {
-            return Err(Error::invalid(
-                op,
-                "q8_k activations have no cuda kernel yet",
-            ));
-        }
     };
+    check_q8_k_rows(op, l.activations, l.k)?;
     let int = mode != 0;
     if int && !l.format.is_quantized() {
         return Err(Error::invalid(

@@ -1,6 +1,7 @@
 //! Launching `kernels/quant.cu`: quantize, dequantize, quantized products, ternary dots.
 
 use super::super::launcher::{format_code, size, Arg, Call, Launcher, WARPS};
+use crate::backend::kernel_consts::decodes_groups;
 use crate::backend::BackendKind;
 use crate::backend::{Activations, OpSpec};
 use crate::dtype::DType;
@@ -9,11 +10,49 @@ use crate::error::{Error, Result};
 /// Activation rows one warp of `qmatmul` carries (`WT_QM_ROWS` in kernels/quant.cu).
 const QM_ROWS: usize = 8;
 
+/// The values llama.cpp's `Q8_K` rounds with one scale (`qmatmul_act` mode 4, the fused
+/// products' `WT_ACT_Q8_K`).
+pub(in crate::backend::cuda) const Q8_K_BLOCK: usize = 256;
+
+/// The formats the `quantize` kernel writes.
+const QUANTIZES: [DType; 6] = [
+    DType::F16,
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::TQ1_0,
+    DType::TQ2_0,
+    DType::TernaryPlanes,
+];
+
+/// Fails unless a product's `k` is whole `Q8_K` blocks where its activations are `Q8_K`.
+pub(in crate::backend::cuda) fn check_q8_k_rows(
+    op: &'static str,
+    activations: Activations,
+    k: usize,
+) -> Result<()> {
+    if activations == Activations::Q8_K && !k.is_multiple_of(Q8_K_BLOCK) {
+        return Err(Error::invalid(
+            op,
+            format!("q8_k activations round rows of whole {Q8_K_BLOCK}-value blocks, not {k}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Queues one op of this family.
 pub(in crate::backend::cuda) fn launch<L: Launcher>(c: &Call<'_, L>, spec: &OpSpec) -> Result<()> {
     let (be, op, o) = (c.be, c.op, c.out());
     match spec {
         OpSpec::Quantize { format, rows, cols } => {
+            if !QUANTIZES.contains(format) {
+                return Err(Error::invalid(
+                    op,
+                    format!(
+                        "the cuda quantize kernel writes f16, q8_0, q4_0 and the ternary \
+                         formats, not {format}"
+                    ),
+                ));
+            }
             let blocks = rows * cols / format.block_len();
             be.run_1d(
                 "quantize",
@@ -28,7 +67,8 @@ pub(in crate::backend::cuda) fn launch<L: Launcher>(c: &Call<'_, L>, spec: &OpSp
         }
         OpSpec::Dequantize { format, rows, cols } => be.run_1d(
             "dequantize",
-            (rows * cols) as u64,
+            // A thread per group of 32 values where the group decoder reads the format.
+            (rows * cols / if decodes_groups(*format) { 32 } else { 1 }) as u64,
             &[
                 o,
                 Arg::Ptr(c.input(0)?),
@@ -49,13 +89,9 @@ pub(in crate::backend::cuda) fn launch<L: Launcher>(c: &Call<'_, L>, spec: &OpSp
                 Activations::F16 => (1, 1),
                 Activations::Q8_0 => (2, 32),
                 Activations::I8 => (3, *k),
-                Activations::Q8_K => {
-                    return Err(Error::invalid(
-                        op,
-                        "q8_k activations have no cuda kernel yet",
-                    ))
-                }
+                Activations::Q8_K => (4, Q8_K_BLOCK),
             };
+            check_q8_k_rows(op, *activations, *k)?;
             let scratch;
             let act = if mode == 0 {
                 c.input(0)?

@@ -492,8 +492,7 @@ impl Encoder<'_> {
             });
         }
         let group_activations = decodes_with(format, activations);
-        if kernel_consts::wgpu_decodes_groups(format) && !(group_activations && (tiled || fits_mv))
-        {
+        if kernel_consts::decodes_groups(format) && !(group_activations && (tiled || fits_mv)) {
             // These formats decode only inside `mv` and `mm_tiled` (`kquants/decode.wgsl`), with
             // f32 activations or llama.cpp's rounding for them (`decodes_with`).
             if !group_activations {
