@@ -376,3 +376,55 @@ fn mismatches_are_reported_with_kernel_position_and_types() {
     let e = parse_kernels("k.cu", "extern \"C\" __global__ void k(int n) {}").unwrap_err();
     assert!(e.contains("k: parameter 0 `int n` has type `int`"), "{e}");
 }
+
+/// The launch code refuses with a typed error, launching nothing, what the kernels do not do:
+/// quantizing to a format the `quantize` kernel does not write (it would write another
+/// format's blocks), and `Q8_K` activations over rows that are not whole 256-value blocks, in
+/// the plain and the fused products.
+#[test]
+fn launches_the_kernels_cannot_run_are_refused_before_any_kernel() {
+    use crate::backend::{Activations, LinearSpec};
+    use crate::error::Error;
+    let rec = Recorder::default();
+    let refused = |spec: OpSpec, inputs: &[(usize, DType)]| {
+        let slots: Vec<Slot> = inputs.iter().map(|&(n, d)| rec.slot(n, d)).collect();
+        let refs: Vec<&Slot> = slots.iter().collect();
+        let out = rec.slot(spec.output_len(), DType::F32);
+        match launch(&rec, &spec, &out, &refs) {
+            Err(Error::InvalidArgument { reason, .. }) => reason,
+            other => panic!("{spec:?}: {other:?}"),
+        }
+    };
+    for format in [DType::Q4_1, DType::Q5_0, DType::Q5_1] {
+        let spec = OpSpec::Quantize {
+            format,
+            rows: 1,
+            cols: 64,
+        };
+        let reason = refused(spec, &[(64, DType::F32)]);
+        assert!(reason.contains(&format!("not {format}")), "{reason}");
+    }
+    let (m, n, k) = (1, 2, 96);
+    let weight = (n * k / 32 * DType::Q4_0.block_bytes(), DType::Q4_0);
+    let spec = OpSpec::QMatmul {
+        format: DType::Q4_0,
+        activations: Activations::Q8_K,
+        m,
+        n,
+        k,
+    };
+    let reason = refused(spec, &[(m * k, DType::F32), weight]);
+    assert!(reason.contains("q8_k"), "{reason}");
+    let spec = OpSpec::LinearResidual(LinearSpec {
+        format: DType::Q4_0,
+        activations: Activations::Q8_K,
+        m,
+        n,
+        k,
+        norm: None,
+        rope: None,
+    });
+    let reason = refused(spec, &[(m * k, DType::F32), weight, (m * n, DType::F32)]);
+    assert!(reason.contains("q8_k"), "{reason}");
+    assert!(rec.log.borrow().is_empty(), "{:?}", rec.log.borrow());
+}
