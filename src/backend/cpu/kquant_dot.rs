@@ -150,27 +150,23 @@ impl BlockInts for Portable {
         scales: &[[u8; 16]; R],
         a: [&[i8; 256]; A],
     ) -> [i32; MAX_SLOTS] {
-        std::array::from_fn(|s| {
-            if s < R * A {
-                q4_k_ints(blocks[s / A], &scales[s / A][..8], a[s % A], FIVE)
-            } else {
-                0
-            }
-        })
+        each_product::<R, A>(|r, i| q4_k_ints(blocks[r], &scales[r][..8], a[i], FIVE))
     }
 
     fn q6_k<const R: usize, const A: usize>(
         blocks: [&[u8]; R],
         a: [&[i8; 256]; A],
     ) -> [i32; MAX_SLOTS] {
-        std::array::from_fn(|s| {
-            if s < R * A {
-                q6_k_ints(blocks[s / A], a[s % A])
-            } else {
-                0
-            }
-        })
+        each_product::<R, A>(|r, i| q6_k_ints(blocks[r], a[i]))
     }
+}
+
+/// Slot `r · A + i` of the result is `sum(r, i)` for weight row `r < R` and activation row
+/// `i < A`; the slots past `R · A` are 0: the product order every [`BlockInts`] family uses.
+fn each_product<const R: usize, const A: usize>(
+    sum: impl Fn(usize, usize) -> i32,
+) -> [i32; MAX_SLOTS] {
+    std::array::from_fn(|s| if s < R * A { sum(s / A, s % A) } else { 0 })
 }
 
 /// [`products`] with the shape `(weights, count)` of [`dot_rows`] as its const parameters:
