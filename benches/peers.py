@@ -118,14 +118,38 @@ def numpy_peers(report):
 # the f32 file: the files users download. A matrix whose rows are not a multiple of 256 gets
 # llama.cpp's fallback type (SmolLM-135M's 576-wide rows: Q5_0 in Q4_K_M, Q8_0 in Q6_K).
 LLAMA_CPP_MIXES = ["q4_k_m", "q5_k_m", "q6_k"]
+# Q4_K_M's layout filled with random blocks, written without llama.cpp (see random_kquant_blocks).
+RANDOM_BLOCK_MIX = "q4_k_m-random-blocks"
+
+
+def more_bits(layer, layers):
+    """Whether llama.cpp's Q4_K_M gives this layer's attn_v and ffn_down Q6_K (its
+    use_more_bits: the first eighth, the last eighth, and every third layer between)."""
+    return layer < layers // 8 or layer >= 7 * layers // 8 or (layer - layers // 8) % 3 == 2
+
+
+def random_kquant_blocks(rng, rows, cols, qtype):
+    """Random Q4_K or Q6_K blocks for a rows x cols matrix, with fixed finite scales: a speed
+    fixture of Q4_K_M's size and layout (weights of a few hundredths, like the random f32
+    models'), written where llama.cpp's quantizer is absent (a GPU machine without it)."""
+    import gguf
+    size = {gguf.GGMLQuantizationType.Q4_K: 144, gguf.GGMLQuantizationType.Q6_K: 210}[qtype]
+    blocks = rng.integers(0, 256, (rows, cols // 256, size), dtype=np.uint8)
+    if qtype == gguf.GGMLQuantizationType.Q4_K:
+        # d and dmin (f16) lead the block: 6-bit scales x 4-bit values x 2e-5.
+        blocks[..., 0:4] = np.frombuffer(np.array([2e-5, 2e-5], np.float16).tobytes(), np.uint8)
+    else:
+        # d (f16) ends the block: int8 scales x (6-bit values - 32) x 1e-5.
+        blocks[..., 208:210] = np.frombuffer(np.array([1e-5], np.float16).tobytes(), np.uint8)
+    return blocks.reshape(rows, -1)
 
 
 def make_gguf(path, dim=None, layers=None, ffn=None, heads=None, kv_heads=None, vocab=None,
               qtype="f32"):
     """Writes assets/tiny-kjv, or a random model of a given shape (hidden size, layers, ffn,
     heads, kv heads, vocabulary), as a GGUF whose matrices are f32, q8_0 or q4_0 (quantized by
-    gguf-py; norms stay f32, as llama.cpp's converter keeps them), or one of LLAMA_CPP_MIXES
-    (the f32 file quantized by llama.cpp)."""
+    gguf-py; norms stay f32, as llama.cpp's converter keeps them), one of LLAMA_CPP_MIXES
+    (the f32 file quantized by llama.cpp), or RANDOM_BLOCK_MIX (a random model's shape only)."""
     if qtype in LLAMA_CPP_MIXES:
         import ctypes
         import llama_cpp
@@ -157,7 +181,11 @@ def make_gguf(path, dim=None, layers=None, ffn=None, heads=None, kv_heads=None, 
                       max_position_embeddings=2048)
         kv = config["num_key_value_heads"] * head_dim
         vocab = config["vocab_size"]
-        r = lambda *s: (rng.standard_normal(s) * 0.02).astype(np.float32)
+        if qtype == RANDOM_BLOCK_MIX:
+            # Only the shapes are read: the blocks are drawn in add().
+            r = lambda *s: np.zeros(s, np.float32)
+        else:
+            r = lambda *s: (rng.standard_normal(s) * 0.02).astype(np.float32)
         weights = {"model.embed_tokens.weight": r(vocab, dim), "model.norm.weight": np.ones(dim, np.float32)}
         for i in range(layers):
             p = f"model.layers.{i}."
@@ -190,7 +218,8 @@ def make_gguf(path, dim=None, layers=None, ffn=None, heads=None, kv_heads=None, 
     w.add_rope_freq_base(config["rope_theta"])
     qtypes = {"f32": (gguf.LlamaFileType.ALL_F32, gguf.GGMLQuantizationType.F32),
               "q8_0": (gguf.LlamaFileType.MOSTLY_Q8_0, gguf.GGMLQuantizationType.Q8_0),
-              "q4_0": (gguf.LlamaFileType.MOSTLY_Q4_0, gguf.GGMLQuantizationType.Q4_0)}
+              "q4_0": (gguf.LlamaFileType.MOSTLY_Q4_0, gguf.GGMLQuantizationType.Q4_0),
+              RANDOM_BLOCK_MIX: (gguf.LlamaFileType.MOSTLY_Q4_K_M, gguf.GGMLQuantizationType.Q4_K)}
     file_type, matrix_type = qtypes[qtype]
     w.add_file_type(file_type)
     vocab = sorted(tok["model"]["vocab"].items(), key=lambda kv: kv[1])
@@ -209,8 +238,17 @@ def make_gguf(path, dim=None, layers=None, ffn=None, heads=None, kv_heads=None, 
              "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
              "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
              "mlp.down_proj": "ffn_down"}
+    block_rng = np.random.default_rng(2)
+
     def add(name, t):
-        if t.ndim == 2 and matrix_type != gguf.GGMLQuantizationType.F32:
+        if t.ndim == 2 and qtype == RANDOM_BLOCK_MIX:
+            layer = int(name.split(".")[1]) if name.startswith("blk.") else None
+            wide = name == "token_embd.weight" or (
+                name.endswith(("attn_v.weight", "ffn_down.weight"))
+                and more_bits(layer, config["num_hidden_layers"]))
+            block_type = gguf.GGMLQuantizationType.Q6_K if wide else matrix_type
+            w.add_tensor(name, random_kquant_blocks(block_rng, *t.shape, block_type), raw_dtype=block_type)
+        elif t.ndim == 2 and matrix_type != gguf.GGMLQuantizationType.F32:
             w.add_tensor(name, gguf.quants.quantize(t, matrix_type), raw_dtype=matrix_type)
         else:
             w.add_tensor(name, t)
@@ -338,8 +376,9 @@ def main():
     ap.add_argument("--heads", type=int, help="with --dim: attention heads (default dim / 32)")
     ap.add_argument("--kv-heads", type=int, help="with --dim: key/value heads (default heads / 2)")
     ap.add_argument("--vocab", type=int, help="with --dim: vocabulary size (default 512)")
-    ap.add_argument("--type", default="f32", choices=["f32", "q8_0", "q4_0"] + LLAMA_CPP_MIXES,
-                    help="with --make-gguf: the matrices' format (the mixes need llama-cpp-python)")
+    ap.add_argument("--type", default="f32", choices=["f32", "q8_0", "q4_0", RANDOM_BLOCK_MIX] + LLAMA_CPP_MIXES,
+                    help="with --make-gguf: the matrices' format (the llama.cpp mixes need "
+                         "llama-cpp-python)")
     ap.add_argument("--make-only", action="store_true", help="write the GGUF and stop")
     ap.add_argument("--llama-cpp-sample", action="store_true",
                     help="with --gguf: time llama.cpp once and print JSON (used by "

@@ -171,30 +171,30 @@ fn greedy_decode(model: &Llama, prompt: &[u32], steps: usize) -> (Vec<f32>, Vec<
 /// formats with some `Q6_K` and the odd `Q4_K`/`Q5_K` tensor; Q4_1, Q5_0, Q5_1, IQ4_NL: the
 /// legacy formats with a `Q6_K` output) on wgpu, in the default integer mode: the super-blocks
 /// take `Q8_K` activations and the legacy formats `Q8_0` ones, as on the host and in llama.cpp
-/// (`activation_path` names each format's). Every mix thus runs the cpu backend's products:
-/// its logits (a prefill pass, then greedy decode steps, which run the decode kernels) match
-/// the cpu backend's in the integer mode within the engine tolerance (1e-3 of the largest
-/// logit, docs/DESIGN.md), with the same greedy ids, and its prompt logits lie within a
-/// thousandth of the rounding's own effect (an RMS distance) from numpy's float64 forward with
-/// the activations rounded so, the bound the host backends meet (measured when this was
-/// written: 1.5–3.5e-7 against a rounding effect of 1.06–1.26e-2 for the super-block mixes;
-/// `quantize_acts_super`, `quantize_acts_blocks` and the `mv` kernel round bit-exactly, only
-/// the f32 sums differ), and within 1.5× llama.cpp's own distance from the float64 forward,
-/// from llama.cpp's. The legacy mixes are held to a tenth of the rounding's effect (RMS) from
-/// cpu's integer logits and numpy's rounded forward, with the same greedy ids: on the
-/// row-team shapes `tiny.q5_0.gguf`'s prefill put one prompt token's logits 3.8e-3 from cpu's
-/// (3.6e-4 RMS from cpu's, 4.6e-4 from numpy's, against a rounding effect of 9.1e-3; every
-/// other token within 2e-6 of cpu's; the lanes shape 1–2e-7 from numpy's, the other legacy
-/// mixes 1–4e-7 on both shapes). Only the prefill tiles (`mm_tiled`) do it: the same prompt
-/// with `wgpu.tiled_prefill = false`, or run four tokens at a time, is 1.2e-7 from cpu's at that
-/// token. `mm_tiled` sums each int8 value times its scale in f32 instead of each group exactly,
-/// a difference of f32 roundings; one token alone points to a later layer's value then rounding
-/// to the other neighbour rather than a wrong product, which would move every token (not yet
-/// proven).
+/// (`activation_path` names each format's). Each mix's logits (a prefill pass, then greedy
+/// decode steps, which run the decode kernels) are checked three ways:
+/// - With f32 activations, against cpu's to 1e-5 of the largest logit: no value can round to
+///   the other neighbour, so every decoded weight and product must match up to the order of
+///   f32 sums (measured: 2–4e-7 RMS on lavapipe, NVIDIA's Vulkan driver and CUDA).
+/// - With int8 activations, against cpu's logits and numpy's float64 forward with the
+///   activations rounded so (prompt positions): the same greedy ids, and every position within
+///   [`FLOAT_NOISE`] of them except at most [`MOST_FLIPS`] positions, each within twice the
+///   rounding's own effect (an RMS distance). A GPU sums in another order than the host, and
+///   where a value lies within an f32 rounding of the midpoint between two int8 steps it rounds
+///   to the other neighbour: one position then moves (the last layers' roundings reach no later
+///   token), by up to the rounding's effect. Seen on an H200: `tiny.q5_1.gguf` on NVIDIA's
+///   Vulkan driver 8.3e-3 at one prompt position (rounding 9.2e-3), `tiny.q5_k_m.gguf` on CUDA
+///   9.0e-3 at one (1.26e-2), `tiny.q4_1.gguf` on CUDA 1.6e-3 at the last decode step, the row
+///   teams' `tiny.q5_0.gguf` 1.4e-3 at one prompt position (on lavapipe too); every other
+///   position 1e-7–6e-7, and with f32 activations every mix 2–4e-7. Turning a wgpu feature
+///   off (row teams, say) moves such a flip to another mix or position, as a change of
+///   summation order does; a wrong product or rounding would move every position instead.
+/// - Against llama.cpp's own logits on the file, within 1.5× llama.cpp's own distance from
+///   the float64 forward, as on the host backends.
 #[test]
 fn wgpu_runs_every_llama_cpp_mix() {
     if let Some(gpu) = common::wgpu() {
-        every_llama_cpp_mix(&gpu);
+        every_llama_cpp_mix(&gpu, "wgpu");
     }
 }
 
@@ -203,28 +203,35 @@ fn wgpu_runs_every_llama_cpp_mix() {
 #[test]
 fn wgpu_row_teams_run_every_llama_cpp_mix() {
     if let Some(gpu) = common::wgpu_with(common::row_teams()) {
-        every_llama_cpp_mix(&gpu);
+        every_llama_cpp_mix(&gpu, "wgpu");
     }
 }
 
-fn every_llama_cpp_mix(gpu: &webtensor::Device) {
+/// [`wgpu_runs_every_llama_cpp_mix`] on cuda: its Q8_K and Q8_0 activations and group decoder
+/// against cpu, numpy and llama.cpp, where a CUDA device is present.
+#[test]
+fn cuda_runs_every_llama_cpp_mix() {
+    if let Some(gpu) = common::cuda() {
+        every_llama_cpp_mix(&gpu, "cuda");
+    }
+}
+
+/// Each mix loaded on `gpu` (the backend named `backend` in messages): its activation path,
+/// greedy ids and logits against cpu's, numpy's and llama.cpp's.
+fn every_llama_cpp_mix(gpu: &webtensor::Device, backend: &str) {
     for mix in llama_cpp_mixes() {
         let (path, name) = (&mix.path, &mix.name);
         let prompt = mix.prompt();
         let steps = 6;
-        let model = Llama::load(gpu, ModelFiles::open(path).unwrap()).unwrap();
+        let mut model = Llama::load(gpu, ModelFiles::open(path).unwrap()).unwrap();
         assert_eq!(model.activations(), ActivationMode::Integer);
         let path_text = model.activation_path();
-        let mut legacy = false;
         for tensor in mix.manifest["tensors"].as_object().unwrap().values() {
             let format = tensor["type"].as_str().unwrap().to_lowercase();
             let activations = match format.as_str() {
                 "f32" => continue,
                 "q2_k" | "q3_k" | "q4_k" | "q5_k" | "q6_k" | "iq4_xs" => "q8_k",
-                _ => {
-                    legacy = true;
-                    "q8_0"
-                }
+                _ => "q8_0",
             };
             let names = format!("{format} weights × {activations} activations");
             assert!(path_text.contains(&names), "{name}: {names} in {path_text}");
@@ -233,35 +240,77 @@ fn every_llama_cpp_mix(gpu: &webtensor::Device) {
         let prompt_logits = &got[..mix.read("logits.f32").len()];
         let (numpy, numpy_int) = (mix.read("logits.f32"), mix.read("int.logits.f32"));
         let rounding = rms_difference(&numpy_int, &numpy);
-        let cpu_model = Llama::load(&common::cpu(), ModelFiles::open(path).unwrap()).unwrap();
+        let mut cpu_model = Llama::load(&common::cpu(), ModelFiles::open(path).unwrap()).unwrap();
         let (want, want_ids) = greedy_decode(&cpu_model, &prompt, steps);
-        assert_eq!(got_ids, want_ids, "{name}: greedy ids on wgpu and cpu");
+        let vocab = prompt_logits.len() / prompt.len();
         let (from_cpu, from_numpy) = (
-            rms_difference(&got, &want),
-            rms_difference(prompt_logits, &numpy_int),
+            rms_by_position(&got, &want, vocab),
+            rms_by_position(prompt_logits, &numpy_int, vocab),
         );
         eprintln!(
-            "{name} on wgpu: int8 activations {from_cpu:.3e} from cpu's, {from_numpy:.3e} from \
-             numpy's (rounding {rounding:.3e})"
+            "{name} on {backend}, int8 activations, RMS by position: from cpu's {} ; from \
+             numpy's {} (rounding {rounding:.3e})",
+            positions_text(&from_cpu),
+            positions_text(&from_numpy)
         );
-        if legacy {
-            // One value rounded to the other neighbour (see the doc comment) moved a token's
-            // logits by 3.8e-3: a tenth of the rounding's effect, in RMS, admits it.
+        model.set_activations(ActivationMode::F32);
+        cpu_model.set_activations(ActivationMode::F32);
+        let (exact, _) = greedy_decode(&model, &prompt, steps);
+        let (exact_cpu, _) = greedy_decode(&cpu_model, &prompt, steps);
+        eprintln!(
+            "{name} on {backend}: f32 activations {:.3e} from cpu's",
+            rms_difference(&exact, &exact_cpu)
+        );
+        common::assert_close(
+            &format!("{name} on {backend} with f32 activations against cpu"),
+            &exact,
+            &exact_cpu,
+            1e-5,
+        );
+        assert_eq!(got_ids, want_ids, "{name}: greedy ids on {backend} and cpu");
+        for (against, distances) in [("cpu's", &from_cpu), ("numpy's", &from_numpy)] {
+            let flips: Vec<usize> = (0..distances.len())
+                .filter(|&p| distances[p] > FLOAT_NOISE)
+                .collect();
             assert!(
-                from_cpu <= 0.1 * rounding && from_numpy <= 0.1 * rounding,
-                "{name} on wgpu: {from_cpu:.3e} from cpu's, {from_numpy:.3e} from numpy's, \
-                 rounding {rounding:.3e}"
-            );
-        } else {
-            common::assert_close(&format!("{name} on wgpu against cpu"), &got, &want, 1e-3);
-            assert!(
-                from_numpy <= 1e-3 * rounding,
-                "{name} on wgpu: {from_numpy:.3e} from numpy's, rounding {rounding:.3e}"
+                flips.len() <= MOST_FLIPS
+                    && flips.iter().all(|&p| distances[p] <= 2.0 * rounding),
+                "{name} on {backend}, int8 activations: positions {flips:?} beyond {FLOAT_NOISE:e} \
+                 from {against} logits (RMS {}; at most {MOST_FLIPS}, each within twice the \
+                 rounding's effect {rounding:.3e})",
+                positions_text(distances)
             );
         }
         // And against llama.cpp's own logits on the file, as on the host backends.
-        mix.assert_near_llama_cpp(&format!("{name} on wgpu"), prompt_logits);
+        mix.assert_near_llama_cpp(&format!("{name} on {backend}"), prompt_logits);
     }
+}
+
+/// The RMS distance, at or below which two runs' logits at a position differ only by the
+/// order of f32 sums (measured: at most 6e-7 on every backend; a value rounded to the other
+/// int8 neighbour moved a position by 1.4e-3 or more).
+const FLOAT_NOISE: f64 = 1e-5;
+
+/// The most positions (of a mix's prompt and decode steps) at which a GPU's int8 activations
+/// may differ from the host's by more than [`FLOAT_NOISE`]: see
+/// [`wgpu_runs_every_llama_cpp_mix`] (one was the most seen in a run).
+const MOST_FLIPS: usize = 2;
+
+/// Each position's RMS difference between two runs' logits (`vocab` values a position).
+fn rms_by_position(a: &[f32], b: &[f32], vocab: usize) -> Vec<f64> {
+    a.chunks(vocab)
+        .zip(b.chunks(vocab))
+        .map(|(x, y)| rms_difference(x, y))
+        .collect()
+}
+
+/// Distances by position as text, for messages.
+fn positions_text(distances: &[f64]) -> String {
+    distances
+        .iter()
+        .map(|d| format!("{d:.1e}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A file of llama.cpp's quantizer in fixtures/llama_cpp_kquants and its manifest

@@ -21,7 +21,8 @@ if [ "${1:-}" = --stage ]; then
   set -e
   mkdir -p .dev
   cargo test --release --features cuda --no-run --message-format=json \
-    --test conformance --test cuda_kernels --test wgpu_split --test engine |
+    --test conformance --test cuda_kernels --test wgpu_split --test engine \
+    --test llama_cpp_agreement |
     python3 -c 'import json, sys, shutil, os
 for line in sys.stdin:
     m = json.loads(line)
@@ -95,10 +96,13 @@ export PYTHONPATH=/tmp/site WGPU_BACKEND=vulkan WEBTENSOR_REQUIRE_WGPU=1 WEBTENS
 echo "NVRTC: ${nvrtc:-none found}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
 
-# The TinyLlama-1.1B-shape Q4_0 model (random weights), written while the conformance runs.
-model=/tmp/tinyllama-q4_0.gguf
+# The TinyLlama-1.1B-shape model (random weights), written while the conformance runs: Q4_0,
+# or with --formats Q4_K_M's layout of random blocks (that machine has no llama.cpp quantizer).
+model_type=q4_0
+case "${1:-}" in --formats | --kquant-speed) model_type=q4_k_m-random-blocks ;; esac
+model=/tmp/tinyllama-$model_type.gguf
 python3 benches/peers.py --make-gguf "$model" --dim 2048 --layers 22 --heads 32 --kv-heads 4 \
-  --ffn 5632 --vocab 32000 --type q4_0 --make-only >"$OUT/make-model.txt" 2>&1 &
+  --ffn 5632 --vocab 32000 --type $model_type --make-only >"$OUT/make-model.txt" 2>&1 &
 maker=$!
 
 ldconfig -p | grep -c libvulkan.so.1 | sed 's/^/vulkan loaders: /'
@@ -146,7 +150,7 @@ peer_compare() {
   local bench=(-m "$model" -p "$pp" -n 128 -ngl 99 -r 3 -o json)
   local ours=(bench --model "$model" --prompt-tokens "$PEER_PROMPT_TOKENS" --decode-tokens 128
     --runs 1 --json) backends=(--backend wgpu --backend cuda)
-  for i in 1 2 3; do
+  for i in $(seq "${PEER_ROUNDS:-3}"); do
     peer_run "$i" llama.cpp-vulkan 150 $peer/llama-bench "${bench[@]}"
     peer_run "$i" webtensor 240 .dev/webtensor "${ours[@]}" "${backends[@]}"
     # One backend's failure fails the whole bench: keep wgpu's figures at least.
@@ -169,6 +173,12 @@ peer_compare() {
 peer_run() {
   local round=$1 who=$2 limit=$3
   shift 3
+  local left=$((DEADLINE - SECONDS))
+  if [ "$left" -lt 20 ]; then
+    echo "== skipped, ${left}s left: round $round, $who"
+    return 0
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
   echo "== round $round: $who (limit ${limit}s)"
   local start=$SECONDS rc
   local base=$PEER_RUNS/$who-$round
@@ -200,6 +210,56 @@ profile_and_compare() {
     done
   done
 }
+
+# --formats: llama.cpp's other GGUF formats (issue 41) on both backends: the conformance rows,
+# the engine on llama.cpp-written files against cpu, numpy and llama.cpp (--nocapture: each
+# mix's distances; cuda's again without CUDA graphs), then decode of a Q4_K_M-layout model
+# against llama.cpp's, in turns, as many rounds (up to three) as the deadline leaves, and where
+# wgpu's decode time goes on it.
+if [ "${1:-}" = --formats ]; then
+  step 100 .dev/conformance --test-threads 8 wgpu::
+  step 100 .dev/conformance --test-threads 8 cuda::
+  step 50 .dev/cuda_kernels
+  step 150 .dev/llama_cpp_agreement --test-threads 4 --nocapture
+  WEBTENSOR_CUDA_GRAPHS=off step 60 .dev/llama_cpp_agreement cuda_ --nocapture
+  PEER_PROMPT_TOKENS=4 peer_compare
+  WEBTENSOR_WGPU_PROFILE=1 step 60 .dev/webtensor bench --model "$model" --backend wgpu \
+    --prompt-tokens 4 --decode-tokens 32 --runs 1
+  exit 0
+fi
+
+# --agreement: the engine on llama.cpp-written files (llama_cpp_agreement.rs) on both backends
+# as found, then on wgpu with each adapter feature turned off in turn: which one a difference
+# from cpu follows.
+if [ "${1:-}" = --agreement ]; then
+  step 60 .dev/llama_cpp_agreement --test-threads 4 --nocapture
+  for feature in F16 SUBGROUPS INT_DOT ROW_TEAMS TILED_PREFILL; do
+    (
+      export "WEBTENSOR_WGPU_$feature=off"
+      step 40 .dev/llama_cpp_agreement wgpu_runs --nocapture
+    )
+  done
+  exit 0
+fi
+
+# --kquant-speed: the K-quant products' conformance on wgpu, where a Q4_K_M-layout decode
+# spends its GPU time, then .dev/webtensor-before's decode and this build's in turns.
+if [ "${1:-}" = --kquant-speed ]; then
+  step 60 .dev/conformance --test-threads 8 wgpu::kquant wgpu::llama_cpp_formats wgpu::norm
+  wait_for_model
+  WEBTENSOR_WGPU_PROFILE=1 step 40 .dev/webtensor bench --model "$model" --backend wgpu \
+    --prompt-tokens 4 --decode-tokens 32 --runs 1
+  for i in 1 2 3; do
+    for build in before after; do
+      bin=.dev/webtensor
+      [ $build = before ] && bin=.dev/webtensor-before
+      echo "== $build $i"
+      step 40 sh -c "$bin bench --model $model --backend wgpu --prompt-tokens 4 \
+        --decode-tokens 64 --runs 1 2>/dev/null | grep -E '^wgpu '"
+    done
+  done
+  exit 0
+fi
 
 # --peer: only the comparison with llama.cpp.
 if [ "${1:-}" = --peer ]; then

@@ -608,10 +608,11 @@ impl Encoder<'_> {
     }
 
     /// Rounds the f32 activations `a` of the product `p` describes to int8 `activations`
-    /// into `temp`, RMS-normed first with `norm`. Q8_0's chunks of 32 and Q8_K's super-blocks
-    /// of 256 are independent, one invocation each; a scale per row needs the row's largest
-    /// magnitude first, and a norm (CPU adapters only, Q8_0 and I8 only: [`folds_norm`]) the
-    /// row's mean square: one workgroup per row.
+    /// into `temp`, RMS-normed first with `norm`. Q8_0's chunks of 32 are independent, one
+    /// invocation each; Q8_K's super-blocks of 256 one workgroup each (its lanes share the
+    /// search for the largest magnitude); a scale per row needs the row's largest magnitude
+    /// first, and a norm (CPU adapters only, Q8_0 and I8 only: [`folds_norm`]) the row's mean
+    /// square: one workgroup per row.
     fn round_activations(
         &mut self,
         p: &QuantParams,
@@ -628,9 +629,7 @@ impl Encoder<'_> {
                 ("quantize_acts_blocks", (values / 32).div_ceil(WG as usize))
             }
             (None, Activations::I8) => ("quantize_acts_rows", m),
-            (None, Activations::Q8_K) => {
-                ("quantize_acts_super", (values / 256).div_ceil(WG as usize))
-            }
+            (None, Activations::Q8_K) => ("quantize_acts_super", values / 256),
             _ => {
                 return Err(Error::backend(
                     BackendKind::Wgpu,
