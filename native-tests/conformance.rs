@@ -532,6 +532,19 @@ fn quant_gguf_fixtures(dev: &Device) {
 /// `input` ([16, 256], `input.f32`) quantized to `format` is gguf-py's `{name}.bin` byte for
 /// byte, and those bytes dequantize to gguf-py's `{name}.f32` value for value.
 fn quantizes_like_gguf_py(dev: &Device, input: &[f32], name: &str, format: DType) {
+    let want = quantize_matches_gguf_py(dev, input, name, format);
+    let packed = Tensor::from_bytes(dev, format, want, [16, 256]).unwrap();
+    let values: Vec<f32> = ops::dequantize(&packed).unwrap().to_vec().unwrap();
+    assert_same_values(
+        &format!("dequantize {name} on {}", dev.backend_name()),
+        &values,
+        &f32s(&fixture(&format!("{name}.f32"))),
+    );
+}
+
+/// `input` ([16, 256], `input.f32`) quantized to `format` is gguf-py's `{name}.bin` byte for
+/// byte; returns those bytes.
+fn quantize_matches_gguf_py(dev: &Device, input: &[f32], name: &str, format: DType) -> Vec<u8> {
     let got = ops::quantize(&tensor(dev, input, &[16, 256]), format)
         .unwrap()
         .to_bytes()
@@ -547,13 +560,7 @@ fn quantizes_like_gguf_py(dev: &Device, input: &[f32], name: &str, format: DType
         );
     }
     assert_eq!(got.len(), want.len(), "quantize {name}: length");
-    let packed = Tensor::from_bytes(dev, format, want, [16, 256]).unwrap();
-    let values: Vec<f32> = ops::dequantize(&packed).unwrap().to_vec().unwrap();
-    assert_same_values(
-        &format!("dequantize {name} on {}", dev.backend_name()),
-        &values,
-        &f32s(&fixture(&format!("{name}.f32"))),
-    );
+    want
 }
 
 /// Every format on random rows of several shapes, and f16 at its edge cases, bit-exact against

@@ -9,7 +9,10 @@
 
 use super::common::{assert_close, random_blocks, reference, rng, tensor, uniform};
 use super::fused::{largest, normed_tolerance};
-use super::{assert_same_values, compare, f32s, fixture, quantizes_like_gguf_py, TOL};
+use super::{
+    assert_same_values, compare, f32s, fixture, quantize_matches_gguf_py, quantizes_like_gguf_py,
+    TOL,
+};
 use webtensor::ops::{self, Activations};
 use webtensor::{DType, Device, Error, Tensor};
 
@@ -70,12 +73,38 @@ fn refused(dev: &Device) {
     }
 }
 
-/// Dequantize matches gguf-py value for value on random blocks of every format (NaN, ±inf,
-/// −0 and subnormal scales included: their values are what GGUF's arithmetic gives), and
-/// quantize matches gguf-py byte for byte for the formats it quantizes.
+/// Quantize matches gguf-py byte for byte for the formats it quantizes (`Q4_1`, `Q5_0`,
+/// `Q5_1`) on every backend. On the host backends dequantize matches gguf-py value for value
+/// on random blocks of every format (NaN, ±inf, −0 and subnormal scales included: their values
+/// are what GGUF's arithmetic gives), and gguf-py's quantized bytes dequantize to its values;
+/// on the GPUs those bytes dequantize within 1e-6 of the largest value (a GPU may fuse
+/// `d·q + m` into one rounding; see `group_decoded_products`).
 pub fn llama_cpp_formats_gguf_fixtures(dev: &Device) {
+    refused(dev);
+    let input = f32s(&fixture("input.f32"));
+    let quantized = [
+        ("q4_1", DType::Q4_1),
+        ("q5_0", DType::Q5_0),
+        ("q5_1", DType::Q5_1),
+    ];
+    // Formats without a quantizer are a typed error, as is a row that is not whole blocks.
+    let x = tensor(dev, &input, &[16, 256]);
+    let e = ops::quantize(&x, DType::Q4_K).unwrap_err().to_string();
+    assert!(e.contains("cannot quantize to q4_k"), "{e}");
+    let ragged = Tensor::from_bytes(dev, DType::Q6_K, vec![0u8; 210], [2, 128]);
+    assert!(ragged.is_err(), "a Q6_K row of 128 values");
+    let ragged = ops::quantize(&tensor(dev, &input[..48], &[48]), DType::Q5_0);
+    assert!(ragged.is_err(), "a Q5_0 row of 48 values");
     if !on_host(dev) {
-        return refused(dev);
+        for (name, format) in quantized {
+            let bytes = quantize_matches_gguf_py(dev, &input, name, format);
+            let packed = Tensor::from_bytes(dev, format, bytes, [16, 256]).unwrap();
+            let got: Vec<f32> = ops::dequantize(&packed).unwrap().to_vec().unwrap();
+            let want = f32s(&fixture(&format!("{name}.f32")));
+            let what = format!("dequantize {name} on {}", dev.backend_name());
+            assert_close(&what, &got, &want, 1e-6);
+        }
+        return;
     }
     for (name, format) in LLAMA_CPP_FORMATS {
         let bytes = fixture(&format!("{name}.blocks.bin"));
@@ -88,22 +117,9 @@ pub fn llama_cpp_formats_gguf_fixtures(dev: &Device) {
             &f32s(&fixture(&format!("{name}.blocks.f32"))),
         );
     }
-    let input = f32s(&fixture("input.f32"));
-    for (name, format) in [
-        ("q4_1", DType::Q4_1),
-        ("q5_0", DType::Q5_0),
-        ("q5_1", DType::Q5_1),
-    ] {
+    for (name, format) in quantized {
         quantizes_like_gguf_py(dev, &input, name, format);
     }
-    // Formats without a quantizer are a typed error, as is a row that is not whole blocks.
-    let x = tensor(dev, &input, &[16, 256]);
-    let e = ops::quantize(&x, DType::Q4_K).unwrap_err().to_string();
-    assert!(e.contains("cannot quantize to q4_k"), "{e}");
-    let ragged = Tensor::from_bytes(dev, DType::Q6_K, vec![0u8; 210], [2, 128]);
-    assert!(ragged.is_err(), "a Q6_K row of 128 values");
-    let ragged = ops::quantize(&tensor(dev, &input[..48], &[48]), DType::Q5_0);
-    assert!(ragged.is_err(), "a Q5_0 row of 48 values");
 }
 
 /// Products with weights of each format against the reference (which multiplies the

@@ -229,7 +229,7 @@ def matmul(lib):
 
 # The kernels' format codes, from the generated prelude (src/backend/kernel_consts.rs).
 CODES = dict(re.findall(r"FMT_(\w+) = (\d+)u;", open(os.path.join(KERNELS, "formats.cuh")).read()))
-FORMATS = {name: int(CODES[name]) for name in ["F16", "Q8_0", "Q4_0", "TQ1_0", "TQ2_0"]}
+FORMATS = {name: int(CODES[name]) for name in ["F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "TQ1_0", "TQ2_0"]}
 
 
 def quant(lib):

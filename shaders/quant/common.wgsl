@@ -237,6 +237,9 @@ fn block_len() -> u32 {
         case FMT_F16: { return F16_BLOCK_LEN; }
         case FMT_Q8_0: { return Q8_0_BLOCK_LEN; }
         case FMT_Q4_0: { return Q4_0_BLOCK_LEN; }
+        case FMT_Q4_1: { return Q4_1_BLOCK_LEN; }
+        case FMT_Q5_0: { return Q5_0_BLOCK_LEN; }
+        case FMT_Q5_1: { return Q5_1_BLOCK_LEN; }
         case FMT_TQ1_0: { return TQ1_0_BLOCK_LEN; }
         case FMT_TQ2_0: { return TQ2_0_BLOCK_LEN; }
         default: { return TERNARY_PLANES_BLOCK_LEN; }
@@ -248,6 +251,9 @@ fn block_bytes() -> u32 {
         case FMT_F16: { return F16_BLOCK_BYTES; }
         case FMT_Q8_0: { return Q8_0_BLOCK_BYTES; }
         case FMT_Q4_0: { return Q4_0_BLOCK_BYTES; }
+        case FMT_Q4_1: { return Q4_1_BLOCK_BYTES; }
+        case FMT_Q5_0: { return Q5_0_BLOCK_BYTES; }
+        case FMT_Q5_1: { return Q5_1_BLOCK_BYTES; }
         case FMT_TQ1_0: { return TQ1_0_BLOCK_BYTES; }
         case FMT_TQ2_0: { return TQ2_0_BLOCK_BYTES; }
         default: { return TERNARY_PLANES_BLOCK_BYTES; }

@@ -55,12 +55,60 @@ fn encode_block(v0: u32, o: u32) {
             }
             put_half(o, f32_to_f16(d));
             for (var j = 0u; j < 16u; j = j + 1u) {
-                // Two roundings, as the reference: the product, then the sum.
-                let lo = bitcast<f32>(bitcast<u32>(input(v0 + j) * id) ^ p.zero) + 8.5;
-                let hi = bitcast<f32>(bitcast<u32>(input(v0 + j + 16u) * id) ^ p.zero) + 8.5;
-                let ql = u32(clamp(trunc(lo), 0.0, 15.0));
-                let qh = u32(clamp(trunc(hi), 0.0, 15.0));
+                let ql = level_of(input(v0 + j) * id, 8.5, 15.0);
+                let qh = level_of(input(v0 + j + 16u) * id, 8.5, 15.0);
                 put_byte(o + 2u + j, ql | (qh << 4u));
+            }
+        }
+        case FMT_Q5_0: {
+            var amax = 0.0;
+            var mx = 0.0;
+            for (var i = 0u; i < 32u; i = i + 1u) {
+                let v = input(v0 + i);
+                if (amax < abs(v)) {
+                    amax = abs(v);
+                    mx = v;
+                }
+            }
+            let d = mx * -0.0625;
+            var id = 0.0;
+            if (d != 0.0) {
+                id = sign(d) * div_rn(1.0, abs(d));
+            }
+            put_half(o, f32_to_f16(d));
+            var levels: array<u32, 32>;
+            for (var i = 0u; i < 32u; i = i + 1u) {
+                levels[i] = level_of(input(v0 + i) * id, 16.5, 31.0);
+            }
+            put_five_bits(&levels, o + 2u, o + 6u);
+        }
+        case FMT_Q4_1, FMT_Q5_1: {
+            // d = (max − min) / top, each value trunc((x − min) · (1/d) + 0.5), top 15 or 31.
+            let five = p.format == FMT_Q5_1;
+            let top = select(15.0, 31.0, five);
+            var hi = input(v0);
+            var lo = hi;
+            for (var i = 1u; i < 32u; i = i + 1u) {
+                hi = max(hi, input(v0 + i));
+                lo = min(lo, input(v0 + i));
+            }
+            let d = div_rn(hi - lo, top);
+            var id = 0.0;
+            if (d != 0.0) {
+                id = div_rn(1.0, d);
+            }
+            put_half(o, f32_to_f16(d));
+            put_half(o + 2u, f32_to_f16(lo));
+            var levels: array<u32, 32>;
+            for (var i = 0u; i < 32u; i = i + 1u) {
+                levels[i] = level_of((input(v0 + i) - lo) * id, 0.5, top);
+            }
+            if (five) {
+                put_five_bits(&levels, o + 4u, o + 8u);
+            } else {
+                for (var j = 0u; j < 16u; j = j + 1u) {
+                    put_byte(o + 4u + j, levels[j] | (levels[j + 16u] << 4u));
+                }
             }
         }
         default: {
@@ -74,6 +122,29 @@ fn encode_block(v0: u32, o: u32) {
             }
             encode_ternary(v0, o, amax, id);
         }
+    }
+}
+
+// The level trunc(scaled + offset) clamped to [0, top], the two roundings kept apart as the
+// reference keeps them (the product `scaled` is never fused into the add).
+fn level_of(scaled: f32, offset: f32, top: f32) -> u32 {
+    let sum = bitcast<f32>(bitcast<u32>(scaled) ^ p.zero) + offset;
+    return u32(clamp(trunc(sum), 0.0, top));
+}
+
+// 32 five-bit levels as Q5_0 and Q5_1 store them: the fifth bits as one little-endian word at
+// byte `qh`, the low four bits in 16 bytes at `qs` (value j low, value j + 16 high).
+fn put_five_bits(levels: ptr<function, array<u32, 32>>, qh: u32, qs: u32) {
+    var high = 0u;
+    for (var i = 0u; i < 32u; i = i + 1u) {
+        high = high | (((*levels)[i] >> 4u) << i);
+    }
+    put_byte(qh, high);
+    put_byte(qh + 1u, high >> 8u);
+    put_byte(qh + 2u, high >> 16u);
+    put_byte(qh + 3u, high >> 24u);
+    for (var j = 0u; j < 16u; j = j + 1u) {
+        put_byte(qs + j, ((*levels)[j] & 15u) | (((*levels)[j + 16u] & 15u) << 4u));
     }
 }
 

@@ -19,9 +19,11 @@ pub fn dot_q8(level: SimdLevel, aq: &[i8], ad: &[f32], wq: &[i8], wd: &[f32]) ->
         // SAFETY: Avx2/Avx512 are only selected after runtime detection of AVX2 and FMA, and
         // every load below is within the first `chunks · 32` elements of `aq` and `wq`.
         SimdLevel::Avx2 | SimdLevel::Avx512 => unsafe { x86::dot_q8(aq, ad, wq, wd, chunks) },
+        // Elsewhere the int8 sums of each chunk in the level's vectors (simd128, NEON); the
+        // activations go second, as `dot_i8` asks (they hold no −128; the weights may).
         _ => (0..chunks)
             .map(|c| {
-                let s = exact_scalar(&aq[32 * c..32 * c + 32], &wq[32 * c..32 * c + 32]);
+                let s = dot_i8(level, &wq[32 * c..32 * c + 32], &aq[32 * c..32 * c + 32]);
                 s as f32 * (ad[c] * wd[c])
             })
             .sum(),
@@ -92,6 +94,8 @@ pub fn dot_q_rows(
                 }
             }
         }
+        // Elsewhere each block's integers are unpacked and summed against the activations in
+        // the level's vectors (simd128, NEON), the activations second as `dot_i8` asks.
         _ => {
             let mut q = [0i8; 32];
             for i in 0..acts {
@@ -104,10 +108,10 @@ pub fn dot_q_rows(
                             if quant::has_offset_ints(format) {
                                 let (d, m) = quant::block_offset_ints(format, b, &mut q);
                                 let sum: i32 = a.iter().map(|&v| v as i32).sum();
-                                ad[c] * (d * exact_scalar(a, &q) as f32 + m * sum as f32)
+                                ad[c] * (d * dot_i8(level, &q, a) as f32 + m * sum as f32)
                             } else {
                                 let d = quant::block_ints(format, b, &mut q);
-                                exact_scalar(a, &q) as f32 * (ad[c] * d)
+                                dot_i8(level, &q, a) as f32 * (ad[c] * d)
                             }
                         })
                         .sum();
@@ -176,7 +180,8 @@ pub fn sums_of_16(aq: &[i8]) -> Vec<i32> {
 }
 
 /// `Σ a[i] · b[i]` over the common length, exactly (i32). `a` may hold any int8; `b` must
-/// not hold −128 (true of weights: ternary, `Q4_0`, and `Q8_0` as quantized).
+/// not hold −128 (true of rounded activations, which stay within ±127, and of weights:
+/// ternary, `Q4_0`, and `Q8_0` as quantized).
 pub fn dot_i8(level: SimdLevel, a: &[i8], b: &[i8]) -> i32 {
     let len = a.len().min(b.len());
     // The vector kernels' sum over the whole vectors `..whole`; the rest added plainly.

@@ -311,7 +311,7 @@ pub(super) fn cases() -> Vec<(OpSpec, Vec<HostData>)> {
     ));
     let (n, k) = (3, 512);
     for format in crate::backend::kernel_consts::PACKED_FORMATS.map(|f| f.dtype) {
-        if !decodes_groups(format) {
+        if super::launch::quant::QUANTIZES.contains(&format) {
             let spec = OpSpec::Quantize {
                 format,
                 rows: 2,

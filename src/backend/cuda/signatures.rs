@@ -379,7 +379,7 @@ fn mismatches_are_reported_with_kernel_position_and_types() {
 
 /// The launch code refuses with a typed error, launching nothing, what the kernels do not do:
 /// quantizing to a format the `quantize` kernel does not write (it would write another
-/// format's blocks), and `Q8_K` activations over rows that are not whole 256-value blocks, in
+/// format's blocks; it writes every format webtensor quantizes to), and `Q8_K` activations over rows that are not whole 256-value blocks, in
 /// the plain and the fused products.
 #[test]
 fn launches_the_kernels_cannot_run_are_refused_before_any_kernel() {
@@ -395,13 +395,23 @@ fn launches_the_kernels_cannot_run_are_refused_before_any_kernel() {
             other => panic!("{spec:?}: {other:?}"),
         }
     };
-    for format in [DType::Q4_1, DType::Q5_0, DType::Q5_1] {
+    // The kernel writes exactly the formats webtensor has a quantizer for.
+    let quantizers: Vec<DType> = crate::backend::kernel_consts::PACKED_FORMATS
+        .iter()
+        .map(|f| f.dtype)
+        .filter(|&f| crate::quant::can_quantize(f))
+        .collect();
+    for format in &quantizers {
+        assert!(super::launch::quant::QUANTIZES.contains(format), "{format}");
+    }
+    for format in [DType::Q4_K, DType::IQ4_NL] {
+        let len = format.block_len();
         let spec = OpSpec::Quantize {
             format,
             rows: 1,
-            cols: 64,
+            cols: len,
         };
-        let reason = refused(spec, &[(64, DType::F32)]);
+        let reason = refused(spec, &[(len, DType::F32)]);
         assert!(reason.contains(&format!("not {format}")), "{reason}");
     }
     let (m, n, k) = (1, 2, 96);

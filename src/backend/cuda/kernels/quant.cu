@@ -17,8 +17,17 @@ __device__ __forceinline__ void wt_write_f16(u8* p, float v) {
     p[1] = (u8)(h >> 8);
 }
 
+// 32 levels below 32 as Q5_0 and Q5_1 store them: the fifth bits as one little-endian word at
+// `qh`, the low four bits in 16 bytes at `qs` (value j low, value j + 16 high).
+__device__ __forceinline__ void wt_put_five_bits(const int* q, u8* qh, u8* qs) {
+    u32 high = 0;
+    for (u32 i = 0; i < 32u; ++i) high |= (u32)((q[i] >> 4) & 1) << i;
+    for (u32 b = 0; b < 4u; ++b) qh[b] = (u8)(high >> (8u * b));
+    for (u32 j = 0; j < 16u; ++j) qs[j] = (u8)((q[j] & 15) | ((q[j + 16] & 15) << 4));
+}
+
 // One thread per block (per value for F16): `blocks` blocks of `x` into `out`, for F16, Q8_0,
-// Q4_0 and the ternary formats (the launch refuses the others).
+// Q4_0, Q4_1, Q5_0, Q5_1 and the ternary formats (the launch refuses the others).
 extern "C" __global__ void quantize(u8* out, const float* x, u32 fmt, u32 blocks) {
     u64 b = wt_gid();
     if (b >= blocks) return;
@@ -56,6 +65,49 @@ extern "C" __global__ void quantize(u8* out, const float* x, u32 fmt, u32 blocks
             int lo = wt_sat_int(truncf(__fadd_rn(__fmul_rn(xb[j], id), 8.5f)), 0, 15);
             int hi = wt_sat_int(truncf(__fadd_rn(__fmul_rn(xb[j + 16], id), 8.5f)), 0, 15);
             o[2 + j] = (u8)(lo | (hi << 4));
+        }
+        return;
+    }
+    if (fmt == FMT_Q5_0) {
+        // d = m / −16 from the signed value of largest magnitude m, each value
+        // min(31, trunc(x · (1/d) + 16.5)).
+        float amax = 0.0f, max = 0.0f;
+        for (u32 i = 0; i < 32u; ++i) {
+            float a = fabsf(xb[i]);
+            if (amax < a) {
+                amax = a;
+                max = xb[i];
+            }
+        }
+        float d = __fdiv_rn(max, -16.0f);
+        float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+        int q[32];
+        for (u32 i = 0; i < 32u; ++i) q[i] = wt_sat_int(truncf(__fadd_rn(__fmul_rn(xb[i], id), 16.5f)), 0, 31);
+        wt_write_f16(o, d);
+        wt_put_five_bits(q, o + 2, o + 6);
+        return;
+    }
+    if (fmt == FMT_Q4_1 || fmt == FMT_Q5_1) {
+        // d = (max − min) / top, each value min(top, trunc((x − min) · (1/d) + 0.5)).
+        bool five = fmt == FMT_Q5_1;
+        float top = five ? 31.0f : 15.0f;
+        float hi = xb[0], lo = xb[0];
+        for (u32 i = 1; i < 32u; ++i) {
+            hi = fmaxf(hi, xb[i]);
+            lo = fminf(lo, xb[i]);
+        }
+        float d = __fdiv_rn(__fsub_rn(hi, lo), top);
+        float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+        int q[32];
+        for (u32 i = 0; i < 32u; ++i) {
+            q[i] = wt_sat_int(truncf(__fadd_rn(__fmul_rn(__fsub_rn(xb[i], lo), id), 0.5f)), 0, (int)top);
+        }
+        wt_write_f16(o, d);
+        wt_write_f16(o + 2, lo);
+        if (five) {
+            wt_put_five_bits(q, o + 4, o + 8);
+        } else {
+            for (u32 j = 0; j < 16u; ++j) o[4 + j] = (u8)(q[j] | (q[j + 16] << 4));
         }
         return;
     }

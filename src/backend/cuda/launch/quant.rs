@@ -14,11 +14,15 @@ const QM_ROWS: usize = 8;
 /// products' `WT_ACT_Q8_K`).
 pub(in crate::backend::cuda) const Q8_K_BLOCK: usize = 256;
 
-/// The formats the `quantize` kernel writes.
-const QUANTIZES: [DType; 6] = [
+/// The formats the `quantize` kernel writes: every format webtensor quantizes to
+/// (`crate::quant::can_quantize`).
+pub(in crate::backend::cuda) const QUANTIZES: [DType; 9] = [
     DType::F16,
     DType::Q8_0,
     DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
     DType::TQ1_0,
     DType::TQ2_0,
     DType::TernaryPlanes,
@@ -48,8 +52,8 @@ pub(in crate::backend::cuda) fn launch<L: Launcher>(c: &Call<'_, L>, spec: &OpSp
                 return Err(Error::invalid(
                     op,
                     format!(
-                        "the cuda quantize kernel writes f16, q8_0, q4_0 and the ternary \
-                         formats, not {format}"
+                        "the cuda quantize kernel writes f16, q8_0, q4_0, q4_1, q5_0, q5_1 and \
+                         the ternary formats, not {format}"
                     ),
                 ));
             }
