@@ -39,46 +39,20 @@ fn encode_block(v0: u32, o: u32) {
             }
         }
         case FMT_Q4_0: {
-            var amax = 0.0;
-            var mx = 0.0;
-            for (var i = 0u; i < 32u; i = i + 1u) {
-                let v = input(v0 + i);
-                if (amax < abs(v)) {
-                    amax = abs(v);
-                    mx = v;
-                }
-            }
-            let d = mx * -0.125;
-            var id = 0.0;
-            if (d != 0.0) {
-                id = sign(d) * div_rn(1.0, abs(d));
-            }
-            put_half(o, f32_to_f16(d));
+            let s = symmetric_scale(v0, -0.125);
+            put_half(o, f32_to_f16(s.x));
             for (var j = 0u; j < 16u; j = j + 1u) {
-                let ql = level_of(input(v0 + j) * id, 8.5, 15.0);
-                let qh = level_of(input(v0 + j + 16u) * id, 8.5, 15.0);
+                let ql = level_of(input(v0 + j) * s.y, 8.5, 15.0);
+                let qh = level_of(input(v0 + j + 16u) * s.y, 8.5, 15.0);
                 put_byte(o + 2u + j, ql | (qh << 4u));
             }
         }
         case FMT_Q5_0: {
-            var amax = 0.0;
-            var mx = 0.0;
-            for (var i = 0u; i < 32u; i = i + 1u) {
-                let v = input(v0 + i);
-                if (amax < abs(v)) {
-                    amax = abs(v);
-                    mx = v;
-                }
-            }
-            let d = mx * -0.0625;
-            var id = 0.0;
-            if (d != 0.0) {
-                id = sign(d) * div_rn(1.0, abs(d));
-            }
-            put_half(o, f32_to_f16(d));
+            let s = symmetric_scale(v0, -0.0625);
+            put_half(o, f32_to_f16(s.x));
             var levels: array<u32, 32>;
             for (var i = 0u; i < 32u; i = i + 1u) {
-                levels[i] = level_of(input(v0 + i) * id, 16.5, 31.0);
+                levels[i] = level_of(input(v0 + i) * s.y, 16.5, 31.0);
             }
             put_five_bits(&levels, o + 2u, o + 6u);
         }
@@ -123,6 +97,27 @@ fn encode_block(v0: u32, o: u32) {
             encode_ternary(v0, o, amax, id);
         }
     }
+}
+
+// Q4_0's and Q5_0's scale of the 32 values from input[v0]: d = m · step (step −1/8 or −1/16,
+// exact as the reference's division by −8 or −16) from the signed value of largest magnitude m
+// (the first of equal magnitudes), and 1/d correctly rounded (0 where d is 0), as (d, 1/d).
+fn symmetric_scale(v0: u32, step: f32) -> vec2<f32> {
+    var amax = 0.0;
+    var mx = 0.0;
+    for (var i = 0u; i < 32u; i = i + 1u) {
+        let v = input(v0 + i);
+        if (amax < abs(v)) {
+            amax = abs(v);
+            mx = v;
+        }
+    }
+    let d = mx * step;
+    var id = 0.0;
+    if (d != 0.0) {
+        id = sign(d) * div_rn(1.0, abs(d));
+    }
+    return vec2<f32>(d, id);
 }
 
 // The level trunc(scaled + offset) clamped to [0, top], the two roundings kept apart as the

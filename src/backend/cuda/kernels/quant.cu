@@ -17,6 +17,26 @@ __device__ __forceinline__ void wt_write_f16(u8* p, float v) {
     p[1] = (u8)(h >> 8);
 }
 
+// Q4_0's and Q5_0's scale of the 32 values `x`: d = m / divisor (−8 or −16) from the signed
+// value of largest magnitude m (the first of equal magnitudes), and id = 1/d (0 where d is 0).
+__device__ __forceinline__ void wt_symmetric_scale(const float* x, float divisor, float* d, float* id) {
+    float amax = 0.0f, max = 0.0f;
+    for (u32 i = 0; i < 32u; ++i) {
+        float a = fabsf(x[i]);
+        if (amax < a) {
+            amax = a;
+            max = x[i];
+        }
+    }
+    *d = __fdiv_rn(max, divisor);
+    *id = *d != 0.0f ? __fdiv_rn(1.0f, *d) : 0.0f;
+}
+
+// The level min(top, trunc(x · id + offset)) (0 for NaN), each rounding apart.
+__device__ __forceinline__ int wt_level(float x, float id, float offset, int top) {
+    return wt_sat_int(truncf(__fadd_rn(__fmul_rn(x, id), offset)), 0, top);
+}
+
 // 32 levels below 32 as Q5_0 and Q5_1 store them: the fifth bits as one little-endian word at
 // `qh`, the low four bits in 16 bytes at `qs` (value j low, value j + 16 high).
 __device__ __forceinline__ void wt_put_five_bits(const int* q, u8* qh, u8* qs) {
@@ -50,39 +70,21 @@ extern "C" __global__ void quantize(u8* out, const float* x, u32 fmt, u32 blocks
         return;
     }
     if (fmt == FMT_Q4_0) {
-        float amax = 0.0f, max = 0.0f;
-        for (u32 i = 0; i < 32u; ++i) {
-            float a = fabsf(xb[i]);
-            if (amax < a) {
-                amax = a;
-                max = xb[i];
-            }
-        }
-        float d = __fdiv_rn(max, -8.0f);
-        float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+        float d, id;
+        wt_symmetric_scale(xb, -8.0f, &d, &id);
         wt_write_f16(o, d);
         for (u32 j = 0; j < 16u; ++j) {
-            int lo = wt_sat_int(truncf(__fadd_rn(__fmul_rn(xb[j], id), 8.5f)), 0, 15);
-            int hi = wt_sat_int(truncf(__fadd_rn(__fmul_rn(xb[j + 16], id), 8.5f)), 0, 15);
+            int lo = wt_level(xb[j], id, 8.5f, 15);
+            int hi = wt_level(xb[j + 16], id, 8.5f, 15);
             o[2 + j] = (u8)(lo | (hi << 4));
         }
         return;
     }
     if (fmt == FMT_Q5_0) {
-        // d = m / −16 from the signed value of largest magnitude m, each value
-        // min(31, trunc(x · (1/d) + 16.5)).
-        float amax = 0.0f, max = 0.0f;
-        for (u32 i = 0; i < 32u; ++i) {
-            float a = fabsf(xb[i]);
-            if (amax < a) {
-                amax = a;
-                max = xb[i];
-            }
-        }
-        float d = __fdiv_rn(max, -16.0f);
-        float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+        float d, id;
+        wt_symmetric_scale(xb, -16.0f, &d, &id);
         int q[32];
-        for (u32 i = 0; i < 32u; ++i) q[i] = wt_sat_int(truncf(__fadd_rn(__fmul_rn(xb[i], id), 16.5f)), 0, 31);
+        for (u32 i = 0; i < 32u; ++i) q[i] = wt_level(xb[i], id, 16.5f, 31);
         wt_write_f16(o, d);
         wt_put_five_bits(q, o + 2, o + 6);
         return;
@@ -100,7 +102,7 @@ extern "C" __global__ void quantize(u8* out, const float* x, u32 fmt, u32 blocks
         float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
         int q[32];
         for (u32 i = 0; i < 32u; ++i) {
-            q[i] = wt_sat_int(truncf(__fadd_rn(__fmul_rn(__fsub_rn(xb[i], lo), id), 0.5f)), 0, (int)top);
+            q[i] = wt_level(__fsub_rn(xb[i], lo), id, 0.5f, (int)top);
         }
         wt_write_f16(o, d);
         wt_write_f16(o + 2, lo);
