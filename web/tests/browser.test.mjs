@@ -8,7 +8,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { ARTIFACTS, IN_CI, ROOT, launch, startServer } from "./harness.mjs";
+import { ARTIFACTS, IN_CI, ROOT, withBrowser, startServer } from "./harness.mjs";
 
 let server;
 before(async () => {
@@ -30,8 +30,7 @@ async function webgpuReason(page, t) {
 }
 
 async function conformance(t, backend) {
-  const browser = await launch({ webgpu: true });
-  try {
+  await withBrowser({ webgpu: true }, async (browser) => {
     if (backend === "wgpu" && (await webgpuReason(browser.page, t))) return;
     await browser.page.goto(`${server.url}tests/blank.html`);
     const result = await browser.page.evaluate(async (b) => (await import("/tests/conformance-cases.js")).run(b), backend);
@@ -39,12 +38,7 @@ async function conformance(t, backend) {
     assert.equal(result.backend, backend);
     assert.ok(result.cases > 150, `only ${result.cases} cases ran`);
     assert.deepEqual(result.failures, [], result.failures.slice(0, 20).join("\n"));
-  } catch (e) {
-    console.error(browser.logs.join("\n"));
-    throw e;
-  } finally {
-    await browser.close();
-  }
+  });
 }
 
 test("conformance subset on WebGPU (SwiftShader) against the reference", { timeout: 300_000 }, (t) => conformance(t, "wgpu"));
@@ -52,8 +46,7 @@ test("conformance subset on WebGPU (SwiftShader) against the reference", { timeo
 test("conformance subset on the cpu backend (wasm simd128) against the reference", { timeout: 300_000 }, (t) => conformance(t, "cpu"));
 
 test("models load from a picked folder and from URLs, with typed errors", { timeout: 300_000 }, async () => {
-  const browser = await launch({ webgpu: false });
-  try {
+  await withBrowser({ webgpu: false }, async (browser) => {
     await browser.page.goto(`${server.url}tests/blank.html`);
     const r = await browser.page.evaluate(async () => {
       const wt = await import("/pkg/webtensor.js");
@@ -113,12 +106,7 @@ test("models load from a picked folder and from URLs, with typed errors", { time
     assert.match(r.notGguf, /tiny-kjv\/model\.safetensors/);
     assert.match(r.badOptions, /temperature/);
     assert.match(r.unknownBackend, /tpu/);
-  } catch (e) {
-    console.error(browser.logs.join("\n"));
-    throw e;
-  } finally {
-    await browser.close();
-  }
+  });
 });
 
 /// RMS distance between two equal-length arrays.
@@ -131,9 +119,8 @@ test("GGUF files from llama.cpp's quantizer (Q4_K_M with Q6_K, IQ4_NL) give llam
     return Array.from(new Float32Array(b.buffer, b.byteOffset, b.length / 4));
   };
   for (const backend of ["cpu", "wgpu"]) {
-    const browser = await launch({ webgpu: true });
-    try {
-      if (backend === "wgpu" && (await webgpuReason(browser.page, t))) continue;
+    await withBrowser({ webgpu: true }, async (browser) => {
+      if (backend === "wgpu" && (await webgpuReason(browser.page, t))) return;
       await browser.page.goto(`${server.url}tests/blank.html`);
       for (const mix of ["q4_k_m", "iq4_nl"]) {
         const file = `tiny.${mix}.gguf`;
@@ -160,12 +147,7 @@ test("GGUF files from llama.cpp's quantizer (Q4_K_M with Q6_K, IQ4_NL) give llam
         assert.ok(spread > 0 && err <= 1.5 * spread, `${file} on ${backend}: ${err} from llama.cpp's logits, bound ${1.5 * spread}`);
         assert.match(r.noText, /no tokenizer/);
       }
-    } catch (e) {
-      console.error(browser.logs.join("\n"));
-      throw e;
-    } finally {
-      await browser.close();
-    }
+    });
   }
 });
 
@@ -177,8 +159,7 @@ test("K-quant files on the wasm cpu: the simd128 kernels give the scalar path's 
   // dots) may differ between levels by an ulp, within their tolerance, and past four tokens of
   // these files such a difference can move an int8 rounding of the next layer.
   const dir = path.join(ROOT, "native-tests/fixtures/llama_cpp_kquants");
-  const browser = await launch({ webgpu: false });
-  try {
+  await withBrowser({ webgpu: false }, async (browser) => {
     await browser.page.goto(`${server.url}tests/blank.html`);
     for (const mix of ["q4_k_m", "q5_k_m", "q3_k_m"]) {
       const file = `tiny.${mix}.gguf`;
@@ -208,17 +189,11 @@ test("K-quant files on the wasm cpu: the simd128 kernels give the scalar path's 
       });
       t.diagnostic(`${file}: the logits of 1 to 4 tokens identical on simd128 and scalar`);
     }
-  } catch (e) {
-    console.error(browser.logs.join("\n"));
-    throw e;
-  } finally {
-    await browser.close();
-  }
+  });
 });
 
 test("Model.chat renders the model's chat template (ChatML without one) and takes turns", { timeout: 300_000 }, async () => {
-  const browser = await launch({ webgpu: false });
-  try {
+  await withBrowser({ webgpu: false }, async (browser) => {
     await browser.page.goto(`${server.url}tests/blank.html`);
     const r = await browser.page.evaluate(async () => {
       const wt = await import("/pkg/webtensor.js");
@@ -276,12 +251,7 @@ test("Model.chat renders the model's chat template (ChatML without one) and take
     assert.equal(r.chatml + 1, r.chatmlText);
     assert.ok(r.chatml > r.plainText, `${r.chatml} ≤ ${r.plainText}`);
     assert.match(r.badMessages, /messages/);
-  } catch (e) {
-    console.error(browser.logs.join("\n"));
-    throw e;
-  } finally {
-    await browser.close();
-  }
+  });
 });
 
 /// Loads the demo, waits for the built-in model, generates, and returns the page's text.
@@ -300,8 +270,7 @@ async function generateOnDemo(page, query, maxTokens) {
 }
 
 test("the demo generates with the built-in model on WebGPU and can be stopped", { timeout: 400_000 }, async (t) => {
-  const browser = await launch({ webgpu: true });
-  try {
+  await withBrowser({ webgpu: true }, async (browser) => {
     if (await webgpuReason(browser.page, t)) return;
     const { page } = browser;
     const r = await generateOnDemo(page, "?backend=wgpu", 40);
@@ -318,12 +287,7 @@ test("the demo generates with the built-in model on WebGPU and can be stopped", 
     await page.click("#stop");
     await page.waitForSelector("body[data-state=done]", { timeout: 120_000 });
     assert.match(await page.textContent("#gen-stats"), /\(stopped\)/);
-  } catch (e) {
-    console.error(browser.logs.join("\n"));
-    throw e;
-  } finally {
-    await browser.close();
-  }
+  });
 });
 
 // 200 tokens: a cache of about 204 columns, past the 64 where attention on a CPU adapter
@@ -331,8 +295,7 @@ test("the demo generates with the built-in model on WebGPU and can be stopped", 
 // Chromium's own shader compiler (Tint, not the naga of the native tests); each decode step
 // after the first is a replay of the first with more keys.
 test("a long greedy generation on WebGPU (attention split over its keys) gives the cpu backend's text", { timeout: 300_000 }, async (t) => {
-  const browser = await launch({ webgpu: true });
-  try {
+  await withBrowser({ webgpu: true }, async (browser) => {
     if (await webgpuReason(browser.page, t)) return;
     const r = await browser.page.evaluate(async () => {
       const wt = await import("/pkg/webtensor.js");
@@ -347,17 +310,11 @@ test("a long greedy generation on WebGPU (attention split over its keys) gives t
     });
     assert.equal(r.wgpu.generated, 200);
     assert.equal(r.wgpu.text, r.cpu.text);
-  } catch (e) {
-    console.error(browser.logs.join("\n"));
-    throw e;
-  } finally {
-    await browser.close();
-  }
+  });
 });
 
 test("without WebGPU the demo says it fell back to cpu and still generates", { timeout: 300_000 }, async (t) => {
-  const browser = await launch({ webgpu: false });
-  try {
+  await withBrowser({ webgpu: false }, async (browser) => {
     const r = await generateOnDemo(browser.page, "", 30);
     t.diagnostic(`${r.status} | ${r.stats}`);
     assert.match(r.status, /WebGPU is not available, so this page fell back to the cpu backend/);
@@ -365,17 +322,11 @@ test("without WebGPU the demo says it fell back to cpu and still generates", { t
     assert.ok(r.output.length > r.prompt.length + 10, `output: ${r.output}`);
     assert.match(r.stats, /on cpu/);
     await browser.page.screenshot({ path: path.join(ARTIFACTS, "demo-fallback.png"), fullPage: true });
-  } catch (e) {
-    console.error(browser.logs.join("\n"));
-    throw e;
-  } finally {
-    await browser.close();
-  }
+  });
 });
 
 test("the benchmark tab times ops on WebGPU and cpu and downloads the report", { timeout: 600_000 }, async (t) => {
-  const browser = await launch({ webgpu: true });
-  try {
+  await withBrowser({ webgpu: true }, async (browser) => {
     if (await webgpuReason(browser.page, t)) return;
     const { page } = browser;
     await page.goto(`${server.url}?backend=wgpu`);
@@ -397,10 +348,5 @@ test("the benchmark tab times ops on WebGPU and cpu and downloads the report", {
     }
     assert.equal(await page.locator("#bench-chart svg rect").count(), report.rows.length);
     await page.screenshot({ path: path.join(ARTIFACTS, "bench.png"), fullPage: true });
-  } catch (e) {
-    console.error(browser.logs.join("\n"));
-    throw e;
-  } finally {
-    await browser.close();
-  }
+  });
 });

@@ -6,7 +6,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync, statSync } from "node:fs";
 import path from "node:path";
-import { IN_CI, ROOT, launch, startServer } from "./harness.mjs";
+import { IN_CI, ROOT, withBrowser, startServer } from "./harness.mjs";
 
 let server;
 before(async () => {
@@ -17,9 +17,8 @@ after(() => server?.stop());
 const FIXTURE = path.join(ROOT, "native-tests/fixtures/gguf/llama31.q8_0.gguf");
 
 test("a model fetched by URL is cached: the second visit loads it without a download", { timeout: 300_000 }, async () => {
-  const browser = await launch({ webgpu: false });
-  const { page } = browser;
-  try {
+  await withBrowser({ webgpu: false }, async (browser) => {
+    const { page } = browser;
     // Whole-file requests (downloads), apart from the Range requests that size a model first.
     let downloads = 0;
     let headers = 0;
@@ -74,12 +73,7 @@ test("a model fetched by URL is cached: the second visit loads it without a down
     });
     assert.match(notModel.error, /config\.json/);
     assert.deepEqual(notModel.cached.filter((u) => u.endsWith("config.json")), []);
-  } catch (e) {
-    console.error(browser.logs.join("\n"));
-    throw e;
-  } finally {
-    await browser.close();
-  }
+  });
 });
 
 /// A GGUF header (version 3, no metadata) declaring one f32 tensor of `shape` (row-major).
@@ -103,9 +97,8 @@ function ggufHeader(name, shape) {
 }
 
 test("a model too large for the page is refused with a typed error before its download", { timeout: 300_000 }, async () => {
-  const browser = await launch({ webgpu: false });
-  const { page } = browser;
-  try {
+  await withBrowser({ webgpu: false }, async (browser) => {
+    const { page } = browser;
     // A 2.7 GB embedding table (5.4 GB of page memory on the cpu backend, beyond wasm32's
     // 4 GiB): its header alone, answered to the Range request, with the
     // whole file's size in Content-Range; any other request is a download.
@@ -147,18 +140,12 @@ test("a model too large for the page is refused with a typed error before its do
     assert.equal(r.refused.estimate.largestTensor, "token_embd.weight");
     assert.equal(r.refused.estimate.largestTensorBytes, 131072 * 5120 * 4);
     assert.equal(downloads, 0, "the model was downloaded before it was refused");
-  } catch (e) {
-    console.error(browser.logs.join("\n"));
-    throw e;
-  } finally {
-    await browser.close();
-  }
+  });
 });
 
 test("the WebGPU adapter is named from the browser's GPUAdapterInfo", { timeout: 300_000 }, async (t) => {
-  const browser = await launch({ webgpu: true });
-  const { page } = browser;
-  try {
+  await withBrowser({ webgpu: true }, async (browser) => {
+    const { page } = browser;
     await page.goto(`${server.url}tests/blank.html`);
     const r = await page.evaluate(async () => {
       const wt = await import("/pkg/webtensor.js");
@@ -187,10 +174,5 @@ test("the WebGPU adapter is named from the browser's GPUAdapterInfo", { timeout:
     assert.equal(r.benchName, expected);
     assert.equal(r.rowDevice, expected);
     for (const reason of r.reasons) assert.doesNotMatch(reason, /\( is|\(\)/, reason);
-  } catch (e) {
-    console.error(browser.logs.join("\n"));
-    throw e;
-  } finally {
-    await browser.close();
-  }
+  });
 });

@@ -8,7 +8,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import path from "node:path";
-import { ARTIFACTS, IN_CI, ROOT, launch, startServer } from "./harness.mjs";
+import { ARTIFACTS, IN_CI, ROOT, withBrowser, startServer } from "./harness.mjs";
 
 let server;
 before(async () => {
@@ -59,8 +59,7 @@ function assertRanFixture(r, backend) {
 }
 
 test("the demo loads a Q4_K_M GGUF file and generates llama.cpp's greedy text on WebGPU", { timeout: 400_000 }, async (t) => {
-  const browser = await launch({ webgpu: true });
-  try {
+  await withBrowser({ webgpu: true }, async (browser) => {
     const r = await generateWithFixture(browser.page, "?backend=wgpu");
     if (!/Backend: wgpu/.test(r.backend)) {
       if (IN_CI) assert.fail(`CI needs a WebGPU adapter (SwiftShader): ${r.backend}`);
@@ -69,25 +68,14 @@ test("the demo loads a Q4_K_M GGUF file and generates llama.cpp's greedy text on
     t.diagnostic(`${r.model} | ${r.stats}`);
     assertRanFixture(r, "wgpu");
     await browser.page.screenshot({ path: path.join(ARTIFACTS, "demo-q4_k_m.png"), fullPage: true });
-  } catch (e) {
-    console.error(browser.logs.join("\n"));
-    throw e;
-  } finally {
-    await browser.close();
-  }
+  });
 });
 
 test("without WebGPU the demo runs the Q4_K_M GGUF file on cpu with llama.cpp's greedy text", { timeout: 300_000 }, async (t) => {
-  const browser = await launch({ webgpu: false });
-  try {
+  await withBrowser({ webgpu: false }, async (browser) => {
     const r = await generateWithFixture(browser.page);
     t.diagnostic(`${r.model} | ${r.stats}`);
     assert.match(r.backend, /fell back to the cpu backend/);
     assertRanFixture(r, "cpu");
-  } catch (e) {
-    console.error(browser.logs.join("\n"));
-    throw e;
-  } finally {
-    await browser.close();
-  }
+  });
 });

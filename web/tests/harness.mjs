@@ -100,3 +100,17 @@ export async function launch({ webgpu, extraFlags = [] }) {
     },
   };
 }
+
+/// Runs `body(browser)` in a browser from `launch(options)` and returns what it returns. If the
+/// body throws, the page's console lines go to stderr first; the browser closes either way.
+export async function withBrowser(options, body) {
+  const browser = await launch(options);
+  try {
+    return await body(browser);
+  } catch (e) {
+    console.error(browser.logs.join("\n"));
+    throw e;
+  } finally {
+    await browser.close();
+  }
+}

@@ -7,7 +7,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import path from "node:path";
-import { ROOT, launch, startServer } from "./harness.mjs";
+import { ROOT, withBrowser, startServer } from "./harness.mjs";
 
 let server;
 before(async () => {
@@ -20,19 +20,13 @@ const GGUF = path.join(ROOT, "native-tests/fixtures/gguf/llama31.q8_0.gguf");
 
 /// Runs `fn` in a blank test page (cross-origin isolated) and returns its result.
 async function inPage(fn, arg) {
-  const browser = await launch({ webgpu: false });
-  try {
+  return await withBrowser({ webgpu: false }, async (browser) => {
     await browser.page.route("**/tests/models/abort.gguf", (route) =>
       route.fulfill({ status: 200, contentType: "application/octet-stream", body: readFileSync(GGUF) }),
     );
     await browser.page.goto(`${server.url}tests/blank.html`);
     return await browser.page.evaluate(fn, arg);
-  } catch (e) {
-    console.error(browser.logs.join("\n"));
-    throw e;
-  } finally {
-    await browser.close();
-  }
+  });
 }
 
 const LONG_PROMPT = "And God said, Let there be light: and there was light. ".repeat(12);
@@ -173,8 +167,7 @@ test("createWorkerModel loads and generates in a Web Worker with the same API", 
 });
 
 test("the demo loads and generates in a Web Worker", { timeout: 300_000 }, async () => {
-  const browser = await launch({ webgpu: false });
-  try {
+  await withBrowser({ webgpu: false }, async (browser) => {
     const { page } = browser;
     await page.goto(server.url);
     await page.waitForSelector("body[data-state=ready]", { timeout: 180_000 });
@@ -187,10 +180,5 @@ test("the demo loads and generates in a Web Worker", { timeout: 300_000 }, async
     await page.click("#stop");
     await page.waitForSelector("body[data-state=done]", { timeout: 120_000 });
     assert.match(await page.textContent("#gen-stats"), /\(stopped\)/);
-  } catch (e) {
-    console.error(browser.logs.join("\n"));
-    throw e;
-  } finally {
-    await browser.close();
-  }
+  });
 });

@@ -5,7 +5,7 @@
 // split across the pool (parallel.rs fans out above 16K element-copies).
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { launch, startServer } from "./harness.mjs";
+import { withBrowser, startServer } from "./harness.mjs";
 
 let server;
 before(async () => {
@@ -18,8 +18,7 @@ const PROMPT = "And God said, Let there be light: and there was light. ".repeat(
 /// Loads webtensor through load.js with `threads` on `page` (blank.html: isolated; plain.html:
 /// not), and generates greedily and sampled (seeded) on the page and in a worker model.
 async function generateOn(pageName, threads) {
-  const browser = await launch({ webgpu: false });
-  try {
+  return await withBrowser({ webgpu: false }, async (browser) => {
     await browser.page.goto(`${server.url}tests/${pageName}`);
     return await browser.page.evaluate(
       async ({ prompt, threads }) => {
@@ -55,12 +54,7 @@ async function generateOn(pageName, threads) {
       },
       { prompt: PROMPT, threads },
     );
-  } catch (e) {
-    console.error(browser.logs.join("\n"));
-    throw e;
-  } finally {
-    await browser.close();
-  }
+  });
 }
 
 test("threads on an isolated page, the one-thread build without isolation: the same tokens", { timeout: 600_000 }, async () => {
