@@ -193,7 +193,7 @@ peer_run() {
 
 # Where wgpu's decode time goes, per kernel (GPU timestamps), with int8 and f32 activations;
 # then, where .dev/webtensor-before holds an earlier build, its decode and this one's take
-# turns, three times each.
+# turns, three times each (each run a step, so the deadline holds).
 profile_and_compare() {
   for acts in int f32; do
     WEBTENSOR_WGPU_PROFILE=1 step 120 .dev/webtensor bench --model "$model" --backend wgpu \
@@ -205,8 +205,8 @@ profile_and_compare() {
       bin=.dev/webtensor
       [ $build = before ] && bin=.dev/webtensor-before
       echo "== $build $i"
-      timeout 120 $bin bench --model "$model" --backend cuda --backend wgpu --prompt-tokens 4 \
-        --decode-tokens 64 --runs 1 2>/dev/null | grep -E '^(cuda|wgpu) '
+      step 120 sh -c "$bin bench --model $model --backend cuda --backend wgpu --prompt-tokens 4 \
+        --decode-tokens 64 --runs 1 2>/dev/null | grep -E '^(cuda|wgpu) '"
     done
   done
 }
@@ -242,22 +242,12 @@ if [ "${1:-}" = --agreement ]; then
   exit 0
 fi
 
-# --kquant-speed: the K-quant products' conformance on wgpu, where a Q4_K_M-layout decode
-# spends its GPU time, then .dev/webtensor-before's decode and this build's in turns.
+# --kquant-speed: the K-quant products' conformance on wgpu, then on a Q4_K_M-layout model where
+# wgpu's decode time goes and .dev/webtensor-before's decode against this build's, in turns.
 if [ "${1:-}" = --kquant-speed ]; then
   step 60 .dev/conformance --test-threads 8 wgpu::kquant wgpu::llama_cpp_formats wgpu::norm
   wait_for_model
-  WEBTENSOR_WGPU_PROFILE=1 step 40 .dev/webtensor bench --model "$model" --backend wgpu \
-    --prompt-tokens 4 --decode-tokens 32 --runs 1
-  for i in 1 2 3; do
-    for build in before after; do
-      bin=.dev/webtensor
-      [ $build = before ] && bin=.dev/webtensor-before
-      echo "== $build $i"
-      step 40 sh -c "$bin bench --model $model --backend wgpu --prompt-tokens 4 \
-        --decode-tokens 64 --runs 1 2>/dev/null | grep -E '^wgpu '"
-    done
-  done
+  profile_and_compare
   exit 0
 fi
 
