@@ -219,6 +219,7 @@ def make_gguf(path, dim=None, layers=None, ffn=None, heads=None, kv_heads=None, 
     qtypes = {"f32": (gguf.LlamaFileType.ALL_F32, gguf.GGMLQuantizationType.F32),
               "q8_0": (gguf.LlamaFileType.MOSTLY_Q8_0, gguf.GGMLQuantizationType.Q8_0),
               "q4_0": (gguf.LlamaFileType.MOSTLY_Q4_0, gguf.GGMLQuantizationType.Q4_0),
+              "bf16": (gguf.LlamaFileType.MOSTLY_BF16, gguf.GGMLQuantizationType.BF16),
               RANDOM_BLOCK_MIX: (gguf.LlamaFileType.MOSTLY_Q4_K_M, gguf.GGMLQuantizationType.Q4_K)}
     file_type, matrix_type = qtypes[qtype]
     w.add_file_type(file_type)
@@ -376,7 +377,7 @@ def main():
     ap.add_argument("--heads", type=int, help="with --dim: attention heads (default dim / 32)")
     ap.add_argument("--kv-heads", type=int, help="with --dim: key/value heads (default heads / 2)")
     ap.add_argument("--vocab", type=int, help="with --dim: vocabulary size (default 512)")
-    ap.add_argument("--type", default="f32", choices=["f32", "q8_0", "q4_0", RANDOM_BLOCK_MIX] + LLAMA_CPP_MIXES,
+    ap.add_argument("--type", default="f32", choices=["f32", "q8_0", "q4_0", "bf16", RANDOM_BLOCK_MIX] + LLAMA_CPP_MIXES,
                     help="with --make-gguf: the matrices' format (the llama.cpp mixes need "
                          "llama-cpp-python)")
     ap.add_argument("--make-only", action="store_true", help="write the GGUF and stop")

@@ -24,7 +24,8 @@ mod fused;
 
 use common::{assert_close, reference, rng, tensor, uniform};
 use formats::{
-    kquant_products, legacy_products, llama_cpp_formats_gguf_fixtures, llama_cpp_formats_qmatmul,
+    bf16_products, kquant_products, legacy_products, llama_cpp_formats_gguf_fixtures,
+    llama_cpp_formats_qmatmul,
 };
 use fused::{
     linear_residual, norm_linear, norm_linear_into, norm_linear_rope, norm_linears_into,
@@ -1581,7 +1582,7 @@ macro_rules! matrix {
 variant!(
     wgpu_f16_off,
     wgpu_variant(|o| o.wgpu.shader_f16 = false, &[], &["shader_f16"]),
-    [qmatmul, kquant_products, legacy_products]
+    [qmatmul, kquant_products, legacy_products, bf16_products]
 );
 
 // The int8-activation decode products with `idot4` written out, for platforms without WGSL's
@@ -1628,6 +1629,7 @@ variant!(
         qmatmul,
         kquant_products,
         legacy_products,
+        bf16_products,
         matmul,
         linear_residual,
         swiglu_linear,
@@ -1652,7 +1654,13 @@ variant!(
         &["row_teams"],
         &["subgroups"]
     ),
-    [qmatmul, kquant_products, legacy_products, matmul]
+    [
+        qmatmul,
+        kquant_products,
+        legacy_products,
+        bf16_products,
+        matmul
+    ]
 );
 
 // Row teams with prefill products through the row-dot kernel instead of the tiles.
@@ -1666,7 +1674,13 @@ variant!(
         &["row_teams"],
         &["tiled_prefill"]
     ),
-    [qmatmul, kquant_products, legacy_products, linear_residual]
+    [
+        qmatmul,
+        kquant_products,
+        legacy_products,
+        bf16_products,
+        linear_residual
+    ]
 );
 
 matrix!(
@@ -1688,6 +1702,7 @@ matrix!(
     llama_cpp_formats_qmatmul,
     kquant_products,
     legacy_products,
+    bf16_products,
     qmatmul,
     ternary_dot,
     linear_scan,

@@ -9,7 +9,8 @@
 #   # .whl/: gguf-py's wheel (gguf==0.19.0; numpy, pyyaml, requests, tqdm are there already)
 #   # optionally .dev/webtensor-before: an earlier build, timed against this one
 #   # optionally .peer/: llama.cpp's llama-bench (scripts/build_llama_cpp_peer.sh vulkan cuda)
-# There (carry .dev, .gl, .whl and .peer): scripts/device_check.sh [--ab | --peer]
+# There (carry .dev, .gl, .whl and .peer): scripts/device_check.sh
+#   [--ab | --peer | --formats | --agreement | --kquant-speed | --bf16 | --bf16-speed]
 #
 # Every step has its own time limit and the script goes on after a failure, so one call returns
 # as much as it can. Logs and reports go to $OUT (the device tool brings that folder back), else
@@ -99,7 +100,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 # The TinyLlama-1.1B-shape model (random weights), written while the conformance runs: Q4_0,
 # or with --formats Q4_K_M's layout of random blocks (that machine has no llama.cpp quantizer).
 model_type=q4_0
-case "${1:-}" in --formats | --kquant-speed) model_type=q4_k_m-random-blocks ;; esac
+case "${1:-}" in
+  --formats | --kquant-speed) model_type=q4_k_m-random-blocks ;;
+  --bf16 | --bf16-speed) model_type=bf16 ;;
+esac
 model=/tmp/tinyllama-$model_type.gguf
 python3 benches/peers.py --make-gguf "$model" --dim 2048 --layers 22 --heads 32 --kv-heads 4 \
   --ffn 5632 --vocab 32000 --type $model_type --make-only >"$OUT/make-model.txt" 2>&1 &
@@ -248,6 +252,37 @@ if [ "${1:-}" = --kquant-speed ]; then
   step 60 .dev/conformance --test-threads 8 wgpu::kquant wgpu::llama_cpp_formats wgpu::norm
   wait_for_model
   profile_and_compare
+  exit 0
+fi
+
+# --bf16: BF16 weights kept as bf16 on the GPUs (issue 41): the conformance on both backends
+# (bf16_products among the rows; the kernels it touched too), NVRTC, the engine on a bf16
+# checkpoint, llama.cpp's files again; then as --bf16-speed: decode of a bf16 TinyLlama-shape
+# model on wgpu and cuda, three runs each in turns (with .dev/webtensor-before, a build that
+# widened bf16 to f32 on the GPUs, taking turns too; the rows give peak RSS), and where wgpu's
+# decode time goes on it. BF16_ROUNDS sets the rounds (default 3).
+if [ "${1:-}" = --bf16 ]; then
+  step 100 .dev/conformance --test-threads 8 wgpu::
+  step 100 .dev/conformance --test-threads 8 cuda::
+  step 50 .dev/cuda_kernels
+  step 60 .dev/engine bf16 --nocapture
+  step 60 .dev/llama_cpp_agreement --test-threads 4
+fi
+if [ "${1:-}" = --bf16 ] || [ "${1:-}" = --bf16-speed ]; then
+  wait_for_model
+  builds=(webtensor)
+  [ -x .dev/webtensor-before ] && builds=(webtensor-before webtensor)
+  for i in $(seq "${BF16_ROUNDS:-3}"); do
+    for bin in "${builds[@]}"; do
+      for backend in wgpu cuda; do
+        echo "== $bin, run $i"
+        step 90 sh -c ".dev/$bin bench --model $model --backend $backend --prompt-tokens 4 \
+          --decode-tokens 64 --runs 1 2>/dev/null | grep -E '^$backend '"
+      done
+    done
+  done
+  WEBTENSOR_WGPU_PROFILE=1 step 60 .dev/webtensor bench --model "$model" --backend wgpu \
+    --prompt-tokens 4 --decode-tokens 32 --runs 1
   exit 0
 fi
 

@@ -265,19 +265,6 @@ pub enum Error {
         source: Box<Error>,
     },
 
-    /// A tensor of a block format the backend has no kernels for (the llama.cpp formats run
-    /// on the cpu and reference backends first); nothing is converted behind the caller's back.
-    #[error(
-        "the {backend} backend has no kernels for {dtype} tensors yet; run the model on the cpu \
-         backend (--backend cpu), or use a model in q8_0, q4_0, f16 or f32"
-    )]
-    FormatUnsupported {
-        /// The block format.
-        dtype: DType,
-        /// The backend that cannot hold it.
-        backend: BackendKind,
-    },
-
     /// A product of a block format the backend runs, but not with these activations (wgpu's
     /// group-decoded formats take f32 ones and llama.cpp's rounding for them: `Q8_K` for the
     /// super-blocks, `Q8_0` for the legacy `Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL`, which the engine

@@ -13,7 +13,8 @@ use super::arch::QkNorm;
 use super::files::{FileBytes, ModelFiles};
 use super::tensor_parallel::Shard;
 use super::weights::{
-    keeps_packed, loaded_bytes, outside_layers_bytes, RawTensor, StoredDType, LAYER_PREFIX,
+    keeps_bf16, keeps_packed, loaded_bytes, outside_layers_bytes, RawTensor, StoredDType,
+    LAYER_PREFIX,
 };
 use webtensor::device::Device;
 use webtensor::error::{Error, Result};
@@ -225,7 +226,7 @@ impl<'a> Loader<'a> {
             .zip(matrices)
             .map(|((t, bytes), (n, shape))| {
                 let (dtype, data) = t
-                    .device_bytes(bytes, keeps_packed(self.device))
+                    .device_bytes(bytes, keeps_bf16(self.device, shape))
                     .map_err(named(n))?;
                 Ok((dtype, data, Shape::from(shape.to_vec())))
             })

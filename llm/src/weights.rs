@@ -11,7 +11,7 @@ use webtensor::dtype::DType;
 use webtensor::error::Result;
 use webtensor::tensor::Tensor;
 
-/// A dtype as found in a file. BF16 has no device dtype: it is widened to f32 on load.
+/// A dtype as found in a file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StoredDType {
     /// f32.
@@ -58,15 +58,27 @@ pub struct RawTensor {
 }
 
 /// Whether `device` keeps weights as they are stored where the GPU backends would need them
-/// widened: its primary backend is a host one (cpu, reference), whose products read bf16 and
-/// whose embedding gathers read a packed table. The GPU kernels have neither (none of their
-/// block decoders reads bf16, and their gathers read f32), so for them bf16 weights and the
-/// embedding table are widened to f32.
+/// widened: its primary backend is a host one (cpu, reference), whose embedding gathers read a
+/// packed table and whose products read bf16 in rows of any length. The GPU gathers read f32,
+/// so for them the embedding table is widened to f32, and so are bf16 matrices whose rows are
+/// not whole groups of 32 values ([`keeps_bf16`]).
 pub fn keeps_packed(device: &Device) -> bool {
     matches!(
         device.chain().first(),
         Some(BackendKind::Cpu | BackendKind::Reference)
     )
+}
+
+/// Whether `device` keeps a bf16 matrix of `shape` as bf16: the host backends always, the GPU
+/// backends where its rows are whole groups of 32 values, which their group decoders read
+/// (`decodes_groups`); other rows are widened to f32 for them (no model we know has such).
+pub fn keeps_bf16(device: &Device, shape: &[usize]) -> bool {
+    keeps_packed(device) || rows_of_whole_groups(shape)
+}
+
+/// Whether the rows of `shape` (its last dimension) are whole groups of 32 values.
+fn rows_of_whole_groups(shape: &[usize]) -> bool {
+    shape.last().is_some_and(|k| k.is_multiple_of(32))
 }
 
 /// A tensor's name in Hugging Face folders and in GGUF files: the one place the loader, the
@@ -108,16 +120,17 @@ pub fn is_layer_tensor(name: &str) -> bool {
 }
 
 /// The bytes the tensor `name` takes on a device once loaded: as stored where the device
-/// keeps weights packed ([`keeps_packed`]); elsewhere bf16 weights and the embedding table
-/// are widened to f32. The one sizing rule of the loader's memory check and of the page's
-/// estimate before a download (web/src/estimate.rs).
+/// keeps weights packed ([`keeps_packed`]); elsewhere the embedding table and bf16 weights
+/// whose rows are not whole groups of 32 ([`keeps_bf16`]) are widened to f32. The one sizing
+/// rule of the loader's memory check and of the page's estimate before a download
+/// (web/src/estimate.rs).
 pub fn loaded_bytes(name: &str, t: &RawTensor, keeps_packed: bool) -> u64 {
     let stored = t.range.len() as u64;
     if keeps_packed {
         stored
     } else if EMBEDDING.is(name) {
         (t.shape.iter().product::<usize>() as u64).saturating_mul(4)
-    } else if t.dtype == StoredDType::BF16 {
+    } else if t.dtype == StoredDType::BF16 && !rows_of_whole_groups(&t.shape) {
         stored * 2
     } else {
         stored
@@ -153,9 +166,9 @@ pub fn outside_layers_bytes<'a>(
 
 impl RawTensor {
     /// Uploads the tensor from its `file` to `device`: f32, f16 and block formats as they
-    /// are, bf16 as it is on the host backends and widened to f32 for the GPU ones.
+    /// are, bf16 as it is where the device keeps it ([`keeps_bf16`]), else widened to f32.
     pub fn to_device(&self, device: &Device, file: &Arc<FileBytes>) -> Result<Tensor> {
-        let (dtype, data) = self.device_bytes(file, keeps_packed(device))?;
+        let (dtype, data) = self.device_bytes(file, keeps_bf16(device, &self.shape))?;
         Tensor::from_bytes(device, dtype, data, self.shape.as_slice())
     }
 
@@ -224,11 +237,17 @@ mod tests {
     }
 
     #[test]
-    fn gpu_sizes_widen_the_embedding_and_bf16_and_host_sizes_keep_them() {
+    fn gpu_sizes_widen_the_embedding_and_ragged_bf16_and_host_sizes_keep_them() {
         let q4 = StoredDType::Packed(DType::Q4_0);
         // A Q4_0 table of 64 × 32 values: 18 bytes a block of 32.
         let embedding = tensor(q4, &[64, 32], 64 * 18);
-        let bf16 = tensor(StoredDType::BF16, &[32, 32], 32 * 32 * 2);
+        // bf16 rows of 40 values are not whole groups of 32: the GPUs widen them.
+        let bf16 = tensor(StoredDType::BF16, &[32, 40], 32 * 40 * 2);
+        let grouped = tensor(StoredDType::BF16, &[32, 64], 32 * 64 * 2);
+        assert_eq!(
+            loaded_bytes("blk.0.attn_q.weight", &grouped, false),
+            32 * 64 * 2
+        );
         assert_eq!(
             loaded_bytes("token_embd.weight", &embedding, false),
             64 * 32 * 4
@@ -240,11 +259,11 @@ mod tests {
         assert_eq!(loaded_bytes("token_embd.weight", &embedding, true), 64 * 18);
         assert_eq!(
             loaded_bytes("blk.0.attn_q.weight", &bf16, false),
-            32 * 32 * 4
+            32 * 40 * 4
         );
         assert_eq!(
             loaded_bytes("blk.0.attn_q.weight", &bf16, true),
-            32 * 32 * 2
+            32 * 40 * 2
         );
         assert_eq!(
             loaded_bytes("blk.0.attn_q.weight", &embedding, false),

@@ -1,11 +1,10 @@
 //! Conformance rows of the llama.cpp block formats (`Q4_1`, `Q5_0`, `Q5_1`, the K-quants,
-//! `IQ4_NL`, `IQ4_XS`): on the host backends dequantize bit-exact against gguf-py, quantize
-//! byte-exact where gguf-py quantizes, products against the reference; on the GPU backends a
-//! typed refusal when a tensor of a format they have no kernels for is made (none today). The
-//! wgpu and cuda backends run every one (their group decoders): [`kquant_products`] checks
-//! their products and dequantization of the super-block formats `Q2_K` … `Q6_K` and `IQ4_XS`
-//! against the reference, [`legacy_products`] those of the legacy `Q4_1`, `Q5_0`, `Q5_1` and
-//! `IQ4_NL`.
+//! `IQ4_NL`, `IQ4_XS`) and of `BF16` weights: on the host backends dequantize bit-exact
+//! against gguf-py, quantize byte-exact where gguf-py quantizes, products against the
+//! reference. The wgpu and cuda backends run every one (their group decoders):
+//! [`kquant_products`] checks their products and dequantization of the super-block formats
+//! `Q2_K` … `Q6_K` and `IQ4_XS` against the reference, [`legacy_products`] those of the legacy
+//! `Q4_1`, `Q5_0`, `Q5_1` and `IQ4_NL`, [`bf16_products`] those of `BF16`.
 
 use super::common::{assert_close, random_blocks, reference, rng, tensor, uniform};
 use super::fused::{largest, normed_tolerance};
@@ -35,13 +34,6 @@ fn on_host(dev: &Device) -> bool {
     matches!(dev.backend_name(), "cpu" | "reference")
 }
 
-/// Whether `dev` runs products of `format` (the host backends, wgpu and cuda all of them).
-fn runs(dev: &Device, format: DType) -> bool {
-    on_host(dev)
-        || (matches!(dev.backend_name(), "wgpu" | "cuda")
-            && (SUPER_BLOCK_FORMATS.contains(&format) || LEGACY_FORMATS.contains(&format)))
-}
-
 /// The super-block formats (llama.cpp's K-quant mixes), which wgpu runs.
 const SUPER_BLOCK_FORMATS: [DType; 6] = [
     DType::Q2_K,
@@ -55,24 +47,6 @@ const SUPER_BLOCK_FORMATS: [DType; 6] = [
 /// The legacy 32-value formats beside `Q8_0` and `Q4_0`, which wgpu runs.
 const LEGACY_FORMATS: [DType; 4] = [DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL];
 
-/// The GPU backends refuse a tensor of a format they have no kernels for, naming both.
-fn refused(dev: &Device) {
-    for (_, format) in LLAMA_CPP_FORMATS {
-        if runs(dev, format) {
-            continue;
-        }
-        let bytes = vec![0u8; format.block_bytes()];
-        match Tensor::from_bytes(dev, format, bytes, [1, format.block_len()]) {
-            Err(Error::FormatUnsupported { dtype, backend }) => {
-                assert_eq!(dtype, format);
-                assert_eq!(backend.name(), dev.backend_name());
-            }
-            Err(e) => panic!("{format} on {}: wrong error {e}", dev.backend_name()),
-            Ok(_) => panic!("{format} on {}: accepted", dev.backend_name()),
-        }
-    }
-}
-
 /// Quantize matches gguf-py byte for byte for the formats it quantizes (`Q4_1`, `Q5_0`,
 /// `Q5_1`) on every backend. On the host backends dequantize matches gguf-py value for value
 /// on random blocks of every format (NaN, ±inf, −0 and subnormal scales included: their values
@@ -80,7 +54,6 @@ fn refused(dev: &Device) {
 /// on the GPUs those bytes dequantize within 1e-6 of the largest value (a GPU may fuse
 /// `d·q + m` into one rounding; see `group_decoded_products`).
 pub fn llama_cpp_formats_gguf_fixtures(dev: &Device) {
-    refused(dev);
     let input = f32s(&fixture("input.f32"));
     let quantized = [
         ("q4_1", DType::Q4_1),
@@ -210,14 +183,65 @@ pub fn legacy_products(dev: &Device) {
     group_decoded_products(dev, &LEGACY_FORMATS, &shapes, 66);
 }
 
+/// `BF16` weights as the GPU backends run them (their group decoders, 32 values at a time),
+/// against the reference on every backend: see [`group_decoded_products`]; k whole groups of
+/// 32, some an odd number of them. A product or dequantization whose rows are not whole
+/// groups is a typed error on the GPUs, and the host backends run it.
+pub fn bf16_products(dev: &Device) {
+    let shapes = [
+        (1, 37, 96),
+        (4, 70, 800),
+        (3, 6, 2080),
+        (5, 37, 224),
+        (70, 130, 160),
+    ];
+    group_decoded_products(dev, &[DType::BF16], &shapes, 67);
+    let mut r = rng(68);
+    let (n, k) = (3, 40);
+    let w = Tensor::from_bytes(
+        dev,
+        DType::BF16,
+        random_weights(&mut r, DType::BF16, n * k),
+        [n, k],
+    )
+    .unwrap();
+    let x = tensor(dev, &uniform(&mut r, 2 * k, 1.0), &[2, k]);
+    let product = ops::qmatmul_t(&x, &w, Activations::F32);
+    let values = ops::dequantize(&w);
+    if matches!(dev.backend_name(), "cpu" | "reference") {
+        product.unwrap();
+        values.unwrap();
+        return;
+    }
+    for e in [product.unwrap_err(), values.unwrap_err()] {
+        assert!(e.to_string().contains("groups of 32 values"), "{e}");
+    }
+}
+
+/// `blocks` blocks of `format`: random bytes with f16 scales below 0.01 for the block
+/// formats; for `BF16` (a value a block), uniform values below 1 in magnitude with their low
+/// halves cut (random bytes would hold NaNs and infinities).
+fn random_weights(r: &mut rand::rngs::StdRng, format: DType, blocks: usize) -> Vec<u8> {
+    if format != DType::BF16 {
+        return random_blocks(r, format, blocks, 0.01);
+    }
+    uniform(r, blocks, 1.0)
+        .iter()
+        .flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes())
+        .collect()
+}
+
 /// The activations the products of `format` are checked with in [`group_decoded_products`]:
-/// f32 for every format, and llama.cpp's rounding for it: `Q8_K` for the super-blocks (which
-/// wgpu rounds in `quantize_acts_super`), `Q8_0` for the legacy formats (rounded as for Q4_0).
+/// f32 for every format, and llama.cpp's rounding for the block formats: `Q8_K` for the
+/// super-blocks (which wgpu rounds in `quantize_acts_super`), `Q8_0` for the legacy formats
+/// (rounded as for Q4_0).
 fn group_activations(format: DType) -> &'static [Activations] {
     if SUPER_BLOCK_FORMATS.contains(&format) {
         &[Activations::F32, Activations::Q8_K]
-    } else {
+    } else if format.is_quantized() {
         &[Activations::F32, Activations::Q8_0]
+    } else {
+        &[Activations::F32]
     }
 }
 
@@ -244,15 +268,12 @@ fn group_decoded_products(
     shapes: &[(usize, usize, usize)],
     seed: u64,
 ) {
-    if !formats.iter().all(|&f| runs(dev, f)) {
-        return;
-    }
     let mut r = rng(seed);
     for &format in formats {
         for &(m, n, k) in shapes {
             let blocks = n * k / format.block_len();
-            let w = random_blocks(&mut r, format, blocks, 0.01);
-            let u = random_blocks(&mut r, format, blocks, 0.01);
+            let w = random_weights(&mut r, format, blocks);
+            let u = random_weights(&mut r, format, blocks);
             let a = uniform(&mut r, m * k, 2.0);
             let residual = uniform(&mut r, m * n, 1.0);
             let nw = uniform(&mut r, k, 1.0);

@@ -3,7 +3,8 @@
 // prelude of it: it reads that file's `q`, `p`, `row_start`, `Group` and value helpers): the
 // super-block formats (Q2_K … Q6_K and IQ4_XS, 256 values each; layouts of
 // src/quant/kquants.rs) and the legacy 32-value ones (Q4_1, Q5_0, Q5_1 and IQ4_NL; layouts of
-// src/quant/legacy.rs). Each group comes back as its f32 values, every scale and minimum
+// src/quant/legacy.rs), and BF16 (the top halves of f32s, 32 to a group). Each group comes
+// back as its f32 values, every scale and minimum
 // applied (the group's scale is 1): a Q4_K group is one sub-block with one scale and minimum
 // (Q5_K and IQ4_XS too), but a Q2_K, Q3_K or Q6_K group spans two sub-blocks of 16 with a scale
 // each, and `(d·sc)·q − dmin·mn` (Q4_K) or `d·q + m` (Q4_1) is not a multiple of one scale anyway.
@@ -12,7 +13,7 @@
 fn kq_reads(format: u32) -> bool {
     return format == FMT_Q2_K || format == FMT_Q3_K || format == FMT_Q4_K || format == FMT_Q5_K
         || format == FMT_Q6_K || format == FMT_IQ4_XS || format == FMT_Q4_1 || format == FMT_Q5_0
-        || format == FMT_Q5_1 || format == FMT_IQ4_NL;
+        || format == FMT_Q5_1 || format == FMT_IQ4_NL || format == FMT_BF16;
 }
 
 // Group g (values 32g..) of weight row `row` of the format `format` (one `kq_reads` takes),
@@ -45,6 +46,9 @@ fn kq_group(format: u32, row: u32, g: u32) -> Group {
         }
         case FMT_IQ4_NL: {
             return kq_iq4_nl_group(row, g);
+        }
+        case FMT_BF16: {
+            return kq_bf16_group(row, g);
         }
         default: {
             return kq_iq4_xs_group(row, g);
@@ -343,4 +347,24 @@ fn kq_iq4_nl_group(row: u32, g: u32) -> Group {
     return Group(s * iq4_levels(w.a.x), s * iq4_levels(w.a.y), s * iq4_levels(w.a.z),
                  s * iq4_levels(w.a.w), s * iq4_levels(w.a.x >> 4u), s * iq4_levels(w.a.y >> 4u),
                  s * iq4_levels(w.a.z >> 4u), s * iq4_levels(w.a.w >> 4u), 1.0);
+}
+
+// ---- BF16: 32 values of two bytes, no scale ------------------------------------------------
+
+// Group g of BF16 weight row `row` (2k bytes, so word-aligned when k is a multiple of 32, which
+// the host checks): words 16g.., two values each, the first in the low half. A bfloat16 is the
+// high half of the f32 it stands for.
+fn kq_bf16_group(row: u32, g: u32) -> Group {
+    let b = (row_start(row, 2u * p.k) + 64u * g) / 4u;
+    return Group(bf16_vals(b), bf16_vals(b + 2u), bf16_vals(b + 4u), bf16_vals(b + 6u),
+                 bf16_vals(b + 8u), bf16_vals(b + 10u), bf16_vals(b + 12u), bf16_vals(b + 14u),
+                 1.0);
+}
+
+// The four bfloat16 values in words b and b + 1.
+fn bf16_vals(b: u32) -> vec4<f32> {
+    let w0 = q[b];
+    let w1 = q[b + 1u];
+    return vec4<f32>(bitcast<f32>(w0 << 16u), bitcast<f32>(w0 & 0xffff0000u),
+                     bitcast<f32>(w1 << 16u), bitcast<f32>(w1 & 0xffff0000u));
 }

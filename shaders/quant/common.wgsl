@@ -235,6 +235,7 @@ fn q8_scale(amax: f32) -> vec2<f32> {
 fn block_len() -> u32 {
     switch p.format {
         case FMT_F16: { return F16_BLOCK_LEN; }
+        case FMT_BF16: { return BF16_BLOCK_LEN; }
         case FMT_Q8_0: { return Q8_0_BLOCK_LEN; }
         case FMT_Q4_0: { return Q4_0_BLOCK_LEN; }
         case FMT_Q4_1: { return Q4_1_BLOCK_LEN; }
@@ -249,6 +250,7 @@ fn block_len() -> u32 {
 fn block_bytes() -> u32 {
     switch p.format {
         case FMT_F16: { return F16_BLOCK_BYTES; }
+        case FMT_BF16: { return BF16_BLOCK_BYTES; }
         case FMT_Q8_0: { return Q8_0_BLOCK_BYTES; }
         case FMT_Q4_0: { return Q4_0_BLOCK_BYTES; }
         case FMT_Q4_1: { return Q4_1_BLOCK_BYTES; }

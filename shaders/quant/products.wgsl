@@ -572,7 +572,7 @@ fn mv_decode(row: u32, g: u32) -> Group {
                          w.scale);
         }
         case FMT_Q2_K, FMT_Q3_K, FMT_Q4_K, FMT_Q5_K, FMT_Q6_K, FMT_IQ4_XS, FMT_Q4_1, FMT_Q5_0,
-             FMT_Q5_1, FMT_IQ4_NL: {
+             FMT_Q5_1, FMT_IQ4_NL, FMT_BF16: {
             return kq_group(MV_FORMAT % FMT_INT_ACTIVATIONS, row, g);
         }
         case FMT_TQ2_0: {

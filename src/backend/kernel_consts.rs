@@ -10,7 +10,6 @@
 //! that they are exactly what this table emits (`WEBTENSOR_BLESS=1` rewrites them), and that
 //! no kernel source types a block size again.
 
-use crate::backend::kind::BackendKind;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -28,7 +27,7 @@ pub(crate) struct PackedFormat {
 }
 
 /// Every packed format a kernel reads, with one numbering for WGSL and CUDA.
-pub(crate) const PACKED_FORMATS: [PackedFormat; 16] = [
+pub(crate) const PACKED_FORMATS: [PackedFormat; 17] = [
     PackedFormat {
         dtype: DType::F16,
         code: 1,
@@ -109,6 +108,11 @@ pub(crate) const PACKED_FORMATS: [PackedFormat; 16] = [
         code: 16,
         stem: "IQ4_NL",
     },
+    PackedFormat {
+        dtype: DType::BF16,
+        code: 17,
+        stem: "BF16",
+    },
 ];
 
 /// Added to a weight format's code in the wgpu `MV_FORMAT` constant for int8 activations
@@ -132,34 +136,38 @@ pub(crate) fn format_code(op: &'static str, format: DType) -> Result<u32> {
         .ok_or_else(|| Error::invalid(op, format!("{format} is not a packed format")))
 }
 
-/// Fails with [`Error::FormatUnsupported`] when `dtype` is a weight format that no kernel of
-/// the GPU `backend` reads: one without a code in [`PACKED_FORMATS`]. wgpu and cuda read every
-/// format there (llama.cpp's beyond `Q8_0` and `Q4_0` through their group decoders, with the
-/// activations the engine gives them, [`decodes_groups`]); neither reads `BF16`, which a model
-/// widens to f32 for them. A tensor of such a format is refused when it is uploaded, so a model
-/// with such weights fails at load, not at its first product. (A format one GPU backend reads
-/// before the other would need a flag per backend in [`PackedFormat`].)
-pub(crate) fn check_kernels_read(backend: BackendKind, dtype: DType) -> Result<()> {
-    let read = PACKED_FORMATS.iter().any(|f| f.dtype == dtype);
-    if crate::quant::is_weight_format(dtype) && !read {
-        return Err(Error::FormatUnsupported { dtype, backend });
+/// Fails when the GPU kernels cannot read `format` weights in rows of `k` values: the group
+/// decoders ([`decodes_groups`]) read whole groups of 32 values, and only `BF16`, whose block
+/// is one value, can have rows that are not (the block formats' rows are whole blocks, which
+/// `Tensor::from_bytes` checks). `op` names the op for the error.
+#[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
+pub(crate) fn check_whole_groups(op: &'static str, format: DType, k: usize) -> Result<()> {
+    if decodes_groups(format) && !k.is_multiple_of(32) {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "the GPU kernels read {format} weights in groups of 32 values, and these rows \
+                 hold {k}; widen the tensor to f32 first (the engine does for such rows)"
+            ),
+        ));
     }
     Ok(())
 }
 
 /// Whether the GPU kernels read `format` through a group decoder (llama.cpp's formats beyond
 /// `Q8_0` and `Q4_0`: the super-blocks `Q2_K` … `Q6_K`, `IQ4_XS` and the legacy `Q4_1`,
-/// `Q5_0`, `Q5_1`, `IQ4_NL`), a group of 32 values with every scale and minimum applied:
-/// `shaders/kquants/decode.wgsl` on wgpu, `cuda/kernels/decode.cu` on cuda. Their products
-/// take f32 activations and llama.cpp's rounding for them, `Q8_K` for the super-blocks and
-/// `Q8_0` for the legacy formats (`decodes_with` in `webgpu/kernels/quant.rs`; cuda's
-/// `qmatmul_act` and fused products). Absent from the threaded wasm build, which has neither.
+/// `Q5_0`, `Q5_1`, `IQ4_NL`; and `BF16`), a group of 32 values with every scale and minimum
+/// applied: `shaders/kquants/decode.wgsl` on wgpu, `cuda/kernels/decode.cu` on cuda. Their
+/// products take f32 activations, and the block formats also llama.cpp's rounding for them,
+/// `Q8_K` for the super-blocks and `Q8_0` for the legacy formats (`decodes_with` in
+/// `webgpu/kernels/quant.rs`; cuda's `qmatmul_act` and fused products). Absent from the
+/// threaded wasm build, which has neither.
 #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
 pub fn decodes_groups(format: DType) -> bool {
     crate::quant::kquants::is_super_block(format)
         || matches!(
             format,
-            DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::IQ4_NL
+            DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::IQ4_NL | DType::BF16
         )
 }
 
@@ -256,29 +264,28 @@ mod tests {
         }
         assert_eq!(format_code("t", DType::Q4_0).unwrap(), 3);
         assert!(format_code("t", DType::F32).is_err());
-        assert!(check_kernels_read(BackendKind::Wgpu, DType::Q4_0).is_ok());
-        assert!(check_kernels_read(BackendKind::Wgpu, DType::F32).is_ok());
-        assert!(check_kernels_read(BackendKind::Wgpu, DType::Q4_K).is_ok());
-        assert!(check_kernels_read(BackendKind::Wgpu, DType::Q5_K).is_ok());
-        assert!(check_kernels_read(BackendKind::Wgpu, DType::Q6_K).is_ok());
         for legacy in [DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL] {
-            assert!(check_kernels_read(BackendKind::Wgpu, legacy).is_ok());
             assert!(decodes_groups(legacy), "{legacy}");
         }
         assert!(!decodes_groups(DType::Q4_0));
-        for f in PACKED_FORMATS {
+    }
+
+    /// The GPU kernels read every weight format webtensor loads (so an upload to wgpu or cuda
+    /// never meets one without a code), and `BF16`, the one whose rows need not be whole
+    /// groups, is refused in rows that are not.
+    #[test]
+    fn every_weight_format_has_a_code_and_bf16_rows_are_whole_groups() {
+        for f in &crate::quant::FORMATS {
             assert!(
-                check_kernels_read(BackendKind::Cuda, f.dtype).is_ok(),
-                "{}",
-                f.stem
+                PACKED_FORMATS.iter().any(|p| p.dtype == f.dtype),
+                "{} has no kernel code",
+                f.dtype
             );
         }
-        let e = check_kernels_read(BackendKind::Cuda, DType::BF16).unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("cuda backend has no kernels for bf16"),
-            "{e}"
-        );
+        assert!(check_whole_groups("t", DType::BF16, 64).is_ok());
+        assert!(check_whole_groups("t", DType::Q4_0, 48).is_ok());
+        let e = check_whole_groups("t", DType::BF16, 48).unwrap_err();
+        assert!(e.to_string().contains("hold 48"), "{e}");
     }
 
     /// Every `.wgsl` under `shaders/` and `.cu` under the cuda kernels, comments removed.

@@ -139,6 +139,15 @@ impl HostData {
         self.len() == 0
     }
 
+    /// Lets the pages of bytes borrowed from a mapped file leave memory
+    /// ([`HostBytes::release`]): for a device backend once it holds its own copy, so that the
+    /// copy replaces the file's pages instead of sitting beside them.
+    pub fn release_borrowed(&self) {
+        if let HostData::Bytes(_, b) = self {
+            b.release();
+        }
+    }
+
     /// The f32 elements, or `None` for another dtype.
     pub fn as_f32(&self) -> Option<&[f32]> {
         match self {

@@ -40,7 +40,7 @@ pub(super) async fn time_case(
         error: None,
     };
     // A case that does not fit the device (an operand beyond its binding limit at `--size
-    // medium`, or beyond its memory, or a format it has no kernels for) is a row that says
+    // medium`, or beyond its memory, or activations it has no product of) is a row that says
     // why, and the other rows still run;
     // any other error ends the bench.
     let attempt = case
@@ -102,15 +102,14 @@ pub(super) async fn time_case(
     Ok(row)
 }
 
-/// Whether `e` says a case does not fit the device: a limit of the device, or a block format
-/// (or its activations) it has no kernels for, not a fault.
+/// Whether `e` says a case does not fit the device: a limit of the device, or activations it
+/// has no product of with a block format, not a fault.
 fn does_not_fit(e: &Error) -> bool {
     matches!(
         e,
         Error::TensorTooLarge { .. }
             | Error::OutOfMemory { .. }
             | Error::DeviceOutOfMemory { .. }
-            | Error::FormatUnsupported { .. }
             | Error::ActivationsUnsupported { .. }
     )
 }

@@ -154,8 +154,8 @@ impl Device {
 
     /// A tensor of packed data (`"f16"`, `"q8_0"`, `"q4_0"`, `"tq1_0"`, `"tq2_0"`,
     /// `"ternary_planes"`, llama.cpp's `"q2_k"` … `"q6_k"`, `"iq4_xs"`, `"q4_1"`, `"q5_0"`,
-    /// `"q5_1"` and `"iq4_nl"`) from its raw little-endian bytes (GGUF's block layout); a
-    /// format the device has no kernels for is an error that names it.
+    /// `"q5_1"`, `"iq4_nl"` and `"bf16"`) from its raw little-endian bytes (GGUF's block
+    /// layout); bytes that are not whole rows of the format's blocks are an error.
     #[wasm_bindgen(js_name = tensorFromBytes)]
     pub fn tensor_from_bytes(
         &self,

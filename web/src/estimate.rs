@@ -40,7 +40,7 @@ export interface ModelTooLargeError extends Error {
 pub struct MemoryEstimate {
     /// The file's size: the download, held in the page's memory while the model loads.
     file_bytes: f64,
-    /// The weights on the device (on WebGPU the embedding table and bf16 widened to f32).
+    /// The weights on the device (on WebGPU the embedding table widened to f32).
     device_bytes: f64,
     /// The page memory the load needs at its peak.
     page_bytes: f64,

@@ -170,12 +170,17 @@ impl Inputs {
         self.encoded(format, &x)
     }
 
-    /// `x` in `format`: quantized where webtensor has the format's quantizer, else (llama.cpp's
-    /// K-quants and `IQ4` formats) random blocks whose f16 scales are set to 0.01 (any bytes
-    /// are valid quants).
+    /// `x` in `format`: quantized where webtensor has the format's quantizer, `BF16` the high
+    /// halves of its f32s, else (llama.cpp's K-quants and `IQ4` formats) random blocks whose
+    /// f16 scales are set to 0.01 (any bytes are valid quants).
     fn encoded(&mut self, format: DType, x: &[f32]) -> HostData {
         let mut out = vec![0u8; x.len() / format.block_len() * format.block_bytes()];
         match crate::quant::format(format) {
+            _ if format == DType::BF16 => {
+                for (o, v) in out.chunks_exact_mut(2).zip(x) {
+                    o.copy_from_slice(&((v.to_bits() >> 16) as u16).to_le_bytes());
+                }
+            }
             Some(f) if f.quantize.is_none() => {
                 self.0.fill(&mut out[..]);
                 let scale = crate::quant::f16_bits(0.01).to_le_bytes();
@@ -605,15 +610,19 @@ fn fused_formats() -> Vec<(DType, Activations)> {
     ] {
         out.extend([Activations::F32, Activations::Q8_0, Activations::I8].map(|a| (f, a)));
     }
-    // llama.cpp's other formats with f32 activations and the rounding the engine gives them.
+    // llama.cpp's other formats with f32 activations and the rounding the engine gives them;
+    // bf16 with f32 ones.
     for f in crate::backend::kernel_consts::PACKED_FORMATS.map(|f| f.dtype) {
         if decodes_groups(f) {
+            out.push((f, Activations::F32));
+        }
+        if decodes_groups(f) && f.is_quantized() {
             let int = if crate::quant::kquants::is_super_block(f) {
                 Activations::Q8_K
             } else {
                 Activations::Q8_0
             };
-            out.extend([(f, Activations::F32), (f, int)]);
+            out.push((f, int));
         }
     }
     out

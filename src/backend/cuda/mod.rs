@@ -295,7 +295,6 @@ impl CudaBackend {
         len: usize,
         dtype: DType,
     ) -> Result<CudaBuffer> {
-        crate::backend::kernel_consts::check_kernels_read(BackendKind::Cuda, dtype)?;
         self.check_size(op, bytes.len() as u64)?;
         self.spoil_capture("host data was uploaded");
         let mut padded = bytes.to_vec();
@@ -429,12 +428,9 @@ impl Backend for CudaBackend {
 
     fn upload(&self, data: HostData) -> Result<Storage> {
         let dtype = data.dtype();
-        Ok(Storage::Cuda(self.upload_bytes(
-            "upload",
-            data.bytes(),
-            data.len(),
-            dtype,
-        )?))
+        let buffer = self.upload_bytes("upload", data.bytes(), data.len(), dtype)?;
+        data.release_borrowed();
+        Ok(Storage::Cuda(buffer))
     }
 
     fn download(&self, storage: &Storage) -> Result<HostData> {

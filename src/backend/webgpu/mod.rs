@@ -265,7 +265,6 @@ impl WgpuBackend {
         len: usize,
         dtype: DType,
     ) -> Result<GpuBuffer> {
-        crate::backend::kernel_consts::check_kernels_read(BackendKind::Wgpu, dtype)?;
         let buffer = self.mapped_buffer(op, bytes.len() as u64, &[(0, bytes)])?;
         Ok(GpuBuffer::new(buffer, len, dtype, &self.pool))
     }
@@ -670,6 +669,7 @@ impl Backend for WgpuBackend {
             })
             .flatten();
         self.check_errors()?;
+        data.release_borrowed();
         Ok(Storage::Wgpu(buffer.with_texels(texels)))
     }
 
@@ -686,9 +686,6 @@ impl Backend for WgpuBackend {
             offsets.push(at);
             end = at + (part.bytes().len() as u64).next_multiple_of(16).max(16);
         }
-        for part in &parts {
-            crate::backend::kernel_consts::check_kernels_read(BackendKind::Wgpu, part.dtype())?;
-        }
         if !self.ctx.row_teams || parts.len() < 2 || !one_dtype || end > self.ctx.max_binding().0 {
             return parts.into_iter().map(|p| self.upload(p)).collect();
         }
@@ -698,6 +695,7 @@ impl Backend for WgpuBackend {
             .map(|(&at, p)| (at, p.bytes()))
             .collect();
         let buffer = self.mapped_buffer("upload", end, &writes)?;
+        parts.iter().for_each(HostData::release_borrowed);
         let whole = GpuBuffer::new(buffer, 0, parts[0].dtype(), &self.pool);
         Ok(parts
             .iter()

@@ -156,6 +156,7 @@ __device__ __forceinline__ i8 wt_round_q8_k(float v, float is) {
 __device__ __forceinline__ u32 wt_block_len(u32 fmt) {
     switch (fmt) {
         case FMT_F16: return F16_BLOCK_LEN;
+        case FMT_BF16: return BF16_BLOCK_LEN;
         case FMT_Q8_0: return Q8_0_BLOCK_LEN;
         case FMT_Q4_0: return Q4_0_BLOCK_LEN;
         case FMT_TQ1_0: return TQ1_0_BLOCK_LEN;
@@ -177,6 +178,7 @@ __device__ __forceinline__ u32 wt_block_len(u32 fmt) {
 __device__ __forceinline__ u32 wt_block_bytes(u32 fmt) {
     switch (fmt) {
         case FMT_F16: return F16_BLOCK_BYTES;
+        case FMT_BF16: return BF16_BLOCK_BYTES;
         case FMT_Q8_0: return Q8_0_BLOCK_BYTES;
         case FMT_Q4_0: return Q4_0_BLOCK_BYTES;
         case FMT_TQ1_0: return TQ1_0_BLOCK_BYTES;

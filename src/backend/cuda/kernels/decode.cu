@@ -3,7 +3,8 @@
 // `dequantize` and the products of quant.cu and fused.cu (one decoder, no copy per kernel).
 // The super-block formats Q2_K … Q6_K and IQ4_XS (256 values, eight groups a block; layouts of
 // src/quant/kquants.rs) and the legacy 32-value Q4_1, Q5_0, Q5_1 and IQ4_NL (a group a block;
-// src/quant/legacy.rs). Blocks are read byte by byte (most are not word-aligned).
+// src/quant/legacy.rs); and BF16, 32 values of two bytes (the host keeps its rows whole
+// groups). Blocks are read byte by byte (most are not word-aligned).
 //
 // A group is read as 32 integers with a scale and a minimum per 16 values (a Q2_K, Q3_K or
 // Q6_K group spans two sub-blocks of 16); value t is scale · q − min with the product and the
@@ -24,7 +25,8 @@ __device__ __forceinline__ bool wt_decodes_groups(u32 fmt) {
         case FMT_Q4_1:
         case FMT_Q5_0:
         case FMT_Q5_1:
-        case FMT_IQ4_NL: return true;
+        case FMT_IQ4_NL:
+        case FMT_BF16: return true;
         default: return false;
     }
 }
@@ -183,6 +185,14 @@ __device__ void wt_group_ints(u32 fmt, const u8* p, u32 j, WtGroupInts* g) {
 // at `row` into `v`, as dequantize defines the values. `row` is the first block of a row, or of
 // a whole tensor (its rows are whole blocks).
 __device__ void wt_decode_group(u32 fmt, const u8* row, u64 g, float* v) {
+    if (fmt == FMT_BF16) {
+        // A bfloat16 is the high half of its f32; the group is 64 bytes from byte 64g.
+        const u8* p = row + 64u * g;
+        _Pragma("unroll") for (u32 t = 0; t < 32u; ++t) {
+            v[t] = __uint_as_float(((u32)p[2u * t] | ((u32)p[2u * t + 1u] << 8)) << 16);
+        }
+        return;
+    }
     u32 per = wt_block_len(fmt) / 32u;
     WtGroupInts gi;
     wt_group_ints(fmt, row + (g / per) * wt_block_bytes(fmt), (u32)(g % per), &gi);

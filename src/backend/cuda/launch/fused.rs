@@ -41,7 +41,11 @@ const FMT_F32: u32 = 0;
 /// whose rope pairs heads of another width than the pool's rows is composed too.
 pub(in crate::backend::cuda) fn runs_fused(spec: &OpSpec) -> bool {
     let product = |l: &LinearSpec| {
-        let format = l.format == DType::F32 || l.format == DType::F16 || l.format.is_quantized();
+        // Every packed format, bf16 in rows of whole groups (`check_whole_groups`).
+        let format = l.format == DType::F32
+            || l.format == DType::F16
+            || l.format.is_quantized()
+            || (l.format == DType::BF16 && l.k.is_multiple_of(32));
         let acts = match l.activations {
             Activations::F32 => true,
             Activations::F16 => false,

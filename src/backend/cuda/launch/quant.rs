@@ -1,7 +1,7 @@
 //! Launching `kernels/quant.cu`: quantize, dequantize, quantized products, ternary dots.
 
 use super::super::launcher::{format_code, size, Arg, Call, Launcher, WARPS};
-use crate::backend::kernel_consts::decodes_groups;
+use crate::backend::kernel_consts::{check_whole_groups, decodes_groups};
 use crate::backend::BackendKind;
 use crate::backend::{Activations, OpSpec};
 use crate::dtype::DType;
@@ -69,17 +69,20 @@ pub(in crate::backend::cuda) fn launch<L: Launcher>(c: &Call<'_, L>, spec: &OpSp
                 ],
             )
         }
-        OpSpec::Dequantize { format, rows, cols } => be.run_1d(
-            "dequantize",
-            // A thread per group of 32 values where the group decoder reads the format.
-            (rows * cols / if decodes_groups(*format) { 32 } else { 1 }) as u64,
-            &[
-                o,
-                Arg::Ptr(c.input(0)?),
-                Arg::U32(format_code(op, *format)?),
-                c.size(rows * cols)?,
-            ],
-        ),
+        OpSpec::Dequantize { format, rows, cols } => {
+            check_whole_groups(op, *format, *cols)?;
+            be.run_1d(
+                "dequantize",
+                // A thread per group of 32 values where the group decoder reads the format.
+                (rows * cols / if decodes_groups(*format) { 32 } else { 1 }) as u64,
+                &[
+                    o,
+                    Arg::Ptr(c.input(0)?),
+                    Arg::U32(format_code(op, *format)?),
+                    c.size(rows * cols)?,
+                ],
+            )
+        }
         OpSpec::QMatmul {
             format,
             activations,
@@ -96,6 +99,7 @@ pub(in crate::backend::cuda) fn launch<L: Launcher>(c: &Call<'_, L>, spec: &OpSp
                 Activations::Q8_K => (4, Q8_K_BLOCK),
             };
             check_q8_k_rows(op, *activations, *k)?;
+            check_whole_groups(op, *format, *k)?;
             let scratch;
             let act = if mode == 0 {
                 c.input(0)?

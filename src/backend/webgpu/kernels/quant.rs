@@ -183,16 +183,19 @@ pub(in crate::backend::webgpu) fn int_activation_words(
 
 /// Whether the `mv` and `mm_tiled` kernels take a group-decoded `format`
 /// (`kquants/decode.wgsl`) with `activations`: f32 ones, or the int8 rounding llama.cpp gives
-/// the format, `Q8_K` for the super-blocks and `Q8_0` for the legacy 32-value formats. Every
-/// rounding writes one layout (a scale per 32 values), which the kernels multiply each decoded
-/// group by; per-row `I8` stays refused, as no model asks it of these formats.
+/// the format, `Q8_K` for the super-blocks and `Q8_0` for the legacy 32-value formats (`BF16`,
+/// not llama.cpp's to round, takes f32 ones only). Every rounding writes one layout (a scale
+/// per 32 values), which the kernels multiply each decoded group by; per-row `I8` stays
+/// refused, as no model asks it of these formats.
 fn decodes_with(format: DType, activations: Activations) -> bool {
     let rounding = if crate::quant::kquants::is_super_block(format) {
-        Activations::Q8_K
+        Some(Activations::Q8_K)
+    } else if format.is_quantized() {
+        Some(Activations::Q8_0)
     } else {
-        Activations::Q8_0
+        None
     };
-    activations == Activations::F32 || activations == rounding
+    activations == Activations::F32 || Some(activations) == rounding
 }
 
 /// The shader's code for a packed format (`FMT_*` of the constants prelude).
@@ -258,6 +261,7 @@ impl Encoder<'_> {
             }
             OpSpec::Dequantize { format, rows, cols } => {
                 u32_of(op, "values", rows * cols)?;
+                kernel_consts::check_whole_groups(op, format, cols)?;
                 let p = params(op, format, rows, 0, cols, 0)?;
                 let threads = (rows * cols.div_ceil(32)) as u64;
                 let grid = self.grid(op, threads.div_ceil(WG))?;
@@ -457,6 +461,7 @@ impl Encoder<'_> {
         } = pr;
         u32_of(OP, "m·k", m * k)?;
         u32_of(OP, "m·n", m * n)?;
+        kernel_consts::check_whole_groups(OP, format, k)?;
         let tiles = self.grid(OP, (n * m.div_ceil(ROWS)) as u64)?;
         let mode = matches!(activations, Activations::F16 | Activations::I8) as u32;
         let Folds { norm, store } = folds;
