@@ -168,19 +168,22 @@ pub fn kquant_products(dev: &Device) {
     group_decoded_products(dev, &SUPER_BLOCK_FORMATS, &shapes, 65);
 }
 
+/// The (m, n, k) of the products of 32-value groups: decode and prefill rows, each k an odd
+/// number of groups.
+const GROUP_SHAPES: [(usize, usize, usize); 5] = [
+    (1, 37, 96),
+    (4, 70, 800),
+    (3, 6, 2080),
+    (5, 37, 224),
+    (70, 130, 160),
+];
+
 /// The legacy 32-value formats (`Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL`) as the wgpu backend runs
 /// them, against the reference on every backend that reads them: see
-/// [`group_decoded_products`]. Each k is an odd number of blocks, so every other row of the
-/// 22- and 18-byte formats (`Q5_0`, `IQ4_NL`) starts two bytes into a word.
+/// [`group_decoded_products`]. Each k is an odd number of blocks ([`GROUP_SHAPES`]), so every
+/// other row of the 22- and 18-byte formats (`Q5_0`, `IQ4_NL`) starts two bytes into a word.
 pub fn legacy_products(dev: &Device) {
-    let shapes = [
-        (1, 37, 96),
-        (4, 70, 800),
-        (3, 6, 2080),
-        (5, 37, 224),
-        (70, 130, 160),
-    ];
-    group_decoded_products(dev, &LEGACY_FORMATS, &shapes, 66);
+    group_decoded_products(dev, &LEGACY_FORMATS, &GROUP_SHAPES, 66);
 }
 
 /// `BF16` weights as the GPU backends run them (their group decoders, 32 values at a time),
@@ -188,14 +191,7 @@ pub fn legacy_products(dev: &Device) {
 /// 32, some an odd number of them. A product or dequantization whose rows are not whole
 /// groups is a typed error on the GPUs, and the host backends run it.
 pub fn bf16_products(dev: &Device) {
-    let shapes = [
-        (1, 37, 96),
-        (4, 70, 800),
-        (3, 6, 2080),
-        (5, 37, 224),
-        (70, 130, 160),
-    ];
-    group_decoded_products(dev, &[DType::BF16], &shapes, 67);
+    group_decoded_products(dev, &[DType::BF16], &GROUP_SHAPES, 67);
     let mut r = rng(68);
     let (n, k) = (3, 40);
     let w = Tensor::from_bytes(
