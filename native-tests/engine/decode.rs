@@ -236,3 +236,29 @@ fn replayed_steps_split_attention_over_a_wide_cache() {
         }
     }
 }
+
+/// Work another thread records on the same backend while a step is captured is not the
+/// step's: it spoils the capture, so the step is not replayed (a replay would run that
+/// thread's dispatches again, into its buffers, as a Phi-3 test's token-by-token logits running
+/// beside a decode test once showed); the same step alone is captured.
+#[test]
+fn work_from_another_thread_spoils_a_capture() {
+    let _one = one_capture();
+    for dev in decode_devices().into_iter().filter(replays) {
+        let what = dev.backend_name();
+        let x = Tensor::from_slice(&dev, &[1.0f32, -2.0, 3.0, 0.5], [4]).unwrap();
+        let (_, alone) = dev.capture(|| webtensor::ops::silu(&x)).unwrap();
+        assert!(alone.is_some(), "{what}: a step alone is captured");
+        let (_, shared) = dev
+            .capture(|| {
+                std::thread::scope(|s| s.spawn(|| webtensor::ops::silu(&x).map(drop)).join())
+                    .expect("the other thread")?;
+                webtensor::ops::silu(&x)
+            })
+            .unwrap();
+        assert!(
+            shared.is_none(),
+            "{what}: another thread's work joined the capture"
+        );
+    }
+}

@@ -172,9 +172,10 @@ export async function run(backend) {
   }
 
   // llama.cpp's super-block formats (what its K-quant files hold) and its legacy 32-value
-  // ones, read from random blocks whose f16 scales (and minimums) are small normal numbers:
-  // dequantization (1e-6, as natively: a GPU may fuse a scale's multiply-add) and products
-  // with f32 activations against the reference.
+  // ones, read from random blocks whose f16 scales (and minimums) are small normal numbers,
+  // and bf16 weights (each an f32's high half, read 32 at a time by the WebGPU decoder as
+  // natively): dequantization (1e-6, as natively: a GPU may fuse a scale's multiply-add) and
+  // products with f32 activations against the reference.
   // Format: [block bytes, values per block, byte offsets of its f16 scales].
   const LLAMA_CPP_BLOCKS = {
     q2_k: [84, 256, [80, 82]], q3_k: [110, 256, [108]], q4_k: [144, 256, [0, 2]], q5_k: [176, 256, [0, 2]], q6_k: [210, 256, [208]], iq4_xs: [136, 256, [0]],
@@ -193,10 +194,20 @@ export async function run(backend) {
     }
     return bytes;
   };
-  for (const [format, layout] of Object.entries(LLAMA_CPP_BLOCKS)) {
+  const bf16Bytes = (values) => {
+    const bytes = new Uint8Array(2 * values.length);
+    const words = new Uint32Array(Float32Array.from(values).buffer);
+    words.forEach((word, i) => {
+      bytes[2 * i] = (word >>> 16) & 255;
+      bytes[2 * i + 1] = word >>> 24;
+    });
+    return bytes;
+  };
+  for (const format of [...Object.keys(LLAMA_CPP_BLOCKS), "bf16"]) {
+    const layout = LLAMA_CPP_BLOCKS[format];
     const k = 512;
     for (const [m, n] of [[1, 5], [9, 7]]) {
-      const w = randomBlocks((n * k) / layout[1], layout);
+      const w = layout ? randomBlocks((n * k) / layout[1], layout) : bf16Bytes(u(n * k, 1));
       const a = u(m * k, 2);
       const W = (d) => d.tensorFromBytes(format, w, [n, k]);
       await compare(`dequantize ${format} ${n}x${k}`, 1e-6, (d) => wt.opDequantize(W(d)));

@@ -11,8 +11,13 @@
 //! A replay records the same dispatches and copies again, after writing the key count of
 //! the attention kernels into their parameter blocks: per token the host sets a pipeline, a
 //! bind group and a grid per dispatch, and builds nothing.
+//!
+//! The backend is one per process and its recorder is shared: work another thread records
+//! while a capture is open is not the step's, so it spoils the capture instead of joining it
+//! (a replay would otherwise run that thread's dispatches again, into its buffers).
 
 use std::collections::HashMap;
+use std::thread::ThreadId;
 
 use super::bindings::{self, BindKey};
 use super::pool::{GpuBuffer, PinnedBuffer};
@@ -44,8 +49,10 @@ enum Logged {
 }
 
 /// What an open capture has recorded so far.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct CaptureLog {
+    /// The thread that captures: work recorded from another meanwhile spoils the capture.
+    owner: ThreadId,
     items: Vec<Logged>,
     pins: Vec<PinnedBuffer>,
     /// Why the capture cannot be replayed, once something ran that a replay would not repeat.
@@ -53,6 +60,27 @@ pub(crate) struct CaptureLog {
 }
 
 impl CaptureLog {
+    /// An empty log, owned by the calling thread.
+    pub(crate) fn new() -> CaptureLog {
+        CaptureLog {
+            owner: std::thread::current().id(),
+            items: Vec::new(),
+            pins: Vec::new(),
+            spoiled: None,
+        }
+    }
+
+    /// The open capture `capture`, if work recorded from the calling thread belongs to it;
+    /// from another thread the capture is spoiled instead, and `None`.
+    pub(crate) fn of_this_thread(capture: &mut Option<CaptureLog>) -> Option<&mut CaptureLog> {
+        let log = capture.as_mut()?;
+        if log.owner != std::thread::current().id() {
+            log.spoil("another thread recorded work meanwhile");
+            return None;
+        }
+        Some(log)
+    }
+
     /// Logs a dispatch of a kernel (its pipeline and bind group layout) binding `key`, with
     /// its parameter block and grid.
     pub(crate) fn dispatch(

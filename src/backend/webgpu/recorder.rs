@@ -166,7 +166,7 @@ impl Recorder {
         self.work.dispatches += 1;
         let key = self.bind_key(&d);
         let bind_group = self.bind_group(ctx, &d, &key);
-        if let Some(log) = &mut self.capture {
+        if let Some(log) = CaptureLog::of_this_thread(&mut self.capture) {
             let kernel = (&d.kernel.pipeline, &d.kernel.layout);
             log.dispatch(kernel, key, &self.arena[offset..], d.groups, d.keys_at);
         }
@@ -258,7 +258,7 @@ impl Recorder {
         if bytes > 0 {
             self.encoder(ctx)
                 .copy_buffer_to_buffer(src, src_offset, dst, dst_offset, bytes);
-            if let Some(log) = &mut self.capture {
+            if let Some(log) = CaptureLog::of_this_thread(&mut self.capture) {
                 log.copy(CopyCommand {
                     src: (src.clone(), src_offset),
                     dst: (dst.clone(), dst_offset),
@@ -274,13 +274,14 @@ impl Recorder {
         if self.profiler.is_some() || self.capture.is_some() {
             return false;
         }
-        self.capture = Some(CaptureLog::default());
+        self.capture = Some(CaptureLog::new());
         true
     }
 
-    /// The open capture, if any.
+    /// The open capture, if any and the calling thread opened it (another thread's call
+    /// spoils it: see `capture.rs`).
     pub(crate) fn capture(&mut self) -> Option<&mut CaptureLog> {
-        self.capture.as_mut()
+        CaptureLog::of_this_thread(&mut self.capture)
     }
 
     /// Ends the open capture: its log, or `None` when none was open.
