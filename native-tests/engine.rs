@@ -100,19 +100,17 @@ fn config_json(s: Shape) -> String {
     .to_string()
 }
 
-/// The tensors `w` as a safetensors file, each of `dtype`: `"F32"`, or `"BF16"` (each value's
-/// high half: the values are cut, not rounded).
+/// The tensors `w` as a safetensors file, each of `dtype`: `"F32"`, or `"BF16"`
+/// ([`common::bf16_bytes`]: the values are cut, not rounded).
 fn safetensors(w: &[(String, Vec<usize>, Vec<f32>)], dtype: &str) -> Vec<u8> {
     let mut header = serde_json::Map::new();
     let mut data = Vec::new();
     for (name, shape, values) in w {
         let begin = data.len();
-        for v in values {
-            match dtype {
-                "F32" => data.extend(v.to_le_bytes()),
-                "BF16" => data.extend(((v.to_bits() >> 16) as u16).to_le_bytes()),
-                other => panic!("no writer for {other}"),
-            }
+        match dtype {
+            "F32" => data.extend(values.iter().flat_map(|v| v.to_le_bytes())),
+            "BF16" => data.extend(common::bf16_bytes(values)),
+            other => panic!("no writer for {other}"),
         }
         header.insert(
             name.clone(),

@@ -82,6 +82,15 @@ pub fn rng(seed: u64) -> StdRng {
     StdRng::seed_from_u64(seed)
 }
 
+/// `values` as bfloat16 bytes, each value's high half: the values are cut, not rounded, so
+/// a value already a bfloat16 stays exactly itself.
+pub fn bf16_bytes(values: &[f32]) -> Vec<u8> {
+    values
+        .iter()
+        .flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes())
+        .collect()
+}
+
 /// `n` uniform values in `[-scale, scale)`.
 pub fn uniform(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-scale..scale)).collect()

@@ -6,7 +6,7 @@
 //! `Q2_K` … `Q6_K` and `IQ4_XS` against the reference, [`legacy_products`] those of the legacy
 //! `Q4_1`, `Q5_0`, `Q5_1` and `IQ4_NL`, [`bf16_products`] those of `BF16`.
 
-use super::common::{assert_close, random_blocks, reference, rng, tensor, uniform};
+use super::common::{assert_close, bf16_bytes, random_blocks, reference, rng, tensor, uniform};
 use super::fused::{largest, normed_tolerance};
 use super::{
     assert_same_values, compare, f32s, fixture, quantize_matches_gguf_py, quantizes_like_gguf_py,
@@ -221,10 +221,7 @@ fn random_weights(r: &mut rand::rngs::StdRng, format: DType, blocks: usize) -> V
     if format != DType::BF16 {
         return random_blocks(r, format, blocks, 0.01);
     }
-    uniform(r, blocks, 1.0)
-        .iter()
-        .flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes())
-        .collect()
+    bf16_bytes(&uniform(r, blocks, 1.0))
 }
 
 /// The activations the products of `format` are checked with in [`group_decoded_products`]:

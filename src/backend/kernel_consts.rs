@@ -136,13 +136,21 @@ pub(crate) fn format_code(op: &'static str, format: DType) -> Result<u32> {
         .ok_or_else(|| Error::invalid(op, format!("{format} is not a packed format")))
 }
 
-/// Fails when the GPU kernels cannot read `format` weights in rows of `k` values: the group
-/// decoders ([`decodes_groups`]) read whole groups of 32 values, and only `BF16`, whose block
-/// is one value, can have rows that are not (the block formats' rows are whole blocks, which
-/// `Tensor::from_bytes` checks). `op` names the op for the error.
+/// Whether the GPU kernels read `format` weights in rows of `k` values: the group decoders
+/// ([`decodes_groups`]) read whole groups of 32 values, and only `BF16`, whose block is one
+/// value, can have rows that are not (the block formats' rows are whole blocks, which
+/// `Tensor::from_bytes` checks). The engine widens a bf16 matrix for the GPUs where not
+/// (`llm::weights::keeps_bf16`, which states the rule again: this module is absent from the
+/// threaded wasm build the engine also runs in).
+pub(crate) fn gpu_reads_rows(format: DType, k: usize) -> bool {
+    !decodes_groups(format) || k.is_multiple_of(32)
+}
+
+/// Fails unless the GPU kernels read `format` weights in rows of `k` values
+/// ([`gpu_reads_rows`]); `op` names the op for the error.
 #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
 pub(crate) fn check_whole_groups(op: &'static str, format: DType, k: usize) -> Result<()> {
-    if decodes_groups(format) && !k.is_multiple_of(32) {
+    if !gpu_reads_rows(format, k) {
         return Err(Error::invalid(
             op,
             format!(
@@ -160,9 +168,7 @@ pub(crate) fn check_whole_groups(op: &'static str, format: DType, k: usize) -> R
 /// applied: `shaders/kquants/decode.wgsl` on wgpu, `cuda/kernels/decode.cu` on cuda. Their
 /// products take f32 activations, and the block formats also llama.cpp's rounding for them,
 /// `Q8_K` for the super-blocks and `Q8_0` for the legacy formats (`decodes_with` in
-/// `webgpu/kernels/quant.rs`; cuda's `qmatmul_act` and fused products). Absent from the
-/// threaded wasm build, which has neither.
-#[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
+/// `webgpu/kernels/quant.rs`; cuda's `qmatmul_act` and fused products).
 pub fn decodes_groups(format: DType) -> bool {
     crate::quant::kquants::is_super_block(format)
         || matches!(

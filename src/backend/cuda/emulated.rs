@@ -613,10 +613,11 @@ fn fused_formats() -> Vec<(DType, Activations)> {
     // llama.cpp's other formats with f32 activations and the rounding the engine gives them;
     // bf16 with f32 ones.
     for f in crate::backend::kernel_consts::PACKED_FORMATS.map(|f| f.dtype) {
-        if decodes_groups(f) {
-            out.push((f, Activations::F32));
+        if !decodes_groups(f) {
+            continue;
         }
-        if decodes_groups(f) && f.is_quantized() {
+        out.push((f, Activations::F32));
+        if f.is_quantized() {
             let int = if crate::quant::kquants::is_super_block(f) {
                 Activations::Q8_K
             } else {

@@ -379,8 +379,8 @@ fn mismatches_are_reported_with_kernel_position_and_types() {
 
 /// The launch code refuses with a typed error, launching nothing, what the kernels do not do:
 /// quantizing to a format the `quantize` kernel does not write (it would write another
-/// format's blocks; it writes every format webtensor quantizes to), and `Q8_K` activations over rows that are not whole 256-value blocks, in
-/// the plain and the fused products.
+/// format's blocks; it writes every format webtensor quantizes to), and `Q8_K` activations
+/// over rows that are not whole 256-value blocks, in the plain and the fused products.
 #[test]
 fn launches_the_kernels_cannot_run_are_refused_before_any_kernel() {
     use crate::backend::{Activations, LinearSpec};

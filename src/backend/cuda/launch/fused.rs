@@ -5,6 +5,7 @@
 
 use super::super::launcher::{format_code, size, Arg, Call, Launcher, WARPS};
 use super::quant::{check_q8_k_rows, Q8_K_BLOCK};
+use crate::backend::kernel_consts::gpu_reads_rows;
 use crate::backend::{Activations, AttentionSpec, BackendKind, LinearSpec, OpSpec, RopeLayout};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -41,11 +42,10 @@ const FMT_F32: u32 = 0;
 /// whose rope pairs heads of another width than the pool's rows is composed too.
 pub(in crate::backend::cuda) fn runs_fused(spec: &OpSpec) -> bool {
     let product = |l: &LinearSpec| {
-        // Every packed format, bf16 in rows of whole groups (`check_whole_groups`).
-        let format = l.format == DType::F32
-            || l.format == DType::F16
-            || l.format.is_quantized()
-            || (l.format == DType::BF16 && l.k.is_multiple_of(32));
+        // Every packed format, in rows its kernels read (bf16 in whole groups).
+        let format = (matches!(l.format, DType::F32 | DType::F16 | DType::BF16)
+            || l.format.is_quantized())
+            && gpu_reads_rows(l.format, l.k);
         let acts = match l.activations {
             Activations::F32 => true,
             Activations::F16 => false,
